@@ -1,0 +1,53 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let upcoming: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "Storekeeper",
+    products: [
+        .executable(name: "storekeeper", targets: ["storekeeper"]),
+        .library(name: "Receipts", targets: ["Receipts"]),
+        .library(name: "Crypto", targets: ["Crypto"]),
+    ],
+    targets: [
+        // C system libraries (Debian packages, found through pkg-config).
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+
+        // Swift wrappers and small hand-written foundations.
+        .target(name: "ASN1", swiftSettings: upcoming),
+        .target(name: "JSON", swiftSettings: upcoming),
+        .target(name: "Crypto", dependencies: ["COpenSSL", "ASN1"], swiftSettings: upcoming),
+
+        // Domain.
+        .target(name: "Receipts", dependencies: ["ASN1", "Crypto", "JSON"], swiftSettings: upcoming),
+
+        // Command line: a library so it is testable in-process, and a thin executable.
+        .target(name: "StorekeeperCLI", dependencies: ["Receipts", "Crypto", "ASN1", "JSON"], swiftSettings: upcoming),
+        .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),
+
+        // Test helpers shared by every test target.
+        .target(name: "TestSupport", dependencies: ["ASN1", "Crypto", "Receipts"], swiftSettings: upcoming),
+
+        .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
+        .testTarget(name: "CryptoTests", dependencies: ["Crypto", "TestSupport"], swiftSettings: upcoming),
+        .testTarget(
+            name: "ReceiptsTests",
+            dependencies: ["Receipts", "Crypto", "ASN1", "JSON", "TestSupport"],
+            swiftSettings: upcoming
+        ),
+        .testTarget(
+            name: "CLITests",
+            dependencies: ["StorekeeperCLI", "Receipts", "Crypto", "JSON", "TestSupport"],
+            swiftSettings: upcoming
+        ),
+    ]
+)

@@ -1,0 +1,155 @@
+public import Foundation
+
+/// Receipt dates: Apple's "IA5STRING, interpreted as an RFC 3339 date", and verifyReceipt's date triplets.
+public enum ReceiptDate {
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM|±HHMM)`; the colon-less offset is Xcode's.
+    ///
+    /// Returns `nil` for anything else. An empty string is "absent" and handled by callers.
+    public static func parse(_ text: String) -> Date? {
+        var utf8 = Array(text.utf8)
+        guard utf8.count >= 20 else { return nil }
+        if utf8[10] == UInt8(ascii: "t") || utf8[10] == UInt8(ascii: " ") { utf8[10] = UInt8(ascii: "T") }
+        func digits(_ range: Range<Int>) -> Int? {
+            var value = 0
+            for index in range {
+                let byte = utf8[index]
+                guard byte >= 0x30 && byte <= 0x39 else { return nil }
+                value = value * 10 + Int(byte - 0x30)
+            }
+            return value
+        }
+        guard utf8[4] == UInt8(ascii: "-"), utf8[7] == UInt8(ascii: "-"), utf8[10] == UInt8(ascii: "T"),
+            utf8[13] == UInt8(ascii: ":"), utf8[16] == UInt8(ascii: ":"),
+            let year = digits(0..<4), let month = digits(5..<7), let day = digits(8..<10),
+            let hour = digits(11..<13), let minute = digits(14..<16), let second = digits(17..<19),
+            (1...12).contains(month), day >= 1, day <= daysInMonth(year: year, month: month),
+            hour < 24, minute < 60, second < 61
+        else { return nil }
+
+        var index = 19
+        var fraction = 0.0
+        if utf8[index] == UInt8(ascii: ".") {
+            index += 1
+            var scale = 0.1
+            let start = index
+            while index < utf8.count, utf8[index] >= 0x30, utf8[index] <= 0x39 {
+                fraction += Double(utf8[index] - 0x30) * scale
+                scale /= 10
+                index += 1
+            }
+            guard index > start, index - start <= 9 else { return nil }
+        }
+        guard index < utf8.count else { return nil }
+        var offsetSeconds = 0
+        switch utf8[index] {
+        case UInt8(ascii: "Z"), UInt8(ascii: "z"):
+            guard index + 1 == utf8.count else { return nil }
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            let sign = utf8[index] == UInt8(ascii: "-") ? -1 : 1
+            let rest = utf8.count - index - 1
+            let hours: Int?
+            let minutes: Int?
+            if rest == 5 && utf8[index + 3] == UInt8(ascii: ":") {
+                hours = digits(index + 1..<index + 3)
+                minutes = digits(index + 4..<index + 6)
+            } else if rest == 4 {
+                hours = digits(index + 1..<index + 3)
+                minutes = digits(index + 3..<index + 5)
+            } else {
+                return nil
+            }
+            guard let hours, let minutes, hours < 24, minutes < 60 else { return nil }
+            offsetSeconds = sign * (hours * 3600 + minutes * 60)
+        default:
+            return nil
+        }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
+        return Date(timeIntervalSince1970: Double(seconds) + fraction)
+    }
+
+    /// UNIX milliseconds, rounded to the nearest millisecond.
+    public static func milliseconds(_ date: Date) -> Int64 {
+        Int64((date.timeIntervalSince1970 * 1000).rounded())
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS Etc/GMT`.
+    public static func gmtString(_ date: Date) -> String {
+        format(milliseconds: milliseconds(date), offsetSeconds: 0) + " Etc/GMT"
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS America/Los_Angeles`, Pacific local time with daylight saving.
+    public static func pacificString(_ date: Date) -> String {
+        let offset = pacific.secondsFromGMT(for: date)
+        return format(milliseconds: milliseconds(date), offsetSeconds: offset) + " America/Los_Angeles"
+    }
+
+    /// RFC 3339 in UTC with `Z`, as Apple writes receipt attributes (`2024-02-23T17:27:16Z`); milliseconds
+    /// are written (`.686Z`) only when the date has them.
+    public static func rfc3339String(_ date: Date) -> String {
+        let ms = milliseconds(date)
+        let text = format(milliseconds: ms, offsetSeconds: 0).replacingOccurrences(of: " ", with: "T")
+        let fraction = Int(((ms % 1000) + 1000) % 1000)
+        guard fraction != 0 else { return text + "Z" }
+        let digits = String(fraction)
+        return text + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
+    }
+
+    /// The three verifyReceipt keys for a date: `name`, `name_ms`, `name_pst`.
+    public static func triplet(_ name: String, _ date: Date) -> [(String, String)] {
+        [(name, gmtString(date)), (name + "_ms", String(milliseconds(date))), (name + "_pst", pacificString(date))]
+    }
+
+    private static let pacific = TimeZone(identifier: "America/Los_Angeles") ?? TimeZone(secondsFromGMT: -8 * 3600)!
+
+    private static func format(milliseconds: Int64, offsetSeconds: Int) -> String {
+        let totalSeconds = Int(milliseconds.floorDivided(by: 1000)) + offsetSeconds
+        let days = totalSeconds.floorDivided(by: 86_400)
+        let secondOfDay = totalSeconds - days * 86_400
+        let (year, month, day) = civilFromDays(days)
+        func pad(_ value: Int, _ width: Int) -> String {
+            let text = String(value)
+            return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2)) "
+            + "\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2))"
+    }
+
+    private static func daysInMonth(year: Int, month: Int) -> Int {
+        switch month {
+        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    /// The inverse of ``daysFromCivil(year:month:day:)``.
+    static func civilFromDays(_ days: Int) -> (year: Int, month: Int, day: Int) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+}
+
+extension BinaryInteger {
+    fileprivate func floorDivided(by divisor: Self) -> Self {
+        let quotient = self / divisor
+        return (self % divisor != 0 && (self < 0) != (divisor < 0)) ? quotient - 1 : quotient
+    }
+}

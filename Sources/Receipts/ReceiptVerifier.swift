@@ -114,7 +114,7 @@ public struct ReceiptVerifier: Sendable {
 
         // 2. Signature over the payload by the certificate the SignerInfo names.
         let signer = envelope.signer
-        guard let signerIndex = envelope.certificates.firstIndex(where: { matches(signer, $0) }) else {
+        guard let signerIndex = envelope.certificates.firstIndex(where: { Self.matches(signer, $0) }) else {
             return fail(.signatureInvalid, "no embedded certificate matches the SignerInfo", receipt)
         }
         let others = envelope.certificates.indices.filter { $0 != signerIndex }.map { envelope.certificates[$0].encoded }
@@ -154,7 +154,7 @@ public struct ReceiptVerifier: Sendable {
         .invalid(ReceiptVerificationFailure(code: code, message: message, receipt: receipt))
     }
 
-    private func matches(_ signer: SignedDataEnvelope.SignerInfo, _ certificate: ASN1Element) -> Bool {
+    static func matches(_ signer: SignedDataEnvelope.SignerInfo, _ certificate: ASN1Element) -> Bool {
         guard let issuer = signer.issuer, let serial = signer.serial,
             let candidate = issuerAndSerial(ofCertificate: certificate)
         else { return false }
@@ -216,6 +216,21 @@ public struct ReceiptVerifier: Sendable {
 }
 
 extension Receipt {
+    /// The DER certificates embedded in a receipt's envelope, the signer (named by the SignerInfo) first.
+    public static func embeddedCertificates(in bytes: [UInt8], limits: ReceiptLimits = .default) throws -> [[UInt8]] {
+        let envelope: SignedDataEnvelope
+        do {
+            envelope = try SignedDataEnvelope(bytes, limits: limits)
+        } catch let error as ASN1Error {
+            throw ReceiptError.make(.malformedContainer, error.reason)
+        }
+        var certificates = envelope.certificates
+        if let signer = certificates.firstIndex(where: { ReceiptVerifier.matches(envelope.signer, $0) }) {
+            certificates.insert(certificates.remove(at: signer), at: 0)
+        }
+        return certificates.map { Array($0.encoded) }
+    }
+
     /// SHA-1( device identifier ‖ opaque value ‖ bundle-id TLV ), the value attribute 5 must hold.
     public func deviceHash(for deviceIdentifier: [UInt8]) -> [UInt8] {
         Digest.sha1(deviceIdentifier + opaqueValue + bundleIDEncoded)

@@ -1,0 +1,63 @@
+public import Foundation
+import Synchronization
+
+/// Runs programs outside the test process (the `openssl` tool, the built `storekeeper` binary).
+public enum ExternalTool {
+    public struct Output: Sendable {
+        public var status: Int32
+        public var stdout: [UInt8]
+        public var stderr: [UInt8]
+        public var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
+        public var stderrText: String { String(decoding: stderr, as: UTF8.self) }
+    }
+
+    /// The full path of `name` on `PATH`, or nil.
+    public static func find(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":") {
+            let candidate = "\(directory)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return nil
+    }
+
+    /// Runs `executable` with `arguments`, feeding `stdin`, and waits for it.
+    public static func run(_ executable: String, _ arguments: [String], stdin: [UInt8] = []) throws -> Output {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let input = Pipe()
+        let output = Pipe()
+        let error = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = error
+        try process.run()
+        let writer = Thread {
+            input.fileHandleForWriting.write(Data(stdin))
+            try? input.fileHandleForWriting.close()
+        }
+        writer.start()
+        let errorData = Mutex<Data?>(nil)
+        let errorReader = Thread {
+            let data = error.fileHandleForReading.readDataToEndOfFile()
+            errorData.withLock { $0 = data }
+        }
+        errorReader.start()
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        var stderr: Data?
+        while stderr == nil {
+            stderr = errorData.withLock { $0 }
+            if stderr == nil { Thread.sleep(forTimeInterval: 0.001) }
+        }
+        return Output(status: process.terminationStatus, stdout: Array(outputData), stderr: Array(stderr ?? Data()))
+    }
+
+    /// A fresh temporary directory.
+    public static func temporaryDirectory() throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+}

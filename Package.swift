@@ -5,6 +5,8 @@ let upcoming: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
     .enableUpcomingFeature("InternalImportsByDefault"),
+    // Lets the hot paths (ASN.1 reading, receipt decoding) specialise and inline across modules.
+    .unsafeFlags(["-cross-module-optimization"], .when(configuration: .release)),
 ]
 
 let package = Package(

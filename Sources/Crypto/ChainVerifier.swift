@@ -1,6 +1,7 @@
 public import Foundation
 internal import COpenSSL
 internal import Synchronization
+internal import Glibc
 
 /// Why a certificate path was rejected.
 public struct ChainFailure: Error, Hashable, Sendable, CustomStringConvertible {
@@ -68,6 +69,9 @@ public final class ChainVerifier: Sendable {
     public let trustedRoots: [Certificate]
     public let policy: ChainPolicy
     private let cache = Mutex<[CertificateSetKey: Evaluation]>([:])
+    /// The most recent evaluation, checked first without building a key (a stream of receipts or signed
+    /// data from one signer hits it every time).
+    private let lastHit = Mutex<(key: CertificateSetKey, evaluation: Evaluation)?>(nil)
     private let cacheLimit: Int
 
     /// A signer key and the time-independent verdict on its path.
@@ -101,13 +105,23 @@ public final class ChainVerifier: Sendable {
     /// Evaluates the path from the certificate `signer` (DER) through any of `others` (DER, in any order,
     /// possibly including roots, which are never trusted for being embedded).
     public func evaluate(signer: some Collection<UInt8>, others: [some Collection<UInt8>]) -> Evaluation {
+        if let hit = lastHit.withLock({ last -> Evaluation? in
+            guard let last, last.key.matches(signer: signer, others: others) else { return nil }
+            return last.evaluation
+        }) {
+            return hit
+        }
         let key = CertificateSetKey(parts: [Array(signer)] + others.map { Array($0) })
-        if let cached = cache.withLock({ $0[key] }) { return cached }
+        if let cached = cache.withLock({ $0[key] }) {
+            lastHit.withLock { $0 = (key, cached) }
+            return cached
+        }
         let evaluation = evaluateUncached(key.parts)
         cache.withLock { entries in
             if entries.count >= cacheLimit { entries.removeAll(keepingCapacity: true) }
             entries[key] = evaluation
         }
+        lastHit.withLock { $0 = (key, evaluation) }
         return evaluation
     }
 
@@ -181,6 +195,34 @@ public final class ChainVerifier: Sendable {
 /// A cache key over certificate bytes: cheap to hash (sizes and a few tail bytes), exact to compare.
 struct CertificateSetKey: Hashable, Sendable {
     let parts: [[UInt8]]
+
+    static func == (lhs: CertificateSetKey, rhs: CertificateSetKey) -> Bool {
+        guard lhs.parts.count == rhs.parts.count else { return false }
+        for (left, right) in zip(lhs.parts, rhs.parts) {
+            guard left.count == right.count else { return false }
+            guard !left.isEmpty else { continue }
+            let same = left.withUnsafeBytes { l in right.withUnsafeBytes { r in memcmp(l.baseAddress!, r.baseAddress!, l.count) == 0 } }
+            guard same else { return false }
+        }
+        return true
+    }
+
+    /// Whether this key holds exactly these certificates, compared without copying them.
+    func matches(signer: some Collection<UInt8>, others: [some Collection<UInt8>]) -> Bool {
+        guard parts.count == others.count + 1, Self.same(parts[0], signer) else { return false }
+        for (part, other) in zip(parts.dropFirst(), others) where !Self.same(part, other) { return false }
+        return true
+    }
+
+    private static func same(_ stored: [UInt8], _ candidate: some Collection<UInt8>) -> Bool {
+        guard stored.count == candidate.count else { return false }
+        if let result = candidate.withContiguousStorageIfAvailable({ buffer in
+            stored.withUnsafeBufferPointer { memcmp($0.baseAddress!, buffer.baseAddress!, buffer.count) == 0 }
+        }) {
+            return result
+        }
+        return stored.elementsEqual(candidate)
+    }
 
     func hash(into hasher: inout Hasher) {
         hasher.combine(parts.count)

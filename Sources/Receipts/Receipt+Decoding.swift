@@ -12,8 +12,8 @@ extension Receipt {
         let rules = ASN1Rules(allowsBER: true, maxDepth: limits.maxDepth, maxSize: limits.maxSize,
             maxChildren: limits.maxPurchases + 1024)
         do {
-            let root = try ASN1.parse(payload, rules: rules)
-            try self.init(payloadElement: root, limits: limits)
+            let document = try ASN1Document(payload, rules: rules)
+            try self.init(document: document, root: try document.root(), limits: limits)
         } catch let error as ASN1Error {
             throw ReceiptError.make(
                 error.code == .tooDeep || error.code == .tooLarge || error.code == .tooMany
@@ -22,196 +22,321 @@ extension Receipt {
         }
     }
 
-    init(payloadElement root: ASN1Element, limits: ReceiptLimits) throws {
+    init(document: ASN1Document, root: ASN1Node, limits: ReceiptLimits) throws {
         guard root.tag == .set else { throw ReceiptError.make(.malformedPayload, "payload is not a SET") }
-        var fields = AttributeFields(level: "receipt")
+        var seen = SeenAttributes(level: "receipt")
+        var receiptType: String?
+        var appItemID: Int64?
+        var bundle: (String, [UInt8])?
+        var appVersion: String?
+        var opaqueValue: [UInt8]?
+        var sha1Hash: [UInt8]?
+        var appTransactionDate: Date?
+        var ageRating: String?
+        var developerID: Int64?
+        var creationDate: Date?
+        var downloadID: Int64?
+        var versionExternalID: Int64?
+        var originalPurchaseDate: Date?
+        var originalAppVersion: String?
+        var expirationDate: Date?
         var purchases: [InAppPurchase] = []
         var unknown: [ReceiptAttribute] = []
-        var reader = try root.children()
-        while let element = try reader.next() {
-            let attribute = try ParsedAttribute(element)
+        var iterator = try document.children(of: root)
+        while let node = try document.next(&iterator) {
+            let attribute = try ParsedAttribute(node, in: document, level: "receipt")
             switch attribute.type {
             case 17:
                 guard purchases.count < limits.maxPurchases else {
                     throw ReceiptError.make(.limitExceeded, "more than \(limits.maxPurchases) in-app purchases")
                 }
-                let set = try attribute.inner()
-                guard set.tag == .set else { throw ReceiptError.make(.invalidAttributeValue, "attribute 17 is not a SET") }
-                purchases.append(try InAppPurchase(set: set, limits: limits))
-            case 0, 1, 2, 3, 4, 5, 8, 10, 11, 12, 15, 16, 18, 19, 21:
-                try fields.add(attribute)
-            default:
-                unknown.append(attribute.raw)
+                let purchase = try attribute.withInner(document) { document, set in
+                    guard set.tag == .set else { throw ReceiptError.make(.invalidAttributeValue, "attribute 17 is not a SET") }
+                    return try InAppPurchase(document: document, set: set, limits: limits)
+                }
+                purchases.append(purchase)
+            case 0: try seen.mark(attribute); receiptType = try attribute.string(document)
+            case 1: try seen.mark(attribute); appItemID = try attribute.integer(document)
+            case 2: try seen.mark(attribute); bundle = (try attribute.string(document), try attribute.bytes(document))
+            case 3: try seen.mark(attribute); appVersion = try attribute.string(document)
+            case 4: try seen.mark(attribute); opaqueValue = try attribute.bytes(document)
+            case 5: try seen.mark(attribute); sha1Hash = try attribute.bytes(document)
+            case 8: try seen.mark(attribute); appTransactionDate = try attribute.date(document)
+            case 10: try seen.mark(attribute); ageRating = try attribute.string(document)
+            case 11: try seen.mark(attribute); developerID = try attribute.integer(document)
+            case 12: try seen.mark(attribute); creationDate = try attribute.date(document)
+            case 15: try seen.mark(attribute); downloadID = try attribute.integer(document)
+            case 16: try seen.mark(attribute); versionExternalID = try attribute.integer(document)
+            case 18: try seen.mark(attribute); originalPurchaseDate = try attribute.date(document)
+            case 19: try seen.mark(attribute); originalAppVersion = try attribute.string(document)
+            case 21: try seen.mark(attribute); expirationDate = try attribute.date(document)
+            default: unknown.append(attribute.kept(document))
             }
         }
-        guard let bundle = fields[2] else { throw ReceiptError.make(.missingAttribute, "receipt attribute 2 (bundle id) is absent") }
+        func required<T>(_ value: T?, _ type: Int, _ name: String) throws -> T {
+            guard let value else {
+                throw ReceiptError.make(.missingAttribute, "receipt attribute \(type) (\(name)) is absent or empty")
+            }
+            return value
+        }
+        let (bundleID, bundleIDEncoded) = try required(bundle, 2, "bundle id")
         self.init(
-            receiptType: try fields.requiredString(0, "receipt type"),
-            appItemID: try fields.integer(1),
-            bundleID: try fields.requiredString(2, "bundle id"),
-            appVersion: try fields.requiredString(3, "app version"),
-            opaqueValue: try fields.requiredRaw(4, "opaque value"),
-            sha1Hash: try fields.requiredRaw(5, "SHA-1 hash"),
-            appTransactionDate: try fields.date(8),
-            ageRating: try fields.string(10),
-            developerID: try fields.integer(11),
-            creationDate: try fields.requiredDate(12, "creation date"),
-            downloadID: try fields.integer(15),
-            versionExternalID: try fields.integer(16),
-            originalPurchaseDate: try fields.date(18),
-            originalAppVersion: try fields.string(19),
-            expirationDate: try fields.date(21),
-            inAppPurchases: purchases,
-            unknownAttributes: unknown,
-            bundleIDEncoded: Array(bundle.value.content))
+            receiptType: try required(receiptType, 0, "receipt type"), appItemID: appItemID, bundleID: bundleID,
+            appVersion: try required(appVersion, 3, "app version"), opaqueValue: try required(opaqueValue, 4, "opaque value"),
+            sha1Hash: try required(sha1Hash, 5, "SHA-1 hash"), appTransactionDate: appTransactionDate, ageRating: ageRating,
+            developerID: developerID, creationDate: try required(creationDate, 12, "creation date"), downloadID: downloadID,
+            versionExternalID: versionExternalID, originalPurchaseDate: originalPurchaseDate,
+            originalAppVersion: originalAppVersion, expirationDate: expirationDate, inAppPurchases: purchases,
+            unknownAttributes: unknown, bundleIDEncoded: bundleIDEncoded)
     }
 }
 
 extension InAppPurchase {
-    init(set: ASN1Element, limits: ReceiptLimits) throws {
-        var fields = AttributeFields(level: "in-app purchase")
+    init(document: ASN1Document, set: ASN1Node, limits: ReceiptLimits) throws {
+        var seen = SeenAttributes(level: "in-app purchase")
+        var quantity: Int64?
+        var productID: String?
+        var transactionID: String?
+        var purchaseDate: Date?
+        var originalTransactionID: String?
+        var originalPurchaseDate: Date?
+        var productTypeRaw: Int64?
+        var expiresDate: Date?
+        var webOrderLineItemID: Int64?
+        var cancellationDate: Date?
+        var isTrialPeriod: Bool?
+        var isInIntroOfferPeriod: Bool?
+        var promotionalOfferID: String?
         var unknown: [ReceiptAttribute] = []
-        var reader = try set.children()
+        var iterator = try document.children(of: set)
         var count = 0
-        while let element = try reader.next() {
+        while let node = try document.next(&iterator) {
             count += 1
             guard count <= limits.maxAttributesPerPurchase else {
                 throw ReceiptError.make(.limitExceeded, "more than \(limits.maxAttributesPerPurchase) attributes in a purchase")
             }
-            let attribute = try ParsedAttribute(element)
+            let attribute = try ParsedAttribute(node, in: document, level: "in-app purchase")
             switch attribute.type {
-            case 1701, 1702, 1703, 1704, 1705, 1706, 1707, 1708, 1711, 1712, 1713, 1719, 1721:
-                try fields.add(attribute)
-            default:
-                unknown.append(attribute.raw)
+            case 1701: try seen.mark(attribute); quantity = try attribute.integer(document)
+            case 1702: try seen.mark(attribute); productID = try attribute.string(document)
+            case 1703: try seen.mark(attribute); transactionID = try attribute.string(document)
+            case 1704: try seen.mark(attribute); purchaseDate = try attribute.date(document)
+            case 1705: try seen.mark(attribute); originalTransactionID = try attribute.string(document)
+            case 1706: try seen.mark(attribute); originalPurchaseDate = try attribute.date(document)
+            case 1707: try seen.mark(attribute); productTypeRaw = try attribute.integer(document)
+            case 1708: try seen.mark(attribute); expiresDate = try attribute.date(document)
+            case 1711: try seen.mark(attribute); webOrderLineItemID = try attribute.integer(document)
+            case 1712: try seen.mark(attribute); cancellationDate = try attribute.date(document)
+            case 1713: try seen.mark(attribute); isTrialPeriod = try attribute.integer(document) != 0
+            case 1719: try seen.mark(attribute); isInIntroOfferPeriod = try attribute.integer(document) != 0
+            case 1721: try seen.mark(attribute); promotionalOfferID = try attribute.string(document)
+            default: unknown.append(attribute.kept(document))
             }
         }
-        guard let quantity = try fields.integer(1701) else {
-            throw ReceiptError.make(.missingAttribute, "in-app attribute 1701 (quantity) is absent")
+        func required<T>(_ value: T?, _ type: Int, _ name: String) throws -> T {
+            guard let value else {
+                throw ReceiptError.make(.missingAttribute, "in-app attribute \(type) (\(name)) is absent or empty")
+            }
+            return value
         }
-        guard quantity >= 0 else { throw ReceiptError.make(.invalidAttributeValue, "negative quantity") }
+        let count64 = try required(quantity, 1701, "quantity")
+        guard count64 >= 0 else { throw ReceiptError.make(.invalidAttributeValue, "negative quantity") }
         self.init(
-            quantity: quantity,
-            productID: try fields.requiredString(1702, "product id"),
-            transactionID: try fields.requiredString(1703, "transaction id"),
-            purchaseDate: try fields.requiredDate(1704, "purchase date"),
-            originalTransactionID: try fields.string(1705),
-            originalPurchaseDate: try fields.date(1706),
-            productTypeRaw: try fields.integer(1707),
-            expiresDate: try fields.date(1708),
-            webOrderLineItemID: try fields.integer(1711),
-            cancellationDate: try fields.date(1712),
-            isTrialPeriod: try fields.integer(1713).map { $0 != 0 },
-            isInIntroOfferPeriod: try fields.integer(1719).map { $0 != 0 },
-            promotionalOfferID: try fields.string(1721),
-            unknownAttributes: unknown)
+            quantity: count64, productID: try required(productID, 1702, "product id"),
+            transactionID: try required(transactionID, 1703, "transaction id"),
+            purchaseDate: try required(purchaseDate, 1704, "purchase date"), originalTransactionID: originalTransactionID,
+            originalPurchaseDate: originalPurchaseDate, productTypeRaw: productTypeRaw, expiresDate: expiresDate,
+            webOrderLineItemID: webOrderLineItemID, cancellationDate: cancellationDate, isTrialPeriod: isTrialPeriod,
+            isInIntroOfferPeriod: isInIntroOfferPeriod, promotionalOfferID: promotionalOfferID, unknownAttributes: unknown)
     }
 }
 
-/// One `ReceiptAttribute`, read in place.
+/// One `ReceiptAttribute`, read in place, with typed accessors that name the attribute on error.
 struct ParsedAttribute {
-    var type: Int64
-    var version: Int64
-    var value: ASN1Element
+    let type: Int64
+    let version: Int64
+    let value: ASN1Node
+    let level: StaticString
 
-    init(_ element: ASN1Element) throws {
-        guard element.tag == .sequence else {
+    init(_ node: ASN1Node, in document: ASN1Document, level: StaticString) throws {
+        guard node.tag == .sequence else {
             throw ReceiptError.make(.malformedPayload, "receipt attribute is not a SEQUENCE")
         }
-        var parts = try element.children()
-        type = try parts.read(.integer).int64()
-        version = try parts.read(.integer).int64()
-        guard let value = try parts.next() else {
+        self.level = level
+        if let fast = Self.readDefinite(node, in: document) {
+            (type, version, value) = fast
+            return
+        }
+        var parts = try document.children(of: node)
+        type = try document.int64(try document.read(.integer, from: &parts))
+        version = try document.int64(try document.read(.integer, from: &parts))
+        guard let value = try document.next(&parts) else {
             throw ReceiptError.make(.malformedPayload, "attribute \(type) has no value")
         }
         self.value = value
         guard value.tag == .octetString || value.tag == ASN1Tag.octetString.constructed(true) else {
             throw ReceiptError.make(.malformedPayload, "attribute \(type) value is not an OCTET STRING")
         }
-        try parts.finish()
+        guard parts.isAtEnd else { throw ReceiptError.make(.malformedPayload, "attribute \(type) has extra fields") }
     }
 
-    var raw: ReceiptAttribute {
-        ReceiptAttribute(type: type, version: version, value: (try? value.octetString()) ?? [])
+    /// The common shape read in one pass: `02 l type 02 l version 04 l value` with definite lengths filling
+    /// the SEQUENCE exactly. Anything else (BER forms, errors) returns nil for the general reader to handle
+    /// and report.
+    private static func readDefinite(_ node: ASN1Node, in document: ASN1Document) -> (Int64, Int64, ASN1Node)? {
+        document.bytes.withUnsafeBufferPointer { bytes -> (Int64, Int64, ASN1Node)? in
+            var index = node.contentStart
+            let end = node.contentEnd
+            guard let typeField = shortHeader(bytes, tag: 0x02, at: &index, end: end), let type = integer(bytes, typeField),
+                let versionField = shortHeader(bytes, tag: 0x02, at: &index, end: end),
+                let version = integer(bytes, versionField)
+            else { return nil }
+            let valueStart = index
+            guard let valueField = shortHeader(bytes, tag: 0x04, at: &index, end: end), index == end else { return nil }
+            return (
+                type, version,
+                ASN1Node(
+                    tag: .octetString, start: valueStart, contentStart: valueField.lowerBound,
+                    contentEnd: valueField.upperBound, isIndefiniteLength: false, depth: node.depth + 1)
+            )
+        }
     }
 
-    /// The DER element inside the value.
-    func inner() throws -> ASN1Element {
+    /// The content range of a definite-length element with the one-byte identifier `tag` at `index`
+    /// (lengths up to three octets), advancing `index` past it; nil if anything differs.
+    private static func shortHeader(_ bytes: UnsafeBufferPointer<UInt8>, tag: UInt8?, at index: inout Int, end: Int)
+        -> Range<Int>?
+    {
+        guard end - index >= 2, tag == nil || bytes[index] == tag, bytes[index] & 0x1f != 0x1f else { return nil }
+        let first = bytes[index + 1]
+        var length = Int(first)
+        var start = index + 2
+        if first >= 0x80 {
+            let octets = Int(first & 0x7f)
+            guard octets >= 1, octets <= 3, end - start >= octets else { return nil }
+            length = 0
+            for offset in 0..<octets { length = length << 8 | Int(bytes[start + offset]) }
+            start += octets
+        }
+        guard length <= end - start else { return nil }
+        index = start + length
+        return start..<start + length
+    }
+
+    private static func integer(_ bytes: UnsafeBufferPointer<UInt8>, _ field: Range<Int>) -> Int64? {
+        guard field.count >= 1, field.count <= 8 else { return nil }
+        var value: Int64 = bytes[field.lowerBound] & 0x80 != 0 ? -1 : 0
+        for index in field { value = value << 8 | Int64(bytes[index]) }
+        return value
+    }
+
+    /// The single primitive element inside a primitive value, read in one pass; nil when the general reader
+    /// must decide (constructed, high tag, indefinite or malformed).
+    private func innerFast(_ document: ASN1Document) -> ASN1Node? {
+        guard value.tag == .octetString else { return nil }
+        return document.bytes.withUnsafeBufferPointer { bytes -> ASN1Node? in
+            var index = value.contentStart
+            guard index < value.contentEnd else { return nil }
+            let identifier = bytes[index]
+            guard identifier != 0, let field = Self.shortHeader(bytes, tag: nil, at: &index, end: value.contentEnd),
+                index == value.contentEnd
+            else { return nil }
+            let tagClass: ASN1Tag.TagClass =
+                switch identifier >> 6 {
+                case 0: .universal
+                case 1: .application
+                case 2: .contextSpecific
+                default: .private
+                }
+            return ASN1Node(
+                tag: ASN1Tag(tagClass, UInt64(identifier & 0x1f), constructed: identifier & 0x20 != 0),
+                start: value.contentStart, contentStart: field.lowerBound, contentEnd: field.upperBound,
+                isIndefiniteLength: false, depth: value.depth + 1)
+        }
+    }
+
+    func kept(_ document: ASN1Document) -> ReceiptAttribute {
+        ReceiptAttribute(type: type, version: version, value: (try? document.octetString(value)) ?? [])
+    }
+
+    /// The DER element inside the value (a BER constructed value is joined into its own document first).
+    /// Runs `body` on the element inside the value, without copying the document in the common case.
+    @inline(__always)
+    func withInner<T>(_ document: ASN1Document, _ body: (ASN1Document, ASN1Node) throws -> T) throws -> T {
+        if let node = innerFast(document) { return try body(document, node) }
+        let value = try inner(document)
+        return try body(value.document, value.node)
+    }
+
+    func inner(_ document: ASN1Document) throws -> InnerValue {
         do {
-            return try value.innerElement()
+            if value.tag == .octetString { return InnerValue(document: document, node: try document.inner(of: value)) }
+            let joined = try ASN1Document(try document.octetString(value), rules: document.rules)
+            return InnerValue(document: joined, node: try joined.root())
         } catch let error as ASN1Error {
             throw ReceiptError.make(.invalidAttributeValue, "attribute \(type) does not hold one element: \(error.reason)")
         }
     }
-}
 
-/// The known single-valued attributes of one level, with typed accessors that name the attribute on error.
-struct AttributeFields {
-    let level: String
-    private var values: [Int64: ParsedAttribute] = [:]
-
-    init(level: String) { self.level = level }
-
-    subscript(type: Int64) -> ParsedAttribute? { values[type] }
-
-    mutating func add(_ attribute: ParsedAttribute) throws {
-        guard values[attribute.type] == nil else {
-            throw ReceiptError.make(.duplicateAttribute, "\(level) attribute \(attribute.type) occurs twice")
+    func string(_ document: ASN1Document) throws -> String {
+        let text = try withInner(document) { document, inner -> String? in
+            guard inner.tag == .utf8String || inner.tag == .ia5String else { return nil }
+            return try? document.string(inner)
         }
-        values[attribute.type] = attribute
-    }
-
-    func string(_ type: Int64) throws -> String? {
-        guard let attribute = values[type] else { return nil }
-        let inner = try attribute.inner()
-        guard inner.tag == .utf8String || inner.tag == .ia5String, let text = try? inner.string() else {
-            throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a string")
-        }
+        guard let text else { throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a string") }
         return text
     }
 
-    func integer(_ type: Int64) throws -> Int64? {
-        guard let attribute = values[type] else { return nil }
-        guard let value = try? attribute.inner().int64() else {
+    func integer(_ document: ASN1Document) throws -> Int64 {
+        guard let value = try withInner(document, { document, inner in try? document.int64(inner) }) else {
             throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a 64-bit INTEGER")
         }
         return value
     }
 
     /// A date; an empty string is "absent".
-    func date(_ type: Int64) throws -> Date? {
-        guard let text = try string(type), !text.isEmpty else { return nil }
-        guard let date = ReceiptDate.parse(text) else {
-            throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not an RFC 3339 date")
+    func date(_ document: ASN1Document) throws -> Date? {
+        enum Outcome { case absent, date(Date), notAString, notADate }
+        let outcome = try withInner(document) { document, inner -> Outcome in
+            guard inner.tag == .utf8String || inner.tag == .ia5String else { return .notAString }
+            guard inner.contentLength > 0 else { return .absent }
+            return ReceiptDate.parse(bytes: document.content(inner)).map(Outcome.date) ?? .notADate
         }
-        return date
+        switch outcome {
+        case .absent: return nil
+        case .date(let date): return date
+        case .notAString: throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a string")
+        case .notADate: throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not an RFC 3339 date")
+        }
     }
 
-    func raw(_ type: Int64) throws -> [UInt8]? {
-        guard let attribute = values[type] else { return nil }
+    func bytes(_ document: ASN1Document) throws -> [UInt8] {
         do {
-            return try attribute.value.octetString()
+            return try document.octetString(value)
         } catch {
             throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not an OCTET STRING")
         }
     }
+}
 
-    func requiredString(_ type: Int64, _ name: String) throws -> String {
-        guard let value = try string(type) else { throw missing(type, name) }
-        return value
-    }
+/// The element inside an attribute's value and the document it lives in (its own for a BER constructed value).
+struct InnerValue {
+    let document: ASN1Document
+    let node: ASN1Node
+}
 
-    func requiredRaw(_ type: Int64, _ name: String) throws -> [UInt8] {
-        guard let value = try raw(type) else { throw missing(type, name) }
-        return value
-    }
+/// Which single-valued attributes a level has seen, to reject duplicates.
+struct SeenAttributes {
+    let level: StaticString
+    private var bits: UInt64 = 0
 
-    func requiredDate(_ type: Int64, _ name: String) throws -> Date {
-        guard let value = try date(type) else { throw missing(type, name) }
-        return value
-    }
+    init(level: StaticString) { self.level = level }
 
-    private func missing(_ type: Int64, _ name: String) -> ReceiptError {
-        ReceiptError.make(.missingAttribute, "\(level) attribute \(type) (\(name)) is absent or empty")
+    mutating func mark(_ attribute: ParsedAttribute) throws {
+        let bit: UInt64 = 1 << UInt64(attribute.type >= 1700 ? attribute.type - 1700 : attribute.type)
+        guard bits & bit == 0 else {
+            throw ReceiptError.make(.duplicateAttribute, "\(level) attribute \(attribute.type) occurs twice")
+        }
+        bits |= bit
     }
 }

@@ -6,9 +6,16 @@ public enum ReceiptDate {
     ///
     /// Returns `nil` for anything else. An empty string is "absent" and handled by callers.
     public static func parse(_ text: String) -> Date? {
-        var utf8 = Array(text.utf8)
+        parse(bytes: ArraySlice(text.utf8))
+    }
+
+    /// Parses the same forms from the bytes of an IA5String without building a `String`.
+    public static func parse(bytes utf8: ArraySlice<UInt8>) -> Date? {
         guard utf8.count >= 20 else { return nil }
-        if utf8[10] == UInt8(ascii: "t") || utf8[10] == UInt8(ascii: " ") { utf8[10] = UInt8(ascii: "T") }
+        return utf8.withUnsafeBufferPointer { parse(buffer: $0) }
+    }
+
+    private static func parse(buffer utf8: UnsafeBufferPointer<UInt8>) -> Date? {
         func digits(_ range: Range<Int>) -> Int? {
             var value = 0
             for index in range {
@@ -18,7 +25,8 @@ public enum ReceiptDate {
             }
             return value
         }
-        guard utf8[4] == UInt8(ascii: "-"), utf8[7] == UInt8(ascii: "-"), utf8[10] == UInt8(ascii: "T"),
+        guard utf8[4] == UInt8(ascii: "-"), utf8[7] == UInt8(ascii: "-"),
+            utf8[10] == UInt8(ascii: "T") || utf8[10] == UInt8(ascii: "t"),
             utf8[13] == UInt8(ascii: ":"), utf8[16] == UInt8(ascii: ":"),
             let year = digits(0..<4), let month = digits(5..<7), let day = digits(8..<10),
             let hour = digits(11..<13), let minute = digits(14..<16), let second = digits(17..<19),

@@ -71,6 +71,12 @@ public struct ReceiptVerificationFailure: Error, Sendable, Hashable, CustomStrin
     public let message: String
     public let receipt: Receipt?
 
+    public init(code: Code, message: String, receipt: Receipt?) {
+        self.code = code
+        self.message = message
+        self.receipt = receipt
+    }
+
     public var description: String { "\(code): \(message)" }
 }
 
@@ -98,18 +104,9 @@ public struct ReceiptVerifier: Sendable {
         let envelope: SignedDataEnvelope
         let receipt: Receipt
         do {
-            envelope = try SignedDataEnvelope(bytes, limits: limits)
-        } catch let error as ASN1Error {
-            return fail(.malformed, "PKCS #7 envelope: \(error.reason)", nil)
+            (envelope, receipt) = try Receipt.parse(bytes, limits: limits)
         } catch {
-            return fail(.malformed, "PKCS #7 envelope: \(error)", nil)
-        }
-        do {
-            receipt = try Receipt(payload: envelope.content, limits: limits)
-        } catch let error as ReceiptError {
             return fail(.malformed, error.reason, nil)
-        } catch {
-            return fail(.malformed, "\(error)", nil)
         }
 
         // 2. Signature over the payload by the certificate the SignerInfo names.
@@ -131,10 +128,10 @@ public struct ReceiptVerifier: Sendable {
         }
 
         // 4. The app and device.
-        if let bundleID = expectations.bundleID, Array(bundleID.utf8) != Array(receipt.bundleID.utf8) {
+        if let bundleID = expectations.bundleID, !bundleID.utf8.elementsEqual(receipt.bundleID.utf8) {
             return fail(.bundleIDMismatch, "receipt is for another bundle id", receipt)
         }
-        if let version = expectations.bundleVersion, Array(version.utf8) != Array(receipt.appVersion.utf8) {
+        if let version = expectations.bundleVersion, !version.utf8.elementsEqual(receipt.appVersion.utf8) {
             return fail(.bundleVersionMismatch, "receipt is for app version \(receipt.appVersion)", receipt)
         }
         if let device = expectations.deviceIdentifier, receipt.deviceHash(for: device) != receipt.sha1Hash {
@@ -169,7 +166,7 @@ public struct ReceiptVerifier: Sendable {
     static let messageDigestAttribute = ASN1ObjectIdentifier([1, 2, 840, 113_549, 1, 9, 4])
 
     /// Checks the RSA PKCS #1 v1.5 signature; returns why it fails, or nil.
-    private func checkSignature(_ signer: SignedDataEnvelope.SignerInfo, content: [UInt8], key: PublicKey?) -> String? {
+    private func checkSignature(_ signer: SignedDataEnvelope.SignerInfo, content: ArraySlice<UInt8>, key: PublicKey?) -> String? {
         let digest: DigestAlgorithm
         switch signer.digestAlgorithm {
         case Self.sha1: digest = .sha1
@@ -216,6 +213,37 @@ public struct ReceiptVerifier: Sendable {
 }
 
 extension Receipt {
+    /// Decodes a receipt's envelope and payload without verifying anything (for display and tooling).
+    ///
+    /// - Throws: ``ReceiptError`` when the bytes are not a receipt.
+    public init(decoding bytes: [UInt8], limits: ReceiptLimits = .default) throws(ReceiptError) {
+        self = try Receipt.parse(bytes, limits: limits).receipt
+    }
+
+    static func parse(_ bytes: [UInt8], limits: ReceiptLimits) throws(ReceiptError) -> (envelope: SignedDataEnvelope, receipt: Receipt) {
+        let envelope: SignedDataEnvelope
+        do {
+            envelope = try SignedDataEnvelope(bytes, limits: limits)
+        } catch let error as ASN1Error {
+            throw ReceiptError.make(
+                error.code == .tooDeep || error.code == .tooLarge || error.code == .tooMany ? .limitExceeded : .malformedContainer,
+                "PKCS #7 envelope: \(error.reason)")
+        } catch {
+            throw ReceiptError.make(.malformedContainer, "PKCS #7 envelope: \(error)")
+        }
+        do {
+            return (envelope, try Receipt(document: envelope.payloadDocument, root: envelope.payloadRoot, limits: limits))
+        } catch let error as ASN1Error {
+            throw ReceiptError.make(
+                error.code == .tooDeep || error.code == .tooLarge || error.code == .tooMany ? .limitExceeded : .malformedPayload,
+                error.reason)
+        } catch let error as ReceiptError {
+            throw error
+        } catch {
+            throw ReceiptError.make(.malformedPayload, "\(error)")
+        }
+    }
+
     /// The DER certificates embedded in a receipt's envelope, the signer (named by the SignerInfo) first.
     public static func embeddedCertificates(in bytes: [UInt8], limits: ReceiptLimits = .default) throws -> [[UInt8]] {
         let envelope: SignedDataEnvelope

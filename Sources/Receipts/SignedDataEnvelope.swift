@@ -15,7 +15,11 @@ import ASN1
 /// ```
 struct SignedDataEnvelope {
     /// The signed content octets (chunks of a BER constructed string joined).
-    var content: [UInt8]
+    var content: ArraySlice<UInt8>
+    /// The document holding the payload (the envelope's own unless the content was a constructed string) and
+    /// the payload's root element.
+    var payloadDocument: ASN1Document
+    var payloadRoot: ASN1Node
     /// The embedded certificates, read in place.
     var certificates: [ASN1Element]
     var signer: SignerInfo
@@ -60,7 +64,16 @@ struct SignedDataEnvelope {
         var wrapper = try eContentWrapper.children()
         guard let eContent = try wrapper.next() else { throw ASN1Error.make(.truncated, "empty eContent") }
         try wrapper.finish()
-        content = try eContent.octetString()
+        if eContent.tag == .octetString {
+            content = eContent.content
+            payloadDocument = eContent.document
+            payloadRoot = try eContent.document.inner(of: eContent.node)
+        } else {
+            let joined = try eContent.octetString()
+            content = joined[...]
+            payloadDocument = try ASN1Document(joined, rules: rules)
+            payloadRoot = try payloadDocument.root()
+        }
 
         certificates = []
         if let set = try fields.readIfPresent(.contextSpecific(0, constructed: true)) {

@@ -9,41 +9,17 @@ public enum ReceiptFixtures {
     public static let appVersion = "42"
     /// The device identifier the fixtures' hash is computed for.
     public static let deviceIdentifier: [UInt8] = Array(0x10..<0x20)
-    public static let opaqueValue: [UInt8] = [0x5d, 0xf7, 0x13, 0x2d, 0x42, 0xab, 0x2c, 0xfb, 0xa2, 0x4a, 0xd5, 0x46, 0xb6, 0x36, 0x19, 0x06]
+    public static var opaqueValue: [UInt8] { receipt().opaqueValue }
 
     /// A production-like receipt with `purchases` auto-renewable periods followed by one consumable.
     public static func receipt(
         purchases: Int = 3, creationDate: Date = TestPKI.referenceDate, receiptType: String = "Production",
         expirationDate: Date? = nil, unknownAttributes: [ReceiptAttribute] = []
     ) -> Receipt {
-        let start = creationDate.addingTimeInterval(-Double(purchases + 1) * 30 * 86_400)
-        var items: [InAppPurchase] = []
-        for index in 0..<purchases {
-            let purchased = start.addingTimeInterval(Double(index) * 30 * 86_400)
-            items.append(
-                InAppPurchase(
-                    quantity: 1, productID: "com.example.storekeeper.monthly",
-                    transactionID: String(340_001_196_262_039 + index), purchaseDate: purchased,
-                    originalTransactionID: "340001196262039", originalPurchaseDate: start, productTypeRaw: 3,
-                    expiresDate: purchased.addingTimeInterval(30 * 86_400),
-                    webOrderLineItemID: 340_000_558_053_130 + Int64(index), isTrialPeriod: index == 0,
-                    isInIntroOfferPeriod: false, unknownAttributes: [ReceiptAttribute(type: 1722, version: 1, value: [0x02, 0x01, 0x00])]))
-        }
-        items.append(
-            InAppPurchase(
-                quantity: 3, productID: "com.example.storekeeper.coins", transactionID: "340001311555626",
-                purchaseDate: creationDate.addingTimeInterval(-60), originalTransactionID: "340001311555626",
-                originalPurchaseDate: creationDate.addingTimeInterval(-60), productTypeRaw: 1, webOrderLineItemID: 0,
-                isTrialPeriod: false))
-        var receipt = Receipt(
-            receiptType: receiptType, appItemID: 690_661_663, bundleID: bundleID, appVersion: appVersion,
-            opaqueValue: opaqueValue, sha1Hash: [], appTransactionDate: creationDate.addingTimeInterval(-3600),
-            ageRating: "4+", developerID: 125_402_914, creationDate: creationDate, downloadID: 74_011_462_945_433,
-            versionExternalID: 863_855_306, originalPurchaseDate: Date(timeIntervalSince1970: 1_471_360_543),
-            originalAppVersion: "1.0", expirationDate: expirationDate, inAppPurchases: items,
+        Receipt.example(
+            bundleID: bundleID, appVersion: appVersion, creationDate: creationDate, deviceIdentifier: deviceIdentifier,
+            renewals: purchases, receiptType: receiptType, expirationDate: expirationDate,
             unknownAttributes: unknownAttributes)
-        receipt.sha1Hash = receipt.deviceHash(for: deviceIdentifier)
-        return receipt
     }
 
     /// `receipt` signed by the shared test chain (leaf, intermediate, root embedded).

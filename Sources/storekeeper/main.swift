@@ -1,1 +1,4 @@
-print("storekeeper")
+import StorekeeperCLI
+import Foundation
+
+exit(Storekeeper.run(Array(CommandLine.arguments.dropFirst())))

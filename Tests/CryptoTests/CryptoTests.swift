@@ -69,7 +69,7 @@ struct CryptoTests {
         #expect(leaf == pki.leaf)
         #expect(leaf.notBefore == TestPKI.leafValidity.0)
         #expect(leaf.notAfter == TestPKI.leafValidity.1)
-        #expect(leaf.subject.contains("CN=Storekeeper Test Receipt Signing"))
+        #expect(leaf.subject == "CN=Storekeeper Receipt Signing,O=Storekeeper Tests,C=US")
         #expect(leaf.issuer.contains("Worldwide Developer Relations"))
         #expect(leaf.serialNumber == [0x03, 0x7f])
         #expect(leaf.hasExtension(AppleOID.receiptSigningLeaf))

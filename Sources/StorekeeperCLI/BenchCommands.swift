@@ -1,0 +1,138 @@
+import Crypto
+import Foundation
+import Receipts
+
+/// `storekeeper bench …`: throughput on one core, printed next to a bare OpenSSL rate from the same run.
+enum BenchCommands {
+    static let receiptSpec = Arguments.Spec(
+        command: "storekeeper bench receipt",
+        abstract: "Measure full receipt verification on one core against the bare OpenSSL RSA-2048 verify rate.",
+        options: [
+            .init(name: "seconds", valueName: "s", help: "Time per measurement round (default: 1)."),
+            .init(name: "rounds", valueName: "n", help: "Interleaved measurement rounds (default: 5)."),
+            .init(name: "receipt", valueName: "path", help: "Also measure this receipt (needs --root), at its creation date."),
+            .init(name: "root", valueName: "cert", help: "Trusted root for --receipt."),
+        ],
+        discussion: """
+            Full verification = parse the PKCS #7 envelope and payload, digest, RSA signature, certificate path \
+            (cached by certificate bytes after the first receipt) and field checks. The built-in receipt is \
+            signed in this run by a fresh RSA-2048 chain with SHA-256, like Apple's current receipts.
+            """)
+
+    static func receipt(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let seconds = Double(arguments.value("seconds") ?? "1") ?? 1
+        let rounds = Int(arguments.value("rounds") ?? "5") ?? 5
+        guard seconds > 0, rounds > 0 else { throw UsageError("--seconds and --rounds must be positive") }
+
+        let year: TimeInterval = 365 * 86_400
+        let chain = try SigningChain(
+            SigningChain.Options(caValidity: (now - year, now + 10 * year), leafValidity: (now - year, now + year)))
+        let device: [UInt8] = Array(0..<16)
+        let receipt = Receipt.example(creationDate: now, deviceIdentifier: device)
+        let bytes = try receipt.signed(by: chain.leaf, key: chain.leafKey, chain: chain.embedded)
+        let expectations = ReceiptExpectations(bundleID: receipt.bundleID, bundleVersion: receipt.appVersion, deviceIdentifier: device)
+        let verifier = ReceiptVerifier(trustedRoots: [chain.root])
+        guard verifier.verify(bytes, expecting: expectations, now: now).isValid else {
+            throw RuntimeError("the benchmark receipt does not verify")
+        }
+
+        // Bare OpenSSL: one prepared EVP_PKEY_CTX, RSA-2048 PKCS #1 v1.5 verify of a SHA-256 digest.
+        let digest = Digest.sha256(bytes)
+        let signature = try chain.leafKey.sign(bytes, algorithm: .rsaPKCS1(.sha256))
+        let publicKey = try chain.leaf.publicKey
+        let results = interleaved(seconds: seconds, rounds: rounds, [
+            { count in
+                precondition(OpenSSLBaseline.rsaVerify(key: publicKey, signature: signature, digest: digest, algorithm: .sha256, iterations: count))
+            },
+            { count in
+                for _ in 0..<count { precondition(verifier.verify(bytes, expecting: expectations, now: now).isValid) }
+            },
+            { count in
+                for _ in 0..<count { precondition((try? Receipt(decoding: bytes)) != nil) }
+            },
+        ])
+        let (bare, full, decodeOnly) = (results.best[0], results.best[1], results.best[2])
+        console.write(
+            """
+            Receipt verification, one core (\(rounds) interleaved rounds of \(format(seconds)) s each; best rates, median ratio)
+              receipt: \(bytes.count) bytes, \(receipt.inAppPurchases.count) purchases, RSA-2048, SHA-256, chain of 3
+              bare OpenSSL RSA-2048 verify      \(rate(bare)) /s
+              storekeeper receipt verify        \(rate(full)) /s   ratio \(format(results.medianRatio(1, to: 0))) of bare (target ≥ 0.50)
+              of which decoding alone           \(rate(decodeOnly)) /s
+
+            """)
+        if let path = arguments.value("receipt") {
+            guard let rootPath = arguments.value("root") else { throw UsageError("--receipt needs --root") }
+            let root = try Certificate.load(Array(try Data(contentsOf: URL(fileURLWithPath: rootPath))))
+            let real = try Receipt.bytes(fromDERorBase64: Array(try Data(contentsOf: URL(fileURLWithPath: path))))
+            let decoded = try Receipt(decoding: real)
+            let realVerifier = ReceiptVerifier(trustedRoots: root)
+            guard realVerifier.verify(real, expecting: ReceiptExpectations(), now: decoded.creationDate).isValid else {
+                throw RuntimeError("'\(path)' does not verify against '\(rootPath)' at its creation date")
+            }
+            let measured = interleaved(seconds: seconds, rounds: rounds, [
+                { count in
+                    for _ in 0..<count { _ = realVerifier.verify(real, expecting: ReceiptExpectations(), now: decoded.creationDate) }
+                }
+            ]).best[0]
+            console.write("  \(URL(fileURLWithPath: path).lastPathComponent) (\(real.count) bytes, \(decoded.inAppPurchases.count) purchases)  \(rate(measured)) /s\n")
+        }
+        return 0
+    }
+
+    /// Rates of several workloads measured in alternation, so that a machine whose speed drifts (a shared
+    /// virtual machine, frequency scaling) affects all of them alike.
+    struct Rates {
+        /// Operations per second of each workload in each round.
+        var rounds: [[Double]]
+        var best: [Double] { (0..<(rounds.first?.count ?? 0)).map { index in rounds.map { $0[index] }.max() ?? 0 } }
+
+        /// The median over rounds of workload `index`'s rate divided by workload `base`'s in the same round.
+        func medianRatio(_ index: Int, to base: Int) -> Double {
+            let ratios = rounds.map { $0[index] / $0[base] }.sorted()
+            return ratios.isEmpty ? 0 : ratios[ratios.count / 2]
+        }
+    }
+
+    /// Runs each batch workload for about `seconds` per round, `rounds` times, in alternation.
+    static func interleaved(seconds: Double, rounds: Int, _ workloads: [(Int) -> Void]) -> Rates {
+        let clock = ContinuousClock()
+        for workload in workloads { workload(16) }  // warm-up: caches, lazy initialisation
+        var result = Rates(rounds: [])
+        for _ in 0..<rounds {
+            var row: [Double] = []
+            for workload in workloads {
+                var operations = 0
+                var size = 16
+                let start = clock.now
+                var elapsed = 0.0
+                while elapsed < seconds {
+                    workload(size)
+                    operations += size
+                    elapsed = (clock.now - start).seconds
+                    if elapsed < seconds / 10 { size *= 2 }
+                }
+                row.append(Double(operations) / elapsed)
+            }
+            result.rounds.append(row)
+        }
+        return result
+    }
+
+    static func rate(_ value: Double) -> String {
+        let text = String(Int(value.rounded()))
+        var grouped = ""
+        for (index, character) in text.reversed().enumerated() {
+            if index > 0 && index % 3 == 0 { grouped.append(",") }
+            grouped.append(character)
+        }
+        let result = String(grouped.reversed())
+        return String(repeating: " ", count: max(0, 9 - result.count)) + result
+    }
+
+    static func format(_ value: Double) -> String { String(format: "%.2f", value) }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

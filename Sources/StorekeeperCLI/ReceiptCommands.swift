@@ -1,0 +1,204 @@
+import Crypto
+import Foundation
+import JSON
+import Receipts
+
+/// `storekeeper receipt verify | decode | sample`.
+enum ReceiptCommands {
+    static let inputHelp = "A receipt file (DER or base64 text), or - for standard input (the default)."
+
+    static let verifySpec = Arguments.Spec(
+        command: "storekeeper receipt verify", abstract: "Verify an App Store receipt.",
+        positionals: [("path", inputHelp)],
+        options: [
+            .init(name: "root", valueName: "cert", help: "A trusted root certificate, DER or PEM.", repeatable: true),
+            .init(name: "bundle-id", valueName: "id", help: "The app's bundle identifier (compared byte for byte)."),
+            .init(name: "bundle-version", valueName: "version", help: "The app version the receipt must carry."),
+            .init(name: "device-id", valueName: "uuid-or-hex", help: "identifierForVendor UUID, or hex bytes (a Mac's MAC address)."),
+            .init(name: "now", valueName: "rfc3339", help: "The current time for the expiry check (default: now)."),
+            .init(name: "format", valueName: "json|text", help: "Output format (default: json)."),
+        ],
+        discussion: """
+            Checks, in order: the signature over the payload; the chain from the signer to a --root, every \
+            certificate valid at the receipt's creation date; the bundle id and version; the device hash; the \
+            Volume Purchase Program expiry. Exit status 0 when valid, 1 when not.
+            Reason codes: malformed, signature_invalid, untrusted_chain, certificate_not_valid_at_date,
+            bundle_id_mismatch, bundle_version_mismatch, device_hash_mismatch, receipt_expired.
+            """)
+
+    static let decodeSpec = Arguments.Spec(
+        command: "storekeeper receipt decode", abstract: "Decode an App Store receipt without verifying it.",
+        positionals: [("path", inputHelp)],
+        options: [.init(name: "format", valueName: "json|text", help: "Output format (default: json).")])
+
+    static let sampleSpec = Arguments.Spec(
+        command: "storekeeper receipt sample",
+        abstract: "Write a sample receipt signed by a freshly generated chain, and the root that verifies it.",
+        options: [.init(name: "out", valueName: "dir", help: "Directory to write receipt.der, receipt.b64, root.pem and device-id.txt.")])
+
+    /// Receipts larger than this (as base64 text) are refused before parsing.
+    static let inputLimit = ReceiptLimits.default.maxSize * 2
+
+    static func verify(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let format = try outputFormat(arguments)
+        let roots = try arguments.all("root").flatMap { path -> [Certificate] in
+            guard let data = FileManager.default.contents(atPath: path) else { throw RuntimeError("cannot read root certificate '\(path)'") }
+            do {
+                return try Certificate.load(Array(data))
+            } catch {
+                throw RuntimeError("'\(path)' is not a certificate (DER or PEM)")
+            }
+        }
+        guard !roots.isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
+        var expectations = ReceiptExpectations(bundleID: arguments.value("bundle-id"), bundleVersion: arguments.value("bundle-version"))
+        if let device = arguments.value("device-id") {
+            guard let bytes = DeviceIdentifier.parse(device) else {
+                throw UsageError("'\(device)' is not a UUID or hex bytes for --device-id")
+            }
+            expectations.deviceIdentifier = bytes
+        }
+        var current = now
+        if let text = arguments.value("now") {
+            guard let date = ReceiptDate.parse(text) else { throw UsageError("'\(text)' is not an RFC 3339 date for --now") }
+            current = date
+        }
+        let input = try readInput(arguments.positional(0), console: console, limit: inputLimit)
+        let result: ReceiptVerificationResult
+        do {
+            let bytes = try Receipt.bytes(fromDERorBase64: input)
+            result = ReceiptVerifier(trustedRoots: roots).verify(bytes, expecting: expectations, now: current)
+        } catch let error as ReceiptError {
+            result = .invalid(ReceiptVerificationFailure(code: .malformed, message: error.reason, receipt: nil))
+        }
+        switch format {
+        case .json:
+            var object = JSONObject()
+            object["valid"] = .bool(result.isValid)
+            if let failure = result.failure {
+                object["error"] = .object(["code": .string(failure.code.rawValue), "message": .string(failure.message)])
+            }
+            if let receipt = result.receipt {
+                object["environment"] = .string(receipt.environment)
+                object["receipt"] = .object(receipt.verifyReceiptJSON(requestDate: current))
+            }
+            console.write(JSONWriter.string(.object(object), pretty: true) + "\n")
+        case .text:
+            if let failure = result.failure {
+                console.write("INVALID: \(failure.code) — \(failure.message)\n")
+            } else {
+                console.write("VALID\n")
+            }
+            if let receipt = result.receipt { console.write(TextReport.receipt(receipt)) }
+        }
+        return result.isValid ? 0 : 1
+    }
+
+    static func decode(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let format = try outputFormat(arguments)
+        let input = try readInput(arguments.positional(0), console: console, limit: inputLimit)
+        let receipt: Receipt
+        do {
+            receipt = try Receipt(decoding: Receipt.bytes(fromDERorBase64: input))
+        } catch let error as ReceiptError {
+            throw RuntimeError("not a receipt: \(error.reason)")
+        }
+        switch format {
+        case .json:
+            var object = JSONObject()
+            object["environment"] = .string(receipt.environment)
+            object["receipt"] = .object(receipt.verifyReceiptJSON(requestDate: now))
+            console.write(JSONWriter.string(.object(object), pretty: true) + "\n")
+        case .text:
+            console.write(TextReport.receipt(receipt))
+        }
+        return 0
+    }
+
+    static func sample(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let out = arguments.value("out") else { throw UsageError("Missing expected argument '--out <dir>'") }
+        let directory = URL(fileURLWithPath: out)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let year: TimeInterval = 365 * 86_400
+        var options = SigningChain.Options(
+            caValidity: (now.addingTimeInterval(-year), now.addingTimeInterval(20 * year)),
+            leafValidity: (now.addingTimeInterval(-year), now.addingTimeInterval(2 * year)))
+        options.organization = "Storekeeper Sample"
+        let chain = try SigningChain(options)
+        let device = UUID()
+        let deviceBytes = DeviceIdentifier.bytes(of: device)
+        let receipt = Receipt.example(creationDate: now, deviceIdentifier: deviceBytes)
+        let der = try receipt.signed(by: chain.leaf, key: chain.leafKey, chain: chain.embedded)
+        try Data(der).write(to: directory.appendingPathComponent("receipt.der"))
+        try Data(Data(der).base64EncodedString().utf8).write(to: directory.appendingPathComponent("receipt.b64"))
+        try Data(chain.root.pemEncoded.utf8).write(to: directory.appendingPathComponent("root.pem"))
+        try Data((device.uuidString + "\n").utf8).write(to: directory.appendingPathComponent("device-id.txt"))
+        console.write(
+            """
+            Wrote a sample receipt for \(receipt.bundleID) to \(directory.path):
+              receipt.der, receipt.b64   the receipt (\(der.count) bytes, \(receipt.inAppPurchases.count) purchases)
+              root.pem                   the root certificate that verifies it
+              device-id.txt              the device identifier its hash was made for (\(device.uuidString))
+            Verify it with:
+              storekeeper receipt verify \(directory.path)/receipt.der --root \(directory.path)/root.pem --bundle-id \(receipt.bundleID) --device-id \(device.uuidString)
+
+            """)
+        return 0
+    }
+
+    enum Format { case json, text }
+
+    static func outputFormat(_ arguments: Arguments) throws -> Format {
+        switch arguments.value("format") ?? "json" {
+        case "json": return .json
+        case "text": return .text
+        case let other: throw UsageError("'\(other)' is not a format; use json or text")
+        }
+    }
+}
+
+/// `--device-id` values: a UUID (its 16 bytes) or hex bytes, optionally separated by `:` or `-`.
+enum DeviceIdentifier {
+    static func parse(_ text: String) -> [UInt8]? {
+        if let uuid = UUID(uuidString: text) { return bytes(of: uuid) }
+        let digits = text.filter { $0 != ":" && $0 != "-" && $0 != " " }
+        guard !digits.isEmpty, digits.count % 2 == 0, digits.allSatisfy(\.isHexDigit) else { return nil }
+        var result: [UInt8] = []
+        var index = digits.startIndex
+        while index < digits.endIndex {
+            let next = digits.index(index, offsetBy: 2)
+            result.append(UInt8(digits[index..<next], radix: 16)!)
+            index = next
+        }
+        return result
+    }
+
+    static func bytes(of uuid: UUID) -> [UInt8] {
+        withUnsafeBytes(of: uuid.uuid) { Array($0) }
+    }
+}
+
+/// Human-readable receipt summaries for `--format text`.
+enum TextReport {
+    static func receipt(_ receipt: Receipt) -> String {
+        var lines = [
+            "Environment:      \(receipt.environment) (\(receipt.receiptType))",
+            "Bundle id:        \(receipt.bundleID)",
+            "App version:      \(receipt.appVersion)" + (receipt.originalAppVersion.map { " (originally \($0))" } ?? ""),
+            "Created:          \(ReceiptDate.rfc3339String(receipt.creationDate))",
+        ]
+        if let expiry = receipt.expirationDate { lines.append("Expires:          \(ReceiptDate.rfc3339String(expiry))") }
+        lines.append("Purchases:        \(receipt.inAppPurchases.count)")
+        for (index, purchase) in receipt.inAppPurchases.enumerated() {
+            var line = "  \(index + 1). \(purchase.productID) ×\(purchase.quantity)  transaction \(purchase.transactionID)"
+            if let original = purchase.originalTransactionID, original != purchase.transactionID { line += " (original \(original))" }
+            line += "  purchased \(ReceiptDate.rfc3339String(purchase.purchaseDate))"
+            if let expires = purchase.expiresDate { line += "  expires \(ReceiptDate.rfc3339String(expires))" }
+            if let cancelled = purchase.cancellationDate { line += "  CANCELLED \(ReceiptDate.rfc3339String(cancelled))" }
+            lines.append(line)
+        }
+        if !receipt.unknownAttributes.isEmpty {
+            lines.append("Unnamed attributes: " + receipt.unknownAttributes.map { String($0.type) }.joined(separator: ", "))
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}

@@ -37,7 +37,9 @@ let package = Package(
         .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),
 
         // Test helpers shared by every test target.
-        .target(name: "TestSupport", dependencies: ["ASN1", "Crypto", "Receipts"], swiftSettings: upcoming),
+        .target(
+            name: "TestSupport", dependencies: ["ASN1", "Crypto", "Receipts", "StorekeeperCLI"], swiftSettings: upcoming
+        ),
 
         .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "TestSupport"], swiftSettings: upcoming),

@@ -111,7 +111,9 @@ public struct ASN1Document: Sendable {
         }
         var iterator = ASN1NodeIterator(position: node.contentStart, end: node.contentEnd, depth: node.depth + 1)
         guard let inner = try next(&iterator) else { throw ASN1Error.make(.truncated, "empty OCTET STRING") }
-        guard iterator.isAtEnd else { throw ASN1Error.make(.trailingBytes, "bytes after the element inside an OCTET STRING") }
+        guard iterator.isAtEnd else {
+            throw ASN1Error.make(.trailingBytes, "bytes after the element inside an OCTET STRING")
+        }
         return inner
     }
 
@@ -197,7 +199,9 @@ public struct ASN1Document: Sendable {
                 let byte = bytes[index]
                 index += 1
                 groups += 1
-                if groups == 1 && byte == 0x80 { throw ASN1Error.make(.invalidTag, "tag number with a leading zero group") }
+                if groups == 1 && byte == 0x80 {
+                    throw ASN1Error.make(.invalidTag, "tag number with a leading zero group")
+                }
                 guard groups <= 9 else { throw ASN1Error.make(.invalidTag, "tag number wider than 63 bits") }
                 number = number << 7 | UInt64(byte & 0x7f)
                 if byte & 0x80 == 0 { break }
@@ -227,15 +231,20 @@ public struct ASN1Document: Sendable {
                 }
                 cursor = try node(in: bytes, at: cursor, limit: limit, depth: depth + 1, rules: rules).end
             }
-            return ASN1Node(tag: tag, start: start, contentStart: index, contentEnd: cursor, isIndefiniteLength: true, depth: depth)
+            return ASN1Node(
+                tag: tag, start: start, contentStart: index, contentEnd: cursor, isIndefiniteLength: true, depth: depth)
         }
         var length = 0
         if lengthByte < 0x80 {
             length = Int(lengthByte)
         } else {
             let octets = Int(lengthByte & 0x7f)
-            guard octets <= 8, lengthByte != 0xff else { throw ASN1Error.make(.invalidLength, "length field of \(octets) octets") }
-            guard octets <= limit - index else { throw ASN1Error.make(.truncated, "input ends inside an element header") }
+            guard octets <= 8, lengthByte != 0xff else {
+                throw ASN1Error.make(.invalidLength, "length field of \(octets) octets")
+            }
+            guard octets <= limit - index else {
+                throw ASN1Error.make(.truncated, "input ends inside an element header")
+            }
             var wide: UInt64 = 0
             for position in 0..<octets {
                 let byte = bytes[index + position]
@@ -254,9 +263,13 @@ public struct ASN1Document: Sendable {
         guard length <= limit - index else {
             throw ASN1Error.make(.truncated, "element of \(length) bytes runs past its container")
         }
-        if constructed && tagClass == .universal && number < 64 && (stringTypeMask >> number) & 1 == 1 && !rules.allowsBER {
+        if constructed && tagClass == .universal && number < 64 && (stringTypeMask >> number) & 1 == 1
+            && !rules.allowsBER
+        {
             throw ASN1Error.make(.notDER, "constructed string in DER")
         }
-        return ASN1Node(tag: tag, start: start, contentStart: index, contentEnd: index + length, isIndefiniteLength: false, depth: depth)
+        return ASN1Node(
+            tag: tag, start: start, contentStart: index, contentEnd: index + length, isIndefiniteLength: false,
+            depth: depth)
     }
 }

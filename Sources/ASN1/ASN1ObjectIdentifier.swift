@@ -13,7 +13,9 @@ public struct ASN1ObjectIdentifier: Hashable, Sendable, CustomStringConvertible 
         }
         var atStart = true
         for byte in contentBytes {
-            if atStart && byte == 0x80 { throw ASN1Error.make(.invalidValue, "OBJECT IDENTIFIER component with a leading zero group") }
+            if atStart && byte == 0x80 {
+                throw ASN1Error.make(.invalidValue, "OBJECT IDENTIFIER component with a leading zero group")
+            }
             atStart = byte & 0x80 == 0
         }
         self.contentBytes = contentBytes

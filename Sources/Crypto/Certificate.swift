@@ -1,6 +1,6 @@
 public import ASN1
-public import Foundation
 internal import COpenSSL
+public import Foundation
 
 /// An X.509 certificate (OpenSSL `X509`) with its DER bytes.
 // @unchecked Sendable: the X509 is never mutated after init; OpenSSL's read accessors and chain building
@@ -92,7 +92,9 @@ public final class Certificate: @unchecked Sendable, Hashable, CustomStringConve
     /// The subject public key.
     public var publicKey: PublicKey {
         get throws {
-            guard let key = X509_get_pubkey(x509) else { throw CryptoError.openSSL(.invalidKey, "certificate public key") }
+            guard let key = X509_get_pubkey(x509) else {
+                throw CryptoError.openSSL(.invalidKey, "certificate public key")
+            }
             return PublicKey(owning: key)
         }
     }

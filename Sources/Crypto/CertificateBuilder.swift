@@ -1,6 +1,6 @@
 public import ASN1
-public import Foundation
 internal import COpenSSL
+public import Foundation
 
 /// Issues X.509 v3 certificates: test and emulator CAs, intermediates and signing leaves.
 public struct CertificateBuilder: Sendable {

@@ -1,7 +1,7 @@
-public import Foundation
 internal import COpenSSL
-internal import Synchronization
+public import Foundation
 internal import Glibc
+internal import Synchronization
 
 /// Why a certificate path was rejected.
 public struct ChainFailure: Error, Hashable, Sendable, CustomStringConvertible {
@@ -139,7 +139,8 @@ public final class ChainVerifier: Sendable {
         }
         let signer = certificates[0]
         let key = try? signer.publicKey
-        return Evaluation(signerKey: key, structure: buildPath(signer: signer, untrusted: Array(certificates.dropFirst())))
+        return Evaluation(
+            signerKey: key, structure: buildPath(signer: signer, untrusted: Array(certificates.dropFirst())))
     }
 
     private func buildPath(signer: Certificate, untrusted: [Certificate]) -> ChainResult {
@@ -201,7 +202,9 @@ struct CertificateSetKey: Hashable, Sendable {
         for (left, right) in zip(lhs.parts, rhs.parts) {
             guard left.count == right.count else { return false }
             guard !left.isEmpty else { continue }
-            let same = left.withUnsafeBytes { l in right.withUnsafeBytes { r in memcmp(l.baseAddress!, r.baseAddress!, l.count) == 0 } }
+            let same = left.withUnsafeBytes { l in
+                right.withUnsafeBytes { r in memcmp(l.baseAddress!, r.baseAddress!, l.count) == 0 }
+            }
             guard same else { return false }
         }
         return true

@@ -71,7 +71,8 @@ func drainOpenSSLErrors() -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         ERR_error_string_n(code, &buffer, buffer.count)
         if messages.count < 4 {
-            messages.append(String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            messages.append(
+                String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
     }
     return messages.joined(separator: "; ")

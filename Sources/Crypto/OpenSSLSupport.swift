@@ -19,7 +19,9 @@ func collectingBIO(_ body: (OpaquePointer) throws -> Bool) throws -> [UInt8] {
     var data: UnsafeMutablePointer<CChar>?
     let length = shim_BIO_get_mem_data(bio, &data)
     guard length > 0, let data else { return [] }
-    return data.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
+    return data.withMemoryRebound(to: UInt8.self, capacity: length) {
+        Array(UnsafeBufferPointer(start: $0, count: length))
+    }
 }
 
 /// Calls an OpenSSL `i2d_*` function twice (size, then bytes).

@@ -1,5 +1,5 @@
-public import Foundation
 internal import COpenSSL
+public import Foundation
 
 /// PKCS #7 / CMS signed-data (RFC 2315, RFC 5652) through OpenSSL: creation for the emulator's receipts and
 /// an independent verifier to cross-check Storekeeper's own receipt verification.
@@ -23,7 +23,9 @@ public enum PKCS7 {
             throw CryptoError.openSSL("PKCS7_sign_add_signer")
         }
         for certificate in chain {
-            guard PKCS7_add_certificate(p7, certificate.x509) == 1 else { throw CryptoError.openSSL("PKCS7_add_certificate") }
+            guard PKCS7_add_certificate(p7, certificate.x509) == 1 else {
+                throw CryptoError.openSSL("PKCS7_add_certificate")
+            }
         }
         try withMemoryBIO(content) { bio in
             guard PKCS7_final(p7, bio, flags) == 1 else { throw CryptoError.openSSL("PKCS7_final") }

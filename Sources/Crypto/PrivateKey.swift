@@ -28,7 +28,8 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
     public static func generateP256() throws -> PrivateKey {
         guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nil) else { throw CryptoError.openSSL("EVP_PKEY_CTX_new_id") }
         defer { EVP_PKEY_CTX_free(ctx) }
-        guard EVP_PKEY_keygen_init(ctx) == 1, shim_EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx, NID_X9_62_prime256v1) == 1
+        guard EVP_PKEY_keygen_init(ctx) == 1,
+            shim_EVP_PKEY_CTX_set_ec_paramgen_curve_nid(ctx, NID_X9_62_prime256v1) == 1
         else { throw CryptoError.openSSL("EC key generation set-up") }
         var key: OpaquePointer?
         guard EVP_PKEY_keygen(ctx, &key) == 1, let key else { throw CryptoError.openSSL("EC key generation") }
@@ -72,8 +73,10 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
     /// Signs `message`. ECDSA signatures come out as DER; see ``signRawECDSA(_:digest:)`` for `r‖s`.
     public func sign(_ message: some Collection<UInt8>, algorithm: SignatureAlgorithm) throws -> [UInt8] {
         switch algorithm {
-        case .rsaPKCS1: guard isRSA else { throw CryptoError.make(.unsupportedAlgorithm, "RSA signature with a non-RSA key") }
-        case .ecdsa: guard isEC else { throw CryptoError.make(.unsupportedAlgorithm, "ECDSA signature with a non-EC key") }
+        case .rsaPKCS1:
+            guard isRSA else { throw CryptoError.make(.unsupportedAlgorithm, "RSA signature with a non-RSA key") }
+        case .ecdsa:
+            guard isEC else { throw CryptoError.make(.unsupportedAlgorithm, "ECDSA signature with a non-EC key") }
         }
         let digest = Digest.hash(algorithm.digest, message)
         guard let ctx = EVP_PKEY_CTX_new(pkey, nil) else { throw CryptoError.openSSL("EVP_PKEY_CTX_new") }
@@ -88,7 +91,9 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
             throw CryptoError.openSSL("signature digest")
         }
         var length = 0
-        guard EVP_PKEY_sign(ctx, nil, &length, digest, digest.count) == 1 else { throw CryptoError.openSSL("EVP_PKEY_sign") }
+        guard EVP_PKEY_sign(ctx, nil, &length, digest, digest.count) == 1 else {
+            throw CryptoError.openSSL("EVP_PKEY_sign")
+        }
         var signature = [UInt8](repeating: 0, count: length)
         guard EVP_PKEY_sign(ctx, &signature, &length, digest, digest.count) == 1 else {
             throw CryptoError.openSSL("EVP_PKEY_sign")

@@ -70,7 +70,9 @@ public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
     ///
     /// ECDSA signatures are DER `ECDSA-Sig-Value`; use ``verify(rawECDSASignature:message:digest:)`` for
     /// the JOSE `r‖s` form. Returns `false` for a wrong or malformed signature and a mismatched key type.
-    public func verify(signature: some Collection<UInt8>, message: some Collection<UInt8>, algorithm: SignatureAlgorithm)
+    public func verify(
+        signature: some Collection<UInt8>, message: some Collection<UInt8>, algorithm: SignatureAlgorithm
+    )
         -> Bool
     {
         verify(signature: Array(signature), digest: Digest.hash(algorithm.digest, message), algorithm: algorithm)
@@ -82,7 +84,9 @@ public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
         case .rsaPKCS1: guard isRSA else { return false }
         case .ecdsa: guard isEC else { return false }
         }
-        guard digest.count == algorithm.digest.outputSize, let context = takeContext(for: algorithm) else { return false }
+        guard digest.count == algorithm.digest.outputSize, let context = takeContext(for: algorithm) else {
+            return false
+        }
         let result = EVP_PKEY_verify(context.ctx, signature, signature.count, digest, digest.count)
         if result == 1 {
             idleContexts.withLock { idle in
@@ -116,7 +120,9 @@ public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
     }
 
     /// Verifies a JOSE ECDSA signature (`r‖s`, each as wide as the curve order; RFC 7518 §3.4).
-    public func verify(rawECDSASignature: some Collection<UInt8>, message: some Collection<UInt8>, digest: DigestAlgorithm)
+    public func verify(
+        rawECDSASignature: some Collection<UInt8>, message: some Collection<UInt8>, digest: DigestAlgorithm
+    )
         -> Bool
     {
         guard isEC, let der = ECDSASignature.der(fromRaw: Array(rawECDSASignature), fieldSize: (bits + 7) / 8) else {

@@ -61,7 +61,8 @@ public struct SigningChain: Sendable {
             country: "US", serialNumber: [0x02], notBefore: options.caValidity.0, notAfter: options.caValidity.1,
             isCA: options.intermediateIsCA, pathLength: options.intermediateIsCA ? 0 : nil,
             keyUsage: options.intermediateIsCA ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature",
-            markerExtensions: options.intermediateMarker ? [AppleOID.wwdrIntermediate] : [], signatureDigest: kind.digest
+            markerExtensions: options.intermediateMarker ? [AppleOID.wwdrIntermediate] : [],
+            signatureDigest: kind.digest
         ).issue(subjectKey: try intermediateKey.publicKey, issuer: root, issuerKey: rootKey)
         leafKey = try kind.generate()
         leaf = try CertificateBuilder(

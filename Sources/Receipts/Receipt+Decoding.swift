@@ -9,7 +9,8 @@ extension Receipt {
     ///
     /// - Throws: ``ReceiptError`` for anything that does not follow the grammar or the limits.
     public init(payload: [UInt8], limits: ReceiptLimits = .default) throws {
-        let rules = ASN1Rules(allowsBER: true, maxDepth: limits.maxDepth, maxSize: limits.maxSize,
+        let rules = ASN1Rules(
+            allowsBER: true, maxDepth: limits.maxDepth, maxSize: limits.maxSize,
             maxChildren: limits.maxPurchases + 1024)
         do {
             let document = try ASN1Document(payload, rules: rules)
@@ -51,7 +52,9 @@ extension Receipt {
                     throw ReceiptError.make(.limitExceeded, "more than \(limits.maxPurchases) in-app purchases")
                 }
                 let purchase = try attribute.withInner(document) { document, set in
-                    guard set.tag == .set else { throw ReceiptError.make(.invalidAttributeValue, "attribute 17 is not a SET") }
+                    guard set.tag == .set else {
+                        throw ReceiptError.make(.invalidAttributeValue, "attribute 17 is not a SET")
+                    }
                     return try InAppPurchase(document: document, set: set, limits: limits)
                 }
                 purchases.append(purchase)
@@ -82,9 +85,12 @@ extension Receipt {
         let (bundleID, bundleIDEncoded) = try required(bundle, 2, "bundle id")
         self.init(
             receiptType: try required(receiptType, 0, "receipt type"), appItemID: appItemID, bundleID: bundleID,
-            appVersion: try required(appVersion, 3, "app version"), opaqueValue: try required(opaqueValue, 4, "opaque value"),
-            sha1Hash: try required(sha1Hash, 5, "SHA-1 hash"), appTransactionDate: appTransactionDate, ageRating: ageRating,
-            developerID: developerID, creationDate: try required(creationDate, 12, "creation date"), downloadID: downloadID,
+            appVersion: try required(appVersion, 3, "app version"),
+            opaqueValue: try required(opaqueValue, 4, "opaque value"),
+            sha1Hash: try required(sha1Hash, 5, "SHA-1 hash"), appTransactionDate: appTransactionDate,
+            ageRating: ageRating,
+            developerID: developerID, creationDate: try required(creationDate, 12, "creation date"),
+            downloadID: downloadID,
             versionExternalID: versionExternalID, originalPurchaseDate: originalPurchaseDate,
             originalAppVersion: originalAppVersion, expirationDate: expirationDate, inAppPurchases: purchases,
             unknownAttributes: unknown, bundleIDEncoded: bundleIDEncoded)
@@ -113,7 +119,8 @@ extension InAppPurchase {
         while let node = try document.next(&iterator) {
             count += 1
             guard count <= limits.maxAttributesPerPurchase else {
-                throw ReceiptError.make(.limitExceeded, "more than \(limits.maxAttributesPerPurchase) attributes in a purchase")
+                throw ReceiptError.make(
+                    .limitExceeded, "more than \(limits.maxAttributesPerPurchase) attributes in a purchase")
             }
             let attribute = try ParsedAttribute(node, in: document, level: "in-app purchase")
             switch attribute.type {
@@ -144,10 +151,12 @@ extension InAppPurchase {
         self.init(
             quantity: count64, productID: try required(productID, 1702, "product id"),
             transactionID: try required(transactionID, 1703, "transaction id"),
-            purchaseDate: try required(purchaseDate, 1704, "purchase date"), originalTransactionID: originalTransactionID,
+            purchaseDate: try required(purchaseDate, 1704, "purchase date"),
+            originalTransactionID: originalTransactionID,
             originalPurchaseDate: originalPurchaseDate, productTypeRaw: productTypeRaw, expiresDate: expiresDate,
             webOrderLineItemID: webOrderLineItemID, cancellationDate: cancellationDate, isTrialPeriod: isTrialPeriod,
-            isInIntroOfferPeriod: isInIntroOfferPeriod, promotionalOfferID: promotionalOfferID, unknownAttributes: unknown)
+            isInIntroOfferPeriod: isInIntroOfferPeriod, promotionalOfferID: promotionalOfferID,
+            unknownAttributes: unknown)
     }
 }
 
@@ -187,7 +196,8 @@ struct ParsedAttribute {
         document.bytes.withUnsafeBufferPointer { bytes -> (Int64, Int64, ASN1Node)? in
             var index = node.contentStart
             let end = node.contentEnd
-            guard let typeField = shortHeader(bytes, tag: 0x02, at: &index, end: end), let type = integer(bytes, typeField),
+            guard let typeField = shortHeader(bytes, tag: 0x02, at: &index, end: end),
+                let type = integer(bytes, typeField),
                 let versionField = shortHeader(bytes, tag: 0x02, at: &index, end: end),
                 let version = integer(bytes, versionField)
             else { return nil }
@@ -274,7 +284,8 @@ struct ParsedAttribute {
             let joined = try ASN1Document(try document.octetString(value), rules: document.rules)
             return InnerValue(document: joined, node: try joined.root())
         } catch let error as ASN1Error {
-            throw ReceiptError.make(.invalidAttributeValue, "attribute \(type) does not hold one element: \(error.reason)")
+            throw ReceiptError.make(
+                .invalidAttributeValue, "attribute \(type) does not hold one element: \(error.reason)")
         }
     }
 
@@ -283,7 +294,9 @@ struct ParsedAttribute {
             guard inner.tag == .utf8String || inner.tag == .ia5String else { return nil }
             return try? document.string(inner)
         }
-        guard let text else { throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a string") }
+        guard let text else {
+            throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a string")
+        }
         return text
     }
 
@@ -306,7 +319,8 @@ struct ParsedAttribute {
         case .absent: return nil
         case .date(let date): return date
         case .notAString: throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a string")
-        case .notADate: throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not an RFC 3339 date")
+        case .notADate:
+            throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not an RFC 3339 date")
         }
     }
 

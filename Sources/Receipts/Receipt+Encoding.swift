@@ -88,7 +88,8 @@ extension InAppPurchase {
         if let isInIntroOfferPeriod { add(1719, Receipt.der { $0.appendInteger(isInIntroOfferPeriod ? 1 : 0) }) }
         if let promotionalOfferID { add(1721, Receipt.der { $0.appendUTF8String(promotionalOfferID) }) }
         for attribute in unknownAttributes {
-            attributes.append(Receipt.encodeAttribute(type: attribute.type, version: attribute.version, value: attribute.value))
+            attributes.append(
+                Receipt.encodeAttribute(type: attribute.type, version: attribute.version, value: attribute.value))
         }
         return Receipt.set(attributes, sorted: sorted)
     }

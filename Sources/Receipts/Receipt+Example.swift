@@ -20,7 +20,8 @@ extension Receipt {
                     quantity: 1, productID: bundleID + ".monthly", transactionID: String(340_001_196_262_039 + index),
                     purchaseDate: purchased, originalTransactionID: "340001196262039", originalPurchaseDate: start,
                     productTypeRaw: ProductType.autoRenewableSubscription.rawValue,
-                    expiresDate: purchased.addingTimeInterval(month), webOrderLineItemID: 340_000_558_053_130 + Int64(index),
+                    expiresDate: purchased.addingTimeInterval(month),
+                    webOrderLineItemID: 340_000_558_053_130 + Int64(index),
                     isTrialPeriod: index == 0, isInIntroOfferPeriod: false,
                     unknownAttributes: [ReceiptAttribute(type: 1722, version: 1, value: [0x02, 0x01, 0x00])]))
         }
@@ -32,7 +33,9 @@ extension Receipt {
                 productTypeRaw: ProductType.consumable.rawValue, webOrderLineItemID: 0, isTrialPeriod: false))
         var receipt = Receipt(
             receiptType: receiptType, appItemID: 690_661_663, bundleID: bundleID, appVersion: appVersion,
-            opaqueValue: [0x5d, 0xf7, 0x13, 0x2d, 0x42, 0xab, 0x2c, 0xfb, 0xa2, 0x4a, 0xd5, 0x46, 0xb6, 0x36, 0x19, 0x06],
+            opaqueValue: [
+                0x5d, 0xf7, 0x13, 0x2d, 0x42, 0xab, 0x2c, 0xfb, 0xa2, 0x4a, 0xd5, 0x46, 0xb6, 0x36, 0x19, 0x06,
+            ],
             sha1Hash: [], appTransactionDate: creationDate.addingTimeInterval(-3600), ageRating: "4+",
             developerID: 125_402_914, creationDate: creationDate, downloadID: 74_011_462_945_433,
             versionExternalID: 863_855_306, originalPurchaseDate: Date(timeIntervalSince1970: 1_471_360_543),

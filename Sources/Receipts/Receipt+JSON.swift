@@ -62,7 +62,9 @@ extension InAppPurchase {
 extension ReceiptAttribute {
     /// `{"type", "version", "value"}` with the value in base64.
     public var json: JSONValue {
-        .object(["type": .integer(type), "version": .integer(version), "value": .string(Data(value).base64EncodedString())])
+        .object([
+            "type": .integer(type), "version": .integer(version), "value": .string(Data(value).base64EncodedString()),
+        ])
     }
 }
 

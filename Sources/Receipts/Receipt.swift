@@ -47,7 +47,8 @@ public struct Receipt: Sendable, Hashable {
         sha1Hash: [UInt8], appTransactionDate: Date? = nil, ageRating: String? = nil, developerID: Int64? = nil,
         creationDate: Date, downloadID: Int64? = nil, versionExternalID: Int64? = nil,
         originalPurchaseDate: Date? = nil, originalAppVersion: String? = nil, expirationDate: Date? = nil,
-        inAppPurchases: [InAppPurchase] = [], unknownAttributes: [ReceiptAttribute] = [], bundleIDEncoded: [UInt8]? = nil
+        inAppPurchases: [InAppPurchase] = [], unknownAttributes: [ReceiptAttribute] = [],
+        bundleIDEncoded: [UInt8]? = nil
     ) {
         self.receiptType = receiptType
         self.appItemID = appItemID

@@ -93,7 +93,8 @@ public struct ReceiptVerifier: Sendable {
         self.limits = limits
         self.chains = ChainVerifier(
             trustedRoots: trustedRoots,
-            policy: .appleThreeLevel(leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate))
+            policy: .appleThreeLevel(
+                leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate))
     }
 
     /// Verifies DER bytes (see ``Receipt/bytes(fromDERorBase64:)`` for text input) at `now`.
@@ -114,7 +115,9 @@ public struct ReceiptVerifier: Sendable {
         guard let signerIndex = envelope.certificates.firstIndex(where: { Self.matches(signer, $0) }) else {
             return fail(.signatureInvalid, "no embedded certificate matches the SignerInfo", receipt)
         }
-        let others = envelope.certificates.indices.filter { $0 != signerIndex }.map { envelope.certificates[$0].encoded }
+        let others = envelope.certificates.indices.filter { $0 != signerIndex }.map {
+            envelope.certificates[$0].encoded
+        }
         let evaluation = chains.evaluate(signer: envelope.certificates[signerIndex].encoded, others: others)
         if let problem = checkSignature(signer, content: envelope.content, key: evaluation.signerKey) {
             return fail(.signatureInvalid, problem, receipt)
@@ -166,7 +169,9 @@ public struct ReceiptVerifier: Sendable {
     static let messageDigestAttribute = ASN1ObjectIdentifier([1, 2, 840, 113_549, 1, 9, 4])
 
     /// Checks the RSA PKCS #1 v1.5 signature; returns why it fails, or nil.
-    private func checkSignature(_ signer: SignedDataEnvelope.SignerInfo, content: ArraySlice<UInt8>, key: PublicKey?) -> String? {
+    private func checkSignature(_ signer: SignedDataEnvelope.SignerInfo, content: ArraySlice<UInt8>, key: PublicKey?)
+        -> String?
+    {
         let digest: DigestAlgorithm
         switch signer.digestAlgorithm {
         case Self.sha1: digest = .sha1
@@ -220,22 +225,28 @@ extension Receipt {
         self = try Receipt.parse(bytes, limits: limits).receipt
     }
 
-    static func parse(_ bytes: [UInt8], limits: ReceiptLimits) throws(ReceiptError) -> (envelope: SignedDataEnvelope, receipt: Receipt) {
+    static func parse(_ bytes: [UInt8], limits: ReceiptLimits) throws(ReceiptError) -> (
+        envelope: SignedDataEnvelope, receipt: Receipt
+    ) {
         let envelope: SignedDataEnvelope
         do {
             envelope = try SignedDataEnvelope(bytes, limits: limits)
         } catch let error as ASN1Error {
             throw ReceiptError.make(
-                error.code == .tooDeep || error.code == .tooLarge || error.code == .tooMany ? .limitExceeded : .malformedContainer,
+                error.code == .tooDeep || error.code == .tooLarge || error.code == .tooMany
+                    ? .limitExceeded : .malformedContainer,
                 "PKCS #7 envelope: \(error.reason)")
         } catch {
             throw ReceiptError.make(.malformedContainer, "PKCS #7 envelope: \(error)")
         }
         do {
-            return (envelope, try Receipt(document: envelope.payloadDocument, root: envelope.payloadRoot, limits: limits))
+            return (
+                envelope, try Receipt(document: envelope.payloadDocument, root: envelope.payloadRoot, limits: limits)
+            )
         } catch let error as ASN1Error {
             throw ReceiptError.make(
-                error.code == .tooDeep || error.code == .tooLarge || error.code == .tooMany ? .limitExceeded : .malformedPayload,
+                error.code == .tooDeep || error.code == .tooLarge || error.code == .tooMany
+                    ? .limitExceeded : .malformedPayload,
                 error.reason)
         } catch let error as ReceiptError {
             throw error

@@ -40,7 +40,8 @@ struct SignedDataEnvelope {
     static let signedDataOID = ASN1ObjectIdentifier([1, 2, 840, 113_549, 1, 7, 2])
 
     init(_ bytes: [UInt8], limits: ReceiptLimits) throws {
-        let rules = ASN1Rules(allowsBER: true, maxDepth: limits.maxDepth, maxSize: limits.maxSize,
+        let rules = ASN1Rules(
+            allowsBER: true, maxDepth: limits.maxDepth, maxSize: limits.maxSize,
             maxChildren: limits.maxPurchases + 1024)
         let root = try ASN1.parse(bytes, rules: rules).expect(.sequence)
         var contentInfo = try root.children()
@@ -142,7 +143,8 @@ struct SignedDataEnvelope {
 ///
 /// `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { version [0] EXPLICIT OPTIONAL, serialNumber INTEGER,
 /// signature AlgorithmIdentifier, issuer Name, … }, … }` (RFC 5280 §4.1).
-func issuerAndSerial(ofCertificate certificate: ASN1Element) -> (issuer: ArraySlice<UInt8>, serial: ArraySlice<UInt8>)? {
+func issuerAndSerial(ofCertificate certificate: ASN1Element) -> (issuer: ArraySlice<UInt8>, serial: ArraySlice<UInt8>)?
+{
     guard var outer = try? certificate.children(),
         let tbs = try? outer.read(.sequence), var fields = try? tbs.children()
     else { return nil }

@@ -27,7 +27,8 @@ struct Arguments {
             }
             text += "\nOPTIONS:\n"
             for option in options {
-                text += Self.row("--\(option.name) <\(option.valueName)>", option.help + (option.repeatable ? " (repeatable)" : ""))
+                text += Self.row(
+                    "--\(option.name) <\(option.valueName)>", option.help + (option.repeatable ? " (repeatable)" : ""))
             }
             for flag in flags { text += Self.row("--\(flag.name)", flag.help) }
             text += Self.row("-h, --help", "Show help information.")
@@ -43,7 +44,10 @@ struct Arguments {
         }
 
         private static func row(_ left: String, _ right: String) -> String {
-            let padded = left.count < 28 ? left + String(repeating: " ", count: 28 - left.count) : left + "\n" + String(repeating: " ", count: 30)
+            let padded =
+                left.count < 28
+                ? left + String(repeating: " ", count: 28 - left.count)
+                : left + "\n" + String(repeating: " ", count: 30)
             return "  \(padded)\(right)\n"
         }
     }
@@ -89,7 +93,9 @@ struct Arguments {
                 if let inlineValue {
                     value = inlineValue
                 } else {
-                    guard index < arguments.count else { throw UsageError("Missing value for '--\(name) <\(option.valueName)>'") }
+                    guard index < arguments.count else {
+                        throw UsageError("Missing value for '--\(name) <\(option.valueName)>'")
+                    }
                     value = arguments[index]
                     index += 1
                 }

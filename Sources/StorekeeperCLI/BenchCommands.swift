@@ -10,7 +10,9 @@ enum BenchCommands {
         options: [
             .init(name: "seconds", valueName: "s", help: "Time per measurement round (default: 1)."),
             .init(name: "rounds", valueName: "n", help: "Interleaved measurement rounds (default: 5)."),
-            .init(name: "receipt", valueName: "path", help: "Also measure this receipt (needs --root), at its creation date."),
+            .init(
+                name: "receipt", valueName: "path",
+                help: "Also measure this receipt (needs --root), at its creation date."),
             .init(name: "root", valueName: "cert", help: "Trusted root for --receipt."),
         ],
         discussion: """
@@ -30,7 +32,8 @@ enum BenchCommands {
         let device: [UInt8] = Array(0..<16)
         let receipt = Receipt.example(creationDate: now, deviceIdentifier: device)
         let bytes = try receipt.signed(by: chain.leaf, key: chain.leafKey, chain: chain.embedded)
-        let expectations = ReceiptExpectations(bundleID: receipt.bundleID, bundleVersion: receipt.appVersion, deviceIdentifier: device)
+        let expectations = ReceiptExpectations(
+            bundleID: receipt.bundleID, bundleVersion: receipt.appVersion, deviceIdentifier: device)
         let verifier = ReceiptVerifier(trustedRoots: [chain.root])
         guard verifier.verify(bytes, expecting: expectations, now: now).isValid else {
             throw RuntimeError("the benchmark receipt does not verify")
@@ -40,17 +43,24 @@ enum BenchCommands {
         let digest = Digest.sha256(bytes)
         let signature = try chain.leafKey.sign(bytes, algorithm: .rsaPKCS1(.sha256))
         let publicKey = try chain.leaf.publicKey
-        let results = interleaved(seconds: seconds, rounds: rounds, [
-            { count in
-                precondition(OpenSSLBaseline.rsaVerify(key: publicKey, signature: signature, digest: digest, algorithm: .sha256, iterations: count))
-            },
-            { count in
-                for _ in 0..<count { precondition(verifier.verify(bytes, expecting: expectations, now: now).isValid) }
-            },
-            { count in
-                for _ in 0..<count { precondition((try? Receipt(decoding: bytes)) != nil) }
-            },
-        ])
+        let results = interleaved(
+            seconds: seconds, rounds: rounds,
+            [
+                { count in
+                    precondition(
+                        OpenSSLBaseline.rsaVerify(
+                            key: publicKey, signature: signature, digest: digest, algorithm: .sha256, iterations: count)
+                    )
+                },
+                { count in
+                    for _ in 0..<count {
+                        precondition(verifier.verify(bytes, expecting: expectations, now: now).isValid)
+                    }
+                },
+                { count in
+                    for _ in 0..<count { precondition((try? Receipt(decoding: bytes)) != nil) }
+                },
+            ])
         let (bare, full, decodeOnly) = (results.best[0], results.best[1], results.best[2])
         console.write(
             """
@@ -70,12 +80,19 @@ enum BenchCommands {
             guard realVerifier.verify(real, expecting: ReceiptExpectations(), now: decoded.creationDate).isValid else {
                 throw RuntimeError("'\(path)' does not verify against '\(rootPath)' at its creation date")
             }
-            let measured = interleaved(seconds: seconds, rounds: rounds, [
-                { count in
-                    for _ in 0..<count { _ = realVerifier.verify(real, expecting: ReceiptExpectations(), now: decoded.creationDate) }
-                }
-            ]).best[0]
-            console.write("  \(URL(fileURLWithPath: path).lastPathComponent) (\(real.count) bytes, \(decoded.inAppPurchases.count) purchases)  \(rate(measured)) /s\n")
+            let measured = interleaved(
+                seconds: seconds, rounds: rounds,
+                [
+                    { count in
+                        for _ in 0..<count {
+                            _ = realVerifier.verify(real, expecting: ReceiptExpectations(), now: decoded.creationDate)
+                        }
+                    }
+                ]
+            ).best[0]
+            console.write(
+                "  \(URL(fileURLWithPath: path).lastPathComponent) (\(real.count) bytes, \(decoded.inAppPurchases.count) purchases)  \(rate(measured)) /s\n"
+            )
         }
         return 0
     }

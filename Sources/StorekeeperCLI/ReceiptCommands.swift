@@ -14,7 +14,9 @@ enum ReceiptCommands {
             .init(name: "root", valueName: "cert", help: "A trusted root certificate, DER or PEM.", repeatable: true),
             .init(name: "bundle-id", valueName: "id", help: "The app's bundle identifier (compared byte for byte)."),
             .init(name: "bundle-version", valueName: "version", help: "The app version the receipt must carry."),
-            .init(name: "device-id", valueName: "uuid-or-hex", help: "identifierForVendor UUID, or hex bytes (a Mac's MAC address)."),
+            .init(
+                name: "device-id", valueName: "uuid-or-hex",
+                help: "identifierForVendor UUID, or hex bytes (a Mac's MAC address)."),
             .init(name: "now", valueName: "rfc3339", help: "The current time for the expiry check (default: now)."),
             .init(name: "format", valueName: "json|text", help: "Output format (default: json)."),
         ],
@@ -34,23 +36,19 @@ enum ReceiptCommands {
     static let sampleSpec = Arguments.Spec(
         command: "storekeeper receipt sample",
         abstract: "Write a sample receipt signed by a freshly generated chain, and the root that verifies it.",
-        options: [.init(name: "out", valueName: "dir", help: "Directory to write receipt.der, receipt.b64, root.pem and device-id.txt.")])
+        options: [
+            .init(
+                name: "out", valueName: "dir",
+                help: "Directory to write receipt.der, receipt.b64, root.pem and device-id.txt.")
+        ])
 
     /// Receipts larger than this (as base64 text) are refused before parsing.
     static let inputLimit = ReceiptLimits.default.maxSize * 2
 
     static func verify(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         let format = try outputFormat(arguments)
-        let roots = try arguments.all("root").flatMap { path -> [Certificate] in
-            guard let data = FileManager.default.contents(atPath: path) else { throw RuntimeError("cannot read root certificate '\(path)'") }
-            do {
-                return try Certificate.load(Array(data))
-            } catch {
-                throw RuntimeError("'\(path)' is not a certificate (DER or PEM)")
-            }
-        }
-        guard !roots.isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
-        var expectations = ReceiptExpectations(bundleID: arguments.value("bundle-id"), bundleVersion: arguments.value("bundle-version"))
+        var expectations = ReceiptExpectations(
+            bundleID: arguments.value("bundle-id"), bundleVersion: arguments.value("bundle-version"))
         if let device = arguments.value("device-id") {
             guard let bytes = DeviceIdentifier.parse(device) else {
                 throw UsageError("'\(device)' is not a UUID or hex bytes for --device-id")
@@ -59,8 +57,21 @@ enum ReceiptCommands {
         }
         var current = now
         if let text = arguments.value("now") {
-            guard let date = ReceiptDate.parse(text) else { throw UsageError("'\(text)' is not an RFC 3339 date for --now") }
+            guard let date = ReceiptDate.parse(text) else {
+                throw UsageError("'\(text)' is not an RFC 3339 date for --now")
+            }
             current = date
+        }
+        guard !arguments.all("root").isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
+        let roots = try arguments.all("root").flatMap { path -> [Certificate] in
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw RuntimeError("cannot read root certificate '\(path)'")
+            }
+            do {
+                return try Certificate.load(Array(data))
+            } catch {
+                throw RuntimeError("'\(path)' is not a certificate (DER or PEM)")
+            }
         }
         let input = try readInput(arguments.positional(0), console: console, limit: inputLimit)
         let result: ReceiptVerificationResult
@@ -116,6 +127,7 @@ enum ReceiptCommands {
 
     static func sample(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         guard let out = arguments.value("out") else { throw UsageError("Missing expected argument '--out <dir>'") }
+        let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))  // receipts carry whole seconds
         let directory = URL(fileURLWithPath: out)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let year: TimeInterval = 365 * 86_400
@@ -183,21 +195,30 @@ enum TextReport {
         var lines = [
             "Environment:      \(receipt.environment) (\(receipt.receiptType))",
             "Bundle id:        \(receipt.bundleID)",
-            "App version:      \(receipt.appVersion)" + (receipt.originalAppVersion.map { " (originally \($0))" } ?? ""),
+            "App version:      \(receipt.appVersion)"
+                + (receipt.originalAppVersion.map { " (originally \($0))" } ?? ""),
             "Created:          \(ReceiptDate.rfc3339String(receipt.creationDate))",
         ]
-        if let expiry = receipt.expirationDate { lines.append("Expires:          \(ReceiptDate.rfc3339String(expiry))") }
+        if let expiry = receipt.expirationDate {
+            lines.append("Expires:          \(ReceiptDate.rfc3339String(expiry))")
+        }
         lines.append("Purchases:        \(receipt.inAppPurchases.count)")
         for (index, purchase) in receipt.inAppPurchases.enumerated() {
-            var line = "  \(index + 1). \(purchase.productID) ×\(purchase.quantity)  transaction \(purchase.transactionID)"
-            if let original = purchase.originalTransactionID, original != purchase.transactionID { line += " (original \(original))" }
+            var line =
+                "  \(index + 1). \(purchase.productID) ×\(purchase.quantity)  transaction \(purchase.transactionID)"
+            if let original = purchase.originalTransactionID, original != purchase.transactionID {
+                line += " (original \(original))"
+            }
             line += "  purchased \(ReceiptDate.rfc3339String(purchase.purchaseDate))"
             if let expires = purchase.expiresDate { line += "  expires \(ReceiptDate.rfc3339String(expires))" }
-            if let cancelled = purchase.cancellationDate { line += "  CANCELLED \(ReceiptDate.rfc3339String(cancelled))" }
+            if let cancelled = purchase.cancellationDate {
+                line += "  CANCELLED \(ReceiptDate.rfc3339String(cancelled))"
+            }
             lines.append(line)
         }
         if !receipt.unknownAttributes.isEmpty {
-            lines.append("Unnamed attributes: " + receipt.unknownAttributes.map { String($0.type) }.joined(separator: ", "))
+            lines.append(
+                "Unnamed attributes: " + receipt.unknownAttributes.map { String($0.type) }.joined(separator: ", "))
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -46,10 +46,14 @@ public enum Storekeeper {
             if let group = arguments.first, groups.contains(group) {
                 let names = commands.filter { $0.path[0] == group }.map { $0.path.joined(separator: " ") }
                 if arguments.count == 1 || arguments[1] == "--help" || arguments[1] == "-h" {
-                    console.write("USAGE: storekeeper \(group) <subcommand>\n\nSUBCOMMANDS:\n" + names.map { "  \($0)\n" }.joined())
+                    console.write(
+                        "USAGE: storekeeper \(group) <subcommand>\n\nSUBCOMMANDS:\n"
+                            + names.map { "  \($0)\n" }.joined())
                     return arguments.count == 1 ? 64 : 0
                 }
-                console.writeError("Error: Unknown subcommand '\(arguments[1])' of '\(group)'.\nUsage: storekeeper \(group) <subcommand>\n")
+                console.writeError(
+                    "Error: Unknown subcommand '\(arguments[1])' of '\(group)'.\nUsage: storekeeper \(group) <subcommand>\n"
+                )
                 return 64
             }
             console.writeError("Error: Unknown subcommand '\(arguments[0])'.\n\(overview)")
@@ -65,7 +69,9 @@ public enum Storekeeper {
                 return try command.run(parsed, console, now())
             }
         } catch let error as UsageError {
-            console.writeError("Error: \(error.message)\nUsage: \(command.spec.usage)\n  See 'storekeeper \(command.path.joined(separator: " ")) --help' for more information.\n")
+            console.writeError(
+                "Error: \(error.message)\nUsage: \(command.spec.usage)\n  See 'storekeeper \(command.path.joined(separator: " ")) --help' for more information.\n"
+            )
             return 64
         } catch let error as RuntimeError {
             console.writeError("Error: \(error.message)\n")

@@ -57,11 +57,13 @@ public enum ReceiptFixtures {
             offset = end
         } while offset < payload.count
         let eContent = indefinite(.octetString, chunks)
-        let encap = indefinite(.sequence, [Array(encapsulated[0].encoded), indefinite(.contextSpecific(0, constructed: true), [eContent])])
+        let encap = indefinite(
+            .sequence, [Array(encapsulated[0].encoded), indefinite(.contextSpecific(0, constructed: true), [eContent])])
         var signedParts = signedData.map { Array($0.encoded) }
         signedParts[2] = encap
         let signed = indefinite(.sequence, signedParts)
-        return indefinite(.sequence, [Array(contentInfo[0].encoded), indefinite(.contextSpecific(0, constructed: true), [signed])])
+        return indefinite(
+            .sequence, [Array(contentInfo[0].encoded), indefinite(.contextSpecific(0, constructed: true), [signed])])
     }
 }
 

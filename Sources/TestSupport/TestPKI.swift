@@ -15,9 +15,13 @@ public struct TestPKI: Sendable {
     /// The reference time fixtures are built around: 2024-01-01T00:00:00Z.
     public static let referenceDate = Date(timeIntervalSince1970: 1_704_067_200)
     /// Validity of the default leaf: 2023-01-01 … 2026-01-01.
-    public static let leafValidity = (Date(timeIntervalSince1970: 1_672_531_200), Date(timeIntervalSince1970: 1_767_225_600))
+    public static let leafValidity = (
+        Date(timeIntervalSince1970: 1_672_531_200), Date(timeIntervalSince1970: 1_767_225_600)
+    )
     /// Validity of the CAs: 2020-01-01 … 2040-01-01.
-    public static let caValidity = (Date(timeIntervalSince1970: 1_577_836_800), Date(timeIntervalSince1970: 2_208_988_800))
+    public static let caValidity = (
+        Date(timeIntervalSince1970: 1_577_836_800), Date(timeIntervalSince1970: 2_208_988_800)
+    )
 
     /// One shared chain (RSA key generation is slow; the keys are never secret).
     public static let shared: TestPKI = {
@@ -42,7 +46,8 @@ public struct TestPKI: Sendable {
     }
 
     /// A self-signed RSA signer like Xcode's `StoreKit` certificate.
-    public static func selfSigned(commonName: String = "Storekeeper Test StoreKit") throws -> (PrivateKey, Certificate) {
+    public static func selfSigned(commonName: String = "Storekeeper Test StoreKit") throws -> (PrivateKey, Certificate)
+    {
         let signer = try SigningChain.selfSigned(commonName: commonName, validity: caValidity)
         return (signer.key, signer.certificate)
     }

@@ -79,7 +79,9 @@ public struct ReceiptVectorIndex: Sendable {
         let lines = readme.components(separatedBy: "\n")
         func section(_ heading: String) -> ArraySlice<String> {
             guard let start = lines.firstIndex(where: { $0.hasPrefix(heading) }) else { return [] }
-            let end = lines[(start + 1)...].firstIndex(where: { $0.hasPrefix("### ") || $0.hasPrefix("## ") }) ?? lines.endIndex
+            let end =
+                lines[(start + 1)...].firstIndex(where: { $0.hasPrefix("### ") || $0.hasPrefix("## ") })
+                ?? lines.endIndex
             return lines[start..<end]
         }
         for row in Self.tableRows(section("### 1.1")) where row.count >= 11 {

@@ -1,4 +1,4 @@
-import StorekeeperCLI
 import Foundation
+import StorekeeperCLI
 
 exit(Storekeeper.run(Array(CommandLine.arguments.dropFirst())))

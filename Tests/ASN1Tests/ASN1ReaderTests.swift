@@ -35,7 +35,9 @@ struct ASN1ReaderTests {
 
     @Test("INTEGERs wider than 64 bits or empty are invalid values")
     func wideIntegers() throws {
-        #expect(throws: ASN1Error.make(.invalidValue, "")) { try ASN1.parse([0x02, 0x09, 1, 0, 0, 0, 0, 0, 0, 0, 0]).int64() }
+        #expect(throws: ASN1Error.make(.invalidValue, "")) {
+            try ASN1.parse([0x02, 0x09, 1, 0, 0, 0, 0, 0, 0, 0, 0]).int64()
+        }
         #expect(throws: ASN1Error.make(.invalidValue, "")) { try ASN1.parse([0x02, 0x00]).int64() }
     }
 
@@ -159,7 +161,9 @@ struct DERWriterTests {
 
     @Test("SET OF members are sorted as DER requires, shorter first on a common prefix")
     func setOfOrder() throws {
-        let members: [[UInt8]] = [[0x04, 0x02, 0x01, 0x02], [0x02, 0x01, 0x05], [0x04, 0x01, 0x01], [0x02, 0x01, 0x01]]
+        let members: [[UInt8]] = [
+            [0x04, 0x02, 0x01, 0x02], [0x02, 0x01, 0x05], [0x04, 0x01, 0x01], [0x02, 0x01, 0x01],
+        ]
         let encoded = DERWriter.encode { $0.appendSetOf(members) }
         #expect(encoded == [0x31, 0x0d, 0x02, 0x01, 0x01, 0x02, 0x01, 0x05, 0x04, 0x01, 0x01, 0x04, 0x02, 0x01, 0x02])
     }

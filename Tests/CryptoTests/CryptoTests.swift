@@ -86,15 +86,21 @@ struct CryptoTests {
     @Test("Chains: valid inside the window, not outside; missing markers and unknown roots rejected")
     func chains() throws {
         let pki = TestPKI.shared
-        let policy = ChainPolicy.appleThreeLevel(leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate)
+        let policy = ChainPolicy.appleThreeLevel(
+            leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate)
         let verifier = ChainVerifier(trustedRoots: [pki.root], policy: policy)
-        guard case .valid(let chain) = verifier.verify(signer: pki.leaf, others: [pki.intermediate], at: TestPKI.referenceDate) else {
+        guard
+            case .valid(let chain) = verifier.verify(
+                signer: pki.leaf, others: [pki.intermediate], at: TestPKI.referenceDate)
+        else {
             Issue.record("valid chain rejected")
             return
         }
         #expect(chain.certificates == [pki.leaf, pki.intermediate, pki.root])
         #expect(chain.validFrom == TestPKI.leafValidity.0)
-        if case .invalid(let failure) = verifier.verify(signer: pki.leaf, others: [pki.intermediate], at: Date(timeIntervalSince1970: 0)) {
+        if case .invalid(let failure) = verifier.verify(
+            signer: pki.leaf, others: [pki.intermediate], at: Date(timeIntervalSince1970: 0))
+        {
             #expect(failure.code == .notValidAtTime)
         } else {
             Issue.record("expired chain accepted")
@@ -106,14 +112,18 @@ struct CryptoTests {
         }
         let noMarker = try TestPKI(leafMarker: false)
         let other = ChainVerifier(trustedRoots: [noMarker.root], policy: policy)
-        if case .invalid(let failure) = other.verify(signer: noMarker.leaf, others: [noMarker.intermediate], at: TestPKI.referenceDate) {
+        if case .invalid(let failure) = other.verify(
+            signer: noMarker.leaf, others: [noMarker.intermediate], at: TestPKI.referenceDate)
+        {
             #expect(failure.code == .missingExtension)
         } else {
             Issue.record("leaf without its marker accepted")
         }
         // The embedded root is never trusted for being embedded.
         let stranger = ChainVerifier(trustedRoots: [noMarker.root], policy: policy)
-        if case .valid = stranger.verify(signer: pki.leaf, others: [pki.intermediate, pki.root], at: TestPKI.referenceDate) {
+        if case .valid = stranger.verify(
+            signer: pki.leaf, others: [pki.intermediate, pki.root], at: TestPKI.referenceDate)
+        {
             Issue.record("an embedded root was trusted")
         }
     }
@@ -128,7 +138,9 @@ struct CryptoTests {
         #expect(throws: CryptoError.self) {
             try PKCS7.verifyWithOpenSSL(signed, trustedRoots: [pki.root], at: Date(timeIntervalSince1970: 0))
         }
-        #expect(throws: CryptoError.self) { try PKCS7.verifyWithOpenSSL(signed, trustedRoots: [], at: TestPKI.referenceDate) }
+        #expect(throws: CryptoError.self) {
+            try PKCS7.verifyWithOpenSSL(signed, trustedRoots: [], at: TestPKI.referenceDate)
+        }
     }
 
     @Test("Secure random bytes are the requested length and differ between calls")

@@ -5,7 +5,8 @@ import TestSupport
 import Testing
 
 /// Receipts built by Storekeeper, checked by an independent implementation: the `openssl` command.
-@Suite("Interoperability with the openssl tool", .enabled(if: ExternalTool.find("openssl") != nil, "openssl not on PATH"))
+@Suite(
+    "Interoperability with the openssl tool", .enabled(if: ExternalTool.find("openssl") != nil, "openssl not on PATH"))
 struct OpenSSLInteropTests {
     @Test("openssl cms -verify accepts our DER and BER receipts against our root at the creation date")
     func cmsVerify() throws {
@@ -23,8 +24,11 @@ struct OpenSSLInteropTests {
             let attime = String(Int(TestPKI.referenceDate.timeIntervalSince1970))
             let result = try ExternalTool.run(
                 openssl,
-                ["cms", "-verify", "-inform", "DER", "-binary", "-purpose", "any", "-CAfile", root.path, "-attime", attime,
-                 "-in", file.path, "-out", out.path])
+                [
+                    "cms", "-verify", "-inform", "DER", "-binary", "-purpose", "any", "-CAfile", root.path, "-attime",
+                    attime,
+                    "-in", file.path, "-out", out.path,
+                ])
             #expect(result.status == 0, "\(name): \(result.stderrText)")
             let payload = Array(try Data(contentsOf: out))
             #expect(try Receipt(payload: payload).bundleID == ReceiptFixtures.bundleID)

@@ -10,10 +10,12 @@ struct ReceiptJSONTests {
         "Decoding the cross-walk receipt reproduces Apple's own verifyReceipt `receipt` object",
         .enabled(if: Vectors.isAvailable, Comment(rawValue: Vectors.missingMessage)))
     func crossWalk() throws {
-        let apple = try JSONParser.parse(Vectors.bytes("verify-receipt/revenuecat-purchases-ios/verifyReceiptSample1.json"))
+        let apple = try JSONParser.parse(
+            Vectors.bytes("verify-receipt/revenuecat-purchases-ios/verifyReceiptSample1.json"))
         let appleReceipt = try #require(apple["receipt"]?.objectValue)
         let der = try Vectors.bytes("receipts/revenuecat-purchases-ios/base64encodedreceiptsample1.der")
-        let receipt = try #require(ReceiptVerifier(trustedRoots: []).verify(der, expecting: .init(), now: Date()).receipt)
+        let receipt = try #require(
+            ReceiptVerifier(trustedRoots: []).verify(der, expecting: .init(), now: Date()).receipt)
         let requestMs = try #require(appleReceipt["request_date_ms"]?.stringValue.flatMap { Double($0) })
         var ours = receipt.verifyReceiptJSON(requestDate: Date(timeIntervalSince1970: requestMs / 1000))
         ours["raw"] = nil
@@ -60,7 +62,9 @@ struct ReceiptJSONTests {
 
     @Test("App-level ids are JSON numbers; unknown attributes appear in `raw` in base64")
     func appLevelTypes() throws {
-        let receipt = ReceiptFixtures.receipt(unknownAttributes: [ReceiptAttribute(type: 99, version: 2, value: [1, 2, 3])])
+        let receipt = ReceiptFixtures.receipt(unknownAttributes: [
+            ReceiptAttribute(type: 99, version: 2, value: [1, 2, 3])
+        ])
         let json = receipt.verifyReceiptJSON(requestDate: nil)
         #expect(json["adam_id"] == .integer(690_661_663))
         #expect(json["app_item_id"] == .integer(690_661_663))
@@ -69,13 +73,16 @@ struct ReceiptJSONTests {
         #expect(json["request_date"] == nil)
         let raw = try #require(json["raw"])
         #expect(raw["opaque_value"] == .string(Data(ReceiptFixtures.opaqueValue).base64EncodedString()))
-        #expect(raw["unknown_attributes"] == .array([.object(["type": .integer(99), "version": .integer(2), "value": .string("AQID")])]))
+        #expect(
+            raw["unknown_attributes"]
+                == .array([.object(["type": .integer(99), "version": .integer(2), "value": .string("AQID")])]))
         #expect(json["in_app"]?.arrayValue?.count == receipt.inAppPurchases.count)
     }
 
     @Test("JSON written by JSONWriter parses back to the same value")
     func writerParserRoundTrip() throws {
-        let json = JSONValue.object(ReceiptFixtures.receipt(purchases: 20).verifyReceiptJSON(requestDate: TestPKI.referenceDate))
+        let json = JSONValue.object(
+            ReceiptFixtures.receipt(purchases: 20).verifyReceiptJSON(requestDate: TestPKI.referenceDate))
         #expect(try JSONParser.parse(JSONWriter.string(json)) == json)
         #expect(try JSONParser.parse(JSONWriter.string(json, pretty: true)) == json)
     }

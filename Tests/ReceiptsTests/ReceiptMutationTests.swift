@@ -26,11 +26,15 @@ struct ReceiptMutationTests {
                 }
             case 2:  // overwrite a byte with a boundary value (often a tag or length octet)
                 let index = Int.random(in: 0..<bytes.count, using: &generator)
-                bytes[index] = [0x00, 0x80, 0x81, 0x84, 0xff, 0x30, 0x31, 0xa0, 0x04, 0x24][Int.random(in: 0..<10, using: &generator)]
+                bytes[index] =
+                    [0x00, 0x80, 0x81, 0x84, 0xff, 0x30, 0x31, 0xa0, 0x04, 0x24][
+                        Int.random(in: 0..<10, using: &generator)]
             case 3:  // truncate
                 bytes.removeLast(Int.random(in: 1..<bytes.count, using: &generator))
             case 4:  // extend with garbage
-                bytes += (0..<Int.random(in: 1...64, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                bytes += (0..<Int.random(in: 1...64, using: &generator)).map { _ in
+                    UInt8.random(in: 0...255, using: &generator)
+                }
             default:  // cut a slice out of the middle
                 let start = Int.random(in: 0..<bytes.count - 1, using: &generator)
                 bytes.removeSubrange(start..<min(bytes.count, start + Int.random(in: 1...32, using: &generator)))
@@ -62,13 +66,16 @@ struct ReceiptMutationTests {
         .enabled(if: Vectors.isAvailable, Comment(rawValue: Vectors.missingMessage)))
     func vectorMutations() throws {
         let index = try ReceiptVectorIndex.load()
-        let appleRoot = try Certificate(derEncoded: Vectors.bytes("certs/roots/apple-inc-root_2006-04-25_2035-02-09.cer"))
-        let xcodeRoot = try Certificate(derEncoded: Vectors.bytes("certs/xcode/storekit-test-certificate_2020-04-01_2040-03-27.cer"))
+        let appleRoot = try Certificate(
+            derEncoded: Vectors.bytes("certs/roots/apple-inc-root_2006-04-25_2035-02-09.cer"))
+        let xcodeRoot = try Certificate(
+            derEncoded: Vectors.bytes("certs/xcode/storekit-test-certificate_2020-04-01_2040-03-27.cer"))
         var total = 0
         for (number, entry) in index.entries.enumerated() {
             let bytes = try Vectors.bytes("receipts/" + entry.file)
             let created = try #require(ReceiptDate.parse(entry.created))
-            total += try Self.mutate(bytes, roots: [appleRoot, xcodeRoot], now: created, count: 150, seed: UInt64(number + 10))
+            total += try Self.mutate(
+                bytes, roots: [appleRoot, xcodeRoot], now: created, count: 150, seed: UInt64(number + 10))
         }
         #expect(total > 26 * 100)
     }
@@ -93,7 +100,8 @@ struct ReceiptMutationTests {
     @Test("Indefinite nesting 100 000 deep stops at the depth limit")
     func deepIndefinite() {
         let depth = 100_000
-        let bytes = Array([[UInt8]](repeating: [0x30, 0x80], count: depth).joined())
+        let bytes =
+            Array([[UInt8]](repeating: [0x30, 0x80], count: depth).joined())
             + Array(repeating: 0x00, count: 2 * depth)
         let result = ReceiptVerifier(trustedRoots: []).verify(bytes, expecting: ReceiptExpectations(), now: Date())
         #expect(result.failure?.code == .malformed)

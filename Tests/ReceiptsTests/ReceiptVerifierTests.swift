@@ -28,7 +28,8 @@ struct ReceiptVerifierTests {
         decoded.inAppPurchases = receipt.inAppPurchases
         #expect(decoded == receipt)
         // Written unsorted, the payload order comes back as written.
-        let unsorted = try receipt.signed(by: pki.leaf, key: pki.leafKey, chain: [pki.intermediate, pki.root], sorted: false)
+        let unsorted = try receipt.signed(
+            by: pki.leaf, key: pki.leafKey, chain: [pki.intermediate, pki.root], sorted: false)
         #expect(verifier.verify(unsorted, expecting: expectations, now: now).receipt == receipt)
     }
 
@@ -38,7 +39,9 @@ struct ReceiptVerifierTests {
         #expect(verifier.verify(bytes, expecting: expectations, now: now).isValid)
     }
 
-    @Test("Xcode-style BER envelopes with indefinite lengths and chunked payloads verify", arguments: [1, 7, 512, 100_000])
+    @Test(
+        "Xcode-style BER envelopes with indefinite lengths and chunked payloads verify",
+        arguments: [1, 7, 512, 100_000])
     func berEnvelope(chunkSize: Int) throws {
         let der = try ReceiptFixtures.signed()
         let ber = try ReceiptFixtures.berEnvelope(der, chunkSize: chunkSize)
@@ -58,12 +61,14 @@ struct ReceiptVerifierTests {
             ReceiptAttribute(type: -5, version: 0, value: []),
         ]
         var receipt = ReceiptFixtures.receipt(unknownAttributes: extra)
-        receipt.inAppPurchases[0].unknownAttributes.append(ReceiptAttribute(type: 1799, version: 3, value: [0x0c, 0x00]))
+        receipt.inAppPurchases[0].unknownAttributes.append(
+            ReceiptAttribute(type: 1799, version: 3, value: [0x0c, 0x00]))
         let result = verifier.verify(try ReceiptFixtures.signed(receipt), expecting: expectations, now: now)
         let decoded = try #require(result.receipt)
         #expect(result.isValid)
         #expect(Set(decoded.unknownAttributes) == Set(extra))
-        let first = try #require(decoded.inAppPurchases.first(where: { $0.transactionID == receipt.inAppPurchases[0].transactionID }))
+        let first = try #require(
+            decoded.inAppPurchases.first(where: { $0.transactionID == receipt.inAppPurchases[0].transactionID }))
         #expect(first.unknownAttributes.contains(ReceiptAttribute(type: 1799, version: 3, value: [0x0c, 0x00])))
     }
 
@@ -142,9 +147,14 @@ struct ReceiptVerifierTests {
         let receipt = ReceiptFixtures.receipt()
         let otherRoot = try TestPKI().root
         let wrongRoot = ReceiptVerifier(trustedRoots: [otherRoot])
-        #expect(wrongRoot.verify(try ReceiptFixtures.signed(receipt), expecting: expectations, now: now).failure?.code == .untrustedChain)
+        #expect(
+            wrongRoot.verify(try ReceiptFixtures.signed(receipt), expecting: expectations, now: now).failure?.code
+                == .untrustedChain)
 
-        for broken in [try TestPKI(leafMarker: false), try TestPKI(intermediateMarker: false), try TestPKI(intermediateIsCA: false)] {
+        for broken in [
+            try TestPKI(leafMarker: false), try TestPKI(intermediateMarker: false),
+            try TestPKI(intermediateIsCA: false),
+        ] {
             let bytes = try ReceiptFixtures.signed(receipt, pki: broken)
             let result = ReceiptVerifier(trustedRoots: [broken.root]).verify(bytes, expecting: expectations, now: now)
             #expect(result.failure?.code == .untrustedChain, "\(String(describing: result.failure))")
@@ -174,7 +184,8 @@ struct ReceiptVerifierTests {
         #expect(verifier.verify(bytes, expecting: expectations, now: now).failure?.code == .certificateNotValidAtDate)
         // A receipt created inside the leaf's window stays valid long after the leaf expired.
         let inside = try ReceiptFixtures.signed()
-        #expect(verifier.verify(inside, expecting: expectations, now: Date(timeIntervalSince1970: 2_000_000_000)).isValid)
+        #expect(
+            verifier.verify(inside, expecting: expectations, now: Date(timeIntervalSince1970: 2_000_000_000)).isValid)
     }
 
     @Test("bundle_id_mismatch, bundle_version_mismatch and device_hash_mismatch, each byte-exact")
@@ -199,7 +210,9 @@ struct ReceiptVerifierTests {
         let bytes = try ReceiptFixtures.signed(ReceiptFixtures.receipt(expirationDate: expiry))
         #expect(verifier.verify(bytes, expecting: expectations, now: now).isValid)
         #expect(verifier.verify(bytes, expecting: expectations, now: expiry).failure?.code == .receiptExpired)
-        #expect(verifier.verify(bytes, expecting: expectations, now: expiry.addingTimeInterval(1)).failure?.code == .receiptExpired)
+        #expect(
+            verifier.verify(bytes, expecting: expectations, now: expiry.addingTimeInterval(1)).failure?.code
+                == .receiptExpired)
     }
 
     @Test("The first failing check wins, in the documented order")
@@ -209,14 +222,17 @@ struct ReceiptVerifierTests {
         let wrong = ReceiptExpectations(bundleID: "x", bundleVersion: "y", deviceIdentifier: [1])
         #expect(verifier.verify(bytes, expecting: wrong, now: now).failure?.code == .bundleIDMismatch)
         // Untrusted and not valid at the date: untrusted wins.
-        let late = try ReceiptFixtures.signed(ReceiptFixtures.receipt(creationDate: Date(timeIntervalSince1970: 1_798_761_600)))
-        #expect(ReceiptVerifier(trustedRoots: []).verify(late, expecting: wrong, now: now).failure?.code == .untrustedChain)
+        let late = try ReceiptFixtures.signed(
+            ReceiptFixtures.receipt(creationDate: Date(timeIntervalSince1970: 1_798_761_600)))
+        #expect(
+            ReceiptVerifier(trustedRoots: []).verify(late, expecting: wrong, now: now).failure?.code == .untrustedChain)
     }
 
     @Test("Repeated verification hits the chain cache and gives the same verdicts")
     func cacheConsistency() throws {
         let good = try ReceiptFixtures.signed()
-        let late = try ReceiptFixtures.signed(ReceiptFixtures.receipt(creationDate: Date(timeIntervalSince1970: 1_798_761_600)))
+        let late = try ReceiptFixtures.signed(
+            ReceiptFixtures.receipt(creationDate: Date(timeIntervalSince1970: 1_798_761_600)))
         let shared = verifier
         for _ in 0..<3 {
             #expect(shared.verify(good, expecting: expectations, now: now).isValid)

@@ -6,7 +6,8 @@ import TestSupport
 import Testing
 
 /// The 26 real receipts of shared/vectors, checked against the values its README lists.
-@Suite("Real receipts from shared/vectors", .enabled(if: Vectors.isAvailable, Comment(rawValue: Vectors.missingMessage)))
+@Suite(
+    "Real receipts from shared/vectors", .enabled(if: Vectors.isAvailable, Comment(rawValue: Vectors.missingMessage)))
 struct VectorReceiptTests {
     static let index: ReceiptVectorIndex = (try? ReceiptVectorIndex.load()) ?? ReceiptVectorIndex.empty
     static let files = index.entries.map(\.file)
@@ -66,7 +67,8 @@ struct VectorReceiptTests {
             case 19: #expect(receipt.originalAppVersion == value)
             case 21: Self.expectDate(receipt.expirationDate, value, "\(file) attribute 21")
             default:
-                let attribute = try #require(receipt.unknownAttributes.first(where: { $0.type == Int64(type) }), "\(file) \(type)")
+                let attribute = try #require(
+                    receipt.unknownAttributes.first(where: { $0.type == Int64(type) }), "\(file) \(type)")
                 Self.expectRaw(attribute, listed: listed, "\(file) attribute \(type)")
             }
         }
@@ -126,7 +128,9 @@ struct VectorReceiptTests {
             #expect(decoded == nil, "\(label) should be absent")
             return
         }
-        #expect(decoded != nil && decoded == ReceiptDate.parse(listed), "\(label): \(String(describing: decoded)) vs \(listed)")
+        #expect(
+            decoded != nil && decoded == ReceiptDate.parse(listed),
+            "\(label): \(String(describing: decoded)) vs \(listed)")
     }
 
     /// Unknown attributes are listed as `N B`, `` `number` ``, `` `""` `` or `` `text` ``.

@@ -43,7 +43,8 @@ struct VectorVerificationTests {
         // "today", re-evaluate the same path at today's date, as a verifier using the current time would.
         let verifier = ChainVerifier(
             trustedRoots: [root],
-            policy: .appleThreeLevel(leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate))
+            policy: .appleThreeLevel(
+                leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate))
         let envelopeCertificates = try PKCS7Certificates.extract(bytes)
         let result = verifier.evaluate(signer: envelopeCertificates[0], others: Array(envelopeCertificates.dropFirst()))
             .result(at: Self.afterAllAppleLeaves)
@@ -89,7 +90,8 @@ struct VectorVerificationTests {
         let certificates = try PKCS7Certificates.extract(bytes)
         let verifier = ChainVerifier(
             trustedRoots: [try Self.root(for: entry)],
-            policy: .appleThreeLevel(leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate))
+            policy: .appleThreeLevel(
+                leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate))
         let evaluation = verifier.evaluate(signer: certificates[0], others: Array(certificates.dropFirst()))
         #expect(evaluation.result(at: ReceiptDate.parse("2015-11-12T00:00:00Z")!).isValid == false)
         #expect(evaluation.result(at: ReceiptDate.parse("2015-11-10T00:00:00Z")!).isValid)
@@ -103,7 +105,8 @@ struct VectorVerificationTests {
             let bytes = try Vectors.bytes("receipts/" + vector.file)
             let verifier = ReceiptVerifier(trustedRoots: [try Self.root(for: entry)])
             let created = try #require(ReceiptDate.parse(entry.created))
-            let good = verifier.verify(bytes, expecting: ReceiptExpectations(deviceIdentifier: vector.identifier), now: created)
+            let good = verifier.verify(
+                bytes, expecting: ReceiptExpectations(deviceIdentifier: vector.identifier), now: created)
             #expect(good.isValid, "\(vector.file): \(String(describing: good.failure))")
             #expect(good.receipt?.sha1Hash == vector.expectedHash)
             var other = vector.identifier
@@ -115,7 +118,8 @@ struct VectorVerificationTests {
 
     @Test("Bundle id and version mismatches are reported on a real receipt")
     func bundleChecks() throws {
-        let entry = try #require(Self.index.entries.first(where: { $0.file == "tpinappreceipt/receipt-sandbox-g5.der" }))
+        let entry = try #require(
+            Self.index.entries.first(where: { $0.file == "tpinappreceipt/receipt-sandbox-g5.der" }))
         let bytes = try Vectors.bytes("receipts/" + entry.file)
         let verifier = ReceiptVerifier(trustedRoots: [try Self.root(for: entry)])
         let created = try #require(ReceiptDate.parse(entry.created))
@@ -123,11 +127,15 @@ struct VectorVerificationTests {
             verifier.verify(bytes, expecting: ReceiptExpectations(bundleID: "dev.bonzer.weeka.APP"), now: created)
                 .failure?.code == .bundleIDMismatch)
         #expect(
-            verifier.verify(bytes, expecting: ReceiptExpectations(bundleID: entry.bundleID, bundleVersion: "3"), now: created)
-                .failure?.code == .bundleVersionMismatch)
+            verifier.verify(
+                bytes, expecting: ReceiptExpectations(bundleID: entry.bundleID, bundleVersion: "3"), now: created
+            )
+            .failure?.code == .bundleVersionMismatch)
         #expect(
-            verifier.verify(bytes, expecting: ReceiptExpectations(bundleID: entry.bundleID, bundleVersion: "2"), now: created)
-                .isValid)
+            verifier.verify(
+                bytes, expecting: ReceiptExpectations(bundleID: entry.bundleID, bundleVersion: "2"), now: created
+            )
+            .isValid)
     }
 
     @Test("A legacy iOS 6 transaction receipt is malformed")

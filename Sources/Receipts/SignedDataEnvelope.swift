@@ -145,12 +145,15 @@ struct SignedDataEnvelope {
 /// signature AlgorithmIdentifier, issuer Name, … }, … }` (RFC 5280 §4.1).
 func issuerAndSerial(ofCertificate certificate: ASN1Element) -> (issuer: ArraySlice<UInt8>, serial: ArraySlice<UInt8>)?
 {
-    guard var outer = try? certificate.children(),
-        let tbs = try? outer.read(.sequence), var fields = try? tbs.children()
+    let document = certificate.document
+    guard var outer = try? document.children(of: certificate.node),
+        let tbs = try? document.read(.sequence, from: &outer), var fields = try? document.children(of: tbs)
     else { return nil }
-    _ = try? fields.readIfPresent(.contextSpecific(0, constructed: true))
-    guard let serial = try? fields.read(.integer).integerBytes(), (try? fields.read(.sequence)) != nil,
-        let issuer = try? fields.read(.sequence).encoded
+    var probe = fields
+    if let first = try? document.next(&probe), first.tag == .contextSpecific(0, constructed: true) { fields = probe }
+    guard let serial = try? document.read(.integer, from: &fields),
+        (try? document.read(.sequence, from: &fields)) != nil,
+        let issuer = try? document.read(.sequence, from: &fields)
     else { return nil }
-    return (issuer, serial)
+    return (document.encoded(issuer), document.content(serial))
 }

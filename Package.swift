@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .executable(name: "storekeeper", targets: ["storekeeper"]),
         .library(name: "Receipts", targets: ["Receipts"]),
+        .library(name: "SignedData", targets: ["SignedData"]),
         .library(name: "Crypto", targets: ["Crypto"]),
     ],
     targets: [
@@ -31,14 +32,18 @@ let package = Package(
 
         // Domain.
         .target(name: "Receipts", dependencies: ["ASN1", "Crypto", "JSON"], swiftSettings: upcoming),
+        .target(name: "SignedData", dependencies: ["Crypto", "JSON"], swiftSettings: upcoming),
 
         // Command line: a library so it is testable in-process, and a thin executable.
-        .target(name: "StorekeeperCLI", dependencies: ["Receipts", "Crypto", "ASN1", "JSON"], swiftSettings: upcoming),
+        .target(
+            name: "StorekeeperCLI", dependencies: ["Receipts", "SignedData", "Crypto", "ASN1", "JSON"],
+            swiftSettings: upcoming),
         .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),
 
         // Test helpers shared by every test target.
         .target(
-            name: "TestSupport", dependencies: ["ASN1", "Crypto", "Receipts", "StorekeeperCLI"], swiftSettings: upcoming
+            name: "TestSupport", dependencies: ["ASN1", "Crypto", "Receipts", "SignedData", "StorekeeperCLI"],
+            swiftSettings: upcoming
         ),
 
         .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
@@ -48,6 +53,9 @@ let package = Package(
             dependencies: ["Receipts", "Crypto", "ASN1", "JSON", "TestSupport"],
             swiftSettings: upcoming
         ),
+        .testTarget(
+            name: "SignedDataTests", dependencies: ["SignedData", "Crypto", "JSON", "TestSupport"],
+            swiftSettings: upcoming),
         .testTarget(
             name: "CLITests",
             dependencies: ["StorekeeperCLI", "Receipts", "Crypto", "JSON", "TestSupport"],

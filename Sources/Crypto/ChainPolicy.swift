@@ -11,10 +11,16 @@ public struct ChainPolicy: Sendable, Hashable {
     public var requiredExtensions: [Int: [Int: [ASN1ObjectIdentifier]]]
     /// Whether a signer that is one of the trusted roots is accepted on its own (a path of length 1).
     public var acceptsTrustedSigner: Bool
+    /// OpenSSL's `X509_V_FLAG_X509_STRICT` (RFC 5280 conformance checks), as Apple's Python library sets for
+    /// signed data.
+    public var strict: Bool
 
-    public init(requiredExtensions: [Int: [Int: [ASN1ObjectIdentifier]]], acceptsTrustedSigner: Bool) {
+    public init(
+        requiredExtensions: [Int: [Int: [ASN1ObjectIdentifier]]], acceptsTrustedSigner: Bool, strict: Bool = false
+    ) {
         self.requiredExtensions = requiredExtensions
         self.acceptsTrustedSigner = acceptsTrustedSigner
+        self.strict = strict
     }
 
     /// Apple's App Store signing paths: three certificates, the leaf carrying `leafMarker`, the intermediate
@@ -24,6 +30,12 @@ public struct ChainPolicy: Sendable, Hashable {
     {
         ChainPolicy(requiredExtensions: [3: [0: [leafMarker], 1: [intermediateMarker]]], acceptsTrustedSigner: true)
     }
+
+    /// Apple's rule for StoreKit 2 signed data: exactly leaf → WWDR intermediate → trusted root with both
+    /// markers, strict RFC 5280 checks, no self-signed signer.
+    public static let appleSignedData = ChainPolicy(
+        requiredExtensions: [3: [0: [AppleOID.receiptSigningLeaf], 1: [AppleOID.wwdrIntermediate]]],
+        acceptsTrustedSigner: false, strict: true)
 }
 
 /// Apple's marker extensions (values `05 00`, non-critical).

@@ -156,7 +156,8 @@ public final class ChainVerifier: Sendable {
             return .invalid(ChainFailure(.untrusted, "X509_STORE_CTX_init: \(drainOpenSSLErrors())"))
         }
         let param = X509_STORE_CTX_get0_param(ctx)
-        X509_VERIFY_PARAM_set_flags(param, UInt(X509_V_FLAG_NO_CHECK_TIME))
+        X509_VERIFY_PARAM_set_flags(
+            param, UInt(X509_V_FLAG_NO_CHECK_TIME) | (policy.strict ? UInt(X509_V_FLAG_X509_STRICT) : 0))
         X509_VERIFY_PARAM_set_purpose(param, X509_PURPOSE_ANY)
         guard X509_verify_cert(ctx) == 1 else {
             let message = String(cString: X509_verify_cert_error_string(Int(X509_STORE_CTX_get_error(ctx))))

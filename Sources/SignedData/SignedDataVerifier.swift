@@ -38,11 +38,16 @@ public struct SignedDataVerifier: Sendable {
         public var environment: String?
         /// Online checks: OCSP for leaf and intermediate, and validation at `now` instead of `signedDate`.
         public var onlineChecks: Bool
+        /// OpenSSL's strict RFC 5280 checks (authority and subject key identifiers, critical basic
+        /// constraints…), on by default as in Apple's Python library. Apple's own test chain lacks key
+        /// identifiers; its tests turn these checks off, and so must a caller verifying that chain.
+        public var strictChecks: Bool
 
         public init(
             trustedRoots: [Certificate], bundleID: String? = nil, appAppleID: Int64? = nil, environment: String? = nil,
-            onlineChecks: Bool = false
+            onlineChecks: Bool = false, strictChecks: Bool = true
         ) {
+            self.strictChecks = strictChecks
             self.trustedRoots = trustedRoots
             self.bundleID = bundleID
             self.appAppleID = appAppleID
@@ -65,7 +70,9 @@ public struct SignedDataVerifier: Sendable {
             throw ConfigurationError(description: "an app Apple ID is required when the environment is Production")
         }
         self.configuration = configuration
-        self.chains = ChainVerifier(trustedRoots: configuration.trustedRoots, policy: .appleSignedData)
+        var policy = ChainPolicy.appleSignedData
+        policy.strict = configuration.strictChecks
+        self.chains = ChainVerifier(trustedRoots: configuration.trustedRoots, policy: policy)
         self.ocsp =
             configuration.onlineChecks ? OCSPChecker(transport: ocspTransport ?? URLSessionOCSPTransport()) : nil
     }

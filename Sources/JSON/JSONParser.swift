@@ -155,6 +155,18 @@ public struct JSONParser {
 
     private mutating func string() throws -> String {
         index += 1
+        // Fast path: printable ASCII up to the closing quote, no escapes.
+        var end = index
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20,
+            bytes[end] < 0x80
+        {
+            end += 1
+        }
+        if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+            let text = String(decoding: bytes[index..<end], as: UTF8.self)
+            index = end + 1
+            return text
+        }
         var output: [UInt8] = []
         while true {
             guard index < bytes.count else { throw error("unterminated string") }

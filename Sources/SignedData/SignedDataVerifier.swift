@@ -1,6 +1,7 @@
 public import Crypto
 public import Foundation
 public import JSON
+import Synchronization
 
 /// A verified (or rejected) JWS: the status, the detected type and what could be decoded.
 public struct SignedDataResult: Sendable {
@@ -63,6 +64,9 @@ public struct SignedDataVerifier: Sendable {
 
     public let configuration: Configuration
     private let chains: ChainVerifier
+    /// The last well-formed token's header and its decoded x5c certificates, reused when the next token's
+    /// header segment is byte-identical.
+    private let lastHeader = LastHeader()
     private let ocsp: OCSPChecker?
 
     public init(_ configuration: Configuration, ocspTransport: (any OCSPTransport)? = nil) throws(ConfigurationError) {
@@ -80,8 +84,9 @@ public struct SignedDataVerifier: Sendable {
     /// Verifies `token` as `type` (nil: detect it from the payload) at `now`.
     public func verify(_ token: String, as type: SignedDataType? = nil, now: Date) -> SignedDataResult {
         let jws: CompactJWS
+        let cached = lastHeader.value.withLock { $0 }
         do {
-            jws = try CompactJWS(token)
+            jws = try CompactJWS(token, reusing: cached?.jws)
         } catch {
             return SignedDataResult(status: .invalidJWTFormat, reason: error.reason)
         }
@@ -93,7 +98,14 @@ public struct SignedDataVerifier: Sendable {
             result.reason = "the header has no x5c certificate chain"
             return result
         }
-        if let (status, reason) = verifySignature(jws, chain: chain, type: kind, now: now) {
+        var certificates: [[UInt8]?]
+        if let cached, cached.jws.hasHeader(jws.encodedHeader) {
+            certificates = cached.certificates
+        } else {
+            certificates = chain.prefix(2).map { Data(base64Encoded: $0).map { Array($0) } }
+            lastHeader.value.withLock { $0 = (jws, certificates) }
+        }
+        if let (status, reason) = verifySignature(jws, chain: chain, certificates: certificates, type: kind, now: now) {
             result.status = status
             result.reason = reason
             return result
@@ -109,9 +121,10 @@ public struct SignedDataVerifier: Sendable {
 
     // MARK: - Signature and chain
 
-    private func verifySignature(_ jws: CompactJWS, chain: [String], type: SignedDataType, now: Date)
-        -> (VerificationStatus, String)?
-    {
+    /// `certificates` are the first two of `chain`, base64-decoded (nil where that fails).
+    private func verifySignature(
+        _ jws: CompactJWS, chain: [String], certificates: [[UInt8]?], type: SignedDataType, now: Date
+    ) -> (VerificationStatus, String)? {
         guard jws.header["alg"]?.stringValue == "ES256" else {
             return (.verificationFailure, "the algorithm is not ES256")
         }
@@ -119,8 +132,7 @@ public struct SignedDataVerifier: Sendable {
         let validationTime = configuration.onlineChecks ? now : (signedDate ?? now)
 
         // Xcode: one self-signed certificate the caller trusts, byte for byte.
-        if chain.count == 1, jws.header["kid"]?.stringValue == "Apple_Xcode_Key",
-            let der = Data(base64Encoded: chain[0]).map({ Array($0) }),
+        if chain.count == 1, jws.header["kid"]?.stringValue == "Apple_Xcode_Key", let der = certificates[0],
             let pinned = configuration.trustedRoots.first(where: { $0.derEncoded == der }),
             configuration.environment == nil || configuration.environment == "Xcode"
         {
@@ -135,11 +147,11 @@ public struct SignedDataVerifier: Sendable {
 
         guard !configuration.trustedRoots.isEmpty else { return (.invalidCertificate, "no trusted root is configured") }
         guard chain.count == 3 else { return (.invalidChainLength, "x5c holds \(chain.count) certificates, not 3") }
-        guard let leaf = Data(base64Encoded: chain[0]), let intermediate = Data(base64Encoded: chain[1]) else {
+        guard let leaf = certificates[0], let intermediate = certificates[1] else {
             return (.invalidCertificate, "an x5c certificate is not base64")
         }
         // As Apple's libraries do, the third certificate is ignored: the root comes from configuration.
-        let evaluation = chains.evaluate(signer: Array(leaf), others: [Array(intermediate)])
+        let evaluation = chains.evaluate(signer: leaf, others: [intermediate])
         switch evaluation.result(at: validationTime) {
         case .invalid(let failure) where failure.code == .invalidCertificate:
             return (.invalidCertificate, failure.reason)
@@ -222,4 +234,9 @@ public struct SignedDataVerifier: Sendable {
     static func date(_ value: JSONValue?) -> Date? {
         value?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) }
     }
+}
+
+/// The most recent header and its decoded certificates (a reference, so the verifier stays a value).
+private final class LastHeader: Sendable {
+    let value = Mutex<(jws: CompactJWS, certificates: [[UInt8]?])?>(nil)
 }

@@ -17,7 +17,12 @@ public enum Storekeeper {
           receipt verify              Verify an App Store receipt (signature, chain, bundle, device, expiry).
           receipt decode              Decode an App Store receipt without verifying it.
           receipt sample              Write a sample receipt and the root that verifies it.
+          jws verify                  Verify StoreKit 2 signed data (transactions, renewal info, notifications).
+          jws decode                  Decode a JWS without verifying it.
+          jws sign                    Sign a JSON payload as ES256 with an x5c chain.
+          offer sign                  Sign a promotional offer (V1 signature or V2 JWS).
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
+          bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
 
           See 'storekeeper <subcommand> --help' for detailed help.
 
@@ -31,7 +36,12 @@ public enum Storekeeper {
             (["receipt", "verify"], ReceiptCommands.verifySpec, ReceiptCommands.verify),
             (["receipt", "decode"], ReceiptCommands.decodeSpec, ReceiptCommands.decode),
             (["receipt", "sample"], ReceiptCommands.sampleSpec, ReceiptCommands.sample),
+            (["jws", "verify"], JWSCommands.verifySpec, JWSCommands.verify),
+            (["jws", "decode"], JWSCommands.decodeSpec, JWSCommands.decode),
+            (["jws", "sign"], JWSCommands.signSpec, JWSCommands.sign),
+            (["offer", "sign"], JWSCommands.offerSpec, JWSCommands.offer),
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
+            (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
         ]
         if arguments.isEmpty || arguments == ["-h"] || arguments == ["--help"] || arguments == ["help"] {
             console.write(overview)

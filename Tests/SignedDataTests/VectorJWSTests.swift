@@ -73,8 +73,10 @@ struct VectorJWSTests {
     @Test("With strict checks on, as Apple's Python library has them by default, the mock chain is refused")
     func strictMock() throws {
         let root = try Self.certificate("test/app-store-server-library-swift-testCA_2023-01-05_2033-01-02.der")
-        let strict = try SignedDataVerifier(.init(trustedRoots: [root], bundleID: "com.example", environment: "Sandbox"))
-        let result = strict.verify(try Self.token("app-store-server-library-swift/mock_transactionInfo.jws"), now: Self.now)
+        let strict = try SignedDataVerifier(
+            .init(trustedRoots: [root], bundleID: "com.example", environment: "Sandbox"))
+        let result = strict.verify(
+            try Self.token("app-store-server-library-swift/mock_transactionInfo.jws"), now: Self.now)
         #expect(result.status == .verificationFailure)
         #expect(result.reason?.contains("Authority Key Identifier") == true)
     }

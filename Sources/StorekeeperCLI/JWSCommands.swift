@@ -1,0 +1,249 @@
+import Crypto
+import Foundation
+import JSON
+import Receipts
+import SignedData
+
+/// `storekeeper jws verify | decode | sign` and `storekeeper offer sign`.
+enum JWSCommands {
+    static let inputHelp = "A compact JWS, or - for standard input (the default)."
+
+    static let verifySpec = Arguments.Spec(
+        command: "storekeeper jws verify",
+        abstract: "Verify StoreKit 2 signed data (JWS) as Apple's server libraries do.",
+        positionals: [("path", inputHelp)],
+        options: [
+            .init(
+                name: "root", valueName: "cert",
+                help: "A trusted root (Apple Root CA - G3), or an Xcode certificate; DER or PEM.", repeatable: true),
+            .init(name: "bundle-id", valueName: "id", help: "Expected bundle identifier."),
+            .init(
+                name: "app-apple-id", valueName: "n",
+                help: "Expected app Apple ID (required with --environment Production)."),
+            .init(name: "environment", valueName: "name", help: "Production, Sandbox, Xcode or LocalTesting."),
+            .init(
+                name: "type", valueName: "type",
+                help: "auto, transaction, renewal-info, notification or app-transaction (default: auto)."),
+            .init(name: "now", valueName: "rfc3339", help: "The current time (default: now)."),
+            .init(name: "format", valueName: "json|text", help: "Output format (default: json)."),
+        ],
+        flags: [
+            ("online", "Check leaf and intermediate with OCSP and validate at the current time."),
+            (
+                "no-strict-checks",
+                "Relax OpenSSL's strict certificate checks (needed for Apple's key-identifier-less test chain)."
+            ),
+        ],
+        discussion: """
+            Prints {"status", "type", "header", "payload"}; status is one of OK, VERIFICATION_FAILURE, \
+            INVALID_APP_IDENTIFIER, INVALID_CERTIFICATE, INVALID_CHAIN_LENGTH, INVALID_CHAIN, INVALID_ENVIRONMENT, \
+            RETRYABLE_VERIFICATION_FAILURE, INVALID_JWT_FORMAT. Exit status 0 for OK, 1 otherwise.
+            """)
+
+    static let decodeSpec = Arguments.Spec(
+        command: "storekeeper jws decode", abstract: "Decode a JWS without verifying it.",
+        positionals: [("path", inputHelp)],
+        options: [.init(name: "format", valueName: "json|text", help: "Output format (default: json).")])
+
+    static let signSpec = Arguments.Spec(
+        command: "storekeeper jws sign", abstract: "Sign a JSON payload as ES256 with an x5c certificate chain.",
+        positionals: [("payload", "A JSON object file, or - for standard input (the default).")],
+        options: [
+            .init(name: "key", valueName: "key.pem", help: "The leaf's P-256 private key (PEM, PKCS #8 or SEC 1)."),
+            .init(
+                name: "cert", valueName: "cert", help: "Leaf, then intermediate, then root (DER or PEM).",
+                repeatable: true),
+        ])
+
+    static let offerSpec = Arguments.Spec(
+        command: "storekeeper offer sign",
+        abstract: "Sign a promotional offer with an In-App Purchase key (.p8).",
+        options: [
+            .init(name: "key", valueName: "key.p8", help: "The In-App Purchase private key."),
+            .init(name: "key-id", valueName: "id", help: "The key's identifier."),
+            .init(name: "bundle-id", valueName: "id", help: "The app's bundle identifier."),
+            .init(name: "product-id", valueName: "id", help: "The subscription product."),
+            .init(name: "offer-id", valueName: "id", help: "The promotional offer identifier."),
+            .init(name: "app-account-token", valueName: "uuid", help: "The app account token (UUID)."),
+            .init(name: "nonce", valueName: "uuid", help: "A fresh UUID (default: random)."),
+            .init(name: "timestamp", valueName: "ms", help: "UNIX milliseconds (default: now)."),
+            .init(
+                name: "issuer-id", valueName: "id", help: "The App Store Connect issuer ID (V2 only; default: empty)."),
+            .init(
+                name: "transaction-id", valueName: "id", help: "Transaction to apply the offer to (V2 only, optional)."),
+            .init(name: "format", valueName: "v1|v2", help: "V1 (signature, base64 DER) or V2 (JWS); default: v1."),
+        ])
+
+    static func verify(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let format = try ReceiptCommands.outputFormat(arguments)
+        var type: SignedDataType?
+        switch arguments.value("type") ?? "auto" {
+        case "auto": type = nil
+        case let name:
+            guard let known = SignedDataType(rawValue: name) else { throw UsageError("'\(name)' is not a --type") }
+            type = known
+        }
+        if let environment = arguments.value("environment"), Environment(rawValue: environment) == nil {
+            throw UsageError("'\(environment)' is not an environment; use Production, Sandbox, Xcode or LocalTesting")
+        }
+        var appAppleID: Int64?
+        if let text = arguments.value("app-apple-id") {
+            guard let value = Int64(text) else { throw UsageError("'\(text)' is not a number for --app-apple-id") }
+            appAppleID = value
+        }
+        var current = now
+        if let text = arguments.value("now") {
+            guard let date = ReceiptDate.parse(text) else {
+                throw UsageError("'\(text)' is not an RFC 3339 date for --now")
+            }
+            current = date
+        }
+        guard !arguments.all("root").isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
+        let configuration = SignedDataVerifier.Configuration(
+            trustedRoots: try loadCertificates(arguments.all("root")), bundleID: arguments.value("bundle-id"),
+            appAppleID: appAppleID, environment: arguments.value("environment"), onlineChecks: arguments.flag("online"),
+            strictChecks: !arguments.flag("no-strict-checks"))
+        let verifier: SignedDataVerifier
+        do {
+            verifier = try SignedDataVerifier(configuration)
+        } catch {
+            throw UsageError(error.description)
+        }
+        let token = try readToken(arguments.positional(0), console: console)
+        let result = verifier.verify(token, as: type, now: current)
+        switch format {
+        case .json: console.write(JSONWriter.string(.object(json(result)), pretty: true) + "\n")
+        case .text:
+            console.write("\(result.status)" + (result.reason.map { " — \($0)" } ?? "") + "\n")
+            if let type = result.type { console.write("Type: \(type.rawValue)\n") }
+            if let payload = result.payload { console.write(JSONWriter.string(.object(payload), pretty: true) + "\n") }
+        }
+        return result.isOK ? 0 : 1
+    }
+
+    static func json(_ result: SignedDataResult) -> JSONObject {
+        var object = JSONObject()
+        object["status"] = .string(result.status.rawValue)
+        if let type = result.type { object["type"] = .string(type.rawValue) }
+        if let header = result.header { object["header"] = .object(header) }
+        if let payload = result.payload { object["payload"] = .object(payload) }
+        if let reason = result.reason { object["reason"] = .string(reason) }
+        if !result.nested.isEmpty {
+            var nested = JSONObject()
+            for key in result.nested.keys.sorted() { nested[key] = .string(result.nested[key]!.status.rawValue) }
+            object["nested"] = .object(nested)
+        }
+        return object
+    }
+
+    static func decode(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let format = try ReceiptCommands.outputFormat(arguments)
+        let token = try readToken(arguments.positional(0), console: console)
+        let jws: CompactJWS
+        do {
+            jws = try CompactJWS(token)
+        } catch {
+            throw RuntimeError("not a JWS: \(error.reason)")
+        }
+        let object: JSONObject = [
+            "type": .string(SignedDataType.detect(jws.payload).rawValue), "header": .object(jws.header),
+            "payload": .object(jws.payload),
+        ]
+        _ = format  // both formats print the decoded JSON
+        console.write(JSONWriter.string(.object(object), pretty: true) + "\n")
+        return 0
+    }
+
+    static func sign(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let keyPath = arguments.value("key") else {
+            throw UsageError("Missing expected argument '--key <key.pem>'")
+        }
+        let certificatePaths = arguments.all("cert")
+        guard certificatePaths.count == 3 else {
+            throw UsageError("give the chain as three --cert options: leaf, intermediate, root")
+        }
+        let key = try loadKey(keyPath)
+        let chain = try loadCertificates(certificatePaths)
+        let input = try readInput(arguments.positional(0), console: console, limit: CompactJWS.maxSize)
+        guard let payload = try? JSONParser.parse(input).objectValue else {
+            throw RuntimeError("the payload is not a JSON object")
+        }
+        console.write(try JWSSigner.sign(payload: payload, key: key, chain: chain) + "\n")
+        return 0
+    }
+
+    static func offer(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        func required(_ name: String) throws -> String {
+            guard let value = arguments.value(name) else { throw UsageError("Missing expected argument '--\(name)'") }
+            return value
+        }
+        let keyPath = try required("key")
+        let keyID = try required("key-id")
+        let bundleID = try required("bundle-id")
+        let productID = try required("product-id")
+        let offerID = try required("offer-id")
+        let tokenText = try required("app-account-token")
+        guard let token = UUID(uuidString: tokenText) else {
+            throw UsageError("'\(tokenText)' is not a UUID for --app-account-token")
+        }
+        var nonce = UUID()
+        if let text = arguments.value("nonce") {
+            guard let value = UUID(uuidString: text) else { throw UsageError("'\(text)' is not a UUID for --nonce") }
+            nonce = value
+        }
+        var timestamp = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+        if let text = arguments.value("timestamp") {
+            guard let value = Int64(text) else { throw UsageError("'\(text)' is not milliseconds for --timestamp") }
+            timestamp = value
+        }
+        let format = arguments.value("format") ?? "v1"
+        guard format == "v1" || format == "v2" else { throw UsageError("'\(format)' is not a format; use v1 or v2") }
+        let key = try loadKey(keyPath)
+        if format == "v1" {
+            let signature = try OfferSignature.promotionalOfferV1(
+                bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID,
+                appAccountToken: token.uuidString, nonce: nonce, timestamp: timestamp, key: key)
+            let object: JSONObject = [
+                "keyIdentifier": .string(keyID), "nonce": .string(nonce.uuidString.lowercased()),
+                "timestamp": .integer(timestamp), "signature": .string(signature),
+            ]
+            console.write(JSONWriter.string(.object(object), pretty: true) + "\n")
+        } else {
+            let jws = try OfferSignature.promotionalOfferV2(
+                keyID: keyID, issuerID: arguments.value("issuer-id") ?? "", bundleID: bundleID, productID: productID,
+                offerID: offerID, transactionID: arguments.value("transaction-id"), nonce: nonce,
+                issuedAt: Date(timeIntervalSince1970: Double(timestamp) / 1000), key: key)
+            console.write(jws + "\n")
+        }
+        return 0
+    }
+
+    static func readToken(_ path: String?, console: Console) throws -> String {
+        let bytes = try readInput(path, console: console, limit: CompactJWS.maxSize * 2)
+        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func loadCertificates(_ paths: [String]) throws -> [Certificate] {
+        try paths.flatMap { path -> [Certificate] in
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw RuntimeError("cannot read certificate '\(path)'")
+            }
+            do {
+                return try Certificate.load(Array(data))
+            } catch {
+                throw RuntimeError("'\(path)' is not a certificate (DER or PEM)")
+            }
+        }
+    }
+
+    static func loadKey(_ path: String) throws -> PrivateKey {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw RuntimeError("cannot read key '\(path)'")
+        }
+        do {
+            return try PrivateKey(pem: String(decoding: data, as: UTF8.self))
+        } catch {
+            throw RuntimeError("'\(path)' is not a PEM private key")
+        }
+    }
+}

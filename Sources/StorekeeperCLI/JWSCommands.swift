@@ -99,6 +99,9 @@ enum JWSCommands {
             current = date
         }
         guard !arguments.all("root").isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
+        if arguments.value("environment") == "Production" && appAppleID == nil {
+            throw UsageError("--environment Production needs --app-apple-id, as Apple's libraries require")
+        }
         let configuration = SignedDataVerifier.Configuration(
             trustedRoots: try loadCertificates(arguments.all("root")), bundleID: arguments.value("bundle-id"),
             appAppleID: appAppleID, environment: arguments.value("environment"), onlineChecks: arguments.flag("online"),

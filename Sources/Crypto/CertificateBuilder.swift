@@ -23,13 +23,16 @@ public struct CertificateBuilder: Sendable {
     public var markerExtensions: [ASN1ObjectIdentifier]
     /// Digest of the issuer's signature.
     public var signatureDigest: DigestAlgorithm
+    /// An OCSP responder URL for Authority Information Access.
+    public var ocspURL: String?
 
     public init(
         commonName: String, organization: String? = nil, organizationalUnit: String? = nil, country: String? = nil,
         serialNumber: [UInt8], notBefore: Date, notAfter: Date, isCA: Bool, pathLength: Int? = nil,
         keyUsage: String? = nil, extendedKeyUsage: String? = nil, markerExtensions: [ASN1ObjectIdentifier] = [],
-        signatureDigest: DigestAlgorithm = .sha256
+        signatureDigest: DigestAlgorithm = .sha256, ocspURL: String? = nil
     ) {
+        self.ocspURL = ocspURL
         self.commonName = commonName
         self.organization = organization
         self.organizationalUnit = organizationalUnit
@@ -92,6 +95,7 @@ public struct CertificateBuilder: Sendable {
         }
         if let keyUsage { extensions.append((NID_key_usage, keyUsage)) }
         if let extendedKeyUsage { extensions.append((NID_ext_key_usage, extendedKeyUsage)) }
+        if let ocspURL { extensions.append((NID_info_access, "OCSP;URI:" + ocspURL)) }
         extensions.append((NID_subject_key_identifier, "hash"))
         if issuer != nil || isCA { extensions.append((NID_authority_key_identifier, "keyid:always")) }
         for (nid, value) in extensions {

@@ -40,6 +40,8 @@ public struct SigningChain: Sendable {
         public var leafMarker = true
         public var intermediateMarker = true
         public var intermediateIsCA = true
+        /// OCSP responder named in the leaf's and the intermediate's Authority Information Access.
+        public var ocspURL: String?
 
         public init(caValidity: (Date, Date), leafValidity: (Date, Date)) {
             self.caValidity = caValidity
@@ -62,14 +64,15 @@ public struct SigningChain: Sendable {
             isCA: options.intermediateIsCA, pathLength: options.intermediateIsCA ? 0 : nil,
             keyUsage: options.intermediateIsCA ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature",
             markerExtensions: options.intermediateMarker ? [AppleOID.wwdrIntermediate] : [],
-            signatureDigest: kind.digest
+            signatureDigest: kind.digest, ocspURL: options.ocspURL
         ).issue(subjectKey: try intermediateKey.publicKey, issuer: root, issuerKey: rootKey)
         leafKey = try kind.generate()
         leaf = try CertificateBuilder(
             commonName: options.leafName, organization: options.organization, country: "US",
             serialNumber: [0x03, 0x7f], notBefore: options.leafValidity.0, notAfter: options.leafValidity.1,
             isCA: false, keyUsage: "critical,digitalSignature",
-            markerExtensions: options.leafMarker ? [AppleOID.receiptSigningLeaf] : [], signatureDigest: kind.digest
+            markerExtensions: options.leafMarker ? [AppleOID.receiptSigningLeaf] : [], signatureDigest: kind.digest,
+            ocspURL: options.ocspURL
         ).issue(subjectKey: try leafKey.publicKey, issuer: intermediate, issuerKey: intermediateKey)
     }
 

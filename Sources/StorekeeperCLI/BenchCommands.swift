@@ -24,9 +24,7 @@ enum BenchCommands {
             """)
 
     static func receipt(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        let seconds = Double(arguments.value("seconds") ?? "1") ?? 1
-        let rounds = Int(arguments.value("rounds") ?? "5") ?? 5
-        guard seconds > 0, rounds > 0 else { throw UsageError("--seconds and --rounds must be positive") }
+        let (seconds, rounds) = try arguments.benchmarkSettings()
 
         let year: TimeInterval = 365 * 86_400
         let chain = try SigningChain(
@@ -114,9 +112,7 @@ enum BenchCommands {
             """)
 
     static func jws(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        let seconds = Double(arguments.value("seconds") ?? "1") ?? 1
-        let rounds = Int(arguments.value("rounds") ?? "5") ?? 5
-        guard seconds > 0, rounds > 0 else { throw UsageError("--seconds and --rounds must be positive") }
+        let (seconds, rounds) = try arguments.benchmarkSettings()
         let year: TimeInterval = 365 * 86_400
         var options = SigningChain.Options(
             caValidity: (now - year, now + 10 * year), leafValidity: (now - year, now + year))

@@ -226,19 +226,6 @@ enum JWSCommands {
         return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    static func loadCertificates(_ paths: [String]) throws -> [Certificate] {
-        try paths.flatMap { path -> [Certificate] in
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw RuntimeError("cannot read certificate '\(path)'")
-            }
-            do {
-                return try Certificate.load(Array(data))
-            } catch {
-                throw RuntimeError("'\(path)' is not a certificate (DER or PEM)")
-            }
-        }
-    }
-
     static func loadKey(_ path: String) throws -> PrivateKey {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw RuntimeError("cannot read key '\(path)'")

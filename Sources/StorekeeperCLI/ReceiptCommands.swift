@@ -55,24 +55,9 @@ enum ReceiptCommands {
             }
             expectations.deviceIdentifier = bytes
         }
-        var current = now
-        if let text = arguments.value("now") {
-            guard let date = ReceiptDate.parse(text) else {
-                throw UsageError("'\(text)' is not an RFC 3339 date for --now")
-            }
-            current = date
-        }
+        let current = try arguments.date("now") ?? now
         guard !arguments.all("root").isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
-        let roots = try arguments.all("root").flatMap { path -> [Certificate] in
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw RuntimeError("cannot read root certificate '\(path)'")
-            }
-            do {
-                return try Certificate.load(Array(data))
-            } catch {
-                throw RuntimeError("'\(path)' is not a certificate (DER or PEM)")
-            }
-        }
+        let roots = try loadCertificates(arguments.all("root"))
         let input = try readInput(arguments.positional(0), console: console, limit: inputLimit)
         let result: ReceiptVerificationResult
         do {

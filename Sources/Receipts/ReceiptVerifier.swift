@@ -154,7 +154,12 @@ public struct ReceiptVerifier: Sendable {
         .invalid(ReceiptVerificationFailure(code: code, message: message, receipt: receipt))
     }
 
+    /// Whether `certificate` is the one the SignerInfo names, by issuer and serial number or (CMS version 3)
+    /// by subject key identifier.
     static func matches(_ signer: SignedDataEnvelope.SignerInfo, _ certificate: ASN1Element) -> Bool {
+        if let keyIdentifier = signer.subjectKeyIdentifier {
+            return subjectKeyIdentifier(ofCertificate: certificate) == keyIdentifier
+        }
         guard let issuer = signer.issuer, let serial = signer.serial,
             let candidate = issuerAndSerial(ofCertificate: certificate)
         else { return false }

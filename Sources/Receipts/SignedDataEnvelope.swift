@@ -157,3 +157,32 @@ func issuerAndSerial(ofCertificate certificate: ASN1Element) -> (issuer: ArraySl
     else { return nil }
     return (document.encoded(issuer), document.content(serial))
 }
+
+/// The subjectKeyIdentifier extension's key identifier of a DER certificate, if it has one.
+///
+/// `TBSCertificate ::= SEQUENCE { …, subjectPublicKeyInfo, issuerUniqueID [1] OPTIONAL,
+/// subjectUniqueID [2] OPTIONAL, extensions [3] EXPLICIT SEQUENCE OF Extension OPTIONAL }`,
+/// `Extension ::= SEQUENCE { extnID OID, critical BOOLEAN DEFAULT FALSE, extnValue OCTET STRING }`,
+/// and the value of id-ce-subjectKeyIdentifier (2.5.29.14) is an OCTET STRING (RFC 5280 §4.2.1.2).
+func subjectKeyIdentifier(ofCertificate certificate: ASN1Element) -> [UInt8]? {
+    let subjectKeyIdentifierOID = ASN1ObjectIdentifier([2, 5, 29, 14])
+    guard var outer = try? certificate.children(), let tbs = try? outer.read(.sequence),
+        var fields = try? tbs.children()
+    else { return nil }
+    while let field = try? fields.next() {
+        guard field.tag == .contextSpecific(3, constructed: true) else { continue }
+        guard var wrapper = try? field.children(), let list = try? wrapper.read(.sequence),
+            var extensions = try? list.children()
+        else { return nil }
+        while let item = try? extensions.next() {
+            guard var parts = try? item.children(), let oid = try? parts.read(.objectIdentifier).objectIdentifier(),
+                oid == subjectKeyIdentifierOID
+            else { continue }
+            _ = try? parts.readIfPresent(.boolean)
+            guard let value = try? parts.read(.octetString).innerElement(), let identifier = try? value.octetString()
+            else { return nil }
+            return identifier
+        }
+    }
+    return nil
+}

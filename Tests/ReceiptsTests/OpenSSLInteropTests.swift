@@ -39,3 +39,44 @@ struct OpenSSLInteropTests {
         }
     }
 }
+
+/// Receipts signed by the `openssl cms` tool, an independent PKCS #7 implementation.
+@Suite("Receipts signed by the openssl tool", .enabled(if: ExternalTool.find("openssl") != nil, "openssl not on PATH"))
+struct OpenSSLSignedReceiptTests {
+    @Test(
+        "openssl cms -sign receipts verify: with and without signed attributes, named by issuer or key id",
+        arguments: [["-noattr"], [], ["-keyid"], ["-noattr", "-keyid", "-md", "sha1"]])
+    func cmsSign(options: [String]) throws {
+        let pki = TestPKI.shared
+        let openssl = try #require(ExternalTool.find("openssl"))
+        let directory = try ExternalTool.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
+        try Data(pki.leaf.pemEncoded.utf8).write(to: URL(fileURLWithPath: path("leaf.pem")))
+        try Data(try pki.leafKey.pemPKCS8().utf8).write(to: URL(fileURLWithPath: path("leaf-key.pem")))
+        try Data((pki.intermediate.pemEncoded + pki.root.pemEncoded).utf8).write(
+            to: URL(fileURLWithPath: path("chain.pem")))
+        try Data(ReceiptFixtures.receipt().payloadDER()).write(to: URL(fileURLWithPath: path("payload.der")))
+        let run = try ExternalTool.run(
+            openssl,
+            [
+                "cms", "-sign", "-binary", "-nodetach", "-outform", "DER", "-in", path("payload.der"), "-signer",
+                path("leaf.pem"),
+                "-inkey", path("leaf-key.pem"), "-certfile", path("chain.pem"), "-out", path("receipt.der"),
+            ] + options)
+        try #require(run.status == 0, "\(run.stderrText)")
+        let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path("receipt.der"))))
+        let verifier = ReceiptVerifier(trustedRoots: [pki.root])
+        let expectations = ReceiptExpectations(
+            bundleID: ReceiptFixtures.bundleID, deviceIdentifier: ReceiptFixtures.deviceIdentifier)
+        let result = verifier.verify(bytes, expecting: expectations, now: TestPKI.referenceDate)
+        #expect(result.isValid, "\(options): \(String(describing: result.failure))")
+        // A flipped payload byte inside the envelope breaks the signature (or the messageDigest).
+        var tampered = bytes
+        let at = try #require(tampered.firstRange(of: Array("com.example.storekeeper.coins".utf8))?.lowerBound)
+        tampered[at] ^= 0x01
+        #expect(
+            verifier.verify(tampered, expecting: expectations, now: TestPKI.referenceDate).failure?.code
+                == .signatureInvalid)
+    }
+}

@@ -47,6 +47,7 @@ let package = Package(
         ),
 
         .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
+        .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "TestSupport"], swiftSettings: upcoming),
         .testTarget(
             name: "ReceiptsTests",

@@ -18,7 +18,8 @@ public enum JSONWriter {
         case .double(let number):
             if number.isFinite {
                 if number.rounded() == number && abs(number) < 1e15 {
-                    output += String(Int64(number))
+                    // Keep a fraction so the value reads back as a double, not an integer.
+                    output += String(Int64(number)) + ".0"
                 } else {
                     output += "\(number)"
                 }

@@ -28,6 +28,7 @@ let package = Package(
         // Swift wrappers and small hand-written foundations.
         .target(name: "ASN1", swiftSettings: upcoming),
         .target(name: "JSON", swiftSettings: upcoming),
+        .target(name: "StoreTime", swiftSettings: upcoming),
         .target(name: "Crypto", dependencies: ["COpenSSL", "ASN1"], swiftSettings: upcoming),
 
         // Domain.
@@ -48,6 +49,7 @@ let package = Package(
 
         .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: upcoming),
+        .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "TestSupport"], swiftSettings: upcoming),
         .testTarget(
             name: "ReceiptsTests",

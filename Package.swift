@@ -33,6 +33,7 @@ let package = Package(
 
         // Domain.
         .target(name: "Receipts", dependencies: ["ASN1", "Crypto", "JSON"], swiftSettings: upcoming),
+        .target(name: "Catalog", dependencies: ["JSON", "StoreTime"], swiftSettings: upcoming),
         .target(name: "SignedData", dependencies: ["Crypto", "JSON"], swiftSettings: upcoming),
 
         // Command line: a library so it is testable in-process, and a thin executable.
@@ -50,6 +51,9 @@ let package = Package(
         .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
+        .testTarget(
+            name: "CatalogTests", dependencies: ["Catalog", "JSON", "StoreTime", "TestSupport"], swiftSettings: upcoming
+        ),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "TestSupport"], swiftSettings: upcoming),
         .testTarget(
             name: "ReceiptsTests",

@@ -24,11 +24,13 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
         // Swift wrappers and small hand-written foundations.
         .target(name: "ASN1", swiftSettings: upcoming),
         .target(name: "JSON", swiftSettings: upcoming),
         .target(name: "StoreTime", swiftSettings: upcoming),
+        .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: upcoming),
         .target(name: "Crypto", dependencies: ["COpenSSL", "ASN1"], swiftSettings: upcoming),
 
         // Domain.
@@ -51,6 +53,7 @@ let package = Package(
         .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
+        .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "TestSupport"], swiftSettings: upcoming),
         .testTarget(
             name: "CatalogTests", dependencies: ["Catalog", "JSON", "StoreTime", "TestSupport"], swiftSettings: upcoming
         ),

@@ -1,0 +1,97 @@
+import Dispatch
+
+/// Runs actor jobs on one private dispatch queue, so blocking SQLite calls never occupy the cooperative pool.
+final class DispatchSerialExecutor: SerialExecutor {
+    private let queue: DispatchQueue
+
+    init(label: String) { queue = DispatchQueue(label: label) }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedSerialExecutor()) }
+    }
+
+    func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
+}
+
+/// An append-only schema step, identified by a string and applied once, in order, in its own transaction.
+public struct Migration: Sendable, Hashable {
+    public let id: String
+    public let sql: String
+
+    public init(_ id: String, _ sql: String) {
+        self.id = id
+        self.sql = sql
+    }
+}
+
+/// A SQLite database reached only through ``read(_:)`` and transactional ``write(_:)`` closures, each run on
+/// the database's own serial executor (GRDB's model). Opened in WAL mode with `synchronous=FULL`, so a write
+/// that returned is on disk.
+public actor Database {
+    private let executor: DispatchSerialExecutor
+    private let connection: Connection
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    /// Opens or creates the database file at `path` (`":memory:"` for a private in-memory database).
+    public init(path: String) throws(SQLiteError) {
+        executor = DispatchSerialExecutor(label: "storekeeper.sqlite")
+        connection = try Connection(path: path)
+        if path != ":memory:" { try connection.execute("PRAGMA journal_mode=WAL") }
+        try connection.executeScript("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+    }
+
+    /// Runs `body` with the connection, outside any explicit transaction.
+    @discardableResult
+    public func read<T: Sendable>(_ body: @Sendable (Connection) throws -> T) throws -> T {
+        try body(connection)
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    @discardableResult
+    public func write<T: Sendable>(_ body: @Sendable (Connection) throws -> T) throws -> T {
+        try connection.executeScript("BEGIN IMMEDIATE")
+        do {
+            let result = try body(connection)
+            try connection.executeScript("COMMIT")
+            return result
+        } catch {
+            try? connection.executeScript("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Applies the migrations not yet recorded in `schema_migrations`, in order, each in its own transaction;
+    /// returns the ids applied. Refuses a database that has a migration this list does not start with
+    /// (a newer build's, or an edited list).
+    @discardableResult
+    public func migrate(_ migrations: [Migration]) throws -> [String] {
+        try connection.executeScript(
+            """
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                position INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP
+            )
+            """)
+        let applied = try connection.execute("SELECT id FROM schema_migrations ORDER BY position").compactMap {
+            $0["id"].string
+        }
+        guard applied.count <= migrations.count, zip(applied, migrations).allSatisfy({ $0 == $1.id }) else {
+            throw SQLiteError(
+                code: .misuse, message: "the database's migrations \(applied) do not start this build's list", sql: nil)
+        }
+        var done: [String] = []
+        for (position, migration) in migrations.enumerated().dropFirst(applied.count) {
+            try write { connection in
+                try connection.executeScript(migration.sql)
+                try connection.execute(
+                    "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",
+                    [.integer(Int64(position)), .text(migration.id)])
+            }
+            done.append(migration.id)
+        }
+        return done
+    }
+}

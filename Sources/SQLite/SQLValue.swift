@@ -1,0 +1,52 @@
+/// A value SQLite stores: one of its five storage classes.
+public enum SQLValue: Hashable, Sendable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob([UInt8])
+
+    public var int64: Int64? {
+        if case .integer(let value) = self { return value }
+        return nil
+    }
+
+    public var double: Double? {
+        switch self {
+        case .real(let value): value
+        case .integer(let value): Double(value)
+        default: nil
+        }
+    }
+
+    public var string: String? {
+        if case .text(let value) = self { return value }
+        return nil
+    }
+
+    public var bytes: [UInt8]? {
+        if case .blob(let value) = self { return value }
+        return nil
+    }
+
+    public var isNull: Bool { self == .null }
+}
+
+extension SQLValue: ExpressibleByIntegerLiteral, ExpressibleByStringLiteral, ExpressibleByNilLiteral {
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(stringLiteral value: String) { self = .text(value) }
+    public init(nilLiteral: ()) { self = .null }
+}
+
+/// One result row, by column name.
+public struct Row: Sendable, Hashable {
+    public let columns: [String]
+    public let values: [SQLValue]
+
+    public subscript(_ column: String) -> SQLValue {
+        guard let index = columns.firstIndex(of: column) else { return .null }
+        return values[index]
+    }
+
+    public subscript(_ index: Int) -> SQLValue { values[index] }
+}

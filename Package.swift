@@ -25,12 +25,15 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // libmicrohttpd (libmicrohttpd-dev) behind a tiny synchronous C facade; its types stay in server.c.
+        .target(name: "CHTTPServer", linkerSettings: [.linkedLibrary("microhttpd")]),
 
         // Swift wrappers and small hand-written foundations.
         .target(name: "ASN1", swiftSettings: upcoming),
         .target(name: "JSON", swiftSettings: upcoming),
         .target(name: "StoreTime", swiftSettings: upcoming),
         .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: upcoming),
+        .target(name: "HTTP", dependencies: ["CHTTPServer", "JSON"], swiftSettings: upcoming),
         .target(name: "Crypto", dependencies: ["COpenSSL", "ASN1"], swiftSettings: upcoming),
 
         // Domain.
@@ -54,6 +57,7 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "TestSupport"], swiftSettings: upcoming),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "JSON", "TestSupport"], swiftSettings: upcoming),
         .testTarget(
             name: "CatalogTests", dependencies: ["Catalog", "JSON", "StoreTime", "TestSupport"], swiftSettings: upcoming
         ),

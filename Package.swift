@@ -34,6 +34,10 @@ let package = Package(
         .target(name: "StoreTime", swiftSettings: upcoming),
         .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: upcoming),
         .target(name: "HTTP", dependencies: ["CHTTPServer", "JSON"], swiftSettings: upcoming),
+        .target(
+            name: "Emulator",
+            dependencies: ["Catalog", "Crypto", "HTTP", "JSON", "Receipts", "SignedData", "SQLite", "StoreTime"],
+            swiftSettings: upcoming),
         .target(name: "Crypto", dependencies: ["COpenSSL", "ASN1"], swiftSettings: upcoming),
 
         // Domain.
@@ -58,6 +62,10 @@ let package = Package(
         .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "TestSupport"], swiftSettings: upcoming),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "JSON", "TestSupport"], swiftSettings: upcoming),
+        .testTarget(
+            name: "EmulatorTests",
+            dependencies: ["Emulator", "Catalog", "Crypto", "HTTP", "JSON", "Receipts", "SignedData", "StoreTime", "TestSupport"],
+            swiftSettings: upcoming),
         .testTarget(
             name: "CatalogTests", dependencies: ["Catalog", "JSON", "StoreTime", "TestSupport"], swiftSettings: upcoming
         ),

@@ -47,7 +47,10 @@ let package = Package(
 
         // Command line: a library so it is testable in-process, and a thin executable.
         .target(
-            name: "StorekeeperCLI", dependencies: ["Receipts", "SignedData", "Crypto", "ASN1", "JSON"],
+            name: "StorekeeperCLI",
+            dependencies: [
+                "Receipts", "SignedData", "Crypto", "ASN1", "JSON", "Emulator", "Catalog", "HTTP", "StoreTime",
+            ],
             swiftSettings: upcoming),
         .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),
 
@@ -64,7 +67,9 @@ let package = Package(
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "JSON", "TestSupport"], swiftSettings: upcoming),
         .testTarget(
             name: "EmulatorTests",
-            dependencies: ["Emulator", "Catalog", "Crypto", "HTTP", "JSON", "Receipts", "SignedData", "StoreTime", "TestSupport"],
+            dependencies: [
+                "Emulator", "Catalog", "Crypto", "HTTP", "JSON", "Receipts", "SignedData", "StoreTime", "TestSupport",
+            ],
             swiftSettings: upcoming),
         .testTarget(
             name: "CatalogTests", dependencies: ["Catalog", "JSON", "StoreTime", "TestSupport"], swiftSettings: upcoming

@@ -21,6 +21,10 @@ public enum Storekeeper {
           jws decode                  Decode a JWS without verifying it.
           jws sign                    Sign a JSON payload as ES256 with an x5c chain.
           offer sign                  Sign a promotional offer (V1 signature or V2 JWS).
+          appstore serve              Run the App Store emulator (verifyReceipt, /_emulator/v1 API).
+          appstore certs              Export the emulator's root certificates.
+          appstore account|device|install|buy|transactions|finish|receipt|advance
+                                      Drive a running emulator from the shell.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
 
@@ -40,6 +44,16 @@ public enum Storekeeper {
             (["jws", "decode"], JWSCommands.decodeSpec, JWSCommands.decode),
             (["jws", "sign"], JWSCommands.signSpec, JWSCommands.sign),
             (["offer", "sign"], JWSCommands.offerSpec, JWSCommands.offer),
+            (["appstore", "serve"], AppStoreCommands.serveSpec, AppStoreCommands.serve),
+            (["appstore", "certs"], AppStoreCommands.certsSpec, AppStoreCommands.certs),
+            (["appstore", "account"], AppStoreCommands.accountSpec, AppStoreCommands.account),
+            (["appstore", "device"], AppStoreCommands.deviceSpec, AppStoreCommands.device),
+            (["appstore", "install"], AppStoreCommands.installSpec, AppStoreCommands.install),
+            (["appstore", "buy"], AppStoreCommands.buySpec, AppStoreCommands.buy),
+            (["appstore", "transactions"], AppStoreCommands.transactionsSpec, AppStoreCommands.transactions),
+            (["appstore", "finish"], AppStoreCommands.finishSpec, AppStoreCommands.finish),
+            (["appstore", "receipt"], AppStoreCommands.receiptSpec, AppStoreCommands.receipt),
+            (["appstore", "advance"], AppStoreCommands.advanceSpec, AppStoreCommands.advance),
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
         ]

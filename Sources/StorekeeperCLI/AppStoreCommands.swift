@@ -1,0 +1,305 @@
+import Catalog
+import Crypto
+import Emulator
+import Foundation
+import HTTP
+import JSON
+import StoreTime
+import Synchronization
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `storekeeper appstore …`: the emulator server, its certificates, and a small client to drive it.
+enum AppStoreCommands {
+    static let serveSpec = Arguments.Spec(
+        command: "storekeeper appstore serve", abstract: "Run the App Store emulator.",
+        options: [
+            .init(
+                name: "storekit", valueName: "file", help: "An Xcode .storekit catalogue (default: a built-in one).",
+                repeatable: true),
+            .init(
+                name: "config", valueName: "file",
+                help: "Apps as JSON: {\"apps\": [{\"bundleId\", \"appAppleId\", \"version\", \"sharedSecret\"}]}."),
+            .init(
+                name: "bundle-id", valueName: "id", help: "An app to sell for (default: com.example.storekeeper).",
+                repeatable: true),
+            .init(
+                name: "data", valueName: "dir",
+                help: "Where state and certificates are kept (default: storekeeper-data)."),
+            .init(name: "host", valueName: "address", help: "IPv4 address to listen on (default: 127.0.0.1)."),
+            .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8080)."),
+            .init(name: "rate", valueName: "name", help: "Time rate, e.g. monthlyRenewalEveryFiveMinutes or realTime."),
+        ],
+        discussion: "Prints the address it listens on, then serves until SIGINT or SIGTERM.")
+
+    static let certsSpec = Arguments.Spec(
+        command: "storekeeper appstore certs", abstract: "Export the emulator's root certificates (DER and PEM).",
+        options: [
+            .init(name: "data", valueName: "dir", help: "The emulator's data directory (default: storekeeper-data)."),
+            .init(name: "out", valueName: "dir", help: "Where to write receipt-root.{cer,pem} and jws-root.{cer,pem}."),
+        ])
+
+    static let clientOptions: [Arguments.Spec.Option] = [
+        .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+        .init(name: "device", valueName: "uuid", help: "The device."),
+        .init(name: "bundle-id", valueName: "id", help: "The app (default: com.example.storekeeper)."),
+    ]
+
+    static let accountSpec = Arguments.Spec(
+        command: "storekeeper appstore account", abstract: "Create a test account.",
+        options: [
+            .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+            .init(name: "environment", valueName: "name", help: "Sandbox (default) or Production."),
+            .init(name: "storefront", valueName: "code", help: "ISO 3166-1 alpha-3 storefront (default: USA)."),
+        ])
+    static let deviceSpec = Arguments.Spec(
+        command: "storekeeper appstore device", abstract: "Create a device for an account.",
+        options: [
+            .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+            .init(name: "account", valueName: "id", help: "The account."),
+        ])
+    static let installSpec = Arguments.Spec(
+        command: "storekeeper appstore install", abstract: "Install or update the app on a device.",
+        options: clientOptions + [.init(name: "version", valueName: "v", help: "The app version.")])
+    static let buySpec = Arguments.Spec(
+        command: "storekeeper appstore buy", abstract: "Buy a product on a device.",
+        options: clientOptions + [
+            .init(name: "product", valueName: "id", help: "The product."),
+            .init(name: "quantity", valueName: "n", help: "How many (consumables only)."),
+            .init(name: "app-account-token", valueName: "uuid", help: "The appAccountToken."),
+        ])
+    static let transactionsSpec = Arguments.Spec(
+        command: "storekeeper appstore transactions", abstract: "List the device's unfinished transactions.",
+        options: clientOptions)
+    static let finishSpec = Arguments.Spec(
+        command: "storekeeper appstore finish", abstract: "Finish a transaction.",
+        options: clientOptions + [.init(name: "transaction", valueName: "id", help: "The transaction.")])
+    static let receiptSpec = Arguments.Spec(
+        command: "storekeeper appstore receipt", abstract: "Print the device's app receipt (base64).",
+        options: clientOptions)
+    static let advanceSpec = Arguments.Spec(
+        command: "storekeeper appstore advance", abstract: "Advance the store clock and run what falls due.",
+        options: [
+            .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+            .init(name: "by", valueName: "period", help: "ISO 8601 duration of store time, e.g. P1M."),
+            .init(name: "rate", valueName: "name", help: "Switch to this time rate first."),
+        ])
+
+    // MARK: - Server
+
+    static func serve(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        var rate: TimeRate?
+        if let name = arguments.value("rate") {
+            guard let parsed = TimeRate(name: name) else { throw UsageError("'\(name)' is not a time rate") }
+            rate = parsed
+        }
+        let port = Int(arguments.value("port") ?? "8080") ?? -1
+        guard (0...65_535).contains(port) else { throw UsageError("--port must be 0 to 65535") }
+        var catalogs: [StoreKitConfiguration] = []
+        for path in arguments.all("storekit") {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw RuntimeError("cannot read '\(path)'")
+            }
+            do {
+                catalogs.append(try StoreKitConfiguration(data: Array(data)))
+            } catch {
+                throw RuntimeError("'\(path)': \(error.description)")
+            }
+        }
+        if catalogs.isEmpty { catalogs = [try! StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))] }
+        var apps = try loadApps(arguments.value("config"))
+        for bundleID in arguments.all("bundle-id") where !apps.contains(where: { $0.bundleID == bundleID }) {
+            apps.append(AppConfiguration(bundleID: bundleID))
+        }
+        if apps.isEmpty { apps = [AppConfiguration(bundleID: DefaultCatalog.bundleID)] }
+        let data = URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data")
+        let (finalCatalogs, finalApps, finalRate) = (catalogs, apps, rate ?? catalogs.first?.settings.timeRate)
+        let store = try blocking {
+            try await AppStore(catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate)
+        }
+        let server = try HTTPServer(
+            host: arguments.value("host") ?? "127.0.0.1", port: port, responder: store.responder(),
+            log: { line in console.writeError("access \(line)\n") })
+        console.write(
+            "Storekeeper App Store emulator listening on http://\(arguments.value("host") ?? "127.0.0.1"):\(server.port)\n"
+        )
+        console.write("  apps: \(apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
+        waitForTermination()
+        server.stop()
+        console.write("stopped\n")
+        return 0
+    }
+
+    static func loadApps(_ path: String?) throws -> [AppConfiguration] {
+        guard let path else { return [] }
+        guard let data = FileManager.default.contents(atPath: path),
+            let root = try? JSONParser.parse(Array(data)).objectValue,
+            let list = root["apps"]?.arrayValue
+        else { throw RuntimeError("'\(path)' is not a JSON object with an \"apps\" array") }
+        return try list.map { item in
+            guard let bundleID = item["bundleId"]?.stringValue else {
+                throw RuntimeError("an app in '\(path)' has no bundleId")
+            }
+            return AppConfiguration(
+                bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value ?? 1_234_567_890,
+                version: item["version"]?.stringValue ?? "1.0", sharedSecret: item["sharedSecret"]?.stringValue)
+        }
+    }
+
+    /// Blocks until SIGINT or SIGTERM.
+    static func waitForTermination() {
+        let done = DispatchSemaphore(value: 0)
+        var sources: [any DispatchSourceSignal] = []
+        for signalNumber in [SIGINT, SIGTERM] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler { done.signal() }
+            source.resume()
+            sources.append(source)
+        }
+        done.wait()
+        sources.forEach { $0.cancel() }
+    }
+
+    static func certs(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let out = arguments.value("out") else { throw UsageError("Missing expected argument '--out <dir>'") }
+        let pki = try EmulatorPKI.loadOrCreate(
+            in: URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data").appendingPathComponent("pki"))
+        let directory = URL(fileURLWithPath: out)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        for (name, certificate) in [("receipt-root", pki.receipts.root), ("jws-root", pki.signedData.root)] {
+            try Data(certificate.derEncoded).write(to: directory.appendingPathComponent(name + ".cer"))
+            try Data(certificate.pemEncoded.utf8).write(to: directory.appendingPathComponent(name + ".pem"))
+        }
+        console.write("Wrote receipt-root.cer/.pem and jws-root.cer/.pem to \(directory.path)\n")
+        return 0
+    }
+
+    // MARK: - Client
+
+    static func account(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        try call(
+            arguments, console, "POST", "/_emulator/v1/accounts",
+            [
+                "environment": .string(arguments.value("environment") ?? "Sandbox"),
+                "storefront": .string(arguments.value("storefront") ?? "USA"),
+            ])
+    }
+
+    static func device(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let account = arguments.value("account") else {
+            throw UsageError("Missing expected argument '--account <id>'")
+        }
+        return try call(arguments, console, "POST", "/_emulator/v1/devices", ["accountId": .string(account)])
+    }
+
+    static func install(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        var body = JSONObject()
+        if let version = arguments.value("version") { body["version"] = .string(version) }
+        return try call(arguments, console, "POST", try appPath(arguments) + "/install", body)
+    }
+
+    static func buy(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let product = arguments.value("product") else {
+            throw UsageError("Missing expected argument '--product <id>'")
+        }
+        var body: JSONObject = ["productId": .string(product)]
+        if let quantity = arguments.value("quantity") {
+            guard let number = Int64(quantity) else { throw UsageError("'\(quantity)' is not a quantity") }
+            body["quantity"] = .integer(number)
+        }
+        if let token = arguments.value("app-account-token") { body["appAccountToken"] = .string(token) }
+        return try call(arguments, console, "POST", try appPath(arguments) + "/payments", body)
+    }
+
+    static func transactions(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        try call(arguments, console, "GET", try appPath(arguments) + "/transactions", nil)
+    }
+
+    static func finish(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let transaction = arguments.value("transaction") else {
+            throw UsageError("Missing expected argument '--transaction <id>'")
+        }
+        return try call(arguments, console, "POST", try appPath(arguments) + "/transactions/\(transaction)/finish", nil)
+    }
+
+    static func receipt(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let (status, body) = try request(arguments, "GET", try appPath(arguments) + "/receipt", nil)
+        guard status == 200, let receipt = body["receipt"]?.stringValue else {
+            console.write(JSONWriter.string(body, pretty: true) + "\n")
+            return 1
+        }
+        console.write(receipt + "\n")
+        return 0
+    }
+
+    static func advance(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        var body = JSONObject()
+        if let period = arguments.value("by") {
+            guard StorePeriod(period) != nil else {
+                throw UsageError("'\(period)' is not an ISO 8601 duration such as P1M")
+            }
+            body["advance"] = .string(period)
+        }
+        if let rate = arguments.value("rate") { body["rate"] = .string(rate) }
+        return try call(arguments, console, "POST", "/_emulator/v1/clock", body)
+    }
+
+    static func appPath(_ arguments: Arguments) throws -> String {
+        guard let device = arguments.value("device") else {
+            throw UsageError("Missing expected argument '--device <uuid>'")
+        }
+        return "/_emulator/v1/devices/\(device)/apps/\(arguments.value("bundle-id") ?? DefaultCatalog.bundleID)"
+    }
+
+    static func call(_ arguments: Arguments, _ console: Console, _ method: String, _ path: String, _ body: JSONObject?)
+        throws -> Int32
+    {
+        let (status, response) = try request(arguments, method, path, body)
+        if response != .null { console.write(JSONWriter.string(response, pretty: true) + "\n") }
+        return (200..<300).contains(status) ? 0 : 1
+    }
+
+    static func request(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) throws -> (
+        Int, JSONValue
+    ) {
+        let base = arguments.value("url") ?? "http://127.0.0.1:8080"
+        guard let url = URL(string: base + path) else { throw UsageError("'\(base)' is not a URL") }
+        var request = URLRequest(url: url, timeoutInterval: 30)
+        request.httpMethod = method
+        if let body {
+            request.httpBody = Data(JSONWriter.bytes(.object(body)))
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let prepared = request
+        let result = try blocking { () async throws -> (Data, URLResponse) in
+            try await URLSession.shared.data(for: prepared)
+        }
+        let status = (result.1 as? HTTPURLResponse)?.statusCode ?? 0
+        return (
+            status,
+            result.0.isEmpty
+                ? .null
+                : ((try? JSONParser.parse(Array(result.0))) ?? .string(String(decoding: result.0, as: UTF8.self)))
+        )
+    }
+}
+
+/// Runs async work from synchronous command code and waits for it.
+func blocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) throws -> T {
+    let outcome = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let result: Result<T, any Error>
+        do { result = .success(try await work()) } catch { result = .failure(error) }
+        outcome.withLock { $0 = result }
+        done.signal()
+    }
+    done.wait()
+    return try outcome.withLock { $0! }.get()
+}

@@ -249,3 +249,72 @@ struct ExecutableTests {
         #expect(garbage.status == 1)
     }
 }
+
+struct StartFailure: Error {
+    let output: String
+}
+
+/// `storekeeper appstore serve` as a real process: purchases over HTTP, `kill -9`, restart on the same data.
+@Suite("storekeeper appstore serve")
+struct AppStoreServeTests {
+    /// Starts the emulator and returns the process and its base URL (read from its first output line).
+    static func start(binary: String, data: URL) throws -> (Process, String, Pipe) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["appstore", "serve", "--port", "0", "--data", data.path]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var line: [UInt8] = []
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line += chunk
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard let range = text.range(of: "http://127.0.0.1:[0-9]+", options: .regularExpression) else {
+            process.terminate()
+            throw StartFailure(output: text)
+        }
+        return (process, String(text[range]), output)
+    }
+
+    static func call(_ url: String, _ method: String = "GET", _ body: String? = nil) throws -> JSONValue {
+        var arguments = ["-s", "-X", method, url]
+        if let body { arguments += ["-H", "Content-Type: application/json", "-d", body] }
+        let run = try ExternalTool.run(ExternalTool.find("curl")!, arguments)
+        return run.stdout.isEmpty ? .null : try JSONParser.parse(run.stdout)
+    }
+
+    @Test(
+        "After kill -9 and a restart on the same data directory, acknowledged purchases are still there",
+        .enabled(
+            if: ExecutableTests.binary != nil && ExternalTool.find("curl") != nil, "storekeeper binary or curl missing")
+    )
+    func killAndRestart() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let data = try ExternalTool.temporaryDirectory()
+        var (process, base, _) = try Self.start(binary: binary, data: data)
+        let account = try Self.call(
+            base + "/_emulator/v1/accounts", "POST", #"{"environment":"Sandbox","storefront":"USA"}"#)
+        let device = try Self.call(
+            base + "/_emulator/v1/devices", "POST", #"{"accountId":"\#(account["accountId"]!.stringValue!)"}"#)
+        let app = base + "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/com.example.storekeeper"
+        _ = try Self.call(app + "/install", "POST", #"{"version":"1"}"#)
+        let bought = try Self.call(app + "/payments", "POST", #"{"productId":"com.example.storekeeper.pro"}"#)
+        let transactionID = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        (process, base, _) = try Self.start(binary: binary, data: data)
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        let queue = try Self.call(
+            base + "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/com.example.storekeeper/transactions"
+        )
+        #expect(queue["transactions"]?.arrayValue?.first?["transactionIdentifier"] == .string(transactionID))
+        #expect(process.isRunning)
+    }
+}

@@ -323,3 +323,36 @@ struct AppStoreTests {
         #expect(receipt.isValid)
     }
 }
+
+/// The emulator's signed data through Apple's own Python library, trusting the exported root.
+@Suite(
+    "Emulator JWS in Apple's Python library",
+    .enabled(if: PythonInterop.python != nil, Comment(rawValue: PythonInterop.missingMessage)))
+struct EmulatorPythonInteropTests {
+    @Test(
+        "Apple's SignedDataVerifier accepts the emulator's transactions, renewal-free entitlements and app transaction")
+    func accepted() async throws {
+        let harness = try await AppStoreTests.Harness.make()
+        let app = try await harness.device()
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        let (_, appTransaction) = try await harness.call("GET", app + "/app-transaction")
+        let root = await harness.store.pki.signedData.root
+        var input = ""
+        for (token, type) in [
+            (bought["jwsRepresentation"]!.stringValue!, "transaction"),
+            (appTransaction["signedAppTransaction"]!.stringValue!, "app-transaction"),
+        ] {
+            let line: JSONObject = [
+                "token": .string(token), "roots": .array([.string(Data(root.derEncoded).base64EncodedString())]),
+                "environment": .string("Sandbox"), "bundleId": .string(AppStoreTests.bundleID),
+                "appAppleId": .integer(1_234_567_890),
+                "type": .string(type), "strict": .bool(true),
+            ]
+            input += JSONWriter.string(.object(line)) + "\n"
+        }
+        let run = try ExternalTool.run(
+            try #require(PythonInterop.python), [PythonInterop.verifierScript], stdin: Array(input.utf8))
+        #expect(run.status == 0, "\(run.stderrText)")
+        #expect(run.stdoutText.split(separator: "\n").map(String.init) == [#"{"status": "OK"}"#, #"{"status": "OK"}"#])
+    }
+}

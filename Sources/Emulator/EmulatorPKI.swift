@@ -11,7 +11,8 @@ public struct EmulatorPKI: Sendable {
     /// Loads the chains from `directory`, creating and saving them when absent. Key files are written 0600.
     public static func loadOrCreate(in directory: URL) throws -> EmulatorPKI {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let validity = (Date(timeIntervalSince1970: 1_577_836_800), Date(timeIntervalSince1970: 2_524_608_000))  // 2020–2050
+        // 2020-01-01 to 2050-01-01: store time may be advanced by years.
+        let validity = (Date(timeIntervalSince1970: 1_577_836_800), Date(timeIntervalSince1970: 2_524_608_000))
         func chain(_ prefix: String, _ kind: SigningChain.KeyKind, _ leafName: String) throws -> SigningChain.Loaded {
             if let loaded = try? SigningChain.Loaded(directory: directory, prefix: prefix) { return loaded }
             var options = SigningChain.Options(caValidity: validity, leafValidity: validity)

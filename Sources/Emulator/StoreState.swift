@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// An app the emulator sells for (`--config` JSON or `--bundle-id`).
 public struct AppConfiguration: Codable, Sendable, Hashable {

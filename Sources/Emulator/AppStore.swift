@@ -31,7 +31,7 @@ public actor AppStore {
     let catalog: [StoreKitConfiguration]
     let apps: [String: AppConfiguration]
     public let pki: EmulatorPKI
-    private let database: Database
+    private let storage: any StateStorage
     private var state: StoreState
     private let realNow: @Sendable () -> Date
     private let randomBytes: @Sendable (Int) -> [UInt8]
@@ -39,9 +39,11 @@ public actor AppStore {
     /// Renewals stop after this many in the sandbox, as Apple's sandbox does.
     public static let sandboxRenewalCap = 12
 
-    /// Opens the store kept in `dataDirectory` (state and certificates), creating it on first start.
+    /// Opens the store kept in `dataDirectory` (certificates, and the state in SQLite unless `storage` is
+    /// given), creating it on first start.
     public init(
         catalog: [StoreKitConfiguration], apps: [AppConfiguration], dataDirectory: URL, rate: TimeRate? = nil,
+        storage: (any StateStorage)? = nil,
         realNow: @escaping @Sendable () -> Date = { Date() },
         randomBytes: @escaping @Sendable (Int) -> [UInt8] = {
             (try? SecureRandom.bytes($0)) ?? [UInt8](repeating: 0, count: $0)
@@ -53,13 +55,16 @@ public actor AppStore {
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))
         self.realNow = realNow
         self.randomBytes = randomBytes
-        database = try Database(path: dataDirectory.appendingPathComponent("store.sqlite").path)
-        try await database.migrate([
-            Migration("001-state", "CREATE TABLE state (id INTEGER PRIMARY KEY CHECK (id = 1), document BLOB NOT NULL)")
-        ])
-        let rows = try await database.read { try $0.execute("SELECT document FROM state WHERE id = 1") }
-        if let bytes = rows.first?["document"].bytes {
-            state = try JSONDecoder().decode(StoreState.self, from: Data(bytes))
+        let opened: any StateStorage
+        if let storage {
+            opened = storage
+        } else {
+            opened = try await SQLiteStateStorage(path: dataDirectory.appendingPathComponent("store.sqlite").path)
+        }
+        self.storage = opened
+        let storage = opened
+        if let document = try await storage.load() {
+            state = try JSONDecoder().decode(StoreState.self, from: Data(document))
         } else {
             state = StoreState()
         }
@@ -68,11 +73,7 @@ public actor AppStore {
     }
 
     private func save() async throws {
-        let document = try JSONEncoder().encode(state)
-        try await database.write { connection in
-            try connection.execute(
-                "INSERT OR REPLACE INTO state (id, document) VALUES (1, ?)", [.blob(Array(document))])
-        }
+        try await storage.save(Array(try JSONEncoder().encode(state)))
     }
 
     // MARK: - Clock
@@ -241,7 +242,7 @@ public actor AppStore {
     public func pay(
         deviceID: String, bundleID: String, productID: String, quantity: Int, applicationUsername: String?,
         appAccountToken: String?
-    ) async throws -> (transaction: JSONObject, jws: String) {
+    ) async throws -> (transaction: JSONObject, jws: String?) {
         let device = try self.device(deviceID)
         _ = try app(bundleID)
         guard state.installs.contains(where: { $0.deviceID == device.id && $0.bundleID == bundleID }) else {
@@ -255,9 +256,35 @@ public actor AppStore {
             throw EmulatorError.invalid("appAccountToken must be a UUID")
         }
         let current = now
+        let account = state.accounts.first { $0.id == device.accountID }
+        if account?.askToBuy == true || account?.purchaseFailure != nil {
+            let deferred = account?.askToBuy == true
+            let pending = StoreState.PendingPayment(
+                id: state.newTransactionID(), accountID: device.accountID, bundleID: bundleID, productID: productID,
+                quantity: quantity, date: current, state: deferred ? "deferred" : "failed",
+                reason: deferred ? nil : account?.purchaseFailure, finished: false,
+                appAccountToken: appAccountToken?.lowercased(),
+                applicationUsername: applicationUsername,
+                resolvable: !deferred && account?.purchaseFailure == "interrupted")
+            state.pending = (state.pending ?? []) + [pending]
+            try await save()
+            return (pendingEntry(pending), nil)
+        }
+        return try await purchase(
+            accountID: device.accountID, bundleID: bundleID, productID: productID, quantity: quantity,
+            applicationUsername: applicationUsername, appAccountToken: appAccountToken)
+    }
+
+    /// Records a completed purchase and returns its queue entry and JWS.
+    private func purchase(
+        accountID: String, bundleID: String, productID: String, quantity: Int, applicationUsername: String?,
+        appAccountToken: String?
+    ) async throws -> (transaction: JSONObject, jws: String?) {
+        guard let entry = entry(productID) else { throw EmulatorError.notFound("no product \(productID)") }
+        let current = now
         let id = state.newTransactionID()
         var transaction = StoreState.Transaction(
-            id: id, originalID: id, accountID: device.accountID, bundleID: bundleID, productID: productID,
+            id: id, originalID: id, accountID: accountID, bundleID: bundleID, productID: productID,
             kind: entry.kind.rawValue,
             quantity: quantity, purchaseDate: current, originalPurchaseDate: current, expiresDate: nil,
             webOrderLineItemID: nil,
@@ -279,13 +306,29 @@ public actor AppStore {
     /// Unfinished transactions of the device's account for the app, oldest first.
     public func unfinished(deviceID: String, bundleID: String) throws -> [JSONValue] {
         let device = try self.device(deviceID)
-        return state.transactions.filter { $0.accountID == device.accountID && $0.bundleID == bundleID && !$0.finished }
-            .sorted { ($0.purchaseDate, $0.id) < ($1.purchaseDate, $1.id) }
-            .map { .object(queueEntry($0, state: "purchased")) }
+        let purchased = state.transactions.filter {
+            $0.accountID == device.accountID && $0.bundleID == bundleID && !$0.finished
+        }
+        .map { (date: $0.purchaseDate, id: $0.id, entry: queueEntry($0, state: "purchased")) }
+        let pending = (state.pending ?? []).filter {
+            $0.accountID == device.accountID && $0.bundleID == bundleID && !$0.finished
+        }
+        .map { (date: $0.date, id: $0.id, entry: pendingEntry($0)) }
+        return (purchased + pending).sorted { ($0.date, $0.id) < ($1.date, $1.id) }.map { .object($0.entry) }
     }
 
     public func finish(deviceID: String, bundleID: String, transactionID: String) async throws {
         let device = try self.device(deviceID)
+        if let index = (state.pending ?? []).firstIndex(where: {
+            $0.id == transactionID && $0.accountID == device.accountID && $0.bundleID == bundleID && !$0.finished
+        }) {
+            guard state.pending![index].state != "deferred" else {
+                throw EmulatorError.invalid("a deferred transaction ends with its approval or decline, not with finish")
+            }
+            state.pending![index].finished = true
+            try await save()
+            return
+        }
         guard
             let index = state.transactions.firstIndex(where: {
                 $0.id == transactionID && $0.accountID == device.accountID && $0.bundleID == bundleID
@@ -302,6 +345,120 @@ public actor AppStore {
             .filter { $0.kind != ProductKind.consumable.rawValue }
             .map { .object(queueEntry($0, state: "restored")) }
     }
+
+    private func pendingEntry(_ payment: StoreState.PendingPayment) -> JSONObject {
+        var object: JSONObject = [
+            "transactionIdentifier": .string(payment.id), "productIdentifier": .string(payment.productID),
+            "state": .string(payment.state), "transactionDate": .integer(ReceiptDate.milliseconds(payment.date)),
+            "quantity": .integer(Int64(payment.quantity)),
+        ]
+        if let reason = payment.reason {
+            object["error"] = .object([
+                "code": .string(reason),
+                "message": .string("the payment \(reason == "declined" ? "was declined" : reason)"),
+            ])
+        }
+        if let username = payment.applicationUsername { object["applicationUsername"] = .string(username) }
+        if let token = payment.appAccountToken { object["appAccountToken"] = .string(token) }
+        return object
+    }
+
+    // MARK: - Ask to Buy, failure injection, volume purchase
+
+    /// Sets the account's Ask to Buy switch and purchase-failure injection ("failed", "interrupted" or none).
+    public func configureAccount(_ accountID: String, askToBuy: Bool?, purchaseFailure: String??) async throws
+        -> JSONObject
+    {
+        guard let index = state.accounts.firstIndex(where: { $0.id == accountID }) else {
+            throw EmulatorError.notFound("no account \(accountID)")
+        }
+        if let askToBuy { state.accounts[index].askToBuy = askToBuy }
+        if let purchaseFailure {
+            guard purchaseFailure == nil || purchaseFailure == "failed" || purchaseFailure == "interrupted" else {
+                throw EmulatorError.invalid("purchaseFailure must be failed, interrupted or null")
+            }
+            state.accounts[index].purchaseFailure = purchaseFailure
+        }
+        try await save()
+        let account = state.accounts[index]
+        return [
+            "accountId": .string(account.id), "askToBuy": .bool(account.askToBuy ?? false),
+            "purchaseFailure": account.purchaseFailure.map(JSONValue.string) ?? .null,
+        ]
+    }
+
+    /// Approves or declines a deferred (Ask to Buy) payment: approval delivers a purchase to the queue, a
+    /// decline a failed transaction.
+    public func decide(accountID: String, paymentID: String, approve: Bool) async throws -> JSONObject {
+        guard
+            let index = (state.pending ?? []).firstIndex(where: {
+                $0.id == paymentID && $0.accountID == accountID && $0.state == "deferred"
+            })
+        else { throw EmulatorError.notFound("no deferred payment \(paymentID) for this account") }
+        let payment = state.pending![index]
+        if approve {
+            state.pending![index].state = "approved"
+            state.pending![index].finished = true
+            let result = try await purchase(
+                accountID: accountID, bundleID: payment.bundleID, productID: payment.productID,
+                quantity: payment.quantity,
+                applicationUsername: payment.applicationUsername, appAccountToken: payment.appAccountToken)
+            return result.transaction
+        }
+        state.pending![index].state = "failed"
+        state.pending![index].reason = "declined"
+        try await save()
+        return pendingEntry(state.pending![index])
+    }
+
+    /// Completes the account's interrupted payments (the customer fixed what interrupted them).
+    public func resolveInterruptions(accountID: String) async throws -> [JSONValue] {
+        var delivered: [JSONValue] = []
+        for index in (state.pending ?? []).indices
+        where state.pending![index].accountID == accountID && state.pending![index].resolvable {
+            state.pending![index].resolvable = false
+            let payment = state.pending![index]
+            let result = try await purchase(
+                accountID: accountID, bundleID: payment.bundleID, productID: payment.productID,
+                quantity: payment.quantity,
+                applicationUsername: payment.applicationUsername, appAccountToken: payment.appAccountToken)
+            delivered.append(.object(result.transaction))
+        }
+        try await save()
+        return delivered
+    }
+
+    /// Assigns or revokes a Volume Purchase Program licence for the app on a device.
+    public func volumePurchase(deviceID: String, bundleID: String, action: String) async throws -> JSONObject {
+        let device = try self.device(deviceID)
+        guard let index = state.installs.firstIndex(where: { $0.deviceID == device.id && $0.bundleID == bundleID })
+        else {
+            throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
+        }
+        switch action {
+        case "assign":
+            state.installs[index].vppAssigned = true
+            state.installs[index].vppRevokedAt = nil
+        case "revoke":
+            guard state.installs[index].vppAssigned == true else {
+                throw EmulatorError.invalid("no licence is assigned")
+            }
+            state.installs[index].vppRevokedAt = now
+        default:
+            throw EmulatorError.invalid("action must be assign or revoke")
+        }
+        try await save()
+        let install = state.installs[index]
+        var object: JSONObject = ["assigned": .bool(install.vppAssigned == true)]
+        if let revoked = install.vppRevokedAt {
+            object["revokedAt"] = .integer(ReceiptDate.milliseconds(revoked))
+            object["expiresAt"] = .integer(ReceiptDate.milliseconds(revoked.addingTimeInterval(Self.vppGrace)))
+        }
+        return object
+    }
+
+    /// A revoked licence's receipt stops validating this long after the revocation.
+    public static let vppGrace: TimeInterval = 30 * 86_400
 
     private func queueEntry(_ transaction: StoreState.Transaction, state: String) -> JSONObject {
         var object: JSONObject = [
@@ -326,21 +483,41 @@ public actor AppStore {
         }.sorted { ($0.purchaseDate, $0.id) < ($1.purchaseDate, $1.id) }
     }
 
+    /// Sandbox receipt-refresh properties (`SKReceiptRefreshRequest(receiptProperties:)`).
+    public struct RefreshProperties: Sendable {
+        public var volumePurchase = false
+        public var expired = false
+        public var revoked = false
+        public init(volumePurchase: Bool = false, expired: Bool = false, revoked: Bool = false) {
+            (self.volumePurchase, self.expired, self.revoked) = (volumePurchase, expired, revoked)
+        }
+    }
+
     /// The device's unified receipt for the app, signed now.
-    public func receipt(deviceID: String, bundleID: String) throws -> [UInt8] {
+    public func receipt(deviceID: String, bundleID: String, refresh: RefreshProperties = RefreshProperties()) throws
+        -> [UInt8]
+    {
         let device = try self.device(deviceID)
         let app = try self.app(bundleID)
         guard let install = state.installs.first(where: { $0.deviceID == device.id && $0.bundleID == bundleID }) else {
             throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
         }
         let production = try environment(of: device) == "Production"
+        let current = now
+        let volume = install.vppAssigned == true || refresh.volumePurchase || refresh.expired || refresh.revoked
+        var expiration: Date?
+        if let revoked = install.vppRevokedAt { expiration = revoked.addingTimeInterval(Self.vppGrace) }
+        if refresh.revoked { expiration = Self.wholeSeconds(current).addingTimeInterval(Self.vppGrace) }
+        if refresh.expired { expiration = Self.wholeSeconds(current).addingTimeInterval(-1) }
+        let type = (production ? "Production" : "ProductionSandbox")
+            .replacingOccurrences(of: "Production", with: volume ? "ProductionVPP" : "Production")
         var receipt = Receipt(
-            receiptType: production ? "Production" : "ProductionSandbox", appItemID: production ? app.appAppleID : 0,
+            receiptType: type, appItemID: production ? app.appAppleID : 0,
             bundleID: bundleID, appVersion: install.version, opaqueValue: randomBytes(16), sha1Hash: [],
             ageRating: "4+",
             developerID: 0, creationDate: Self.wholeSeconds(now), downloadID: 0, versionExternalID: 0,
             originalPurchaseDate: Self.wholeSeconds(install.originalPurchaseDate),
-            originalAppVersion: install.originalVersion,
+            originalAppVersion: install.originalVersion, expirationDate: expiration.map(Self.wholeSeconds),
             inAppPurchases: receiptTransactions(accountID: device.accountID, bundleID: bundleID).map(Self.inAppPurchase)
         )
         receipt.sha1Hash = receipt.deviceHash(for: Self.uuidBytes(device.id))

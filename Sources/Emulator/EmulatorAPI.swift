@@ -134,7 +134,10 @@ extension AppStore {
                     quantity: Int(clamping: quantity), applicationUsername: body["applicationUsername"]?.stringValue,
                     appAccountToken: body["appAccountToken"]?.stringValue)
                 return .json(
-                    .object(["transaction": .object(transaction), "jwsRepresentation": .string(jws)]), status: 201)
+                    .object([
+                        "transaction": .object(transaction), "jwsRepresentation": jws.map(JSONValue.string) ?? .null,
+                    ]),
+                    status: 201)
             })
         router.get(
             app + "/transactions",
@@ -166,9 +169,15 @@ extension AppStore {
             })
         router.get(
             app + "/receipt",
-            guarded { _, context in
+            guarded { request, context in
+                func flag(_ name: String) -> Bool {
+                    ["1", "true", "yes"].contains(request.query[name]?.lowercased() ?? "")
+                }
+                let refresh = AppStore.RefreshProperties(
+                    volumePurchase: flag("vpp"), expired: flag("expired"), revoked: flag("revoked"))
                 let receipt = try await store.receipt(
-                    deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"))
+                    deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
+                    refresh: refresh)
                 return .json(.object(["receipt": .string(Data(receipt).base64EncodedString())]))
             })
         router.get(
@@ -184,6 +193,57 @@ extension AppStore {
                 let signed = try await store.appTransaction(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"))
                 return .json(.object(["signedAppTransaction": .string(signed)]))
+            })
+        router.post(
+            app + "/vpp",
+            guarded { request, context in
+                let action = try request.jsonObject()["action"]?.stringValue ?? ""
+                return .json(
+                    .object(
+                        try await store.volumePurchase(
+                            deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
+                            action: action)))
+            })
+        router.post(
+            base + "/accounts/{account}/settings",
+            guarded { request, context in
+                let body = try request.jsonObject()
+                var failure: String??
+                if let value = body["purchaseFailure"] {
+                    guard value == .null || value.stringValue != nil else {
+                        throw EmulatorError.invalid("purchaseFailure must be a string or null")
+                    }
+                    failure = .some(value.stringValue)
+                }
+                if let value = body["askToBuy"], value.boolValue == nil {
+                    throw EmulatorError.invalid("askToBuy must be a boolean")
+                }
+                return .json(
+                    .object(
+                        try await store.configureAccount(
+                            try context.parameter("account"), askToBuy: body["askToBuy"]?.boolValue,
+                            purchaseFailure: failure)))
+            })
+        for (action, approve) in [("approve", true), ("decline", false)] {
+            router.post(
+                base + "/accounts/{account}/requests/{transaction}/" + action,
+                guarded { _, context in
+                    .json(
+                        .object(
+                            try await store.decide(
+                                accountID: try context.parameter("account"),
+                                paymentID: try context.parameter("transaction"),
+                                approve: approve)))
+                })
+        }
+        router.post(
+            base + "/accounts/{account}/interruptions/resolve",
+            guarded { _, context in
+                .json(
+                    .object([
+                        "transactions": .array(
+                            try await store.resolveInterruptions(accountID: try context.parameter("account")))
+                    ]))
             })
         return router.freeze()
     }

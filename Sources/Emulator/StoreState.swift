@@ -25,6 +25,27 @@ struct StoreState: Codable, Sendable {
         var id: String
         var environment: String  // "Sandbox" | "Production"
         var storefront: String
+        /// Ask to Buy: purchases wait as `deferred` until approved or declined.
+        var askToBuy: Bool?
+        /// Failure injection for the account's purchases: "failed" or "interrupted".
+        var purchaseFailure: String?
+    }
+
+    /// A payment that did not (yet) become a purchase: deferred (Ask to Buy), failed or interrupted.
+    struct PendingPayment: Codable, Sendable {
+        var id: String
+        var accountID: String
+        var bundleID: String
+        var productID: String
+        var quantity: Int
+        var date: Date
+        var state: String  // "deferred" | "failed"
+        var reason: String?  // "declined" | "failed" | "interrupted"
+        var finished: Bool
+        var appAccountToken: String?
+        var applicationUsername: String?
+        /// Interrupted payments complete once the customer resolves the interruption.
+        var resolvable: Bool
     }
 
     struct Device: Codable, Sendable {
@@ -38,6 +59,9 @@ struct StoreState: Codable, Sendable {
         var version: String
         var originalVersion: String
         var originalPurchaseDate: Date
+        /// Volume Purchase Program licence: assigned, and when it was revoked.
+        var vppAssigned: Bool?
+        var vppRevokedAt: Date?
     }
 
     /// A StoreKit transaction; renewals are new transactions with the same original id.
@@ -65,6 +89,7 @@ struct StoreState: Codable, Sendable {
     var devices: [Device] = []
     var installs: [Install] = []
     var transactions: [Transaction] = []
+    var pending: [PendingPayment]? = []
     var nextTransactionID: Int64 = 2_000_000_000_000_001
     var nextWebOrderLineItemID: Int64 = 2_000_000_100_000_001
     var clockOffset: TimeInterval = 0

@@ -356,3 +356,111 @@ struct EmulatorPythonInteropTests {
         #expect(run.stdoutText.split(separator: "\n").map(String.init) == [#"{"status": "OK"}"#, #"{"status": "OK"}"#])
     }
 }
+
+@Suite("Emulator: Ask to Buy, failure injection and volume purchase")
+struct AppStoreScenarioTests {
+    typealias Harness = AppStoreTests.Harness
+
+    @Test("Ask to Buy: deferred until approved (a purchase arrives) or declined (a failed transaction arrives)")
+    func askToBuy() async throws {
+        let harness = try await Harness.make()
+        let (_, account) = try await harness.call("POST", "/_emulator/v1/accounts", ["environment": .string("Sandbox")])
+        let accountID = account["accountId"]!.stringValue!
+        let (_, device) = try await harness.call("POST", "/_emulator/v1/devices", ["accountId": .string(accountID)])
+        let app = "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/\(AppStoreTests.bundleID)"
+        _ = try await harness.call("POST", app + "/install", [:])
+        let (_, settings) = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["askToBuy": .bool(true)])
+        #expect(settings["askToBuy"] == .bool(true))
+        let (_, first) = try await harness.call("POST", app + "/payments", ["productId": .string("pro")])
+        #expect(first["transaction"]?["state"] == .string("deferred"))
+        #expect(first["jwsRepresentation"] == .null)
+        let deferredID = first["transaction"]!["transactionIdentifier"]!.stringValue!
+        #expect(try await harness.call("POST", app + "/transactions/\(deferredID)/finish").0 == 400)
+        let (_, second) = try await harness.call("POST", app + "/payments", ["productId": .string("coins")])
+        let declinedID = second["transaction"]!["transactionIdentifier"]!.stringValue!
+        let (approvedStatus, approved) = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/requests/\(deferredID)/approve")
+        #expect(approvedStatus == 200)
+        #expect(approved["state"] == .string("purchased"))
+        let (_, declined) = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/requests/\(declinedID)/decline")
+        #expect(declined["state"] == .string("failed"))
+        #expect(declined["error"]?["code"] == .string("declined"))
+        let queue = try await harness.call("GET", app + "/transactions").1["transactions"]?.arrayValue ?? []
+        #expect(Set(queue.compactMap { $0["state"]?.stringValue }) == ["purchased", "failed"])
+        #expect(
+            try await harness.call("POST", "/_emulator/v1/accounts/\(accountID)/requests/\(deferredID)/approve").0
+                == 404)
+        let receipt = try #require(
+            ReceiptVerifier(trustedRoots: [await harness.store.pki.receipts.root]).verify(
+                try await harness.receipt(app), expecting: .init(), now: await harness.store.now
+            ).receipt)
+        #expect(receipt.inAppPurchases.map(\.productID) == ["pro"])
+    }
+
+    @Test("Injected failures: failed payments stay out of the receipt; interrupted ones complete when resolved")
+    func failures() async throws {
+        let harness = try await Harness.make()
+        let (_, account) = try await harness.call("POST", "/_emulator/v1/accounts", ["environment": .string("Sandbox")])
+        let accountID = account["accountId"]!.stringValue!
+        let (_, device) = try await harness.call("POST", "/_emulator/v1/devices", ["accountId": .string(accountID)])
+        let app = "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/\(AppStoreTests.bundleID)"
+        _ = try await harness.call("POST", app + "/install", [:])
+        _ = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["purchaseFailure": .string("failed")])
+        let (_, failed) = try await harness.call("POST", app + "/payments", ["productId": .string("pro")])
+        #expect(failed["transaction"]?["state"] == .string("failed"))
+        _ = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["purchaseFailure": .string("interrupted")])
+        let (_, interrupted) = try await harness.call("POST", app + "/payments", ["productId": .string("season")])
+        #expect(interrupted["transaction"]?["error"]?["code"] == .string("interrupted"))
+        #expect(
+            try await harness.call(
+                "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["purchaseFailure": .string("odd")]
+            ).0 == 400)
+        _ = try await harness.call("POST", "/_emulator/v1/accounts/\(accountID)/settings", ["purchaseFailure": .null])
+        let (_, resolved) = try await harness.call("POST", "/_emulator/v1/accounts/\(accountID)/interruptions/resolve")
+        #expect(resolved["transactions"]?.arrayValue?.first?["productIdentifier"] == .string("season"))
+        #expect(
+            try await harness.call("POST", "/_emulator/v1/accounts/\(accountID)/interruptions/resolve").1[
+                "transactions"] == .array([]))
+        let receipt = try #require(
+            ReceiptVerifier(trustedRoots: [await harness.store.pki.receipts.root]).verify(
+                try await harness.receipt(app), expecting: .init(), now: await harness.store.now
+            ).receipt)
+        #expect(receipt.inAppPurchases.map(\.productID) == ["season"])
+    }
+
+    @Test("Volume purchase: VPP receipt type; after a revocation the receipt expires 30 days later; refresh properties")
+    func volumePurchase() async throws {
+        let harness = try await Harness.make()
+        let app = try await harness.device()
+        #expect(try await harness.call("POST", app + "/vpp", ["action": .string("revoke")]).0 == 400)
+        _ = try await harness.call("POST", app + "/vpp", ["action": .string("assign")])
+        let root = await harness.store.pki.receipts.root
+        let verifier = ReceiptVerifier(trustedRoots: [root])
+        let now = await harness.store.now
+        let assigned = verifier.verify(try await harness.receipt(app), expecting: .init(), now: now)
+        #expect(assigned.receipt?.receiptType == "ProductionVPPSandbox")
+        #expect(assigned.receipt?.expirationDate == nil)
+        let (_, revoked) = try await harness.call("POST", app + "/vpp", ["action": .string("revoke")])
+        #expect(revoked["expiresAt"] != nil)
+        let afterRevocation = try await harness.receipt(app)
+        #expect(verifier.verify(afterRevocation, expecting: .init(), now: now).isValid)
+        #expect(
+            verifier.verify(afterRevocation, expecting: .init(), now: now.addingTimeInterval(31 * 86_400)).failure?.code
+                == .receiptExpired)
+        let (_, expiredBody) = try await harness.call("GET", app + "/receipt?expired=1")
+        let expired = Array(Data(base64Encoded: expiredBody["receipt"]!.stringValue!)!)
+        #expect(
+            verifier.verify(expired, expecting: .init(), now: now.addingTimeInterval(1)).failure?.code
+                == .receiptExpired)
+        // verifyReceipt reports the VPP type and the expiry.
+        let (_, answer) = try await harness.call(
+            "POST", "/sandbox/verifyReceipt", ["receipt-data": .string(Data(afterRevocation).base64EncodedString())])
+        #expect(answer["status"] == .integer(0))
+        #expect(answer["receipt"]?["receipt_type"] == .string("ProductionVPPSandbox"))
+        #expect(answer["receipt"]?["expiration_date_ms"] != nil)
+    }
+}

@@ -103,6 +103,14 @@ public actor AppStore {
         return (now, rate)
     }
 
+    /// Runs what fell due while real time passed (renewals at the current rate) and saves it. The HTTP API
+    /// calls this before every request, so a receipt fetched after a scaled month carries the renewal.
+    public func catchUp() async throws {
+        let before = state.transactions.count
+        runDueRenewals()
+        if state.transactions.count != before { try await save() }
+    }
+
     /// Creates renewals for every subscription whose period ended, earliest first, up to the sandbox cap.
     private func runDueRenewals() {
         let current = now

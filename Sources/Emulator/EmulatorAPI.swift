@@ -13,6 +13,7 @@ extension AppStore {
         {
             { request, context in
                 do {
+                    try await store.catchUp()
                     return try await body(request, context)
                 } catch let error as EmulatorError {
                     throw HTTPError(status: error.status, code: error.code, message: error.message)
@@ -22,6 +23,7 @@ extension AppStore {
         func verify(production: Bool) -> Handler {
             { request, _ in
                 let sandboxHost = request.header("Host")?.lowercased().hasPrefix("sandbox.") == true
+                try await store.catchUp()
                 return .json(
                     .object(await store.verifyReceipt(body: request.body, production: production && !sandboxHost)))
             }

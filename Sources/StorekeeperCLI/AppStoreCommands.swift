@@ -145,9 +145,15 @@ enum AppStoreCommands {
             guard let bundleID = item["bundleId"]?.stringValue else {
                 throw RuntimeError("an app in '\(path)' has no bundleId")
             }
-            return AppConfiguration(
+            var app = AppConfiguration(
                 bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value ?? 1_234_567_890,
                 version: item["version"]?.stringValue ?? "1.0", sharedSecret: item["sharedSecret"]?.stringValue)
+            if let urls = item["notificationUrls"]?.objectValue {
+                app.notificationURLs = Dictionary(
+                    urls.members.compactMap { member in member.value.stringValue.map { (member.key, $0) } },
+                    uniquingKeysWith: { first, _ in first })
+            }
+            return app
         }
     }
 

@@ -228,6 +228,20 @@ struct AppStoreTests {
                 == .string("realTime"))
     }
 
+    @Test("Real time passing at the store's rate renews without an explicit advance")
+    func realTimeRenewal() async throws {
+        let time = FakeTime()
+        let harness = try await Harness.make(time: time)
+        let app = try await harness.device()
+        _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        time.value.withLock { $0 = $0.addingTimeInterval(11 * 60) }  // two scaled months at monthly/5 min
+        let receipt = try #require(
+            ReceiptVerifier(trustedRoots: [await harness.store.pki.receipts.root]).verify(
+                try await harness.receipt(app), expecting: .init(), now: await harness.store.now
+            ).receipt)
+        #expect(receipt.inAppPurchases.filter { $0.productID == "monthly" }.count == 3)
+    }
+
     @Test("verifyReceipt answers 0, 21000, 21002, 21003, 21004, 21007, 21008 and 21010 where they apply")
     func verifyReceipt() async throws {
         let harness = try await Harness.make()

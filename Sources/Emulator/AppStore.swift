@@ -30,7 +30,7 @@ public struct EmulatorError: Error, Sendable, CustomStringConvertible {
 public actor AppStore {
     let catalog: [StoreKitConfiguration]
     let apps: [String: AppConfiguration]
-    public let pki: EmulatorPKI
+    public nonisolated let pki: EmulatorPKI
     private let storage: any StateStorage
     private var state: StoreState
     private let realNow: @Sendable () -> Date

@@ -203,7 +203,7 @@ struct AppStoreTests {
         _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
         let (_, clock) = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
         #expect(clock["rate"] == .string("monthlyRenewalEveryFiveMinutes"))
-        let verifier = ReceiptVerifier(trustedRoots: [await harness.store.pki.receipts.root])
+        let verifier = ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root])
         func monthly() async throws -> [InAppPurchase] {
             let receipt = try #require(
                 verifier.verify(try await harness.receipt(app), expecting: .init(), now: await harness.store.now)
@@ -236,7 +236,7 @@ struct AppStoreTests {
         _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
         time.value.withLock { $0 = $0.addingTimeInterval(11 * 60) }  // two scaled months at monthly/5 min
         let receipt = try #require(
-            ReceiptVerifier(trustedRoots: [await harness.store.pki.receipts.root]).verify(
+            ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root]).verify(
                 try await harness.receipt(app), expecting: .init(), now: await harness.store.now
             ).receipt)
         #expect(receipt.inAppPurchases.filter { $0.productID == "monthly" }.count == 3)
@@ -291,7 +291,7 @@ struct AppStoreTests {
                 "/sandbox/verifyReceipt", ["receipt-data": .string(sandboxReceipt), "password": .string("wrong")])[
                     "status"]
                 == .integer(21004))
-        let pki = await harness.store.pki
+        let pki = harness.store.pki
         let stranger = try Receipt.example(
             bundleID: "com.example.unknown", creationDate: await harness.store.now, deviceIdentifier: Self.deviceBytes,
             receiptType: "ProductionSandbox"
@@ -325,10 +325,10 @@ struct AppStoreTests {
         let app = try await first.device()
         _ = try await first.call("POST", app + "/payments", ["productId": .string("pro")])
         _ = try await first.call("POST", "/_emulator/v1/clock", ["advance": .string("P1W")])
-        let root = await first.store.pki.receipts.root
+        let root = first.store.pki.receipts.root
         let clock = await first.store.now
         let second = try await Harness.make(directory: first.directory, time: time)
-        #expect(await second.store.pki.receipts.root == root)
+        #expect(second.store.pki.receipts.root == root)
         #expect(await second.store.now == clock)
         let (_, queue) = try await second.call("GET", app + "/transactions")
         #expect(queue["transactions"]?.arrayValue?.first?["productIdentifier"] == .string("pro"))
@@ -350,7 +350,7 @@ struct EmulatorPythonInteropTests {
         let app = try await harness.device()
         let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
         let (_, appTransaction) = try await harness.call("GET", app + "/app-transaction")
-        let root = await harness.store.pki.signedData.root
+        let root = harness.store.pki.signedData.root
         var input = ""
         for (token, type) in [
             (bought["jwsRepresentation"]!.stringValue!, "transaction"),
@@ -407,7 +407,7 @@ struct AppStoreScenarioTests {
             try await harness.call("POST", "/_emulator/v1/accounts/\(accountID)/requests/\(deferredID)/approve").0
                 == 404)
         let receipt = try #require(
-            ReceiptVerifier(trustedRoots: [await harness.store.pki.receipts.root]).verify(
+            ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root]).verify(
                 try await harness.receipt(app), expecting: .init(), now: await harness.store.now
             ).receipt)
         #expect(receipt.inAppPurchases.map(\.productID) == ["pro"])
@@ -440,7 +440,7 @@ struct AppStoreScenarioTests {
             try await harness.call("POST", "/_emulator/v1/accounts/\(accountID)/interruptions/resolve").1[
                 "transactions"] == .array([]))
         let receipt = try #require(
-            ReceiptVerifier(trustedRoots: [await harness.store.pki.receipts.root]).verify(
+            ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root]).verify(
                 try await harness.receipt(app), expecting: .init(), now: await harness.store.now
             ).receipt)
         #expect(receipt.inAppPurchases.map(\.productID) == ["season"])
@@ -452,7 +452,7 @@ struct AppStoreScenarioTests {
         let app = try await harness.device()
         #expect(try await harness.call("POST", app + "/vpp", ["action": .string("revoke")]).0 == 400)
         _ = try await harness.call("POST", app + "/vpp", ["action": .string("assign")])
-        let root = await harness.store.pki.receipts.root
+        let root = harness.store.pki.receipts.root
         let verifier = ReceiptVerifier(trustedRoots: [root])
         let now = await harness.store.now
         let assigned = verifier.verify(try await harness.receipt(app), expecting: .init(), now: now)
@@ -476,5 +476,83 @@ struct AppStoreScenarioTests {
         #expect(answer["status"] == .integer(0))
         #expect(answer["receipt"]?["receipt_type"] == .string("ProductionVPPSandbox"))
         #expect(answer["receipt"]?["expiration_date_ms"] != nil)
+    }
+}
+
+/// The emulator's receipts read by independent tools: `openssl cms -verify` and Python's asn1crypto.
+@Suite("Emulator receipts in independent tools")
+struct EmulatorReceiptInteropTests {
+    @Test(
+        "openssl cms -verify accepts the receipt against the exported root",
+        .enabled(if: ExternalTool.find("openssl") != nil, "openssl not on PATH"))
+    func openssl() async throws {
+        let harness = try await AppStoreTests.Harness.make()
+        let app = try await harness.device()
+        _ = try await harness.call("POST", app + "/payments", ["productId": .string("pro")])
+        let directory = try ExternalTool.temporaryDirectory()
+        let receipt = directory.appendingPathComponent("receipt.der")
+        let root = directory.appendingPathComponent("root.pem")
+        try Data(try await harness.receipt(app)).write(to: receipt)
+        try Data(harness.store.pki.receipts.root.pemEncoded.utf8).write(to: root)
+        let run = try ExternalTool.run(
+            try #require(ExternalTool.find("openssl")),
+            [
+                "cms", "-verify", "-inform", "DER", "-binary", "-purpose", "any", "-CAfile", root.path, "-in",
+                receipt.path, "-out", "/dev/null",
+            ])
+        #expect(run.status == 0, "\(run.stderrText)")
+    }
+
+    @Test(
+        "asn1crypto reads the fields and reproduces the device hash",
+        .enabled(if: PythonInterop.python != nil, Comment(rawValue: PythonInterop.missingMessage)))
+    func asn1crypto() async throws {
+        let harness = try await AppStoreTests.Harness.make()
+        let app = try await harness.device()
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("pro")])
+        let file = try ExternalTool.temporaryDirectory().appendingPathComponent("receipt.der")
+        try Data(try await harness.receipt(app)).write(to: file)
+        let script = PythonInterop.verifierScript.replacingOccurrences(of: "apple_verify.py", with: "asn1_receipt.py")
+        let run = try ExternalTool.run(
+            try #require(PythonInterop.python), [script, file.path, "10111213-1415-4617-9819-1A1B1C1D1E1F"])
+        #expect(run.status == 0, "\(run.stderrText)")
+        let output = try JSONParser.parse(run.stdout)
+        #expect(output["receipt_type"] == .string("ProductionSandbox"))
+        #expect(output["bundle_id"] == .string(AppStoreTests.bundleID))
+        #expect(output["version"] == .string("1"))
+        #expect(output["device_hash_matches"] == .bool(true))
+        #expect(output["purchases"]?.arrayValue?.first?["1703"] == bought["transaction"]?["transactionIdentifier"])
+    }
+}
+
+@Suite(
+    "Emulator with real .storekit files", .enabled(if: Vectors.isAvailable, Comment(rawValue: Vectors.missingMessage)))
+struct EmulatorVectorCatalogTests {
+    @Test("Every product of Apple's sample catalogue can be bought and lands in the receipt")
+    func appleSample() async throws {
+        let catalog = try StoreKitConfiguration(
+            data: Vectors.bytes("storekit/01-apple-sample-SKDemo-Products.v2_0.storekit"))
+        let directory = try ExternalTool.temporaryDirectory()
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: "com.example.skdemo")], dataDirectory: directory,
+            rate: catalog.settings.timeRate)
+        let account = try await store.createAccount(environment: "Sandbox", storefront: "USA")
+        let device = try await store.createDevice(accountID: account, deviceID: nil)
+        _ = try await store.install(deviceID: device, bundleID: "com.example.skdemo", version: "1")
+        let identifiers = catalog.products.map(\.productID) + catalog.subscriptions.map(\.productID)
+        #expect(await store.products(identifiers).invalid.isEmpty)
+        for identifier in identifiers {
+            _ = try await store.pay(
+                deviceID: device, bundleID: "com.example.skdemo", productID: identifier, quantity: 1,
+                applicationUsername: nil,
+                appAccountToken: nil)
+        }
+        let receipt = try #require(
+            ReceiptVerifier(trustedRoots: [store.pki.receipts.root]).verify(
+                try await store.receipt(deviceID: device, bundleID: "com.example.skdemo"), expecting: .init(),
+                now: await store.now
+            ).receipt)
+        #expect(Set(receipt.inAppPurchases.map(\.productID)) == Set(identifiers))
+        #expect(Set(receipt.inAppPurchases.compactMap(\.productTypeRaw)) == [0, 1, 2, 3])
     }
 }

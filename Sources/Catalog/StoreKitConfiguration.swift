@@ -121,8 +121,22 @@ public struct Localization: Sendable, Hashable {
     }
 }
 
+/// What every sellable item of a catalogue has.
+public protocol CatalogItem {
+    var json: JSONObject { get }
+    var productID: String { get }
+}
+
+extension CatalogItem {
+    public var referenceName: String? { json["referenceName"]?.stringValue }
+    /// The price as written, a decimal string (`"1.99"`).
+    public var displayPrice: String? { json["displayPrice"]?.stringValue }
+    public var familyShareable: Bool { json["familyShareable"]?.boolValue ?? false }
+    public var localizations: [Localization] { Localization.list(json["localizations"]) }
+}
+
 /// A consumable, non-consumable or non-renewing subscription (`products[]`, `nonRenewingSubscriptions[]`).
-public struct Product: Sendable, Hashable {
+public struct Product: CatalogItem, Sendable, Hashable {
     public var json: JSONObject
     public var productID: String
     public var kind: ProductKind
@@ -139,11 +153,6 @@ public struct Product: Sendable, Hashable {
         self.productID = productID
     }
 
-    public var referenceName: String? { json["referenceName"]?.stringValue }
-    /// The price as written, a decimal string (`"1.99"`).
-    public var displayPrice: String? { json["displayPrice"]?.stringValue }
-    public var familyShareable: Bool { json["familyShareable"]?.boolValue ?? false }
-    public var localizations: [Localization] { Localization.list(json["localizations"]) }
 }
 
 /// A subscription group (`subscriptionGroups[]`).
@@ -163,7 +172,7 @@ public struct SubscriptionGroup: Sendable, Hashable {
 }
 
 /// An auto-renewable subscription.
-public struct Subscription: Sendable, Hashable {
+public struct Subscription: CatalogItem, Sendable, Hashable {
     public var json: JSONObject
     public var productID: String
 
@@ -173,10 +182,6 @@ public struct Subscription: Sendable, Hashable {
         self.productID = productID
     }
 
-    public var referenceName: String? { json["referenceName"]?.stringValue }
-    public var displayPrice: String? { json["displayPrice"]?.stringValue }
-    public var familyShareable: Bool { json["familyShareable"]?.boolValue ?? false }
-    public var localizations: [Localization] { Localization.list(json["localizations"]) }
     /// The group's `id` (the JWS `subscriptionGroupIdentifier`).
     public var groupID: String? { json["subscriptionGroupID"]?.stringValue }
     /// Level within the group; 1 is the highest tier.

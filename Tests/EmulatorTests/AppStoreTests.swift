@@ -89,6 +89,16 @@ struct AppStoreTests {
             return prefix
         }
 
+        /// A sandbox account with one device that has the app installed: the account id and the app's path.
+        func accountAndApp() async throws -> (String, String) {
+            let (_, account) = try await call("POST", "/_emulator/v1/accounts", ["environment": .string("Sandbox")])
+            let accountID = account["accountId"]!.stringValue!
+            let (_, device) = try await call("POST", "/_emulator/v1/devices", ["accountId": .string(accountID)])
+            let app = "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/\(AppStoreTests.bundleID)"
+            _ = try await call("POST", app + "/install", [:])
+            return (accountID, app)
+        }
+
         func receipt(_ prefix: String) async throws -> [UInt8] {
             let (_, body) = try await call("GET", prefix + "/receipt")
             return Array(Data(base64Encoded: body["receipt"]!.stringValue!)!)
@@ -378,11 +388,7 @@ struct AppStoreScenarioTests {
     @Test("Ask to Buy: deferred until approved (a purchase arrives) or declined (a failed transaction arrives)")
     func askToBuy() async throws {
         let harness = try await Harness.make()
-        let (_, account) = try await harness.call("POST", "/_emulator/v1/accounts", ["environment": .string("Sandbox")])
-        let accountID = account["accountId"]!.stringValue!
-        let (_, device) = try await harness.call("POST", "/_emulator/v1/devices", ["accountId": .string(accountID)])
-        let app = "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/\(AppStoreTests.bundleID)"
-        _ = try await harness.call("POST", app + "/install", [:])
+        let (accountID, app) = try await harness.accountAndApp()
         let (_, settings) = try await harness.call(
             "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["askToBuy": .bool(true)])
         #expect(settings["askToBuy"] == .bool(true))
@@ -416,11 +422,7 @@ struct AppStoreScenarioTests {
     @Test("Injected failures: failed payments stay out of the receipt; interrupted ones complete when resolved")
     func failures() async throws {
         let harness = try await Harness.make()
-        let (_, account) = try await harness.call("POST", "/_emulator/v1/accounts", ["environment": .string("Sandbox")])
-        let accountID = account["accountId"]!.stringValue!
-        let (_, device) = try await harness.call("POST", "/_emulator/v1/devices", ["accountId": .string(accountID)])
-        let app = "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/\(AppStoreTests.bundleID)"
-        _ = try await harness.call("POST", app + "/install", [:])
+        let (accountID, app) = try await harness.accountAndApp()
         _ = try await harness.call(
             "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["purchaseFailure": .string("failed")])
         let (_, failed) = try await harness.call("POST", app + "/payments", ["productId": .string("pro")])

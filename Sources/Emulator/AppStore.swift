@@ -79,25 +79,25 @@ public actor AppStore {
     // MARK: - Clock
 
     public var rate: TimeRate { TimeRate(name: state.rateName) ?? .monthlyRenewalEveryFiveMinutes }
+    /// The persisted clock: the real clock plus every advance, at the store's rate.
     private var clock: VirtualClock {
-        var clock = VirtualClock(rate: rate)
-        clock.advance(by: StorePeriod(), real: realNow())
-        return clock
+        get { VirtualClock(rate: rate, offset: state.clockOffset) }
+        set {
+            state.clockOffset = newValue.offset
+            state.rateName = newValue.rate.name
+        }
     }
 
     /// Store time now: the real time plus every advance.
-    public var now: Date { realNow().addingTimeInterval(state.clockOffset) }
+    public var now: Date { clock.now(real: realNow()) }
 
     /// Advances store time by `period` at the current rate (and switches rate first when asked), then runs
     /// every renewal that fell due, in order.
     public func setClock(advance period: StorePeriod?, rate newRate: TimeRate?) async throws -> (
         now: Date, rate: TimeRate
     ) {
-        if let newRate { state.rateName = newRate.name }
-        if let period {
-            let start = now
-            state.clockOffset += rate.end(of: period, from: start).timeIntervalSince(start)
-        }
+        if let newRate { clock.rate = newRate }
+        if let period { clock.advance(by: period, real: realNow()) }
         runDueRenewals()
         try await save()
         return (now, rate)

@@ -10,7 +10,10 @@ public struct VirtualClock: Sendable, Hashable {
     /// Seconds added to the real time by explicit advances.
     public private(set) var offset: TimeInterval = 0
 
-    public init(rate: TimeRate = .realTime) { self.rate = rate }
+    public init(rate: TimeRate = .realTime, offset: TimeInterval = 0) {
+        self.rate = rate
+        self.offset = offset
+    }
 
     /// Store time at real time `real`.
     public func now(real: Date) -> Date { real.addingTimeInterval(offset) }

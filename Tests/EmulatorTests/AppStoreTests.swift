@@ -558,3 +558,41 @@ struct EmulatorVectorCatalogTests {
         #expect(Set(receipt.inAppPurchases.compactMap(\.productTypeRaw)) == [0, 1, 2, 3])
     }
 }
+
+@Suite("Emulator API robustness")
+struct EmulatorRobustnessTests {
+    @Test("Malformed bodies, wrong types and unknown ids on every route give 4xx JSON errors, never a 500")
+    func neverFiveHundred() async throws {
+        let harness = try await AppStoreTests.Harness.make()
+        let (accountID, app) = try await harness.accountAndApp()
+        let routes: [(String, String)] = [
+            ("POST", "/_emulator/v1/clock"), ("POST", "/_emulator/v1/accounts"), ("POST", "/_emulator/v1/devices"),
+            ("POST", app + "/install"), ("POST", app + "/payments"), ("POST", app + "/transactions/1/finish"),
+            ("POST", app + "/restore"), ("POST", app + "/vpp"),
+            ("POST", "/_emulator/v1/accounts/\(accountID)/settings"),
+            ("POST", "/_emulator/v1/accounts/\(accountID)/requests/1/approve"),
+            ("POST", "/_emulator/v1/accounts/nobody/settings"),
+            ("GET", "/_emulator/v1/devices/nobody/apps/x/receipt"),
+            ("GET", "/_emulator/v1/devices/nobody/apps/x/entitlements"),
+            ("GET", app.replacingOccurrences(of: AppStoreTests.bundleID, with: "unknown.app") + "/app-transaction"),
+            ("POST", "/verifyReceipt"), ("POST", "/sandbox/verifyReceipt"),
+        ]
+        let bodies: [[UInt8]] = [
+            [], Array("{".utf8), Array("[]".utf8), Array("null".utf8),
+            Array(#"{"productId": 5, "quantity": "x"}"#.utf8),
+            Array(#"{"advance": 3, "rate": null, "environment": [], "accountId": {}, "action": true}"#.utf8),
+            Array(#"{"productId": "pro", "quantity": 99999999999999999999}"#.utf8), [0xff, 0xfe, 0x00],
+            Array(#"{"receipt-data": "////", "password": 1}"#.utf8),
+            Array(#"{"askToBuy": "yes", "purchaseFailure": 3}"#.utf8),
+        ]
+        for (method, path) in routes {
+            for body in bodies {
+                let response = await harness.responder.respond(to: HTTPRequest(method: method, path: path, body: body))
+                #expect(
+                    response.status < 500,
+                    "\(method) \(path) \(String(decoding: body, as: UTF8.self)) → \(response.status)")
+                #expect((try? JSONParser.parse(response.body)) != nil || response.status == 204)
+            }
+        }
+    }
+}

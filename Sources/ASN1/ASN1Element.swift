@@ -3,6 +3,11 @@ public struct ASN1Element: Sendable {
     public let document: ASN1Document
     public let node: ASN1Node
 
+    public init(document: ASN1Document, node: ASN1Node) {
+        self.document = document
+        self.node = node
+    }
+
     public var tag: ASN1Tag { node.tag }
     public var storage: [UInt8] { document.bytes }
     public var rules: ASN1Rules { document.rules }

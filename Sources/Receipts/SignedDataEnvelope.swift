@@ -43,99 +43,123 @@ struct SignedDataEnvelope {
         let rules = ASN1Rules(
             allowsBER: true, maxDepth: limits.maxDepth, maxSize: limits.maxSize,
             maxChildren: limits.maxPurchases + 1024)
-        let root = try ASN1.parse(bytes, rules: rules).expect(.sequence)
-        var contentInfo = try root.children()
-        guard try contentInfo.read(.objectIdentifier).objectIdentifier() == Self.signedDataOID else {
+        let document = try ASN1Document(bytes, rules: rules)
+        let root = try document.root()
+        guard root.tag == .sequence else { throw ASN1Error.make(.unexpectedTag, "ContentInfo is not a SEQUENCE") }
+        var contentInfo = try document.children(of: root)
+        let contentType = try document.read(.objectIdentifier, from: &contentInfo)
+        guard document.content(contentType).elementsEqual(Self.signedDataOID.contentBytes) else {
             throw ASN1Error.make(.invalidValue, "content type is not signedData")
         }
-        var explicit = try contentInfo.read(.contextSpecific(0, constructed: true)).children()
-        try contentInfo.finish()
-        let signedData = try explicit.read(.sequence)
-        try explicit.finish()
+        var explicit = try document.children(
+            of: try document.read(.contextSpecific(0, constructed: true), from: &contentInfo))
+        try Self.finish(contentInfo)
+        let signedData = try document.read(.sequence, from: &explicit)
+        try Self.finish(explicit)
 
-        var fields = try signedData.children()
-        _ = try fields.read(.integer).int64()
-        _ = try fields.read(.set)
-        var encapsulated = try fields.read(.sequence).children()
-        _ = try encapsulated.read(.objectIdentifier).objectIdentifier()
-        guard let eContentWrapper = try encapsulated.readIfPresent(.contextSpecific(0, constructed: true)) else {
-            throw ASN1Error.make(.invalidValue, "signed-data without embedded content")
-        }
-        try encapsulated.finish()
-        var wrapper = try eContentWrapper.children()
-        guard let eContent = try wrapper.next() else { throw ASN1Error.make(.truncated, "empty eContent") }
-        try wrapper.finish()
+        var fields = try document.children(of: signedData)
+        _ = try document.read(.integer, from: &fields)
+        _ = try document.read(.set, from: &fields)
+        var encapsulated = try document.children(of: try document.read(.sequence, from: &fields))
+        _ = try document.read(.objectIdentifier, from: &encapsulated)
+        guard
+            let eContentWrapper = try Self.readIfPresent(
+                .contextSpecific(0, constructed: true), document, &encapsulated)
+        else { throw ASN1Error.make(.invalidValue, "signed-data without embedded content") }
+        try Self.finish(encapsulated)
+        var wrapper = try document.children(of: eContentWrapper)
+        guard let eContent = try document.next(&wrapper) else { throw ASN1Error.make(.truncated, "empty eContent") }
+        try Self.finish(wrapper)
         if eContent.tag == .octetString {
-            content = eContent.content
-            payloadDocument = eContent.document
-            payloadRoot = try eContent.document.inner(of: eContent.node)
+            content = document.content(eContent)
+            payloadDocument = document
+            payloadRoot = try document.inner(of: eContent)
         } else {
-            let joined = try eContent.octetString()
+            let joined = try document.octetString(eContent)
             content = joined[...]
             payloadDocument = try ASN1Document(joined, rules: rules)
             payloadRoot = try payloadDocument.root()
         }
 
         certificates = []
-        if let set = try fields.readIfPresent(.contextSpecific(0, constructed: true)) {
-            var reader = try set.children()
-            while let certificate = try reader.next() {
-                try certificate.expect(.sequence)
-                certificates.append(certificate)
+        if let set = try Self.readIfPresent(.contextSpecific(0, constructed: true), document, &fields) {
+            var reader = try document.children(of: set)
+            while let certificate = try document.next(&reader) {
+                guard certificate.tag == .sequence else {
+                    throw ASN1Error.make(.unexpectedTag, "a certificate is not a SEQUENCE")
+                }
+                certificates.append(ASN1Element(document: document, node: certificate))
                 guard certificates.count <= limits.maxCertificates else {
                     throw ASN1Error.make(.tooMany, "more than \(limits.maxCertificates) certificates")
                 }
             }
         }
-        _ = try fields.readIfPresent(.contextSpecific(1, constructed: true))
-        var signerInfos = try fields.read(.set).children()
-        try fields.finish()
-        guard let first = try signerInfos.next() else { throw ASN1Error.make(.invalidValue, "no SignerInfo") }
-        guard try signerInfos.next() == nil else {
+        _ = try Self.readIfPresent(.contextSpecific(1, constructed: true), document, &fields)
+        var signerInfos = try document.children(of: try document.read(.set, from: &fields))
+        try Self.finish(fields)
+        guard let first = try document.next(&signerInfos) else { throw ASN1Error.make(.invalidValue, "no SignerInfo") }
+        guard try document.next(&signerInfos) == nil else {
             throw ASN1Error.make(.invalidValue, "more than one SignerInfo")
         }
-        signer = try Self.signerInfo(first)
+        signer = try Self.signerInfo(first, in: document)
     }
 
-    private static func signerInfo(_ element: ASN1Element) throws -> SignerInfo {
-        var fields = try element.expect(.sequence).children()
-        _ = try fields.read(.integer).int64()
-        guard let sid = try fields.next() else { throw ASN1Error.make(.truncated, "SignerInfo without sid") }
+    private static func finish(_ iterator: ASN1NodeIterator) throws {
+        guard iterator.isAtEnd else { throw ASN1Error.make(.trailingBytes, "unexpected element after the last field") }
+    }
+
+    private static func readIfPresent(_ tag: ASN1Tag, _ document: ASN1Document, _ iterator: inout ASN1NodeIterator)
+        throws -> ASN1Node?
+    {
+        var probe = iterator
+        guard let node = try document.next(&probe), node.tag == tag else { return nil }
+        iterator = probe
+        return node
+    }
+
+    private static func signerInfo(_ node: ASN1Node, in document: ASN1Document) throws -> SignerInfo {
+        guard node.tag == .sequence else { throw ASN1Error.make(.unexpectedTag, "SignerInfo is not a SEQUENCE") }
+        var fields = try document.children(of: node)
+        _ = try document.read(.integer, from: &fields)
+        guard let sid = try document.next(&fields) else { throw ASN1Error.make(.truncated, "SignerInfo without sid") }
         var issuer: ArraySlice<UInt8>?
         var serial: ArraySlice<UInt8>?
         var keyIdentifier: [UInt8]?
         if sid.tag == .sequence {
-            var parts = try sid.children()
-            issuer = try parts.read(.sequence).encoded
-            serial = try parts.read(.integer).integerBytes()
-            try parts.finish()
+            var parts = try document.children(of: sid)
+            issuer = document.encoded(try document.read(.sequence, from: &parts))
+            let serialNode = try document.read(.integer, from: &parts)
+            guard serialNode.contentLength > 0 else { throw ASN1Error.make(.invalidValue, "empty serial number") }
+            serial = document.content(serialNode)
+            try finish(parts)
         } else if sid.tag == .contextSpecific(0, constructed: false) {
-            keyIdentifier = Array(sid.content)
+            keyIdentifier = Array(document.content(sid))
         } else {
             throw ASN1Error.make(.unexpectedTag, "SignerInfo sid of \(sid.tag)")
         }
-        let digestAlgorithm = try algorithm(try fields.read(.sequence))
+        let digestAlgorithm = try algorithm(try document.read(.sequence, from: &fields), document)
         var signedAttributes: ([UInt8], ASN1Element)?
-        if let attributes = try fields.readIfPresent(.contextSpecific(0, constructed: true)) {
+        if let attributes = try readIfPresent(.contextSpecific(0, constructed: true), document, &fields) {
             guard !attributes.isIndefiniteLength else {
                 throw ASN1Error.make(.notDER, "signed attributes must be DER")
             }
-            var asSet = Array(attributes.encoded)
+            var asSet = Array(document.encoded(attributes))
             asSet[0] = 0x31
-            signedAttributes = (asSet, attributes)
+            signedAttributes = (asSet, ASN1Element(document: document, node: attributes))
         }
-        let signatureAlgorithm = try algorithm(try fields.read(.sequence))
-        let signature = try fields.read(.octetString).octetString()
-        _ = try fields.readIfPresent(.contextSpecific(1, constructed: true))
-        try fields.finish()
+        let signatureAlgorithm = try algorithm(try document.read(.sequence, from: &fields), document)
+        let signature = try document.octetString(try document.read(.octetString, from: &fields))
+        _ = try readIfPresent(.contextSpecific(1, constructed: true), document, &fields)
+        try finish(fields)
         return SignerInfo(
             issuer: issuer, serial: serial, subjectKeyIdentifier: keyIdentifier, digestAlgorithm: digestAlgorithm,
             signatureAlgorithm: signatureAlgorithm, signedAttributes: signedAttributes, signature: signature)
     }
 
-    private static func algorithm(_ element: ASN1Element) throws -> ASN1ObjectIdentifier {
-        var parts = try element.children()
-        return try parts.read(.objectIdentifier).objectIdentifier()
+    private static func algorithm(_ node: ASN1Node, _ document: ASN1Document) throws -> ASN1ObjectIdentifier {
+        var parts = try document.children(of: node)
+        let oid = try document.read(.objectIdentifier, from: &parts)
+        return try ASN1ObjectIdentifier(contentBytes: Array(document.content(oid)))
     }
 }
 

@@ -97,3 +97,45 @@ struct StoreKitConfigurationErrorTests {
         #expect(configuration.products[0].json["newField"] == .bool(true))
     }
 }
+
+@Suite("StoreKit configuration mutations")
+struct StoreKitConfigurationMutationTests {
+    @Test("Thousands of mutated catalogues import or fail with an error, never a crash")
+    func mutations() throws {
+        let seed = Array(
+            #"{"products":[{"productID":"a","type":"Consumable","displayPrice":"0.99"}],"subscriptionGroups":[{"id":"g","subscriptions":[{"productID":"s","groupNumber":1,"recurringSubscriptionPeriod":"P1M","introductoryOffer":{"paymentMode":"free","subscriptionPeriod":"P1W"}}]}],"settings":{"_timeRate":13}}"#
+                .utf8)
+        var generator = SeededGenerator(seed: 5)
+        let alphabet = Array("{}[],:\"PMWYDT0123456789abc-".utf8)
+        var imported = 0
+        for _ in 0..<4000 {
+            var bytes = seed
+            for _ in 0...Int.random(in: 0...2, using: &generator) {
+                let index = Int.random(in: 0..<bytes.count, using: &generator)
+                if Bool.random(using: &generator) {
+                    bytes[index] = alphabet.randomElement(using: &generator)!
+                } else {
+                    bytes.remove(at: index)
+                }
+            }
+            if let configuration = try? StoreKitConfiguration(data: bytes) {
+                imported += 1
+                for subscription in configuration.subscriptions { #expect(subscription.period != nil) }
+            }
+        }
+        #expect(imported > 0)
+    }
+
+    @Test("Random strings never crash the period parser, and what parses prints back to an equal period")
+    func periods() {
+        var generator = SeededGenerator(seed: 9)
+        let alphabet = Array("PTYMWDHS0123456789-.".utf8)
+        for _ in 0..<20_000 {
+            let text = String(
+                decoding: (0..<Int.random(in: 0...12, using: &generator)).map { _ in
+                    alphabet.randomElement(using: &generator)!
+                }, as: UTF8.self)
+            if let period = StorePeriod(text) { #expect(StorePeriod(period.description) == period) }
+        }
+    }
+}

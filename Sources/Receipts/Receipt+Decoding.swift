@@ -77,10 +77,7 @@ extension Receipt {
             }
         }
         func required<T>(_ value: T?, _ type: Int, _ name: String) throws -> T {
-            guard let value else {
-                throw ReceiptError.make(.missingAttribute, "receipt attribute \(type) (\(name)) is absent or empty")
-            }
-            return value
+            try requiredAttribute(value, level: "receipt", type: type, name: name)
         }
         let (bundleID, bundleIDEncoded) = try required(bundle, 2, "bundle id")
         self.init(
@@ -141,10 +138,7 @@ extension InAppPurchase {
             }
         }
         func required<T>(_ value: T?, _ type: Int, _ name: String) throws -> T {
-            guard let value else {
-                throw ReceiptError.make(.missingAttribute, "in-app attribute \(type) (\(name)) is absent or empty")
-            }
-            return value
+            try requiredAttribute(value, level: "in-app", type: type, name: name)
         }
         let count64 = try required(quantity, 1701, "quantity")
         guard count64 >= 0 else { throw ReceiptError.make(.invalidAttributeValue, "negative quantity") }
@@ -353,4 +347,12 @@ struct SeenAttributes {
         }
         bits |= bit
     }
+}
+
+/// The value of a required attribute, or a `missingAttribute` error naming it.
+func requiredAttribute<T>(_ value: T?, level: String, type: Int, name: String) throws -> T {
+    guard let value else {
+        throw ReceiptError.make(.missingAttribute, "\(level) attribute \(type) (\(name)) is absent or empty")
+    }
+    return value
 }

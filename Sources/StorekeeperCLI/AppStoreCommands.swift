@@ -44,8 +44,11 @@ enum AppStoreCommands {
             .init(name: "out", valueName: "dir", help: "Where to write receipt-root.{cer,pem} and jws-root.{cer,pem}."),
         ])
 
+    static let urlOption = Arguments.Spec.Option(
+        name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080).")
+
     static let clientOptions: [Arguments.Spec.Option] = [
-        .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+        urlOption,
         .init(name: "device", valueName: "uuid", help: "The device."),
         .init(name: "bundle-id", valueName: "id", help: "The app (default: com.example.storekeeper)."),
     ]
@@ -53,14 +56,14 @@ enum AppStoreCommands {
     static let accountSpec = Arguments.Spec(
         command: "storekeeper appstore account", abstract: "Create a test account.",
         options: [
-            .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+            urlOption,
             .init(name: "environment", valueName: "name", help: "Sandbox (default) or Production."),
             .init(name: "storefront", valueName: "code", help: "ISO 3166-1 alpha-3 storefront (default: USA)."),
         ])
     static let deviceSpec = Arguments.Spec(
         command: "storekeeper appstore device", abstract: "Create a device for an account.",
         options: [
-            .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+            urlOption,
             .init(name: "account", valueName: "id", help: "The account."),
         ])
     static let installSpec = Arguments.Spec(
@@ -85,7 +88,7 @@ enum AppStoreCommands {
     static let advanceSpec = Arguments.Spec(
         command: "storekeeper appstore advance", abstract: "Advance the store clock and run what falls due.",
         options: [
-            .init(name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080)."),
+            urlOption,
             .init(name: "by", valueName: "period", help: "ISO 8601 duration of store time, e.g. P1M."),
             .init(name: "rate", valueName: "name", help: "Switch to this time rate first."),
         ])

@@ -9,84 +9,132 @@ let upcoming: [SwiftSetting] = [
     .unsafeFlags(["-cross-module-optimization"], .when(configuration: .release)),
 ]
 
+// Every module name carries a prefix (Storekeeper…, AppStore…, StoreKit…) or is specific enough (StoreTime,
+// StoreModel) that it cannot clash with a target of another package in someone's dependency graph.
 let package = Package(
     name: "Storekeeper",
     products: [
         .executable(name: "storekeeper", targets: ["storekeeper"]),
-        .library(name: "Receipts", targets: ["Receipts"]),
-        .library(name: "SignedData", targets: ["SignedData"]),
-        .library(name: "Crypto", targets: ["Crypto"]),
+        .library(name: "StoreModel", targets: ["StoreModel"]),
+        .library(name: "AppStoreReceipts", targets: ["AppStoreReceipts"]),
+        .library(name: "AppStoreSignedData", targets: ["AppStoreSignedData"]),
+        .library(name: "StorekeeperCrypto", targets: ["StorekeeperCrypto"]),
+        .library(name: "StorekeeperHTTP", targets: ["StorekeeperHTTP"]),
+        .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
     ],
     targets: [
         // C system libraries (Debian packages, found through pkg-config).
         .systemLibrary(
-            name: "COpenSSL",
+            name: "CStorekeeperOpenSSL",
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
-        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        // libmicrohttpd (libmicrohttpd-dev) behind a tiny synchronous C facade; its types stay in server.c.
-        .target(name: "CHTTPServer", linkerSettings: [.linkedLibrary("microhttpd")]),
+        .systemLibrary(name: "CStorekeeperSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // libmicrohttpd (libmicrohttpd-dev) behind a small C facade; its types stay in server.c.
+        .target(name: "CStorekeeperHTTPServer", linkerSettings: [.linkedLibrary("microhttpd")]),
+        // libcurl (libcurl4-openssl-dev) behind a small synchronous C facade for outbound requests.
+        .target(name: "CStorekeeperCurl", linkerSettings: [.linkedLibrary("curl")]),
 
         // Swift wrappers and small hand-written foundations.
-        .target(name: "ASN1", swiftSettings: upcoming),
-        .target(name: "JSON", swiftSettings: upcoming),
+        .target(name: "StorekeeperASN1", swiftSettings: upcoming),
+        .target(name: "StorekeeperJSON", swiftSettings: upcoming),
+        .target(name: "StorekeeperLogging", swiftSettings: upcoming),
         .target(name: "StoreTime", swiftSettings: upcoming),
-        .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: upcoming),
-        .target(name: "HTTP", dependencies: ["CHTTPServer", "JSON"], swiftSettings: upcoming),
+        .target(name: "StorekeeperSQLite", dependencies: ["CStorekeeperSQLite"], swiftSettings: upcoming),
         .target(
-            name: "Emulator",
-            dependencies: ["Catalog", "Crypto", "HTTP", "JSON", "Receipts", "SignedData", "SQLite", "StoreTime"],
+            name: "StorekeeperHTTP",
+            dependencies: ["CStorekeeperHTTPServer", "CStorekeeperCurl", "StorekeeperJSON", "StorekeeperLogging"],
             swiftSettings: upcoming),
-        .target(name: "Crypto", dependencies: ["COpenSSL", "ASN1"], swiftSettings: upcoming),
+        .target(
+            name: "StorekeeperCrypto", dependencies: ["CStorekeeperOpenSSL", "StorekeeperASN1"],
+            swiftSettings: upcoming),
 
-        // Domain.
-        .target(name: "Receipts", dependencies: ["ASN1", "Crypto", "JSON"], swiftSettings: upcoming),
-        .target(name: "Catalog", dependencies: ["JSON", "StoreTime"], swiftSettings: upcoming),
-        .target(name: "SignedData", dependencies: ["Crypto", "JSON"], swiftSettings: upcoming),
+        // Domain: one vocabulary, then the formats rendered and verified against it.
+        .target(name: "StoreModel", swiftSettings: upcoming),
+        .target(
+            name: "AppStoreReceipts", dependencies: ["StorekeeperASN1", "StorekeeperCrypto", "StorekeeperJSON", "StoreModel"],
+            swiftSettings: upcoming),
+        .target(
+            name: "StoreKitCatalog", dependencies: ["StorekeeperJSON", "StoreTime", "StoreModel"],
+            swiftSettings: upcoming),
+        .target(
+            name: "AppStoreSignedData", dependencies: ["StorekeeperCrypto", "StorekeeperJSON", "StoreModel"],
+            swiftSettings: upcoming),
+
+        // The emulated App Store: orchestration over storage, with its HTTP API.
+        .target(
+            name: "AppStoreEmulator",
+            dependencies: [
+                "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StorekeeperLogging",
+                "AppStoreReceipts", "AppStoreSignedData", "StorekeeperSQLite", "StoreTime", "StoreModel",
+            ],
+            swiftSettings: upcoming),
 
         // Command line: a library so it is testable in-process, and a thin executable.
         .target(
             name: "StorekeeperCLI",
             dependencies: [
-                "Receipts", "SignedData", "Crypto", "ASN1", "JSON", "Emulator", "Catalog", "HTTP", "StoreTime",
+                "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON",
+                "AppStoreEmulator", "StoreKitCatalog", "StorekeeperHTTP", "StorekeeperLogging", "StoreTime",
+                "StoreModel",
             ],
             swiftSettings: upcoming),
         .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),
 
         // Test helpers shared by every test target.
         .target(
-            name: "TestSupport", dependencies: ["ASN1", "Crypto", "Receipts", "SignedData", "StorekeeperCLI"],
+            name: "StorekeeperTestSupport",
+            dependencies: [
+                "StorekeeperASN1", "StorekeeperCrypto", "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCLI",
+            ],
             swiftSettings: upcoming
         ),
 
-        .testTarget(name: "ASN1Tests", dependencies: ["ASN1", "TestSupport"], swiftSettings: upcoming),
-        .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: upcoming),
-        .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
-        .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "TestSupport"], swiftSettings: upcoming),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "JSON", "TestSupport"], swiftSettings: upcoming),
         .testTarget(
-            name: "EmulatorTests",
+            name: "StorekeeperASN1Tests", dependencies: ["StorekeeperASN1", "StorekeeperTestSupport"],
+            swiftSettings: upcoming),
+        .testTarget(
+            name: "StorekeeperJSONTests", dependencies: ["StorekeeperJSON", "StorekeeperTestSupport"],
+            swiftSettings: upcoming),
+        .testTarget(name: "StorekeeperLoggingTests", dependencies: ["StorekeeperLogging"], swiftSettings: upcoming),
+        .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
+        .testTarget(name: "StoreModelTests", dependencies: ["StoreModel"], swiftSettings: upcoming),
+        .testTarget(
+            name: "StorekeeperSQLiteTests", dependencies: ["StorekeeperSQLite", "StorekeeperTestSupport"],
+            swiftSettings: upcoming),
+        .testTarget(
+            name: "StorekeeperHTTPTests",
+            dependencies: ["StorekeeperHTTP", "StorekeeperJSON", "StorekeeperLogging", "StorekeeperTestSupport"],
+            swiftSettings: upcoming),
+        .testTarget(
+            name: "AppStoreEmulatorTests",
             dependencies: [
-                "Emulator", "Catalog", "Crypto", "HTTP", "JSON", "Receipts", "SignedData", "StoreTime", "TestSupport",
+                "AppStoreEmulator", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
+                "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperTestSupport",
             ],
             swiftSettings: upcoming),
         .testTarget(
-            name: "CatalogTests", dependencies: ["Catalog", "JSON", "StoreTime", "TestSupport"], swiftSettings: upcoming
-        ),
-        .testTarget(name: "CryptoTests", dependencies: ["Crypto", "TestSupport"], swiftSettings: upcoming),
-        .testTarget(
-            name: "ReceiptsTests",
-            dependencies: ["Receipts", "Crypto", "ASN1", "JSON", "TestSupport"],
-            swiftSettings: upcoming
-        ),
-        .testTarget(
-            name: "SignedDataTests", dependencies: ["SignedData", "Crypto", "JSON", "TestSupport"],
+            name: "StoreKitCatalogTests",
+            dependencies: ["StoreKitCatalog", "StorekeeperJSON", "StoreTime", "StorekeeperTestSupport"],
             swiftSettings: upcoming),
         .testTarget(
-            name: "CLITests",
-            dependencies: ["StorekeeperCLI", "Receipts", "Crypto", "JSON", "TestSupport"],
-            swiftSettings: upcoming
-        ),
+            name: "StorekeeperCryptoTests", dependencies: ["StorekeeperCrypto", "StorekeeperTestSupport"],
+            swiftSettings: upcoming),
+        .testTarget(
+            name: "AppStoreReceiptsTests",
+            dependencies: [
+                "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "StorekeeperTestSupport",
+            ],
+            swiftSettings: upcoming),
+        .testTarget(
+            name: "AppStoreSignedDataTests",
+            dependencies: ["AppStoreSignedData", "StorekeeperCrypto", "StorekeeperJSON", "StorekeeperTestSupport"],
+            swiftSettings: upcoming),
+        .testTarget(
+            name: "StorekeeperCLITests",
+            dependencies: [
+                "StorekeeperCLI", "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperJSON", "StorekeeperTestSupport",
+            ],
+            swiftSettings: upcoming),
     ]
 )

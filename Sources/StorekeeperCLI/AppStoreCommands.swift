@@ -1,9 +1,9 @@
-import Catalog
-import Crypto
-import Emulator
+import StoreKitCatalog
+import StorekeeperCrypto
+import AppStoreEmulator
 import Foundation
-import HTTP
-import JSON
+import StorekeeperHTTP
+import StorekeeperJSON
 import StoreTime
 import Synchronization
 

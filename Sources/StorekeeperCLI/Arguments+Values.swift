@@ -1,6 +1,6 @@
-import Crypto
+import StorekeeperCrypto
 import Foundation
-import Receipts
+import AppStoreReceipts
 
 extension Arguments {
     /// An RFC 3339 date option (`--now`), or nil when absent.

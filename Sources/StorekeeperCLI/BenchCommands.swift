@@ -1,8 +1,8 @@
-import Crypto
+import StorekeeperCrypto
 import Foundation
-import JSON
-import Receipts
-import SignedData
+import StorekeeperJSON
+import AppStoreReceipts
+import AppStoreSignedData
 
 /// `storekeeper bench …`: throughput on one core, printed next to a bare OpenSSL rate from the same run.
 enum BenchCommands {

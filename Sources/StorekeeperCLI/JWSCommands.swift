@@ -1,8 +1,8 @@
-import Crypto
+import StorekeeperCrypto
 import Foundation
-import JSON
-import Receipts
-import SignedData
+import StorekeeperJSON
+import AppStoreReceipts
+import AppStoreSignedData
 
 /// `storekeeper jws verify | decode | sign` and `storekeeper offer sign`.
 enum JWSCommands {

@@ -1,7 +1,7 @@
-import Crypto
+import StorekeeperCrypto
 import Foundation
-import JSON
-import Receipts
+import StorekeeperJSON
+import AppStoreReceipts
 
 /// `storekeeper receipt verify | decode | sample`.
 enum ReceiptCommands {

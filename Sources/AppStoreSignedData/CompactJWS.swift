@@ -1,0 +1,130 @@
+import Foundation
+public import StorekeeperJSON
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A JWS in compact serialization (RFC 7515 §7.1): `B64URL(header) "." B64URL(payload) "." B64URL(signature)`,
+/// read within size limits; header and payload must be JSON objects.
+public struct CompactJWS: Sendable {
+    /// The protected header, e.g. `{"alg":"ES256","x5c":[…]}`.
+    public let header: JSONObject
+    /// The payload object.
+    public let payload: JSONObject
+    /// The decoded signature bytes (for ES256, `r‖s`).
+    public let signature: [UInt8]
+    /// The ASCII bytes the signature covers: the first two segments exactly as received.
+    public let signingInput: [UInt8]
+
+    /// Largest accepted token (Apple's signed notifications are a few kilobytes).
+    public static let maxSize = 1 << 20
+
+    public struct FormatError: Error, Hashable, Sendable, CustomStringConvertible {
+        public let reason: String
+        public var description: String { reason }
+    }
+
+    /// The first segment exactly as received (base64url of the header).
+    public let encodedHeader: ArraySlice<UInt8>
+
+    public init(_ token: some StringProtocol) throws(FormatError) {
+        try self.init(token, reusing: nil)
+    }
+
+    /// Parses `token`; when its header segment is byte-equal to `known`'s, reuses that header instead of
+    /// decoding it again (a stream of tokens from one signer shares one header).
+    public init(_ token: some StringProtocol, reusing known: CompactJWS?) throws(FormatError) {
+        let bytes = Array(token.utf8)
+        guard bytes.count <= Self.maxSize else {
+            throw FormatError(reason: "JWS of \(bytes.count) bytes exceeds \(Self.maxSize)")
+        }
+        let segments = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard segments.count == 3 else {
+            throw FormatError(reason: "a compact JWS has 3 segments, found \(segments.count)")
+        }
+        let limits = JSONParser.Limits(maxSize: Self.maxSize, maxDepth: 32, maxMembers: 10_000)
+        let header: JSONObject
+        if let known, known.hasHeader(segments[0]) {
+            header = known.header
+        } else {
+            guard let headerBytes = Base64URL.decode(segments[0]) else {
+                throw FormatError(reason: "a segment is not base64url")
+            }
+            guard let parsed = try? JSONParser.parse(headerBytes, limits: limits).objectValue else {
+                throw FormatError(reason: "the header is not a JSON object")
+            }
+            header = parsed
+        }
+        guard let payloadBytes = Base64URL.decode(segments[1]), let signature = Base64URL.decode(segments[2]) else {
+            throw FormatError(reason: "a segment is not base64url")
+        }
+        guard let payload = try? JSONParser.parse(payloadBytes, limits: limits).objectValue else {
+            throw FormatError(reason: "the payload is not a JSON object")
+        }
+        self.header = header
+        self.payload = payload
+        self.signature = signature
+        self.signingInput = Array(bytes[..<segments[1].endIndex])
+        self.encodedHeader = signingInput[..<segments[0].endIndex]
+    }
+
+    /// Whether this token's header segment is byte-equal to `segment`.
+    public func hasHeader(_ segment: ArraySlice<UInt8>) -> Bool {
+        guard encodedHeader.count == segment.count else { return false }
+        return encodedHeader.withUnsafeBufferPointer { mine in
+            segment.withUnsafeBufferPointer { other in memcmp(mine.baseAddress!, other.baseAddress!, mine.count) == 0 }
+        }
+    }
+
+    /// The `x5c` header: standard base64 (RFC 7515 §4.1.6), not base64url.
+    public var certificateChain: [String]? {
+        header["x5c"]?.arrayValue?.compactMap(\.stringValue)
+    }
+}
+
+/// base64url without padding (RFC 7515 §2); decoding also accepts padding.
+public enum Base64URL {
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        var text = Data(bytes).base64EncodedString()
+        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        while text.hasSuffix("=") { text.removeLast() }
+        return text
+    }
+
+    /// Decodes base64url, with or without `=` padding; nil for any other character or a dangling bit group.
+    public static func decode(_ segment: some Collection<UInt8>) -> [UInt8]? {
+        var output: [UInt8] = []
+        output.reserveCapacity(segment.count * 3 / 4 + 2)
+        var accumulator: UInt32 = 0
+        var bits = 0
+        var padding = 0
+        for byte in segment {
+            if byte == UInt8(ascii: "=") {
+                padding += 1
+                continue
+            }
+            guard padding == 0 else { return nil }  // data after padding
+            let value = decodeTable[Int(byte)]
+            guard value != 0xff else { return nil }
+            accumulator = accumulator << 6 | UInt32(value)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+            }
+        }
+        // 2 or 4 leftover bits are the end of the last group; 6 leftover bits cannot be.
+        guard bits < 6, padding <= 2 else { return nil }
+        return output
+    }
+
+    /// base64url alphabet value of each byte, 0xff for bytes outside it.
+    private static let decodeTable: [UInt8] = {
+        var table = [UInt8](repeating: 0xff, count: 256)
+        for (index, character) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8.enumerated() {
+            table[Int(character)] = UInt8(index)
+        }
+        return table
+    }()
+}

@@ -1,0 +1,83 @@
+public import StorekeeperCrypto
+public import Foundation
+public import StorekeeperJSON
+
+/// Creates ES256 compact JWS (RFC 7515, RFC 7518 §3.4: signature `r‖s`), as the App Store signs StoreKit 2
+/// data and as App Store Connect keys sign offer requests.
+public enum JWSSigner {
+    /// Signs `payload` with `header` (whose `alg` is set to ES256) using a P-256 key.
+    public static func sign(payload: JSONObject, header: JSONObject, key: PrivateKey) throws -> String {
+        guard key.isEC, key.bits == 256 else {
+            throw CryptoError.make(.unsupportedAlgorithm, "ES256 needs a P-256 key")
+        }
+        var protected = JSONObject()
+        protected["alg"] = .string("ES256")
+        for member in header.members where member.key != "alg" { protected[member.key] = member.value }
+        let signingInput =
+            Base64URL.encode(JSONWriter.bytes(.object(protected))) + "."
+            + Base64URL.encode(JSONWriter.bytes(.object(payload)))
+        let signature = try key.signRawECDSA(Array(signingInput.utf8), digest: .sha256)
+        return signingInput + "." + Base64URL.encode(signature)
+    }
+
+    /// Signs `payload` the way the App Store does: header `{"alg":"ES256","x5c":[leaf, intermediate, root]}`
+    /// with standard-base64 DER certificates.
+    public static func sign(payload: JSONObject, key: PrivateKey, chain: [Certificate]) throws -> String {
+        let x5c = JSONValue.array(chain.map { .string(Data($0.derEncoded).base64EncodedString()) })
+        return try sign(payload: payload, header: ["x5c": x5c], key: key)
+    }
+}
+
+/// Signatures an app's server makes for StoreKit offers with an In-App Purchase key (`.p8`, P-256).
+public enum OfferSignature {
+    /// Promotional offer, V1: ECDSA P-256/SHA-256 over `bundleId ⁣ keyId ⁣ productId ⁣ offerId ⁣
+    /// appAccountToken ⁣ nonce ⁣ timestamp` joined by U+2063, DER signature in standard base64.
+    public static func promotionalOfferV1(
+        bundleID: String, keyID: String, productID: String, offerID: String, appAccountToken: String, nonce: UUID,
+        timestamp: Int64, key: PrivateKey
+    ) throws -> String {
+        let separator = "\u{2063}"
+        let payload = [
+            bundleID, keyID, productID, offerID, appAccountToken.lowercased(), nonce.uuidString.lowercased(),
+            String(timestamp),
+        ].joined(separator: separator)
+        let signature = try key.sign(Array(payload.utf8), algorithm: .ecdsa(.sha256))
+        return Data(signature).base64EncodedString()
+    }
+
+    /// Promotional offer, V2: a JWS with `aud` `promotional-offer` (Apple's `PromotionalOfferV2SignatureCreator`).
+    public static func promotionalOfferV2(
+        keyID: String, issuerID: String, bundleID: String, productID: String, offerID: String,
+        transactionID: String?, nonce: UUID, issuedAt: Date, key: PrivateKey
+    ) throws -> String {
+        var claims = commonClaims(
+            issuerID: issuerID, bundleID: bundleID, audience: "promotional-offer", nonce: nonce, issuedAt: issuedAt)
+        claims["productId"] = .string(productID)
+        claims["offerIdentifier"] = .string(offerID)
+        if let transactionID { claims["transactionId"] = .string(transactionID) }
+        return try JWSSigner.sign(payload: claims, header: ["kid": .string(keyID), "typ": .string("JWT")], key: key)
+    }
+
+    /// Introductory-offer eligibility: a JWS with `aud` `introductory-offer-eligibility`.
+    public static func introductoryOfferEligibility(
+        keyID: String, issuerID: String, bundleID: String, productID: String, allowIntroductoryOffer: Bool,
+        transactionID: String, nonce: UUID, issuedAt: Date, key: PrivateKey
+    ) throws -> String {
+        var claims = commonClaims(
+            issuerID: issuerID, bundleID: bundleID, audience: "introductory-offer-eligibility", nonce: nonce,
+            issuedAt: issuedAt)
+        claims["productId"] = .string(productID)
+        claims["allowIntroductoryOffer"] = .bool(allowIntroductoryOffer)
+        claims["transactionId"] = .string(transactionID)
+        return try JWSSigner.sign(payload: claims, header: ["kid": .string(keyID), "typ": .string("JWT")], key: key)
+    }
+
+    private static func commonClaims(issuerID: String, bundleID: String, audience: String, nonce: UUID, issuedAt: Date)
+        -> JSONObject
+    {
+        [
+            "iss": .string(issuerID), "iat": .integer(Int64(issuedAt.timeIntervalSince1970.rounded(.down))),
+            "aud": .string(audience), "bid": .string(bundleID), "nonce": .string(nonce.uuidString.lowercased()),
+        ]
+    }
+}

@@ -1,0 +1,111 @@
+import StorekeeperCrypto
+import Foundation
+import Synchronization
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// Sends a DER OCSP request to a responder and returns the DER response body.
+public protocol OCSPTransport: Sendable {
+    /// The response body of an HTTP 200; throws ``OCSPTransportError`` for network failures and other statuses.
+    func post(_ body: [UInt8], to url: String) throws(OCSPTransportError) -> [UInt8]
+}
+
+public struct OCSPTransportError: Error, Sendable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// HTTP POST with `Content-Type: application/ocsp-request`, a 30-second timeout and a 1 MiB response cap,
+/// as Apple's libraries do.
+public struct URLSessionOCSPTransport: OCSPTransport {
+    public init() {}
+
+    public func post(_ body: [UInt8], to url: String) throws(OCSPTransportError) -> [UInt8] {
+        guard let endpoint = URL(string: url), endpoint.scheme == "http" || endpoint.scheme == "https" else {
+            throw OCSPTransportError("responder URL '\(url)' is not HTTP")
+        }
+        var request = URLRequest(url: endpoint, timeoutInterval: 30)
+        request.httpMethod = "POST"
+        request.setValue("application/ocsp-request", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(body)
+        let outcome = Mutex<Result<[UInt8], OCSPTransportError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let task = URLSession.shared.dataTask(with: request) { data, response, error in
+            let result: Result<[UInt8], OCSPTransportError>
+            if let error {
+                result = .failure(OCSPTransportError("OCSP responder unreachable: \(error.localizedDescription)"))
+            } else if let http = response as? HTTPURLResponse, http.statusCode != 200 {
+                result = .failure(OCSPTransportError("OCSP responder answered HTTP \(http.statusCode)"))
+            } else if let data, data.count <= 1 << 20 {
+                result = .success(Array(data))
+            } else {
+                result = .failure(OCSPTransportError("OCSP response missing or larger than 1 MiB"))
+            }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        task.resume()
+        done.wait()
+        return try outcome.withLock { $0! }.get()
+    }
+}
+
+/// Checks the intermediate and the leaf of a validated path with their OCSP responders, remembering good
+/// answers for 15 minutes (at most 32 paths), like Apple's libraries.
+final class OCSPChecker: Sendable {
+    enum Outcome: Equatable {
+        case good
+        /// The responder could not be reached: a retryable failure.
+        case unreachable(String)
+        case failed(String)
+    }
+
+    private let transport: any OCSPTransport
+    private let cache = Mutex<[[UInt8]: Date]>([:])
+    static let lifetime: TimeInterval = 15 * 60
+    static let capacity = 32
+
+    init(transport: any OCSPTransport) { self.transport = transport }
+
+    /// `path` is leaf, intermediate, root.
+    func check(path: [Certificate], now: Date) -> Outcome {
+        guard path.count == 3 else { return .failed("OCSP needs a path of three certificates") }
+        let key = path[0].derEncoded + path[1].derEncoded
+        if let checked = cache.withLock({ $0[key] }), now.timeIntervalSince(checked) < Self.lifetime { return .good }
+        for (certificate, issuer) in [(path[1], path[2]), (path[0], path[1])] {
+            let outcome = checkOne(certificate, issuer: issuer, root: path[2], now: now)
+            guard outcome == .good else { return outcome }
+        }
+        cache.withLock { entries in
+            entries = entries.filter { now.timeIntervalSince($0.value) < Self.lifetime }
+            if entries.count >= Self.capacity, let oldest = entries.min(by: { $0.value < $1.value }) {
+                entries[oldest.key] = nil
+            }
+            entries[key] = now
+        }
+        return .good
+    }
+
+    private func checkOne(_ certificate: Certificate, issuer: Certificate, root: Certificate, now: Date) -> Outcome {
+        let request: (der: [UInt8], url: String?)
+        do {
+            request = try OCSP.request(for: certificate, issuer: issuer)
+        } catch {
+            return .failed("cannot build an OCSP request: \(error)")
+        }
+        guard let url = request.url else { return .failed("certificate names no OCSP responder") }
+        let body: [UInt8]
+        do {
+            body = try transport.post(request.der, to: url)
+        } catch {
+            return .unreachable(error.description)
+        }
+        switch OCSP.evaluate(response: body, certificate: certificate, issuer: issuer, root: root, now: now) {
+        case .good: return .good
+        case .revoked: return .failed("certificate revoked: \(certificate.subject)")
+        case .invalid(let reason): return .failed(reason)
+        }
+    }
+}

@@ -1,0 +1,242 @@
+public import StorekeeperCrypto
+public import Foundation
+public import StorekeeperJSON
+import Synchronization
+
+/// A verified (or rejected) JWS: the status, the detected type and what could be decoded.
+public struct SignedDataResult: Sendable {
+    public var status: VerificationStatus
+    public var type: SignedDataType?
+    /// The header and payload when the JWS was well-formed (present for every status but `INVALID_JWT_FORMAT`).
+    public var header: JSONObject?
+    public var payload: JSONObject?
+    /// Why the status is not OK, for people (never contains key material).
+    public var reason: String?
+    /// For notifications: the verification of the nested `signedTransactionInfo`, `signedRenewalInfo` and
+    /// `signedAppTransactionInfo`, by field name.
+    public var nested: [String: SignedDataResult] = [:]
+
+    public var isOK: Bool { status == .ok }
+}
+
+/// Verifies StoreKit 2 signed data (shared/spec/signed-data.md): ES256 only; an `x5c` chain of exactly three
+/// certificates whose leaf and intermediate carry Apple's markers and which ends in one of the caller's roots,
+/// valid at the payload's `signedDate` (app transactions: `receiptCreationDate`); then per-type checks of
+/// bundle id, app Apple ID (Production) and environment.
+///
+/// Xcode-signed data (`kid` `Apple_Xcode_Key`, one self-signed certificate) verifies only when that exact
+/// certificate is one of the trusted roots and its signature checks out — never unverified.
+///
+/// Chain verdicts are cached by certificate bytes, so each JWS costs one ECDSA verification.
+public struct SignedDataVerifier: Sendable {
+    public struct Configuration: Sendable {
+        public var trustedRoots: [Certificate]
+        /// Expected bundle id; nil skips the check.
+        public var bundleID: String?
+        /// Expected app Apple ID; checked in Production only (where Apple's libraries require it).
+        public var appAppleID: Int64?
+        /// Expected environment (`Production`, `Sandbox`, `Xcode`, `LocalTesting`); nil skips the check.
+        public var environment: String?
+        /// Online checks: OCSP for leaf and intermediate, and validation at `now` instead of `signedDate`.
+        public var onlineChecks: Bool
+        /// OpenSSL's strict RFC 5280 checks (authority and subject key identifiers, critical basic
+        /// constraints…), on by default as in Apple's Python library. Apple's own test chain lacks key
+        /// identifiers; its tests turn these checks off, and so must a caller verifying that chain.
+        public var strictChecks: Bool
+
+        public init(
+            trustedRoots: [Certificate], bundleID: String? = nil, appAppleID: Int64? = nil, environment: String? = nil,
+            onlineChecks: Bool = false, strictChecks: Bool = true
+        ) {
+            self.strictChecks = strictChecks
+            self.trustedRoots = trustedRoots
+            self.bundleID = bundleID
+            self.appAppleID = appAppleID
+            self.environment = environment
+            self.onlineChecks = onlineChecks
+        }
+    }
+
+    /// A configuration Apple's libraries refuse as well.
+    public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    public let configuration: Configuration
+    private let chains: ChainVerifier
+    /// The last well-formed token's header and its decoded x5c certificates, reused when the next token's
+    /// header segment is byte-identical.
+    private let lastHeader = LastHeader()
+    private let ocsp: OCSPChecker?
+
+    public init(_ configuration: Configuration, ocspTransport: (any OCSPTransport)? = nil) throws(ConfigurationError) {
+        if configuration.environment == "Production" && configuration.appAppleID == nil {
+            throw ConfigurationError(description: "an app Apple ID is required when the environment is Production")
+        }
+        self.configuration = configuration
+        var policy = ChainPolicy.appleSignedData
+        policy.strict = configuration.strictChecks
+        self.chains = ChainVerifier(trustedRoots: configuration.trustedRoots, policy: policy)
+        self.ocsp =
+            configuration.onlineChecks ? OCSPChecker(transport: ocspTransport ?? URLSessionOCSPTransport()) : nil
+    }
+
+    /// Verifies `token` as `type` (nil: detect it from the payload) at `now`.
+    public func verify(_ token: String, as type: SignedDataType? = nil, now: Date) -> SignedDataResult {
+        let jws: CompactJWS
+        let cached = lastHeader.value.withLock { $0 }
+        do {
+            jws = try CompactJWS(token, reusing: cached?.jws)
+        } catch {
+            return SignedDataResult(status: .invalidJWTFormat, reason: error.reason)
+        }
+        let kind = type ?? SignedDataType.detect(jws.payload)
+        var result = SignedDataResult(status: .ok, type: kind, header: jws.header, payload: jws.payload)
+        guard let chain = jws.certificateChain, !chain.isEmpty, chain.count == jws.header["x5c"]?.arrayValue?.count
+        else {
+            result.status = .invalidJWTFormat
+            result.reason = "the header has no x5c certificate chain"
+            return result
+        }
+        var certificates: [[UInt8]?]
+        if let cached, cached.jws.hasHeader(jws.encodedHeader) {
+            certificates = cached.certificates
+        } else {
+            certificates = chain.prefix(2).map { Data(base64Encoded: $0).map { Array($0) } }
+            lastHeader.value.withLock { $0 = (jws, certificates) }
+        }
+        if let (status, reason) = verifySignature(jws, chain: chain, certificates: certificates, type: kind, now: now) {
+            result.status = status
+            result.reason = reason
+            return result
+        }
+        if let (status, reason) = checkClaims(jws.payload, type: kind) {
+            result.status = status
+            result.reason = reason
+            return result
+        }
+        if kind == .notification { result = verifyNested(result, now: now) }
+        return result
+    }
+
+    // MARK: - Signature and chain
+
+    /// `certificates` are the first two of `chain`, base64-decoded (nil where that fails).
+    private func verifySignature(
+        _ jws: CompactJWS, chain: [String], certificates: [[UInt8]?], type: SignedDataType, now: Date
+    ) -> (VerificationStatus, String)? {
+        guard jws.header["alg"]?.stringValue == "ES256" else {
+            return (.verificationFailure, "the algorithm is not ES256")
+        }
+        let signedDate = Self.date(jws.payload["signedDate"]) ?? Self.date(jws.payload["receiptCreationDate"])
+        let validationTime = configuration.onlineChecks ? now : (signedDate ?? now)
+
+        // Xcode: one self-signed certificate the caller trusts, byte for byte.
+        if chain.count == 1, jws.header["kid"]?.stringValue == "Apple_Xcode_Key", let der = certificates[0],
+            let pinned = configuration.trustedRoots.first(where: { $0.derEncoded == der }),
+            configuration.environment == nil || configuration.environment == "Xcode"
+        {
+            guard pinned.isValid(at: signedDate ?? now) else {
+                return (.verificationFailure, "the Xcode certificate is not valid at the signing date")
+            }
+            guard let key = try? pinned.publicKey,
+                key.verify(rawECDSASignature: jws.signature, message: jws.signingInput, digest: .sha256)
+            else { return (.verificationFailure, "the ES256 signature does not verify") }
+            return nil
+        }
+
+        guard !configuration.trustedRoots.isEmpty else { return (.invalidCertificate, "no trusted root is configured") }
+        guard chain.count == 3 else { return (.invalidChainLength, "x5c holds \(chain.count) certificates, not 3") }
+        guard let leaf = certificates[0], let intermediate = certificates[1] else {
+            return (.invalidCertificate, "an x5c certificate is not base64")
+        }
+        // As Apple's libraries do, the third certificate is ignored: the root comes from configuration.
+        let evaluation = chains.evaluate(signer: leaf, others: [intermediate])
+        switch evaluation.result(at: validationTime) {
+        case .invalid(let failure) where failure.code == .invalidCertificate:
+            return (.invalidCertificate, failure.reason)
+        case .invalid(let failure):
+            return (.verificationFailure, failure.reason)
+        case .valid(let path):
+            if let ocsp {
+                switch ocsp.check(path: path.certificates, now: now) {
+                case .good: break
+                case .unreachable(let reason): return (.retryableVerificationFailure, reason)
+                case .failed(let reason): return (.verificationFailure, reason)
+                }
+            }
+        }
+        guard let key = evaluation.signerKey,
+            key.verify(rawECDSASignature: jws.signature, message: jws.signingInput, digest: .sha256)
+        else { return (.verificationFailure, "the ES256 signature does not verify") }
+        return nil
+    }
+
+    // MARK: - Per-type checks
+
+    private func checkClaims(_ payload: JSONObject, type: SignedDataType) -> (VerificationStatus, String)? {
+        let expected = configuration
+        func appIdentifier(bundleID: String?, appAppleID: Int64?, checkAppleID: Bool) -> (VerificationStatus, String)? {
+            if let wanted = expected.bundleID, bundleID != wanted {
+                return (.invalidAppIdentifier, "the bundle id is \(bundleID.map { "'\($0)'" } ?? "absent")")
+            }
+            if checkAppleID && expected.environment == "Production" && appAppleID != expected.appAppleID {
+                return (.invalidAppIdentifier, "the app Apple ID differs")
+            }
+            return nil
+        }
+        func environment(_ found: String?) -> (VerificationStatus, String)? {
+            guard let wanted = expected.environment, found != wanted else { return nil }
+            return (.invalidEnvironment, "the environment is \(found.map { "'\($0)'" } ?? "absent"), not '\(wanted)'")
+        }
+        switch type {
+        case .transaction:
+            return appIdentifier(bundleID: payload["bundleId"]?.stringValue, appAppleID: nil, checkAppleID: false)
+                ?? environment(payload["environment"]?.stringValue)
+        case .renewalInfo:
+            return environment(payload["environment"]?.stringValue)
+        case .appTransaction:
+            return appIdentifier(
+                bundleID: payload["bundleId"]?.stringValue, appAppleID: payload["appAppleId"]?.int64Value,
+                checkAppleID: true) ?? environment(payload["receiptType"]?.stringValue)
+        case .notification:
+            let notification = NotificationPayload(json: payload)
+            let app = notification.appMetadata
+            return appIdentifier(bundleID: app.bundleID, appAppleID: app.appAppleID, checkAppleID: true)
+                ?? environment(app.environment)
+        }
+    }
+
+    // MARK: - Nested signed data
+
+    private func verifyNested(_ outer: SignedDataResult, now: Date) -> SignedDataResult {
+        var result = outer
+        guard var payload = result.payload, var data = payload["data"]?.objectValue ?? payload["appData"]?.objectValue
+        else { return result }
+        let container = payload["data"] != nil ? "data" : "appData"
+        let fields: [(signed: String, decoded: String, type: SignedDataType)] = [
+            ("signedTransactionInfo", "transactionInfo", .transaction),
+            ("signedRenewalInfo", "renewalInfo", .renewalInfo),
+            ("signedAppTransactionInfo", "appTransactionInfo", .appTransaction),
+        ]
+        for field in fields {
+            guard let token = data[field.signed]?.stringValue else { continue }
+            let nested = verify(token, as: field.type, now: now)
+            result.nested[field.signed] = nested
+            if nested.isOK, let decoded = nested.payload { data[field.decoded] = .object(decoded) }
+        }
+        payload[container] = .object(data)
+        result.payload = payload
+        return result
+    }
+
+    /// A `ms` field as a date: integer or fractional milliseconds, possibly negative.
+    static func date(_ value: JSONValue?) -> Date? {
+        value?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) }
+    }
+}
+
+/// The most recent header and its decoded certificates (a reference, so the verifier stays a value).
+private final class LastHeader: Sendable {
+    let value = Mutex<(jws: CompactJWS, certificates: [[UInt8]?])?>(nil)
+}

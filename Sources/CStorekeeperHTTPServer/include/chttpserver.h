@@ -1,0 +1,71 @@
+#ifndef STOREKEEPER_CHTTPSERVER_H
+#define STOREKEEPER_CHTTPSERVER_H
+
+// A small facade over libmicrohttpd: its own epoll loop and a thread pool; each complete request (body
+// accumulated up to a limit) is handed to one callback as an `sk_exchange`. The callback may answer at
+// once (`sk_exchange_respond` before it returns, on the pool thread) or later from any thread: the
+// connection is then suspended, holding no thread, and resumed when the answer arrives. libmicrohttpd's
+// own types stay inside server.c. Errors a client causes before the callback (framing, limits) are
+// answered here with a JSON body of the shape {"error":{"code","message"}}.
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sk_header {
+    const char *name;
+    const char *value;
+} sk_header;
+
+/// One request and its pending answer. Valid until answered with `sk_exchange_respond` (exactly once).
+typedef struct sk_exchange sk_exchange;
+
+typedef struct sk_request {
+    const char *method;
+    const char *path;          // raw path as received, NOT percent-decoded
+    const sk_header *query;    // query parameters in order, names and values NOT percent-decoded
+    size_t query_count;        // (a parameter without '=' has value "")
+    const sk_header *headers;  // request headers in order
+    size_t header_count;
+    const uint8_t *body;
+    size_t body_length;
+    const char *remote;        // client address, "127.0.0.1" or "::1" style
+} sk_request;
+
+/// Called on a pool thread for each complete request. `request` and its strings are valid until the
+/// exchange is answered.
+typedef void (*sk_handler)(void *context, sk_exchange *exchange, const sk_request *request);
+
+typedef struct sk_server_options {
+    const char *host;                   // "127.0.0.1", "0.0.0.0", "::1", "::", "localhost" (both loopbacks
+                                        // where possible); NULL means 127.0.0.1
+    uint16_t port;                      // 0 picks a free port
+    size_t max_body;                    // declared or received body larger than this: 413
+    size_t max_header_bytes;            // request line + headers larger than this: 431
+    size_t max_url_bytes;               // path + query longer than this: 414
+    unsigned int max_query_parameters;  // more parameters than this: 400
+    unsigned int connection_limit;      // concurrent connections
+    unsigned int idle_timeout_seconds;  // a connection with no traffic this long is closed
+    unsigned int threads;               // pool size (0: number of cores)
+} sk_server_options;
+
+typedef struct sk_server sk_server;
+
+/// Starts a server. Returns NULL on failure and writes a reason into `error` (when not NULL).
+sk_server *sk_server_start(const sk_server_options *options, sk_handler handler, void *context, char *error,
+                           size_t error_size);
+
+/// The port actually bound.
+uint16_t sk_server_port(const sk_server *server);
+
+/// Answers an exchange, from any thread, exactly once; the server copies `body` and the headers at once.
+void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8_t *body, size_t body_length,
+                         const sk_header *headers, size_t header_count);
+
+/// Number of connections currently open (for tests and metrics).
+unsigned int sk_server_connections(const sk_server *server);
+
+/// Stops accepting, closes connections and frees the server. Exchanges not yet answered are answered
+/// with 503 first; the handler must not touch them after this returns.
+void sk_server_stop(sk_server *server);
+
+#endif

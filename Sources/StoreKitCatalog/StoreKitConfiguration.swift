@@ -1,0 +1,239 @@
+import Foundation
+public import StorekeeperJSON
+public import StoreTime
+
+/// An Xcode StoreKit configuration file (`.storekit`, JSON, formats 1.1–5.0): the emulator's catalogue.
+///
+/// Every object keeps its JSON (`json`), so keys Storekeeper does not model survive; typed accessors cover
+/// the keys of shared/spec/test-environment.md §4.
+public struct StoreKitConfiguration: Sendable, Hashable {
+    public var json: JSONObject
+    public var products: [Product]
+    public var subscriptionGroups: [SubscriptionGroup]
+    public var settings: Settings
+
+    public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    /// Reads a `.storekit` file's bytes.
+    public init(data: some Collection<UInt8>) throws(ConfigurationError) {
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(
+                data, limits: JSONParser.Limits(maxSize: 16 << 20, maxDepth: 32, maxMembers: 100_000))
+        } catch {
+            throw ConfigurationError(description: "not JSON: \(error)")
+        }
+        guard let root = value.objectValue else {
+            throw ConfigurationError(description: "the file is not a JSON object")
+        }
+        json = root
+        var products: [Product] = []
+        for key in ["products", "nonRenewingSubscriptions"] {
+            for item in root[key]?.arrayValue ?? [] {
+                guard let object = item.objectValue, let product = Product(json: object) else {
+                    throw ConfigurationError(description: "a product in '\(key)' has no productID or type")
+                }
+                products.append(product)
+            }
+        }
+        var groups: [SubscriptionGroup] = []
+        for item in root["subscriptionGroups"]?.arrayValue ?? [] {
+            guard let object = item.objectValue else {
+                throw ConfigurationError(description: "a subscription group is not an object")
+            }
+            let group = SubscriptionGroup(json: object)
+            for subscription in group.subscriptions {
+                guard subscription.period != nil else {
+                    throw ConfigurationError(
+                        description: "subscription '\(subscription.productID)' has no valid recurringSubscriptionPeriod"
+                    )
+                }
+            }
+            groups.append(group)
+        }
+        let all = products.map(\.productID) + groups.flatMap { $0.subscriptions.map(\.productID) }
+        if let duplicate = Dictionary(grouping: all, by: { $0 }).first(where: { $0.value.count > 1 })?.key {
+            throw ConfigurationError(description: "product '\(duplicate)' is defined twice")
+        }
+        self.products = products
+        self.subscriptionGroups = groups
+        self.settings = Settings(json: root["settings"]?.objectValue ?? JSONObject())
+    }
+
+    /// `{major, minor}` of the file format, e.g. (5, 0).
+    public var version: (major: Int, minor: Int)? {
+        guard let major = json["version"]?["major"]?.int64Value, let minor = json["version"]?["minor"]?.int64Value
+        else {
+            return nil
+        }
+        return (Int(major), Int(minor))
+    }
+
+    public var identifier: String? { json["identifier"]?.stringValue }
+
+    /// Every auto-renewable subscription of every group.
+    public var subscriptions: [Subscription] { subscriptionGroups.flatMap(\.subscriptions) }
+
+    /// The kind of product with this identifier, if the catalogue has it.
+    public func kind(of productID: String) -> ProductKind? {
+        if let product = products.first(where: { $0.productID == productID }) { return product.kind }
+        return subscriptions.contains(where: { $0.productID == productID }) ? .autoRenewable : nil
+    }
+
+    public static func == (lhs: StoreKitConfiguration, rhs: StoreKitConfiguration) -> Bool { lhs.json == rhs.json }
+    public func hash(into hasher: inout Hasher) { hasher.combine(json) }
+}
+
+/// The four kinds of in-app purchase, with the JWS `type` raw values.
+public enum ProductKind: String, Sendable, CaseIterable {
+    case consumable = "Consumable"
+    case nonConsumable = "Non-Consumable"
+    case nonRenewing = "Non-Renewing Subscription"
+    case autoRenewable = "Auto-Renewable Subscription"
+
+    /// The receipt's attribute 1707 value.
+    public var receiptProductType: Int64 {
+        switch self {
+        case .nonConsumable: 0
+        case .consumable: 1
+        case .nonRenewing: 2
+        case .autoRenewable: 3
+        }
+    }
+}
+
+/// A localized name and description.
+public struct Localization: Sendable, Hashable {
+    public var locale: String
+    public var displayName: String
+    public var description: String
+
+    init(json: JSONObject) {
+        locale = json["locale"]?.stringValue ?? ""
+        displayName = json["displayName"]?.stringValue ?? ""
+        description = json["description"]?.stringValue ?? ""
+    }
+
+    static func list(_ value: JSONValue?) -> [Localization] {
+        (value?.arrayValue ?? []).compactMap(\.objectValue).map(Localization.init)
+    }
+}
+
+/// What every sellable item of a catalogue has.
+public protocol CatalogItem {
+    var json: JSONObject { get }
+    var productID: String { get }
+}
+
+extension CatalogItem {
+    public var referenceName: String? { json["referenceName"]?.stringValue }
+    /// The price as written, a decimal string (`"1.99"`).
+    public var displayPrice: String? { json["displayPrice"]?.stringValue }
+    public var familyShareable: Bool { json["familyShareable"]?.boolValue ?? false }
+    public var localizations: [Localization] { Localization.list(json["localizations"]) }
+}
+
+/// A consumable, non-consumable or non-renewing subscription (`products[]`, `nonRenewingSubscriptions[]`).
+public struct Product: CatalogItem, Sendable, Hashable {
+    public var json: JSONObject
+    public var productID: String
+    public var kind: ProductKind
+
+    init?(json: JSONObject) {
+        guard let productID = json["productID"]?.stringValue else { return nil }
+        switch json["type"]?.stringValue {
+        case "Consumable": kind = .consumable
+        case "NonConsumable": kind = .nonConsumable
+        case "NonRenewingSubscription": kind = .nonRenewing
+        default: return nil
+        }
+        self.json = json
+        self.productID = productID
+    }
+
+}
+
+/// A subscription group (`subscriptionGroups[]`).
+public struct SubscriptionGroup: Sendable, Hashable {
+    public var json: JSONObject
+    public var subscriptions: [Subscription]
+
+    init(json: JSONObject) {
+        self.json = json
+        subscriptions = (json["subscriptions"]?.arrayValue ?? []).compactMap(\.objectValue).compactMap(
+            Subscription.init)
+    }
+
+    public var id: String? { json["id"]?.stringValue }
+    public var name: String? { json["name"]?.stringValue }
+    public var localizations: [Localization] { Localization.list(json["localizations"]) }
+}
+
+/// An auto-renewable subscription.
+public struct Subscription: CatalogItem, Sendable, Hashable {
+    public var json: JSONObject
+    public var productID: String
+
+    init?(json: JSONObject) {
+        guard let productID = json["productID"]?.stringValue else { return nil }
+        self.json = json
+        self.productID = productID
+    }
+
+    /// The group's `id` (the JWS `subscriptionGroupIdentifier`).
+    public var groupID: String? { json["subscriptionGroupID"]?.stringValue }
+    /// Level within the group; 1 is the highest tier.
+    public var level: Int? { json["groupNumber"]?.int64Value.map(Int.init) }
+    public var period: StorePeriod? { json["recurringSubscriptionPeriod"]?.stringValue.flatMap(StorePeriod.init) }
+    /// The introductory offer (`introductoryOffer`, or the first of 5.0's `introductoryOffers`).
+    public var introductoryOffer: SubscriptionOffer? {
+        (json["introductoryOffer"]?.objectValue ?? json["introductoryOffers"]?.arrayValue?.first?.objectValue)
+            .map(SubscriptionOffer.init)
+    }
+    /// Promotional offers (`adHocOffers`).
+    public var promotionalOffers: [SubscriptionOffer] { offers("adHocOffers") }
+    public var codeOffers: [SubscriptionOffer] { offers("codeOffers") }
+    public var winBackOffers: [SubscriptionOffer] { offers("winbackOffers") }
+
+    private func offers(_ key: String) -> [SubscriptionOffer] {
+        (json[key]?.arrayValue ?? []).compactMap(\.objectValue).map(SubscriptionOffer.init)
+    }
+}
+
+/// An introductory, promotional, code or win-back offer.
+public struct SubscriptionOffer: Sendable, Hashable {
+    public var json: JSONObject
+
+    /// `free`, `payAsYouGo` or `payUpFront`, as written.
+    public var paymentMode: String? { json["paymentMode"]?.stringValue }
+    /// The JWS `offerDiscountType` for the payment mode.
+    public var offerDiscountType: String? {
+        switch paymentMode {
+        case "free": "FREE_TRIAL"
+        case "payAsYouGo": "PAY_AS_YOU_GO"
+        case "payUpFront": "PAY_UP_FRONT"
+        default: nil
+        }
+    }
+    public var period: StorePeriod? { json["subscriptionPeriod"]?.stringValue.flatMap(StorePeriod.init) }
+    /// How many periods the offer lasts (1 when the file, as format 1.1 does, leaves it out).
+    public var numberOfPeriods: Int { json["numberOfPeriods"]?.int64Value.map(Int.init) ?? 1 }
+    public var offerID: String? { json["offerID"]?.stringValue }
+    public var referenceName: String? { json["referenceName"]?.stringValue }
+    public var displayPrice: String? { json["displayPrice"]?.stringValue }
+}
+
+/// The `settings` object.
+public struct Settings: Sendable, Hashable {
+    public var json: JSONObject
+
+    /// `_timeRate`, when it names a rate Storekeeper knows.
+    public var timeRate: TimeRate? { json["_timeRate"]?.int64Value.flatMap { TimeRate(rawValue: Int($0)) } }
+    public var storefront: String? { json["_storefront"]?.stringValue }
+    public var locale: String? { json["_locale"]?.stringValue }
+    public var askToBuyEnabled: Bool { json["_askToBuyEnabled"]?.boolValue ?? false }
+    public var failTransactionsEnabled: Bool { json["_failTransactionsEnabled"]?.boolValue ?? false }
+    public var billingGracePeriodEnabled: Bool { json["_billingGracePeriodEnabled"]?.boolValue ?? false }
+}

@@ -1,0 +1,111 @@
+internal import CStorekeeperSQLite
+
+/// One SQLite connection. Not thread-safe: ``Database`` confines it to its own serial executor.
+public final class Connection {
+    private let handle: OpaquePointer  // sqlite3, owned
+
+    /// Opens (creating if needed) the database at `path`; `":memory:"` for a private in-memory database.
+    init(path: String) throws(SQLiteError) {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let status = sqlite3_open_v2(path, &db, flags, nil)
+        guard status == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(db)
+            throw SQLiteError(code: .init(status), message: message, sql: nil)
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    /// Runs one statement with bound values and returns every row.
+    @discardableResult
+    public func execute(_ sql: String, _ values: [SQLValue] = []) throws(SQLiteError) -> [Row] {
+        var statement: OpaquePointer?  // sqlite3_stmt
+        var tail: UnsafePointer<CChar>?
+        let prepared = sql.withCString { sqlite3_prepare_v2(handle, $0, -1, &statement, &tail) }
+        guard prepared == SQLITE_OK, let statement else { throw error(prepared, sql) }
+        defer { sqlite3_finalize(statement) }
+        guard Int(sqlite3_bind_parameter_count(statement)) == values.count else {
+            throw SQLiteError(
+                code: .misuse,
+                message: "\(values.count) values for \(sqlite3_bind_parameter_count(statement)) parameters", sql: sql)
+        }
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let status: Int32
+            switch value {
+            case .null: status = sqlite3_bind_null(statement, index)
+            case .integer(let number): status = sqlite3_bind_int64(statement, index, number)
+            case .real(let number): status = sqlite3_bind_double(statement, index, number)
+            case .text(let text):
+                let bytes = Array(text.utf8)
+                status = bytes.withUnsafeBufferPointer { buffer in
+                    buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: max(buffer.count, 1)) {
+                        shim_sqlite3_bind_text(statement, index, $0, Int32(buffer.count))
+                    }
+                }
+            case .blob(let bytes):
+                status = bytes.withUnsafeBytes {
+                    shim_sqlite3_bind_blob(
+                        statement, index, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count))
+                }
+            }
+            guard status == SQLITE_OK else { throw error(status, sql) }
+        }
+        let columnCount = sqlite3_column_count(statement)
+        let columns = (0..<columnCount).map { String(cString: sqlite3_column_name(statement, $0)) }
+        var rows: [Row] = []
+        while true {
+            let step = sqlite3_step(statement)
+            if step == SQLITE_DONE { break }
+            guard step == SQLITE_ROW else { throw error(step, sql) }
+            var values: [SQLValue] = []
+            values.reserveCapacity(Int(columnCount))
+            for column in 0..<columnCount {
+                switch sqlite3_column_type(statement, column) {
+                case SQLITE_INTEGER: values.append(.integer(sqlite3_column_int64(statement, column)))
+                case SQLITE_FLOAT: values.append(.real(sqlite3_column_double(statement, column)))
+                case SQLITE_TEXT:
+                    let count = Int(sqlite3_column_bytes(statement, column))
+                    let text = sqlite3_column_text(statement, column).map {
+                        String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self)
+                    }
+                    values.append(.text(text ?? ""))
+                case SQLITE_BLOB:
+                    let count = Int(sqlite3_column_bytes(statement, column))
+                    let pointer = sqlite3_column_blob(statement, column)
+                    values.append(.blob(pointer.map { Array(UnsafeRawBufferPointer(start: $0, count: count)) } ?? []))
+                default: values.append(.null)
+                }
+            }
+            rows.append(Row(columns: columns, values: values))
+        }
+        return rows
+    }
+
+    /// Runs several statements without values (schema scripts).
+    public func executeScript(_ sql: String) throws(SQLiteError) {
+        var message: UnsafeMutablePointer<CChar>?
+        let status = sqlite3_exec(handle, sql, nil, nil, &message)
+        guard status == SQLITE_OK else {
+            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(status))
+            sqlite3_free(message)
+            throw SQLiteError(code: .init(sqlite3_extended_errcode(handle)), message: text, sql: nil)
+        }
+    }
+
+    /// The rowid of the last inserted row.
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// Rows changed by the last statement.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    private func error(_ status: Int32, _ sql: String) -> SQLiteError {
+        SQLiteError(
+            code: .init(sqlite3_extended_errcode(handle)), message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+}

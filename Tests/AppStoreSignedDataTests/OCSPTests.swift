@@ -1,0 +1,138 @@
+import StorekeeperCrypto
+import Foundation
+import StorekeeperJSON
+import AppStoreSignedData
+import Synchronization
+import StorekeeperTestSupport
+import Testing
+
+/// Online checks against OCSP responses made by the `openssl ocsp` tool from an index of our own chain,
+/// through a transport that never touches the network.
+@Suite("OCSP online checks", .enabled(if: ExternalTool.find("openssl") != nil, "openssl not on PATH"))
+struct OCSPTests {
+    /// A chain valid now whose leaf and intermediate name an OCSP responder, and its files for openssl.
+    final class Responder: OCSPTransport, Sendable {
+        let chain: SigningChain
+        let directory: URL
+        let calls = Mutex(0)
+        let revokedLeaf: Bool
+        let reply: @Sendable (Int) -> Result<[UInt8]?, OCSPTransportError>
+
+        init(
+            revokedLeaf: Bool = false,
+            reply: @escaping @Sendable (Int) -> Result<[UInt8]?, OCSPTransportError> = { _ in .success(nil) }
+        )
+            throws
+        {
+            let now = Date()
+            var options = SigningChain.Options(
+                caValidity: (now - 86_400, now + 3_650 * 86_400), leafValidity: (now - 86_400, now + 365 * 86_400))
+            options.keyKind = .p256
+            options.ocspURL = "http://127.0.0.1:9/ocsp"
+            chain = try SigningChain(options)
+            directory = try ExternalTool.temporaryDirectory()
+            self.revokedLeaf = revokedLeaf
+            self.reply = reply
+            for (name, text) in [
+                ("root.pem", chain.root.pemEncoded), ("root-key.pem", try chain.rootKey.pemPKCS8()),
+                ("intermediate.pem", chain.intermediate.pemEncoded),
+                ("intermediate-key.pem", try chain.intermediateKey.pemPKCS8()),
+            ] {
+                try Data(text.utf8).write(to: directory.appendingPathComponent(name))
+            }
+            func row(_ certificate: Certificate, revoked: Bool) -> String {
+                let serial = certificate.serialNumber.map { String(format: "%02X", $0) }.joined()
+                return (revoked ? "R\t300101000000Z\t240101000000Z" : "V\t300101000000Z\t")
+                    + "\t\(serial)\tunknown\t/CN=x\n"
+            }
+            try Data(row(chain.intermediate, revoked: false).utf8).write(
+                to: directory.appendingPathComponent("root-index.txt"))
+            try Data(row(chain.leaf, revoked: revokedLeaf).utf8).write(
+                to: directory.appendingPathComponent("intermediate-index.txt"))
+        }
+
+        /// Answers the intermediate's request (first of each pair) as the root, the leaf's as the intermediate.
+        func post(_ body: [UInt8], to url: String) throws(OCSPTransportError) -> [UInt8] {
+            let call = calls.withLock { count in
+                count += 1
+                return count
+            }
+            switch reply(call) {
+            case .failure(let error): throw error
+            case .success(let fixed?): return fixed
+            case .success(nil): break
+            }
+            let issuer = call % 2 == 1 ? "root" : "intermediate"
+            let request = directory.appendingPathComponent("request-\(call).der")
+            let response = directory.appendingPathComponent("response-\(call).der")
+            do {
+                try Data(body).write(to: request)
+                let path = { (name: String) in self.directory.appendingPathComponent(name).path }
+                let run = try ExternalTool.run(
+                    ExternalTool.find("openssl")!,
+                    [
+                        "ocsp", "-index", path("\(issuer)-index.txt"), "-CA", path("\(issuer).pem"), "-rsigner",
+                        path("\(issuer).pem"),
+                        "-rkey", path("\(issuer)-key.pem"), "-reqin", request.path, "-respout", response.path, "-ndays",
+                        "1",
+                    ])
+                guard run.status == 0 else { throw OCSPTransportError("openssl ocsp failed: \(run.stderrText)") }
+                return Array(try Data(contentsOf: response))
+            } catch let error as OCSPTransportError {
+                throw error
+            } catch {
+                throw OCSPTransportError("\(error)")
+            }
+        }
+
+        func verifier() throws -> SignedDataVerifier {
+            try SignedDataVerifier(
+                .init(
+                    trustedRoots: [chain.root], bundleID: JWSFixtures.bundleID, environment: "Sandbox",
+                    onlineChecks: true),
+                ocspTransport: self)
+        }
+
+        func token() throws -> String { try JWSFixtures.sign(JWSFixtures.transaction(), chain: chain) }
+    }
+
+    @Test("Good answers for intermediate and leaf: OK, and the answer is cached")
+    func good() throws {
+        let responder = try Responder()
+        let verifier = try responder.verifier()
+        let result = verifier.verify(try responder.token(), now: Date())
+        #expect(result.status == .ok, "\(result.reason ?? "")")
+        #expect(responder.calls.withLock { $0 } == 2)
+        #expect(verifier.verify(try responder.token(), now: Date()).status == .ok)
+        #expect(responder.calls.withLock { $0 } == 2)
+    }
+
+    @Test("A revoked leaf is a verification failure")
+    func revoked() throws {
+        let responder = try Responder(revokedLeaf: true)
+        let result = try responder.verifier().verify(try responder.token(), now: Date())
+        #expect(result.status == .verificationFailure)
+        #expect(result.reason?.contains("revoked") == true)
+    }
+
+    @Test("An unreachable responder is RETRYABLE_VERIFICATION_FAILURE; a garbage answer is VERIFICATION_FAILURE")
+    func failures() throws {
+        let unreachable = try Responder(reply: { _ in .failure(OCSPTransportError("connection refused")) })
+        #expect(
+            try unreachable.verifier().verify(try unreachable.token(), now: Date()).status
+                == .retryableVerificationFailure)
+        let garbage = try Responder(reply: { _ in .success([0x30, 0x03, 0x0a, 0x01, 0x00]) })
+        #expect(try garbage.verifier().verify(try garbage.token(), now: Date()).status == .verificationFailure)
+    }
+
+    @Test("The real transport reports a refused connection as retryable")
+    func realTransport() throws {
+        let responder = try Responder()
+        let verifier = try SignedDataVerifier(
+            .init(
+                trustedRoots: [responder.chain.root], bundleID: JWSFixtures.bundleID, environment: "Sandbox",
+                onlineChecks: true))
+        // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+        #expect(verifier.verify(try responder.token(), now: Date()).status == .retryableVerificationFailure)
+    }
+}

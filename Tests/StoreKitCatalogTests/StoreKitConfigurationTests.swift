@@ -1,0 +1,141 @@
+import StoreKitCatalog
+import Foundation
+import StorekeeperJSON
+import StoreTime
+import StorekeeperTestSupport
+import Testing
+
+@Suite("StoreKit configuration files", .enabled(if: Vectors.isAvailable, Comment(rawValue: Vectors.missingMessage)))
+struct StoreKitConfigurationTests {
+    static let files = [
+        "01-apple-sample-SKDemo-Products.v2_0.storekit",
+        "02-revenuecat-IntegrationTests-PurchaseTester-Configuration.v1_1.storekit",
+        "03-revenuecat-PurchaseTesterSwiftUI-PurchaseTesterStoreKitConfiguration.v3_0.storekit",
+        "04-revenuecat-PaywallsTester-Products.v4_0.storekit",
+        "05-revenuecat-StoreKitUnitTests-UnitTestsConfiguration.v5_0.storekit",
+    ]
+
+    static func load(_ file: String) throws -> StoreKitConfiguration {
+        try StoreKitConfiguration(data: Vectors.bytes("storekit/" + file))
+    }
+
+    @Test(
+        "Every format version imports with its products, groups and subscriptions",
+        arguments: [
+            (files[0], 2, 7, 1, 3), (files[1], 1, 1, 1, 2), (files[2], 3, 3, 6, 13), (files[3], 4, 2, 1, 3),
+            (files[4], 5, 3, 2, 4),
+        ])
+    func counts(file: String, major: Int, products: Int, groups: Int, subscriptions: Int) throws {
+        let configuration = try Self.load(file)
+        #expect(configuration.version?.major == major)
+        #expect(configuration.products.count == products)
+        #expect(configuration.subscriptionGroups.count == groups)
+        #expect(configuration.subscriptions.count == subscriptions)
+        #expect(configuration.subscriptions.allSatisfy { $0.period != nil && $0.level != nil && $0.groupID != nil })
+    }
+
+    @Test("Apple's sample: all four kinds, three levels, a pay-up-front introductory offer, its settings")
+    func appleSample() throws {
+        let configuration = try Self.load(Self.files[0])
+        let kinds = Set(
+            configuration.products.map(\.kind) + configuration.subscriptions.map { _ in ProductKind.autoRenewable })
+        #expect(kinds == Set(ProductKind.allCases))
+        #expect(Set(configuration.subscriptions.compactMap(\.level)) == [1, 2, 3])
+        #expect(configuration.subscriptions.contains { $0.introductoryOffer?.offerDiscountType == "PAY_UP_FRONT" })
+        #expect(configuration.settings.timeRate == .monthlyRenewalEveryThirtySeconds)
+        #expect(!configuration.settings.askToBuyEnabled)
+        for product in configuration.products {
+            #expect(configuration.kind(of: product.productID) == product.kind)
+            #expect(product.displayPrice != nil)
+            #expect(!product.localizations.isEmpty)
+        }
+        #expect(configuration.kind(of: "no.such.product") == nil)
+    }
+
+    @Test(
+        "Offers: code offers with eligibility, promotional offers with ids, 5.0 introductory offers and billing plans")
+    func offers() throws {
+        let synced = try Self.load(Self.files[2])
+        let codeOffers = synced.subscriptions.flatMap(\.codeOffers)
+        #expect(codeOffers.count == 8)
+        #expect(codeOffers.allSatisfy { $0.json["eligibility"]?.arrayValue?.isEmpty == false })
+        #expect(synced.subscriptions.flatMap(\.promotionalOffers).allSatisfy { $0.offerID != nil })
+        let newest = try Self.load(Self.files[4])
+        let monthly = try #require(
+            newest.subscriptions.first { $0.productID == "com.revenuecat.monthly_4.99.1_week_intro" })
+        #expect(monthly.introductoryOffer?.offerDiscountType == "FREE_TRIAL")
+        #expect(monthly.introductoryOffer?.period == StorePeriod("P3M"))
+        #expect(monthly.promotionalOffers.map(\.numberOfPeriods) == [1, 2])
+        #expect(monthly.json["billingPlans"]?.arrayValue?.isEmpty == false)
+        #expect(newest.settings.timeRate == .realTime)
+        let oldest = try Self.load(Self.files[1])
+        #expect(oldest.subscriptions.compactMap(\.introductoryOffer).allSatisfy { $0.numberOfPeriods == 1 })
+    }
+}
+
+@Suite("StoreKit configuration errors")
+struct StoreKitConfigurationErrorTests {
+    @Test(
+        "Malformed catalogues are refused with a reason",
+        arguments: [
+            "", "[]", #"{"products":[{"type":"Consumable"}]}"#, #"{"products":[{"productID":"a","type":"Gift"}]}"#,
+            #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","recurringSubscriptionPeriod":"monthly"}]}]}"#,
+            #"{"products":[{"productID":"a","type":"Consumable"}],"nonRenewingSubscriptions":[{"productID":"a","type":"NonRenewingSubscription"}]}"#,
+        ])
+    func malformed(text: String) {
+        #expect(throws: StoreKitConfiguration.ConfigurationError.self) {
+            try StoreKitConfiguration(data: Array(text.utf8))
+        }
+    }
+
+    @Test("Unknown keys are kept")
+    func unknownKeys() throws {
+        let text =
+            #"{"futureKey":{"x":1},"products":[{"productID":"a","type":"Consumable","newField":true}],"settings":{}}"#
+        let configuration = try StoreKitConfiguration(data: Array(text.utf8))
+        #expect(configuration.json["futureKey"]?["x"] == .integer(1))
+        #expect(configuration.products[0].json["newField"] == .bool(true))
+    }
+}
+
+@Suite("StoreKit configuration mutations")
+struct StoreKitConfigurationMutationTests {
+    @Test("Thousands of mutated catalogues import or fail with an error, never a crash")
+    func mutations() throws {
+        let seed = Array(
+            #"{"products":[{"productID":"a","type":"Consumable","displayPrice":"0.99"}],"subscriptionGroups":[{"id":"g","subscriptions":[{"productID":"s","groupNumber":1,"recurringSubscriptionPeriod":"P1M","introductoryOffer":{"paymentMode":"free","subscriptionPeriod":"P1W"}}]}],"settings":{"_timeRate":13}}"#
+                .utf8)
+        var generator = SeededGenerator(seed: 5)
+        let alphabet = Array("{}[],:\"PMWYDT0123456789abc-".utf8)
+        var imported = 0
+        for _ in 0..<4000 {
+            var bytes = seed
+            for _ in 0...Int.random(in: 0...2, using: &generator) {
+                let index = Int.random(in: 0..<bytes.count, using: &generator)
+                if Bool.random(using: &generator) {
+                    bytes[index] = alphabet.randomElement(using: &generator)!
+                } else {
+                    bytes.remove(at: index)
+                }
+            }
+            if let configuration = try? StoreKitConfiguration(data: bytes) {
+                imported += 1
+                for subscription in configuration.subscriptions { #expect(subscription.period != nil) }
+            }
+        }
+        #expect(imported > 0)
+    }
+
+    @Test("Random strings never crash the period parser, and what parses prints back to an equal period")
+    func periods() {
+        var generator = SeededGenerator(seed: 9)
+        let alphabet = Array("PTYMWDHS0123456789-.".utf8)
+        for _ in 0..<20_000 {
+            let text = String(
+                decoding: (0..<Int.random(in: 0...12, using: &generator)).map { _ in
+                    alphabet.randomElement(using: &generator)!
+                }, as: UTF8.self)
+            if let period = StorePeriod(text) { #expect(StorePeriod(period.description) == period) }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+import StorekeeperASN1
+import StorekeeperCrypto
+import Foundation
+import StorekeeperTestSupport
+import Testing
+
+@Suite("OpenSSL wrappers")
+struct CryptoTests {
+    @Test("SHA-1 and SHA-256 match the FIPS 180 test vectors")
+    func digests() {
+        let abc = Array("abc".utf8)
+        #expect(Digest.sha1(abc).hex == "a9993e364706816aba3e25717850c26c9cd0d89d")
+        #expect(Digest.sha256(abc).hex == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(Digest.sha256([]).hex == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(Digest.hash(.sha384, abc).count == 48)
+    }
+
+    @Test("RSA PKCS #1 v1.5 signatures verify with the key and fail when anything changes")
+    func rsa() throws {
+        let key = try PrivateKey.generateRSA(bits: 2048)
+        let message = Array("receipt payload".utf8)
+        for digest in [DigestAlgorithm.sha1, .sha256] {
+            let signature = try key.sign(message, algorithm: .rsaPKCS1(digest))
+            #expect(signature.count == 256)
+            let publicKey = try key.publicKey
+            #expect(publicKey.verify(signature: signature, message: message, algorithm: .rsaPKCS1(digest)))
+            #expect(!publicKey.verify(signature: signature, message: message + [0], algorithm: .rsaPKCS1(digest)))
+            var bad = signature
+            bad[10] ^= 1
+            #expect(!publicKey.verify(signature: bad, message: message, algorithm: .rsaPKCS1(digest)))
+            #expect(!publicKey.verify(signature: signature, message: message, algorithm: .ecdsa(digest)))
+        }
+    }
+
+    @Test("ECDSA P-256 signatures verify in DER and in JOSE r‖s form")
+    func ecdsa() throws {
+        let key = try PrivateKey.generateP256()
+        let publicKey = try key.publicKey
+        let message = Array("header.payload".utf8)
+        let raw = try key.signRawECDSA(message)
+        #expect(raw.count == 64)
+        #expect(publicKey.verify(rawECDSASignature: raw, message: message, digest: .sha256))
+        #expect(!publicKey.verify(rawECDSASignature: raw, message: message + [1], digest: .sha256))
+        let der = try #require(ECDSASignature.der(fromRaw: raw, fieldSize: 32))
+        #expect(publicKey.verify(signature: der, message: message, algorithm: .ecdsa(.sha256)))
+        #expect(ECDSASignature.raw(fromDER: der, fieldSize: 32) == raw)
+        // A DER signature where r‖s is expected is rejected, not misread.
+        #expect(!publicKey.verify(rawECDSASignature: der, message: message, digest: .sha256))
+        #expect(ECDSASignature.raw(fromDER: der + [0], fieldSize: 32) == nil)
+    }
+
+    @Test("Keys round-trip through PEM; a private key's description shows no key material")
+    func pem() throws {
+        let key = try PrivateKey.generateP256()
+        let pem = try key.pemPKCS8()
+        #expect(pem.hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        let reloaded = try PrivateKey(pem: pem)
+        let signature = try reloaded.signRawECDSA([1, 2, 3])
+        #expect(try key.publicKey.verify(rawECDSASignature: signature, message: [1, 2, 3], digest: .sha256))
+        #expect(!key.description.contains("PRIVATE"))
+        #expect(key.description.contains("redacted"))
+        #expect(throws: CryptoError.self) { try PrivateKey(pem: "not a key") }
+    }
+
+    @Test("Certificates parse from DER and PEM, with validity, subject, serial and marker extensions")
+    func certificates() throws {
+        let pki = TestPKI.shared
+        let leaf = try Certificate(derEncoded: pki.leaf.derEncoded)
+        #expect(leaf == pki.leaf)
+        #expect(leaf.notBefore == TestPKI.leafValidity.0)
+        #expect(leaf.notAfter == TestPKI.leafValidity.1)
+        #expect(leaf.subject == "CN=Storekeeper Receipt Signing,O=Storekeeper Tests,C=US")
+        #expect(leaf.issuer.contains("Worldwide Developer Relations"))
+        #expect(leaf.serialNumber == [0x03, 0x7f])
+        #expect(leaf.hasExtension(AppleOID.receiptSigningLeaf))
+        #expect(!leaf.hasExtension(AppleOID.wwdrIntermediate))
+        #expect(pki.intermediate.hasExtension(AppleOID.wwdrIntermediate))
+        let both = try Certificate.parsePEM(pki.leaf.pemEncoded + pki.root.pemEncoded)
+        #expect(both == [pki.leaf, pki.root])
+        #expect(try Certificate.load(Array(pki.root.pemEncoded.utf8)) == [pki.root])
+        #expect(try Certificate.load(pki.root.derEncoded) == [pki.root])
+        #expect(throws: CryptoError.self) { try Certificate(derEncoded: pki.root.derEncoded + [0]) }
+        #expect(throws: CryptoError.self) { try Certificate(derEncoded: [0x30, 0x00]) }
+    }
+
+    @Test("Chains: valid inside the window, not outside; missing markers and unknown roots rejected")
+    func chains() throws {
+        let pki = TestPKI.shared
+        let policy = ChainPolicy.appleThreeLevel(
+            leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate)
+        let verifier = ChainVerifier(trustedRoots: [pki.root], policy: policy)
+        guard
+            case .valid(let chain) = verifier.verify(
+                signer: pki.leaf, others: [pki.intermediate], at: TestPKI.referenceDate)
+        else {
+            Issue.record("valid chain rejected")
+            return
+        }
+        #expect(chain.certificates == [pki.leaf, pki.intermediate, pki.root])
+        #expect(chain.validFrom == TestPKI.leafValidity.0)
+        if case .invalid(let failure) = verifier.verify(
+            signer: pki.leaf, others: [pki.intermediate], at: Date(timeIntervalSince1970: 0))
+        {
+            #expect(failure.code == .notValidAtTime)
+        } else {
+            Issue.record("expired chain accepted")
+        }
+        if case .invalid(let failure) = verifier.verify(signer: pki.leaf, others: [], at: TestPKI.referenceDate) {
+            #expect(failure.code == .untrusted)
+        } else {
+            Issue.record("chain without its intermediate accepted")
+        }
+        let noMarker = try TestPKI(leafMarker: false)
+        let other = ChainVerifier(trustedRoots: [noMarker.root], policy: policy)
+        if case .invalid(let failure) = other.verify(
+            signer: noMarker.leaf, others: [noMarker.intermediate], at: TestPKI.referenceDate)
+        {
+            #expect(failure.code == .missingExtension)
+        } else {
+            Issue.record("leaf without its marker accepted")
+        }
+        // The embedded root is never trusted for being embedded.
+        let stranger = ChainVerifier(trustedRoots: [noMarker.root], policy: policy)
+        if case .valid = stranger.verify(
+            signer: pki.leaf, others: [pki.intermediate, pki.root], at: TestPKI.referenceDate)
+        {
+            Issue.record("an embedded root was trusted")
+        }
+    }
+
+    @Test("PKCS #7 signed-data made here verifies with OpenSSL's CMS verifier")
+    func pkcs7() throws {
+        let pki = TestPKI.shared
+        let content = Array("payload".utf8)
+        let signed = try PKCS7.sign(
+            content: content, signer: pki.leaf, key: pki.leafKey, chain: [pki.intermediate, pki.root], digest: .sha1)
+        #expect(try PKCS7.verifyWithOpenSSL(signed, trustedRoots: [pki.root], at: TestPKI.referenceDate) == content)
+        #expect(throws: CryptoError.self) {
+            try PKCS7.verifyWithOpenSSL(signed, trustedRoots: [pki.root], at: Date(timeIntervalSince1970: 0))
+        }
+        #expect(throws: CryptoError.self) {
+            try PKCS7.verifyWithOpenSSL(signed, trustedRoots: [], at: TestPKI.referenceDate)
+        }
+    }
+
+    @Test("Secure random bytes are the requested length and differ between calls")
+    func random() throws {
+        let first = try SecureRandom.bytes(32)
+        let second = try SecureRandom.bytes(32)
+        #expect(first.count == 32)
+        #expect(first != second)
+        #expect(try SecureRandom.bytes(0).isEmpty)
+    }
+}
+
+extension Array where Element == UInt8 {
+    var hex: String { map { String(format: "%02x", $0) }.joined() }
+}

@@ -1,0 +1,73 @@
+import Foundation
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Testing
+
+@Suite("JSON reader and writer")
+struct JSONParserTests {
+    @Test("Objects keep member order; integers stay exact; doubles, strings and escapes decode")
+    func values() throws {
+        let value = try JSONParser.parse(
+            #"{"b": 1, "a": [true, false, null], "n": -9007199254740993, "d": 1697679936049.7297, "s": "\u00e9\n\"\ud83d\ude00"}"#
+        )
+        #expect(value.objectValue?.keys == ["b", "a", "n", "d", "s"])
+        #expect(value["n"] == .integer(-9_007_199_254_740_993))
+        #expect(value["d"]?.doubleValue == 1_697_679_936_049.7297)
+        #expect(value["s"] == .string("é\n\"😀"))
+        #expect(value["a"] == .array([.bool(true), .bool(false), .null]))
+        #expect(try JSONParser.parse(JSONWriter.string(value)) == value)
+    }
+
+    @Test(
+        "Malformed documents are errors",
+        arguments: [
+            "", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "01", "1.", "1e", "-", "\"\\x\"", "\"\\ud800\"",
+            "\"a\u{01}\"",
+            "tru", "nul", "{\"a\":1}x", "{\"a\":1,\"a\":2}", "[\"\\u12G4\"]",
+        ])
+    func malformed(text: String) {
+        #expect(throws: JSONParser.Error.self) { try JSONParser.parse(text) }
+    }
+
+    @Test("Bytes that are not UTF-8 inside a string are an error")
+    func invalidUTF8() {
+        #expect(throws: JSONParser.Error.self) { try JSONParser.parse([0x22, 0xff, 0x22]) }
+        #expect(throws: JSONParser.Error.self) { try JSONParser.parse([0x22, 0xc3, 0x22]) }
+    }
+
+    @Test("Depth, size and member limits hold, and deep nesting is an error rather than a crash")
+    func limits() {
+        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        #expect(throws: JSONParser.Error.self) { try JSONParser.parse(deep) }
+        #expect(throws: JSONParser.Error.self) {
+            try JSONParser.parse("[1,2,3,4]", limits: JSONParser.Limits(maxSize: 100, maxDepth: 4, maxMembers: 3))
+        }
+        #expect(throws: JSONParser.Error.self) {
+            try JSONParser.parse("[1]", limits: JSONParser.Limits(maxSize: 2, maxDepth: 4, maxMembers: 3))
+        }
+    }
+
+    @Test("Thousands of mutated documents parse or fail cleanly, and what parses round-trips")
+    func mutations() throws {
+        let seed = Array(
+            #"{"notificationType":"SUBSCRIBED","data":{"appAppleId":41234,"price":10990,"list":[1,2.5,"x\u0041",null,true]},"signedDate":1698148900000.5}"#
+                .utf8)
+        var generator = SeededGenerator(seed: 3)
+        let alphabet = Array("{}[],:\"\\-0123456789.eEtruefalsnl \u{7f}".utf8) + [0xc3, 0xff, 0x00]
+        for _ in 0..<5000 {
+            var bytes = seed
+            for _ in 0...Int.random(in: 0...3, using: &generator) {
+                let index = Int.random(in: 0..<bytes.count, using: &generator)
+                switch Int.random(in: 0...2, using: &generator) {
+                case 0: bytes[index] = alphabet.randomElement(using: &generator)!
+                case 1: bytes.remove(at: index)
+                default: bytes.insert(alphabet.randomElement(using: &generator)!, at: index)
+                }
+                if bytes.isEmpty { break }
+            }
+            if let value = try? JSONParser.parse(bytes) {
+                #expect(try JSONParser.parse(JSONWriter.string(value)) == value)
+            }
+        }
+    }
+}

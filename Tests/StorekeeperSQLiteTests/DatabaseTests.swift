@@ -1,0 +1,142 @@
+import Foundation
+import StorekeeperSQLite
+import StorekeeperTestSupport
+import Testing
+
+@Suite("SQLite database")
+struct DatabaseTests {
+    static let schema = [
+        Migration("001-accounts", "CREATE TABLE accounts (id TEXT PRIMARY KEY, storefront TEXT NOT NULL)"),
+        Migration(
+            "002-transactions",
+            """
+            CREATE TABLE transactions (
+                id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts(id), amount INTEGER NOT NULL
+            )
+            """),
+    ]
+
+    static func temporaryPath() throws -> String {
+        try ExternalTool.temporaryDirectory().appendingPathComponent("store.sqlite").path
+    }
+
+    @Test("Values of every storage class round-trip through bound parameters")
+    func values() async throws {
+        let database = try Database(path: ":memory:")
+        let values: [SQLValue] = [
+            .null, .integer(Int64.min), .integer(Int64.max), .real(-0.5), .text("é✓ 'quoted' \0 end"), .blob([]),
+            .blob([0, 255, 1]),
+        ]
+        let rows = try await database.read { connection in
+            try connection.execute("SELECT ?, ?, ?, ?, ?, ?, ?", values)
+        }
+        #expect(rows.count == 1)
+        #expect(rows[0].values.prefix(5) == values.prefix(5))
+        #expect(rows[0][6] == .blob([0, 255, 1]))
+        #expect(rows[0][5] == .blob([]) || rows[0][5] == .null)
+    }
+
+    @Test("Migrations apply once, in order, and are recorded")
+    func migrations() async throws {
+        let path = try Self.temporaryPath()
+        let database = try Database(path: path)
+        #expect(try await database.migrate(Self.schema) == ["001-accounts", "002-transactions"])
+        #expect(try await database.migrate(Self.schema).isEmpty)
+        let extended =
+            Self.schema + [Migration("003-index", "CREATE INDEX transactions_account ON transactions(account_id)")]
+        #expect(try await database.migrate(extended) == ["003-index"])
+        let recorded = try await database.read { try $0.execute("SELECT id FROM schema_migrations ORDER BY position") }
+        #expect(recorded.map { $0["id"] } == ["001-accounts", "002-transactions", "003-index"])
+    }
+
+    @Test("A database with migrations this build does not know is refused")
+    func unknownMigration() async throws {
+        let database = try Database(path: try Self.temporaryPath())
+        try await database.migrate(Self.schema)
+        await #expect(throws: SQLiteError.self) { try await database.migrate([Self.schema[0]]) }
+        await #expect(throws: SQLiteError.self) {
+            try await database.migrate([Migration("000-other", "SELECT 1")] + Self.schema)
+        }
+    }
+
+    @Test("A failing migration leaves no trace: no table, no record")
+    func failingMigration() async throws {
+        let database = try Database(path: ":memory:")
+        let broken = [Migration("001", "CREATE TABLE a (x INTEGER); CREATE TABLE a (y INTEGER);")]
+        await #expect(throws: SQLiteError.self) { try await database.migrate(broken) }
+        let tables = try await database.read { try $0.execute("SELECT name FROM sqlite_master WHERE name = 'a'") }
+        #expect(tables.isEmpty)
+        #expect(try await database.migrate([Migration("001", "CREATE TABLE a (x INTEGER)")]) == ["001"])
+    }
+
+    @Test("A write that throws is rolled back; constraint violations are reported with their code")
+    func transactions() async throws {
+        let database = try Database(path: ":memory:")
+        try await database.migrate(Self.schema)
+        struct Abort: Error {}
+        await #expect(throws: Abort.self) {
+            try await database.write { connection in
+                try connection.execute("INSERT INTO accounts VALUES ('a1', 'USA')")
+                throw Abort()
+            }
+        }
+        #expect(try await database.read { try $0.execute("SELECT * FROM accounts") }.isEmpty)
+        try await database.write { try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')") }
+        do {
+            try await database.write { try $0.execute("INSERT INTO accounts VALUES (?, ?)", ["a1", "FRA"]) }
+            Issue.record("duplicate primary key accepted")
+        } catch let error as SQLiteError {
+            #expect(error.isConstraintViolation)
+            #expect(!error.description.contains("FRA"))
+        }
+        // Foreign keys are enforced.
+        await #expect(throws: SQLiteError.self) {
+            try await database.write { try $0.execute("INSERT INTO transactions VALUES ('t1', 'nobody', 1)") }
+        }
+    }
+
+    @Test("Committed writes survive closing and reopening the file")
+    func durability() async throws {
+        let path = try Self.temporaryPath()
+        do {
+            let database = try Database(path: path)
+            try await database.migrate(Self.schema)
+            try await database.write { try $0.execute("INSERT INTO accounts VALUES (?, ?)", ["a1", "USA"]) }
+        }
+        let reopened = try Database(path: path)
+        #expect(try await reopened.migrate(Self.schema).isEmpty)
+        let rows = try await reopened.read { try $0.execute("SELECT storefront FROM accounts WHERE id = ?", ["a1"]) }
+        #expect(rows.first?["storefront"] == "USA")
+    }
+
+    @Test("Concurrent writers are serialised: no write is lost")
+    func concurrency() async throws {
+        let database = try Database(path: try Self.temporaryPath())
+        try await database.migrate(Self.schema)
+        try await database.write { try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')") }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<200 {
+                group.addTask {
+                    _ = try await database.write { connection in
+                        try connection.execute(
+                            "INSERT INTO transactions VALUES (?, 'a1', ?)",
+                            [.text("t\(index)"), .integer(Int64(index))])
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let total = try await database.read {
+            try $0.execute("SELECT COUNT(*) AS n, SUM(amount) AS s FROM transactions")
+        }
+        #expect(total.first?["n"] == .integer(200))
+        #expect(total.first?["s"] == .integer(19_900))
+    }
+
+    @Test("A parameter count mismatch is an error, not undefined behaviour")
+    func parameterCount() async throws {
+        let database = try Database(path: ":memory:")
+        await #expect(throws: SQLiteError.self) { try await database.read { try $0.execute("SELECT ?", []) } }
+        await #expect(throws: SQLiteError.self) { try await database.read { try $0.execute("SELEC 1") } }
+    }
+}

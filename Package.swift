@@ -115,7 +115,7 @@ let package = Package(
             swiftSettings: upcoming),
         .testTarget(
             name: "StoreKitCatalogTests",
-            dependencies: ["StoreKitCatalog", "StorekeeperJSON", "StoreTime", "StorekeeperTestSupport"],
+            dependencies: ["StoreKitCatalog", "StorekeeperJSON", "StoreTime", "StoreModel", "StorekeeperTestSupport"],
             swiftSettings: upcoming),
         .testTarget(
             name: "StorekeeperCryptoTests", dependencies: ["StorekeeperCrypto", "StorekeeperTestSupport"],
@@ -123,12 +123,15 @@ let package = Package(
         .testTarget(
             name: "AppStoreReceiptsTests",
             dependencies: [
-                "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "StorekeeperTestSupport",
+                "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "StoreModel",
+                "StorekeeperTestSupport",
             ],
             swiftSettings: upcoming),
         .testTarget(
             name: "AppStoreSignedDataTests",
-            dependencies: ["AppStoreSignedData", "StorekeeperCrypto", "StorekeeperJSON", "StorekeeperTestSupport"],
+            dependencies: [
+                "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperJSON", "StoreModel", "StorekeeperTestSupport",
+            ],
             swiftSettings: upcoming),
         .testTarget(
             name: "StorekeeperCLITests",

@@ -1,16 +1,16 @@
-public import StoreKitCatalog
-public import StorekeeperCrypto
 public import Foundation
-public import StorekeeperJSON
-import AppStoreReceipts
-import StorekeeperSQLite
-import AppStoreSignedData
+public import StoreKitCatalog
+public import StoreModel
 public import StoreTime
-
-typealias ProductKind = Catalog.ProductKind
+public import StorekeeperCrypto
+public import StorekeeperLogging
+import AppStoreReceipts
+import AppStoreSignedData
+import StorekeeperJSON
+import Synchronization
 
 /// A caller mistake or a missing resource, reported by the API as a 4xx JSON error.
-public struct EmulatorError: Error, Sendable, CustomStringConvertible {
+public struct EmulatorError: Error, Sendable, Hashable, CustomStringConvertible {
     public let status: Int
     public let code: String
     public let message: String
@@ -21,475 +21,568 @@ public struct EmulatorError: Error, Sendable, CustomStringConvertible {
     static func invalid(_ what: String) -> EmulatorError {
         EmulatorError(status: 400, code: "invalid_request", message: what)
     }
+    static func conflict(_ what: String) -> EmulatorError {
+        EmulatorError(status: 409, code: "conflict", message: what)
+    }
+    static func configuration(_ what: String) -> EmulatorError {
+        EmulatorError(status: 500, code: "configuration", message: what)
+    }
 
-    public var description: String { "\(status) \(code): \(message)" }
+    public var description: String { message }
 }
 
 /// The emulated App Store: catalogue, accounts, devices, installs, the payment queue, receipts and signed
-/// data, a virtual clock with renewals. Every change is written to SQLite before the call returns.
-public actor AppStore {
-    let catalog: [StoreKitConfiguration]
+/// data, a virtual clock with renewals.
+///
+/// An orchestrator: each operation runs its rules inside one storage transaction (``EmulatorStorage``),
+/// which stores only the rows it touches and is durable when the call returns, and answers typed values;
+/// wire JSON is the HTTP layer's business (`responder()`). Signing happens after the commit, outside the
+/// writer. Work that falls due on the store clock (renewals) sits in the due-events table; the scheduler
+/// (``startScheduler()``) runs it when it falls due, and every request runs what is already due first.
+public final class AppStore: Sendable {
+    let catalog: Catalog
     let apps: [String: AppConfiguration]
-    public nonisolated let pki: EmulatorPKI
-    private let storage: any StateStorage
-    private var state: StoreState
-    private let realNow: @Sendable () -> Date
-    private let randomBytes: @Sendable (Int) -> [UInt8]
+    public let pki: EmulatorPKI
+    let storage: any EmulatorStorage
+    let realNow: @Sendable () -> Date
+    let randomBytes: @Sendable (Int) -> [UInt8]
+    let logger: Logger
+    private let clockState: Mutex<VirtualClock>
+    /// The earliest due event's store time, kept in step with the due-events table by every write.
+    private let nextDue: Mutex<Date?>
+    private let directoryLock: DirectoryLock
+    private let scheduler = Mutex<Task<Void, Never>?>(nil)
 
     /// Renewals stop after this many in the sandbox, as Apple's sandbox does.
     public static let sandboxRenewalCap = 12
+    /// A revoked licence's receipt stops validating this long after the revocation.
+    public static let vppGrace: TimeInterval = 30 * 86_400
 
-    /// Opens the store kept in `dataDirectory` (certificates, and the state in SQLite unless `storage` is
-    /// given), creating it on first start.
+    enum Setting {
+        static let nextTransactionID = "nextTransactionID"
+        static let nextWebOrderLineItemID = "nextWebOrderLineItemID"
+        static let clockOffset = "clockOffset"
+        static let rate = "rate"
+    }
+
+    /// Opens the store kept in `dataDirectory` (certificates, a lock, and the state in SQLite unless
+    /// `storage` is given), creating it on first start. A directory another emulator holds, or whose
+    /// certificates exist but cannot be read, is an error.
     public init(
         catalog: [StoreKitConfiguration], apps: [AppConfiguration], dataDirectory: URL, rate: TimeRate? = nil,
-        storage: (any StateStorage)? = nil,
+        storage: (any EmulatorStorage)? = nil, logger: Logger = .disabled,
         realNow: @escaping @Sendable () -> Date = { Date() },
         randomBytes: @escaping @Sendable (Int) -> [UInt8] = {
             (try? SecureRandom.bytes($0)) ?? [UInt8](repeating: 0, count: $0)
         }
     ) async throws {
-        try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-        self.catalog = catalog
+        directoryLock = try DirectoryLock(directory: dataDirectory)
+        self.catalog = Catalog(catalog)
         self.apps = Dictionary(apps.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))
         self.realNow = realNow
         self.randomBytes = randomBytes
-        let opened: any StateStorage
+        self.logger = logger
+        let opened: any EmulatorStorage
         if let storage {
             opened = storage
         } else {
-            opened = try await SQLiteStateStorage(path: dataDirectory.appendingPathComponent("store.sqlite").path)
+            opened = try await SQLiteEmulatorStorage(path: dataDirectory.appendingPathComponent("store.sqlite").path)
         }
         self.storage = opened
-        let storage = opened
-        if let document = try await storage.load() {
-            state = try JSONDecoder().decode(StoreState.self, from: Data(document))
-        } else {
-            state = StoreState()
+        let (clock, due) = try await opened.write { store in
+            if let rate { try store.setSetting(Setting.rate, rate.name) }
+            let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
+            let offset = try store.setting(Setting.clockOffset).flatMap(TimeInterval.init) ?? 0
+            return (VirtualClock(rate: rate, offset: offset), try store.nextDue())
         }
-        if let rate { state.rateName = rate.name }
-        try await save()
+        clockState = Mutex(clock)
+        nextDue = Mutex(due)
     }
 
-    private func save() async throws {
-        try await storage.save(Array(try JSONEncoder().encode(state)))
-    }
+    deinit { scheduler.withLock { $0?.cancel() } }
 
-    // MARK: - Clock
+    // MARK: - Clock and the scheduler
 
-    public var rate: TimeRate { TimeRate(name: state.rateName) ?? .monthlyRenewalEveryFiveMinutes }
-    /// The persisted clock: the real clock plus every advance, at the store's rate.
-    private var clock: VirtualClock {
-        get { VirtualClock(rate: rate, offset: state.clockOffset) }
-        set {
-            state.clockOffset = newValue.offset
-            state.rateName = newValue.rate.name
-        }
-    }
+    public var rate: TimeRate { clockState.withLock { $0.rate } }
 
     /// Store time now: the real time plus every advance.
-    public var now: Date { clock.now(real: realNow()) }
+    public var now: Date {
+        let clock = clockState.withLock { $0 }
+        return clock.now(real: realNow())
+    }
 
     /// Advances store time by `period` at the current rate (and switches rate first when asked), then runs
-    /// every renewal that fell due, in order.
+    /// everything that fell due, in order.
     public func setClock(advance period: StorePeriod?, rate newRate: TimeRate?) async throws -> (
         now: Date, rate: TimeRate
     ) {
-        if let newRate { clock.rate = newRate }
-        if let period { clock.advance(by: period, real: realNow()) }
-        runDueRenewals()
-        try await save()
+        let realNow = self.realNow
+        try await storage.write { store in
+            var clock = self.clockState.withLock { $0 }
+            if let newRate { clock.rate = newRate }
+            if let period { clock.advance(by: period, real: realNow()) }
+            try store.setSetting(Setting.rate, clock.rate.name)
+            try store.setSetting(Setting.clockOffset, String(clock.offset))
+            // Writes are serialised, so the cached clock follows the order of the stored one.
+            self.clockState.withLock { $0 = clock }
+        }
+        try await runDue()
         return (now, rate)
     }
 
-    /// Runs what fell due while real time passed (renewals at the current rate) and saves it. The HTTP API
-    /// calls this before every request, so a receipt fetched after a scaled month carries the renewal.
+    /// Runs what already fell due, if anything did: every request calls this first, so a receipt fetched
+    /// after a renewal date carries the renewal even between scheduler wake-ups.
     public func catchUp() async throws {
-        let before = state.transactions.count
-        runDueRenewals()
-        if state.transactions.count != before { try await save() }
+        guard let due = nextDue.withLock({ $0 }), due <= now else { return }
+        try await runDue()
     }
 
-    /// Creates renewals for every subscription whose period ended, earliest first, up to the sandbox cap.
-    private func runDueRenewals() {
-        let current = now
+    /// Runs every due event in store-time order, in transactions of at most `batch` events.
+    func runDue(batch: Int = 256) async throws {
         while true {
-            let latest = Dictionary(
-                grouping: state.transactions.filter { $0.kind == ProductKind.autoRenewable.rawValue }, by: \.originalID
-            ).compactMap { $0.value.max { $0.renewalNumber < $1.renewalNumber } }
-            let due = latest.filter { transaction in
-                guard let expires = transaction.expiresDate, expires <= current else { return false }
-                let sandbox = state.accounts.first { $0.id == transaction.accountID }?.environment != "Production"
-                return !sandbox || transaction.renewalNumber < Self.sandboxRenewalCap
+            let current = now
+            let ran = try await storage.write { store -> Int in
+                var count = 0
+                var earliestNew: Date?
+                for event in try store.due(until: current, limit: batch) {
+                    // An event scheduled by this batch may come before the rest of it: fetch again.
+                    if let earliestNew, event.due > earliestNew { break }
+                    if let scheduled = try self.handle(event, in: store, now: current) {
+                        earliestNew = min(earliestNew ?? scheduled, scheduled)
+                    }
+                    count += 1
+                }
+                let next = try store.nextDue()
+                self.nextDue.withLock { $0 = next }
+                return count
             }
-            guard let next = due.min(by: { ($0.expiresDate!, $0.originalID) < ($1.expiresDate!, $1.originalID) }),
-                let period = subscription(next.productID)?.period
-            else { return }
-            var renewal = next
-            renewal.id = state.newTransactionID()
-            renewal.purchaseDate = next.expiresDate!
-            renewal.expiresDate = rate.end(of: period, from: renewal.purchaseDate)
-            renewal.webOrderLineItemID = state.newWebOrderLineItemID()
-            renewal.renewalNumber += 1
-            renewal.finished = false
-            renewal.isTrialPeriod = false
-            state.transactions.append(renewal)
+            if ran == 0 { return }
         }
     }
+
+    /// Starts the task that sleeps until the next due event and runs it, so renewals happen while no
+    /// request arrives. It re-reads the next due time at least every `granularity` seconds, as writes and
+    /// clock changes move it.
+    public func startScheduler(granularity: Duration = .milliseconds(250)) {
+        scheduler.withLock { task in
+            guard task == nil else { return }
+            task = Task { [weak self] in
+                while !Task.isCancelled {
+                    guard let self else { return }
+                    var wait = granularity
+                    if let due = self.nextDue.withLock({ $0 }) {
+                        let delay = due.timeIntervalSince(self.now)
+                        if delay <= 0 {
+                            do { try await self.runDue() } catch {
+                                self.logger.error("scheduler.failed", ["error": String(describing: error)])
+                            }
+                            continue
+                        }
+                        wait = min(wait, .milliseconds(Int64(delay * 1000) + 1))
+                    }
+                    try? await Task.sleep(for: wait)
+                }
+            }
+        }
+    }
+
+    /// Stops the scheduler and gives up the data directory, so another emulator may open it. The store
+    /// must not be used afterwards.
+    public func close() {
+        stopScheduler()
+        directoryLock.release()
+    }
+
+    /// Stops the scheduler (idempotent).
+    public func stopScheduler() {
+        scheduler.withLock { task in
+            task?.cancel()
+            task = nil
+        }
+    }
+
+    /// Schedules an event within a write and keeps the cached next due time in step.
+    func schedule(_ event: DueEvent, in store: any EmulatorStore) throws {
+        try store.schedule(event)
+        nextDue.withLock { $0 = min($0 ?? event.due, event.due) }
+    }
+
+    /// Applies one due event; returns the due time of an event it scheduled, if any.
+    private func handle(_ event: DueEvent, in store: any EmulatorStore, now: Date) throws -> Date? {
+        try store.cancel(kind: event.kind, key: event.key)
+        switch event.kind {
+        case .renewal:
+            return try renew(TransactionID(event.key), in: store)
+        default:
+            logger.warning("scheduler.unknown-event", ["event.kind": event.kind.rawValue])
+            return nil
+        }
+    }
+
+    /// Ends a subscription period: renews it (a new transaction from the old expiry), or, past the sandbox
+    /// cap, lets it expire.
+    private func renew(_ originalID: TransactionID, in store: any EmulatorStore) throws -> Date? {
+        guard var subscription = try store.subscription(originalID),
+            let latest = try store.transaction(subscription.latestTransactionID),
+            let expires = latest.transaction.expiresDate, let account = try store.account(subscription.accountID)
+        else { return nil }
+        let capped = account.environment != .production && subscription.state.renewalCount >= Self.sandboxRenewalCap
+        guard subscription.state.autoRenew, !capped,
+            let entry = catalog.entry(subscription.state.autoRenewProductID.rawValue),
+            let period = entry.subscription?.period
+        else {
+            subscription.state.status = .expired
+            subscription.state.autoRenew = false
+            subscription.state.expirationIntent = subscription.state.expirationIntent ?? .customerCancelled
+            try store.save(subscription)
+            return nil
+        }
+        var renewal = latest
+        renewal.transaction.id = try newTransactionID(in: store)
+        renewal.transaction.productID = subscription.state.autoRenewProductID
+        renewal.transaction.purchaseDate = expires
+        renewal.transaction.expiresDate = rate.end(of: period, from: expires)
+        renewal.transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
+        renewal.transaction.reason = .renewal
+        renewal.transaction.offer = nil
+        renewal.transaction.price = entry.price
+        renewal.renewalNumber += 1
+        renewal.finished = false
+        try store.insert(renewal)
+        subscription.latestTransactionID = renewal.id
+        subscription.state.productID = renewal.transaction.productID
+        subscription.state.expiresDate = renewal.transaction.expiresDate
+        subscription.state.renewalCount += 1
+        try store.save(subscription)
+        let due = renewal.transaction.expiresDate!
+        try schedule(DueEvent(kind: .renewal, key: originalID.rawValue, due: due), in: store)
+        return due
+    }
+
+    // MARK: - Identifiers
+
+    func newTransactionID(in store: any EmulatorStore) throws -> TransactionID {
+        let next = try store.setting(Setting.nextTransactionID).flatMap(Int64.init) ?? 2_000_000_000_000_001
+        try store.setSetting(Setting.nextTransactionID, String(next + 1))
+        return TransactionID(String(next))
+    }
+
+    func newWebOrderLineItemID(in store: any EmulatorStore) throws -> Int64 {
+        let next = try store.setting(Setting.nextWebOrderLineItemID).flatMap(Int64.init) ?? 2_000_000_100_000_001
+        try store.setSetting(Setting.nextWebOrderLineItemID, String(next + 1))
+        return next
+    }
+
+    func newUUID() -> String { UUID(bytes: randomBytes(16)).uuidString }
 
     // MARK: - Accounts, devices, installs
 
-    public func createAccount(environment: String, storefront: String) async throws -> String {
-        guard environment == "Sandbox" || environment == "Production" else {
+    public func createAccount(environment: Environment, storefront: String) async throws -> Account {
+        guard environment == .sandbox || environment == .production else {
             throw EmulatorError.invalid("environment must be Sandbox or Production")
         }
-        guard storefront.count == 3, storefront.allSatisfy(\.isLetter) else {
+        guard storefront.count == 3, storefront.allSatisfy({ $0.isASCII && $0.isLetter }) else {
             throw EmulatorError.invalid("storefront must be an ISO 3166-1 alpha-3 code such as USA")
         }
-        let id = UUID(bytes: randomBytes(16)).uuidString
-        state.accounts.append(.init(id: id, environment: environment, storefront: storefront.uppercased()))
-        try await save()
-        return id
+        let account = Account(id: AccountID(newUUID()), environment: environment, storefront: storefront.uppercased())
+        try await storage.write { try $0.insert(account) }
+        return account
     }
 
-    public func createDevice(accountID: String, deviceID: UUID?) async throws -> String {
-        guard state.accounts.contains(where: { $0.id == accountID }) else {
-            throw EmulatorError.notFound("no account \(accountID)")
+    public func createDevice(accountID: AccountID, deviceID: UUID?) async throws -> Device {
+        let device = Device(id: DeviceID((deviceID ?? UUID(bytes: randomBytes(16))).uuidString), accountID: accountID)
+        try await catchUp()
+        try await storage.write { store in
+            guard try store.account(accountID) != nil else { throw EmulatorError.notFound("no account \(accountID)") }
+            guard try store.device(device.id) == nil else { throw EmulatorError.invalid("device \(device.id) exists") }
+            try store.insert(device)
         }
-        let id = (deviceID ?? UUID(bytes: randomBytes(16))).uuidString
-        guard !state.devices.contains(where: { $0.id == id }) else {
-            throw EmulatorError.invalid("device \(id) exists")
-        }
-        state.devices.append(.init(id: id, accountID: accountID))
-        try await save()
-        return id
+        return device
     }
 
     /// Installs (or updates) an app; the first install's version and date become the original ones.
-    public func install(deviceID: String, bundleID: String, version: String?) async throws -> JSONObject {
-        let device = try self.device(deviceID)
+    public func install(deviceID: String, bundleID: String, version: String?) async throws -> (
+        install: Install, environment: Environment
+    ) {
         let app = try self.app(bundleID)
         let version = version ?? app.version
-        if let index = state.installs.firstIndex(where: { $0.deviceID == device.id && $0.bundleID == bundleID }) {
-            state.installs[index].version = version
-        } else {
-            state.installs.append(
-                .init(
-                    deviceID: device.id, bundleID: bundleID, version: version, originalVersion: version,
-                    originalPurchaseDate: now))
+        let current = now
+        return try await storage.write { store in
+            let (device, account) = try self.device(deviceID, in: store)
+            var install =
+                try store.install(device: device.id, bundle: BundleID(bundleID))
+                ?? Install(
+                    deviceID: device.id, bundleID: BundleID(bundleID), version: version, originalVersion: version,
+                    originalPurchaseDate: current)
+            install.version = version
+            try store.save(install)
+            return (install, account.environment)
         }
-        try await save()
-        let install = state.installs.first { $0.deviceID == device.id && $0.bundleID == bundleID }!
-        var object = JSONObject()
-        object["bundle_id"] = .string(bundleID)
-        object["application_version"] = .string(install.version)
-        object["original_application_version"] = .string(install.originalVersion)
-        for (key, value) in ReceiptDate.triplet("original_purchase_date", install.originalPurchaseDate) {
-            object[key] = .string(value)
-        }
-        object["receipt_type"] = .string(
-            try environment(of: device) == "Production" ? "Production" : "ProductionSandbox")
-        return object
     }
 
     // MARK: - Catalogue
 
-    struct CatalogEntry {
-        var productID: String
-        var kind: ProductKind
-        var displayPrice: String?
-        var name: String?
-        var subscription: Subscription?
-    }
-
-    func entry(_ productID: String) -> CatalogEntry? {
-        for configuration in catalog {
-            if let product = configuration.products.first(where: { $0.productID == productID }) {
-                return CatalogEntry(
-                    productID: productID, kind: product.kind, displayPrice: product.displayPrice,
-                    name: product.localizations.first?.displayName, subscription: nil)
-            }
-            if let subscription = configuration.subscriptions.first(where: { $0.productID == productID }) {
-                return CatalogEntry(
-                    productID: productID, kind: .autoRenewable, displayPrice: subscription.displayPrice,
-                    name: subscription.localizations.first?.displayName, subscription: subscription)
-            }
-        }
-        return nil
-    }
-
-    func subscription(_ productID: String) -> Subscription? { entry(productID)?.subscription }
-
     /// The products a device's request names, and the identifiers the catalogue does not have.
-    public func products(_ identifiers: [String]) -> (products: [JSONValue], invalid: [String]) {
-        var products: [JSONValue] = []
+    public func products(_ identifiers: [String]) -> (products: [Catalog.Entry], invalid: [String]) {
+        var products: [Catalog.Entry] = []
         var invalid: [String] = []
         for identifier in identifiers {
-            guard let entry = entry(identifier) else {
-                invalid.append(identifier)
-                continue
-            }
-            var object: JSONObject = [
-                "productId": .string(identifier), "type": .string(entry.kind.rawValue),
-                "displayName": .string(entry.name ?? identifier), "displayPrice": .string(entry.displayPrice ?? "0.00"),
-            ]
-            if let subscription = entry.subscription {
-                object["subscriptionPeriod"] = .string(subscription.period?.description ?? "")
-                object["subscriptionGroupId"] = subscription.groupID.map(JSONValue.string) ?? .null
-                object["groupLevel"] = subscription.level.map { .integer(Int64($0)) } ?? .null
-            }
-            products.append(.object(object))
+            if let entry = catalog.entry(identifier) { products.append(entry) } else { invalid.append(identifier) }
         }
         return (products, invalid)
     }
 
     // MARK: - Payments and the queue
 
+    /// What a payment became: a purchase (with its JWS), or a payment waiting (deferred) or failed.
+    public enum PaymentOutcome: Sendable {
+        case purchased(StoredTransaction, jws: String)
+        case pending(PendingPayment)
+    }
+
+    /// An entry of the payment queue.
+    public enum QueueEntry: Sendable {
+        case transaction(StoredTransaction, state: String)
+        case payment(PendingPayment)
+
+        var sortKey: (Date, String) {
+            switch self {
+            case .transaction(let stored, _): (stored.transaction.purchaseDate, stored.id.rawValue)
+            case .payment(let payment): (payment.date, payment.id.rawValue)
+            }
+        }
+    }
+
     /// Buys `productID`: the transaction is purchased at once and stays in the queue until finished.
     public func pay(
         deviceID: String, bundleID: String, productID: String, quantity: Int, applicationUsername: String?,
         appAccountToken: String?
-    ) async throws -> (transaction: JSONObject, jws: String?) {
-        let device = try self.device(deviceID)
+    ) async throws -> PaymentOutcome {
         _ = try app(bundleID)
-        guard state.installs.contains(where: { $0.deviceID == device.id && $0.bundleID == bundleID }) else {
-            throw EmulatorError.invalid("install \(bundleID) on device \(deviceID) first")
-        }
-        guard let entry = entry(productID) else { throw EmulatorError.notFound("no product \(productID)") }
+        guard let entry = catalog.entry(productID) else { throw EmulatorError.notFound("no product \(productID)") }
         guard (1...10).contains(quantity), quantity == 1 || entry.kind == .consumable else {
             throw EmulatorError.invalid("quantity must be 1, or 1 to 10 for consumables")
         }
         if let token = appAccountToken, UUID(uuidString: token) == nil {
             throw EmulatorError.invalid("appAccountToken must be a UUID")
         }
+        try await catchUp()
         let current = now
-        let account = state.accounts.first { $0.id == device.accountID }
-        if account?.askToBuy == true || account?.purchaseFailure != nil {
-            let deferred = account?.askToBuy == true
-            let pending = StoreState.PendingPayment(
-                id: state.newTransactionID(), accountID: device.accountID, bundleID: bundleID, productID: productID,
-                quantity: quantity, date: current, state: deferred ? "deferred" : "failed",
-                reason: deferred ? nil : account?.purchaseFailure, finished: false,
-                appAccountToken: appAccountToken?.lowercased(),
-                applicationUsername: applicationUsername,
-                resolvable: !deferred && account?.purchaseFailure == "interrupted")
-            state.pending = (state.pending ?? []) + [pending]
-            try await save()
-            return (pendingEntry(pending), nil)
+        let outcome = try await storage.write { store -> Written in
+            let (device, account) = try self.device(deviceID, in: store)
+            guard try store.install(device: device.id, bundle: BundleID(bundleID)) != nil else {
+                throw EmulatorError.invalid("install \(bundleID) on device \(deviceID) first")
+            }
+            if account.askToBuy || account.purchaseFailure != nil {
+                let payment = PendingPayment(
+                    id: try self.newTransactionID(in: store), accountID: account.id, bundleID: BundleID(bundleID),
+                    productID: ProductID(productID), quantity: quantity, date: current,
+                    state: account.askToBuy ? .deferred : .failed,
+                    reason: account.askToBuy ? nil : (account.purchaseFailure == .interrupted ? .interrupted : .failed),
+                    appAccountToken: appAccountToken?.lowercased(), applicationUsername: applicationUsername,
+                    resolvable: !account.askToBuy && account.purchaseFailure == .interrupted)
+                try store.insert(payment)
+                return .pending(payment)
+            }
+            return .purchased(
+                try self.purchase(
+                    account: account, bundleID: bundleID, entry: entry, quantity: quantity,
+                    applicationUsername: applicationUsername, appAccountToken: appAccountToken, now: current,
+                    in: store))
         }
-        return try await purchase(
-            accountID: device.accountID, bundleID: bundleID, productID: productID, quantity: quantity,
-            applicationUsername: applicationUsername, appAccountToken: appAccountToken)
+        switch outcome {
+        case .purchased(let stored): return .purchased(stored, jws: try await signedTransaction(stored))
+        case .pending(let payment): return .pending(payment)
+        }
     }
 
-    /// Records a completed purchase and returns its queue entry and JWS.
+    private enum Written: Sendable {
+        case purchased(StoredTransaction)
+        case pending(PendingPayment)
+    }
+
+    /// Records a completed purchase inside a write.
     private func purchase(
-        accountID: String, bundleID: String, productID: String, quantity: Int, applicationUsername: String?,
-        appAccountToken: String?
-    ) async throws -> (transaction: JSONObject, jws: String?) {
-        guard let entry = entry(productID) else { throw EmulatorError.notFound("no product \(productID)") }
-        let current = now
-        let id = state.newTransactionID()
-        var transaction = StoreState.Transaction(
-            id: id, originalID: id, accountID: accountID, bundleID: bundleID, productID: productID,
-            kind: entry.kind.rawValue,
-            quantity: quantity, purchaseDate: current, originalPurchaseDate: current, expiresDate: nil,
-            webOrderLineItemID: nil,
-            renewalNumber: 0, finished: false, appAccountToken: appAccountToken?.lowercased(),
-            applicationUsername: applicationUsername,
-            isTrialPeriod: false, subscriptionGroupID: entry.subscription?.groupID)
+        account: Account, bundleID: String, entry: Catalog.Entry, quantity: Int, applicationUsername: String?,
+        appAccountToken: String?, now current: Date, in store: any EmulatorStore
+    ) throws -> StoredTransaction {
+        var transaction = Transaction(
+            id: try newTransactionID(in: store), bundleID: BundleID(bundleID), productID: ProductID(entry.productID),
+            kind: entry.kind, quantity: quantity, purchaseDate: current,
+            subscriptionGroupID: entry.subscription?.groupID, price: entry.price,
+            appAccountToken: appAccountToken?.lowercased())
         if let subscription = entry.subscription, let period = subscription.period {
             let trial = subscription.introductoryOffer?.paymentMode == "free"
             let firstPeriod = trial ? (subscription.introductoryOffer?.period ?? period) : period
             transaction.expiresDate = rate.end(of: firstPeriod, from: current)
-            transaction.webOrderLineItemID = state.newWebOrderLineItemID()
-            transaction.isTrialPeriod = trial
+            transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
+            if trial {
+                transaction.offer = Offer(
+                    type: .introductory, discountType: .freeTrial, period: subscription.introductoryOffer?.period?.description)
+            }
         }
-        state.transactions.append(transaction)
-        try await save()
-        return (queueEntry(transaction, state: "purchased"), try signedTransaction(transaction))
+        let stored = StoredTransaction(
+            transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
+        try store.insert(stored)
+        if transaction.kind == .autoRenewable, let expires = transaction.expiresDate {
+            try store.save(
+                StoredSubscription(
+                    state: SubscriptionState(
+                        originalTransactionID: transaction.id, productID: transaction.productID,
+                        expiresDate: expires),
+                    accountID: account.id, bundleID: transaction.bundleID, latestTransactionID: transaction.id))
+            try schedule(DueEvent(kind: .renewal, key: transaction.id.rawValue, due: expires), in: store)
+        }
+        return stored
     }
 
-    /// Unfinished transactions of the device's account for the app, oldest first.
-    public func unfinished(deviceID: String, bundleID: String) throws -> [JSONValue] {
-        let device = try self.device(deviceID)
-        let purchased = state.transactions.filter {
-            $0.accountID == device.accountID && $0.bundleID == bundleID && !$0.finished
+    /// Unfinished transactions and payments of the device's account for the app, oldest first.
+    public func unfinished(deviceID: String, bundleID: String) async throws -> [QueueEntry] {
+        try await catchUp()
+        return try await storage.read { store in
+            let (_, account) = try self.device(deviceID, in: store)
+            let purchased = try store.unfinishedTransactions(account: account.id, bundle: BundleID(bundleID)).map {
+                QueueEntry.transaction($0, state: "purchased")
+            }
+            let pending = try store.unfinishedPayments(account: account.id, bundle: BundleID(bundleID)).map(
+                QueueEntry.payment)
+            return (purchased + pending).sorted { $0.sortKey < $1.sortKey }
         }
-        .map { (date: $0.purchaseDate, id: $0.id, entry: queueEntry($0, state: "purchased")) }
-        let pending = (state.pending ?? []).filter {
-            $0.accountID == device.accountID && $0.bundleID == bundleID && !$0.finished
-        }
-        .map { (date: $0.date, id: $0.id, entry: pendingEntry($0)) }
-        return (purchased + pending).sorted { ($0.date, $0.id) < ($1.date, $1.id) }.map { .object($0.entry) }
     }
 
     public func finish(deviceID: String, bundleID: String, transactionID: String) async throws {
-        let device = try self.device(deviceID)
-        if let index = (state.pending ?? []).firstIndex(where: {
-            $0.id == transactionID && $0.accountID == device.accountID && $0.bundleID == bundleID && !$0.finished
-        }) {
-            guard state.pending![index].state != "deferred" else {
-                throw EmulatorError.invalid("a deferred transaction ends with its approval or decline, not with finish")
+        try await storage.write { store in
+            let (_, account) = try self.device(deviceID, in: store)
+            let id = TransactionID(transactionID)
+            if var payment = try store.payment(id), payment.accountID == account.id,
+                payment.bundleID.rawValue == bundleID, !payment.finished
+            {
+                guard payment.state != .deferred else {
+                    throw EmulatorError.invalid(
+                        "a deferred transaction ends with its approval or decline, not with finish")
+                }
+                payment.finished = true
+                try store.update(payment)
+                return
             }
-            state.pending![index].finished = true
-            try await save()
-            return
+            guard var stored = try store.transaction(id), stored.accountID == account.id,
+                stored.transaction.bundleID.rawValue == bundleID
+            else { throw EmulatorError.notFound("no transaction \(transactionID) for this device and app") }
+            stored.finished = true
+            try store.update(stored)
         }
-        guard
-            let index = state.transactions.firstIndex(where: {
-                $0.id == transactionID && $0.accountID == device.accountID && $0.bundleID == bundleID
-            })
-        else { throw EmulatorError.notFound("no transaction \(transactionID) for this device and app") }
-        state.transactions[index].finished = true
-        try await save()
     }
 
-    /// Non-consumables and subscriptions of the account, each with state `restored`.
-    public func restore(deviceID: String, bundleID: String) throws -> [JSONValue] {
-        let device = try self.device(deviceID)
-        return receiptTransactions(accountID: device.accountID, bundleID: bundleID)
-            .filter { $0.kind != ProductKind.consumable.rawValue }
-            .map { .object(queueEntry($0, state: "restored")) }
-    }
-
-    private func pendingEntry(_ payment: StoreState.PendingPayment) -> JSONObject {
-        var object: JSONObject = [
-            "transactionIdentifier": .string(payment.id), "productIdentifier": .string(payment.productID),
-            "state": .string(payment.state), "transactionDate": .integer(ReceiptDate.milliseconds(payment.date)),
-            "quantity": .integer(Int64(payment.quantity)),
-        ]
-        if let reason = payment.reason {
-            object["error"] = .object([
-                "code": .string(reason),
-                "message": .string("the payment \(reason == "declined" ? "was declined" : reason)"),
-            ])
+    /// Non-consumables and subscriptions of the account (state `restored`).
+    public func restore(deviceID: String, bundleID: String) async throws -> [StoredTransaction] {
+        try await catchUp()
+        return try await storage.read { store in
+            let (_, account) = try self.device(deviceID, in: store)
+            return try store.transactions(account: account.id, bundle: BundleID(bundleID)).filter {
+                $0.transaction.kind != .consumable
+            }
         }
-        if let username = payment.applicationUsername { object["applicationUsername"] = .string(username) }
-        if let token = payment.appAccountToken { object["appAccountToken"] = .string(token) }
-        return object
     }
 
     // MARK: - Ask to Buy, failure injection, volume purchase
 
-    /// Sets the account's Ask to Buy switch and purchase-failure injection ("failed", "interrupted" or none).
-    public func configureAccount(_ accountID: String, askToBuy: Bool?, purchaseFailure: String??) async throws
-        -> JSONObject
+    /// Sets the account's Ask to Buy switch and purchase-failure injection (`.some(nil)` clears it).
+    public func configureAccount(_ accountID: String, askToBuy: Bool?, purchaseFailure: PurchaseFailure??)
+        async throws -> Account
     {
-        guard let index = state.accounts.firstIndex(where: { $0.id == accountID }) else {
-            throw EmulatorError.notFound("no account \(accountID)")
-        }
-        if let askToBuy { state.accounts[index].askToBuy = askToBuy }
-        if let purchaseFailure {
-            guard purchaseFailure == nil || purchaseFailure == "failed" || purchaseFailure == "interrupted" else {
-                throw EmulatorError.invalid("purchaseFailure must be failed, interrupted or null")
+        try await storage.write { store in
+            guard var account = try store.account(AccountID(accountID)) else {
+                throw EmulatorError.notFound("no account \(accountID)")
             }
-            state.accounts[index].purchaseFailure = purchaseFailure
+            if let askToBuy { account.askToBuy = askToBuy }
+            if let purchaseFailure { account.purchaseFailure = purchaseFailure }
+            try store.update(account)
+            return account
         }
-        try await save()
-        let account = state.accounts[index]
-        return [
-            "accountId": .string(account.id), "askToBuy": .bool(account.askToBuy ?? false),
-            "purchaseFailure": account.purchaseFailure.map(JSONValue.string) ?? .null,
-        ]
     }
 
     /// Approves or declines a deferred (Ask to Buy) payment: approval delivers a purchase to the queue, a
     /// decline a failed transaction.
-    public func decide(accountID: String, paymentID: String, approve: Bool) async throws -> JSONObject {
-        guard
-            let index = (state.pending ?? []).firstIndex(where: {
-                $0.id == paymentID && $0.accountID == accountID && $0.state == "deferred"
-            })
-        else { throw EmulatorError.notFound("no deferred payment \(paymentID) for this account") }
-        let payment = state.pending![index]
-        if approve {
-            state.pending![index].state = "approved"
-            state.pending![index].finished = true
-            let result = try await purchase(
-                accountID: accountID, bundleID: payment.bundleID, productID: payment.productID,
-                quantity: payment.quantity,
-                applicationUsername: payment.applicationUsername, appAccountToken: payment.appAccountToken)
-            return result.transaction
+    public func decide(accountID: String, paymentID: String, approve: Bool) async throws -> QueueEntry {
+        try await catchUp()
+        let current = now
+        let entry = try await storage.write { store -> QueueEntry in
+            guard var payment = try store.payment(TransactionID(paymentID)), payment.accountID.rawValue == accountID,
+                payment.state == .deferred, let account = try store.account(payment.accountID)
+            else { throw EmulatorError.notFound("no deferred payment \(paymentID) for this account") }
+            if approve {
+                payment.state = .approved
+                payment.finished = true
+                try store.update(payment)
+                guard let entry = self.catalog.entry(payment.productID.rawValue) else {
+                    throw EmulatorError.notFound("no product \(payment.productID)")
+                }
+                return .transaction(
+                    try self.purchase(
+                        account: account, bundleID: payment.bundleID.rawValue, entry: entry, quantity: payment.quantity,
+                        applicationUsername: payment.applicationUsername, appAccountToken: payment.appAccountToken,
+                        now: current, in: store), state: "purchased")
+            }
+            payment.state = .failed
+            payment.reason = .declined
+            try store.update(payment)
+            return .payment(payment)
         }
-        state.pending![index].state = "failed"
-        state.pending![index].reason = "declined"
-        try await save()
-        return pendingEntry(state.pending![index])
+        return entry
     }
 
     /// Completes the account's interrupted payments (the customer fixed what interrupted them).
-    public func resolveInterruptions(accountID: String) async throws -> [JSONValue] {
-        var delivered: [JSONValue] = []
-        for index in (state.pending ?? []).indices
-        where state.pending![index].accountID == accountID && state.pending![index].resolvable {
-            state.pending![index].resolvable = false
-            let payment = state.pending![index]
-            let result = try await purchase(
-                accountID: accountID, bundleID: payment.bundleID, productID: payment.productID,
-                quantity: payment.quantity,
-                applicationUsername: payment.applicationUsername, appAccountToken: payment.appAccountToken)
-            delivered.append(.object(result.transaction))
+    public func resolveInterruptions(accountID: String) async throws -> [StoredTransaction] {
+        try await catchUp()
+        let current = now
+        return try await storage.write { store in
+            guard let account = try store.account(AccountID(accountID)) else {
+                throw EmulatorError.notFound("no account \(accountID)")
+            }
+            var delivered: [StoredTransaction] = []
+            for var payment in try store.resolvablePayments(account: account.id) {
+                payment.resolvable = false
+                try store.update(payment)
+                guard let entry = self.catalog.entry(payment.productID.rawValue) else { continue }
+                delivered.append(
+                    try self.purchase(
+                        account: account, bundleID: payment.bundleID.rawValue, entry: entry, quantity: payment.quantity,
+                        applicationUsername: payment.applicationUsername, appAccountToken: payment.appAccountToken,
+                        now: current, in: store))
+            }
+            return delivered
         }
-        try await save()
-        return delivered
+    }
+
+    public enum VolumePurchaseAction: String, Sendable, CaseIterable {
+        case assign, revoke
     }
 
     /// Assigns or revokes a Volume Purchase Program licence for the app on a device.
-    public func volumePurchase(deviceID: String, bundleID: String, action: String) async throws -> JSONObject {
-        let device = try self.device(deviceID)
-        guard let index = state.installs.firstIndex(where: { $0.deviceID == device.id && $0.bundleID == bundleID })
-        else {
-            throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
-        }
-        switch action {
-        case "assign":
-            state.installs[index].vppAssigned = true
-            state.installs[index].vppRevokedAt = nil
-        case "revoke":
-            guard state.installs[index].vppAssigned == true else {
-                throw EmulatorError.invalid("no licence is assigned")
+    public func volumePurchase(deviceID: String, bundleID: String, action: VolumePurchaseAction) async throws
+        -> Install
+    {
+        let current = now
+        return try await storage.write { store in
+            let (device, _) = try self.device(deviceID, in: store)
+            guard var install = try store.install(device: device.id, bundle: BundleID(bundleID)) else {
+                throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
             }
-            state.installs[index].vppRevokedAt = now
-        default:
-            throw EmulatorError.invalid("action must be assign or revoke")
+            switch action {
+            case .assign:
+                install.vppAssigned = true
+                install.vppRevokedAt = nil
+            case .revoke:
+                guard install.vppAssigned else { throw EmulatorError.invalid("no licence is assigned") }
+                install.vppRevokedAt = current
+            }
+            try store.save(install)
+            return install
         }
-        try await save()
-        let install = state.installs[index]
-        var object: JSONObject = ["assigned": .bool(install.vppAssigned == true)]
-        if let revoked = install.vppRevokedAt {
-            object["revokedAt"] = .integer(ReceiptDate.milliseconds(revoked))
-            object["expiresAt"] = .integer(ReceiptDate.milliseconds(revoked.addingTimeInterval(Self.vppGrace)))
-        }
-        return object
-    }
-
-    /// A revoked licence's receipt stops validating this long after the revocation.
-    public static let vppGrace: TimeInterval = 30 * 86_400
-
-    private func queueEntry(_ transaction: StoreState.Transaction, state: String) -> JSONObject {
-        var object: JSONObject = [
-            "transactionIdentifier": .string(transaction.id),
-            "originalTransactionIdentifier": .string(transaction.originalID),
-            "productIdentifier": .string(transaction.productID), "state": .string(state),
-            "transactionDate": .integer(ReceiptDate.milliseconds(transaction.purchaseDate)),
-            "quantity": .integer(Int64(transaction.quantity)),
-        ]
-        if let username = transaction.applicationUsername { object["applicationUsername"] = .string(username) }
-        if let token = transaction.appAccountToken { object["appAccountToken"] = .string(token) }
-        return object
     }
 
     // MARK: - Receipts
-
-    /// What Apple's rules put in a receipt: consumables until finished, everything else for good.
-    func receiptTransactions(accountID: String, bundleID: String) -> [StoreState.Transaction] {
-        state.transactions.filter {
-            $0.accountID == accountID && $0.bundleID == bundleID
-                && ($0.kind != ProductKind.consumable.rawValue || !$0.finished)
-        }.sorted { ($0.purchaseDate, $0.id) < ($1.purchaseDate, $1.id) }
-    }
 
     /// Sandbox receipt-refresh properties (`SKReceiptRefreshRequest(receiptProperties:)`).
     public struct RefreshProperties: Sendable {
@@ -502,47 +595,42 @@ public actor AppStore {
     }
 
     /// The device's unified receipt for the app, signed now.
-    public func receipt(deviceID: String, bundleID: String, refresh: RefreshProperties = RefreshProperties()) throws
-        -> [UInt8]
+    public func receipt(deviceID: String, bundleID: String, refresh: RefreshProperties = RefreshProperties())
+        async throws -> [UInt8]
     {
-        let device = try self.device(deviceID)
         let app = try self.app(bundleID)
-        guard let install = state.installs.first(where: { $0.deviceID == device.id && $0.bundleID == bundleID }) else {
-            throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
+        try await catchUp()
+        let (device, account, install, purchases) = try await storage.read { store in
+            let (device, account) = try self.device(deviceID, in: store)
+            guard let install = try store.install(device: device.id, bundle: BundleID(bundleID)) else {
+                throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
+            }
+            return (
+                device, account, install,
+                try store.transactions(account: account.id, bundle: BundleID(bundleID)).filter(\.isInReceipt)
+            )
         }
-        let production = try environment(of: device) == "Production"
-        let current = now
-        let volume = install.vppAssigned == true || refresh.volumePurchase || refresh.expired || refresh.revoked
+        let production = account.environment == .production
+        let current = Self.wholeSeconds(now)
+        let volume = install.vppAssigned || refresh.volumePurchase || refresh.expired || refresh.revoked
         var expiration: Date?
         if let revoked = install.vppRevokedAt { expiration = revoked.addingTimeInterval(Self.vppGrace) }
-        if refresh.revoked { expiration = Self.wholeSeconds(current).addingTimeInterval(Self.vppGrace) }
-        if refresh.expired { expiration = Self.wholeSeconds(current).addingTimeInterval(-1) }
+        if refresh.revoked { expiration = current.addingTimeInterval(Self.vppGrace) }
+        if refresh.expired { expiration = current.addingTimeInterval(-1) }
         let type = (production ? "Production" : "ProductionSandbox")
             .replacingOccurrences(of: "Production", with: volume ? "ProductionVPP" : "Production")
         var receipt = Receipt(
             receiptType: type, appItemID: production ? app.appAppleID : 0,
             bundleID: bundleID, appVersion: install.version, opaqueValue: randomBytes(16), sha1Hash: [],
             ageRating: "4+",
-            developerID: 0, creationDate: Self.wholeSeconds(now), downloadID: 0, versionExternalID: 0,
+            developerID: 0, creationDate: current, downloadID: 0, versionExternalID: 0,
             originalPurchaseDate: Self.wholeSeconds(install.originalPurchaseDate),
             originalAppVersion: install.originalVersion, expirationDate: expiration.map(Self.wholeSeconds),
-            inAppPurchases: receiptTransactions(accountID: device.accountID, bundleID: bundleID).map(Self.inAppPurchase)
+            inAppPurchases: purchases.map { InAppPurchase($0.transaction) }
         )
-        receipt.sha1Hash = receipt.deviceHash(for: Self.uuidBytes(device.id))
+        receipt.sha1Hash = receipt.deviceHash(for: Self.uuidBytes(device.id.rawValue))
         return try receipt.signed(
             by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
-    }
-
-    static func inAppPurchase(_ transaction: StoreState.Transaction) -> InAppPurchase {
-        let subscription = transaction.kind == ProductKind.autoRenewable.rawValue
-        return InAppPurchase(
-            quantity: Int64(transaction.quantity), productID: transaction.productID, transactionID: transaction.id,
-            purchaseDate: wholeSeconds(transaction.purchaseDate), originalTransactionID: transaction.originalID,
-            originalPurchaseDate: wholeSeconds(transaction.originalPurchaseDate),
-            productTypeRaw: ProductKind(rawValue: transaction.kind)?.receiptProductType,
-            expiresDate: transaction.expiresDate.map(wholeSeconds),
-            webOrderLineItemID: transaction.webOrderLineItemID ?? 0,
-            isTrialPeriod: transaction.isTrialPeriod, isInIntroOfferPeriod: subscription ? false : nil)
     }
 
     static func wholeSeconds(_ date: Date) -> Date {
@@ -556,84 +644,70 @@ public actor AppStore {
 
     // MARK: - Signed data
 
-    func signedTransaction(_ transaction: StoreState.Transaction) throws -> String {
-        let account = state.accounts.first { $0.id == transaction.accountID }
-        var payload: JSONObject = [
-            "transactionId": .string(transaction.id), "originalTransactionId": .string(transaction.originalID),
-            "bundleId": .string(transaction.bundleID), "productId": .string(transaction.productID),
-            "purchaseDate": .integer(ReceiptDate.milliseconds(transaction.purchaseDate)),
-            "originalPurchaseDate": .integer(ReceiptDate.milliseconds(transaction.originalPurchaseDate)),
-            "quantity": .integer(Int64(transaction.quantity)), "type": .string(transaction.kind),
-            "inAppOwnershipType": .string("PURCHASED"), "signedDate": .integer(ReceiptDate.milliseconds(now)),
-            "environment": .string(account?.environment ?? "Sandbox"),
-            "transactionReason": .string(transaction.renewalNumber > 0 ? "RENEWAL" : "PURCHASE"),
-            "storefront": .string(account?.storefront ?? "USA"),
-            "storefrontId": .string(Self.storefrontID(account?.storefront)),
-        ]
-        if let web = transaction.webOrderLineItemID { payload["webOrderLineItemId"] = .string(String(web)) }
-        if let group = transaction.subscriptionGroupID { payload["subscriptionGroupIdentifier"] = .string(group) }
-        if let expires = transaction.expiresDate {
-            payload["expiresDate"] = .integer(ReceiptDate.milliseconds(expires))
-        }
-        if let token = transaction.appAccountToken { payload["appAccountToken"] = .string(token) }
-        if let price = entry(transaction.productID)?.displayPrice, let value = Decimal(string: price) {
-            payload["price"] = .integer(Int64(truncating: (value * 1000) as NSDecimalNumber))
-            payload["currency"] = .string("USD")
-        }
-        if transaction.isTrialPeriod {
-            payload["offerType"] = .integer(1)
-            payload["offerDiscountType"] = .string("FREE_TRIAL")
-        }
+    /// The transaction's JWS, signed now by the emulator's chain.
+    func signedTransaction(_ stored: StoredTransaction) async throws -> String {
+        let account = try await storage.read { try $0.account(stored.accountID) }
+        return try signedTransaction(stored, account: account)
+    }
+
+    func signedTransaction(_ stored: StoredTransaction, account: Account?) throws -> String {
+        let storefront = account?.storefront ?? "USA"
+        let payload = JWSTransaction(
+            stored.transaction, environment: account?.environment ?? .sandbox, signedDate: now,
+            storefront: storefront, storefrontID: Self.storefrontID(storefront))
         return try JWSSigner.sign(
-            payload: payload, key: pki.signedData.leafKey,
+            payload: payload.json, key: pki.signedData.leafKey,
             chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
     }
 
     /// The latest transaction of every product the account is entitled to now, signed.
-    public func entitlements(deviceID: String, bundleID: String) throws -> [String] {
-        let device = try self.device(deviceID)
+    public func entitlements(deviceID: String, bundleID: String) async throws -> [String] {
+        try await catchUp()
         let current = now
-        let owned = receiptTransactions(accountID: device.accountID, bundleID: bundleID).filter {
-            $0.kind == ProductKind.nonConsumable.rawValue || $0.kind == ProductKind.nonRenewing.rawValue
-                || ($0.kind == ProductKind.autoRenewable.rawValue && ($0.expiresDate ?? .distantPast) > current)
+        let (account, owned) = try await storage.read { store in
+            let (_, account) = try self.device(deviceID, in: store)
+            let owned = try store.transactions(account: account.id, bundle: BundleID(bundleID)).filter {
+                $0.isInReceipt && $0.transaction.isActive(at: current)
+            }
+            return (account, owned)
         }
-        let latest = Dictionary(grouping: owned, by: \.originalID).compactMap {
+        let latest = Dictionary(grouping: owned, by: \.transaction.originalID).compactMap {
             $0.value.max { $0.renewalNumber < $1.renewalNumber }
         }
-        return try latest.sorted { $0.id < $1.id }.map(signedTransaction)
+        return try latest.sorted { $0.id < $1.id }.map { try signedTransaction($0, account: account) }
     }
 
-    public func appTransaction(deviceID: String, bundleID: String) throws -> String {
-        let device = try self.device(deviceID)
+    public func appTransaction(deviceID: String, bundleID: String) async throws -> String {
         let app = try self.app(bundleID)
-        guard let install = state.installs.first(where: { $0.deviceID == device.id && $0.bundleID == bundleID }) else {
-            throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
+        let (device, account, install) = try await storage.read { store in
+            let (device, account) = try self.device(deviceID, in: store)
+            guard let install = try store.install(device: device.id, bundle: BundleID(bundleID)) else {
+                throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
+            }
+            return (device, account, install)
         }
-        let production = try environment(of: device) == "Production"
+        let production = account.environment == .production
         let nonce = UUID(bytes: randomBytes(16))
-        let verification = Digest.hash(.sha384, Self.uuidBytes(nonce.uuidString) + Self.uuidBytes(device.id))
-        let payload: JSONObject = [
-            "receiptType": .string(production ? "Production" : "Sandbox"), "appAppleId": .integer(app.appAppleID),
-            "bundleId": .string(bundleID), "applicationVersion": .string(install.version),
-            "versionExternalIdentifier": .integer(0),
-            "receiptCreationDate": .integer(ReceiptDate.milliseconds(now)),
-            "originalPurchaseDate": .integer(ReceiptDate.milliseconds(install.originalPurchaseDate)),
-            "originalApplicationVersion": .string(install.originalVersion),
-            "deviceVerification": .string(Data(verification).base64EncodedString()),
-            "deviceVerificationNonce": .string(nonce.uuidString.lowercased()), "originalPlatform": .string("iOS"),
-        ]
+        let verification = Digest.hash(.sha384, Self.uuidBytes(nonce.uuidString) + Self.uuidBytes(device.id.rawValue))
+        let payload = AppTransaction(
+            app: app, install: install, environment: production ? .production : .sandbox, created: now,
+            deviceVerification: Data(verification).base64EncodedString(), nonce: nonce)
         return try JWSSigner.sign(
-            payload: payload, key: pki.signedData.leafKey,
+            payload: payload.json, key: pki.signedData.leafKey,
             chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
     }
 
     // MARK: - Look-ups
 
-    func device(_ id: String) throws -> StoreState.Device {
-        guard let device = state.devices.first(where: { $0.id.lowercased() == id.lowercased() }) else {
+    /// The device (ids compare case-insensitively) and its account, inside a read or write.
+    func device(_ id: String, in store: any EmulatorStore) throws -> (Device, Account) {
+        guard let device = try store.device(DeviceID(id.uppercased())) else {
             throw EmulatorError.notFound("no device \(id)")
         }
-        return device
+        guard let account = try store.account(device.accountID) else {
+            throw EmulatorError.notFound("no account \(device.accountID)")
+        }
+        return (device, account)
     }
 
     func app(_ bundleID: String) throws -> AppConfiguration {
@@ -641,28 +715,30 @@ public actor AppStore {
         return app
     }
 
-    func environment(of device: StoreState.Device) throws -> String {
-        guard let account = state.accounts.first(where: { $0.id == device.accountID }) else {
-            throw EmulatorError.notFound("no account \(device.accountID)")
-        }
-        return account.environment
-    }
-
-    func transactions(accountID: String, bundleID: String) -> [StoreState.Transaction] {
-        state.transactions.filter { $0.accountID == accountID && $0.bundleID == bundleID }
-    }
-
-    func accountOwning(transactionIDs: [String]) -> StoreState.Account? {
-        guard let transaction = state.transactions.first(where: { transactionIDs.contains($0.id) }) else { return nil }
-        return state.accounts.first { $0.id == transaction.accountID }
-    }
-
     static func storefrontID(_ storefront: String?) -> String {
         [
             "USA": "143441", "GBR": "143444", "FRA": "143442", "DEU": "143443", "JPN": "143462", "CAN": "143455",
             "AUS": "143460",
-        ][
-            storefront ?? "USA"] ?? "143441"
+        ][storefront ?? "USA"] ?? "143441"
+    }
+}
+
+extension AppTransaction {
+    /// The app transaction of an install (`AppTransaction`, shared/spec/signed-data.md §7.8).
+    init(
+        app: AppConfiguration, install: Install, environment: Environment, created: Date, deviceVerification: String,
+        nonce: UUID
+    ) {
+        func milliseconds(_ date: Date) -> JSONValue { .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
+        self.init(json: [
+            "receiptType": .string(environment.rawValue), "appAppleId": .integer(app.appAppleID),
+            "bundleId": .string(app.bundleID), "applicationVersion": .string(install.version),
+            "versionExternalIdentifier": .integer(0), "receiptCreationDate": milliseconds(created),
+            "originalPurchaseDate": milliseconds(install.originalPurchaseDate),
+            "originalApplicationVersion": .string(install.originalVersion),
+            "deviceVerification": .string(deviceVerification),
+            "deviceVerificationNonce": .string(nonce.uuidString.lowercased()), "originalPlatform": .string("iOS"),
+        ])
     }
 }
 

@@ -1,13 +1,17 @@
-import StorekeeperCrypto
+import AppStoreReceipts
 import Foundation
+import StoreModel
+import StoreTime
+import StorekeeperCrypto
 public import StorekeeperHTTP
 import StorekeeperJSON
-import StoreTime
+public import StorekeeperLogging
 
 extension AppStore {
     /// The HTTP API: Apple's `verifyReceipt` paths and the emulator's own under `/_emulator/v1`.
-    public nonisolated func responder() -> Responder {
+    public func responder(logger: Logger? = nil) -> Responder {
         var router = Router()
+        router.use(AccessLogMiddleware())
         let store = self
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
         {
@@ -23,9 +27,8 @@ extension AppStore {
         func verify(production: Bool) -> Handler {
             { request, _ in
                 let sandboxHost = request.header("Host")?.lowercased().hasPrefix("sandbox.") == true
-                try await store.catchUp()
-                return .json(
-                    .object(await store.verifyReceipt(body: request.body, production: production && !sandboxHost)))
+                let result = try await store.verifyReceipt(body: request.body, production: production && !sandboxHost)
+                return .json(.object(AppStore.render(result)))
             }
         }
         router.post("/verifyReceipt", verify(production: true))
@@ -44,7 +47,7 @@ extension AppStore {
                 ]))
         }
         router.get(base + "/clock") { _, _ in
-            let (now, rate) = (await store.now, await store.rate)
+            let (now, rate) = (store.now, store.rate)
             return .json(
                 .object([
                     "now": .integer(Int64((now.timeIntervalSince1970 * 1000).rounded(.down))),
@@ -78,10 +81,13 @@ extension AppStore {
             base + "/accounts",
             guarded { request, _ in
                 let body = try request.jsonObject()
-                let id = try await store.createAccount(
-                    environment: body["environment"]?.stringValue ?? "Sandbox",
-                    storefront: body["storefront"]?.stringValue ?? "USA")
-                return .json(.object(["accountId": .string(id)]), status: 201)
+                let name = body["environment"]?.stringValue ?? "Sandbox"
+                guard let environment = Environment(rawValue: name) else {
+                    throw EmulatorError.invalid("environment must be Sandbox or Production")
+                }
+                let account = try await store.createAccount(
+                    environment: environment, storefront: body["storefront"]?.stringValue ?? "USA")
+                return .json(.object(["accountId": .string(account.id.rawValue)]), status: 201)
             })
         router.post(
             base + "/devices",
@@ -98,27 +104,29 @@ extension AppStore {
                     deviceID = uuid
                 }
                 return .json(
-                    .object(["deviceId": .string(try await store.createDevice(accountID: account, deviceID: deviceID))]
-                    ), status: 201)
+                    .object([
+                        "deviceId": .string(
+                            try await store.createDevice(accountID: AccountID(account), deviceID: deviceID).id.rawValue)
+                    ]), status: 201)
             })
         let app = base + "/devices/{device}/apps/{bundle}"
         router.post(
             app + "/install",
             guarded { request, context in
                 let body = request.body.isEmpty ? JSONObject() : try request.jsonObject()
-                let fields = try await store.install(
+                let (install, environment) = try await store.install(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
                     version: body["version"]?.stringValue)
-                return .json(.object(fields))
+                return .json(.object(AppStore.render(install, environment: environment)))
             })
         router.get(
             app + "/products",
             guarded { request, _ in
-                let identifiers = (request.query["ids"] ?? "").split(separator: ",").map(String.init)
-                let (products, invalid) = await store.products(identifiers)
+                let identifiers = request.query.values("ids").flatMap { $0.split(separator: ",").map(String.init) }
+                let (products, invalid) = store.products(identifiers)
                 return .json(
                     .object([
-                        "products": .array(products),
+                        "products": .array(products.map { .object(AppStore.render($0)) }),
                         "invalidProductIdentifiers": .array(invalid.map(JSONValue.string)),
                     ]))
             })
@@ -130,11 +138,16 @@ extension AppStore {
                     throw EmulatorError.invalid("productId is required")
                 }
                 let quantity = body["quantity"]?.int64Value ?? 1
-                let (transaction, jws) = try await store.pay(
+                let outcome = try await store.pay(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
                     productID: product,
                     quantity: Int(clamping: quantity), applicationUsername: body["applicationUsername"]?.stringValue,
                     appAccountToken: body["appAccountToken"]?.stringValue)
+                let (transaction, jws): (JSONObject, String?) =
+                    switch outcome {
+                    case .purchased(let stored, let jws): (AppStore.render(.transaction(stored, state: "purchased")), jws)
+                    case .pending(let payment): (AppStore.render(.payment(payment)), nil)
+                    }
                 return .json(
                     .object([
                         "transaction": .object(transaction), "jwsRepresentation": jws.map(JSONValue.string) ?? .null,
@@ -148,7 +161,8 @@ extension AppStore {
                     .object([
                         "transactions": .array(
                             try await store.unfinished(
-                                deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle")))
+                                deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle")
+                            ).map { .object(AppStore.render($0)) })
                     ]))
             })
         router.post(
@@ -166,13 +180,14 @@ extension AppStore {
                     .object([
                         "transactions": .array(
                             try await store.restore(
-                                deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle")))
+                                deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle")
+                            ).map { .object(AppStore.render(.transaction($0, state: "restored"))) })
                     ]))
             })
         router.get(
             app + "/receipt",
             guarded { request, context in
-                func flag(_ name: String) -> Bool {
+                @Sendable func flag(_ name: String) -> Bool {
                     ["1", "true", "yes"].contains(request.query[name]?.lowercased() ?? "")
                 }
                 let refresh = AppStore.RefreshProperties(
@@ -199,32 +214,40 @@ extension AppStore {
         router.post(
             app + "/vpp",
             guarded { request, context in
-                let action = try request.jsonObject()["action"]?.stringValue ?? ""
+                guard let action = (try request.jsonObject()["action"]?.stringValue).flatMap(
+                    AppStore.VolumePurchaseAction.init(rawValue:))
+                else { throw EmulatorError.invalid("action must be assign or revoke") }
                 return .json(
                     .object(
-                        try await store.volumePurchase(
-                            deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
-                            action: action)))
+                        AppStore.render(
+                            try await store.volumePurchase(
+                                deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
+                                action: action))))
             })
         router.post(
             base + "/accounts/{account}/settings",
             guarded { request, context in
                 let body = try request.jsonObject()
-                var failure: String??
+                var failure: PurchaseFailure??
                 if let value = body["purchaseFailure"] {
-                    guard value == .null || value.stringValue != nil else {
-                        throw EmulatorError.invalid("purchaseFailure must be a string or null")
+                    if value == .null {
+                        failure = .some(nil)
+                    } else {
+                        guard let parsed = value.stringValue.flatMap(PurchaseFailure.init(rawValue:)) else {
+                            throw EmulatorError.invalid("purchaseFailure must be failed, interrupted or null")
+                        }
+                        failure = .some(parsed)
                     }
-                    failure = .some(value.stringValue)
                 }
                 if let value = body["askToBuy"], value.boolValue == nil {
                     throw EmulatorError.invalid("askToBuy must be a boolean")
                 }
                 return .json(
                     .object(
-                        try await store.configureAccount(
-                            try context.parameter("account"), askToBuy: body["askToBuy"]?.boolValue,
-                            purchaseFailure: failure)))
+                        AppStore.render(
+                            try await store.configureAccount(
+                                try context.parameter("account"), askToBuy: body["askToBuy"]?.boolValue,
+                                purchaseFailure: failure))))
             })
         for (action, approve) in [("approve", true), ("decline", false)] {
             router.post(
@@ -232,10 +255,11 @@ extension AppStore {
                 guarded { _, context in
                     .json(
                         .object(
-                            try await store.decide(
-                                accountID: try context.parameter("account"),
-                                paymentID: try context.parameter("transaction"),
-                                approve: approve)))
+                            AppStore.render(
+                                try await store.decide(
+                                    accountID: try context.parameter("account"),
+                                    paymentID: try context.parameter("transaction"),
+                                    approve: approve))))
                 })
         }
         router.post(
@@ -244,9 +268,11 @@ extension AppStore {
                 .json(
                     .object([
                         "transactions": .array(
-                            try await store.resolveInterruptions(accountID: try context.parameter("account")))
+                            try await store.resolveInterruptions(accountID: try context.parameter("account")).map {
+                                .object(AppStore.render(.transaction($0, state: "purchased")))
+                            })
                     ]))
             })
-        return router.freeze()
+        return router.freeze(logger: logger ?? self.logger)
     }
 }

@@ -14,7 +14,20 @@ public struct EmulatorPKI: Sendable {
         // 2020-01-01 to 2050-01-01: store time may be advanced by years.
         let validity = (Date(timeIntervalSince1970: 1_577_836_800), Date(timeIntervalSince1970: 2_524_608_000))
         func chain(_ prefix: String, _ kind: SigningChain.KeyKind, _ leafName: String) throws -> SigningChain.Loaded {
-            if let loaded = try? SigningChain.Loaded(directory: directory, prefix: prefix) { return loaded }
+            let names = ["root.pem", "intermediate.pem", "leaf.pem", "leaf-key.pem"].map { "\(prefix)-\($0)" }
+            let present = names.filter {
+                FileManager.default.fileExists(atPath: directory.appendingPathComponent($0).path)
+            }
+            if !present.isEmpty {
+                // A chain that exists is never replaced: receipts it signed would stop verifying.
+                do { return try SigningChain.Loaded(directory: directory, prefix: prefix) } catch {
+                    let missing = names.filter { !present.contains($0) }
+                    throw EmulatorError.configuration(
+                        "the emulator's \(prefix) signing chain in \(directory.path) cannot be read"
+                            + (missing.isEmpty ? " (\(error))" : ": \(missing.joined(separator: ", ")) missing")
+                            + "; restore the files or start with an empty data directory")
+                }
+            }
             var options = SigningChain.Options(caValidity: validity, leafValidity: validity)
             options.keyKind = kind
             options.organization = "Storekeeper App Store Emulator"

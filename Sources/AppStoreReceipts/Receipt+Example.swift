@@ -1,4 +1,5 @@
 public import Foundation
+import StoreModel
 
 extension Receipt {
     /// An example receipt shaped like a real production one (every app attribute Apple writes, a
@@ -19,7 +20,7 @@ extension Receipt {
                 InAppPurchase(
                     quantity: 1, productID: bundleID + ".monthly", transactionID: String(340_001_196_262_039 + index),
                     purchaseDate: purchased, originalTransactionID: "340001196262039", originalPurchaseDate: start,
-                    productTypeRaw: ProductType.autoRenewableSubscription.rawValue,
+                    productTypeRaw: ProductKind.autoRenewable.receiptProductType,
                     expiresDate: purchased.addingTimeInterval(month),
                     webOrderLineItemID: 340_000_558_053_130 + Int64(index),
                     isTrialPeriod: index == 0, isInIntroOfferPeriod: false,
@@ -30,7 +31,7 @@ extension Receipt {
                 quantity: 3, productID: bundleID + ".coins", transactionID: "340001311555626",
                 purchaseDate: creationDate.addingTimeInterval(-60), originalTransactionID: "340001311555626",
                 originalPurchaseDate: creationDate.addingTimeInterval(-60),
-                productTypeRaw: ProductType.consumable.rawValue, webOrderLineItemID: 0, isTrialPeriod: false))
+                productTypeRaw: ProductKind.consumable.receiptProductType, webOrderLineItemID: 0, isTrialPeriod: false))
         var receipt = Receipt(
             receiptType: receiptType, appItemID: 690_661_663, bundleID: bundleID, appVersion: appVersion,
             opaqueValue: [

@@ -1,4 +1,5 @@
 public import Foundation
+public import StoreModel
 
 /// The payload of a unified App Store receipt: the app-level attributes and every in-app purchase.
 ///
@@ -151,16 +152,8 @@ public struct InAppPurchase: Sendable, Hashable {
         self.unknownAttributes = unknownAttributes
     }
 
-    /// The product type, when ``productTypeRaw`` is one Storekeeper knows.
-    public var productType: ProductType? { productTypeRaw.flatMap(ProductType.init(rawValue:)) }
-}
-
-/// Attribute 1707's values.
-public enum ProductType: Int64, Sendable, Hashable, CaseIterable {
-    case nonConsumable = 0
-    case consumable = 1
-    case nonRenewingSubscription = 2
-    case autoRenewableSubscription = 3
+    /// The product kind, when ``productTypeRaw`` is one Storekeeper knows.
+    public var productKind: ProductKind? { productTypeRaw.flatMap(ProductKind.init(receiptProductType:)) }
 }
 
 /// A receipt attribute kept as it came: `ReceiptAttribute ::= SEQUENCE { type, version, value OCTET STRING }`.

@@ -1,4 +1,5 @@
 public import Foundation
+public import StoreModel
 public import StorekeeperJSON
 
 /// A decoded signed payload that keeps every member it was given (unknown keys and enum values survive a
@@ -26,58 +27,6 @@ where Known.RawValue: Sendable & Hashable {
     public let rawValue: Known.RawValue
     public var known: Known? { Known(rawValue: rawValue) }
     public init(rawValue: Known.RawValue) { self.rawValue = rawValue }
-}
-
-public enum Environment: String, Sendable, CaseIterable {
-    case production = "Production"
-    case sandbox = "Sandbox"
-    case xcode = "Xcode"
-    case localTesting = "LocalTesting"
-}
-
-public enum ProductKind: String, Sendable, CaseIterable {
-    case autoRenewable = "Auto-Renewable Subscription"
-    case nonConsumable = "Non-Consumable"
-    case consumable = "Consumable"
-    case nonRenewing = "Non-Renewing Subscription"
-}
-
-public enum OwnershipType: String, Sendable, CaseIterable {
-    case purchased = "PURCHASED"
-    case familyShared = "FAMILY_SHARED"
-}
-
-public enum TransactionReason: String, Sendable, CaseIterable {
-    case purchase = "PURCHASE"
-    case renewal = "RENEWAL"
-}
-
-public enum OfferType: Int64, Sendable, CaseIterable {
-    case introductory = 1
-    case promotional = 2
-    case offerCode = 3
-    case winBack = 4
-}
-
-public enum RevocationReason: Int64, Sendable, CaseIterable {
-    case other = 0
-    case appIssue = 1
-}
-
-public enum ExpirationIntent: Int64, Sendable, CaseIterable {
-    case customerCancelled = 1
-    case billingError = 2
-    case didNotConsentToPriceIncrease = 3
-    case productNotAvailable = 4
-    case other = 5
-}
-
-public enum SubscriptionStatus: Int64, Sendable, CaseIterable {
-    case active = 1
-    case expired = 2
-    case billingRetry = 3
-    case billingGracePeriod = 4
-    case revoked = 5
 }
 
 /// `JWSTransactionDecodedPayload` (§7.1).

@@ -1,179 +1,759 @@
+// The HTTP server facade declared in chttpserver.h, over libmicrohttpd (Debian's 0.9.75).
+//
+// Threads: libmicrohttpd runs its own epoll loop on a pool of `threads` workers. The access handler
+// runs on a worker; the Swift handler is called there once per complete request and may answer at once
+// (on that thread, before it returns) or later from any thread. In the latter case the connection is
+// suspended (MHD_suspend_connection: no thread held, no timeout running) and resumed when the answer
+// arrives; the access handler is then called again and queues the stored answer.
+//
+// One request = one `sk_exchange`, allocated by the URI log callback (which sees the raw request target,
+// query included, before libmicrohttpd splits and mangles it) and owned by up to two parties:
+//   - the connection, from the URI log callback until MHD_OPTION_NOTIFY_COMPLETED;
+//   - the handler, from the moment it is called until `sk_exchange_respond` (or `sk_server_stop`).
+// The exchange is freed when both have let go, so an answer that arrives after the client went away (or
+// after the connection was closed while suspended) is simply dropped.
+//
+// Locks: `server->lock` guards the list of exchanges handed to the handler and not yet answered (needed
+// by sk_server_stop to answer them with 503); `exchange->lock` guards the hand-over state of one
+// exchange. Order: server->lock before exchange->lock. libmicrohttpd calls our callbacks without holding
+// its own locks, so calling MHD_resume_connection under ours cannot deadlock.
+//
+// Client errors (framing, limits, version) are detected at the first access-handler call, i.e. after the
+// headers and before any body byte is read or "100 Continue" is sent, and answered with a JSON body.
+
+#define _GNU_SOURCE  // accept the POSIX/GNU declarations (getaddrinfo, strnlen, ...) under -std=c11
 #include "chttpserver.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+// How long sk_server_stop waits for the 503 answers of pending exchanges to be written.
+#define STOP_DRAIN_MILLISECONDS 1000
 
 struct sk_server {
     struct MHD_Daemon *daemon;
+    int listen_fd;  // ours: created here and closed after MHD_stop_daemon; libmicrohttpd gets a dup
+                    // of it (which it closes in MHD_stop_daemon unless quiesced)
     sk_handler handler;
     void *context;
-    size_t max_body;
+    sk_server_options limits;
     uint16_t port;
+    atomic_uint connections;  // maintained by MHD_OPTION_NOTIFY_CONNECTION
+
+    pthread_mutex_t lock;   // guards `pending` and `stopping`
+    sk_exchange *pending;   // handed to the handler, not yet released by it (doubly linked)
+    bool stopping;
 };
 
-struct sk_response {
+struct sk_exchange {
+    pthread_mutex_t lock;  // guards everything from `refs` down to `response_failed`
+    sk_server *server;
     struct MHD_Connection *connection;
-    int sent;
-    enum MHD_Result result;
+
+    // Owners: the connection (until NOTIFY_COMPLETED) and the handler (until respond or stop).
+    unsigned int refs;
+    bool connection_gone;  // NOTIFY_COMPLETED ran: `connection` must not be touched any more
+    bool in_handler;       // the handler is running on the worker thread
+    bool suspended;        // the connection is suspended waiting for `response`
+    bool answered;         // respond (or stop's 503) happened
+    bool response_failed;  // the answer could not be built (out of memory): close the connection
+    struct MHD_Response *response;  // an answer not yet queued
+    unsigned int status;
+
+    // Worker-thread-only state (the access handler is never called concurrently for one connection).
+    bool checked;          // the first access-handler call (headers complete) has run
+    bool handed;           // the handler has been called
+    bool too_large;        // the received body exceeded max_body
+    uint8_t *body;
+    size_t body_length, body_capacity;
+    uint64_t discarded;    // bytes dropped after the body went over max_body
+
+    sk_request request;    // filled when handed over; its strings live in `arena`
+    char *arena;
+    sk_exchange *previous, *next;  // in server->pending
+
+    size_t uri_length;
+    char uri[];  // the raw request target ("/path?query"), as received
 };
 
-typedef struct request_state {
-    uint8_t *body;
-    size_t length;
-    int too_large;
-} request_state;
+// MARK: - Answers
 
-typedef struct collected {
-    sk_header *items;
+// Answers built here for errors a client causes. Bodies are static, so libmicrohttpd need not copy them.
+typedef struct client_error {
+    unsigned int status;
+    const char *body;
+} client_error;
+
+#define JSON_ERROR(code, message) "{\"error\":{\"code\":\"" code "\",\"message\":\"" message "\"}}"
+static const client_error error_too_large = {413, JSON_ERROR("payload_too_large", "The request body is too large.")};
+static const client_error error_ambiguous = {
+    400, JSON_ERROR("ambiguous_framing",
+                    "The request has several Content-Length headers, or both Content-Length and Transfer-Encoding.")};
+static const client_error error_encoding = {
+    501, JSON_ERROR("unsupported_transfer_encoding", "Only Transfer-Encoding: chunked is supported.")};
+static const client_error error_headers = {
+    431, JSON_ERROR("header_fields_too_large", "The request line and headers are too large.")};
+static const client_error error_url = {414, JSON_ERROR("uri_too_long", "The request URL is too long.")};
+static const client_error error_parameters = {
+    400, JSON_ERROR("too_many_parameters", "The request URL has too many query parameters.")};
+static const client_error error_version = {
+    505, JSON_ERROR("http_version_not_supported", "Only HTTP/1.0 and HTTP/1.1 are supported.")};
+static const client_error error_stopping = {
+    503, JSON_ERROR("server_stopping", "The server is shutting down.")};
+
+static struct MHD_Response *error_response(const client_error *error, bool close) {
+    struct MHD_Response *response =
+        MHD_create_response_from_buffer(strlen(error->body), (void *)error->body, MHD_RESPMEM_PERSISTENT);
+    if (!response) return NULL;
+    MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (close) MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
+    return response;
+}
+
+static enum MHD_Result queue_error(struct MHD_Connection *connection, const client_error *error, bool close) {
+    struct MHD_Response *response = error_response(error, close);
+    if (!response) return MHD_NO;
+    enum MHD_Result result = MHD_queue_response(connection, error->status, response);
+    MHD_destroy_response(response);
+    return result;
+}
+
+// MARK: - Exchange lifetime
+
+static void exchange_free(sk_exchange *exchange) {
+    if (exchange->response) MHD_destroy_response(exchange->response);
+    pthread_mutex_destroy(&exchange->lock);
+    free(exchange->body);
+    free(exchange->arena);
+    free(exchange);
+}
+
+// Drops one owner; called with exchange->lock held, which it releases. Frees the exchange if last.
+static void exchange_release_locked(sk_exchange *exchange) {
+    bool last = --exchange->refs == 0;
+    pthread_mutex_unlock(&exchange->lock);
+    if (last) exchange_free(exchange);
+}
+
+// Called with server->lock held.
+static void pending_unlink(sk_server *server, sk_exchange *exchange) {
+    if (exchange->previous) exchange->previous->next = exchange->next;
+    else server->pending = exchange->next;
+    if (exchange->next) exchange->next->previous = exchange->previous;
+    exchange->previous = exchange->next = NULL;
+}
+
+// MARK: - libmicrohttpd callbacks
+
+// Sees the raw request target before libmicrohttpd parses it; its result becomes `*con_cls`.
+static void *uri_logged(void *cls, const char *uri, struct MHD_Connection *connection) {
+    size_t length = strlen(uri);
+    sk_exchange *exchange = calloc(1, sizeof(sk_exchange) + length + 1);
+    if (!exchange) return NULL;  // the access handler then closes the connection
+    pthread_mutex_init(&exchange->lock, NULL);
+    exchange->server = cls;
+    exchange->connection = connection;
+    exchange->refs = 1;  // the connection's
+    exchange->uri_length = length;
+    memcpy(exchange->uri, uri, length + 1);
+
+    // The query is parsed here, from the copy. libmicrohttpd would also split it into one pool entry
+    // per parameter (about 48 bytes each, from the connection's memory pool): a 4 KiB URL of "a&a&..."
+    // exhausts the pool and the request then hangs until the idle timeout. It looks for the '?' before
+    // calling us and parses what follows after we return ("log callback before we modify URI *or*
+    // args" in 0.9.75's connection.c), so ending the string right after the '?' leaves it nothing to
+    // parse. `uri` points into the connection's own read buffer, which is writable.
+    char *mark = strchr(uri, '?');
+    if (mark && mark[1] != '\0') mark[1] = '\0';
+    return exchange;
+}
+
+// Leaves escapes alone: path and query reach the handler percent-encoded (it decodes once).
+static size_t unescape_nothing(void *cls, struct MHD_Connection *connection, char *string) {
+    (void)cls;
+    (void)connection;
+    return strlen(string);
+}
+
+static void request_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+                              enum MHD_RequestTerminationCode code) {
+    (void)cls;
+    (void)connection;
+    (void)code;
+    sk_exchange *exchange = *con_cls;
+    *con_cls = NULL;
+    if (!exchange) return;
+    pthread_mutex_lock(&exchange->lock);
+    exchange->connection_gone = true;
+    exchange->suspended = false;
+    exchange_release_locked(exchange);
+}
+
+static void connection_changed(void *cls, struct MHD_Connection *connection, void **socket_context,
+                               enum MHD_ConnectionNotificationCode code) {
+    (void)connection;
+    (void)socket_context;
+    sk_server *server = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&server->connections, 1);
+    else atomic_fetch_sub(&server->connections, 1);
+}
+
+// MARK: - Checks at the first access-handler call (headers complete, body not read)
+
+typedef struct header_scan {
+    size_t bytes;          // "name: value\r\n" summed
     size_t count;
-    size_t capacity;
-} collected;
+    unsigned int content_lengths;
+    unsigned int transfer_encodings;
+    const char *content_length;
+    size_t content_length_size;
+    const char *transfer_encoding;
+} header_scan;
 
-static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
     (void)kind;
-    collected *list = cls;
-    if (list->count == list->capacity) {
-        size_t capacity = list->capacity ? list->capacity * 2 : 16;
-        sk_header *items = realloc(list->items, capacity * sizeof(sk_header));
-        if (!items) return MHD_NO;
-        list->items = items;
-        list->capacity = capacity;
+    header_scan *scan = cls;
+    scan->bytes += key_size + value_size + 4;
+    scan->count += 1;
+    if (key_size == 14 && strncasecmp(key, "Content-Length", 14) == 0) {
+        if (scan->content_lengths++ == 0) {
+            scan->content_length = value;
+            scan->content_length_size = value_size;
+        }
+    } else if (key_size == 17 && strncasecmp(key, "Transfer-Encoding", 17) == 0) {
+        if (scan->transfer_encodings++ == 0) scan->transfer_encoding = value ? value : "";
     }
-    list->items[list->count].name = key;
-    list->items[list->count].value = value ? value : "";
-    list->count += 1;
     return MHD_YES;
 }
 
-static enum MHD_Result respond(struct MHD_Connection *connection, unsigned int status, const uint8_t *body,
-                               size_t length, const sk_header *headers, size_t header_count) {
-    struct MHD_Response *response =
-        MHD_create_response_from_buffer(length, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!response) return MHD_NO;
-    for (size_t index = 0; index < header_count; index++) {
-        MHD_add_response_header(response, headers[index].name, headers[index].value);
+// The query part of the raw target (after the first '?'), or NULL.
+static const char *raw_query(const sk_exchange *exchange) {
+    const char *mark = memchr(exchange->uri, '?', exchange->uri_length);
+    return mark ? mark + 1 : NULL;
+}
+
+// Parameters are '&'-separated; empty segments ("a&&b", a trailing '&') are not parameters.
+static size_t count_parameters(const char *query) {
+    size_t count = 0;
+    for (const char *cursor = query; cursor && *cursor;) {
+        const char *end = strchr(cursor, '&');
+        size_t length = end ? (size_t)(end - cursor) : strlen(cursor);
+        if (length > 0) count += 1;
+        cursor = end ? end + 1 : NULL;
     }
+    return count;
+}
+
+// Returns the error to answer with (and whether the connection must close), or NULL when the request
+// may proceed; on success `*declared` is the Content-Length (0 when absent or chunked).
+static const client_error *check_request(const sk_server *server, sk_exchange *exchange,
+                                         struct MHD_Connection *connection, const char *method,
+                                         const char *version, bool *close, uint64_t *declared) {
+    const sk_server_options *limits = &server->limits;
+    header_scan scan = {0};
+    MHD_get_connection_values_n(connection, MHD_HEADER_KIND, scan_header, &scan);
+    bool has_body = scan.content_lengths > 0 || scan.transfer_encodings > 0;
+    *close = has_body;  // answering before the body means the body is never read: the connection is unusable
+    *declared = 0;
+
+    if (strcmp(version, MHD_HTTP_VERSION_1_1) != 0 && strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
+        *close = true;
+        return &error_version;
+    }
+    if (exchange->uri_length > limits->max_url_bytes) return &error_url;
+    size_t request_line = strlen(method) + 1 + exchange->uri_length + 1 + strlen(version) + 2;
+    if (request_line + scan.bytes + 2 > limits->max_header_bytes) return &error_headers;
+
+    // Framing: exactly one way to know where the body ends, or none.
+    if (scan.content_lengths > 1 || (scan.content_lengths > 0 && scan.transfer_encodings > 0)) {
+        *close = true;
+        return &error_ambiguous;
+    }
+    if (scan.transfer_encodings > 0 &&
+        (scan.transfer_encodings > 1 || strcasecmp(scan.transfer_encoding, "chunked") != 0)) {
+        *close = true;
+        return &error_encoding;
+    }
+    if (scan.content_lengths == 1) {
+        // libmicrohttpd has already rejected anything but digits (with its own 400 or 413), so this
+        // parse cannot fail; it saturates rather than overflows all the same.
+        uint64_t length = 0;
+        for (size_t index = 0; index < scan.content_length_size; index++) {
+            char digit = scan.content_length[index];
+            if (digit < '0' || digit > '9') {
+                *close = true;
+                return &error_ambiguous;
+            }
+            length = length > (UINT64_MAX - 9) / 10 ? UINT64_MAX : length * 10 + (uint64_t)(digit - '0');
+        }
+        if (length > limits->max_body) {
+            *close = true;
+            return &error_too_large;
+        }
+        *declared = length;
+    }
+    if (count_parameters(raw_query(exchange)) > limits->max_query_parameters) return &error_parameters;
+    return NULL;
+}
+
+// MARK: - Building the request handed to the handler
+
+typedef struct header_copy {
+    sk_header *items;
+    char *strings;  // cursor into the arena
+} header_copy;
+
+static char *copy_string(char **cursor, const char *source, size_t length) {
+    char *start = *cursor;
+    if (length) memcpy(start, source, length);
+    start[length] = '\0';
+    *cursor += length + 1;
+    return start;
+}
+
+static enum MHD_Result measure_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
+    (void)kind;
+    (void)key;
+    (void)value;
+    size_t *size = cls;
+    *size += key_size + value_size + 2;
+    return MHD_YES;
+}
+
+static enum MHD_Result copy_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+    (void)kind;
+    header_copy *copy = cls;
+    copy->items->name = copy_string(&copy->strings, key, key_size);
+    copy->items->value = copy_string(&copy->strings, value ? value : "", value ? value_size : 0);
+    copy->items += 1;
+    return MHD_YES;
+}
+
+static void format_remote(struct MHD_Connection *connection, char *text, size_t size) {
+    snprintf(text, size, "unknown");
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!info || !info->client_addr) return;
+    const struct sockaddr *address = info->client_addr;
+    if (address->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)address)->sin_addr, text, (socklen_t)size);
+    } else if (address->sa_family == AF_INET6) {
+        const struct in6_addr *v6 = &((const struct sockaddr_in6 *)(const void *)address)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(v6)) inet_ntop(AF_INET, &v6->s6_addr[12], text, (socklen_t)size);  // dual stack
+        else inet_ntop(AF_INET6, v6, text, (socklen_t)size);
+    }
+}
+
+// Copies everything the request needs into one allocation, so it outlives libmicrohttpd's buffers.
+static bool build_request(sk_exchange *exchange, struct MHD_Connection *connection, const char *method) {
+    const char *query = raw_query(exchange);
+    size_t path_length = query ? (size_t)(query - 1 - exchange->uri) : exchange->uri_length;
+    size_t query_count = count_parameters(query);
+    size_t header_count = (size_t)MHD_get_connection_values_n(connection, MHD_HEADER_KIND, NULL, NULL);
+    size_t header_bytes = 0;
+    MHD_get_connection_values_n(connection, MHD_HEADER_KIND, measure_header, &header_bytes);
+    char remote[INET6_ADDRSTRLEN];
+    format_remote(connection, remote, sizeof(remote));
+    size_t method_length = strlen(method), remote_length = strlen(remote);
+
+    // Query strings: each segment once, plus a terminator for name and value.
+    size_t size = (query_count + header_count) * sizeof(sk_header) + method_length + 1 + path_length + 1 +
+                  (exchange->uri_length - path_length) + 2 * query_count + header_bytes + remote_length + 1;
+    char *arena = malloc(size);
+    if (!arena) return false;
+    exchange->arena = arena;
+    sk_header *parameters = (sk_header *)(void *)arena;
+    sk_header *headers = parameters + query_count;
+    char *strings = (char *)(headers + header_count);
+
+    sk_request *request = &exchange->request;
+    request->method = copy_string(&strings, method, method_length);
+    request->path = copy_string(&strings, exchange->uri, path_length);
+    size_t index = 0;
+    for (const char *cursor = query; cursor && *cursor;) {
+        const char *end = strchr(cursor, '&');
+        size_t length = end ? (size_t)(end - cursor) : strlen(cursor);
+        if (length > 0) {
+            const char *equals = memchr(cursor, '=', length);
+            size_t name_length = equals ? (size_t)(equals - cursor) : length;
+            parameters[index].name = copy_string(&strings, cursor, name_length);
+            parameters[index].value =
+                equals ? copy_string(&strings, equals + 1, length - name_length - 1) : copy_string(&strings, "", 0);
+            index += 1;
+        }
+        cursor = end ? end + 1 : NULL;
+    }
+    request->query = parameters;
+    request->query_count = query_count;
+    header_copy copy = {headers, strings};
+    MHD_get_connection_values_n(connection, MHD_HEADER_KIND, copy_header, &copy);
+    strings = copy.strings;
+    request->headers = headers;
+    request->header_count = header_count;
+    request->remote = copy_string(&strings, remote, remote_length);
+    request->body = exchange->body ? exchange->body : (const uint8_t *)"";
+    request->body_length = exchange->body_length;
+    return true;
+}
+
+// MARK: - Access handler
+
+// Appends upload data, or counts it as discarded once the body is over the limit.
+static bool receive_body(sk_server *server, sk_exchange *exchange, const char *data, size_t size) {
+    if (exchange->too_large) {
+        exchange->discarded += size;
+        // A chunked body over the limit cannot be answered before it ends (libmicrohttpd only queues an
+        // answer before or after the body); drain a bounded amount, then give up on the client.
+        uint64_t allowance = server->limits.max_body > (1u << 20) ? server->limits.max_body : (1u << 20);
+        return exchange->discarded <= allowance;
+    }
+    if (size > server->limits.max_body - exchange->body_length) {
+        exchange->too_large = true;
+        free(exchange->body);
+        exchange->body = NULL;
+        exchange->body_length = exchange->body_capacity = 0;
+        exchange->discarded = size;
+        return true;
+    }
+    if (exchange->body_length + size > exchange->body_capacity) {
+        size_t capacity = exchange->body_capacity ? exchange->body_capacity * 2 : 4096;
+        while (capacity < exchange->body_length + size) capacity *= 2;
+        if (capacity > server->limits.max_body) capacity = server->limits.max_body;
+        uint8_t *grown = realloc(exchange->body, capacity);
+        if (!grown) return false;
+        exchange->body = grown;
+        exchange->body_capacity = capacity;
+    }
+    memcpy(exchange->body + exchange->body_length, data, size);
+    exchange->body_length += size;
+    return true;
+}
+
+// Queues the answer stored by respond, or suspends (again) until there is one. Worker thread only.
+static enum MHD_Result deliver_or_suspend(sk_exchange *exchange, struct MHD_Connection *connection) {
+    pthread_mutex_lock(&exchange->lock);
+    exchange->in_handler = false;
+    struct MHD_Response *response = exchange->response;
+    unsigned int status = exchange->status;
+    bool failed = exchange->response_failed;
+    exchange->response = NULL;
+    if (!response && !failed) {
+        MHD_suspend_connection(connection);
+        exchange->suspended = true;
+    }
+    pthread_mutex_unlock(&exchange->lock);
+    if (failed) return MHD_NO;
+    if (!response) return MHD_YES;
     enum MHD_Result result = MHD_queue_response(connection, status, response);
     MHD_destroy_response(response);
     return result;
 }
 
-void sk_response_send(sk_response *response, unsigned int status, const uint8_t *body, size_t body_length,
-                      const sk_header *headers, size_t header_count) {
-    if (response->sent) return;
-    response->sent = 1;
-    response->result = respond(response->connection, status, body, body_length, headers, header_count);
+static enum MHD_Result hand_over(sk_server *server, sk_exchange *exchange, struct MHD_Connection *connection,
+                                 const char *method) {
+    if (!build_request(exchange, connection, method)) return MHD_NO;
+    pthread_mutex_lock(&server->lock);
+    if (server->stopping) {
+        pthread_mutex_unlock(&server->lock);
+        return queue_error(connection, &error_stopping, true);
+    }
+    exchange->next = server->pending;
+    if (server->pending) server->pending->previous = exchange;
+    server->pending = exchange;
+    pthread_mutex_lock(&exchange->lock);
+    exchange->refs += 1;  // the handler's
+    exchange->in_handler = true;
+    exchange->handed = true;
+    pthread_mutex_unlock(&exchange->lock);
+    pthread_mutex_unlock(&server->lock);
+
+    server->handler(server->context, exchange, &exchange->request);
+    return deliver_or_suspend(exchange, connection);
 }
 
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connection, const char *url,
                                       const char *method, const char *version, const char *upload_data,
                                       size_t *upload_data_size, void **con_cls) {
-    (void)version;
+    (void)url;  // the raw target from the URI log callback is used instead
     sk_server *server = cls;
-    request_state *state = *con_cls;
-    if (!state) {
-        state = calloc(1, sizeof(request_state));
-        if (!state) return MHD_NO;
-        *con_cls = state;
+    sk_exchange *exchange = *con_cls;
+    if (!exchange) return MHD_NO;  // out of memory in uri_logged
+
+    if (!exchange->checked) {  // headers complete, nothing of the body read yet
+        exchange->checked = true;
+        bool close = false;
+        uint64_t declared = 0;
+        const client_error *error = check_request(server, exchange, connection, method, version, &close, &declared);
+        if (error) return queue_error(connection, error, close);
+        if (declared > 0) {
+            exchange->body = malloc((size_t)declared);
+            if (!exchange->body) return MHD_NO;
+            exchange->body_capacity = (size_t)declared;
+        }
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        if (!state->too_large) {
-            if (state->length + *upload_data_size > server->max_body) {
-                state->too_large = 1;
-            } else {
-                uint8_t *grown = realloc(state->body, state->length + *upload_data_size);
-                if (!grown) return MHD_NO;
-                memcpy(grown + state->length, upload_data, *upload_data_size);
-                state->body = grown;
-                state->length += *upload_data_size;
-            }
-        }
+        bool keep = receive_body(server, exchange, upload_data, *upload_data_size);
         *upload_data_size = 0;
-        return MHD_YES;
+        return keep ? MHD_YES : MHD_NO;
     }
-    if (state->too_large) {
-        static const char body[] = "{\"error\":{\"code\":\"payload_too_large\",\"message\":\"request body too large\"}}";
-        sk_header type = {"Content-Type", "application/json"};
-        return respond(connection, 413, (const uint8_t *)body, sizeof(body) - 1, &type, 1);
-    }
-
-    collected headers = {0};
-    MHD_get_connection_values(connection, MHD_HEADER_KIND, collect, &headers);
-    collected arguments = {0};
-    MHD_get_connection_values(connection, MHD_GET_ARGUMENT_KIND, collect, &arguments);
-    // Rebuild a query string from the parsed arguments (values are already percent-decoded by MHD).
-    size_t query_length = 1;
-    for (size_t index = 0; index < arguments.count; index++) {
-        query_length += strlen(arguments.items[index].name) + strlen(arguments.items[index].value) + 2;
-    }
-    char *query = calloc(query_length, 1);
-    for (size_t index = 0; query && index < arguments.count; index++) {
-        if (index > 0) strcat(query, "&");
-        strcat(query, arguments.items[index].name);
-        strcat(query, "=");
-        strcat(query, arguments.items[index].value);
-    }
-
-    sk_request request = {method, url, query ? query : "", headers.items, headers.count, state->body, state->length};
-    sk_response response = {connection, 0, MHD_NO};
-    server->handler(server->context, &request, &response);
-    enum MHD_Result result = response.sent ? response.result : respond(connection, 500, NULL, 0, NULL, 0);
-    free(headers.items);
-    free(arguments.items);
-    free(query);
-    return result;
+    // The request is complete (or the connection was resumed with an answer).
+    if (exchange->handed) return deliver_or_suspend(exchange, connection);
+    if (exchange->too_large) return queue_error(connection, &error_too_large, true);
+    return hand_over(server, exchange, connection, method);
 }
 
-static void completed(void *cls, struct MHD_Connection *connection, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls;
-    (void)connection;
-    (void)code;
-    request_state *state = *con_cls;
-    if (state) {
-        free(state->body);
-        free(state);
-        *con_cls = NULL;
+// MARK: - Answering
+
+void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8_t *body, size_t body_length,
+                         const sk_header *headers, size_t header_count) {
+    // Built before taking any lock: libmicrohttpd copies the body, and the headers when added.
+    struct MHD_Response *response =
+        MHD_create_response_from_buffer(body_length, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    for (size_t index = 0; response && index < header_count; index++) {
+        // Fails (ignored) for headers libmicrohttpd manages itself, e.g. Content-Length.
+        MHD_add_response_header(response, headers[index].name, headers[index].value);
+    }
+
+    sk_server *server = exchange->server;
+    pthread_mutex_lock(&server->lock);
+    pthread_mutex_lock(&exchange->lock);
+    if (exchange->answered) {  // sk_server_stop answered first and will free the exchange
+        pthread_mutex_unlock(&exchange->lock);
+        pthread_mutex_unlock(&server->lock);
+        if (response) MHD_destroy_response(response);
+        return;
+    }
+    exchange->answered = true;
+    pending_unlink(server, exchange);
+    if (exchange->connection_gone) {
+        if (response) MHD_destroy_response(response);
+    } else {
+        exchange->response = response;
+        exchange->status = status;
+        exchange->response_failed = response == NULL;
+        if (exchange->suspended) {  // otherwise the worker picks it up when the handler returns
+            exchange->suspended = false;
+            MHD_resume_connection(exchange->connection);
+        }
+    }
+    pthread_mutex_unlock(&server->lock);
+    exchange_release_locked(exchange);  // the handler's ownership ends here
+}
+
+// MARK: - Start and stop
+
+static void raise_file_limit(void) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+        limit.rlim_cur = limit.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &limit);
     }
 }
 
-sk_server *sk_server_start(const char *host, uint16_t port, size_t max_body, size_t max_header,
-                           unsigned int connection_limit, unsigned int timeout_seconds,
-                           sk_handler handler, void *context) {
+static void set_error(char *error, size_t error_size, const char *format, const char *host, const char *detail) {
+    if (error && error_size) snprintf(error, error_size, format, host, detail);
+}
+
+// Creates, binds and listens. "localhost" binds 127.0.0.1 only (one socket per daemon); "::" is dual stack.
+static int open_listener(const char *host, uint16_t port, uint16_t *bound, bool *ipv6, char *error,
+                         size_t error_size) {
+    const char *name = host ? host : "127.0.0.1";
+    if (strcasecmp(name, "localhost") == 0) name = "127.0.0.1";
+    char service[8];
+    snprintf(service, sizeof(service), "%u", (unsigned int)port);
+    struct addrinfo hints = {0}, *results = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    int status = getaddrinfo(name, service, &hints, &results);
+    if (status != 0 || !results) {
+        set_error(error, error_size, "cannot resolve host %s: %s", name, gai_strerror(status));
+        return -1;
+    }
+    int fd = -1, saved = 0;
+    char where[96];
+    for (struct addrinfo *candidate = results; candidate && fd < 0; candidate = candidate->ai_next) {
+        fd = socket(candidate->ai_family, candidate->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    candidate->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int on = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+        if (candidate->ai_family == AF_INET6) {
+            int v6only = 0;  // "::" accepts IPv4 too (dual stack); irrelevant for a specific address
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+        }
+        if (bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
+            saved = errno;
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        *ipv6 = candidate->ai_family == AF_INET6;
+    }
+    freeaddrinfo(results);
+    if (fd < 0) {
+        snprintf(where, sizeof(where), "%s port %u", name, (unsigned int)port);
+        if (saved == EADDRINUSE) set_error(error, error_size, "address in use: %s%s", where, "");
+        else set_error(error, error_size, "cannot bind %s: %s", where, strerror(saved));
+        return -1;
+    }
+    struct sockaddr_storage address;
+    socklen_t length = sizeof(address);
+    *bound = port;
+    if (getsockname(fd, (struct sockaddr *)&address, &length) == 0) {
+        if (address.ss_family == AF_INET) *bound = ntohs(((struct sockaddr_in *)&address)->sin_port);
+        else if (address.ss_family == AF_INET6) *bound = ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
+    }
+    return fd;
+}
+
+sk_server *sk_server_start(const sk_server_options *options, sk_handler handler, void *context, char *error,
+                           size_t error_size) {
+    if (error && error_size) error[0] = '\0';
+    if (!options || !handler) {
+        set_error(error, error_size, "%s%s", "invalid arguments", "");
+        return NULL;
+    }
+    raise_file_limit();  // process-wide: lets the server hold 10,000+ connections
     sk_server *server = calloc(1, sizeof(sk_server));
-    if (!server) return NULL;
+    if (!server) {
+        set_error(error, error_size, "%s%s", "out of memory", "");
+        return NULL;
+    }
     server->handler = handler;
     server->context = context;
-    server->max_body = max_body;
-    struct sockaddr_in address;
-    memset(&address, 0, sizeof(address));
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    if (inet_pton(AF_INET, host, &address.sin_addr) != 1) {
+    server->limits = *options;
+    server->limits.host = NULL;  // not kept: the caller owns the string
+    pthread_mutex_init(&server->lock, NULL);
+    bool ipv6 = false;
+    server->listen_fd = open_listener(options->host, options->port, &server->port, &ipv6, error, error_size);
+    if (server->listen_fd < 0) {
+        pthread_mutex_destroy(&server->lock);
         free(server);
         return NULL;
     }
-    server->daemon = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, port, NULL, NULL,
-        access_handler, server, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address, MHD_OPTION_CONNECTION_LIMIT,
-        connection_limit, MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        max_header, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+
+    unsigned int threads = options->threads;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > 0 ? (unsigned int)cores : 1;
+    }
+    // Large enough that our own limits (checked in the access handler, answered in JSON) trip before
+    // libmicrohttpd runs out of connection memory and answers with its own HTML page.
+    size_t memory = 2 * (options->max_header_bytes + options->max_url_bytes) + 64 * 1024;
+    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;  // no MHD_USE_ERROR_LOG
+    if (ipv6) flags |= MHD_USE_DUAL_STACK;
+    // libmicrohttpd gets its own descriptor for the socket: whether it closes it on a failed start is
+    // not documented, and a double close could hit a descriptor another thread just opened.
+    int daemon_fd = fcntl(server->listen_fd, F_DUPFD_CLOEXEC, 0);
+    server->daemon = daemon_fd < 0 ? NULL : MHD_start_daemon(
+        flags, server->port, NULL, NULL, access_handler, server,
+        MHD_OPTION_LISTEN_SOCKET, daemon_fd,
+        MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT, options->connection_limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, options->idle_timeout_seconds,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_logged, server,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, request_completed, server,
+        MHD_OPTION_NOTIFY_CONNECTION, connection_changed, server,
+        MHD_OPTION_END);
     if (!server->daemon) {
+        int saved = errno;
+        set_error(error, error_size, "cannot start the HTTP daemon on %s: %s",
+                  options->host ? options->host : "127.0.0.1", strerror(saved));
+        close(server->listen_fd);
+        pthread_mutex_destroy(&server->lock);
         free(server);
         return NULL;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(server->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    server->port = info ? info->port : port;
     return server;
 }
 
 uint16_t sk_server_port(const sk_server *server) { return server->port; }
 
+unsigned int sk_server_connections(const sk_server *server) {
+    return atomic_load(&((sk_server *)server)->connections);
+}
+
+// True when every exchange answered by stop has finished on its connection (or the time is up).
+static bool stop_drained(sk_server *server) {
+    bool drained = true;
+    pthread_mutex_lock(&server->lock);
+    for (sk_exchange *exchange = server->pending; exchange && drained; exchange = exchange->next) {
+        pthread_mutex_lock(&exchange->lock);
+        drained = exchange->connection_gone;
+        pthread_mutex_unlock(&exchange->lock);
+    }
+    pthread_mutex_unlock(&server->lock);
+    return drained;
+}
+
+// Contract: exchanges still pending are answered here with 503 and freed before this returns; the Swift
+// side must not call sk_exchange_respond for them after that (a call racing with stop, before it
+// returns, is harmless: whichever answer comes first wins).
 void sk_server_stop(sk_server *server) {
     if (!server) return;
-    MHD_stop_daemon(server->daemon);
+    int quiesced = MHD_quiesce_daemon(server->daemon);  // stop accepting; the listen socket stays ours
+
+    pthread_mutex_lock(&server->lock);
+    server->stopping = true;  // requests completing from now on get 503 without reaching the handler
+    for (sk_exchange *exchange = server->pending; exchange; exchange = exchange->next) {
+        pthread_mutex_lock(&exchange->lock);
+        if (!exchange->answered) {
+            exchange->answered = true;
+            if (!exchange->connection_gone) {
+                exchange->response = error_response(&error_stopping, true);
+                exchange->status = error_stopping.status;
+                exchange->response_failed = exchange->response == NULL;
+                if (exchange->suspended) {
+                    exchange->suspended = false;
+                    MHD_resume_connection(exchange->connection);
+                }
+            }
+        }
+        pthread_mutex_unlock(&exchange->lock);
+    }
+    pthread_mutex_unlock(&server->lock);
+
+    // Give the workers a moment to write those 503s (bounded), then close everything.
+    for (int waited = 0; waited < STOP_DRAIN_MILLISECONDS && !stop_drained(server); waited += 2) {
+        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    }
+    MHD_stop_daemon(server->daemon);  // NOTIFY_COMPLETED runs for every remaining request
+    if (quiesced >= 0) close(quiesced);  // libmicrohttpd's dup, ours once quiesced
+    close(server->listen_fd);
+
+    // What is left in `pending` was answered by us above; release the handler's ownership.
+    pthread_mutex_lock(&server->lock);
+    while (server->pending) {
+        sk_exchange *exchange = server->pending;
+        pending_unlink(server, exchange);
+        pthread_mutex_lock(&exchange->lock);
+        exchange_release_locked(exchange);
+    }
+    pthread_mutex_unlock(&server->lock);
+    pthread_mutex_destroy(&server->lock);
     free(server);
 }

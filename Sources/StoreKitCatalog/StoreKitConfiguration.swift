@@ -1,5 +1,6 @@
 import Foundation
 public import StorekeeperJSON
+public import StoreModel
 public import StoreTime
 
 /// An Xcode StoreKit configuration file (`.storekit`, JSON, formats 1.1–5.0): the emulator's catalogue.
@@ -86,24 +87,6 @@ public struct StoreKitConfiguration: Sendable, Hashable {
     public func hash(into hasher: inout Hasher) { hasher.combine(json) }
 }
 
-/// The four kinds of in-app purchase, with the JWS `type` raw values.
-public enum ProductKind: String, Sendable, CaseIterable {
-    case consumable = "Consumable"
-    case nonConsumable = "Non-Consumable"
-    case nonRenewing = "Non-Renewing Subscription"
-    case autoRenewable = "Auto-Renewable Subscription"
-
-    /// The receipt's attribute 1707 value.
-    public var receiptProductType: Int64 {
-        switch self {
-        case .nonConsumable: 0
-        case .consumable: 1
-        case .nonRenewing: 2
-        case .autoRenewable: 3
-        }
-    }
-}
-
 /// A localized name and description.
 public struct Localization: Sendable, Hashable {
     public var locale: String
@@ -143,12 +126,9 @@ public struct Product: CatalogItem, Sendable, Hashable {
 
     init?(json: JSONObject) {
         guard let productID = json["productID"]?.stringValue else { return nil }
-        switch json["type"]?.stringValue {
-        case "Consumable": kind = .consumable
-        case "NonConsumable": kind = .nonConsumable
-        case "NonRenewingSubscription": kind = .nonRenewing
-        default: return nil
-        }
+        guard let type = json["type"]?.stringValue, let kind = ProductKind(storeKitType: type), kind != .autoRenewable
+        else { return nil }
+        self.kind = kind
         self.json = json
         self.productID = productID
     }

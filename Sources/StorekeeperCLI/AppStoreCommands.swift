@@ -4,6 +4,7 @@ import AppStoreEmulator
 import Foundation
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperLogging
 import StoreTime
 import Synchronization
 
@@ -31,9 +32,14 @@ enum AppStoreCommands {
             .init(
                 name: "data", valueName: "dir",
                 help: "Where state and certificates are kept (default: storekeeper-data)."),
-            .init(name: "host", valueName: "address", help: "IPv4 address to listen on (default: 127.0.0.1)."),
+            .init(
+                name: "host", valueName: "address",
+                help: "Address to listen on: 127.0.0.1 (default), ::1, localhost, 0.0.0.0 or ::."),
             .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8080)."),
             .init(name: "rate", valueName: "name", help: "Time rate, e.g. monthlyRenewalEveryFiveMinutes or realTime."),
+            .init(
+                name: "max-connections", valueName: "n", help: "Concurrent connections to accept (default: 16384)."),
+            LoggingOptions.level, LoggingOptions.format,
         ],
         discussion: "Prints the address it listens on, then serves until SIGINT or SIGTERM.")
 
@@ -120,19 +126,39 @@ enum AppStoreCommands {
             apps.append(AppConfiguration(bundleID: bundleID))
         }
         if apps.isEmpty { apps = [AppConfiguration(bundleID: DefaultCatalog.bundleID)] }
+        var limits = HTTPLimits()
+        if let text = arguments.value("max-connections") {
+            guard let value = Int(text), (1...1_000_000).contains(value) else {
+                throw UsageError("--max-connections must be 1 to 1000000")
+            }
+            limits.maxConnections = value
+        }
+        let logger = try LoggingOptions.logger(arguments, label: "appstore")
         let data = URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data")
         let (finalCatalogs, finalApps, finalRate) = (catalogs, apps, rate ?? catalogs.first?.settings.timeRate)
-        let store = try blocking {
-            try await AppStore(catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate)
+        let store: AppStore
+        do {
+            store = try blocking {
+                try await AppStore(
+                    catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate, logger: logger)
+            }
+        } catch let error as EmulatorError {
+            throw RuntimeError(error.message)
         }
-        let server = try HTTPServer(
-            host: arguments.value("host") ?? "127.0.0.1", port: port, responder: store.responder(),
-            log: { line in console.writeError("access \(line)\n") })
-        console.write(
-            "Storekeeper App Store emulator listening on http://\(arguments.value("host") ?? "127.0.0.1"):\(server.port)\n"
-        )
+        let host = arguments.value("host") ?? "127.0.0.1"
+        let server: HTTPServer
+        do {
+            server = try HTTPServer(
+                host: host, port: port, limits: limits, responder: store.responder(), logger: logger)
+        } catch let error as HTTPError {
+            throw RuntimeError(error.message)
+        }
+        store.startScheduler()
+        let shown = host.contains(":") ? "[\(host)]" : host
+        console.write("Storekeeper App Store emulator listening on http://\(shown):\(server.port)\n")
         console.write("  apps: \(apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
         waitForTermination()
+        store.stopScheduler()
         server.stop()
         console.write("stopped\n")
         return 0
@@ -177,8 +203,16 @@ enum AppStoreCommands {
 
     static func certs(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         guard let out = arguments.value("out") else { throw UsageError("Missing expected argument '--out <dir>'") }
-        let pki = try EmulatorPKI.loadOrCreate(
-            in: URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data").appendingPathComponent("pki"))
+        let data = URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data")
+        let pkiDirectory = data.appendingPathComponent("pki")
+        guard FileManager.default.fileExists(atPath: pkiDirectory.path) else {
+            throw RuntimeError(
+                "'\(data.path)' holds no emulator certificates (no pki folder); start the emulator with --data first")
+        }
+        let pki: EmulatorPKI
+        do { pki = try EmulatorPKI.loadOrCreate(in: pkiDirectory) } catch let error as EmulatorError {
+            throw RuntimeError(error.message)
+        }
         let directory = URL(fileURLWithPath: out)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         for (name, certificate) in [("receipt-root", pki.receipts.root), ("jws-root", pki.signedData.root)] {

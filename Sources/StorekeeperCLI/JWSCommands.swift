@@ -1,5 +1,6 @@
 import StorekeeperCrypto
 import Foundation
+import StoreModel
 import StorekeeperJSON
 import AppStoreReceipts
 import AppStoreSignedData

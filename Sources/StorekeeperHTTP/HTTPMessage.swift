@@ -1,23 +1,115 @@
 public import StorekeeperJSON
 
-/// An HTTP request as the router sees it: method, path, decoded query, headers and the whole body.
+/// A query string decoded once: every parameter in order, repeated names kept (`?ids=a&ids=b`), names and
+/// values percent-decoded exactly once (`ids=a%26b` is one value, `a&b`; `+` is a space, as in forms).
+public struct HTTPQuery: Sendable, Hashable, ExpressibleByDictionaryLiteral {
+    public var parameters: [Parameter]
+
+    public struct Parameter: Sendable, Hashable {
+        public var name: String
+        public var value: String
+        public init(name: String, value: String) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    public init(_ parameters: [Parameter] = []) { self.parameters = parameters }
+
+    public init(dictionaryLiteral elements: (String, String)...) {
+        parameters = elements.map { Parameter(name: $0.0, value: $0.1) }
+    }
+
+    /// Parses a raw query string (without `?`); nil when an escape is malformed or a name or value is not
+    /// UTF-8.
+    public init?(encoded: Substring) {
+        var parameters: [Parameter] = []
+        for pair in encoded.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = PercentDecoding.decode(parts[0], plusIsSpace: true),
+                let value = parts.count > 1 ? PercentDecoding.decode(parts[1], plusIsSpace: true) : ""
+            else { return nil }
+            parameters.append(Parameter(name: name, value: value))
+        }
+        self.parameters = parameters
+    }
+
+    /// The first value of a parameter.
+    public subscript(_ name: String) -> String? { parameters.first { $0.name == name }?.value }
+
+    /// Every value of a parameter, in order.
+    public func values(_ name: String) -> [String] { parameters.filter { $0.name == name }.map(\.value) }
+
+    public var isEmpty: Bool { parameters.isEmpty }
+}
+
+/// Percent-decoding (RFC 3986 §2.1), done once, strictly.
+public enum PercentDecoding {
+    /// Decodes `%XX` escapes (and `+` as a space when asked); nil for a malformed escape or bytes that are
+    /// not UTF-8.
+    public static func decode(_ text: Substring, plusIsSpace: Bool = false) -> String? {
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: "%") || (plusIsSpace && $0 == UInt8(ascii: "+")) })
+        else { return String(text) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count)
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            switch byte {
+            case UInt8(ascii: "%"):
+                guard let high = iterator.next().flatMap(hex), let low = iterator.next().flatMap(hex) else {
+                    return nil
+                }
+                bytes.append(high << 4 | low)
+            case UInt8(ascii: "+") where plusIsSpace: bytes.append(UInt8(ascii: " "))
+            default: bytes.append(byte)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    private static func hex(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+/// An HTTP request as handlers see it: method, raw path, decoded query, headers and the whole body.
 public struct HTTPRequest: Sendable {
     public var method: String
-    /// The path without the query string, e.g. `/_emulator/v1/clock`.
+    /// The path as received, without the query string and still percent-encoded, e.g.
+    /// `/_emulator/v1/devices/D/apps/com.example%2Bapp/install`. The router decodes each segment once.
     public var path: String
-    public var query: [String: String]
+    public var query: HTTPQuery
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// The client's address, when the request came over a socket.
+    public var remoteAddress: String?
 
     public init(
-        method: String, path: String, query: [String: String] = [:], headers: [(name: String, value: String)] = [],
-        body: [UInt8] = []
+        method: String, path: String, query: HTTPQuery = HTTPQuery(), headers: [(name: String, value: String)] = [],
+        body: [UInt8] = [], remoteAddress: String? = nil
     ) {
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.body = body
+        self.remoteAddress = remoteAddress
+    }
+
+    /// A request for a target such as `/a/b?x=1&y=2` (the query decoded once; a malformed one is dropped).
+    public init(
+        method: String, target: String, headers: [(name: String, value: String)] = [], body: [UInt8] = []
+    ) {
+        let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        self.init(
+            method: method, path: String(parts[0]),
+            query: parts.count > 1 ? HTTPQuery(encoded: parts[1]) ?? HTTPQuery() : HTTPQuery(), headers: headers,
+            body: body)
     }
 
     /// The first header with this name, compared case-insensitively.
@@ -52,23 +144,56 @@ public struct HTTPResponse: Sendable {
     }
 
     public static let noContent = HTTPResponse(status: 204)
+
+    /// The first header with this name, compared case-insensitively.
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
 }
 
-/// A failure a handler reports to the client as `{"error": {"code", "message"}}` with an HTTP status.
-public struct HTTPError: Error, Sendable, CustomStringConvertible {
+/// A failure a handler reports to the client with an HTTP status. How it is written is the responder's
+/// ``HTTPErrorRenderer`` (by default `{"error": {"code", "message"}}`).
+public struct HTTPError: Error, Sendable, Hashable, CustomStringConvertible {
     public let status: Int
     public let code: String
     public let message: String
+    /// Extra response headers (e.g. `Retry-After`).
+    public var headers: [String: String]
 
-    public init(status: Int, code: String, message: String) {
+    public init(status: Int, code: String, message: String, headers: [String: String] = [:]) {
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
     }
 
     public var description: String { "\(status) \(code): \(message)" }
 
-    public var response: HTTPResponse {
-        .json(.object(["error": .object(["code": .string(code), "message": .string(message)])]), status: status)
+    /// The default rendering: `{"error": {"code", "message"}}`.
+    public var response: HTTPResponse { HTTPErrorRenderer.standard.render(self) }
+}
+
+/// Writes an ``HTTPError`` as a response: the emulator's `{"error": {"code", "message"}}`, or Apple's
+/// `{"errorCode", "errorMessage"}` for the App Store Server API.
+public struct HTTPErrorRenderer: Sendable {
+    public let render: @Sendable (HTTPError) -> HTTPResponse
+
+    public init(_ render: @escaping @Sendable (HTTPError) -> HTTPResponse) { self.render = render }
+
+    public static let standard = HTTPErrorRenderer { error in
+        var response = HTTPResponse.json(
+            .object(["error": .object(["code": .string(error.code), "message": .string(error.message)])]),
+            status: error.status)
+        for (name, value) in error.headers.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
+        return response
+    }
+
+    /// Apple's shape: `code` is the numeric error code (e.g. "4040010"); a non-numeric one is sent as 0.
+    public static let apple = HTTPErrorRenderer { error in
+        var response = HTTPResponse.json(
+            .object(["errorCode": .integer(Int64(error.code) ?? 0), "errorMessage": .string(error.message)]),
+            status: error.status)
+        for (name, value) in error.headers.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
+        return response
     }
 }

@@ -1,45 +1,71 @@
 internal import CStorekeeperHTTPServer
 import Foundation
+public import StorekeeperLogging
 import Synchronization
 
-/// Limits the server enforces before a handler sees a request.
+/// Limits the server enforces before a handler sees a request, and its deadlines.
 public struct HTTPLimits: Sendable {
+    /// Declared or received bodies larger than this are refused with 413 before they are read.
     public var maxBody = 1 << 20
+    /// Request line and headers together.
     public var maxHeader = 32 << 10
-    public var maxConnections = 256
-    /// Seconds an idle connection is kept.
+    /// Path and query together.
+    public var maxURL = 8 << 10
+    public var maxQueryParameters = 256
+    /// Concurrent connections; idle keep-alive connections cost no thread.
+    public var maxConnections = 16_384
+    /// Seconds a connection may stay without traffic.
     public var idleTimeout = 30
+    /// A handler that has not answered after this long is answered 503 (`request_timeout`) for it.
+    public var requestTimeout: Duration = .seconds(30)
+    /// Event-loop threads (0: one per core).
+    public var threads = 0
 
     public init() {}
 }
 
-/// An HTTP/1.1 server on libmicrohttpd (through the small `CHTTPServer` C target) answering with a
-/// ``Responder``; bind port 0 to get a free port (``port`` tells which).
+/// An HTTP/1.1 server on libmicrohttpd (through the small `CStorekeeperHTTPServer` C target): its own
+/// epoll loop and a pool of threads. Each request's handler runs as a Swift task while the connection is
+/// suspended, holding no thread; the answer resumes it. Bind port 0 to get a free port (``port``).
 public final class HTTPServer: Sendable {
     public let port: Int
+    public let host: String
     private let server: ServerHandle
     private let box: Unmanaged<HandlerBox>
 
-    /// Starts serving `responder` on `host:port`; `log` receives one access-log line per request.
+    /// Starts serving `responder` on `host:port` ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::").
     public init(
         host: String = "127.0.0.1", port: Int = 0, limits: HTTPLimits = HTTPLimits(), responder: Responder,
-        log: (@Sendable (String) -> Void)? = nil
+        logger: Logger = .disabled
     ) throws {
-        let box = Unmanaged.passRetained(HandlerBox(responder: responder, log: log))
-        guard
-            let server = sk_server_start(
-                host, UInt16(clamping: port), limits.maxBody, limits.maxHeader, UInt32(limits.maxConnections),
-                UInt32(limits.idleTimeout), handleRequest, box.toOpaque())
-        else {
-            box.release()
-            throw HTTPError(status: 0, code: "listen_failed", message: "cannot listen on \(host):\(port)")
+        let handlerBox = HandlerBox(responder: responder, limits: limits, logger: logger)
+        let box = Unmanaged.passRetained(handlerBox)
+        var error = [CChar](repeating: 0, count: 256)
+        let started = host.withCString { hostPointer in
+            var options = sk_server_options(
+                host: hostPointer, port: UInt16(clamping: port), max_body: limits.maxBody,
+                max_header_bytes: limits.maxHeader, max_url_bytes: limits.maxURL,
+                max_query_parameters: UInt32(clamping: limits.maxQueryParameters),
+                connection_limit: UInt32(clamping: limits.maxConnections),
+                idle_timeout_seconds: UInt32(clamping: limits.idleTimeout), threads: UInt32(clamping: limits.threads))
+            return sk_server_start(&options, handleRequest, box.toOpaque(), &error, error.count)
         }
-        self.server = ServerHandle(pointer: server)
+        guard let started else {
+            box.release()
+            let reason = String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            throw HTTPError(
+                status: 0, code: "listen_failed", message: "cannot listen on \(host):\(port): \(reason)")
+        }
+        self.server = ServerHandle(pointer: started, box: handlerBox)
         self.box = box
-        self.port = Int(sk_server_port(server))
+        self.host = host
+        self.port = Int(sk_server_port(started))
     }
 
-    /// Stops accepting connections and waits for running requests; idempotent.
+    /// Connections open now.
+    public var openConnections: Int { server.connections }
+
+    /// Stops accepting connections; requests still running are answered 503. Idempotent.
     public func stop() {
         if server.stop() { box.release() }
     }
@@ -49,14 +75,20 @@ public final class HTTPServer: Sendable {
 
 /// The C server pointer, stopped at most once.
 private final class ServerHandle: Sendable {
-    // @unchecked Sendable: the pointer is only handed to sk_server_stop, once, under the mutex.
+    // @unchecked Sendable: the pointer is read-only and handed to sk_server_stop once, under the mutex.
     private struct Raw: @unchecked Sendable {
         let pointer: OpaquePointer  // sk_server
     }
 
     private let state: Mutex<Raw?>
+    private let box: HandlerBox
 
-    init(pointer: OpaquePointer) { state = Mutex(Raw(pointer: pointer)) }
+    init(pointer: OpaquePointer, box: HandlerBox) {
+        state = Mutex(Raw(pointer: pointer))
+        self.box = box
+    }
+
+    var connections: Int { state.withLock { $0.map { Int(sk_server_connections($0.pointer)) } ?? 0 } }
 
     /// Returns whether this call stopped it.
     func stop() -> Bool {
@@ -66,74 +98,147 @@ private final class ServerHandle: Sendable {
                 return current
             })
         else { return false }
+        // Exchanges still pending are answered by sk_server_stop; late Swift answers must not touch them.
+        box.closeAll()
         sk_server_stop(raw.pointer)
         return true
     }
 }
 
-private final class HandlerBox: Sendable {
-    let responder: Responder
-    let log: (@Sendable (String) -> Void)?
-
-    init(responder: Responder, log: (@Sendable (String) -> Void)?) {
-        self.responder = responder
-        self.log = log
+/// One request's pending answer: answered exactly once, by the handler, the deadline or the shutdown.
+private final class Exchange: Sendable {
+    // @unchecked Sendable: the pointer is used only by the single winner of `claim()`.
+    private struct Raw: @unchecked Sendable {
+        let pointer: OpaquePointer  // sk_exchange
     }
-}
 
-/// Receives the outcome of an async handler on the libmicrohttpd thread that waits for it.
-private final class Outcome: Sendable {
-    let value = Mutex<HTTPResponse?>(nil)
-    let done = DispatchSemaphore(value: 0)
-}
-
-/// The C callback: runs on one of libmicrohttpd's threads, which may block until the handler is done.
-private func handleRequest(
-    context: UnsafeMutableRawPointer?, request: UnsafePointer<sk_request>?, response: OpaquePointer?
-) {
-    guard let context, let raw = request?.pointee, let response else { return }
-    let box = Unmanaged<HandlerBox>.fromOpaque(context).takeUnretainedValue()
-    var headers: [(name: String, value: String)] = []
-    for index in 0..<raw.header_count {
-        let header = raw.headers[index]
-        headers.append((String(cString: header.name), String(cString: header.value)))
-    }
-    var query: [String: String] = [:]
-    for pair in String(cString: raw.query).split(separator: "&") {
-        let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-        query[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
-    }
-    let body =
-        raw.body_length > 0 && raw.body != nil
-        ? Array(UnsafeBufferPointer(start: raw.body, count: raw.body_length)) : []
-    let incoming = HTTPRequest(
-        method: String(cString: raw.method), path: String(cString: raw.url), query: query, headers: headers, body: body)
+    private let raw: Raw
+    private let answered = Atomic<Bool>(false)
+    let id: Int
     let started = ContinuousClock.now
-    let outcome = Outcome()
-    Task {
-        let answer = await box.responder.respond(to: incoming)
-        outcome.value.withLock { $0 = answer }
-        outcome.done.signal()
+
+    init(pointer: OpaquePointer, id: Int) {
+        raw = Raw(pointer: pointer)
+        self.id = id
     }
-    outcome.done.wait()
-    let answer =
-        outcome.value.withLock { $0 } ?? HTTPError(status: 500, code: "internal_error", message: "no response").response
-    let names = answer.headers.map { strdup($0.name) }
-    let values = answer.headers.map { strdup($0.value) }
-    defer { (names + values).forEach { free($0) } }
-    var cHeaders = zip(names, values).map { sk_header(name: $0, value: $1) }
-    answer.body.withUnsafeBufferPointer { bodyBuffer in
-        cHeaders.withUnsafeMutableBufferPointer { headerBuffer in
-            sk_response_send(
-                response, UInt32(answer.status), bodyBuffer.baseAddress, bodyBuffer.count, headerBuffer.baseAddress,
-                headerBuffer.count)
+
+    /// Whether this caller won the right to answer.
+    func claim() -> Bool { answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged }
+
+    /// Sends the answer if nobody else has.
+    func respond(_ response: HTTPResponse) {
+        guard claim() else { return }
+        let names = response.headers.map { strdup($0.name) }
+        let values = response.headers.map { strdup($0.value) }
+        defer { (names + values).forEach { free($0) } }
+        var headers = zip(names, values).map { sk_header(name: $0, value: $1) }
+        response.body.withUnsafeBufferPointer { body in
+            headers.withUnsafeMutableBufferPointer { headerBuffer in
+                sk_exchange_respond(
+                    raw.pointer, UInt32(response.status), body.baseAddress, body.count, headerBuffer.baseAddress,
+                    headerBuffer.count)
+            }
         }
     }
-    if let log = box.log {
-        let elapsed = ContinuousClock.now - started
-        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
-        log(
-            "request.method=\(incoming.method) request.path=\(incoming.path) response.status=\(answer.status) "
-                + "response.bytes=\(answer.body.count) duration.ms=\(String(format: "%.2f", milliseconds))")
+}
+
+private final class HandlerBox: Sendable {
+    let responder: Responder
+    let limits: HTTPLimits
+    let logger: Logger
+    private let pending = Mutex<(next: Int, open: [Int: Exchange])>((0, [:]))
+    private let sweeper = Mutex<Task<Void, Never>?>(nil)
+
+    init(responder: Responder, limits: HTTPLimits, logger: Logger) {
+        self.responder = responder
+        self.limits = limits
+        self.logger = logger
+        sweeper.withLock {
+            $0 = Task.detached { [weak self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(250))
+                    self?.answerOverdue()
+                }
+            }
+        }
+    }
+
+    deinit { sweeper.withLock { $0?.cancel() } }
+
+    /// Answers 503 for every request whose handler is past the request deadline (its late answer is dropped).
+    private func answerOverdue() {
+        let now = ContinuousClock.now
+        let overdue = pending.withLock { state -> [Exchange] in
+            let late = state.open.values.filter { now - $0.started > limits.requestTimeout }
+            for exchange in late { state.open.removeValue(forKey: exchange.id) }
+            return Array(late)
+        }
+        for exchange in overdue {
+            logger.warning("request.deadline", ["request.deadline.seconds": String(describing: limits.requestTimeout)])
+            exchange.respond(
+                HTTPError(status: 503, code: "request_timeout", message: "the request took too long to answer").response)
+        }
+    }
+
+    func register(_ pointer: OpaquePointer) -> Exchange {
+        pending.withLock { state in
+            state.next += 1
+            let exchange = Exchange(pointer: pointer, id: state.next)
+            state.open[state.next] = exchange
+            return exchange
+        }
+    }
+
+    func finish(_ exchange: Exchange) { _ = pending.withLock { $0.open.removeValue(forKey: exchange.id) } }
+
+    /// Marks every pending exchange answered (the C server answers them 503 as it stops).
+    func closeAll() {
+        sweeper.withLock { $0?.cancel() }
+        let open = pending.withLock { state -> [Exchange] in
+            defer { state.open.removeAll() }
+            return Array(state.open.values)
+        }
+        for exchange in open { _ = exchange.claim() }
+    }
+}
+
+/// The C callback, on one of libmicrohttpd's pool threads: turns the request into Swift values and starts
+/// the handler as a task; the connection stays suspended until the task (or the deadline) answers.
+private func handleRequest(context: UnsafeMutableRawPointer?, exchange: OpaquePointer?, request: UnsafePointer<sk_request>?) {
+    guard let context, let exchange, let raw = request?.pointee else { return }
+    let box = Unmanaged<HandlerBox>.fromOpaque(context).takeUnretainedValue()
+    let pendingExchange = box.register(exchange)
+    var headers: [(name: String, value: String)] = []
+    headers.reserveCapacity(raw.header_count)
+    for index in 0..<raw.header_count {
+        headers.append((String(cString: raw.headers[index].name), String(cString: raw.headers[index].value)))
+    }
+    var parameters: [HTTPQuery.Parameter] = []
+    parameters.reserveCapacity(raw.query_count)
+    var malformed = false
+    for index in 0..<raw.query_count {
+        guard let name = PercentDecoding.decode(Substring(String(cString: raw.query[index].name)), plusIsSpace: true),
+            let value = PercentDecoding.decode(
+                Substring(String(cString: raw.query[index].value)), plusIsSpace: true)
+        else {
+            malformed = true
+            break
+        }
+        parameters.append(HTTPQuery.Parameter(name: name, value: value))
+    }
+    let body = raw.body_length > 0 && raw.body != nil ? Array(UnsafeBufferPointer(start: raw.body, count: raw.body_length)) : []
+    let request = HTTPRequest(
+        method: String(cString: raw.method), path: String(cString: raw.path), query: HTTPQuery(parameters),
+        headers: headers, body: body, remoteAddress: raw.remote.map { String(cString: $0) })
+    if malformed {
+        pendingExchange.respond(
+            HTTPError(status: 400, code: "invalid_query", message: "the query has a malformed percent-escape").response)
+        box.finish(pendingExchange)
+        return
+    }
+    Task {
+        let response = await box.responder.respond(to: request)
+        pendingExchange.respond(response)
+        box.finish(pendingExchange)
     }
 }

@@ -1,6 +1,19 @@
-/// What a handler gets besides the request: the path parameters its route captured.
+public import StorekeeperLogging
+
+/// What a handler gets besides the request: the path parameters its route captured, the request id, a
+/// logger carrying it, and the caller an authentication middleware recognised.
 public struct RequestContext: Sendable {
     public var parameters: [String: String]
+    public var requestID: String
+    public var logger: Logger
+    /// Who the request is from, when an authentication middleware said so.
+    public var caller: String?
+
+    public init(parameters: [String: String] = [:], requestID: String = "", logger: Logger = .disabled) {
+        self.parameters = parameters
+        self.requestID = requestID
+        self.logger = logger
+    }
 
     /// A captured path parameter (`{name}` in the route).
     public func parameter(_ name: String) throws(HTTPError) -> String {
@@ -13,22 +26,46 @@ public struct RequestContext: Sendable {
 
 public typealias Handler = @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse
 
+/// Wraps every request on its way to the route (Hummingbird's `RouterMiddleware`): request ids, access
+/// logs, authentication, fault injection. A middleware may answer itself, or call `next`.
+public protocol HTTPMiddleware: Sendable {
+    func handle(_ request: HTTPRequest, context: RequestContext, next: Handler) async throws -> HTTPResponse
+}
+
 /// Routes built once and then frozen into a ``Responder`` (Hummingbird's builder/responder split).
 public struct Router {
     private var routes: [Route] = []
+    private var middleware: [any HTTPMiddleware] = []
+    private var renderers: [(prefix: String, renderer: HTTPErrorRenderer)] = []
 
     public init() {}
 
-    /// Adds a route; `{name}` path segments capture one segment each.
+    /// Adds a route; `{name}` path segments capture one segment each, percent-decoded once.
     public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping Handler) {
         routes.append(Route(method: method, segments: Self.segments(pattern), handler: handler))
     }
 
     public mutating func get(_ pattern: String, _ handler: @escaping Handler) { add("GET", pattern, handler) }
     public mutating func post(_ pattern: String, _ handler: @escaping Handler) { add("POST", pattern, handler) }
+    public mutating func put(_ pattern: String, _ handler: @escaping Handler) { add("PUT", pattern, handler) }
+    public mutating func delete(_ pattern: String, _ handler: @escaping Handler) { add("DELETE", pattern, handler) }
+
+    /// Adds a middleware; the first added is the outermost.
+    public mutating func use(_ middleware: any HTTPMiddleware) { self.middleware.append(middleware) }
+
+    /// Errors under `prefix` are written by `renderer` (the longest matching prefix wins).
+    public mutating func renderErrors(under prefix: String, with renderer: HTTPErrorRenderer) {
+        renderers.append((prefix, renderer))
+        renderers.sort { $0.prefix.count > $1.prefix.count }
+    }
 
     /// The immutable responder.
-    public func freeze() -> Responder { Responder(routes: routes) }
+    public func freeze(logger: Logger = .disabled, requestID: @escaping @Sendable () -> String = RequestIDs.next)
+        -> Responder
+    {
+        Responder(
+            routes: routes, middleware: middleware, renderers: renderers, logger: logger, requestID: requestID)
+    }
 
     static func segments(_ path: String) -> [Substring] { path.split(separator: "/", omittingEmptySubsequences: true) }
 
@@ -37,13 +74,17 @@ public struct Router {
         let segments: [Substring]
         let handler: Handler
 
-        func match(_ path: [Substring]) -> [String: String]? {
+        /// The captured parameters, nil when the path does not match; throws for a malformed escape.
+        func match(_ path: [Substring]) throws(HTTPError) -> [String: String]? {
             guard path.count == segments.count else { return nil }
             var parameters: [String: String] = [:]
             for (pattern, actual) in zip(segments, path) {
                 if pattern.hasPrefix("{") && pattern.hasSuffix("}") {
-                    parameters[String(pattern.dropFirst().dropLast())] =
-                        String(actual).removingPercentEncodingIfPossible
+                    guard let decoded = PercentDecoding.decode(actual) else {
+                        throw HTTPError(
+                            status: 400, code: "invalid_path", message: "the path has a malformed percent-escape")
+                    }
+                    parameters[String(pattern.dropFirst().dropLast())] = decoded
                 } else if pattern != actual {
                     return nil
                 }
@@ -53,53 +94,62 @@ public struct Router {
     }
 }
 
-/// A frozen router: answers every request with a response — 404 and 405 as JSON errors, handler errors as
-/// their ``HTTPError``, anything else as a 500 without details.
+/// A frozen router: answers every request with a response — 404 and 405 as errors, handler errors as
+/// their ``HTTPError``, anything else as a 500 without details — written by the path's error renderer.
 public struct Responder: Sendable {
     let routes: [Router.Route]
+    let middleware: [any HTTPMiddleware]
+    let renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
+    let logger: Logger
+    let requestID: @Sendable () -> String
 
     public func respond(to request: HTTPRequest) async -> HTTPResponse {
+        let id = request.header("X-Request-ID").flatMap(RequestIDs.accept) ?? requestID()
+        let context = RequestContext(requestID: id, logger: logger.with(["request.id": id]))
+        var response: HTTPResponse
+        do {
+            response = try await chain(0)(request, context)
+        } catch {
+            response = render(error, for: request, context: context)
+        }
+        response.headers.append(("X-Request-ID", id))
+        return response
+    }
+
+    /// The error as this path's renderer writes it.
+    func render(_ error: any Error, for request: HTTPRequest, context: RequestContext) -> HTTPResponse {
+        let renderer = renderers.first { request.path.hasPrefix($0.prefix) }?.renderer ?? .standard
+        if let error = error as? HTTPError { return renderer.render(error) }
+        context.logger.error("request.failed", ["error": String(describing: type(of: error))])
+        return renderer.render(
+            HTTPError(status: 500, code: "internal_error", message: "the server failed to handle the request"))
+    }
+
+    private func chain(_ index: Int) -> Handler {
+        guard index < middleware.count else { return route }
+        let next = chain(index + 1)
+        let current = middleware[index]
+        return { request, context in try await current.handle(request, context: context, next: next) }
+    }
+
+    private func route(_ request: HTTPRequest, _ context: RequestContext) async throws -> HTTPResponse {
         let path = Router.segments(request.path)
         var pathMatched = false
         for route in routes {
-            guard let parameters = route.match(path) else { continue }
+            guard let parameters = try route.match(path) else { continue }
             pathMatched = true
             guard route.method == request.method else { continue }
+            var context = context
+            context.parameters = parameters
             do {
-                return try await route.handler(request, RequestContext(parameters: parameters))
-            } catch let error as HTTPError {
-                return error.response
+                return try await route.handler(request, context)
             } catch {
-                return HTTPError(
-                    status: 500, code: "internal_error", message: "the server failed to handle the request"
-                ).response
+                return render(error, for: request, context: context)
             }
         }
         if pathMatched {
-            return HTTPError(status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed here")
-                .response
+            throw HTTPError(status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed here")
         }
-        return HTTPError(status: 404, code: "not_found", message: "no such resource").response
-    }
-}
-
-extension String {
-    fileprivate var removingPercentEncodingIfPossible: String {
-        var bytes: [UInt8] = []
-        var iterator = utf8.makeIterator()
-        while let byte = iterator.next() {
-            guard byte == UInt8(ascii: "%") else {
-                bytes.append(byte)
-                continue
-            }
-            let pair = [iterator.next(), iterator.next()].compactMap { $0 }
-            if pair.count == 2, let value = UInt8(String(decoding: pair, as: UTF8.self), radix: 16) {
-                bytes.append(value)
-            } else {
-                bytes.append(byte)
-                bytes.append(contentsOf: pair)
-            }
-        }
-        return String(validating: bytes, as: UTF8.self) ?? self
+        throw HTTPError(status: 404, code: "not_found", message: "no such resource")
     }
 }

@@ -19,16 +19,35 @@ public final class Connection {
         sqlite3_busy_timeout(db, 5000)
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    /// Prepared statements by SQL text, reused (reset and re-bound) by ``execute(_:_:)``.
+    private var statements: [String: OpaquePointer] = [:]  // sqlite3_stmt, owned
+
+    deinit {
+        for statement in statements.values { sqlite3_finalize(statement) }
+        sqlite3_close_v2(handle)
+    }
+
+    private func prepared(_ sql: String) throws(SQLiteError) -> OpaquePointer {
+        if let statement = statements[sql] { return statement }
+        var statement: OpaquePointer?  // sqlite3_stmt
+        let status = sql.withCString { sqlite3_prepare_v3(handle, $0, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) }
+        guard status == SQLITE_OK, let statement else { throw error(status, sql) }
+        if statements.count >= 256 {
+            for old in statements.values { sqlite3_finalize(old) }
+            statements.removeAll()
+        }
+        statements[sql] = statement
+        return statement
+    }
 
     /// Runs one statement with bound values and returns every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(SQLiteError) -> [Row] {
-        var statement: OpaquePointer?  // sqlite3_stmt
-        var tail: UnsafePointer<CChar>?
-        let prepared = sql.withCString { sqlite3_prepare_v2(handle, $0, -1, &statement, &tail) }
-        guard prepared == SQLITE_OK, let statement else { throw error(prepared, sql) }
-        defer { sqlite3_finalize(statement) }
+        let statement = try prepared(sql)
+        defer {
+            sqlite3_reset(statement)
+            sqlite3_clear_bindings(statement)
+        }
         guard Int(sqlite3_bind_parameter_count(statement)) == values.count else {
             throw SQLiteError(
                 code: .misuse,

@@ -2,6 +2,7 @@ import StoreKitCatalog
 import StorekeeperCrypto
 import AppStoreEmulator
 import Foundation
+import StoreModel
 import StorekeeperHTTP
 import StorekeeperJSON
 import AppStoreReceipts
@@ -56,18 +57,9 @@ struct AppStoreTests {
             async throws
             -> (Int, JSONValue)
         {
-            var query: [String: String] = [:]
-            var route = path
-            if let mark = path.firstIndex(of: "?") {
-                route = String(path[..<mark])
-                for pair in path[path.index(after: mark)...].split(separator: "&") {
-                    let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
-                    query[parts[0]] = parts.count > 1 ? parts[1] : ""
-                }
-            }
             let response = await responder.respond(
                 to: HTTPRequest(
-                    method: method, path: route, query: query, headers: headers.map { (name: $0.0, value: $0.1) },
+                    method: method, target: path, headers: headers.map { (name: $0.0, value: $0.1) },
                     body: body.map { JSONWriter.bytes(.object($0)) } ?? []))
             return (response.status, response.body.isEmpty ? .null : try JSONParser.parse(response.body))
         }
@@ -160,7 +152,7 @@ struct AppStoreTests {
         let verifier = ReceiptVerifier(trustedRoots: [root])
         let expectations = ReceiptExpectations(
             bundleID: Self.bundleID, bundleVersion: "1", deviceIdentifier: Self.deviceBytes)
-        let now = await harness.store.now
+        let now = harness.store.now
         let first = verifier.verify(try await harness.receipt(app), expecting: expectations, now: now)
         #expect(first.isValid, "\(String(describing: first.failure))")
         #expect(Set(first.receipt?.inAppPurchases.map(\.productID) ?? []) == ["coins", "pro", "monthly"])
@@ -189,7 +181,7 @@ struct AppStoreTests {
         let root = try Certificate(derEncoded: Data(base64Encoded: certificates["jwsRoot"]!.stringValue!)!)
         let verifier = try SignedDataVerifier(
             .init(trustedRoots: [root], bundleID: Self.bundleID, environment: "Sandbox"))
-        let now = await harness.store.now
+        let now = harness.store.now
         let transaction = verifier.verify(bought["jwsRepresentation"]!.stringValue!, now: now)
         #expect(transaction.status == .ok, "\(transaction.reason ?? "")")
         #expect(transaction.payload?["appAccountToken"] == .string("7e3b1c1a-0000-4000-8000-000000000001"))
@@ -216,7 +208,7 @@ struct AppStoreTests {
         let verifier = ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root])
         func monthly() async throws -> [InAppPurchase] {
             let receipt = try #require(
-                verifier.verify(try await harness.receipt(app), expecting: .init(), now: await harness.store.now)
+                verifier.verify(try await harness.receipt(app), expecting: .init(), now: harness.store.now)
                     .receipt)
             return receipt.inAppPurchases.filter { $0.productID == "monthly" }.sorted {
                 $0.purchaseDate < $1.purchaseDate
@@ -247,7 +239,7 @@ struct AppStoreTests {
         time.value.withLock { $0 = $0.addingTimeInterval(11 * 60) }  // two scaled months at monthly/5 min
         let receipt = try #require(
             ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root]).verify(
-                try await harness.receipt(app), expecting: .init(), now: await harness.store.now
+                try await harness.receipt(app), expecting: .init(), now: harness.store.now
             ).receipt)
         #expect(receipt.inAppPurchases.filter { $0.productID == "monthly" }.count == 3)
     }
@@ -303,7 +295,7 @@ struct AppStoreTests {
                 == .integer(21004))
         let pki = harness.store.pki
         let stranger = try Receipt.example(
-            bundleID: "com.example.unknown", creationDate: await harness.store.now, deviceIdentifier: Self.deviceBytes,
+            bundleID: "com.example.unknown", creationDate: harness.store.now, deviceIdentifier: Self.deviceBytes,
             receiptType: "ProductionSandbox"
         ).signed(
             by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
@@ -336,10 +328,13 @@ struct AppStoreTests {
         _ = try await first.call("POST", app + "/payments", ["productId": .string("pro")])
         _ = try await first.call("POST", "/_emulator/v1/clock", ["advance": .string("P1W")])
         let root = first.store.pki.receipts.root
-        let clock = await first.store.now
+        let clock = first.store.now
+        // A second emulator on a directory in use is refused, with the reason.
+        await #expect(throws: EmulatorError.self) { _ = try await Harness.make(directory: first.directory, time: time) }
+        first.store.close()
         let second = try await Harness.make(directory: first.directory, time: time)
         #expect(second.store.pki.receipts.root == root)
-        #expect(await second.store.now == clock)
+        #expect(second.store.now == clock)
         let (_, queue) = try await second.call("GET", app + "/transactions")
         #expect(queue["transactions"]?.arrayValue?.first?["productIdentifier"] == .string("pro"))
         let receipt = ReceiptVerifier(trustedRoots: [root]).verify(
@@ -414,7 +409,7 @@ struct AppStoreScenarioTests {
                 == 404)
         let receipt = try #require(
             ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root]).verify(
-                try await harness.receipt(app), expecting: .init(), now: await harness.store.now
+                try await harness.receipt(app), expecting: .init(), now: harness.store.now
             ).receipt)
         #expect(receipt.inAppPurchases.map(\.productID) == ["pro"])
     }
@@ -443,7 +438,7 @@ struct AppStoreScenarioTests {
                 "transactions"] == .array([]))
         let receipt = try #require(
             ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root]).verify(
-                try await harness.receipt(app), expecting: .init(), now: await harness.store.now
+                try await harness.receipt(app), expecting: .init(), now: harness.store.now
             ).receipt)
         #expect(receipt.inAppPurchases.map(\.productID) == ["season"])
     }
@@ -456,7 +451,7 @@ struct AppStoreScenarioTests {
         _ = try await harness.call("POST", app + "/vpp", ["action": .string("assign")])
         let root = harness.store.pki.receipts.root
         let verifier = ReceiptVerifier(trustedRoots: [root])
-        let now = await harness.store.now
+        let now = harness.store.now
         let assigned = verifier.verify(try await harness.receipt(app), expecting: .init(), now: now)
         #expect(assigned.receipt?.receiptType == "ProductionVPPSandbox")
         #expect(assigned.receipt?.expirationDate == nil)
@@ -538,11 +533,11 @@ struct EmulatorVectorCatalogTests {
         let store = try await AppStore(
             catalog: [catalog], apps: [AppConfiguration(bundleID: "com.example.skdemo")], dataDirectory: directory,
             rate: catalog.settings.timeRate)
-        let account = try await store.createAccount(environment: "Sandbox", storefront: "USA")
-        let device = try await store.createDevice(accountID: account, deviceID: nil)
+        let account = try await store.createAccount(environment: .sandbox, storefront: "USA")
+        let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
         _ = try await store.install(deviceID: device, bundleID: "com.example.skdemo", version: "1")
         let identifiers = catalog.products.map(\.productID) + catalog.subscriptions.map(\.productID)
-        #expect(await store.products(identifiers).invalid.isEmpty)
+        #expect(store.products(identifiers).invalid.isEmpty)
         for identifier in identifiers {
             _ = try await store.pay(
                 deviceID: device, bundleID: "com.example.skdemo", productID: identifier, quantity: 1,
@@ -552,7 +547,7 @@ struct EmulatorVectorCatalogTests {
         let receipt = try #require(
             ReceiptVerifier(trustedRoots: [store.pki.receipts.root]).verify(
                 try await store.receipt(deviceID: device, bundleID: "com.example.skdemo"), expecting: .init(),
-                now: await store.now
+                now: store.now
             ).receipt)
         #expect(Set(receipt.inAppPurchases.map(\.productID)) == Set(identifiers))
         #expect(Set(receipt.inAppPurchases.compactMap(\.productTypeRaw)) == [0, 1, 2, 3])

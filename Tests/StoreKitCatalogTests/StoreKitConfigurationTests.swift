@@ -1,4 +1,5 @@
 import StoreKitCatalog
+import StoreModel
 import Foundation
 import StorekeeperJSON
 import StoreTime

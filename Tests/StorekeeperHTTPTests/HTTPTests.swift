@@ -1,6 +1,7 @@
 import Foundation
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperLogging
 import Synchronization
 import Testing
 
@@ -8,7 +9,9 @@ import Testing
     import FoundationNetworking
 #endif
 
-func exampleRouter() -> Responder {
+func exampleRouter() -> Responder { exampleRouterBuilder().freeze() }
+
+func exampleRouterBuilder() -> Router {
     var router = Router()
     router.get("/_emulator/v1/clock") { _, _ in .json(.object(["now": .integer(1), "rate": .string("realTime")])) }
     router.post("/_emulator/v1/devices/{device}/apps/{bundleID}/payments") { request, context in
@@ -21,10 +24,19 @@ func exampleRouter() -> Responder {
                 "device": .string(try context.parameter("device")),
                 "bundle": .string(try context.parameter("bundleID")),
                 "product": .string(product), "query": .string(request.query["ids"] ?? ""),
+                "ids": .array(request.query.values("ids").map(JSONValue.string)),
             ]), status: 201)
     }
     router.post("/explode") { _, _ in throw CancellationError() }
-    return router.freeze()
+    router.get("/slow") { request, _ in
+        try await Task.sleep(for: .milliseconds(Int(request.query["ms"] ?? "50") ?? 50))
+        return .json(.object(["slept": .bool(true)]))
+    }
+    router.get("/inApps/v1/missing") { _, _ in
+        throw HTTPError(status: 404, code: "4040010", message: "Transaction id not found.")
+    }
+    router.renderErrors(under: "/inApps", with: .apple)
+    return router
 }
 
 @Suite("Router (no sockets)")
@@ -79,9 +91,11 @@ struct HTTPServerTests {
 
     @Test("Binds port 0, answers requests with query strings and bodies, logs them, and stops")
     func roundTrip() async throws {
-        let lines = Mutex<[String]>([])
+        let memory = InMemoryLogHandler()
+        var router = exampleRouterBuilder()
+        router.use(AccessLogMiddleware())
         let server = try HTTPServer(
-            port: 0, responder: exampleRouter(), log: { line in lines.withLock { $0.append(line) } })
+            port: 0, responder: router.freeze(logger: Logger(label: "test", handler: memory)))
         #expect(server.port > 0)
         let base = "http://127.0.0.1:\(server.port)"
         let (status, body) = try await Self.send("GET", base + "/_emulator/v1/clock")
@@ -94,8 +108,9 @@ struct HTTPServerTests {
         #expect(try JSONParser.parse(echo)["query"] == .string("a,b"))
         let (missing, _) = try await Self.send("GET", base + "/missing")
         #expect(missing == 404)
-        #expect(lines.withLock { $0.count } == 3)
-        #expect(lines.withLock { $0.last?.contains("response.status=404") } == true)
+        #expect(memory.records.count == 3)
+        #expect(memory.records.last?.metadata["response.status"] == "404")
+        #expect(memory.records.allSatisfy { $0.metadata["request.id"]?.isEmpty == false })
         server.stop()
         server.stop()
         await #expect(throws: (any Error).self) { _ = try await Self.send("GET", base + "/_emulator/v1/clock") }
@@ -125,5 +140,109 @@ struct HTTPServerTests {
             return try await group.reduce(into: [Int]()) { $0.append($1) }
         }
         #expect(statuses == Array(repeating: 200, count: 40))
+    }
+}
+
+@Suite("Query, middleware and error rendering (no sockets)")
+struct MiddlewareTests {
+    @Test("Queries keep repeated names and decode once", arguments: [
+        ("ids=a%26b&ids=c", ["a&b", "c"]), ("ids=a+b&x=1", ["a b"]), ("ids=%2541", ["%41"]), ("x=1", []),
+        ("ids=&ids", ["", ""]),
+    ])
+    func query(encoded: String, ids: [String]) throws {
+        let query = try #require(HTTPQuery(encoded: Substring(encoded)))
+        #expect(query.values("ids") == ids)
+    }
+
+    @Test("A malformed escape or non-UTF-8 bytes are not a query", arguments: ["a=%zz", "a=%4", "a=%ff%fe"])
+    func malformedQuery(encoded: String) {
+        #expect(HTTPQuery(encoded: Substring(encoded)) == nil)
+    }
+
+    @Test("Path parameters are decoded once; a malformed escape is a 400")
+    func pathDecoding() async throws {
+        let responder = exampleRouter()
+        let once = await responder.respond(
+            to: HTTPRequest(
+                method: "POST", path: "/_emulator/v1/devices/D%252F/apps/b/payments",
+                body: Array(#"{"productId":"p"}"#.utf8)))
+        #expect(try JSONParser.parse(once.body)["device"] == .string("D%2F"))
+        let bad = await responder.respond(
+            to: HTTPRequest(method: "POST", path: "/_emulator/v1/devices/D%zz/apps/b/payments", body: []))
+        #expect(bad.status == 400)
+        #expect(try JSONParser.parse(bad.body)["error"]?["code"] == .string("invalid_path"))
+    }
+
+    @Test("Errors under a prefix use that prefix's renderer (Apple's errorCode/errorMessage)")
+    func appleErrors() async throws {
+        let response = await exampleRouter().respond(to: HTTPRequest(method: "GET", path: "/inApps/v1/missing"))
+        #expect(response.status == 404)
+        let body = try JSONParser.parse(response.body)
+        #expect(body["errorCode"] == .integer(4_040_010))
+        #expect(body["errorMessage"] == .string("Transaction id not found."))
+        let unknown = await exampleRouter().respond(to: HTTPRequest(method: "GET", path: "/inApps/v1/nothing"))
+        #expect(try JSONParser.parse(unknown.body)["errorCode"] == .integer(0))
+    }
+
+    @Test("Every response carries a request id; a plain client id is kept, an odd one replaced")
+    func requestIDs() async throws {
+        let responder = exampleRouter()
+        let kept = await responder.respond(
+            to: HTTPRequest(method: "GET", path: "/_emulator/v1/clock", headers: [("X-Request-ID", "abc-123")]))
+        #expect(kept.header("X-Request-ID") == "abc-123")
+        let replaced = await responder.respond(
+            to: HTTPRequest(method: "GET", path: "/_emulator/v1/clock", headers: [("X-Request-ID", "a b\u{1}")]))
+        #expect(replaced.header("X-Request-ID") != "a b\u{1}")
+        #expect(replaced.header("X-Request-ID")?.isEmpty == false)
+    }
+
+    struct Caller: HTTPMiddleware {
+        func handle(_ request: HTTPRequest, context: RequestContext, next: Handler) async throws -> HTTPResponse {
+            var response = try await next(request, context)
+            response.headers.append(("X-Caller", context.caller ?? "none"))
+            return response
+        }
+    }
+
+    @Test("Authentication names the caller or refuses; middleware runs outermost first")
+    func authentication() async throws {
+        var router = exampleRouterBuilder()
+        router.use(
+            AuthenticationMiddleware(prefixes: ["/_emulator"]) { request in
+                guard request.header("Authorization") == "Bearer good" else {
+                    throw HTTPError(status: 401, code: "unauthorized", message: "a bearer token is required")
+                }
+                return "tester"
+            })
+        // Inner to the authentication: it sees the caller, and does not run for a refused request.
+        router.use(Caller())
+        let responder = router.freeze()
+        let refused = await responder.respond(to: HTTPRequest(method: "GET", path: "/_emulator/v1/clock"))
+        #expect(refused.status == 401)
+        #expect(refused.header("X-Caller") == nil)
+        let allowed = await responder.respond(
+            to: HTTPRequest(method: "GET", path: "/_emulator/v1/clock", headers: [("Authorization", "Bearer good")]))
+        #expect(allowed.status == 200)
+        #expect(allowed.header("X-Caller") == "tester")
+        let open = await responder.respond(to: HTTPRequest(method: "GET", path: "/inApps/v1/missing"))
+        #expect(open.status == 404)
+    }
+
+    @Test("Injected faults answer with their status and Retry-After for their count, then stop")
+    func faults() async throws {
+        let faults = FaultInjectionMiddleware()
+        faults.add(.init(id: "1", pathGlob: "/_emulator/*/clock", status: 429, retryAfterSeconds: 3, remaining: 2))
+        var router = exampleRouterBuilder()
+        router.use(faults)
+        let responder = router.freeze()
+        for _ in 0..<2 {
+            let response = await responder.respond(to: HTTPRequest(method: "GET", path: "/_emulator/v1/clock"))
+            #expect(response.status == 429)
+            #expect(response.header("Retry-After") == "3")
+        }
+        #expect(await responder.respond(to: HTTPRequest(method: "GET", path: "/_emulator/v1/clock")).status == 200)
+        #expect(faults.current.isEmpty)
+        #expect(FaultInjectionMiddleware.glob("/inApps/*", matches: "/inApps/v1/history/1"))
+        #expect(!FaultInjectionMiddleware.glob("/inApps/*/x", matches: "/inApps/v1/y"))
     }
 }

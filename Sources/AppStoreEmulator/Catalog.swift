@@ -1,0 +1,38 @@
+public import StoreKitCatalog
+public import StoreModel
+
+/// The products the emulator sells, from its `.storekit` catalogues, indexed by product id.
+public struct Catalog: Sendable {
+    /// One product as the store sees it.
+    public struct Entry: Sendable {
+        public var productID: String
+        public var kind: ProductKind
+        public var displayPrice: String?
+        public var name: String?
+        /// The subscription's definition, for auto-renewable subscriptions.
+        public var subscription: Subscription?
+        /// The price in milliunits (the catalogue's currency is USD).
+        public var price: Money? { displayPrice.flatMap { Money(decimal: $0, currency: "USD") } }
+    }
+
+    private let entries: [String: Entry]
+
+    init(_ configurations: [StoreKitConfiguration]) {
+        var entries: [String: Entry] = [:]
+        for configuration in configurations {
+            for product in configuration.products where entries[product.productID] == nil {
+                entries[product.productID] = Entry(
+                    productID: product.productID, kind: product.kind, displayPrice: product.displayPrice,
+                    name: product.localizations.first?.displayName)
+            }
+            for subscription in configuration.subscriptions where entries[subscription.productID] == nil {
+                entries[subscription.productID] = Entry(
+                    productID: subscription.productID, kind: .autoRenewable, displayPrice: subscription.displayPrice,
+                    name: subscription.localizations.first?.displayName, subscription: subscription)
+            }
+        }
+        self.entries = entries
+    }
+
+    public func entry(_ productID: String) -> Entry? { entries[productID] }
+}

@@ -1,0 +1,84 @@
+public import Foundation
+public import StoreModel
+
+/// Accounts by id.
+public protocol AccountRepository {
+    func account(_ id: AccountID) throws -> Account?
+    func insert(_ account: Account) throws
+    func update(_ account: Account) throws
+}
+
+/// Devices by id (ids are upper-case UUID strings).
+public protocol DeviceRepository {
+    func device(_ id: DeviceID) throws -> Device?
+    func insert(_ device: Device) throws
+}
+
+/// Installs by (device, app).
+public protocol InstallRepository {
+    func install(device: DeviceID, bundle: BundleID) throws -> Install?
+    /// Inserts or replaces the install of `install.bundleID` on `install.deviceID`.
+    func save(_ install: Install) throws
+}
+
+/// Transactions by id, and an account's for one app.
+public protocol TransactionRepository {
+    func transaction(_ id: TransactionID) throws -> StoredTransaction?
+    func insert(_ transaction: StoredTransaction) throws
+    func update(_ transaction: StoredTransaction) throws
+    /// The account's transactions for the app, by purchase date then id.
+    func transactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction]
+    /// The unfinished ones among them, by purchase date then id.
+    func unfinishedTransactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction]
+    func transactionCount() throws -> Int
+}
+
+/// Auto-renewable subscriptions by original transaction id.
+public protocol SubscriptionRepository {
+    func subscription(_ originalID: TransactionID) throws -> StoredSubscription?
+    /// Inserts or replaces.
+    func save(_ subscription: StoredSubscription) throws
+    /// The account's subscriptions for the app, by original transaction id.
+    func subscriptions(account: AccountID, bundle: BundleID) throws -> [StoredSubscription]
+}
+
+/// Payments that did not become purchases (deferred, failed, interrupted).
+public protocol PaymentRepository {
+    func payment(_ id: TransactionID) throws -> PendingPayment?
+    func insert(_ payment: PendingPayment) throws
+    func update(_ payment: PendingPayment) throws
+    /// The account's unfinished payments for the app, by date then id.
+    func unfinishedPayments(account: AccountID, bundle: BundleID) throws -> [PendingPayment]
+    /// The account's payments waiting for an interruption to be resolved, by date then id.
+    func resolvablePayments(account: AccountID) throws -> [PendingPayment]
+}
+
+/// Work due at a store time, in an indexed table: the scheduler asks only for what is due.
+public protocol DueEventRepository {
+    /// Adds the event, replacing one of the same kind and key.
+    func schedule(_ event: DueEvent) throws
+    func cancel(kind: DueEvent.Kind, key: String) throws
+    /// The earliest due time, if any.
+    func nextDue() throws -> Date?
+    /// Events due at or before `time`, earliest first (ties by kind and key), at most `limit`.
+    func due(until time: Date, limit: Int) throws -> [DueEvent]
+}
+
+/// Small named values: the clock, id counters.
+public protocol SettingsRepository {
+    func setting(_ key: String) throws -> String?
+    func setSetting(_ key: String, _ value: String) throws
+}
+
+/// Everything one read or one write transaction reaches.
+public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepository, TransactionRepository,
+    SubscriptionRepository, PaymentRepository, DueEventRepository, SettingsRepository
+{}
+
+/// Where the emulator keeps its state. Every change runs in one ``write(_:)``: all of it is stored, or
+/// none of it; writes run one at a time in the order they were submitted, and a write that returned is
+/// durable. One contract suite (`EmulatorStorageContractTests`) holds for every backend.
+public protocol EmulatorStorage: Sendable {
+    func read<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T
+    func write<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T
+}

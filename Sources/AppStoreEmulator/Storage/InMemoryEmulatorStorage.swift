@@ -1,0 +1,189 @@
+import Foundation
+import StoreModel
+import Synchronization
+
+/// The emulator's state in memory (tests, throw-away emulators): indexed dictionaries, one write at a time,
+/// and an undo log so a write that throws leaves nothing behind.
+public final class InMemoryEmulatorStorage: EmulatorStorage {
+    private let tables = Mutex(Tables())
+
+    public init() {}
+
+    public func read<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+        try tables.withLock { tables in
+            let store = Store(tables: tables)
+            return try body(store)
+        }
+    }
+
+    public func write<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+        try tables.withLock { tables in
+            // Hand the tables over so the store holds the only reference: a change copies nothing.
+            var taken = Tables()
+            swap(&taken, &tables)
+            let store = Store(tables: taken)
+            taken = Tables()
+            do {
+                let result = try body(store)
+                tables = store.tables
+                return result
+            } catch {
+                store.rollBack()
+                tables = store.tables
+                throw error
+            }
+        }
+    }
+
+    struct Key<A: Hashable, B: Hashable>: Hashable {
+        let a: A
+        let b: B
+    }
+
+    struct Tables {
+        var accounts: [AccountID: Account] = [:]
+        var devices: [DeviceID: Device] = [:]
+        var installs: [Key<DeviceID, BundleID>: Install] = [:]
+        var transactions: [TransactionID: StoredTransaction] = [:]
+        /// Transaction ids per (account, app), in insertion order.
+        var transactionsByOwner: [Key<AccountID, BundleID>: [TransactionID]] = [:]
+        var subscriptions: [TransactionID: StoredSubscription] = [:]
+        var subscriptionsByOwner: [Key<AccountID, BundleID>: Set<TransactionID>] = [:]
+        var payments: [TransactionID: PendingPayment] = [:]
+        var paymentsByAccount: [AccountID: [TransactionID]] = [:]
+        var events: [Key<String, String>: DueEvent] = [:]
+        var settings: [String: String] = [:]
+    }
+
+    /// One transaction's view: mutates a copy of the tables (dictionaries are copied lazily, per table
+    /// touched) and records how to undo each change.
+    final class Store: EmulatorStore {
+        var tables: Tables
+        private var undo: [(inout Tables) -> Void] = []
+
+        init(tables: Tables) { self.tables = tables }
+
+        func rollBack() {
+            for step in undo.reversed() { step(&tables) }
+            undo.removeAll()
+        }
+
+        private func change<K: Hashable, V>(
+            _ path: WritableKeyPath<Tables, [K: V]>, _ key: K, _ value: V?
+        ) {
+            let old = tables[keyPath: path][key]
+            tables[keyPath: path][key] = value
+            undo.append { $0[keyPath: path][key] = old }
+        }
+
+        func account(_ id: AccountID) -> Account? { tables.accounts[id] }
+        func insert(_ account: Account) throws {
+            guard tables.accounts[account.id] == nil else { throw EmulatorStorageError.duplicate("account") }
+            change(\.accounts, account.id, account)
+        }
+        func update(_ account: Account) throws {
+            guard tables.accounts[account.id] != nil else { throw EmulatorStorageError.missing("account") }
+            change(\.accounts, account.id, account)
+        }
+
+        func device(_ id: DeviceID) -> Device? { tables.devices[id] }
+        func insert(_ device: Device) throws {
+            guard tables.devices[device.id] == nil else { throw EmulatorStorageError.duplicate("device") }
+            guard tables.accounts[device.accountID] != nil else { throw EmulatorStorageError.missing("account") }
+            change(\.devices, device.id, device)
+        }
+
+        func install(device: DeviceID, bundle: BundleID) -> Install? { tables.installs[Key(a: device, b: bundle)] }
+        func save(_ install: Install) throws {
+            guard tables.devices[install.deviceID] != nil else { throw EmulatorStorageError.missing("device") }
+            change(\.installs, Key(a: install.deviceID, b: install.bundleID), install)
+        }
+
+        func transaction(_ id: TransactionID) -> StoredTransaction? { tables.transactions[id] }
+        func insert(_ transaction: StoredTransaction) throws {
+            guard tables.transactions[transaction.id] == nil else { throw EmulatorStorageError.duplicate("transaction") }
+            change(\.transactions, transaction.id, transaction)
+            let owner = Key(a: transaction.accountID, b: transaction.transaction.bundleID)
+            change(\.transactionsByOwner, owner, (tables.transactionsByOwner[owner] ?? []) + [transaction.id])
+        }
+        func update(_ transaction: StoredTransaction) throws {
+            guard let old = tables.transactions[transaction.id] else { throw EmulatorStorageError.missing("transaction") }
+            guard old.accountID == transaction.accountID, old.transaction.bundleID == transaction.transaction.bundleID
+            else { throw EmulatorStorageError.invalid("a transaction's account and app cannot change") }
+            change(\.transactions, transaction.id, transaction)
+        }
+        func transactions(account: AccountID, bundle: BundleID) -> [StoredTransaction] {
+            (tables.transactionsByOwner[Key(a: account, b: bundle)] ?? []).compactMap { tables.transactions[$0] }
+                .sorted(by: Self.purchaseOrder)
+        }
+        func unfinishedTransactions(account: AccountID, bundle: BundleID) -> [StoredTransaction] {
+            transactions(account: account, bundle: bundle).filter { !$0.finished }
+        }
+        func transactionCount() -> Int { tables.transactions.count }
+
+        static func purchaseOrder(_ a: StoredTransaction, _ b: StoredTransaction) -> Bool {
+            (a.transaction.purchaseDate, a.id.rawValue.count, a.id.rawValue)
+                < (b.transaction.purchaseDate, b.id.rawValue.count, b.id.rawValue)
+        }
+
+        func subscription(_ originalID: TransactionID) -> StoredSubscription? { tables.subscriptions[originalID] }
+        func save(_ subscription: StoredSubscription) throws {
+            let owner = Key(a: subscription.accountID, b: subscription.bundleID)
+            change(\.subscriptions, subscription.originalTransactionID, subscription)
+            change(
+                \.subscriptionsByOwner, owner,
+                (tables.subscriptionsByOwner[owner] ?? []).union([subscription.originalTransactionID]))
+        }
+        func subscriptions(account: AccountID, bundle: BundleID) -> [StoredSubscription] {
+            (tables.subscriptionsByOwner[Key(a: account, b: bundle)] ?? []).compactMap { tables.subscriptions[$0] }
+                .sorted { ($0.originalTransactionID.rawValue.count, $0.originalTransactionID.rawValue)
+                    < ($1.originalTransactionID.rawValue.count, $1.originalTransactionID.rawValue) }
+        }
+
+        func payment(_ id: TransactionID) -> PendingPayment? { tables.payments[id] }
+        func insert(_ payment: PendingPayment) throws {
+            guard tables.payments[payment.id] == nil else { throw EmulatorStorageError.duplicate("payment") }
+            change(\.payments, payment.id, payment)
+            change(\.paymentsByAccount, payment.accountID, (tables.paymentsByAccount[payment.accountID] ?? []) + [payment.id])
+        }
+        func update(_ payment: PendingPayment) throws {
+            guard tables.payments[payment.id] != nil else { throw EmulatorStorageError.missing("payment") }
+            change(\.payments, payment.id, payment)
+        }
+        private func payments(of account: AccountID) -> [PendingPayment] {
+            (tables.paymentsByAccount[account] ?? []).compactMap { tables.payments[$0] }
+                .sorted { ($0.date, $0.id.rawValue) < ($1.date, $1.id.rawValue) }
+        }
+        func unfinishedPayments(account: AccountID, bundle: BundleID) -> [PendingPayment] {
+            payments(of: account).filter { $0.bundleID == bundle && !$0.finished }
+        }
+        func resolvablePayments(account: AccountID) -> [PendingPayment] {
+            payments(of: account).filter(\.resolvable)
+        }
+
+        func schedule(_ event: DueEvent) { change(\.events, Key(a: event.kind.rawValue, b: event.key), event) }
+        func cancel(kind: DueEvent.Kind, key: String) { change(\.events, Key(a: kind.rawValue, b: key), nil) }
+        func nextDue() -> Date? { tables.events.values.lazy.map(\.due).min() }
+        func due(until time: Date, limit: Int) -> [DueEvent] {
+            Array(
+                tables.events.values.filter { $0.due <= time }
+                    .sorted { ($0.due, $0.kind.rawValue, $0.key) < ($1.due, $1.kind.rawValue, $1.key) }.prefix(limit))
+        }
+
+        func setting(_ key: String) -> String? { tables.settings[key] }
+        func setSetting(_ key: String, _ value: String) { change(\.settings, key, value) }
+    }
+}
+
+/// A storage failure the backends report alike (the contract suite checks them).
+public struct EmulatorStorageError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Hashable { case duplicate, missing, invalid, locked, io }
+    public let kind: Kind
+    public let message: String
+
+    static func duplicate(_ what: String) -> Self { Self(kind: .duplicate, message: "the \(what) exists already") }
+    static func missing(_ what: String) -> Self { Self(kind: .missing, message: "no such \(what)") }
+    static func invalid(_ message: String) -> Self { Self(kind: .invalid, message: message) }
+
+    public var description: String { message }
+}

@@ -1,0 +1,446 @@
+import Foundation
+import StoreModel
+import StorekeeperSQLite
+
+/// The emulator's state in SQLite tables (WAL, `synchronous=FULL`): one row per account, device, install,
+/// transaction, subscription, pending payment and due event, each with the indexes its queries need. A
+/// change writes only the rows it touches, in one transaction; writes run one at a time on the database's
+/// own serial executor, in the order they were submitted.
+public struct SQLiteEmulatorStorage: EmulatorStorage {
+    private let database: Database
+
+    static let migrations = [
+        // 001 kept the whole state as one JSON document; 002 moves it into tables (imported at open).
+        Migration("001-state", "CREATE TABLE state (id INTEGER PRIMARY KEY CHECK (id = 1), document BLOB NOT NULL)"),
+        Migration(
+            "002-tables",
+            """
+            CREATE TABLE accounts (
+                id TEXT PRIMARY KEY, environment TEXT NOT NULL, storefront TEXT NOT NULL,
+                ask_to_buy INTEGER NOT NULL DEFAULT 0, purchase_failure TEXT
+            );
+            CREATE TABLE devices (id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts (id));
+            CREATE TABLE installs (
+                device_id TEXT NOT NULL REFERENCES devices (id), bundle_id TEXT NOT NULL, version TEXT NOT NULL,
+                original_version TEXT NOT NULL, original_purchase_date REAL NOT NULL,
+                vpp_assigned INTEGER NOT NULL DEFAULT 0, vpp_revoked_at REAL,
+                PRIMARY KEY (device_id, bundle_id)
+            );
+            CREATE TABLE transactions (
+                id TEXT PRIMARY KEY, original_id TEXT NOT NULL, account_id TEXT NOT NULL REFERENCES accounts (id),
+                bundle_id TEXT NOT NULL, product_id TEXT NOT NULL, kind TEXT NOT NULL,
+                quantity INTEGER NOT NULL CHECK (quantity > 0), purchase_date REAL NOT NULL,
+                original_purchase_date REAL NOT NULL, expires_date REAL, web_order_line_item_id INTEGER,
+                group_id TEXT, reason TEXT NOT NULL, ownership TEXT NOT NULL, offer_type INTEGER, offer_id TEXT,
+                offer_discount TEXT, offer_period TEXT, price INTEGER, currency TEXT, app_account_token TEXT,
+                application_username TEXT, revocation_date REAL, revocation_reason INTEGER,
+                is_upgraded INTEGER NOT NULL DEFAULT 0, renewal_number INTEGER NOT NULL DEFAULT 0,
+                finished INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX transactions_by_owner ON transactions (account_id, bundle_id, purchase_date);
+            CREATE INDEX transactions_unfinished ON transactions (account_id, bundle_id) WHERE finished = 0;
+            CREATE INDEX transactions_by_original ON transactions (original_id, renewal_number);
+            CREATE TABLE subscriptions (
+                original_id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts (id),
+                bundle_id TEXT NOT NULL, product_id TEXT NOT NULL, auto_renew_product_id TEXT NOT NULL,
+                status INTEGER NOT NULL, auto_renew INTEGER NOT NULL, expires_date REAL, expiration_intent INTEGER,
+                grace_period_expires_date REAL, billing_retry_ends_date REAL, renewal_count INTEGER NOT NULL,
+                latest_transaction_id TEXT NOT NULL
+            );
+            CREATE INDEX subscriptions_by_owner ON subscriptions (account_id, bundle_id);
+            CREATE TABLE pending_payments (
+                id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts (id), bundle_id TEXT NOT NULL,
+                product_id TEXT NOT NULL, quantity INTEGER NOT NULL, date REAL NOT NULL, state TEXT NOT NULL,
+                reason TEXT, finished INTEGER NOT NULL DEFAULT 0, app_account_token TEXT, application_username TEXT,
+                resolvable INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX pending_payments_by_account ON pending_payments (account_id, date);
+            CREATE TABLE due_events (
+                kind TEXT NOT NULL, key TEXT NOT NULL, due REAL NOT NULL, PRIMARY KEY (kind, key)
+            );
+            CREATE INDEX due_events_by_time ON due_events (due, kind, key);
+            CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """),
+    ]
+
+    /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
+    /// moved into the tables once.
+    public init(path: String) async throws {
+        database = try Database(path: path)
+        try await database.migrate(Self.migrations)
+        try await database.write { connection in
+            guard let document = try connection.execute("SELECT document FROM state WHERE id = 1").first?["document"].bytes
+            else { return }
+            try LegacyStateImport.importDocument(document, into: Store(connection: connection))
+            try connection.execute("DELETE FROM state")
+        }
+    }
+
+    public func read<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+        try await database.read { try body(Store(connection: $0)) }
+    }
+
+    public func write<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+        try await database.write { try body(Store(connection: $0)) }
+    }
+
+    /// The repositories over one connection (inside a read or a write).
+    struct Store: EmulatorStore {
+        let connection: Connection
+
+        private func date(_ value: SQLValue) -> Date? { value.double.map(Date.init(timeIntervalSince1970:)) }
+        private func real(_ date: Date?) -> SQLValue { date.map { .real($0.timeIntervalSince1970) } ?? .null }
+        private func text(_ value: String?) -> SQLValue { value.map(SQLValue.text) ?? .null }
+        private func integer(_ value: Int64?) -> SQLValue { value.map(SQLValue.integer) ?? .null }
+        private func flag(_ value: Bool) -> SQLValue { .integer(value ? 1 : 0) }
+
+        private func changed(_ what: String) throws {
+            guard connection.changes > 0 else { throw EmulatorStorageError.missing(what) }
+        }
+
+        private func inserting(_ what: String, _ body: () throws -> Void) throws {
+            do { try body() } catch let error as SQLiteError where error.isConstraintViolation {
+                throw error.code.rawValue == 1555 || error.code.rawValue == 2067
+                    ? EmulatorStorageError.duplicate(what) : EmulatorStorageError.missing("owner of the \(what)")
+            }
+        }
+
+        // MARK: Accounts
+
+        func account(_ id: AccountID) throws -> Account? {
+            try connection.execute("SELECT * FROM accounts WHERE id = ?", [.text(id.rawValue)]).first.map { row in
+                Account(
+                    id: id, environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
+                    storefront: row["storefront"].string ?? "USA", askToBuy: row["ask_to_buy"].int64 == 1,
+                    purchaseFailure: row["purchase_failure"].string.flatMap(PurchaseFailure.init(rawValue:)))
+            }
+        }
+
+        func insert(_ account: Account) throws {
+            try inserting("account") {
+                try connection.execute(
+                    "INSERT INTO accounts (id, environment, storefront, ask_to_buy, purchase_failure) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        .text(account.id.rawValue), .text(account.environment.rawValue), .text(account.storefront),
+                        flag(account.askToBuy), text(account.purchaseFailure?.rawValue),
+                    ])
+            }
+        }
+
+        func update(_ account: Account) throws {
+            try connection.execute(
+                "UPDATE accounts SET environment = ?, storefront = ?, ask_to_buy = ?, purchase_failure = ? WHERE id = ?",
+                [
+                    .text(account.environment.rawValue), .text(account.storefront), flag(account.askToBuy),
+                    text(account.purchaseFailure?.rawValue), .text(account.id.rawValue),
+                ])
+            try changed("account")
+        }
+
+        // MARK: Devices
+
+        func device(_ id: DeviceID) throws -> Device? {
+            try connection.execute("SELECT account_id FROM devices WHERE id = ?", [.text(id.rawValue)]).first.map {
+                Device(id: id, accountID: AccountID($0["account_id"].string ?? ""))
+            }
+        }
+
+        func insert(_ device: Device) throws {
+            try inserting("device") {
+                try connection.execute(
+                    "INSERT INTO devices (id, account_id) VALUES (?, ?)",
+                    [.text(device.id.rawValue), .text(device.accountID.rawValue)])
+            }
+        }
+
+        // MARK: Installs
+
+        func install(device: DeviceID, bundle: BundleID) throws -> Install? {
+            try connection.execute(
+                "SELECT * FROM installs WHERE device_id = ? AND bundle_id = ?",
+                [.text(device.rawValue), .text(bundle.rawValue)]
+            ).first.map { row in
+                Install(
+                    deviceID: device, bundleID: bundle, version: row["version"].string ?? "",
+                    originalVersion: row["original_version"].string ?? "",
+                    originalPurchaseDate: date(row["original_purchase_date"]) ?? .distantPast,
+                    vppAssigned: row["vpp_assigned"].int64 == 1, vppRevokedAt: date(row["vpp_revoked_at"]))
+            }
+        }
+
+        func save(_ install: Install) throws {
+            try inserting("install") {
+                try connection.execute(
+                    """
+                    INSERT OR REPLACE INTO installs (device_id, bundle_id, version, original_version,
+                        original_purchase_date, vpp_assigned, vpp_revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(install.deviceID.rawValue), .text(install.bundleID.rawValue), .text(install.version),
+                        .text(install.originalVersion), real(install.originalPurchaseDate), flag(install.vppAssigned),
+                        real(install.vppRevokedAt),
+                    ])
+            }
+        }
+
+        // MARK: Transactions
+
+        static let transactionColumns = """
+            id, original_id, account_id, bundle_id, product_id, kind, quantity, purchase_date, original_purchase_date,
+            expires_date, web_order_line_item_id, group_id, reason, ownership, offer_type, offer_id, offer_discount,
+            offer_period, price, currency, app_account_token, application_username, revocation_date,
+            revocation_reason, is_upgraded, renewal_number, finished
+            """
+
+        private func values(_ stored: StoredTransaction) -> [SQLValue] {
+            let t = stored.transaction
+            return [
+                .text(t.id.rawValue), .text(t.originalID.rawValue), .text(stored.accountID.rawValue),
+                .text(t.bundleID.rawValue), .text(t.productID.rawValue), .text(t.kind.rawValue),
+                .integer(Int64(t.quantity)), real(t.purchaseDate), real(t.originalPurchaseDate), real(t.expiresDate),
+                integer(t.webOrderLineItemID), text(t.subscriptionGroupID), .text(t.reason.rawValue),
+                .text(t.ownership.rawValue), integer(t.offer?.type.rawValue), text(t.offer?.identifier),
+                text(t.offer?.discountType?.rawValue), text(t.offer?.period), integer(t.price?.milliunits),
+                text(t.price?.currency), text(t.appAccountToken), text(stored.applicationUsername),
+                real(t.revocationDate), integer(t.revocationReason?.rawValue), flag(t.isUpgraded),
+                .integer(Int64(stored.renewalNumber)), flag(stored.finished),
+            ]
+        }
+
+        private func storedTransaction(_ row: Row) -> StoredTransaction {
+            let offer = row["offer_type"].int64.flatMap(OfferType.init(rawValue:)).map {
+                Offer(
+                    type: $0, identifier: row["offer_id"].string,
+                    discountType: row["offer_discount"].string.flatMap(OfferDiscountType.init(rawValue:)),
+                    period: row["offer_period"].string)
+            }
+            let price = row["price"].int64.map { Money(milliunits: $0, currency: row["currency"].string ?? "USD") }
+            let transaction = Transaction(
+                id: TransactionID(row["id"].string ?? ""), originalID: TransactionID(row["original_id"].string ?? ""),
+                bundleID: BundleID(row["bundle_id"].string ?? ""), productID: ProductID(row["product_id"].string ?? ""),
+                kind: ProductKind(rawValue: row["kind"].string ?? "") ?? .consumable,
+                quantity: Int(row["quantity"].int64 ?? 1), purchaseDate: date(row["purchase_date"]) ?? .distantPast,
+                originalPurchaseDate: date(row["original_purchase_date"]), expiresDate: date(row["expires_date"]),
+                webOrderLineItemID: row["web_order_line_item_id"].int64, subscriptionGroupID: row["group_id"].string,
+                reason: TransactionReason(rawValue: row["reason"].string ?? "") ?? .purchase,
+                ownership: OwnershipType(rawValue: row["ownership"].string ?? "") ?? .purchased, offer: offer,
+                price: price, appAccountToken: row["app_account_token"].string,
+                revocationDate: date(row["revocation_date"]),
+                revocationReason: row["revocation_reason"].int64.flatMap(RevocationReason.init(rawValue:)),
+                isUpgraded: row["is_upgraded"].int64 == 1)
+            return StoredTransaction(
+                transaction: transaction, accountID: AccountID(row["account_id"].string ?? ""),
+                renewalNumber: Int(row["renewal_number"].int64 ?? 0), finished: row["finished"].int64 == 1,
+                applicationUsername: row["application_username"].string)
+        }
+
+        func transaction(_ id: TransactionID) throws -> StoredTransaction? {
+            try connection.execute("SELECT * FROM transactions WHERE id = ?", [.text(id.rawValue)]).first.map(
+                storedTransaction)
+        }
+
+        func insert(_ transaction: StoredTransaction) throws {
+            try inserting("transaction") {
+                try connection.execute(
+                    "INSERT INTO transactions (\(Self.transactionColumns)) VALUES (\(Self.placeholders(27)))",
+                    values(transaction))
+            }
+        }
+
+        func update(_ transaction: StoredTransaction) throws {
+            // The key, the owner and the app never change.
+            let columns = Self.transactionColumns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            let assignments = columns.dropFirst().map { "\($0) = ?" }.joined(separator: ", ")
+            try connection.execute(
+                "UPDATE transactions SET \(assignments) WHERE id = ? AND account_id = ? AND bundle_id = ?",
+                Array(values(transaction).dropFirst()) + [
+                    .text(transaction.id.rawValue), .text(transaction.accountID.rawValue),
+                    .text(transaction.transaction.bundleID.rawValue),
+                ])
+            guard connection.changes > 0 else {
+                throw try self.transaction(transaction.id) == nil
+                    ? EmulatorStorageError.missing("transaction")
+                    : EmulatorStorageError.invalid("a transaction's account and app cannot change")
+            }
+        }
+
+        func transactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction] {
+            try connection.execute(
+                """
+                SELECT * FROM transactions WHERE account_id = ? AND bundle_id = ?
+                ORDER BY purchase_date, length(id), id
+                """, [.text(account.rawValue), .text(bundle.rawValue)]
+            ).map(storedTransaction)
+        }
+
+        func unfinishedTransactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction] {
+            try connection.execute(
+                """
+                SELECT * FROM transactions WHERE account_id = ? AND bundle_id = ? AND finished = 0
+                ORDER BY purchase_date, length(id), id
+                """, [.text(account.rawValue), .text(bundle.rawValue)]
+            ).map(storedTransaction)
+        }
+
+        func transactionCount() throws -> Int {
+            Int(try connection.execute("SELECT count(*) AS n FROM transactions").first?["n"].int64 ?? 0)
+        }
+
+        static func placeholders(_ count: Int) -> String { Array(repeating: "?", count: count).joined(separator: ", ") }
+
+        // MARK: Subscriptions
+
+        private func storedSubscription(_ row: Row) -> StoredSubscription {
+            let state = SubscriptionState(
+                originalTransactionID: TransactionID(row["original_id"].string ?? ""),
+                productID: ProductID(row["product_id"].string ?? ""),
+                autoRenewProductID: ProductID(row["auto_renew_product_id"].string ?? ""),
+                status: SubscriptionStatus(rawValue: row["status"].int64 ?? 1) ?? .active,
+                autoRenew: row["auto_renew"].int64 == 1, expiresDate: date(row["expires_date"]),
+                expirationIntent: row["expiration_intent"].int64.flatMap(ExpirationIntent.init(rawValue:)),
+                gracePeriodExpiresDate: date(row["grace_period_expires_date"]),
+                billingRetryEndsDate: date(row["billing_retry_ends_date"]),
+                renewalCount: Int(row["renewal_count"].int64 ?? 0))
+            return StoredSubscription(
+                state: state, accountID: AccountID(row["account_id"].string ?? ""),
+                bundleID: BundleID(row["bundle_id"].string ?? ""),
+                latestTransactionID: TransactionID(row["latest_transaction_id"].string ?? ""))
+        }
+
+        func subscription(_ originalID: TransactionID) throws -> StoredSubscription? {
+            try connection.execute("SELECT * FROM subscriptions WHERE original_id = ?", [.text(originalID.rawValue)])
+                .first.map(storedSubscription)
+        }
+
+        func save(_ subscription: StoredSubscription) throws {
+            let state = subscription.state
+            try inserting("subscription") {
+                try connection.execute(
+                    """
+                    INSERT OR REPLACE INTO subscriptions (original_id, account_id, bundle_id, product_id,
+                        auto_renew_product_id, status, auto_renew, expires_date, expiration_intent,
+                        grace_period_expires_date, billing_retry_ends_date, renewal_count, latest_transaction_id)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(state.originalTransactionID.rawValue), .text(subscription.accountID.rawValue),
+                        .text(subscription.bundleID.rawValue), .text(state.productID.rawValue),
+                        .text(state.autoRenewProductID.rawValue), .integer(state.status.rawValue),
+                        flag(state.autoRenew), real(state.expiresDate), integer(state.expirationIntent?.rawValue),
+                        real(state.gracePeriodExpiresDate), real(state.billingRetryEndsDate),
+                        .integer(Int64(state.renewalCount)), .text(subscription.latestTransactionID.rawValue),
+                    ])
+            }
+        }
+
+        func subscriptions(account: AccountID, bundle: BundleID) throws -> [StoredSubscription] {
+            try connection.execute(
+                """
+                SELECT * FROM subscriptions WHERE account_id = ? AND bundle_id = ?
+                ORDER BY length(original_id), original_id
+                """, [.text(account.rawValue), .text(bundle.rawValue)]
+            ).map(storedSubscription)
+        }
+
+        // MARK: Pending payments
+
+        private func pendingPayment(_ row: Row) -> PendingPayment {
+            PendingPayment(
+                id: TransactionID(row["id"].string ?? ""), accountID: AccountID(row["account_id"].string ?? ""),
+                bundleID: BundleID(row["bundle_id"].string ?? ""), productID: ProductID(row["product_id"].string ?? ""),
+                quantity: Int(row["quantity"].int64 ?? 1), date: date(row["date"]) ?? .distantPast,
+                state: PendingPayment.State(rawValue: row["state"].string ?? "") ?? .failed,
+                reason: row["reason"].string.flatMap(PendingPayment.Reason.init(rawValue:)),
+                finished: row["finished"].int64 == 1, appAccountToken: row["app_account_token"].string,
+                applicationUsername: row["application_username"].string, resolvable: row["resolvable"].int64 == 1)
+        }
+
+        private func values(_ payment: PendingPayment) -> [SQLValue] {
+            [
+                .text(payment.id.rawValue), .text(payment.accountID.rawValue), .text(payment.bundleID.rawValue),
+                .text(payment.productID.rawValue), .integer(Int64(payment.quantity)), real(payment.date),
+                .text(payment.state.rawValue), text(payment.reason?.rawValue), flag(payment.finished),
+                text(payment.appAccountToken), text(payment.applicationUsername), flag(payment.resolvable),
+            ]
+        }
+
+        func payment(_ id: TransactionID) throws -> PendingPayment? {
+            try connection.execute("SELECT * FROM pending_payments WHERE id = ?", [.text(id.rawValue)]).first.map(
+                pendingPayment)
+        }
+
+        func insert(_ payment: PendingPayment) throws {
+            try inserting("payment") {
+                try connection.execute(
+                    """
+                    INSERT INTO pending_payments (id, account_id, bundle_id, product_id, quantity, date, state, reason,
+                        finished, app_account_token, application_username, resolvable)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """, values(payment))
+            }
+        }
+
+        func update(_ payment: PendingPayment) throws {
+            try connection.execute(
+                """
+                UPDATE pending_payments SET account_id = ?, bundle_id = ?, product_id = ?, quantity = ?, date = ?,
+                    state = ?, reason = ?, finished = ?, app_account_token = ?, application_username = ?,
+                    resolvable = ?
+                WHERE id = ?
+                """, Array(values(payment).dropFirst()) + [.text(payment.id.rawValue)])
+            try changed("payment")
+        }
+
+        func unfinishedPayments(account: AccountID, bundle: BundleID) throws -> [PendingPayment] {
+            try connection.execute(
+                """
+                SELECT * FROM pending_payments WHERE account_id = ? AND bundle_id = ? AND finished = 0 ORDER BY date, id
+                """, [.text(account.rawValue), .text(bundle.rawValue)]
+            ).map(pendingPayment)
+        }
+
+        func resolvablePayments(account: AccountID) throws -> [PendingPayment] {
+            try connection.execute(
+                "SELECT * FROM pending_payments WHERE account_id = ? AND resolvable = 1 ORDER BY date, id",
+                [.text(account.rawValue)]
+            ).map(pendingPayment)
+        }
+
+        // MARK: Due events
+
+        func schedule(_ event: DueEvent) throws {
+            try connection.execute(
+                "INSERT OR REPLACE INTO due_events (kind, key, due) VALUES (?, ?, ?)",
+                [.text(event.kind.rawValue), .text(event.key), real(event.due)])
+        }
+
+        func cancel(kind: DueEvent.Kind, key: String) throws {
+            try connection.execute("DELETE FROM due_events WHERE kind = ? AND key = ?", [.text(kind.rawValue), .text(key)])
+        }
+
+        func nextDue() throws -> Date? {
+            try connection.execute("SELECT min(due) AS due FROM due_events").first.flatMap { date($0["due"]) }
+        }
+
+        func due(until time: Date, limit: Int) throws -> [DueEvent] {
+            try connection.execute(
+                "SELECT kind, key, due FROM due_events WHERE due <= ? ORDER BY due, kind, key LIMIT ?",
+                [real(time), .integer(Int64(limit))]
+            ).map { row in
+                DueEvent(
+                    kind: DueEvent.Kind(rawValue: row["kind"].string ?? ""), key: row["key"].string ?? "",
+                    due: date(row["due"]) ?? .distantPast)
+            }
+        }
+
+        // MARK: Settings
+
+        func setting(_ key: String) throws -> String? {
+            try connection.execute("SELECT value FROM settings WHERE key = ?", [.text(key)]).first?["value"].string
+        }
+
+        func setSetting(_ key: String, _ value: String) throws {
+            try connection.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+        }
+    }
+}

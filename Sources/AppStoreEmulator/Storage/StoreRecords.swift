@@ -1,0 +1,179 @@
+public import Foundation
+public import StoreModel
+
+/// A customer's test account.
+public struct Account: Sendable, Hashable {
+    public var id: AccountID
+    public var environment: Environment
+    /// ISO 3166-1 alpha-3, e.g. "USA".
+    public var storefront: String
+    /// Ask to Buy: purchases wait as `deferred` until approved or declined.
+    public var askToBuy: Bool
+    /// Failure injection for the account's purchases.
+    public var purchaseFailure: PurchaseFailure?
+
+    public init(
+        id: AccountID, environment: Environment, storefront: String, askToBuy: Bool = false,
+        purchaseFailure: PurchaseFailure? = nil
+    ) {
+        self.id = id
+        self.environment = environment
+        self.storefront = storefront
+        self.askToBuy = askToBuy
+        self.purchaseFailure = purchaseFailure
+    }
+}
+
+/// How the emulator fails an account's purchases when asked to.
+public enum PurchaseFailure: String, Sendable, Hashable, CaseIterable {
+    case failed
+    case interrupted
+}
+
+/// A device of an account (its `identifierForVendor`).
+public struct Device: Sendable, Hashable {
+    public var id: DeviceID
+    public var accountID: AccountID
+
+    public init(id: DeviceID, accountID: AccountID) {
+        self.id = id
+        self.accountID = accountID
+    }
+}
+
+/// An app installed on a device.
+public struct Install: Sendable, Hashable {
+    public var deviceID: DeviceID
+    public var bundleID: BundleID
+    public var version: String
+    public var originalVersion: String
+    public var originalPurchaseDate: Date
+    /// Volume Purchase Program licence: assigned, and when it was revoked.
+    public var vppAssigned: Bool
+    public var vppRevokedAt: Date?
+
+    public init(
+        deviceID: DeviceID, bundleID: BundleID, version: String, originalVersion: String, originalPurchaseDate: Date,
+        vppAssigned: Bool = false, vppRevokedAt: Date? = nil
+    ) {
+        self.deviceID = deviceID
+        self.bundleID = bundleID
+        self.version = version
+        self.originalVersion = originalVersion
+        self.originalPurchaseDate = originalPurchaseDate
+        self.vppAssigned = vppAssigned
+        self.vppRevokedAt = vppRevokedAt
+    }
+}
+
+/// A transaction as the emulator keeps it: the store's ``Transaction`` plus who bought it and where it is
+/// in the payment queue.
+public struct StoredTransaction: Sendable, Hashable {
+    public var transaction: Transaction
+    public var accountID: AccountID
+    /// 0 for the purchase, n for the nth renewal.
+    public var renewalNumber: Int
+    /// Finished by the app (`finishTransaction`): leaves the queue, and consumables leave the receipt.
+    public var finished: Bool
+    public var applicationUsername: String?
+
+    public init(
+        transaction: Transaction, accountID: AccountID, renewalNumber: Int = 0, finished: Bool = false,
+        applicationUsername: String? = nil
+    ) {
+        self.transaction = transaction
+        self.accountID = accountID
+        self.renewalNumber = renewalNumber
+        self.finished = finished
+        self.applicationUsername = applicationUsername
+    }
+
+    public var id: TransactionID { transaction.id }
+
+    /// Whether Apple's rules put it in a receipt: consumables until finished, everything else for good.
+    public var isInReceipt: Bool { !(transaction.kind.leavesReceiptWhenFinished && finished) }
+}
+
+/// One auto-renewable subscription (an original transaction) and its renewal state.
+public struct StoredSubscription: Sendable, Hashable {
+    public var state: SubscriptionState
+    public var accountID: AccountID
+    public var bundleID: BundleID
+    public var latestTransactionID: TransactionID
+
+    public init(
+        state: SubscriptionState, accountID: AccountID, bundleID: BundleID, latestTransactionID: TransactionID
+    ) {
+        self.state = state
+        self.accountID = accountID
+        self.bundleID = bundleID
+        self.latestTransactionID = latestTransactionID
+    }
+
+    public var originalTransactionID: TransactionID { state.originalTransactionID }
+}
+
+/// A payment that did not (yet) become a purchase: deferred (Ask to Buy), failed or interrupted.
+public struct PendingPayment: Sendable, Hashable {
+    public enum State: String, Sendable, Hashable {
+        case deferred, failed, approved
+    }
+
+    public enum Reason: String, Sendable, Hashable {
+        case declined, failed, interrupted
+    }
+
+    public var id: TransactionID
+    public var accountID: AccountID
+    public var bundleID: BundleID
+    public var productID: ProductID
+    public var quantity: Int
+    public var date: Date
+    public var state: State
+    public var reason: Reason?
+    public var finished: Bool
+    public var appAccountToken: String?
+    public var applicationUsername: String?
+    /// Interrupted payments complete once the customer resolves the interruption.
+    public var resolvable: Bool
+
+    public init(
+        id: TransactionID, accountID: AccountID, bundleID: BundleID, productID: ProductID, quantity: Int, date: Date,
+        state: State, reason: Reason?, finished: Bool = false, appAccountToken: String? = nil,
+        applicationUsername: String? = nil, resolvable: Bool = false
+    ) {
+        self.id = id
+        self.accountID = accountID
+        self.bundleID = bundleID
+        self.productID = productID
+        self.quantity = quantity
+        self.date = date
+        self.state = state
+        self.reason = reason
+        self.finished = finished
+        self.appAccountToken = appAccountToken
+        self.applicationUsername = applicationUsername
+        self.resolvable = resolvable
+    }
+}
+
+/// Work that falls due at a store time: a renewal now; grace and retry ends and notification attempts next.
+/// At most one event per (kind, key).
+public struct DueEvent: Sendable, Hashable {
+    public struct Kind: RawRepresentable, Sendable, Hashable {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        /// The end of a subscription period: renew, or let it expire. Key: the original transaction id.
+        public static let renewal = Kind(rawValue: "renewal")
+    }
+
+    public var kind: Kind
+    public var key: String
+    public var due: Date
+
+    public init(kind: Kind, key: String, due: Date) {
+        self.kind = kind
+        self.key = key
+        self.due = due
+    }
+}

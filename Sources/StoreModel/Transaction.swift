@@ -1,0 +1,124 @@
+public import Foundation
+
+/// An offer applied to a transaction's period.
+public struct Offer: Sendable, Hashable, Codable {
+    public var type: OfferType
+    /// The offer's identifier (promotional, offer code, win-back); nil for introductory offers.
+    public var identifier: String?
+    public var discountType: OfferDiscountType?
+    /// ISO 8601 duration of the discounted period, e.g. "P1W".
+    public var period: String?
+
+    public init(type: OfferType, identifier: String? = nil, discountType: OfferDiscountType? = nil, period: String? = nil)
+    {
+        self.type = type
+        self.identifier = identifier
+        self.discountType = discountType
+        self.period = period
+    }
+
+    /// A free trial (an introductory offer paid nothing).
+    public var isFreeTrial: Bool { discountType == .freeTrial }
+}
+
+/// One App Store transaction: a purchase, or one period of an auto-renewable subscription. Receipts
+/// (`InAppPurchase`), JWS transactions and `verifyReceipt`'s `latest_receipt_info` are renderings of it.
+public struct Transaction: Sendable, Hashable, Codable {
+    public var id: TransactionID
+    public var originalID: TransactionID
+    public var bundleID: BundleID
+    public var productID: ProductID
+    public var kind: ProductKind
+    public var quantity: Int
+    public var purchaseDate: Date
+    public var originalPurchaseDate: Date
+    /// End of the period (auto-renewable subscriptions).
+    public var expiresDate: Date?
+    /// The subscription purchase-event identifier (auto-renewable subscriptions).
+    public var webOrderLineItemID: Int64?
+    public var subscriptionGroupID: String?
+    public var reason: TransactionReason
+    public var ownership: OwnershipType
+    public var offer: Offer?
+    public var price: Money?
+    public var appAccountToken: String?
+    public var revocationDate: Date?
+    public var revocationReason: RevocationReason?
+    public var isUpgraded: Bool
+
+    public init(
+        id: TransactionID, originalID: TransactionID? = nil, bundleID: BundleID, productID: ProductID,
+        kind: ProductKind, quantity: Int = 1, purchaseDate: Date, originalPurchaseDate: Date? = nil,
+        expiresDate: Date? = nil, webOrderLineItemID: Int64? = nil, subscriptionGroupID: String? = nil,
+        reason: TransactionReason = .purchase, ownership: OwnershipType = .purchased, offer: Offer? = nil,
+        price: Money? = nil, appAccountToken: String? = nil, revocationDate: Date? = nil,
+        revocationReason: RevocationReason? = nil, isUpgraded: Bool = false
+    ) {
+        self.id = id
+        self.originalID = originalID ?? id
+        self.bundleID = bundleID
+        self.productID = productID
+        self.kind = kind
+        self.quantity = quantity
+        self.purchaseDate = purchaseDate
+        self.originalPurchaseDate = originalPurchaseDate ?? purchaseDate
+        self.expiresDate = expiresDate
+        self.webOrderLineItemID = webOrderLineItemID
+        self.subscriptionGroupID = subscriptionGroupID
+        self.reason = reason
+        self.ownership = ownership
+        self.offer = offer
+        self.price = price
+        self.appAccountToken = appAccountToken
+        self.revocationDate = revocationDate
+        self.revocationReason = revocationReason
+        self.isUpgraded = isUpgraded
+    }
+
+    /// Whether this transaction grants access at `date`: not revoked, and for subscriptions within the period.
+    public func isActive(at date: Date) -> Bool {
+        guard revocationDate == nil, !isUpgraded else { return false }
+        switch kind {
+        case .autoRenewable: return (expiresDate ?? .distantPast) > date
+        case .nonConsumable, .nonRenewing: return true
+        case .consumable: return false
+        }
+    }
+}
+
+/// The renewal state of one auto-renewable subscription (one original transaction): what Get All
+/// Subscription Statuses, renewal info and `pending_renewal_info` render.
+public struct SubscriptionState: Sendable, Hashable, Codable {
+    public var originalTransactionID: TransactionID
+    public var productID: ProductID
+    /// The product the next period renews to (differs after a downgrade or crossgrade at renewal).
+    public var autoRenewProductID: ProductID
+    public var status: SubscriptionStatus
+    public var autoRenew: Bool
+    public var expiresDate: Date?
+    public var expirationIntent: ExpirationIntent?
+    public var gracePeriodExpiresDate: Date?
+    /// When billing retry stops trying (60 days at Apple's real rate) while in billing retry.
+    public var billingRetryEndsDate: Date?
+    public var isInBillingRetry: Bool { status == .billingRetry || status == .billingGracePeriod }
+    /// Renewals so far (0 for the first period).
+    public var renewalCount: Int
+
+    public init(
+        originalTransactionID: TransactionID, productID: ProductID, autoRenewProductID: ProductID? = nil,
+        status: SubscriptionStatus = .active, autoRenew: Bool = true, expiresDate: Date? = nil,
+        expirationIntent: ExpirationIntent? = nil, gracePeriodExpiresDate: Date? = nil,
+        billingRetryEndsDate: Date? = nil, renewalCount: Int = 0
+    ) {
+        self.originalTransactionID = originalTransactionID
+        self.productID = productID
+        self.autoRenewProductID = autoRenewProductID ?? productID
+        self.status = status
+        self.autoRenew = autoRenew
+        self.expiresDate = expiresDate
+        self.expirationIntent = expirationIntent
+        self.gracePeriodExpiresDate = gracePeriodExpiresDate
+        self.billingRetryEndsDate = billingRetryEndsDate
+        self.renewalCount = renewalCount
+    }
+}

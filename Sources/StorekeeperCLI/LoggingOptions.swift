@@ -1,0 +1,29 @@
+import StorekeeperLogging
+
+/// `--log-level` and `--log-format`, shared by every server command.
+enum LoggingOptions {
+    static let level = Arguments.Spec.Option(
+        name: "log-level", valueName: "level",
+        help: "trace, debug, info (default), notice, warning, error or critical.")
+    static let format = Arguments.Spec.Option(
+        name: "log-format", valueName: "format", help: "text (default) or json lines, on standard error.")
+
+    static func logger(_ arguments: Arguments, label: String) throws -> Logger {
+        var level = Logger.Level.info
+        if let name = arguments.value("log-level") {
+            guard let parsed = Logger.Level(name: name) else {
+                throw UsageError(
+                    "'\(name)' is not a log level (\(Logger.Level.allCases.map(\.description).joined(separator: ", ")))")
+            }
+            level = parsed
+        }
+        var format = StreamLogHandler.Format.text
+        if let name = arguments.value("log-format") {
+            guard let parsed = StreamLogHandler.Format(rawValue: name) else {
+                throw UsageError("'\(name)' is not a log format (text, json)")
+            }
+            format = parsed
+        }
+        return Logger(label: label, level: level, handler: StreamLogHandler(format: format))
+    }
+}

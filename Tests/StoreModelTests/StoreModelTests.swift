@@ -1,0 +1,52 @@
+import Foundation
+import StoreModel
+import Testing
+
+@Suite("Store vocabulary")
+struct StoreModelTests {
+    @Test("one product kind, three renderings", arguments: ProductKind.allCases)
+    func productKindRenderings(kind: ProductKind) {
+        #expect(ProductKind(receiptProductType: kind.receiptProductType) == kind)
+        #expect(ProductKind(rawValue: kind.rawValue) == kind)
+    }
+
+    @Test("storekit type names")
+    func storeKitTypes() {
+        #expect(ProductKind(storeKitType: "Consumable") == .consumable)
+        #expect(ProductKind(storeKitType: "NonConsumable") == .nonConsumable)
+        #expect(ProductKind(storeKitType: "NonRenewable") == .nonRenewing)
+        #expect(ProductKind(storeKitType: "RecurringSubscription") == .autoRenewable)
+        #expect(ProductKind(storeKitType: "Bogus") == nil)
+        #expect(ProductKind(receiptProductType: 9) == nil)
+    }
+
+    @Test("money in milliunits", arguments: [
+        ("9.99", Int64(9990), "9.99"), ("10", 10000, "10"), ("0.5", 500, "0.5"), ("0.001", 1, "0.001"),
+    ])
+    func money(text: String, milliunits: Int64, rendered: String) throws {
+        let money = try #require(Money(decimal: text, currency: "USD"))
+        #expect(money.milliunits == milliunits)
+        #expect(money.decimalString == rendered)
+    }
+
+    @Test("money refuses what milliunits cannot hold", arguments: ["-1", "0.0001", "abc", "1e30"])
+    func moneyRefused(text: String) {
+        #expect(Money(decimal: text, currency: "USD") == nil)
+    }
+
+    @Test("a transaction is active while its period runs and it is not revoked")
+    func activity() {
+        let start = Date(timeIntervalSince1970: 1_000_000)
+        var transaction = Transaction(
+            id: "1", bundleID: "com.example", productID: "monthly", kind: .autoRenewable, purchaseDate: start,
+            expiresDate: start.addingTimeInterval(100))
+        #expect(transaction.originalID == "1")
+        #expect(transaction.isActive(at: start.addingTimeInterval(50)))
+        #expect(!transaction.isActive(at: start.addingTimeInterval(100)))
+        transaction.revocationDate = start
+        #expect(!transaction.isActive(at: start.addingTimeInterval(50)))
+        let lifetime = Transaction(
+            id: "2", bundleID: "com.example", productID: "lifetime", kind: .nonConsumable, purchaseDate: start)
+        #expect(lifetime.isActive(at: .distantFuture))
+    }
+}

@@ -110,7 +110,7 @@ let package = Package(
             name: "AppStoreEmulatorTests",
             dependencies: [
                 "AppStoreEmulator", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
-                "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperTestSupport",
+                "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperSQLite", "StorekeeperTestSupport",
             ],
             swiftSettings: upcoming),
         .testTarget(

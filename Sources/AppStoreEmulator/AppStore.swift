@@ -260,6 +260,9 @@ public final class AppStore: Sendable {
         return due
     }
 
+    /// Transactions stored, for every account.
+    public func transactionCount() async throws -> Int { try await storage.read { try $0.transactionCount() } }
+
     // MARK: - Identifiers
 
     func newTransactionID(in store: any EmulatorStore) throws -> TransactionID {

@@ -1,0 +1,90 @@
+import AppStoreEmulator
+import Foundation
+import StoreKitCatalog
+import StoreModel
+import StorekeeperJSON
+import StorekeeperSQLite
+import StorekeeperTestSupport
+import Synchronization
+import Testing
+
+/// The emulator's foundations: the scheduler, the data directory's lock and certificates, old data.
+@Suite("Emulator foundations")
+struct AppStoreFoundationTests {
+    typealias Harness = AppStoreTests.Harness
+
+    @Test("The scheduler renews due subscriptions while no request arrives")
+    func schedulerRunsWithoutRequests() async throws {
+        let time = AppStoreTests.FakeTime()
+        let harness = try await Harness.make(time: time)
+        let app = try await harness.device()
+        let (status, _) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        #expect(status == 201)
+        harness.store.startScheduler(granularity: .milliseconds(20))
+        defer { harness.store.stopScheduler() }
+        // Two store months at the catalogue's rate pass in fake real time; no request is made meanwhile.
+        time.value.withLock { $0 = $0.addingTimeInterval(2 * 31 * 86_400) }
+        var count = 0
+        for _ in 0..<250 {
+            count = try await harness.store.transactionCount()
+            if count >= 3 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(count >= 3, "the purchase and at least two renewals")
+    }
+
+    @Test("A data directory whose certificates exist but cannot be read stops the start, naming the problem")
+    func damagedPKI() async throws {
+        let harness = try await Harness.make()
+        let directory = harness.directory
+        harness.store.close()
+        let leaf = directory.appendingPathComponent("pki/receipt-leaf.pem")
+        let handle = try FileHandle(forUpdating: leaf)
+        try handle.truncate(atOffset: 100)
+        try handle.close()
+        do {
+            _ = try await Harness.make(directory: directory)
+            Issue.record("a damaged chain must not be replaced")
+        } catch let error as EmulatorError {
+            #expect(error.message.contains("receipt signing chain"))
+        }
+        // Nothing was regenerated.
+        #expect(try Data(contentsOf: leaf).count == 100)
+        try FileManager.default.removeItem(at: leaf)
+        await #expect(throws: EmulatorError.self) { _ = try await Harness.make(directory: directory) }
+        #expect(!FileManager.default.fileExists(atPath: leaf.path))
+    }
+
+    @Test("State written by the whole-document build is imported into the tables once")
+    func legacyImport() async throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        let database = try Database(path: directory.appendingPathComponent("store.sqlite").path)
+        try await database.migrate([
+            Migration(
+                "001-state", "CREATE TABLE state (id INTEGER PRIMARY KEY CHECK (id = 1), document BLOB NOT NULL)")
+        ])
+        let document = """
+            {"accounts":[{"id":"ACC","environment":"Sandbox","storefront":"USA"}],
+             "devices":[{"id":"10111213-1415-4617-9819-1a1b1c1d1e1f","accountID":"ACC"}],
+             "installs":[{"deviceID":"10111213-1415-4617-9819-1a1b1c1d1e1f","bundleID":"com.example.storekeeper",
+                          "version":"1","originalVersion":"1","originalPurchaseDate":725760000}],
+             "transactions":[{"id":"2000000000000001","originalID":"2000000000000001","accountID":"ACC",
+                              "bundleID":"com.example.storekeeper","productID":"monthly",
+                              "kind":"Auto-Renewable Subscription","quantity":1,"purchaseDate":725760000,
+                              "originalPurchaseDate":725760000,"expiresDate":725760300,"webOrderLineItemID":5,
+                              "renewalNumber":0,"finished":false,"isTrialPeriod":false}],
+             "pending":[],"nextTransactionID":2000000000000002,"nextWebOrderLineItemID":6,
+             "clockOffset":0,"rateName":"monthlyRenewalEveryFiveMinutes"}
+            """
+        try await database.write { connection in
+            try connection.execute("INSERT INTO state (id, document) VALUES (1, ?)", [.blob(Array(document.utf8))])
+        }
+        let harness = try await Harness.make(directory: directory)
+        let app = "/_emulator/v1/devices/10111213-1415-4617-9819-1A1B1C1D1E1F/apps/\(AppStoreTests.bundleID)"
+        let (_, queue) = try await harness.call("GET", app + "/transactions")
+        #expect(queue["transactions"]?.arrayValue?.first?["transactionIdentifier"] == .string("2000000000000001"))
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("pro")])
+        #expect(bought["transaction"]?["transactionIdentifier"] == .string("2000000000000002"))
+        #expect(try await database.read { try $0.execute("SELECT count(*) AS n FROM state") }.first?["n"].int64 == 0)
+    }
+}

@@ -1,0 +1,186 @@
+import AppStoreEmulator
+import Foundation
+import StoreModel
+import StorekeeperTestSupport
+import Testing
+
+/// One contract for every ``EmulatorStorage`` backend.
+@Suite("Emulator storage contract")
+struct EmulatorStorageContractTests {
+    enum Backend: String, CaseIterable, CustomStringConvertible {
+        case memory, sqlite
+        var description: String { rawValue }
+
+        func make() async throws -> any EmulatorStorage {
+            switch self {
+            case .memory: InMemoryEmulatorStorage()
+            case .sqlite:
+                try await SQLiteEmulatorStorage(
+                    path: try ExternalTool.temporaryDirectory().appendingPathComponent("store.sqlite").path)
+            }
+        }
+    }
+
+    static let start = Date(timeIntervalSince1970: 1_704_067_200)
+    static let account = Account(id: "A1", environment: .sandbox, storefront: "USA")
+
+    static func transaction(_ id: String, account: AccountID = "A1", at offset: TimeInterval, kind: ProductKind = .consumable)
+        -> StoredTransaction
+    {
+        StoredTransaction(
+            transaction: Transaction(
+                id: TransactionID(id), bundleID: "com.example", productID: "p", kind: kind,
+                purchaseDate: start.addingTimeInterval(offset),
+                expiresDate: kind == .autoRenewable ? start.addingTimeInterval(offset + 300) : nil,
+                webOrderLineItemID: kind == .autoRenewable ? 7 : nil,
+                offer: Offer(type: .introductory, discountType: .freeTrial, period: "P1W"),
+                price: Money(milliunits: 990, currency: "USD"), appAccountToken: "7e3b1c1a-0000-4000-8000-000000000001"),
+            accountID: account, applicationUsername: "user")
+    }
+
+    @Test("Rows round-trip every field; lookups find them; updates replace them", arguments: Backend.allCases)
+    func roundTrip(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let stored = Self.transaction("10", at: 0, kind: .autoRenewable)
+        try await storage.write { store in
+            try store.insert(Self.account)
+            try store.insert(Device(id: "D1", accountID: "A1"))
+            try store.save(
+                Install(
+                    deviceID: "D1", bundleID: "com.example", version: "2", originalVersion: "1",
+                    originalPurchaseDate: Self.start, vppAssigned: true, vppRevokedAt: Self.start))
+            try store.insert(stored)
+            try store.save(
+                StoredSubscription(
+                    state: SubscriptionState(
+                        originalTransactionID: "10", productID: "p", autoRenewProductID: "q", status: .billingRetry,
+                        autoRenew: false, expiresDate: Self.start, expirationIntent: .billingError,
+                        gracePeriodExpiresDate: Self.start, billingRetryEndsDate: Self.start, renewalCount: 3),
+                    accountID: "A1", bundleID: "com.example", latestTransactionID: "10"))
+            try store.insert(
+                PendingPayment(
+                    id: "11", accountID: "A1", bundleID: "com.example", productID: "p", quantity: 2, date: Self.start,
+                    state: .failed, reason: .interrupted, appAccountToken: "t", applicationUsername: "u",
+                    resolvable: true))
+            try store.setSetting("k", "v")
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.account("A1") == Self.account)
+            #expect(try store.device("D1") == Device(id: "D1", accountID: "A1"))
+            #expect(try store.install(device: "D1", bundle: "com.example")?.vppRevokedAt == Self.start)
+            #expect(try store.transaction("10") == stored)
+            #expect(try store.subscription("10")?.state.expirationIntent == .billingError)
+            #expect(try store.subscription("10")?.state.autoRenewProductID == "q")
+            #expect(try store.subscriptions(account: "A1", bundle: "com.example").count == 1)
+            #expect(try store.payment("11")?.reason == .interrupted)
+            #expect(try store.resolvablePayments(account: "A1").map(\.id) == ["11"])
+            #expect(try store.setting("k") == "v")
+            #expect(try store.transactionCount() == 1)
+        }
+        var changed = stored
+        changed.finished = true
+        changed.transaction.revocationDate = Self.start
+        changed.transaction.revocationReason = .appIssue
+        let finished = changed
+        try await storage.write { try $0.update(finished) }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.transaction("10") == finished)
+            #expect(try store.unfinishedTransactions(account: "A1", bundle: "com.example").isEmpty)
+        }
+    }
+
+    @Test("A write that throws leaves nothing behind", arguments: Backend.allCases)
+    func rollback(backend: Backend) async throws {
+        let storage = try await backend.make()
+        struct Boom: Error {}
+        await #expect(throws: Boom.self) {
+            try await storage.write { store in
+                try store.insert(Self.account)
+                try store.insert(Self.transaction("1", at: 0))
+                try store.setSetting("counter", "2")
+                try store.schedule(DueEvent(kind: .renewal, key: "1", due: Self.start))
+                throw Boom()
+            }
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.account("A1") == nil)
+            #expect(try store.transaction("1") == nil)
+            #expect(try store.setting("counter") == nil)
+            #expect(try store.nextDue() == nil)
+            #expect(try store.transactions(account: "A1", bundle: "com.example").isEmpty)
+        }
+    }
+
+    @Test("Duplicates, missing owners and missing rows are errors of their kind", arguments: Backend.allCases)
+    func integrity(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { try $0.insert(Self.account) }
+        let cases: [(@Sendable (any EmulatorStore) throws -> Void, EmulatorStorageError.Kind)] = [
+            ({ store in try store.insert(Self.account) }, .duplicate),
+            ({ store in try store.insert(Device(id: "D", accountID: "nobody")) }, .missing),
+            ({ store in try store.update(Account(id: "nobody", environment: .sandbox, storefront: "USA")) }, .missing),
+            ({ store in try store.update(Self.transaction("404", at: 0)) }, .missing),
+        ]
+        for (body, kind) in cases {
+            do {
+                try await storage.write { try body($0) }
+                Issue.record("expected a \(kind) error")
+            } catch let error as EmulatorStorageError {
+                #expect(error.kind == kind)
+            }
+        }
+    }
+
+    @Test("An account's transactions come back by purchase date then numeric id, others' never", arguments: Backend.allCases)
+    func ordering(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { store in
+            try store.insert(Self.account)
+            try store.insert(Account(id: "A2", environment: .production, storefront: "GBR"))
+            for (id, offset) in [("9", 5.0), ("10", 5.0), ("3", 1.0), ("100", 0.0)] {
+                try store.insert(Self.transaction(id, at: offset))
+            }
+            try store.insert(Self.transaction("7", account: "A2", at: 0))
+        }
+        let ids = try await storage.read {
+            try $0.transactions(account: "A1", bundle: "com.example").map(\.id.rawValue)
+        }
+        #expect(ids == ["100", "3", "9", "10"])
+    }
+
+    @Test("Due events: one per kind and key, earliest first, only what is due", arguments: Backend.allCases)
+    func dueEvents(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { store in
+            try store.schedule(DueEvent(kind: .renewal, key: "b", due: Self.start.addingTimeInterval(20)))
+            try store.schedule(DueEvent(kind: .renewal, key: "a", due: Self.start.addingTimeInterval(30)))
+            try store.schedule(DueEvent(kind: .renewal, key: "c", due: Self.start.addingTimeInterval(10)))
+            // Rescheduling replaces.
+            try store.schedule(DueEvent(kind: .renewal, key: "a", due: Self.start.addingTimeInterval(5)))
+            try store.cancel(kind: .renewal, key: "c")
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.nextDue() == Self.start.addingTimeInterval(5))
+            #expect(try store.due(until: Self.start.addingTimeInterval(25), limit: 10).map(\.key) == ["a", "b"])
+            #expect(try store.due(until: Self.start.addingTimeInterval(25), limit: 1).map(\.key) == ["a"])
+            #expect(try store.due(until: Self.start, limit: 10).isEmpty)
+        }
+    }
+
+    @Test("Concurrent writers are applied one at a time: no update is lost", arguments: Backend.allCases)
+    func serialised(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<100 {
+                group.addTask {
+                    try await storage.write { store in
+                        let value = Int(try store.setting("n") ?? "0")!
+                        try store.setSetting("n", String(value + 1))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await storage.read { try $0.setting("n") } == "100")
+    }
+}

@@ -27,6 +27,8 @@ public enum Storekeeper {
                                       Drive a running emulator from the shell.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
+          bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
+          bench http                  Measure the HTTP layer against bare libmicrohttpd, and under idle and slow clients.
 
           See 'storekeeper <subcommand> --help' for detailed help.
 
@@ -56,6 +58,7 @@ public enum Storekeeper {
             (["appstore", "advance"], AppStoreCommands.advanceSpec, AppStoreCommands.advance),
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
+            (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
         ]
         if arguments.isEmpty || arguments == ["-h"] || arguments == ["--help"] || arguments == ["help"] {
             console.write(overview)

@@ -35,22 +35,42 @@ extension AppStore {
     /// Apple's legacy `verifyReceipt`: `production` tells which endpoint was called. Always answers; the
     /// outcome is in `status`.
     public func verifyReceipt(body: [UInt8], production: Bool) async throws -> VerifyReceiptResult {
+        switch verifyReceiptFirstStep(body: body, production: production) {
+        case .answered(let result): return result
+        case .needsLatest(let result, let decoded, let excludeOld):
+            return try await withLatest(result, decoded: decoded, excludeOld: excludeOld)
+        }
+    }
+
+    /// `verifyReceipt` without awaiting, when the answer needs no stored state (no `password`, or no
+    /// subscription in the receipt); nil otherwise.
+    public func verifyReceiptInline(body: [UInt8], production: Bool) -> VerifyReceiptResult? {
+        if case .answered(let result) = verifyReceiptFirstStep(body: body, production: production) { return result }
+        return nil
+    }
+
+    enum VerifyReceiptStep {
+        case answered(VerifyReceiptResult)
+        case needsLatest(VerifyReceiptResult, Receipt, excludeOld: Bool)
+    }
+
+    /// Parsing, verification and the status checks: everything but the account's latest state.
+    func verifyReceiptFirstStep(body: [UInt8], production: Bool) -> VerifyReceiptStep {
         let requestDate = now
         var result = VerifyReceiptResult(
             status: 0, environment: production ? .production : .sandbox, requestDate: requestDate)
-        func status(_ code: Int64) -> VerifyReceiptResult {
+        func status(_ code: Int64) -> VerifyReceiptStep {
             var copy = result
             copy.status = code
-            return copy
+            return .answered(copy)
         }
         guard let request = try? JSONParser.parse(body).objectValue else { return status(21000) }
         guard let text = request["receipt-data"]?.stringValue,
-            let bytes = try? Receipt.bytes(fromDERorBase64: Array(text.utf8)),
-            let decoded = try? Receipt(decoding: bytes)
+            let bytes = try? Receipt.bytes(fromDERorBase64: Array(text.utf8))
         else { return status(21002) }
-        let verification = ReceiptVerifier(trustedRoots: [pki.receipts.root]).verify(
-            bytes, expecting: .init(), now: requestDate)
-        guard verification.isValid else { return status(21003) }
+        let verification = receiptVerifier.verify(bytes, expecting: .init(), now: requestDate)
+        if verification.failure?.code == .malformed { return status(21002) }
+        guard verification.isValid, let decoded = verification.receipt else { return status(21003) }
         let sandboxReceipt = decoded.receiptType != "Production" && decoded.receiptType != "ProductionVPP"
         if sandboxReceipt && production { return status(21007) }
         if !sandboxReceipt && !production { return status(21008) }
@@ -58,11 +78,17 @@ extension AppStore {
         let password = request["password"]?.stringValue
         if let secret = app.sharedSecret, let password, password != secret { return status(21004) }
         result.receipt = decoded
-
         let hasSubscriptions = decoded.inAppPurchases.contains { $0.productKind == .autoRenewable }
-        guard hasSubscriptions, password != nil else { return result }
+        guard hasSubscriptions, password != nil else { return .answered(result) }
+        return .needsLatest(result, decoded, excludeOld: request["exclude-old-transactions"]?.boolValue == true)
+    }
+
+    /// Adds `latest_receipt_info`, `latest_receipt` and `pending_renewal_info` from the account's state.
+    func withLatest(_ answered: VerifyReceiptResult, decoded: Receipt, excludeOld: Bool) async throws
+        -> VerifyReceiptResult
+    {
+        var result = answered
         try await catchUp()
-        let excludeOld = request["exclude-old-transactions"]?.boolValue == true
         let bundle = BundleID(decoded.bundleID)
         let current = now
         let found = try await storage.read { store -> (Account, [StoredTransaction], [StoredSubscription])? in

@@ -43,6 +43,8 @@ public final class AppStore: Sendable {
     let catalog: Catalog
     let apps: [String: AppConfiguration]
     public let pki: EmulatorPKI
+    /// Verifies the emulator's own receipts; one instance, so certificate paths are validated once.
+    let receiptVerifier: ReceiptVerifier
     let storage: any EmulatorStorage
     let realNow: @Sendable () -> Date
     let randomBytes: @Sendable (Int) -> [UInt8]
@@ -80,6 +82,7 @@ public final class AppStore: Sendable {
         self.catalog = Catalog(catalog)
         self.apps = Dictionary(apps.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))
+        self.receiptVerifier = ReceiptVerifier(trustedRoots: [pki.receipts.root])
         self.realNow = realNow
         self.randomBytes = randomBytes
         self.logger = logger

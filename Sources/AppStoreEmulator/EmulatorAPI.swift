@@ -24,36 +24,45 @@ extension AppStore {
                 }
             }
         }
-        func verify(production: Bool) -> Handler {
-            { request, _ in
-                let sandboxHost = request.header("Host")?.lowercased().hasPrefix("sandbox.") == true
-                let result = try await store.verifyReceipt(body: request.body, production: production && !sandboxHost)
-                return .json(.object(AppStore.render(result)))
+        for (path, production) in [("/verifyReceipt", true), ("/sandbox/verifyReceipt", false)] {
+            @Sendable func isProduction(_ request: HTTPRequest) -> Bool {
+                production && request.header("Host")?.lowercased().hasPrefix("sandbox.") != true
             }
+            router.add(
+                "POST", path,
+                inline: { request, _ in
+                    store.verifyReceiptInline(body: request.body, production: isProduction(request)).map {
+                        .json(.object(AppStore.render($0)))
+                    }
+                },
+                otherwise: { request, _ in
+                    .json(
+                        .object(
+                            AppStore.render(
+                                try await store.verifyReceipt(body: request.body, production: isProduction(request)))))
+                })
         }
-        router.post("/verifyReceipt", verify(production: true))
-        router.post("/sandbox/verifyReceipt", verify(production: false))
         for path in ["/verifyReceipt", "/sandbox/verifyReceipt"] {
             router.get(path) { _, _ in .json(.object(["status": .integer(21000)])) }
         }
 
         let base = "/_emulator/v1"
-        router.get(base + "/certificates") { _, _ in
+        router.add("GET", base + "/certificates", inline: { _, _ in
             .json(
                 .object([
                     "receiptRoot": .string(Data(store.pki.receipts.root.derEncoded).base64EncodedString()),
                     "jwsRoot": .string(Data(store.pki.signedData.root.derEncoded).base64EncodedString()),
                     "xcodeCompatible": .bool(false),
                 ]))
-        }
-        router.get(base + "/clock") { _, _ in
+        })
+        router.add("GET", base + "/clock", inline: { _, _ in
             let (now, rate) = (store.now, store.rate)
             return .json(
                 .object([
                     "now": .integer(Int64((now.timeIntervalSince1970 * 1000).rounded(.down))),
                     "rate": .string(rate.name),
                 ]))
-        }
+        })
         router.post(
             base + "/clock",
             guarded { request, _ in

@@ -59,6 +59,8 @@ public enum Storekeeper {
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
             (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
+            (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
+            (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
         ]
         if arguments.isEmpty || arguments == ["-h"] || arguments == ["--help"] || arguments == ["help"] {
             console.write(overview)

@@ -207,7 +207,6 @@ private final class HandlerBox: Sendable {
 private func handleRequest(context: UnsafeMutableRawPointer?, exchange: OpaquePointer?, request: UnsafePointer<sk_request>?) {
     guard let context, let exchange, let raw = request?.pointee else { return }
     let box = Unmanaged<HandlerBox>.fromOpaque(context).takeUnretainedValue()
-    let pendingExchange = box.register(exchange)
     var headers: [(name: String, value: String)] = []
     headers.reserveCapacity(raw.header_count)
     for index in 0..<raw.header_count {
@@ -231,11 +230,16 @@ private func handleRequest(context: UnsafeMutableRawPointer?, exchange: OpaquePo
         method: String(cString: raw.method), path: String(cString: raw.path), query: HTTPQuery(parameters),
         headers: headers, body: body, remoteAddress: raw.remote.map { String(cString: $0) })
     if malformed {
-        pendingExchange.respond(
+        Exchange(pointer: exchange, id: 0).respond(
             HTTPError(status: 400, code: "invalid_query", message: "the query has a malformed percent-escape").response)
-        box.finish(pendingExchange)
         return
     }
+    // Routes that need not await answer here, on the pool thread: no task, no suspension.
+    if let response = box.responder.respondInline(to: request) {
+        Exchange(pointer: exchange, id: 0).respond(response)
+        return
+    }
+    let pendingExchange = box.register(exchange)
     Task {
         let response = await box.responder.respond(to: request)
         pendingExchange.respond(response)

@@ -27,8 +27,22 @@ public enum RequestIDs {
 
 /// One access-log record per request: method, path (never the query, which may carry tokens), status,
 /// bytes and duration, at `info`.
-public struct AccessLogMiddleware: HTTPMiddleware {
+public struct AccessLogMiddleware: InlineMiddleware {
     public init() {}
+
+    public func handleInline(
+        _ request: HTTPRequest, context: RequestContext,
+        next: (HTTPRequest, RequestContext) throws -> HTTPResponse?
+    ) throws -> HTTPResponse? {
+        let started = ContinuousClock.now
+        let response: HTTPResponse?
+        do { response = try next(request, context) } catch {
+            if let error = error as? HTTPError { log(request, context, error.status, 0, started) }
+            throw error
+        }
+        if let response { log(request, context, response.status, response.body.count, started) }
+        return response
+    }
 
     public func handle(_ request: HTTPRequest, context: RequestContext, next: Handler) async throws -> HTTPResponse {
         let started = ContinuousClock.now
@@ -44,6 +58,7 @@ public struct AccessLogMiddleware: HTTPMiddleware {
     private func log(
         _ request: HTTPRequest, _ context: RequestContext, _ status: Int, _ bytes: Int, _ started: ContinuousClock.Instant
     ) {
+        guard context.logger.level <= .info else { return }
         let elapsed = ContinuousClock.now - started
         let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
         context.logger.info(

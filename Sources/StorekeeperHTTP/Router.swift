@@ -26,6 +26,19 @@ public struct RequestContext: Sendable {
 
 public typealias Handler = @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse
 
+/// A handler that answers without awaiting, on the server's own thread: no task, no suspended
+/// connection. Returning nil hands the request to the route's asynchronous handler instead.
+public typealias InlineHandler = @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse?
+
+/// A middleware that can also run inline (synchronously), so that routes with an ``InlineHandler`` stay on
+/// the server's thread. Routes run inline only when every middleware can.
+public protocol InlineMiddleware: HTTPMiddleware {
+    func handleInline(
+        _ request: HTTPRequest, context: RequestContext,
+        next: (HTTPRequest, RequestContext) throws -> HTTPResponse?
+    ) throws -> HTTPResponse?
+}
+
 /// Wraps every request on its way to the route (Hummingbird's `RouterMiddleware`): request ids, access
 /// logs, authentication, fault injection. A middleware may answer itself, or call `next`.
 public protocol HTTPMiddleware: Sendable {
@@ -42,7 +55,20 @@ public struct Router {
 
     /// Adds a route; `{name}` path segments capture one segment each, percent-decoded once.
     public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping Handler) {
-        routes.append(Route(method: method, segments: Self.segments(pattern), handler: handler))
+        routes.append(Route(method: method, segments: Self.segments(pattern), handler: handler, inline: nil))
+    }
+
+    /// Adds a route that answers inline when it can (`inline` returns a response) and otherwise awaits
+    /// `handler`.
+    public mutating func add(
+        _ method: String, _ pattern: String, inline: @escaping InlineHandler, otherwise handler: @escaping Handler
+    ) {
+        routes.append(Route(method: method, segments: Self.segments(pattern), handler: handler, inline: inline))
+    }
+
+    /// Adds a route that never awaits.
+    public mutating func add(_ method: String, _ pattern: String, inline: @escaping @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse) {
+        add(method, pattern, inline: { try inline($0, $1) }, otherwise: { try inline($0, $1) })
     }
 
     public mutating func get(_ pattern: String, _ handler: @escaping Handler) { add("GET", pattern, handler) }
@@ -73,6 +99,7 @@ public struct Router {
         let method: String
         let segments: [Substring]
         let handler: Handler
+        let inline: InlineHandler?
 
         /// The captured parameters, nil when the path does not match; throws for a malformed escape.
         func match(_ path: [Substring]) throws(HTTPError) -> [String: String]? {
@@ -102,22 +129,99 @@ public struct Responder: Sendable {
     let renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
     let logger: Logger
     let requestID: @Sendable () -> String
+    /// The middleware chain run inline, built once; nil when some middleware cannot run inline.
+    private var inlineChain: (@Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse?)? = nil
+
+    init(
+        routes: [Router.Route], middleware: [any HTTPMiddleware],
+        renderers: [(prefix: String, renderer: HTTPErrorRenderer)], logger: Logger,
+        requestID: @escaping @Sendable () -> String
+    ) {
+        self.routes = routes
+        self.middleware = middleware
+        self.renderers = renderers
+        self.logger = logger
+        self.requestID = requestID
+        let inline = middleware.compactMap { $0 as? any InlineMiddleware }
+        guard inline.count == middleware.count else { return }
+        let routing = Self.routeInline(routes: routes, renderers: renderers)
+        var chain: @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse? = routing
+        for current in inline.reversed() {
+            let next = chain
+            chain = { request, context in try current.handleInline(request, context: context, next: next) }
+        }
+        inlineChain = chain
+    }
+    /// Answers on the calling thread when the route (and every middleware) can; nil means "call
+    /// ``respond(to:)``". Unknown paths and methods are answered here too.
+    public func respondInline(to request: HTTPRequest) -> HTTPResponse? {
+        guard let inlineChain else { return nil }
+        let context = makeContext(request)
+        var response: HTTPResponse
+        do {
+            guard let answered = try inlineChain(request, context) else { return nil }
+            response = answered
+        } catch {
+            response = render(error, for: request, context: context)
+        }
+        response.headers.append(("X-Request-ID", context.requestID))
+        return response
+    }
+
+    private func makeContext(_ request: HTTPRequest) -> RequestContext {
+        let id = request.header("X-Request-ID").flatMap(RequestIDs.accept) ?? requestID()
+        // A logger that writes nothing need not carry the id.
+        return RequestContext(requestID: id, logger: logger.level == .critical ? logger : logger.with(["request.id": id]))
+    }
+
+    private static func routeInline(
+        routes: [Router.Route], renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
+    ) -> @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse? {
+        { request, context in
+            let path = Router.segments(request.path)
+            var pathMatched = false
+            for route in routes {
+                guard let parameters = try route.match(path) else { continue }
+                pathMatched = true
+                guard route.method == request.method else { continue }
+                guard let inline = route.inline else { return nil }
+                var context = context
+                context.parameters = parameters
+                do {
+                    return try inline(request, context)
+                } catch {
+                    return render(error, for: request, context: context, renderers: renderers)
+                }
+            }
+            if pathMatched {
+                throw HTTPError(
+                    status: 405, code: "method_not_allowed", message: "\(request.method) is not allowed here")
+            }
+            throw HTTPError(status: 404, code: "not_found", message: "no such resource")
+        }
+    }
 
     public func respond(to request: HTTPRequest) async -> HTTPResponse {
-        let id = request.header("X-Request-ID").flatMap(RequestIDs.accept) ?? requestID()
-        let context = RequestContext(requestID: id, logger: logger.with(["request.id": id]))
+        let context = makeContext(request)
         var response: HTTPResponse
         do {
             response = try await chain(0)(request, context)
         } catch {
             response = render(error, for: request, context: context)
         }
-        response.headers.append(("X-Request-ID", id))
+        response.headers.append(("X-Request-ID", context.requestID))
         return response
     }
 
     /// The error as this path's renderer writes it.
     func render(_ error: any Error, for request: HTTPRequest, context: RequestContext) -> HTTPResponse {
+        Self.render(error, for: request, context: context, renderers: renderers)
+    }
+
+    static func render(
+        _ error: any Error, for request: HTTPRequest, context: RequestContext,
+        renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
+    ) -> HTTPResponse {
         let renderer = renderers.first { request.path.hasPrefix($0.prefix) }?.renderer ?? .standard
         if let error = error as? HTTPError { return renderer.render(error) }
         context.logger.error("request.failed", ["error": String(describing: type(of: error))])

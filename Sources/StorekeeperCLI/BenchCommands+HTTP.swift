@@ -1,0 +1,311 @@
+import AppStoreEmulator
+import Foundation
+import StoreKitCatalog
+import StoreModel
+import StoreTime
+import StorekeeperHTTP
+import StorekeeperJSON
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension BenchCommands {
+    static let httpSpec = Arguments.Spec(
+        command: "storekeeper bench http",
+        abstract: "Measure the HTTP layer against bare libmicrohttpd, verifyReceipt over HTTP, and service under idle and slow clients.",
+        options: [
+            .init(name: "seconds", valueName: "s", help: "Length of each wrk run (default: 5)."),
+            .init(name: "rounds", valueName: "n", help: "Interleaved bare/route rounds (default: 3)."),
+            .init(name: "idle", valueName: "n", help: "Idle keep-alive connections to hold (default: 10000)."),
+            .init(name: "trickle", valueName: "n", help: "Slow-trickling clients (default: 1000)."),
+            .init(name: "soak", valueName: "s", help: "Length of the memory soak (default: 60)."),
+        ],
+        discussion: """
+            Needs wrk (Debian package wrk). The server runs in this process; wrk runs beside it on the same \
+            2 cores, with 2 threads and 16 keep-alive connections. Bare libmicrohttpd (same daemon flags and \
+            pool) answers the same bytes as the measured route, in alternating rounds. Idle and trickling \
+            clients are held by a child process (`storekeeper bench hold-connections`) while another client's \
+            latency is measured.
+            """)
+
+    static let holdSpec = Arguments.Spec(
+        command: "storekeeper bench hold-connections",
+        abstract: "Open connections to a local port and hold them idle (or trickle one byte a second); for bench http.",
+        options: [
+            .init(name: "port", valueName: "n", help: "Port on 127.0.0.1."),
+            .init(name: "connections", valueName: "n", help: "How many (default: 100)."),
+            .init(name: "seconds", valueName: "s", help: "How long to hold them (default: 30)."),
+        ],
+        flags: [("trickle", "Send one byte of a request line a second on each.")])
+
+    struct WrkResult {
+        var requestsPerSecond: Double
+        var p99Milliseconds: Double?
+        var non2xx: Int
+    }
+
+    static func http(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
+        let rounds = Int(arguments.value("rounds") ?? "3") ?? 0
+        let idleCount = Int(arguments.value("idle") ?? "10000") ?? -1
+        let trickleCount = Int(arguments.value("trickle") ?? "1000") ?? -1
+        let soak = Int(arguments.value("soak") ?? "60") ?? -1
+        guard seconds > 0, rounds > 0, idleCount >= 0, trickleCount >= 0, soak >= 0 else {
+            throw UsageError("--seconds and --rounds must be positive; --idle, --trickle and --soak not negative")
+        }
+        guard let wrk = findExecutable("wrk") else {
+            throw RuntimeError("bench http needs wrk: apt-get install wrk")
+        }
+        let directory = try FileManager.default.url(
+            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
+            create: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+
+        // 1. The HTTP layer: a route answering fixed bytes through the emulator's middleware, against bare
+        //    libmicrohttpd answering the same bytes.
+        let fixed = HTTPResponse.json(.object(["now": .integer(1_764_547_200_000), "rate": .string("realTime")]))
+        var router = Router()
+        router.use(AccessLogMiddleware())
+        router.add("GET", "/empty", inline: { _, _ in fixed })
+        let routeServer = try HTTPServer(port: 0, responder: router.freeze())
+        defer { routeServer.stop() }
+        let bare = try BareBaseline(response: fixed)
+        var bareRates: [Double] = []
+        var routeRates: [Double] = []
+        for round in 0..<rounds {
+            progress(console, "empty route against bare libmicrohttpd, round \(round + 1) of \(rounds)…")
+            bareRates.append(try runWrk(wrk, url: "http://127.0.0.1:\(bare.port)/empty", seconds: seconds).requestsPerSecond)
+            routeRates.append(
+                try runWrk(wrk, url: "http://127.0.0.1:\(routeServer.port)/empty", seconds: seconds).requestsPerSecond)
+        }
+        let ratios = zip(routeRates, bareRates).map { $0 / $1 }.sorted()
+
+        // 2. verifyReceipt through the emulator.
+        progress(console, "starting an emulator with two receipts…")
+        let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
+        let store = try blocking {
+            try await AppStore(
+                catalog: [catalog], apps: [AppConfiguration(bundleID: DefaultCatalog.bundleID, sharedSecret: "secret")],
+                dataDirectory: directory.appendingPathComponent("emulator"), rate: .realTime)
+        }
+        let server = try HTTPServer(port: 0, responder: store.responder())
+        defer { server.stop() }
+        let receipts = try blocking { () -> [String] in
+            var receipts: [String] = []
+            for product in ["com.example.storekeeper.pro", "com.example.storekeeper.monthly"] {
+                let account = try await store.createAccount(environment: .sandbox, storefront: "USA")
+                let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
+                _ = try await store.install(deviceID: device, bundleID: DefaultCatalog.bundleID, version: "1")
+                _ = try await store.pay(
+                    deviceID: device, bundleID: DefaultCatalog.bundleID, productID: product, quantity: 1,
+                    applicationUsername: nil, appAccountToken: nil)
+                receipts.append(
+                    Data(try await store.receipt(deviceID: device, bundleID: DefaultCatalog.bundleID))
+                        .base64EncodedString())
+            }
+            return receipts
+        }
+        let verifyURL = "http://127.0.0.1:\(server.port)/sandbox/verifyReceipt"
+        let plainBody = directory.appendingPathComponent("plain.json")
+        try Data(JSONWriter.bytes(.object(["receipt-data": .string(receipts[0])]))).write(to: plainBody)
+        let subscriptionBody = directory.appendingPathComponent("subscription.json")
+        try Data(
+            JSONWriter.bytes(.object(["receipt-data": .string(receipts[1]), "password": .string("secret")]))
+        ).write(to: subscriptionBody)
+        progress(console, "verifyReceipt without password…")
+        let plain = try runWrk(wrk, url: verifyURL, seconds: seconds, body: plainBody)
+        progress(console, "verifyReceipt with password (subscription receipt, latest_receipt re-signed)…")
+        let subscription = try runWrk(wrk, url: verifyURL, seconds: seconds, body: subscriptionBody)
+
+        // 3. Idle and trickling clients held by a child process while another client is measured.
+        let clockURL = "http://127.0.0.1:\(server.port)/_emulator/v1/clock"
+        var idleResult: WrkResult?
+        var trickleResult: WrkResult?
+        var held = (idle: 0, trickle: 0)
+        if idleCount > 0 {
+            progress(console, "holding \(idleCount) idle connections…")
+            let child = try holdConnections(port: server.port, count: idleCount, trickle: false, seconds: seconds + 30)
+            held.idle = waitForConnections(server, atLeast: idleCount)
+            idleResult = try runWrk(wrk, url: clockURL, seconds: seconds, connections: 4)
+            child.terminate()
+            child.waitUntilExit()
+        }
+        if trickleCount > 0 {
+            progress(console, "holding \(trickleCount) trickling clients…")
+            let child = try holdConnections(port: server.port, count: trickleCount, trickle: true, seconds: seconds + 30)
+            held.trickle = waitForConnections(server, atLeast: trickleCount)
+            trickleResult = try runWrk(wrk, url: clockURL, seconds: seconds, connections: 4)
+            child.terminate()
+            child.waitUntilExit()
+        }
+
+        // 4. Memory after a soak.
+        var memory: (before: Int, after: Int)?
+        if soak > 0 {
+            progress(console, "memory soak: \(soak) s of verifyReceipt load…")
+            let before = residentKilobytes()
+            _ = try runWrk(wrk, url: verifyURL, seconds: soak, body: plainBody)
+            Thread.sleep(forTimeInterval: 2)
+            memory = (before, residentKilobytes())
+        }
+
+        let medianRatio = ratios[ratios.count / 2]
+        var report = """
+            HTTP, loopback, wrk -t2 -c16 keep-alive on the same 2 cores (\(seconds) s runs)
+              bare libmicrohttpd, same bytes      \(rate(bareRates.max() ?? 0)) req/s
+              empty route through the router      \(rate(routeRates.max() ?? 0)) req/s   ratio \(format(medianRatio)) of bare, median of \(rounds) (target ≥ 0.70)
+              verifyReceipt, no password          \(rate(plain.requestsPerSecond)) req/s   p99 \(latency(plain.p99Milliseconds))  (target ≥ 5,000)\(errors(plain))
+              verifyReceipt, password, subscription \(rate(subscription.requestsPerSecond)) req/s   p99 \(latency(subscription.p99Milliseconds))  (target ≥ 1,500)\(errors(subscription))
+
+            """
+        if let idleResult {
+            report += "  \(held.idle) idle connections held: another client \(rate(idleResult.requestsPerSecond)) req/s, p99 \(latency(idleResult.p99Milliseconds)) (target < 100 ms)\(errors(idleResult))\n"
+        }
+        if let trickleResult {
+            report += "  \(held.trickle) trickling clients held: another client \(rate(trickleResult.requestsPerSecond)) req/s, p99 \(latency(trickleResult.p99Milliseconds))\(errors(trickleResult))\n"
+        }
+        if let memory {
+            let growth = Double(memory.after - memory.before) / Double(max(memory.before, 1))
+            report += "  resident memory: \(memory.before / 1024) MiB before, \(memory.after / 1024) MiB 2 s after \(soak) s of load (\(String(format: "%+.1f", growth * 100))%, target within ±20%)\n"
+        }
+        console.write(report + "\n")
+        return 0
+    }
+
+    /// `storekeeper bench hold-connections`: the child process that holds idle or trickling clients.
+    static func hold(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let port = Int(arguments.value("port") ?? ""), (1...65_535).contains(port) else {
+            throw UsageError("--port is required")
+        }
+        let count = Int(arguments.value("connections") ?? "100") ?? 0
+        let seconds = Int(arguments.value("seconds") ?? "30") ?? 0
+        guard (1...60_000).contains(count), (1...3600).contains(seconds) else {
+            throw UsageError("--connections must be 1 to 60000 and --seconds 1 to 3600")
+        }
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        limit.rlim_cur = limit.rlim_max
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        var sockets: [Int32] = []
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        for _ in 0..<count {
+            let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard descriptor >= 0 else { break }
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard connected == 0 else {
+                close(descriptor)
+                break
+            }
+            sockets.append(descriptor)
+        }
+        console.write("holding \(sockets.count)\n")
+        let request = Array("GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\n".utf8)
+        let trickle = arguments.flag("trickle")
+        for second in 0..<seconds {
+            if trickle {
+                let byte = [request[second % request.count]]
+                for descriptor in sockets { _ = send(descriptor, byte, 1, Int32(MSG_NOSIGNAL)) }
+            }
+            sleep(1)
+        }
+        sockets.forEach { close($0) }
+        return 0
+    }
+
+    static func holdConnections(port: Int, count: Int, trickle: Bool, seconds: Int) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        if !FileManager.default.isExecutableFile(atPath: process.executableURL!.path),
+            let found = findExecutable("storekeeper")
+        {
+            process.executableURL = URL(fileURLWithPath: found)
+        }
+        process.arguments =
+            ["bench", "hold-connections", "--port", String(port), "--connections", String(count), "--seconds",
+            String(seconds)] + (trickle ? ["--trickle"] : [])
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    /// Waits (up to 30 s) until the server has at least `count` connections open; returns how many it saw.
+    static func waitForConnections(_ server: HTTPServer, atLeast count: Int) -> Int {
+        var seen = 0
+        for _ in 0..<300 {
+            seen = max(seen, server.openConnections)
+            if seen >= count { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        return seen
+    }
+
+    static func runWrk(_ wrk: String, url: String, seconds: Int, connections: Int = 16, body: URL? = nil) throws
+        -> WrkResult
+    {
+        var arguments = ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency"]
+        if let body {
+            let script = body.deletingPathExtension().appendingPathExtension("lua")
+            try """
+            local file = io.open("\(body.path)", "rb")
+            wrk.method = "POST"
+            wrk.body = file:read("*a")
+            file:close()
+            wrk.headers["Content-Type"] = "application/json"
+            """.write(to: script, atomically: true, encoding: .utf8)
+            arguments += ["-s", script.path]
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: wrk)
+        process.arguments = arguments + [url]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Requests/sec:") }),
+            let value = Double(line.split(separator: " ").last ?? "")
+        else { throw RuntimeError("wrk printed no rate:\n\(text)") }
+        var p99: Double?
+        if let line = text.split(separator: "\n").first(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix("99%") }) {
+            p99 = milliseconds(String(line.split(separator: " ").last ?? ""))
+        }
+        var non2xx = 0
+        if let line = text.split(separator: "\n").first(where: { $0.contains("Non-2xx") }) {
+            non2xx = Int(line.split(separator: " ").last ?? "") ?? 0
+        }
+        return WrkResult(requestsPerSecond: value, p99Milliseconds: p99, non2xx: non2xx)
+    }
+
+    static func milliseconds(_ text: String) -> Double? {
+        for (suffix, scale) in [("us", 0.001), ("ms", 1.0), ("s", 1000.0), ("m", 60_000.0)] where text.hasSuffix(suffix) {
+            return Double(text.dropLast(suffix.count)).map { $0 * scale }
+        }
+        return nil
+    }
+
+    static func latency(_ value: Double?) -> String { value.map { String(format: "%.2f ms", $0) } ?? "?" }
+    static func errors(_ result: WrkResult) -> String { result.non2xx > 0 ? "  (\(result.non2xx) non-2xx!)" : "" }
+
+    static func residentKilobytes() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return 0 }
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
+    static func findExecutable(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+}

@@ -1,0 +1,257 @@
+import Foundation
+import StorekeeperHTTP
+import StorekeeperJSON
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A raw TCP client for requests no ordinary client will send (conflicting lengths, odd codings).
+struct RawClient {
+    let descriptor: Int32
+
+    init(port: Int, host: String = "127.0.0.1") throws {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &list) == 0, let first = list else {
+            throw RawError(message: "cannot resolve \(host)")
+        }
+        defer { freeaddrinfo(list) }
+        let descriptor = socket(first.pointee.ai_family, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0, connect(descriptor, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
+            if descriptor >= 0 { close(descriptor) }
+            throw RawError(message: "cannot connect to \(host):\(port)")
+        }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        self.descriptor = descriptor
+    }
+
+    struct RawError: Error { let message: String }
+
+    func send(_ text: String) {
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Everything the server sends until it closes the connection, a complete response has arrived, or
+    /// five seconds pass.
+    func receive() -> String {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { break }
+            received += buffer[0..<count]
+            let text = String(decoding: received, as: UTF8.self)
+            if let headerEnd = text.range(of: "\r\n\r\n"),
+                let lengthLine = text[..<headerEnd.lowerBound].split(separator: "\r\n").first(where: {
+                    $0.lowercased().hasPrefix("content-length:")
+                }), let length = Int(lengthLine.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)),
+                text.utf8.count - text.utf8.distance(from: text.startIndex, to: headerEnd.upperBound) >= length
+            {
+                break
+            }
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+
+    func close() { Glibc.close(descriptor) }
+
+    /// Sends a request and returns the status and the JSON error code of the answer.
+    static func exchange(port: Int, _ request: String) throws -> (status: Int, code: String?, raw: String) {
+        let client = try RawClient(port: port)
+        defer { client.close() }
+        client.send(request)
+        let text = client.receive()
+        let status = text.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        var code: String?
+        if let body = text.range(of: "\r\n\r\n") {
+            code = (try? JSONParser.parse(Array(text[body.upperBound...].utf8)))?["error"]?["code"]?.stringValue
+        }
+        return (status, code, text)
+    }
+}
+
+@Suite("HTTP server: framing, limits and deadlines over a socket")
+struct HTTPServerLiveTests {
+    static func server(_ configure: (inout HTTPLimits) -> Void = { _ in }) throws -> HTTPServer {
+        var limits = HTTPLimits()
+        limits.maxBody = 4096
+        limits.maxHeader = 4096
+        limits.maxURL = 1024
+        limits.maxQueryParameters = 32
+        configure(&limits)
+        return try HTTPServer(port: 0, limits: limits, responder: exampleRouter())
+    }
+
+    @Test(
+        "Client mistakes are refused before any handler, each with a JSON body",
+        arguments: [
+            (
+                "POST /_emulator/v1/devices/D/apps/b/payments HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n{}{}{}",
+                400, "ambiguous_framing"
+            ),
+            (
+                "POST /_emulator/v1/devices/D/apps/b/payments HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+                400, "ambiguous_framing"
+            ),
+            (
+                "POST /_emulator/v1/devices/D/apps/b/payments HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+                501, "unsupported_transfer_encoding"
+            ),
+            (
+                "POST /_emulator/v1/devices/D/apps/b/payments HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n",
+                413, "payload_too_large"
+            ),
+            (
+                "GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 6000))\r\n\r\n",
+                431, "headers_too_large"
+            ),
+            ("GET /_emulator/v1/clock?\(String(repeating: "a", count: 2000)) HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+            (
+                "GET /_emulator/v1/clock?\((0..<40).map { "p\($0)=1" }.joined(separator: "&")) HTTP/1.1\r\nHost: x\r\n\r\n",
+                400, "too_many_parameters"
+            ),
+            ("GET /_emulator/v1/clock?a=%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400, "invalid_query"),
+        ])
+    func refused(request: String, status: Int, code: String) throws {
+        let server = try Self.server()
+        defer { server.stop() }
+        let answer = try RawClient.exchange(port: server.port, request)
+        #expect(answer.status == status, "\(answer.raw.prefix(200))")
+        #expect(answer.code == code)
+        #expect(!answer.raw.contains("100 Continue"))
+    }
+
+    @Test("Repeated query parameters and escaped separators reach the handler decoded once")
+    func query() throws {
+        let server = try Self.server()
+        defer { server.stop() }
+        let answer = try RawClient.exchange(
+            port: server.port,
+            "POST /_emulator/v1/devices/D/apps/b/payments?ids=a%26b&ids=c HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n{\"productId\":\"p\"}"
+                .replacingOccurrences(of: "16", with: "17"))
+        #expect(answer.status == 201)
+        let body = try JSONParser.parse(Array(answer.raw[answer.raw.range(of: "\r\n\r\n")!.upperBound...].utf8))
+        #expect(body["ids"] == .array([.string("a&b"), .string("c")]))
+    }
+
+    @Test("IPv6 loopback and localhost are served", arguments: ["::1", "localhost"])
+    func addresses(host: String) throws {
+        let server = try HTTPServer(host: host, port: 0, responder: exampleRouter())
+        defer { server.stop() }
+        let client = try RawClient(port: server.port, host: host == "localhost" ? "localhost" : "::1")
+        defer { client.close() }
+        client.send("GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(client.receive().hasPrefix("HTTP/1.1 200"))
+    }
+
+    @Test("An unknown or unusable host is a clear error")
+    func badHost() {
+        #expect(throws: HTTPError.self) { _ = try HTTPServer(host: "256.1.1.1", port: 0, responder: exampleRouter()) }
+    }
+
+    @Test("A handler past the request deadline is answered 503 for it; the server keeps serving")
+    func deadline() throws {
+        let server = try Self.server { $0.requestTimeout = .milliseconds(300) }
+        defer { server.stop() }
+        let slow = try RawClient.exchange(port: server.port, "GET /slow?ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(slow.status == 503)
+        #expect(slow.code == "request_timeout")
+        let fast = try RawClient.exchange(port: server.port, "GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(fast.status == 200)
+    }
+
+    @Test("Idle connections hold no thread: with many open, other clients and slow handlers are still answered")
+    func idleConnections() async throws {
+        let server = try Self.server()
+        defer { server.stop() }
+        let idle = try (0..<300).map { _ in try RawClient(port: server.port) }
+        defer { idle.forEach { $0.close() } }
+        // Trickling clients: a request line that never completes.
+        for client in idle.prefix(100) { client.send("GET /_emulator/v1/clo") }
+        var opened = 0
+        for _ in 0..<100 where opened < 300 {
+            opened = server.openConnections
+            if opened < 300 { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(opened >= 300)
+        let port = server.port
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<32 {
+                group.addTask {
+                    let path = index % 2 == 0 ? "/slow?ms=100" : "/_emulator/v1/clock"
+                    return try RawClient.exchange(port: port, "GET \(path) HTTP/1.1\r\nHost: x\r\n\r\n").status
+                }
+            }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 200, count: 32))
+    }
+
+    @Test("Stopping answers a request still running with 503 (or closes it), and nothing crashes")
+    func stopWhileRunning() async throws {
+        let server = try Self.server()
+        let port = server.port
+        let pending = Task { try RawClient.exchange(port: port, "GET /slow?ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n") }
+        try await Task.sleep(for: .milliseconds(200))
+        server.stop()
+        let answer = try await pending.value
+        #expect(answer.status == 503 || answer.status == 0)
+        #expect(throws: RawClient.RawError.self) { _ = try RawClient(port: port) }
+    }
+}
+
+@Suite("HTTP client (libcurl) against the server")
+struct HTTPClientTests {
+    @Test("Sends methods, headers and bodies; returns statuses, headers and bodies")
+    func roundTrip() async throws {
+        let server = try HTTPServer(port: 0, responder: exampleRouter())
+        defer { server.stop() }
+        let client = HTTPClient(timeout: .seconds(5))
+        let base = "http://127.0.0.1:\(server.port)"
+        let created = try await client.send(
+            "POST", base + "/_emulator/v1/devices/D/apps/b/payments?ids=1&ids=2",
+            headers: [("Content-Type", "application/json")], body: Array(#"{"productId":"p"}"#.utf8))
+        #expect(created.status == 201)
+        #expect(created.header("content-type") == "application/json")
+        #expect(try JSONParser.parse(created.body)["ids"] == .array([.string("1"), .string("2")]))
+        let missing = try await client.send("GET", base + "/missing")
+        #expect(missing.status == 404)
+    }
+
+    @Test("Deadlines, refused connections, bad URLs and oversized answers are errors of their kind")
+    func failures() async throws {
+        let server = try HTTPServer(port: 0, responder: exampleRouter())
+        let base = "http://127.0.0.1:\(server.port)"
+        await #expect(throws: HTTPClientError.self) {
+            _ = try await HTTPClient(timeout: .milliseconds(200)).send("GET", base + "/slow?ms=3000")
+        }
+        do {
+            _ = try await HTTPClient(timeout: .milliseconds(200)).send("GET", base + "/slow?ms=3000")
+        } catch {
+            #expect(error.code == .timedOut)
+        }
+        do {
+            _ = try await HTTPClient(maxResponseBytes: 10).send("GET", base + "/_emulator/v1/clock")
+        } catch {
+            #expect(error.code == .responseTooLarge)
+        }
+        do {
+            _ = try await HTTPClient().send("GET", "ftp://example.invalid/x")
+        } catch {
+            #expect(error.code == .invalidURL)
+        }
+        server.stop()
+        do {
+            _ = try await HTTPClient().send("GET", base + "/_emulator/v1/clock?token=secret")
+            Issue.record("a stopped server cannot answer")
+        } catch {
+            #expect(error.code == .connectFailed)
+            #expect(!error.description.contains("secret"))
+        }
+    }
+}

@@ -260,20 +260,19 @@ static size_t count_parameters(const char *query) {
     return count;
 }
 
-// Returns the error to answer with (and whether the connection must close), or NULL when the request
-// may proceed; on success `*declared` is the Content-Length (0 when absent or chunked).
+// Returns the error to answer with, or NULL when the request may proceed; on success `*declared` is the
+// Content-Length (0 when absent or chunked). An answer queued now, before the body, always closes the
+// connection (libmicrohttpd does so even for a request without a body), so every error says so.
 static const client_error *check_request(const sk_server *server, sk_exchange *exchange,
                                          struct MHD_Connection *connection, const char *method,
-                                         const char *version, bool *close, uint64_t *declared) {
+                                         const char *version, uint64_t *declared) {
     const sk_server_options *limits = &server->limits;
     header_scan scan = {0};
     MHD_get_connection_values_n(connection, MHD_HEADER_KIND, scan_header, &scan);
-    bool has_body = scan.content_lengths > 0 || scan.transfer_encodings > 0;
-    *close = has_body;  // answering before the body means the body is never read: the connection is unusable
     *declared = 0;
 
+    // libmicrohttpd answers HTTP/0.x and 2+ itself (HTML 505); 1.2 to 1.9 reach us as "1.1-compatible".
     if (strcmp(version, MHD_HTTP_VERSION_1_1) != 0 && strcmp(version, MHD_HTTP_VERSION_1_0) != 0) {
-        *close = true;
         return &error_version;
     }
     if (exchange->uri_length > limits->max_url_bytes) return &error_url;
@@ -282,12 +281,11 @@ static const client_error *check_request(const sk_server *server, sk_exchange *e
 
     // Framing: exactly one way to know where the body ends, or none.
     if (scan.content_lengths > 1 || (scan.content_lengths > 0 && scan.transfer_encodings > 0)) {
-        *close = true;
         return &error_ambiguous;
     }
+    // Anything but a single "chunked": libmicrohttpd would read such a body until the client closes.
     if (scan.transfer_encodings > 0 &&
         (scan.transfer_encodings > 1 || strcasecmp(scan.transfer_encoding, "chunked") != 0)) {
-        *close = true;
         return &error_encoding;
     }
     if (scan.content_lengths == 1) {
@@ -296,16 +294,10 @@ static const client_error *check_request(const sk_server *server, sk_exchange *e
         uint64_t length = 0;
         for (size_t index = 0; index < scan.content_length_size; index++) {
             char digit = scan.content_length[index];
-            if (digit < '0' || digit > '9') {
-                *close = true;
-                return &error_ambiguous;
-            }
+            if (digit < '0' || digit > '9') return &error_ambiguous;
             length = length > (UINT64_MAX - 9) / 10 ? UINT64_MAX : length * 10 + (uint64_t)(digit - '0');
         }
-        if (length > limits->max_body) {
-            *close = true;
-            return &error_too_large;
-        }
+        if (length > limits->max_body) return &error_too_large;  // before reading it or sending 100
         *declared = length;
     }
     if (count_parameters(raw_query(exchange)) > limits->max_query_parameters) return &error_parameters;
@@ -498,10 +490,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
 
     if (!exchange->checked) {  // headers complete, nothing of the body read yet
         exchange->checked = true;
-        bool close = false;
         uint64_t declared = 0;
-        const client_error *error = check_request(server, exchange, connection, method, version, &close, &declared);
-        if (error) return queue_error(connection, error, close);
+        const client_error *error = check_request(server, exchange, connection, method, version, &declared);
+        if (error) return queue_error(connection, error, true);
         if (declared > 0) {
             exchange->body = malloc((size_t)declared);
             if (!exchange->body) return MHD_NO;

@@ -21,7 +21,7 @@ struct RawClient {
         defer { freeaddrinfo(list) }
         let descriptor = socket(first.pointee.ai_family, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0, connect(descriptor, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
-            if descriptor >= 0 { close(descriptor) }
+            if descriptor >= 0 { Glibc.close(descriptor) }
             throw RawError(message: "cannot connect to \(host):\(port)")
         }
         var timeout = timeval(tv_sec: 5, tv_usec: 0)

@@ -136,7 +136,8 @@ let package = Package(
         .testTarget(
             name: "StorekeeperCLITests",
             dependencies: [
-                "StorekeeperCLI", "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperJSON", "StorekeeperTestSupport",
+                "StorekeeperCLI", "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperJSON", "StorekeeperHTTP",
+                "StorekeeperTestSupport",
             ],
             swiftSettings: upcoming),
     ]

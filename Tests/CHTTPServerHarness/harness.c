@@ -10,6 +10,7 @@
 //   /hold          answered 2 s later from another thread (client-gone-while-suspended checks)
 //   /never         never answered by the handler: sk_server_stop must answer it with 503
 //   /cross         answered from another thread while the handler is still running (joined before return)
+//   /slow          the handler blocks 300 ms, then answers inline (stop racing a running handler)
 //   /connections   the number of open connections, as text
 //   anything else  a JSON echo of method, raw path, query pairs, header count, remote and body
 //
@@ -206,6 +207,9 @@ static void handle(void *context, sk_exchange *exchange, const sk_request *reque
         pthread_t thread;
         if (pthread_create(&thread, NULL, answer_from_thread, exchange) != 0) abort();
         pthread_join(thread, NULL);
+    } else if (strcmp(path, "/slow") == 0) {
+        nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+        sk_exchange_respond(exchange, 200, hello, sizeof(hello) - 1, text_plain, 1);
     } else if (strcmp(path, "/connections") == 0) {
         char text[32];
         int length = snprintf(text, sizeof(text), "%u\n", sk_server_connections(h->server));
@@ -216,7 +220,8 @@ static void handle(void *context, sk_exchange *exchange, const sk_request *reque
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
+    long port = argc >= 3 ? strtol(argv[2], NULL, 10) : -1;
+    if (argc < 3 || port < 0 || port > 65535) {
         fprintf(stderr, "usage: %s HOST PORT [THREADS]\n", argv[0]);
         return 2;
     }
@@ -237,7 +242,7 @@ int main(int argc, char **argv) {
 
     sk_server_options options = {
         .host = strcmp(argv[1], "NULL") == 0 ? NULL : argv[1],
-        .port = (uint16_t)atoi(argv[2]),
+        .port = (uint16_t)port,
         .max_body = 1 << 20,
         .max_header_bytes = 8192,
         .max_url_bytes = 4096,

@@ -1,8 +1,10 @@
 import StorekeeperCrypto
 import Foundation
+import StorekeeperHTTP
 import StorekeeperJSON
 import AppStoreReceipts
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// `storekeeper receipt verify | decode`, run in-process against files written to a temporary directory.
@@ -316,5 +318,68 @@ struct AppStoreServeTests {
         )
         #expect(queue["transactions"]?.arrayValue?.first?["transactionIdentifier"] == .string(transactionID))
         #expect(process.isRunning)
+    }
+}
+
+/// `kill -9` while many clients are buying: every purchase the emulator acknowledged is there after a restart.
+@Suite("storekeeper appstore serve under concurrent load")
+struct AppStoreServeLoadTests {
+    @Test(
+        "kill -9 under concurrent purchases loses no acknowledged transaction",
+        .enabled(
+            if: ExecutableTests.binary != nil && ExternalTool.find("curl") != nil, "storekeeper binary or curl missing")
+    )
+    func killUnderLoad() async throws {
+        let binary = try #require(ExecutableTests.binary)
+        let data = try ExternalTool.temporaryDirectory()
+        var (process, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
+        let account = try AppStoreServeTests.call(
+            base + "/_emulator/v1/accounts", "POST", #"{"environment":"Sandbox","storefront":"USA"}"#)
+        let device = try AppStoreServeTests.call(
+            base + "/_emulator/v1/devices", "POST", #"{"accountId":"\#(account["accountId"]!.stringValue!)"}"#)
+        let app = "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/com.example.storekeeper"
+        _ = try AppStoreServeTests.call(base + app + "/install", "POST", #"{"version":"1"}"#)
+        final class Acknowledged: Sendable {
+            let ids = Mutex<[String]>([])
+        }
+        let acknowledged = Acknowledged()
+        let client = HTTPClient(timeout: .seconds(5))
+        let url = base + app + "/payments"
+        let buyers = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for index in 0..<8 {
+                    group.addTask {
+                        for round in 0..<400 {
+                            let product = (index + round) % 2 == 0 ? "coins" : "pro"
+                            guard
+                                let answer = try? await client.send(
+                                    "POST", url, headers: [("Content-Type", "application/json")],
+                                    body: Array(#"{"productId":"com.example.storekeeper.\#(product)"}"#.utf8)),
+                                answer.status == 201,
+                                let id = try? JSONParser.parse(answer.body)["transaction"]?["transactionIdentifier"]?
+                                    .stringValue
+                            else { return }
+                            acknowledged.ids.withLock { $0.append(id) }
+                        }
+                    }
+                }
+            }
+        }
+        // Kill once purchases are flowing, while requests are in flight.
+        for _ in 0..<200 where acknowledged.ids.withLock({ $0.count }) < 50 { try await Task.sleep(for: .milliseconds(10)) }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        await buyers.value
+        let acknowledgedIDs = Set(acknowledged.ids.withLock { $0 })
+        #expect(acknowledgedIDs.count >= 50)
+        (process, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        let queue = try AppStoreServeTests.call(base + app + "/transactions")
+        let stored = Set(
+            (queue["transactions"]?.arrayValue ?? []).compactMap { $0["transactionIdentifier"]?.stringValue })
+        #expect(acknowledgedIDs.isSubset(of: stored), "lost: \(acknowledgedIDs.subtracting(stored).sorted().prefix(5))")
     }
 }

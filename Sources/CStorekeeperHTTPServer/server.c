@@ -662,13 +662,14 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
         flags, server->port, NULL, NULL, access_handler, server,
         MHD_OPTION_LISTEN_SOCKET, daemon_fd,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_LIMIT, options->connection_limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, options->idle_timeout_seconds,
+        MHD_OPTION_CONNECTION_TIMEOUT, options->idle_timeout_seconds,  // 0: no idle timeout
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory,
         MHD_OPTION_URI_LOG_CALLBACK, uri_logged, server,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, server,
         MHD_OPTION_NOTIFY_CONNECTION, connection_changed, server,
+        // Last, so that 0 can leave libmicrohttpd's default (the descriptor limit) instead of refusing all.
+        options->connection_limit ? MHD_OPTION_CONNECTION_LIMIT : MHD_OPTION_END, options->connection_limit,
         MHD_OPTION_END);
     if (!server->daemon) {
         int saved = errno;

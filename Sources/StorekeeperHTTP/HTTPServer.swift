@@ -8,7 +8,7 @@ public struct HTTPLimits: Sendable {
     /// Declared or received bodies larger than this are refused with 413 before they are read.
     public var maxBody = 1 << 20
     /// Request line and headers together.
-    public var maxHeader = 32 << 10
+    public var maxHeader = 16 << 10
     /// Path and query together.
     public var maxURL = 8 << 10
     public var maxQueryParameters = 256

@@ -23,34 +23,48 @@ typedef struct sk_request {
     const char *method;
     const char *path;          // raw path as received, NOT percent-decoded
     const sk_header *query;    // query parameters in order, names and values NOT percent-decoded
-    size_t query_count;        // (a parameter without '=' has value "")
+    size_t query_count;        // (a parameter without '=' has value ""; the query is split on '&', then
+                               // on the first '='; empty segments as in "a&&b" are skipped; '+' is kept)
     const sk_header *headers;  // request headers in order
     size_t header_count;
-    const uint8_t *body;
+    const uint8_t *body;       // never NULL (points at "" when empty)
     size_t body_length;
     const char *remote;        // client address, "127.0.0.1" or "::1" style
 } sk_request;
 
 /// Called on a pool thread for each complete request. `request` and its strings are valid until the
-/// exchange is answered.
+/// exchange is answered. Every exchange must be answered exactly once, even when the client has gone
+/// away meanwhile (the answer is then dropped and the exchange freed), unless sk_server_stop answered it.
 typedef void (*sk_handler)(void *context, sk_exchange *exchange, const sk_request *request);
 
 typedef struct sk_server_options {
     const char *host;                   // "127.0.0.1", "0.0.0.0", "::1", "::", "localhost" (both loopbacks
-                                        // where possible); NULL means 127.0.0.1
+                                        // where possible); NULL means 127.0.0.1. Implementation: one socket,
+                                        // so "localhost" binds 127.0.0.1 only; "::" is dual stack (IPv4
+                                        // clients appear as "127.0.0.1"-style remotes); other names are
+                                        // resolved with getaddrinfo
     uint16_t port;                      // 0 picks a free port
     size_t max_body;                    // declared or received body larger than this: 413
     size_t max_header_bytes;            // request line + headers larger than this: 431
     size_t max_url_bytes;               // path + query longer than this: 414
     unsigned int max_query_parameters;  // more parameters than this: 400
-    unsigned int connection_limit;      // concurrent connections
-    unsigned int idle_timeout_seconds;  // a connection with no traffic this long is closed
+    unsigned int connection_limit;      // concurrent connections (0: libmicrohttpd's default)
+    unsigned int idle_timeout_seconds;  // a connection with no traffic this long is closed (0: never;
+                                        // a connection waiting for an answer is never timed out)
     unsigned int threads;               // pool size (0: number of cores)
 } sk_server_options;
+// Client errors answered before the handler (JSON, Connection: close): 413 payload_too_large, 400
+// ambiguous_framing (several Content-Length, or Content-Length with Transfer-Encoding), 501
+// unsupported_transfer_encoding (anything but one "chunked"), 431 header_fields_too_large, 414
+// uri_too_long, 400 too_many_parameters, 505 http_version_not_supported; 503 server_stopping during stop.
+// libmicrohttpd's memory for a connection is 2 * (max_header_bytes + max_url_bytes) + 64 KiB, all of it
+// resident for a keep-alive connection once it has served a request.
 
 typedef struct sk_server sk_server;
 
-/// Starts a server. Returns NULL on failure and writes a reason into `error` (when not NULL).
+/// Starts a server. Returns NULL on failure and writes a reason into `error` (when not NULL), e.g.
+/// "cannot resolve host X: …", "address in use: 127.0.0.1 port 8080", "cannot bind …: <strerror>".
+/// Raises the process's RLIMIT_NOFILE soft limit to the hard limit.
 sk_server *sk_server_start(const sk_server_options *options, sk_handler handler, void *context, char *error,
                            size_t error_size);
 
@@ -58,6 +72,8 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
 uint16_t sk_server_port(const sk_server *server);
 
 /// Answers an exchange, from any thread, exactly once; the server copies `body` and the headers at once.
+/// Inside the handler it is queued when the handler returns; later, the suspended connection is resumed.
+/// libmicrohttpd sets Content-Length and Date itself (a Content-Length header passed here is ignored).
 void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8_t *body, size_t body_length,
                          const sk_header *headers, size_t header_count);
 
@@ -65,7 +81,8 @@ void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8
 unsigned int sk_server_connections(const sk_server *server);
 
 /// Stops accepting, closes connections and frees the server. Exchanges not yet answered are answered
-/// with 503 first; the handler must not touch them after this returns.
+/// with 503 first; the handler must not touch them after this returns. A respond call racing with stop
+/// (before it returns) is harmless: the first answer wins. Stop the threads that answer first.
 void sk_server_stop(sk_server *server);
 
 #endif

@@ -143,6 +143,9 @@ private final class Exchange: Sendable {
 }
 
 private final class HandlerBox: Sendable {
+    /// Handler tasks run here, not on the global cooperative pool: code elsewhere in the process that
+    /// blocks a pool thread cannot hold the server's answers back.
+    let executor = HandlerExecutor()
     let responder: Responder
     let limits: HTTPLimits
     let logger: Logger
@@ -154,7 +157,7 @@ private final class HandlerBox: Sendable {
         self.limits = limits
         self.logger = logger
         sweeper.withLock {
-            $0 = Task.detached { [weak self] in
+            $0 = Task(executorPreference: executor) { [weak self] in
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .milliseconds(250))
                     self?.answerOverdue()
@@ -240,9 +243,22 @@ private func handleRequest(context: UnsafeMutableRawPointer?, exchange: OpaquePo
         return
     }
     let pendingExchange = box.register(exchange)
-    Task {
+    Task(executorPreference: box.executor) {
         let response = await box.responder.respond(to: request)
         pendingExchange.respond(response)
         box.finish(pendingExchange)
     }
+}
+
+/// A task executor over a dispatch queue of the server's own (libdispatch's overcommitting threads, not
+/// Swift's cooperative pool), preferred by every handler task and the tasks it starts.
+final class HandlerExecutor: TaskExecutor {
+    private let queue = DispatchQueue(label: "storekeeper.http.handlers", attributes: .concurrent)
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+
+    func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
 }

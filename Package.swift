@@ -52,7 +52,8 @@ let package = Package(
         // Domain: one vocabulary, then the formats rendered and verified against it.
         .target(name: "StoreModel", swiftSettings: upcoming),
         .target(
-            name: "AppStoreReceipts", dependencies: ["StorekeeperASN1", "StorekeeperCrypto", "StorekeeperJSON", "StoreModel"],
+            name: "AppStoreReceipts",
+            dependencies: ["StorekeeperASN1", "StorekeeperCrypto", "StorekeeperJSON", "StoreModel"],
             swiftSettings: upcoming),
         .target(
             name: "StoreKitCatalog", dependencies: ["StorekeeperJSON", "StoreTime", "StoreModel"],
@@ -110,7 +111,8 @@ let package = Package(
             name: "AppStoreEmulatorTests",
             dependencies: [
                 "AppStoreEmulator", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
-                "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperSQLite", "StorekeeperTestSupport",
+                "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperSQLite",
+                "StorekeeperTestSupport",
             ],
             swiftSettings: upcoming),
         .testTarget(

@@ -20,4 +20,3 @@ public struct AppConfiguration: Codable, Sendable, Hashable {
         self.sharedSecret = sharedSecret
     }
 }
-

@@ -1,12 +1,12 @@
+import AppStoreReceipts
+import AppStoreSignedData
 public import Foundation
 public import StoreKitCatalog
 public import StoreModel
 public import StoreTime
 public import StorekeeperCrypto
-public import StorekeeperLogging
-import AppStoreReceipts
-import AppStoreSignedData
 import StorekeeperJSON
+public import StorekeeperLogging
 import Synchronization
 
 /// A caller mistake or a missing resource, reported by the API as a 4xx JSON error.
@@ -425,7 +425,8 @@ public final class AppStore: Sendable {
             transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
             if trial {
                 transaction.offer = Offer(
-                    type: .introductory, discountType: .freeTrial, period: subscription.introductoryOffer?.period?.description)
+                    type: .introductory, discountType: .freeTrial,
+                    period: subscription.introductoryOffer?.period?.description)
             }
         }
         let stored = StoredTransaction(
@@ -735,7 +736,9 @@ extension AppTransaction {
         app: AppConfiguration, install: Install, environment: Environment, created: Date, deviceVerification: String,
         nonce: UUID
     ) {
-        func milliseconds(_ date: Date) -> JSONValue { .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
+        func milliseconds(_ date: Date) -> JSONValue {
+            .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+        }
         self.init(json: [
             "receiptType": .string(environment.rawValue), "appAppleId": .integer(app.appAppleID),
             "bundleId": .string(app.bundleID), "applicationVersion": .string(install.version),

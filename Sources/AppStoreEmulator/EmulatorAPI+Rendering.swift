@@ -25,7 +25,8 @@ extension AppStore {
     static func render(_ entry: Catalog.Entry) -> JSONObject {
         var object: JSONObject = [
             "productId": .string(entry.productID), "type": .string(entry.kind.rawValue),
-            "displayName": .string(entry.name ?? entry.productID), "displayPrice": .string(entry.displayPrice ?? "0.00"),
+            "displayName": .string(entry.name ?? entry.productID),
+            "displayPrice": .string(entry.displayPrice ?? "0.00"),
         ]
         if let subscription = entry.subscription {
             object["subscriptionPeriod"] = .string(subscription.period?.description ?? "")
@@ -115,7 +116,8 @@ extension AppStore {
                     "product_id": .string(state.productID.rawValue),
                 ]
                 if !renewing, renewal.expired {
-                    object["expiration_intent"] = .string(String((state.expirationIntent ?? .customerCancelled).rawValue))
+                    object["expiration_intent"] = .string(
+                        String((state.expirationIntent ?? .customerCancelled).rawValue))
                     object["is_in_billing_retry_period"] = .string(state.isInBillingRetry ? "1" : "0")
                 }
                 return .object(object)

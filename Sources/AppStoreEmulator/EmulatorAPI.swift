@@ -47,22 +47,26 @@ extension AppStore {
         }
 
         let base = "/_emulator/v1"
-        router.add("GET", base + "/certificates", inline: { _, _ in
-            .json(
-                .object([
-                    "receiptRoot": .string(Data(store.pki.receipts.root.derEncoded).base64EncodedString()),
-                    "jwsRoot": .string(Data(store.pki.signedData.root.derEncoded).base64EncodedString()),
-                    "xcodeCompatible": .bool(false),
-                ]))
-        })
-        router.add("GET", base + "/clock", inline: { _, _ in
-            let (now, rate) = (store.now, store.rate)
-            return .json(
-                .object([
-                    "now": .integer(Int64((now.timeIntervalSince1970 * 1000).rounded(.down))),
-                    "rate": .string(rate.name),
-                ]))
-        })
+        router.add(
+            "GET", base + "/certificates",
+            inline: { _, _ in
+                .json(
+                    .object([
+                        "receiptRoot": .string(Data(store.pki.receipts.root.derEncoded).base64EncodedString()),
+                        "jwsRoot": .string(Data(store.pki.signedData.root.derEncoded).base64EncodedString()),
+                        "xcodeCompatible": .bool(false),
+                    ]))
+            })
+        router.add(
+            "GET", base + "/clock",
+            inline: { _, _ in
+                let (now, rate) = (store.now, store.rate)
+                return .json(
+                    .object([
+                        "now": .integer(Int64((now.timeIntervalSince1970 * 1000).rounded(.down))),
+                        "rate": .string(rate.name),
+                    ]))
+            })
         router.post(
             base + "/clock",
             guarded { request, _ in
@@ -154,7 +158,8 @@ extension AppStore {
                     appAccountToken: body["appAccountToken"]?.stringValue)
                 let (transaction, jws): (JSONObject, String?) =
                     switch outcome {
-                    case .purchased(let stored, let jws): (AppStore.render(.transaction(stored, state: "purchased")), jws)
+                    case .purchased(let stored, let jws):
+                        (AppStore.render(.transaction(stored, state: "purchased")), jws)
                     case .pending(let payment): (AppStore.render(.payment(payment)), nil)
                     }
                 return .json(
@@ -223,8 +228,9 @@ extension AppStore {
         router.post(
             app + "/vpp",
             guarded { request, context in
-                guard let action = (try request.jsonObject()["action"]?.stringValue).flatMap(
-                    AppStore.VolumePurchaseAction.init(rawValue:))
+                guard
+                    let action = (try request.jsonObject()["action"]?.stringValue).flatMap(
+                        AppStore.VolumePurchaseAction.init(rawValue:))
                 else { throw EmulatorError.invalid("action must be assign or revoke") }
                 return .json(
                     .object(

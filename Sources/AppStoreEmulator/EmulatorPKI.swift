@@ -1,5 +1,5 @@
-public import StorekeeperCrypto
 public import Foundation
+public import StorekeeperCrypto
 
 /// The emulator's own certificate chains, created on first start and kept in the data directory: RSA for
 /// receipts and P-256 for signed data, each root → intermediate (WWDR marker) → leaf (receipt-signing

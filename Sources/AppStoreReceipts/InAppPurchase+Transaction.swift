@@ -1,6 +1,5 @@
-public import StoreModel
-
 import Foundation
+public import StoreModel
 
 extension InAppPurchase {
     /// The receipt's rendering of a transaction (an in-app purchase attribute set, dates in whole seconds as

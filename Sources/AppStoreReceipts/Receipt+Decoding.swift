@@ -1,5 +1,5 @@
-import StorekeeperASN1
 import Foundation
+import StorekeeperASN1
 
 extension Receipt {
     /// Decodes a receipt payload: `Payload ::= SET OF ReceiptAttribute`,

@@ -1,6 +1,6 @@
+import Foundation
 import StorekeeperASN1
 public import StorekeeperCrypto
-import Foundation
 
 extension Receipt {
     /// The payload as DER: a `SET OF ReceiptAttribute`, sorted as DER requires (Apple's order), or in the

@@ -1,6 +1,6 @@
+public import Foundation
 import StorekeeperASN1
 public import StorekeeperCrypto
-public import Foundation
 
 /// What the caller expects of a receipt besides Apple's signature.
 public struct ReceiptExpectations: Sendable, Hashable {

@@ -1,5 +1,5 @@
-public import StorekeeperCrypto
 public import Foundation
+public import StorekeeperCrypto
 public import StorekeeperJSON
 
 /// Creates ES256 compact JWS (RFC 7515, RFC 7518 §3.4: signature `r‖s`), as the App Store signs StoreKit 2

@@ -9,7 +9,9 @@ extension JWSTransaction {
         _ transaction: Transaction, environment: Environment, signedDate: Date, storefront: String,
         storefrontID: String
     ) {
-        func milliseconds(_ date: Date) -> JSONValue { .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
+        func milliseconds(_ date: Date) -> JSONValue {
+            .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+        }
         var payload: JSONObject = [
             "transactionId": .string(transaction.id.rawValue),
             "originalTransactionId": .string(transaction.originalID.rawValue),

@@ -1,5 +1,5 @@
-import StorekeeperCrypto
 import Foundation
+import StorekeeperCrypto
 import Synchronization
 
 #if canImport(FoundationNetworking)
@@ -9,7 +9,7 @@ import Synchronization
 /// Sends a DER OCSP request to a responder and returns the DER response body.
 public protocol OCSPTransport: Sendable {
     /// The response body of an HTTP 200; throws ``OCSPTransportError`` for network failures and other statuses.
-    func post(_ body: [UInt8], to url: String) throws(OCSPTransportError) -> [UInt8]
+    func post(_ body: [UInt8], to url: String) async throws(OCSPTransportError) -> [UInt8]
 }
 
 public struct OCSPTransportError: Error, Sendable, CustomStringConvertible {
@@ -22,7 +22,7 @@ public struct OCSPTransportError: Error, Sendable, CustomStringConvertible {
 public struct URLSessionOCSPTransport: OCSPTransport {
     public init() {}
 
-    public func post(_ body: [UInt8], to url: String) throws(OCSPTransportError) -> [UInt8] {
+    public func post(_ body: [UInt8], to url: String) async throws(OCSPTransportError) -> [UInt8] {
         guard let endpoint = URL(string: url), endpoint.scheme == "http" || endpoint.scheme == "https" else {
             throw OCSPTransportError("responder URL '\(url)' is not HTTP")
         }
@@ -30,25 +30,18 @@ public struct URLSessionOCSPTransport: OCSPTransport {
         request.httpMethod = "POST"
         request.setValue("application/ocsp-request", forHTTPHeaderField: "Content-Type")
         request.httpBody = Data(body)
-        let outcome = Mutex<Result<[UInt8], OCSPTransportError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        let task = URLSession.shared.dataTask(with: request) { data, response, error in
-            let result: Result<[UInt8], OCSPTransportError>
-            if let error {
-                result = .failure(OCSPTransportError("OCSP responder unreachable: \(error.localizedDescription)"))
-            } else if let http = response as? HTTPURLResponse, http.statusCode != 200 {
-                result = .failure(OCSPTransportError("OCSP responder answered HTTP \(http.statusCode)"))
-            } else if let data, data.count <= 1 << 20 {
-                result = .success(Array(data))
-            } else {
-                result = .failure(OCSPTransportError("OCSP response missing or larger than 1 MiB"))
-            }
-            outcome.withLock { $0 = result }
-            done.signal()
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw OCSPTransportError("OCSP responder unreachable: \(error.localizedDescription)")
         }
-        task.resume()
-        done.wait()
-        return try outcome.withLock { $0! }.get()
+        if let http = response as? HTTPURLResponse, http.statusCode != 200 {
+            throw OCSPTransportError("OCSP responder answered HTTP \(http.statusCode)")
+        }
+        guard data.count <= 1 << 20 else { throw OCSPTransportError("OCSP response larger than 1 MiB") }
+        return Array(data)
     }
 }
 
@@ -70,12 +63,12 @@ final class OCSPChecker: Sendable {
     init(transport: any OCSPTransport) { self.transport = transport }
 
     /// `path` is leaf, intermediate, root.
-    func check(path: [Certificate], now: Date) -> Outcome {
+    func check(path: [Certificate], now: Date) async -> Outcome {
         guard path.count == 3 else { return .failed("OCSP needs a path of three certificates") }
         let key = path[0].derEncoded + path[1].derEncoded
         if let checked = cache.withLock({ $0[key] }), now.timeIntervalSince(checked) < Self.lifetime { return .good }
         for (certificate, issuer) in [(path[1], path[2]), (path[0], path[1])] {
-            let outcome = checkOne(certificate, issuer: issuer, root: path[2], now: now)
+            let outcome = await checkOne(certificate, issuer: issuer, root: path[2], now: now)
             guard outcome == .good else { return outcome }
         }
         cache.withLock { entries in
@@ -88,7 +81,9 @@ final class OCSPChecker: Sendable {
         return .good
     }
 
-    private func checkOne(_ certificate: Certificate, issuer: Certificate, root: Certificate, now: Date) -> Outcome {
+    private func checkOne(_ certificate: Certificate, issuer: Certificate, root: Certificate, now: Date) async
+        -> Outcome
+    {
         let request: (der: [UInt8], url: String?)
         do {
             request = try OCSP.request(for: certificate, issuer: issuer)
@@ -98,7 +93,7 @@ final class OCSPChecker: Sendable {
         guard let url = request.url else { return .failed("certificate names no OCSP responder") }
         let body: [UInt8]
         do {
-            body = try transport.post(request.der, to: url)
+            body = try await transport.post(request.der, to: url)
         } catch {
             return .unreachable(error.description)
         }

@@ -1,5 +1,5 @@
-public import StorekeeperCrypto
 public import Foundation
+public import StorekeeperCrypto
 public import StorekeeperJSON
 import Synchronization
 
@@ -15,6 +15,8 @@ public struct SignedDataResult: Sendable {
     /// For notifications: the verification of the nested `signedTransactionInfo`, `signedRenewalInfo` and
     /// `signedAppTransactionInfo`, by field name.
     public var nested: [String: SignedDataResult] = [:]
+    /// The validated certificate path (leaf, intermediate, root) whose OCSP check is still to be made.
+    var pendingOCSP: [Certificate]?
 
     public var isOK: Bool { status == .ok }
 }
@@ -81,8 +83,69 @@ public struct SignedDataVerifier: Sendable {
             configuration.onlineChecks ? OCSPChecker(transport: ocspTransport ?? URLSessionOCSPTransport()) : nil
     }
 
-    /// Verifies `token` as `type` (nil: detect it from the payload) at `now`.
+    /// Verifies `token` as `type` (nil: detect it from the payload) at `now`, without going online. With
+    /// `onlineChecks` configured, a token that passes every other check is
+    /// `RETRYABLE_VERIFICATION_FAILURE` here: call ``verifyOnline(_:as:now:)`` instead, which awaits the
+    /// OCSP responders; this method never blocks.
     public func verify(_ token: String, as type: SignedDataType? = nil, now: Date) -> SignedDataResult {
+        var result = verifyOffline(token, as: type, now: now)
+        func refuse(_ result: inout SignedDataResult) {
+            if result.isOK, result.pendingOCSP != nil {
+                result.status = .retryableVerificationFailure
+                result.reason = "online checks are configured: use verifyOnline, which awaits the OCSP responders"
+            }
+            result.pendingOCSP = nil
+        }
+        refuse(&result)
+        for key in result.nested.keys { refuse(&result.nested[key]!) }
+        if result.nested.values.contains(where: { !$0.isOK }) { result = Self.droppingFailedNested(result) }
+        return result
+    }
+
+    /// Verifies `token` like ``verify(_:as:now:)`` and then, with `onlineChecks` configured, asks the OCSP
+    /// responders of the leaf and the intermediate (answers cached for 15 minutes): `REVOKED`-style
+    /// answers are `VERIFICATION_FAILURE`, an unreachable responder `RETRYABLE_VERIFICATION_FAILURE`.
+    public func verifyOnline(_ token: String, as type: SignedDataType? = nil, now: Date) async -> SignedDataResult {
+        var result = verifyOffline(token, as: type, now: now)
+        func check(_ result: inout SignedDataResult) async {
+            guard let path = result.pendingOCSP else { return }
+            result.pendingOCSP = nil
+            guard result.isOK, let ocsp else { return }
+            switch await ocsp.check(path: path, now: now) {
+            case .good: break
+            case .unreachable(let reason):
+                result.status = .retryableVerificationFailure
+                result.reason = reason
+            case .failed(let reason):
+                result.status = .verificationFailure
+                result.reason = reason
+            }
+        }
+        await check(&result)
+        for key in result.nested.keys.sorted() { await check(&result.nested[key]!) }
+        if result.nested.values.contains(where: { !$0.isOK }) { result = Self.droppingFailedNested(result) }
+        return result
+    }
+
+    /// A notification whose nested token failed a later check loses that token's decoded form.
+    static func droppingFailedNested(_ result: SignedDataResult) -> SignedDataResult {
+        var result = result
+        let container = result.payload?["data"] != nil ? "data" : "appData"
+        guard var payload = result.payload, var data = payload[container]?.objectValue else { return result }
+        let decodedNames = [
+            "signedTransactionInfo": "transactionInfo", "signedRenewalInfo": "renewalInfo",
+            "signedAppTransactionInfo": "appTransactionInfo",
+        ]
+        for (field, nested) in result.nested where !nested.isOK {
+            if let decoded = decodedNames[field] { data[decoded] = nil }
+        }
+        payload[container] = .object(data)
+        result.payload = payload
+        return result
+    }
+
+    /// Every check but OCSP, which is left in `pendingOCSP` when configured.
+    func verifyOffline(_ token: String, as type: SignedDataType? = nil, now: Date) -> SignedDataResult {
         let jws: CompactJWS
         let cached = lastHeader.value.withLock { $0 }
         do {
@@ -105,11 +168,15 @@ public struct SignedDataVerifier: Sendable {
             certificates = chain.prefix(2).map { Data(base64Encoded: $0).map { Array($0) } }
             lastHeader.value.withLock { $0 = (jws, certificates) }
         }
-        if let (status, reason) = verifySignature(jws, chain: chain, certificates: certificates, type: kind, now: now) {
+        var validatedPath: [Certificate]?
+        if let (status, reason) = verifySignature(
+            jws, chain: chain, certificates: certificates, type: kind, now: now, path: &validatedPath)
+        {
             result.status = status
             result.reason = reason
             return result
         }
+        if ocsp != nil { result.pendingOCSP = validatedPath }
         if let (status, reason) = checkClaims(jws.payload, type: kind) {
             result.status = status
             result.reason = reason
@@ -123,7 +190,8 @@ public struct SignedDataVerifier: Sendable {
 
     /// `certificates` are the first two of `chain`, base64-decoded (nil where that fails).
     private func verifySignature(
-        _ jws: CompactJWS, chain: [String], certificates: [[UInt8]?], type: SignedDataType, now: Date
+        _ jws: CompactJWS, chain: [String], certificates: [[UInt8]?], type: SignedDataType, now: Date,
+        path validatedPath: inout [Certificate]?
     ) -> (VerificationStatus, String)? {
         guard jws.header["alg"]?.stringValue == "ES256" else {
             return (.verificationFailure, "the algorithm is not ES256")
@@ -158,13 +226,7 @@ public struct SignedDataVerifier: Sendable {
         case .invalid(let failure):
             return (.verificationFailure, failure.reason)
         case .valid(let path):
-            if let ocsp {
-                switch ocsp.check(path: path.certificates, now: now) {
-                case .good: break
-                case .unreachable(let reason): return (.retryableVerificationFailure, reason)
-                case .failed(let reason): return (.verificationFailure, reason)
-                }
-            }
+            validatedPath = path.certificates
         }
         guard let key = evaluation.signerKey,
             key.verify(rawECDSASignature: jws.signature, message: jws.signingInput, digest: .sha256)
@@ -221,7 +283,7 @@ public struct SignedDataVerifier: Sendable {
         ]
         for field in fields {
             guard let token = data[field.signed]?.stringValue else { continue }
-            let nested = verify(token, as: field.type, now: now)
+            let nested = verifyOffline(token, as: field.type, now: now)
             result.nested[field.signed] = nested
             if nested.isOK, let decoded = nested.payload { data[field.decoded] = .object(decoded) }
         }

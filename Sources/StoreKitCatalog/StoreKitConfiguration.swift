@@ -1,7 +1,7 @@
 import Foundation
-public import StorekeeperJSON
 public import StoreModel
 public import StoreTime
+public import StorekeeperJSON
 
 /// An Xcode StoreKit configuration file (`.storekit`, JSON, formats 1.1–5.0): the emulator's catalogue.
 ///

@@ -9,8 +9,9 @@ public struct Offer: Sendable, Hashable, Codable {
     /// ISO 8601 duration of the discounted period, e.g. "P1W".
     public var period: String?
 
-    public init(type: OfferType, identifier: String? = nil, discountType: OfferDiscountType? = nil, period: String? = nil)
-    {
+    public init(
+        type: OfferType, identifier: String? = nil, discountType: OfferDiscountType? = nil, period: String? = nil
+    ) {
         self.type = type
         self.identifier = identifier
         self.discountType = discountType

@@ -1,11 +1,11 @@
-import StoreKitCatalog
-import StorekeeperCrypto
 import AppStoreEmulator
 import Foundation
+import StoreKitCatalog
+import StoreTime
+import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperLogging
-import StoreTime
 import Synchronization
 
 #if canImport(FoundationNetworking)

@@ -1,6 +1,6 @@
-import StorekeeperCrypto
-import Foundation
 import AppStoreReceipts
+import Foundation
+import StorekeeperCrypto
 
 extension Arguments {
     /// An RFC 3339 date option (`--now`), or nil when absent.

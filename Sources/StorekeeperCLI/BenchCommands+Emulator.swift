@@ -49,11 +49,16 @@ extension BenchCommands {
             progress(console, "round \(round + 1) of \(rounds)…")
             var row: [Double] = []
             for store in stores {
-                row.append(try blocking { try await purchaseRate(store, products: products, clients: clients, seconds: seconds) })
+                row.append(
+                    try blocking {
+                        try await purchaseRate(store, products: products, clients: clients, seconds: seconds)
+                    })
             }
             rates.append(row)
         }
-        let counts = try blocking { [try await stores[0].store.transactionCount(), try await stores[1].store.transactionCount()] }
+        let counts = try blocking {
+            [try await stores[0].store.transactionCount(), try await stores[1].store.transactionCount()]
+        }
         let result = Rates(rounds: rates)
         console.write(
             """
@@ -109,7 +114,8 @@ extension BenchCommands {
                             expiresDate: subscription ? now.addingTimeInterval(365 * 86_400) : nil,
                             webOrderLineItemID: subscription ? Int64(offset) : nil,
                             price: Money(milliunits: 990, currency: "USD"))
-                        try store.insert(StoredTransaction(transaction: transaction, accountID: account, finished: true))
+                        try store.insert(
+                            StoredTransaction(transaction: transaction, accountID: account, finished: true))
                         if subscription {
                             try store.save(
                                 StoredSubscription(
@@ -117,7 +123,8 @@ extension BenchCommands {
                                         originalTransactionID: id, productID: transaction.productID,
                                         expiresDate: transaction.expiresDate),
                                     accountID: account, bundleID: bundle, latestTransactionID: id))
-                            try store.schedule(DueEvent(kind: .renewal, key: id.rawValue, due: transaction.expiresDate!))
+                            try store.schedule(
+                                DueEvent(kind: .renewal, key: id.rawValue, due: transaction.expiresDate!))
                         }
                     }
                 }

@@ -13,7 +13,8 @@ import StorekeeperJSON
 extension BenchCommands {
     static let httpSpec = Arguments.Spec(
         command: "storekeeper bench http",
-        abstract: "Measure the HTTP layer against bare libmicrohttpd, verifyReceipt over HTTP, and service under idle and slow clients.",
+        abstract:
+            "Measure the HTTP layer against bare libmicrohttpd, verifyReceipt over HTTP, and service under idle and slow clients.",
         options: [
             .init(name: "seconds", valueName: "s", help: "Length of each wrk run (default: 5)."),
             .init(name: "rounds", valueName: "n", help: "Interleaved bare/route rounds (default: 3)."),
@@ -75,7 +76,8 @@ extension BenchCommands {
         var routeRates: [Double] = []
         for round in 0..<rounds {
             progress(console, "empty route against bare libmicrohttpd, round \(round + 1) of \(rounds)…")
-            bareRates.append(try runWrk(wrk, url: "http://127.0.0.1:\(bare.port)/empty", seconds: seconds).requestsPerSecond)
+            bareRates.append(
+                try runWrk(wrk, url: "http://127.0.0.1:\(bare.port)/empty", seconds: seconds).requestsPerSecond)
             routeRates.append(
                 try runWrk(wrk, url: "http://127.0.0.1:\(routeServer.port)/empty", seconds: seconds).requestsPerSecond)
         }
@@ -123,17 +125,22 @@ extension BenchCommands {
         var idleResult: WrkResult?
         var trickleResult: WrkResult?
         var held = (idle: 0, trickle: 0)
+        var idleMemory = 0
+        let baseMemory = residentKilobytes()
         if idleCount > 0 {
             progress(console, "holding \(idleCount) idle connections…")
             let child = try holdConnections(port: server.port, count: idleCount, trickle: false, seconds: seconds + 30)
             held.idle = waitForConnections(server, atLeast: idleCount)
+            Thread.sleep(forTimeInterval: 1)
+            idleMemory = residentKilobytes()
             idleResult = try runWrk(wrk, url: clockURL, seconds: seconds, connections: 4)
             child.terminate()
             child.waitUntilExit()
         }
         if trickleCount > 0 {
             progress(console, "holding \(trickleCount) trickling clients…")
-            let child = try holdConnections(port: server.port, count: trickleCount, trickle: true, seconds: seconds + 30)
+            let child = try holdConnections(
+                port: server.port, count: trickleCount, trickle: true, seconds: seconds + 30)
             held.trickle = waitForConnections(server, atLeast: trickleCount)
             trickleResult = try runWrk(wrk, url: clockURL, seconds: seconds, connections: 4)
             child.terminate()
@@ -160,14 +167,19 @@ extension BenchCommands {
 
             """
         if let idleResult {
-            report += "  \(held.idle) idle connections held: another client \(rate(idleResult.requestsPerSecond)) req/s, p99 \(latency(idleResult.p99Milliseconds)) (target < 100 ms)\(errors(idleResult))\n"
+            report +=
+                "  \(held.idle) idle keep-alive connections (one request each, then silent): another client \(rate(idleResult.requestsPerSecond)) req/s, p99 \(latency(idleResult.p99Milliseconds)) (target < 100 ms)\(errors(idleResult))\n"
+            report +=
+                "    resident memory while they are held: \(idleMemory / 1024) MiB (\(baseMemory / 1024) MiB before)\n"
         }
         if let trickleResult {
-            report += "  \(held.trickle) trickling clients held: another client \(rate(trickleResult.requestsPerSecond)) req/s, p99 \(latency(trickleResult.p99Milliseconds))\(errors(trickleResult))\n"
+            report +=
+                "  \(held.trickle) trickling clients held: another client \(rate(trickleResult.requestsPerSecond)) req/s, p99 \(latency(trickleResult.p99Milliseconds))\(errors(trickleResult))\n"
         }
         if let memory {
             let growth = Double(memory.after - memory.before) / Double(max(memory.before, 1))
-            report += "  resident memory: \(memory.before / 1024) MiB before, \(memory.after / 1024) MiB 2 s after \(soak) s of load (\(String(format: "%+.1f", growth * 100))%, target within ±20%)\n"
+            report +=
+                "  resident memory: \(memory.before / 1024) MiB before, \(memory.after / 1024) MiB 2 s after \(soak) s of load (\(String(format: "%+.1f", growth * 100))%, target within ±20%)\n"
         }
         console.write(report + "\n")
         return 0
@@ -206,9 +218,20 @@ extension BenchCommands {
             }
             sockets.append(descriptor)
         }
-        console.write("holding \(sockets.count)\n")
         let request = Array("GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\n".utf8)
         let trickle = arguments.flag("trickle")
+        if !trickle {
+            // Keep-alive connections: each makes one request, reads the answer, then stays idle.
+            var timeout = timeval(tv_sec: 5, tv_usec: 0)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let complete = request + Array("\r\n".utf8)
+            for descriptor in sockets {
+                setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                _ = send(descriptor, complete, complete.count, Int32(MSG_NOSIGNAL))
+                _ = recv(descriptor, &buffer, buffer.count, 0)
+            }
+        }
+        console.write("holding \(sockets.count)\n")
         for second in 0..<seconds {
             if trickle {
                 let byte = [request[second % request.count]]
@@ -229,8 +252,10 @@ extension BenchCommands {
             process.executableURL = URL(fileURLWithPath: found)
         }
         process.arguments =
-            ["bench", "hold-connections", "--port", String(port), "--connections", String(count), "--seconds",
-            String(seconds)] + (trickle ? ["--trickle"] : [])
+            [
+                "bench", "hold-connections", "--port", String(port), "--connections", String(count), "--seconds",
+                String(seconds),
+            ] + (trickle ? ["--trickle"] : [])
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -277,7 +302,9 @@ extension BenchCommands {
             let value = Double(line.split(separator: " ").last ?? "")
         else { throw RuntimeError("wrk printed no rate:\n\(text)") }
         var p99: Double?
-        if let line = text.split(separator: "\n").first(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix("99%") }) {
+        if let line = text.split(separator: "\n").first(where: {
+            $0.trimmingCharacters(in: .whitespaces).hasPrefix("99%")
+        }) {
             p99 = milliseconds(String(line.split(separator: " ").last ?? ""))
         }
         var non2xx = 0
@@ -288,7 +315,8 @@ extension BenchCommands {
     }
 
     static func milliseconds(_ text: String) -> Double? {
-        for (suffix, scale) in [("us", 0.001), ("ms", 1.0), ("s", 1000.0), ("m", 60_000.0)] where text.hasSuffix(suffix) {
+        for (suffix, scale) in [("us", 0.001), ("ms", 1.0), ("s", 1000.0), ("m", 60_000.0)] where text.hasSuffix(suffix)
+        {
             return Double(text.dropLast(suffix.count)).map { $0 * scale }
         }
         return nil
@@ -306,6 +334,8 @@ extension BenchCommands {
 
     static func findExecutable(_ name: String) -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+        return path.split(separator: ":").map { "\($0)/\(name)" }.first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
     }
 }

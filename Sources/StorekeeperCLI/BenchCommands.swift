@@ -1,8 +1,8 @@
-import StorekeeperCrypto
-import Foundation
-import StorekeeperJSON
 import AppStoreReceipts
 import AppStoreSignedData
+import Foundation
+import StorekeeperCrypto
+import StorekeeperJSON
 
 /// `storekeeper bench …`: throughput on one core, printed next to a bare OpenSSL rate from the same run.
 enum BenchCommands {

@@ -1,9 +1,9 @@
-import StorekeeperCrypto
-import Foundation
-import StoreModel
-import StorekeeperJSON
 import AppStoreReceipts
 import AppStoreSignedData
+import Foundation
+import StoreModel
+import StorekeeperCrypto
+import StorekeeperJSON
 
 /// `storekeeper jws verify | decode | sign` and `storekeeper offer sign`.
 enum JWSCommands {
@@ -114,7 +114,11 @@ enum JWSCommands {
             throw UsageError(error.description)
         }
         let token = try readToken(arguments.positional(0), console: console)
-        let result = verifier.verify(token, as: type, now: current)
+        let (kind, at) = (type, current)
+        let result =
+            configuration.onlineChecks
+            ? try blocking { await verifier.verifyOnline(token, as: kind, now: at) }
+            : verifier.verify(token, as: type, now: current)
         switch format {
         case .json: console.write(JSONWriter.string(.object(json(result)), pretty: true) + "\n")
         case .text:

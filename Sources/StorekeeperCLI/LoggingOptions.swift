@@ -13,7 +13,8 @@ enum LoggingOptions {
         if let name = arguments.value("log-level") {
             guard let parsed = Logger.Level(name: name) else {
                 throw UsageError(
-                    "'\(name)' is not a log level (\(Logger.Level.allCases.map(\.description).joined(separator: ", ")))")
+                    "'\(name)' is not a log level (\(Logger.Level.allCases.map(\.description).joined(separator: ", ")))"
+                )
             }
             level = parsed
         }

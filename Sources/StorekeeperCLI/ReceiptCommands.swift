@@ -1,7 +1,7 @@
-import StorekeeperCrypto
-import Foundation
-import StorekeeperJSON
 import AppStoreReceipts
+import Foundation
+import StorekeeperCrypto
+import StorekeeperJSON
 
 /// `storekeeper receipt verify | decode | sample`.
 enum ReceiptCommands {

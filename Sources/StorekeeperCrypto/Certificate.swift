@@ -1,6 +1,6 @@
-public import StorekeeperASN1
 internal import CStorekeeperOpenSSL
 public import Foundation
+public import StorekeeperASN1
 
 /// An X.509 certificate (OpenSSL `X509`) with its DER bytes.
 // @unchecked Sendable: the X509 is never mutated after init; OpenSSL's read accessors and chain building

@@ -1,6 +1,6 @@
-public import StorekeeperASN1
 internal import CStorekeeperOpenSSL
 public import Foundation
+public import StorekeeperASN1
 
 /// Issues X.509 v3 certificates: test and emulator CAs, intermediates and signing leaves.
 public struct CertificateBuilder: Sendable {

@@ -123,7 +123,9 @@ private final class Exchange: Sendable {
     }
 
     /// Whether this caller won the right to answer.
-    func claim() -> Bool { answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged }
+    func claim() -> Bool {
+        answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+    }
 
     /// Sends the answer if nobody else has.
     func respond(_ response: HTTPResponse) {
@@ -179,7 +181,8 @@ private final class HandlerBox: Sendable {
         for exchange in overdue {
             logger.warning("request.deadline", ["request.deadline.seconds": String(describing: limits.requestTimeout)])
             exchange.respond(
-                HTTPError(status: 503, code: "request_timeout", message: "the request took too long to answer").response)
+                HTTPError(status: 503, code: "request_timeout", message: "the request took too long to answer").response
+            )
         }
     }
 
@@ -207,7 +210,9 @@ private final class HandlerBox: Sendable {
 
 /// The C callback, on one of libmicrohttpd's pool threads: turns the request into Swift values and starts
 /// the handler as a task; the connection stays suspended until the task (or the deadline) answers.
-private func handleRequest(context: UnsafeMutableRawPointer?, exchange: OpaquePointer?, request: UnsafePointer<sk_request>?) {
+private func handleRequest(
+    context: UnsafeMutableRawPointer?, exchange: OpaquePointer?, request: UnsafePointer<sk_request>?
+) {
     guard let context, let exchange, let raw = request?.pointee else { return }
     let box = Unmanaged<HandlerBox>.fromOpaque(context).takeUnretainedValue()
     var headers: [(name: String, value: String)] = []
@@ -228,7 +233,9 @@ private func handleRequest(context: UnsafeMutableRawPointer?, exchange: OpaquePo
         }
         parameters.append(HTTPQuery.Parameter(name: name, value: value))
     }
-    let body = raw.body_length > 0 && raw.body != nil ? Array(UnsafeBufferPointer(start: raw.body, count: raw.body_length)) : []
+    let body =
+        raw.body_length > 0 && raw.body != nil
+        ? Array(UnsafeBufferPointer(start: raw.body, count: raw.body_length)) : []
     let request = HTTPRequest(
         method: String(cString: raw.method), path: String(cString: raw.path), query: HTTPQuery(parameters),
         headers: headers, body: body, remoteAddress: raw.remote.map { String(cString: $0) })

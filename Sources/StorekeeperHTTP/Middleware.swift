@@ -56,7 +56,8 @@ public struct AccessLogMiddleware: InlineMiddleware {
     }
 
     private func log(
-        _ request: HTTPRequest, _ context: RequestContext, _ status: Int, _ bytes: Int, _ started: ContinuousClock.Instant
+        _ request: HTTPRequest, _ context: RequestContext, _ status: Int, _ bytes: Int,
+        _ started: ContinuousClock.Instant
     ) {
         guard context.logger.level <= .info else { return }
         let elapsed = ContinuousClock.now - started

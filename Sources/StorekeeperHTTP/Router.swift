@@ -67,7 +67,10 @@ public struct Router {
     }
 
     /// Adds a route that never awaits.
-    public mutating func add(_ method: String, _ pattern: String, inline: @escaping @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse) {
+    public mutating func add(
+        _ method: String, _ pattern: String,
+        inline: @escaping @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse
+    ) {
         add(method, pattern, inline: { try inline($0, $1) }, otherwise: { try inline($0, $1) })
     }
 
@@ -171,7 +174,8 @@ public struct Responder: Sendable {
     private func makeContext(_ request: HTTPRequest) -> RequestContext {
         let id = request.header("X-Request-ID").flatMap(RequestIDs.accept) ?? requestID()
         // A logger that writes nothing need not carry the id.
-        return RequestContext(requestID: id, logger: logger.level == .critical ? logger : logger.with(["request.id": id]))
+        return RequestContext(
+            requestID: id, logger: logger.level == .critical ? logger : logger.with(["request.id": id]))
     }
 
     private static func routeInline(

@@ -30,7 +30,9 @@ public final class Connection {
     private func prepared(_ sql: String) throws(SQLiteError) -> OpaquePointer {
         if let statement = statements[sql] { return statement }
         var statement: OpaquePointer?  // sqlite3_stmt
-        let status = sql.withCString { sqlite3_prepare_v3(handle, $0, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) }
+        let status = sql.withCString {
+            sqlite3_prepare_v3(handle, $0, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        }
         guard status == SQLITE_OK, let statement else { throw error(status, sql) }
         if statements.count >= 256 {
             for old in statements.values { sqlite3_finalize(old) }

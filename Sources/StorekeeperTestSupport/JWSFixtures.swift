@@ -1,7 +1,7 @@
-public import StorekeeperCrypto
-import Foundation
-public import StorekeeperJSON
 import AppStoreSignedData
+import Foundation
+public import StorekeeperCrypto
+public import StorekeeperJSON
 
 /// StoreKit 2 payloads and ECDSA chains built in code, signed like the App Store signs them.
 public enum JWSFixtures {

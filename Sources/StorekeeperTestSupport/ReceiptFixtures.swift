@@ -1,7 +1,7 @@
+public import AppStoreReceipts
+public import Foundation
 import StorekeeperASN1
 public import StorekeeperCrypto
-public import Foundation
-public import AppStoreReceipts
 
 /// Receipts built in code from a fixed reference time, signed by ``TestPKI``.
 public enum ReceiptFixtures {

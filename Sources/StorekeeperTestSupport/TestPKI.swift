@@ -1,5 +1,5 @@
-public import StorekeeperCrypto
 public import Foundation
+public import StorekeeperCrypto
 
 /// Certificate chains for tests, from ``SigningChain``: an Apple-like RSA chain valid around a fixed
 /// reference time, with switches to break it.

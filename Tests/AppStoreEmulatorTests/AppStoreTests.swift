@@ -1,15 +1,15 @@
-import StoreKitCatalog
-import StorekeeperCrypto
 import AppStoreEmulator
-import Foundation
-import StoreModel
-import StorekeeperHTTP
-import StorekeeperJSON
 import AppStoreReceipts
 import AppStoreSignedData
+import Foundation
+import StoreKitCatalog
+import StoreModel
 import StoreTime
-import Synchronization
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// The emulator driven through its HTTP responder (no sockets), with a fake real-time clock.

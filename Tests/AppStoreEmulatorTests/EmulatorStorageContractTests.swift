@@ -24,7 +24,9 @@ struct EmulatorStorageContractTests {
     static let start = Date(timeIntervalSince1970: 1_704_067_200)
     static let account = Account(id: "A1", environment: .sandbox, storefront: "USA")
 
-    static func transaction(_ id: String, account: AccountID = "A1", at offset: TimeInterval, kind: ProductKind = .consumable)
+    static func transaction(
+        _ id: String, account: AccountID = "A1", at offset: TimeInterval, kind: ProductKind = .consumable
+    )
         -> StoredTransaction
     {
         StoredTransaction(
@@ -131,7 +133,9 @@ struct EmulatorStorageContractTests {
         }
     }
 
-    @Test("An account's transactions come back by purchase date then numeric id, others' never", arguments: Backend.allCases)
+    @Test(
+        "An account's transactions come back by purchase date then numeric id, others' never",
+        arguments: Backend.allCases)
     func ordering(backend: Backend) async throws {
         let storage = try await backend.make()
         try await storage.write { store in

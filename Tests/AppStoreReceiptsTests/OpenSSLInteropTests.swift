@@ -1,6 +1,6 @@
-import StorekeeperCrypto
-import Foundation
 import AppStoreReceipts
+import Foundation
+import StorekeeperCrypto
 import StorekeeperTestSupport
 import Testing
 

@@ -1,6 +1,6 @@
+import AppStoreReceipts
 import Foundation
 import StorekeeperJSON
-import AppStoreReceipts
 import StorekeeperTestSupport
 import Testing
 

@@ -1,7 +1,7 @@
+import AppStoreReceipts
+import Foundation
 import StorekeeperASN1
 import StorekeeperCrypto
-import Foundation
-import AppStoreReceipts
 import StorekeeperTestSupport
 import Testing
 

@@ -1,9 +1,9 @@
-import StorekeeperCrypto
-import Foundation
-import StorekeeperJSON
 import AppStoreSignedData
-import Synchronization
+import Foundation
+import StorekeeperCrypto
+import StorekeeperJSON
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// Online checks against OCSP responses made by the `openssl ocsp` tool from an index of our own chain,
@@ -52,7 +52,7 @@ struct OCSPTests {
         }
 
         /// Answers the intermediate's request (first of each pair) as the root, the leaf's as the intermediate.
-        func post(_ body: [UInt8], to url: String) throws(OCSPTransportError) -> [UInt8] {
+        func post(_ body: [UInt8], to url: String) async throws(OCSPTransportError) -> [UInt8] {
             let call = calls.withLock { count in
                 count += 1
                 return count
@@ -97,42 +97,52 @@ struct OCSPTests {
     }
 
     @Test("Good answers for intermediate and leaf: OK, and the answer is cached")
-    func good() throws {
+    func good() async throws {
         let responder = try Responder()
         let verifier = try responder.verifier()
-        let result = verifier.verify(try responder.token(), now: Date())
+        let result = await verifier.verifyOnline(try responder.token(), now: Date())
         #expect(result.status == .ok, "\(result.reason ?? "")")
         #expect(responder.calls.withLock { $0 } == 2)
-        #expect(verifier.verify(try responder.token(), now: Date()).status == .ok)
+        #expect(await verifier.verifyOnline(try responder.token(), now: Date()).status == .ok)
         #expect(responder.calls.withLock { $0 } == 2)
     }
 
-    @Test("A revoked leaf is a verification failure")
-    func revoked() throws {
-        let responder = try Responder(revokedLeaf: true)
+    @Test("The synchronous verify never goes online: with online checks configured it is retryable, not OK")
+    func synchronousRefuses() throws {
+        let responder = try Responder()
         let result = try responder.verifier().verify(try responder.token(), now: Date())
+        #expect(result.status == .retryableVerificationFailure)
+        #expect(result.reason?.contains("verifyOnline") == true)
+        #expect(responder.calls.withLock { $0 } == 0)
+    }
+
+    @Test("A revoked leaf is a verification failure")
+    func revoked() async throws {
+        let responder = try Responder(revokedLeaf: true)
+        let result = try await responder.verifier().verifyOnline(try responder.token(), now: Date())
         #expect(result.status == .verificationFailure)
         #expect(result.reason?.contains("revoked") == true)
     }
 
     @Test("An unreachable responder is RETRYABLE_VERIFICATION_FAILURE; a garbage answer is VERIFICATION_FAILURE")
-    func failures() throws {
+    func failures() async throws {
         let unreachable = try Responder(reply: { _ in .failure(OCSPTransportError("connection refused")) })
         #expect(
-            try unreachable.verifier().verify(try unreachable.token(), now: Date()).status
+            try await unreachable.verifier().verifyOnline(try unreachable.token(), now: Date()).status
                 == .retryableVerificationFailure)
         let garbage = try Responder(reply: { _ in .success([0x30, 0x03, 0x0a, 0x01, 0x00]) })
-        #expect(try garbage.verifier().verify(try garbage.token(), now: Date()).status == .verificationFailure)
+        #expect(
+            try await garbage.verifier().verifyOnline(try garbage.token(), now: Date()).status == .verificationFailure)
     }
 
     @Test("The real transport reports a refused connection as retryable")
-    func realTransport() throws {
+    func realTransport() async throws {
         let responder = try Responder()
         let verifier = try SignedDataVerifier(
             .init(
                 trustedRoots: [responder.chain.root], bundleID: JWSFixtures.bundleID, environment: "Sandbox",
                 onlineChecks: true))
         // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
-        #expect(verifier.verify(try responder.token(), now: Date()).status == .retryableVerificationFailure)
+        #expect(await verifier.verifyOnline(try responder.token(), now: Date()).status == .retryableVerificationFailure)
     }
 }

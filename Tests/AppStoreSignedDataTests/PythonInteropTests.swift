@@ -1,7 +1,7 @@
-import StorekeeperCrypto
-import Foundation
-import StorekeeperJSON
 import AppStoreSignedData
+import Foundation
+import StorekeeperCrypto
+import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing
 

@@ -1,8 +1,8 @@
-import StorekeeperCrypto
+import AppStoreSignedData
 import Foundation
 import StoreModel
+import StorekeeperCrypto
 import StorekeeperJSON
-import AppStoreSignedData
 import StorekeeperTestSupport
 import Testing
 

@@ -1,8 +1,8 @@
+import Foundation
 import StoreKitCatalog
 import StoreModel
-import Foundation
-import StorekeeperJSON
 import StoreTime
+import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing
 

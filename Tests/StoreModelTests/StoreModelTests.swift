@@ -20,9 +20,11 @@ struct StoreModelTests {
         #expect(ProductKind(receiptProductType: 9) == nil)
     }
 
-    @Test("money in milliunits", arguments: [
-        ("9.99", Int64(9990), "9.99"), ("10", 10000, "10"), ("0.5", 500, "0.5"), ("0.001", 1, "0.001"),
-    ])
+    @Test(
+        "money in milliunits",
+        arguments: [
+            ("9.99", Int64(9990), "9.99"), ("10", 10000, "10"), ("0.5", 500, "0.5"), ("0.001", 1, "0.001"),
+        ])
     func money(text: String, milliunits: Int64, rendered: String) throws {
         let money = try #require(Money(decimal: text, currency: "USD"))
         #expect(money.milliunits == milliunits)

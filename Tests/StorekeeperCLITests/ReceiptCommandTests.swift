@@ -1,8 +1,8 @@
-import StorekeeperCrypto
+import AppStoreReceipts
 import Foundation
+import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
-import AppStoreReceipts
 import StorekeeperTestSupport
 import Synchronization
 import Testing
@@ -366,7 +366,9 @@ struct AppStoreServeLoadTests {
             }
         }
         // Kill once purchases are flowing, while requests are in flight.
-        for _ in 0..<200 where acknowledged.ids.withLock({ $0.count }) < 50 { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<200 where acknowledged.ids.withLock({ $0.count }) < 50 {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         await buyers.value

@@ -1,6 +1,6 @@
+import Foundation
 import StorekeeperASN1
 import StorekeeperCrypto
-import Foundation
 import StorekeeperTestSupport
 import Testing
 

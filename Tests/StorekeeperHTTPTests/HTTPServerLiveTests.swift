@@ -122,7 +122,10 @@ struct HTTPServerLiveTests {
                 "GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 6000))\r\n\r\n",
                 431, "header_fields_too_large"
             ),
-            ("GET /_emulator/v1/clock?\(String(repeating: "a", count: 2000)) HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+            (
+                "GET /_emulator/v1/clock?\(String(repeating: "a", count: 2000)) HTTP/1.1\r\nHost: x\r\n\r\n", 414,
+                "uri_too_long"
+            ),
             (
                 "GET /_emulator/v1/clock?\((0..<40).map { "p\($0)=1" }.joined(separator: "&")) HTTP/1.1\r\nHost: x\r\n\r\n",
                 400, "too_many_parameters"
@@ -144,7 +147,8 @@ struct HTTPServerLiveTests {
         defer { server.stop() }
         let answer = try await RawClient.exchange(
             port: server.port,
-            "POST /_emulator/v1/devices/D/apps/b/payments?ids=a%26b&ids=c HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n{\"productId\":\"p\"}")
+            "POST /_emulator/v1/devices/D/apps/b/payments?ids=a%26b&ids=c HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n{\"productId\":\"p\"}"
+        )
         #expect(answer.status == 201, "\(answer.raw)")
         let body = try JSONParser.parse(Array(answer.raw[answer.raw.range(of: "\r\n\r\n")!.upperBound...].utf8))
         #expect(body["ids"] == .array([.string("a&b"), .string("c")]))

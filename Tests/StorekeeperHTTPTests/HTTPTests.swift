@@ -145,10 +145,12 @@ struct HTTPServerTests {
 
 @Suite("Query, middleware and error rendering (no sockets)")
 struct MiddlewareTests {
-    @Test("Queries keep repeated names and decode once", arguments: [
-        ("ids=a%26b&ids=c", ["a&b", "c"]), ("ids=a+b&x=1", ["a b"]), ("ids=%2541", ["%41"]), ("x=1", []),
-        ("ids=&ids", ["", ""]),
-    ])
+    @Test(
+        "Queries keep repeated names and decode once",
+        arguments: [
+            ("ids=a%26b&ids=c", ["a&b", "c"]), ("ids=a+b&x=1", ["a b"]), ("ids=%2541", ["%41"]), ("x=1", []),
+            ("ids=&ids", ["", ""]),
+        ])
     func query(encoded: String, ids: [String]) throws {
         let query = try #require(HTTPQuery(encoded: Substring(encoded)))
         #expect(query.values("ids") == ids)

@@ -18,10 +18,12 @@ struct LoggerTests {
         #expect(memory.records[1].level == .error)
     }
 
-    @Test("secrets are redacted before any handler sees them", arguments: [
-        "password", "request.authorization", "app.sharedSecret", "receipt-data", "signedPayload", "api.key",
-        "bearerToken", "jws",
-    ])
+    @Test(
+        "secrets are redacted before any handler sees them",
+        arguments: [
+            "password", "request.authorization", "app.sharedSecret", "receipt-data", "signedPayload", "api.key",
+            "bearerToken", "jws",
+        ])
     func redaction(key: String) {
         let memory = InMemoryLogHandler()
         Logger(label: "test", handler: memory).info("event", [key: "hunter2", "request.id": "r1"])

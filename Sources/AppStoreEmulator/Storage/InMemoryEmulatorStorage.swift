@@ -101,13 +101,17 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
 
         func transaction(_ id: TransactionID) -> StoredTransaction? { tables.transactions[id] }
         func insert(_ transaction: StoredTransaction) throws {
-            guard tables.transactions[transaction.id] == nil else { throw EmulatorStorageError.duplicate("transaction") }
+            guard tables.transactions[transaction.id] == nil else {
+                throw EmulatorStorageError.duplicate("transaction")
+            }
             change(\.transactions, transaction.id, transaction)
             let owner = Key(a: transaction.accountID, b: transaction.transaction.bundleID)
             change(\.transactionsByOwner, owner, (tables.transactionsByOwner[owner] ?? []) + [transaction.id])
         }
         func update(_ transaction: StoredTransaction) throws {
-            guard let old = tables.transactions[transaction.id] else { throw EmulatorStorageError.missing("transaction") }
+            guard let old = tables.transactions[transaction.id] else {
+                throw EmulatorStorageError.missing("transaction")
+            }
             guard old.accountID == transaction.accountID, old.transaction.bundleID == transaction.transaction.bundleID
             else { throw EmulatorStorageError.invalid("a transaction's account and app cannot change") }
             change(\.transactions, transaction.id, transaction)
@@ -136,15 +140,19 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         }
         func subscriptions(account: AccountID, bundle: BundleID) -> [StoredSubscription] {
             (tables.subscriptionsByOwner[Key(a: account, b: bundle)] ?? []).compactMap { tables.subscriptions[$0] }
-                .sorted { ($0.originalTransactionID.rawValue.count, $0.originalTransactionID.rawValue)
-                    < ($1.originalTransactionID.rawValue.count, $1.originalTransactionID.rawValue) }
+                .sorted {
+                    ($0.originalTransactionID.rawValue.count, $0.originalTransactionID.rawValue)
+                        < ($1.originalTransactionID.rawValue.count, $1.originalTransactionID.rawValue)
+                }
         }
 
         func payment(_ id: TransactionID) -> PendingPayment? { tables.payments[id] }
         func insert(_ payment: PendingPayment) throws {
             guard tables.payments[payment.id] == nil else { throw EmulatorStorageError.duplicate("payment") }
             change(\.payments, payment.id, payment)
-            change(\.paymentsByAccount, payment.accountID, (tables.paymentsByAccount[payment.accountID] ?? []) + [payment.id])
+            change(
+                \.paymentsByAccount, payment.accountID,
+                (tables.paymentsByAccount[payment.accountID] ?? []) + [payment.id])
         }
         func update(_ payment: PendingPayment) throws {
             guard tables.payments[payment.id] != nil else { throw EmulatorStorageError.missing("payment") }

@@ -69,7 +69,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         database = try Database(path: path)
         try await database.migrate(Self.migrations)
         try await database.write { connection in
-            guard let document = try connection.execute("SELECT document FROM state WHERE id = 1").first?["document"].bytes
+            guard
+                let document = try connection.execute("SELECT document FROM state WHERE id = 1").first?["document"]
+                    .bytes
             else { return }
             try LegacyStateImport.importDocument(document, into: Store(connection: connection))
             try connection.execute("DELETE FROM state")
@@ -249,7 +251,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         func update(_ transaction: StoredTransaction) throws {
             // The key, the owner and the app never change.
-            let columns = Self.transactionColumns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            let columns = Self.transactionColumns.split(separator: ",").map {
+                $0.trimmingCharacters(in: .whitespacesAndNewlines)
+            }
             let assignments = columns.dropFirst().map { "\($0) = ?" }.joined(separator: ", ")
             try connection.execute(
                 "UPDATE transactions SET \(assignments) WHERE id = ? AND account_id = ? AND bundle_id = ?",
@@ -415,7 +419,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         }
 
         func cancel(kind: DueEvent.Kind, key: String) throws {
-            try connection.execute("DELETE FROM due_events WHERE kind = ? AND key = ?", [.text(kind.rawValue), .text(key)])
+            try connection.execute(
+                "DELETE FROM due_events WHERE kind = ? AND key = ?", [.text(kind.rawValue), .text(key)])
         }
 
         func nextDue() throws -> Date? {
@@ -440,7 +445,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         }
 
         func setSetting(_ key: String, _ value: String) throws {
-            try connection.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+            try connection.execute(
+                "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [.text(key), .text(value)])
         }
     }
 }

@@ -71,7 +71,7 @@ extension AppStore {
         let verification = receiptVerifier.verify(bytes, expecting: .init(), now: requestDate)
         if verification.failure?.code == .malformed { return status(21002) }
         guard verification.isValid, let decoded = verification.receipt else { return status(21003) }
-        let sandboxReceipt = decoded.receiptType != "Production" && decoded.receiptType != "ProductionVPP"
+        let sandboxReceipt = ReceiptType(rawValue: decoded.receiptType)?.environment != .production
         if sandboxReceipt && production { return status(21007) }
         if !sandboxReceipt && !production { return status(21008) }
         guard let app = apps[decoded.bundleID] else { return status(21010) }

@@ -624,8 +624,7 @@ public final class AppStore: Sendable {
         if let revoked = install.vppRevokedAt { expiration = revoked.addingTimeInterval(Self.vppGrace) }
         if refresh.revoked { expiration = current.addingTimeInterval(Self.vppGrace) }
         if refresh.expired { expiration = current.addingTimeInterval(-1) }
-        let type = (production ? "Production" : "ProductionSandbox")
-            .replacingOccurrences(of: "Production", with: volume ? "ProductionVPP" : "Production")
+        let type = ReceiptType(environment: account.environment, volumePurchase: volume).rawValue
         var receipt = Receipt(
             receiptType: type, appItemID: production ? app.appAppleID : 0,
             bundleID: bundleID, appVersion: install.version, opaqueValue: randomBytes(16), sha1Hash: [],

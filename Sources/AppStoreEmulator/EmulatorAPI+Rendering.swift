@@ -18,7 +18,7 @@ extension AppStore {
         for (key, value) in ReceiptDate.triplet("original_purchase_date", install.originalPurchaseDate) {
             object[key] = .string(value)
         }
-        object["receipt_type"] = .string(environment == .production ? "Production" : "ProductionSandbox")
+        object["receipt_type"] = .string(ReceiptType(environment: environment, volumePurchase: false).rawValue)
         return object
     }
 

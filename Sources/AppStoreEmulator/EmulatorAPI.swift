@@ -94,7 +94,7 @@ extension AppStore {
             base + "/accounts",
             guarded { request, _ in
                 let body = try request.jsonObject()
-                let name = body["environment"]?.stringValue ?? "Sandbox"
+                let name = body["environment"]?.stringValue ?? Environment.sandbox.rawValue
                 guard let environment = Environment(rawValue: name) else {
                     throw EmulatorError.invalid("environment must be Sandbox or Production")
                 }

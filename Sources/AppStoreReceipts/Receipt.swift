@@ -72,13 +72,7 @@ public struct Receipt: Sendable, Hashable {
     }
 
     /// The environment verifyReceipt would report: `Production`, `Sandbox`, `Xcode`, or the raw type.
-    public var environment: String {
-        switch receiptType {
-        case "Production", "ProductionVPP": "Production"
-        case "ProductionSandbox", "ProductionVPPSandbox": "Sandbox"
-        default: receiptType
-        }
-    }
+    public var environment: String { ReceiptType(rawValue: receiptType)?.environment.rawValue ?? receiptType }
 
     /// The DER UTF8String encoding of `text`.
     static func utf8StringTLV(_ text: String) -> [UInt8] {

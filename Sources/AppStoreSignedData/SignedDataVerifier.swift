@@ -1,4 +1,5 @@
 public import Foundation
+import StoreModel
 public import StorekeeperCrypto
 public import StorekeeperJSON
 import Synchronization
@@ -72,7 +73,7 @@ public struct SignedDataVerifier: Sendable {
     private let ocsp: OCSPChecker?
 
     public init(_ configuration: Configuration, ocspTransport: (any OCSPTransport)? = nil) throws(ConfigurationError) {
-        if configuration.environment == "Production" && configuration.appAppleID == nil {
+        if configuration.environment == Environment.production.rawValue && configuration.appAppleID == nil {
             throw ConfigurationError(description: "an app Apple ID is required when the environment is Production")
         }
         self.configuration = configuration
@@ -242,7 +243,9 @@ public struct SignedDataVerifier: Sendable {
             if let wanted = expected.bundleID, bundleID != wanted {
                 return (.invalidAppIdentifier, "the bundle id is \(bundleID.map { "'\($0)'" } ?? "absent")")
             }
-            if checkAppleID && expected.environment == "Production" && appAppleID != expected.appAppleID {
+            if checkAppleID && expected.environment == Environment.production.rawValue
+                && appAppleID != expected.appAppleID
+            {
                 return (.invalidAppIdentifier, "the app Apple ID differs")
             }
             return nil

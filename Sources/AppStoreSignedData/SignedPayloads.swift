@@ -140,7 +140,10 @@ public struct NotificationPayload: SignedPayload {
         }
         if let token = externalPurchaseToken {
             let sandbox = token["externalPurchaseId"]?.stringValue?.hasPrefix("SANDBOX") == true
-            return (token["bundleId"]?.stringValue, token["appAppleId"]?.int64Value, sandbox ? "Sandbox" : "Production")
+            return (
+                token["bundleId"]?.stringValue, token["appAppleId"]?.int64Value,
+                (sandbox ? Environment.sandbox : .production).rawValue
+            )
         }
         if let appData {
             return (

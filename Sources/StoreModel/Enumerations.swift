@@ -97,3 +97,31 @@ public enum SubscriptionStatus: Int64, Sendable, Hashable, CaseIterable, Codable
     case billingGracePeriod = 4
     case revoked = 5
 }
+
+/// A unified receipt's type (attribute 0): the environment it was issued in, and whether it came through
+/// the Volume Purchase Program.
+public enum ReceiptType: String, Sendable, Hashable, CaseIterable, Codable {
+    case production = "Production"
+    case productionVPP = "ProductionVPP"
+    case productionSandbox = "ProductionSandbox"
+    case productionVPPSandbox = "ProductionVPPSandbox"
+    case xcode = "Xcode"
+
+    public init(environment: Environment, volumePurchase: Bool) {
+        switch (environment, volumePurchase) {
+        case (.production, false): self = .production
+        case (.production, true): self = .productionVPP
+        case (.xcode, _), (.localTesting, _): self = .xcode
+        case (_, false): self = .productionSandbox
+        case (_, true): self = .productionVPPSandbox
+        }
+    }
+
+    public var environment: Environment {
+        switch self {
+        case .production, .productionVPP: .production
+        case .productionSandbox, .productionVPPSandbox: .sandbox
+        case .xcode: .xcode
+        }
+    }
+}

@@ -31,8 +31,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, cons
     return MHD_queue_response(connection, 200, cls);
 }
 
-sk_baseline *sk_baseline_start(uint16_t port, unsigned int threads, const uint8_t *body, size_t body_length,
-                               const char *content_type) {
+sk_baseline *sk_baseline_start(uint16_t port, unsigned int threads, size_t memory_limit, const uint8_t *body,
+                               size_t body_length, const char *content_type) {
     sk_baseline *baseline = calloc(1, sizeof(sk_baseline));
     if (!baseline) return NULL;
     baseline->response = MHD_create_response_from_buffer(body_length, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -50,7 +50,8 @@ sk_baseline *sk_baseline_start(uint16_t port, unsigned int threads, const uint8_
     baseline->daemon = MHD_start_daemon(
         MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME, port, NULL, NULL, answer, baseline->response,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address, MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_LIMIT, 16384u, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, 16384u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit ? memory_limit : (size_t)32 * 1024, MHD_OPTION_END);
     if (!baseline->daemon) {
         MHD_destroy_response(baseline->response);
         free(baseline);

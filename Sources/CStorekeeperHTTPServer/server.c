@@ -654,7 +654,7 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
     // libmicrohttpd runs out of connection memory and answers with its own HTML page.
     // Each connection's pool is zeroed after every keep-alive request, so its pages stay resident: keep it
     // no larger than the limits need (with the defaults, 56 KiB a connection that has made a request).
-    size_t memory = options->max_header_bytes + options->max_url_bytes + 32 * 1024;
+    size_t memory = sk_server_connection_memory(options->max_header_bytes, options->max_url_bytes);
     unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;  // no MHD_USE_ERROR_LOG
     if (ipv6) flags |= MHD_USE_DUAL_STACK;
     // libmicrohttpd gets its own descriptor for the socket: whether it closes it on a failed start is
@@ -683,6 +683,10 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
         return NULL;
     }
     return server;
+}
+
+size_t sk_server_connection_memory(size_t max_header_bytes, size_t max_url_bytes) {
+    return max_header_bytes + max_url_bytes + 32 * 1024;
 }
 
 uint16_t sk_server_port(const sk_server *server) { return server->port; }

@@ -11,11 +11,13 @@ public final class BareBaseline: Sendable {
     private let raw: Raw
     public let port: Int
 
-    public init(response: HTTPResponse, threads: Int = 0) throws {
+    /// `limits` gives the connection memory the measured server uses (its header and URL limits).
+    public init(response: HTTPResponse, limits: HTTPLimits = HTTPLimits(), threads: Int = 0) throws {
         let contentType = response.header("Content-Type") ?? "application/octet-stream"
         guard
             let pointer = response.body.withUnsafeBufferPointer({ body in
-                sk_baseline_start(0, UInt32(clamping: threads), body.baseAddress, body.count, contentType)
+                sk_baseline_start(
+                    0, UInt32(clamping: threads), limits.connectionMemory, body.baseAddress, body.count, contentType)
             })
         else { throw HTTPError(status: 0, code: "listen_failed", message: "the baseline server did not start") }
         raw = Raw(pointer: pointer)

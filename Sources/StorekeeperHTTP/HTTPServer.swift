@@ -22,6 +22,9 @@ public struct HTTPLimits: Sendable {
     public var threads = 0
 
     public init() {}
+
+    /// Each connection's memory pool in libmicrohttpd for these limits.
+    public var connectionMemory: Int { sk_server_connection_memory(maxHeader, maxURL) }
 }
 
 /// An HTTP/1.1 server on libmicrohttpd (through the small `CStorekeeperHTTPServer` C target): its own

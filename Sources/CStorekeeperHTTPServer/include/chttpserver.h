@@ -68,6 +68,10 @@ typedef struct sk_server sk_server;
 sk_server *sk_server_start(const sk_server_options *options, sk_handler handler, void *context, char *error,
                            size_t error_size);
 
+/// Each connection's memory pool for these limits: large enough that the limits are checked (and answered
+/// in JSON) before libmicrohttpd runs out of room and answers with its own HTML page.
+size_t sk_server_connection_memory(size_t max_header_bytes, size_t max_url_bytes);
+
 /// The port actually bound.
 uint16_t sk_server_port(const sk_server *server);
 

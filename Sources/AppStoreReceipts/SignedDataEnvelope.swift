@@ -38,6 +38,12 @@ struct SignedDataEnvelope {
     }
 
     static let signedDataOID = ASN1ObjectIdentifier([1, 2, 840, 113_549, 1, 7, 2])
+    static let dataOID = ASN1ObjectIdentifier([1, 2, 840, 113_549, 1, 7, 1])
+    /// The digest algorithms a receipt's `digestAlgorithms` may list: SHA-1, SHA-256, SHA-384, SHA-512.
+    static let digestOIDs: Set<ASN1ObjectIdentifier> = [
+        ASN1ObjectIdentifier([1, 3, 14, 3, 2, 26]), ASN1ObjectIdentifier([2, 16, 840, 1, 101, 3, 4, 2, 1]),
+        ASN1ObjectIdentifier([2, 16, 840, 1, 101, 3, 4, 2, 2]), ASN1ObjectIdentifier([2, 16, 840, 1, 101, 3, 4, 2, 3]),
+    ]
 
     init(_ bytes: [UInt8], limits: ReceiptLimits) throws {
         let rules = ASN1Rules(
@@ -59,9 +65,24 @@ struct SignedDataEnvelope {
 
         var fields = try document.children(of: signedData)
         _ = try document.read(.integer, from: &fields)
-        _ = try document.read(.set, from: &fields)
+        var digestAlgorithms: [ASN1ObjectIdentifier] = []
+        var digestSet = try document.children(of: try document.read(.set, from: &fields))
+        while let algorithm = try document.next(&digestSet) {
+            guard algorithm.tag == .sequence else {
+                throw ASN1Error.make(.unexpectedTag, "a digest algorithm is not an AlgorithmIdentifier")
+            }
+            let oid = try Self.algorithm(algorithm, document)
+            guard Self.digestOIDs.contains(oid) else {
+                throw ASN1Error.make(.invalidValue, "digestAlgorithms lists \(oid), which is not a digest algorithm")
+            }
+            digestAlgorithms.append(oid)
+            guard digestAlgorithms.count <= 8 else { throw ASN1Error.make(.tooMany, "more than 8 digest algorithms") }
+        }
         var encapsulated = try document.children(of: try document.read(.sequence, from: &fields))
-        _ = try document.read(.objectIdentifier, from: &encapsulated)
+        let eContentType = try document.read(.objectIdentifier, from: &encapsulated)
+        guard document.content(eContentType).elementsEqual(Self.dataOID.contentBytes) else {
+            throw ASN1Error.make(.invalidValue, "the signed content type is not data")
+        }
         guard
             let eContentWrapper = try Self.readIfPresent(
                 .contextSpecific(0, constructed: true), document, &encapsulated)
@@ -102,6 +123,9 @@ struct SignedDataEnvelope {
             throw ASN1Error.make(.invalidValue, "more than one SignerInfo")
         }
         signer = try Self.signerInfo(first, in: document)
+        guard digestAlgorithms.contains(signer.digestAlgorithm) else {
+            throw ASN1Error.make(.invalidValue, "the signer's digest algorithm is not among digestAlgorithms")
+        }
     }
 
     private static func finish(_ iterator: ASN1NodeIterator) throws {

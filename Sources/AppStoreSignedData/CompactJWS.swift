@@ -62,11 +62,27 @@ public struct CompactJWS: Sendable {
         guard let payload = try? JSONParser.parse(payloadBytes, limits: limits).objectValue else {
             throw FormatError(reason: "the payload is not a JSON object")
         }
+        try Self.checkHeaderTypes(header)
         self.header = header
         self.payload = payload
         self.signature = signature
         self.signingInput = Array(bytes[..<segments[1].endIndex])
         self.encodedHeader = signingInput[..<segments[0].endIndex]
+    }
+
+    /// The registered header members Storekeeper reads must have their types (RFC 7515 §4.1): `alg`, `kid`,
+    /// `typ` strings, `x5c` an array of strings; `crit` (extensions this verifier cannot honour) is refused.
+    static func checkHeaderTypes(_ header: JSONObject) throws(FormatError) {
+        guard header["alg"]?.stringValue != nil else {
+            throw FormatError(reason: "the header's alg is missing or not a string")
+        }
+        for name in ["kid", "typ"] where header[name] != nil && header[name]?.stringValue == nil {
+            throw FormatError(reason: "the header's \(name) is not a string")
+        }
+        if let x5c = header["x5c"], x5c.arrayValue?.allSatisfy({ $0.stringValue != nil }) != true {
+            throw FormatError(reason: "the header's x5c is not an array of strings")
+        }
+        guard header["crit"] == nil else { throw FormatError(reason: "the header has critical extensions (crit)") }
     }
 
     /// Whether this token's header segment is byte-equal to `segment`.
@@ -83,7 +99,7 @@ public struct CompactJWS: Sendable {
     }
 }
 
-/// base64url without padding (RFC 7515 §2); decoding also accepts padding.
+/// base64url without padding (RFC 7515 §2), canonical both ways.
 public enum Base64URL {
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
         var text = Data(bytes).base64EncodedString()
@@ -92,19 +108,15 @@ public enum Base64URL {
         return text
     }
 
-    /// Decodes base64url, with or without `=` padding; nil for any other character or a dangling bit group.
+    /// Decodes canonical base64url (RFC 7515 §2, RFC 4648 §3.5): the URL-safe alphabet, no `=` padding, and
+    /// the unused low bits of the last character zero, so that each byte string has exactly one encoding.
+    /// Nil for anything else.
     public static func decode(_ segment: some Collection<UInt8>) -> [UInt8]? {
         var output: [UInt8] = []
         output.reserveCapacity(segment.count * 3 / 4 + 2)
         var accumulator: UInt32 = 0
         var bits = 0
-        var padding = 0
         for byte in segment {
-            if byte == UInt8(ascii: "=") {
-                padding += 1
-                continue
-            }
-            guard padding == 0 else { return nil }  // data after padding
             let value = decodeTable[Int(byte)]
             guard value != 0xff else { return nil }
             accumulator = accumulator << 6 | UInt32(value)
@@ -114,8 +126,8 @@ public enum Base64URL {
                 output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
             }
         }
-        // 2 or 4 leftover bits are the end of the last group; 6 leftover bits cannot be.
-        guard bits < 6, padding <= 2 else { return nil }
+        // 2 or 4 leftover bits end the last group and must be zero; 6 leftover bits cannot end one.
+        guard bits < 6, accumulator & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
         return output
     }
 

@@ -59,6 +59,16 @@ public final class AppStore: Sendable {
     public static let sandboxRenewalCap = 12
     /// A revoked licence's receipt stops validating this long after the revocation.
     public static let vppGrace: TimeInterval = 30 * 86_400
+    /// The store clock never passes this date (2049-01-01), a year before the emulator's certificates end;
+    /// a renewal that would end after it is refused (the subscription expires instead).
+    public static let horizon = Date(timeIntervalSince1970: 2_493_072_000)
+    /// The longest advance one request may make: P10Y as written (at accelerated rates that is ten years
+    /// of renewals, each a few seconds or minutes of store time).
+    public static let maxAdvance = StorePeriod(years: 10)
+    /// Due events one request runs by default at most; the scheduler runs the rest in the background.
+    public static let defaultMaxEventsPerRequest = 10_000
+    /// Due events one request runs at most.
+    public let maxEventsPerRequest: Int
 
     enum Setting {
         static let nextTransactionID = "nextTransactionID"
@@ -73,6 +83,7 @@ public final class AppStore: Sendable {
     public init(
         catalog: [StoreKitConfiguration], apps: [AppConfiguration], dataDirectory: URL, rate: TimeRate? = nil,
         storage: (any EmulatorStorage)? = nil, logger: Logger = .disabled,
+        maxEventsPerRequest: Int = AppStore.defaultMaxEventsPerRequest,
         realNow: @escaping @Sendable () -> Date = { Date() },
         randomBytes: @escaping @Sendable (Int) -> [UInt8] = {
             (try? SecureRandom.bytes($0)) ?? [UInt8](repeating: 0, count: $0)
@@ -86,6 +97,7 @@ public final class AppStore: Sendable {
         self.realNow = realNow
         self.randomBytes = randomBytes
         self.logger = logger
+        self.maxEventsPerRequest = max(1, maxEventsPerRequest)
         let opened: any EmulatorStorage
         if let storage {
             opened = storage
@@ -118,37 +130,57 @@ public final class AppStore: Sendable {
     /// Advances store time by `period` at the current rate (and switches rate first when asked), then runs
     /// everything that fell due, in order.
     public func setClock(advance period: StorePeriod?, rate newRate: TimeRate?) async throws -> (
-        now: Date, rate: TimeRate
+        now: Date, rate: TimeRate, caughtUp: Bool
     ) {
         let realNow = self.realNow
         try await storage.write { store in
             var clock = self.clockState.withLock { $0 }
             if let newRate { clock.rate = newRate }
-            if let period { clock.advance(by: period, real: realNow()) }
+            if let period {
+                let real = realNow()
+                let before = clock.now(real: real)
+                guard
+                    TimeRate.realTime.end(of: period, from: before)
+                        <= TimeRate.realTime.end(of: Self.maxAdvance, from: before)
+                else {
+                    throw EmulatorError.invalid("member 'advance' must be at most P10Y per request")
+                }
+                clock.advance(by: period, real: real)
+                let after = clock.now(real: real)
+                guard after <= Self.horizon else {
+                    throw EmulatorError.invalid(
+                        "the store clock cannot pass 2049-01-01, a year before the emulator's certificates end")
+                }
+            }
             try store.setSetting(Setting.rate, clock.rate.name)
             try store.setSetting(Setting.clockOffset, String(clock.offset))
             // Writes are serialised, so the cached clock follows the order of the stored one.
             self.clockState.withLock { $0 = clock }
         }
-        try await runDue()
-        return (now, rate)
+        let caughtUp = try await runDue(maxEvents: maxEventsPerRequest)
+        return (now, rate, caughtUp)
     }
 
     /// Runs what already fell due, if anything did: every request calls this first, so a receipt fetched
     /// after a renewal date carries the renewal even between scheduler wake-ups.
     public func catchUp() async throws {
         guard let due = nextDue.withLock({ $0 }), due <= now else { return }
-        try await runDue()
+        try await runDue(maxEvents: maxEventsPerRequest)
     }
 
-    /// Runs every due event in store-time order, in transactions of at most `batch` events.
-    func runDue(batch: Int = 256) async throws {
+    /// Runs due events in store-time order, in transactions of at most `batch` events, until none is due or
+    /// `maxEvents` ran; returns whether none is left due (the scheduler runs the rest).
+    @discardableResult
+    func runDue(batch: Int = 256, maxEvents: Int = .max) async throws -> Bool {
+        var total = 0
         while true {
+            guard total < maxEvents else { return false }
+            let limit = min(batch, maxEvents - total)
             let current = now
             let ran = try await storage.write { store -> Int in
                 var count = 0
                 var earliestNew: Date?
-                for event in try store.due(until: current, limit: batch) {
+                for event in try store.due(until: current, limit: limit) {
                     // An event scheduled by this batch may come before the rest of it: fetch again.
                     if let earliestNew, event.due > earliestNew { break }
                     if let scheduled = try self.handle(event, in: store, now: current) {
@@ -160,7 +192,8 @@ public final class AppStore: Sendable {
                 self.nextDue.withLock { $0 = next }
                 return count
             }
-            if ran == 0 { return }
+            if ran == 0 { return true }
+            total += ran
         }
     }
 
@@ -177,7 +210,7 @@ public final class AppStore: Sendable {
                     if let due = self.nextDue.withLock({ $0 }) {
                         let delay = due.timeIntervalSince(self.now)
                         if delay <= 0 {
-                            do { try await self.runDue() } catch {
+                            do { try await self.runDue(maxEvents: 1_024) } catch {
                                 self.logger.error("scheduler.failed", ["error": String(describing: error)])
                             }
                             continue
@@ -241,11 +274,21 @@ public final class AppStore: Sendable {
             try store.save(subscription)
             return nil
         }
+        let nextExpiry = rate.end(of: period, from: expires)
+        guard nextExpiry <= Self.horizon else {
+            // Past the horizon receipts could not be signed: the subscription ends instead of renewing.
+            subscription.state.status = .expired
+            subscription.state.autoRenew = false
+            subscription.state.expirationIntent = .other
+            try store.save(subscription)
+            logger.notice("renewal.past-horizon", ["subscription.original-id": originalID.rawValue])
+            return nil
+        }
         var renewal = latest
         renewal.transaction.id = try newTransactionID(in: store)
         renewal.transaction.productID = subscription.state.autoRenewProductID
         renewal.transaction.purchaseDate = expires
-        renewal.transaction.expiresDate = rate.end(of: period, from: expires)
+        renewal.transaction.expiresDate = nextExpiry
         renewal.transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
         renewal.transaction.reason = .renewal
         renewal.transaction.offer = nil
@@ -288,10 +331,11 @@ public final class AppStore: Sendable {
         guard environment == .sandbox || environment == .production else {
             throw EmulatorError.invalid("environment must be Sandbox or Production")
         }
-        guard storefront.count == 3, storefront.allSatisfy({ $0.isASCII && $0.isLetter }) else {
-            throw EmulatorError.invalid("storefront must be an ISO 3166-1 alpha-3 code such as USA")
+        guard let storefront = Storefront(countryCode: storefront) else {
+            throw EmulatorError.invalid(
+                "member 'storefront' must be an App Store storefront's ISO 3166-1 alpha-3 code such as USA")
         }
-        let account = Account(id: AccountID(newUUID()), environment: environment, storefront: storefront.uppercased())
+        let account = Account(id: AccountID(newUUID()), environment: environment, storefront: storefront.countryCode)
         try await storage.write { try $0.insert(account) }
         return account
     }
@@ -329,7 +373,17 @@ public final class AppStore: Sendable {
 
     // MARK: - Catalogue
 
-    /// The products a device's request names, and the identifiers the catalogue does not have.
+    /// The products a device's request names, and the identifiers the catalogue does not have; the device
+    /// and the app must exist.
+    public func products(_ identifiers: [String], deviceID: String, bundleID: String) async throws -> (
+        products: [Catalog.Entry], invalid: [String]
+    ) {
+        _ = try app(bundleID)
+        _ = try await storage.read { try self.device(deviceID, in: $0) }
+        return products(identifiers)
+    }
+
+    /// The products named, and the identifiers the catalogue does not have.
     public func products(_ identifiers: [String]) -> (products: [Catalog.Entry], invalid: [String]) {
         var products: [Catalog.Entry] = []
         var invalid: [String] = []
@@ -722,10 +776,7 @@ public final class AppStore: Sendable {
     }
 
     static func storefrontID(_ storefront: String?) -> String {
-        [
-            "USA": "143441", "GBR": "143444", "FRA": "143442", "DEU": "143443", "JPN": "143462", "CAN": "143455",
-            "AUS": "143460",
-        ][storefront ?? "USA"] ?? "143441"
+        (storefront.flatMap(Storefront.init(countryCode:)) ?? .unitedStates).id
     }
 }
 

@@ -7,6 +7,24 @@ public import StorekeeperHTTP
 import StorekeeperJSON
 public import StorekeeperLogging
 
+/// The environments an account can be created in.
+enum AccountEnvironment: String, CaseIterable {
+    case sandbox = "Sandbox"
+    case production = "Production"
+
+    var environment: Environment { self == .sandbox ? .sandbox : .production }
+}
+
+extension RequestBody {
+    /// An app version: 1–32 characters of letters, digits, `.`, `-` and `_`.
+    func version(_ name: String) throws -> String? {
+        guard let text = try string(name, maxBytes: 32) else { return nil }
+        guard !text.isEmpty, text.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || ".-_".contains($0)) })
+        else { throw EmulatorError.invalid("member '\(name)' must be a version such as 1.2.3") }
+        return text
+    }
+}
+
 extension AppStore {
     /// The HTTP API: Apple's `verifyReceipt` paths and the emulator's own under `/_emulator/v1`.
     public func responder(logger: Logger? = nil) -> Responder {
@@ -70,52 +88,49 @@ extension AppStore {
         router.post(
             base + "/clock",
             guarded { request, _ in
-                let body = try request.jsonObject()
+                let body = try RequestBody(request, allowed: ["advance", "rate"])
                 var period: StorePeriod?
-                if let text = body["advance"]?.stringValue {
+                if let text = try body.string("advance", maxBytes: 32) {
                     guard let parsed = StorePeriod(text) else {
                         throw EmulatorError.invalid("advance must be an ISO 8601 duration such as P1M")
                     }
                     period = parsed
                 }
                 var rate: TimeRate?
-                if let name = body["rate"]?.stringValue {
-                    guard let parsed = TimeRate(name: name) else { throw EmulatorError.invalid("unknown rate \(name)") }
+                if let name = try body.string("rate", maxBytes: 64) {
+                    guard let parsed = TimeRate(name: name) else {
+                        throw EmulatorError.invalid(
+                            "member 'rate' must be one of \(TimeRate.all.map(\.name).joined(separator: ", "))")
+                    }
                     rate = parsed
                 }
                 let clock = try await store.setClock(advance: period, rate: rate)
-                return .json(
-                    .object([
-                        "now": .integer(Int64((clock.now.timeIntervalSince1970 * 1000).rounded(.down))),
-                        "rate": .string(clock.rate.name),
-                    ]))
+                var answer: JSONObject = [
+                    "now": .integer(Int64((clock.now.timeIntervalSince1970 * 1000).rounded(.down))),
+                    "rate": .string(clock.rate.name),
+                ]
+                // More fell due than one request runs: the scheduler goes on in the background.
+                if !clock.caughtUp { answer["caughtUp"] = .bool(false) }
+                return .json(.object(answer))
             })
         router.post(
             base + "/accounts",
             guarded { request, _ in
-                let body = try request.jsonObject()
-                let name = body["environment"]?.stringValue ?? Environment.sandbox.rawValue
-                guard let environment = Environment(rawValue: name) else {
-                    throw EmulatorError.invalid("environment must be Sandbox or Production")
-                }
+                let body = try RequestBody(request, allowed: ["environment", "storefront"])
+                let environment = try body.choice("environment", AccountEnvironment.self) ?? .sandbox
                 let account = try await store.createAccount(
-                    environment: environment, storefront: body["storefront"]?.stringValue ?? "USA")
+                    environment: environment.environment,
+                    storefront: try body.string("storefront", maxBytes: 3) ?? "USA")
                 return .json(.object(["accountId": .string(account.id.rawValue)]), status: 201)
             })
         router.post(
             base + "/devices",
             guarded { request, _ in
-                let body = try request.jsonObject()
-                guard let account = body["accountId"]?.stringValue else {
-                    throw EmulatorError.invalid("accountId is required")
+                let body = try RequestBody(request, allowed: ["accountId", "deviceId"])
+                guard let account = try body.uuid("accountId")?.uuidString else {
+                    throw EmulatorError.invalid("member 'accountId' is required")
                 }
-                var deviceID: UUID?
-                if let text = body["deviceId"]?.stringValue {
-                    guard let uuid = UUID(uuidString: text) else {
-                        throw EmulatorError.invalid("deviceId must be a UUID")
-                    }
-                    deviceID = uuid
-                }
+                let deviceID = try body.uuid("deviceId")
                 return .json(
                     .object([
                         "deviceId": .string(
@@ -126,17 +141,19 @@ extension AppStore {
         router.post(
             app + "/install",
             guarded { request, context in
-                let body = request.body.isEmpty ? JSONObject() : try request.jsonObject()
+                let body = try RequestBody(request, allowed: ["version"])
                 let (install, environment) = try await store.install(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
-                    version: body["version"]?.stringValue)
+                    version: try body.version("version"))
                 return .json(.object(AppStore.render(install, environment: environment)))
             })
         router.get(
             app + "/products",
-            guarded { request, _ in
+            guarded { request, context in
                 let identifiers = request.query.values("ids").flatMap { $0.split(separator: ",").map(String.init) }
-                let (products, invalid) = store.products(identifiers)
+                guard identifiers.count <= 1000 else { throw EmulatorError.invalid("at most 1000 product ids") }
+                let (products, invalid) = try await store.products(
+                    identifiers, deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"))
                 return .json(
                     .object([
                         "products": .array(products.map { .object(AppStore.render($0)) }),
@@ -146,16 +163,15 @@ extension AppStore {
         router.post(
             app + "/payments",
             guarded { request, context in
-                let body = try request.jsonObject()
-                guard let product = body["productId"]?.stringValue else {
-                    throw EmulatorError.invalid("productId is required")
-                }
-                let quantity = body["quantity"]?.int64Value ?? 1
+                let body = try RequestBody(
+                    request, allowed: ["productId", "quantity", "applicationUsername", "appAccountToken"])
+                let product = try body.string("productId", required: true)!
+                let quantity = try body.integer("quantity", in: 1...10) ?? 1
                 let outcome = try await store.pay(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
-                    productID: product,
-                    quantity: Int(clamping: quantity), applicationUsername: body["applicationUsername"]?.stringValue,
-                    appAccountToken: body["appAccountToken"]?.stringValue)
+                    productID: product, quantity: Int(quantity),
+                    applicationUsername: try body.string("applicationUsername", maxBytes: 1024),
+                    appAccountToken: try body.uuid("appAccountToken")?.uuidString)
                 let (transaction, jws): (JSONObject, String?) =
                     switch outcome {
                     case .purchased(let stored, let jws):
@@ -181,7 +197,8 @@ extension AppStore {
             })
         router.post(
             app + "/transactions/{transaction}/finish",
-            guarded { _, context in
+            guarded { request, context in
+                _ = try RequestBody(request, allowed: [])
                 try await store.finish(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
                     transactionID: try context.parameter("transaction"))
@@ -189,8 +206,9 @@ extension AppStore {
             })
         router.post(
             app + "/restore",
-            guarded { _, context in
-                .json(
+            guarded { request, context in
+                _ = try RequestBody(request, allowed: [])
+                return .json(
                     .object([
                         "transactions": .array(
                             try await store.restore(
@@ -228,10 +246,10 @@ extension AppStore {
         router.post(
             app + "/vpp",
             guarded { request, context in
-                guard
-                    let action = (try request.jsonObject()["action"]?.stringValue).flatMap(
-                        AppStore.VolumePurchaseAction.init(rawValue:))
-                else { throw EmulatorError.invalid("action must be assign or revoke") }
+                let body = try RequestBody(request, allowed: ["action"])
+                guard let action = try body.choice("action", AppStore.VolumePurchaseAction.self) else {
+                    throw EmulatorError.invalid("member 'action' is required (assign or revoke)")
+                }
                 return .json(
                     .object(
                         AppStore.render(
@@ -242,33 +260,21 @@ extension AppStore {
         router.post(
             base + "/accounts/{account}/settings",
             guarded { request, context in
-                let body = try request.jsonObject()
-                var failure: PurchaseFailure??
-                if let value = body["purchaseFailure"] {
-                    if value == .null {
-                        failure = .some(nil)
-                    } else {
-                        guard let parsed = value.stringValue.flatMap(PurchaseFailure.init(rawValue:)) else {
-                            throw EmulatorError.invalid("purchaseFailure must be failed, interrupted or null")
-                        }
-                        failure = .some(parsed)
-                    }
-                }
-                if let value = body["askToBuy"], value.boolValue == nil {
-                    throw EmulatorError.invalid("askToBuy must be a boolean")
-                }
+                let body = try RequestBody(request, allowed: ["askToBuy", "purchaseFailure"])
+                let failure = try body.nullableChoice("purchaseFailure", PurchaseFailure.self)
                 return .json(
                     .object(
                         AppStore.render(
                             try await store.configureAccount(
-                                try context.parameter("account"), askToBuy: body["askToBuy"]?.boolValue,
+                                try context.parameter("account"), askToBuy: try body.bool("askToBuy"),
                                 purchaseFailure: failure))))
             })
         for (action, approve) in [("approve", true), ("decline", false)] {
             router.post(
                 base + "/accounts/{account}/requests/{transaction}/" + action,
-                guarded { _, context in
-                    .json(
+                guarded { request, context in
+                    _ = try RequestBody(request, allowed: [])
+                    return .json(
                         .object(
                             AppStore.render(
                                 try await store.decide(
@@ -279,8 +285,9 @@ extension AppStore {
         }
         router.post(
             base + "/accounts/{account}/interruptions/resolve",
-            guarded { _, context in
-                .json(
+            guarded { request, context in
+                _ = try RequestBody(request, allowed: [])
+                return .json(
                     .object([
                         "transactions": .array(
                             try await store.resolveInterruptions(accountID: try context.parameter("account")).map {

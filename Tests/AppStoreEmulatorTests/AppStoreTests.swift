@@ -42,14 +42,16 @@ struct AppStoreTests {
         let responder: Responder
         let directory: URL
 
-        static func make(directory: URL? = nil, time: FakeTime = FakeTime(), secret: String? = "s3cret") async throws
-            -> Harness
-        {
+        static func make(
+            directory: URL? = nil, time: FakeTime = FakeTime(), secret: String? = "s3cret", rate: TimeRate? = nil,
+            maxEventsPerRequest: Int = AppStore.defaultMaxEventsPerRequest
+        ) async throws -> Harness {
             let directory = try directory ?? ExternalTool.temporaryDirectory()
             let catalog = try StoreKitConfiguration(data: Array(AppStoreTests.catalogText.utf8))
             let store = try await AppStore(
                 catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)],
-                dataDirectory: directory, rate: catalog.settings.timeRate, realNow: { time.now })
+                dataDirectory: directory, rate: rate ?? catalog.settings.timeRate,
+                maxEventsPerRequest: maxEventsPerRequest, realNow: { time.now })
             return Harness(store: store, responder: store.responder(), directory: directory)
         }
 

@@ -27,9 +27,11 @@ extension RequestBody {
 
 extension AppStore {
     /// The HTTP API: Apple's `verifyReceipt` paths and the emulator's own under `/_emulator/v1`.
-    public func responder(logger: Logger? = nil) -> Responder {
+    /// The control plane is protected by `guard` (by default: loopback host names, no token).
+    public func responder(logger: Logger? = nil, guard controlPlane: ControlPlaneGuard? = nil) -> Responder {
         var router = Router()
         router.use(AccessLogMiddleware())
+        router.use(controlPlane ?? ControlPlaneGuard(listeningOn: "127.0.0.1"))
         let store = self
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
         {

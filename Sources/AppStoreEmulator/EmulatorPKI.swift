@@ -10,7 +10,7 @@ public struct EmulatorPKI: Sendable {
 
     /// Loads the chains from `directory`, creating and saving them when absent. Key files are written 0600.
     public static func loadOrCreate(in directory: URL) throws -> EmulatorPKI {
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try PrivateFiles.directory(directory, narrowExisting: true)
         // 2020-01-01 to 2050-01-01: store time may be advanced by years.
         let validity = (Date(timeIntervalSince1970: 1_577_836_800), Date(timeIntervalSince1970: 2_524_608_000))
         func chain(_ prefix: String, _ kind: SigningChain.KeyKind, _ leafName: String) throws -> SigningChain.Loaded {
@@ -73,9 +73,6 @@ extension SigningChain {
             try Data(certificate.pemEncoded.utf8).write(to: directory.appendingPathComponent("\(prefix)-\(name)"))
         }
         let keyPath = directory.appendingPathComponent("\(prefix)-leaf-key.pem").path
-        guard
-            FileManager.default.createFile(
-                atPath: keyPath, contents: Data(try leafKey.pemPKCS8().utf8), attributes: [.posixPermissions: 0o600])
-        else { throw CryptoError.make(.invalidInput, "cannot write \(keyPath)") }
+        try PrivateFiles.create(keyPath, contents: Array(try leafKey.pemPKCS8().utf8))
     }
 }

@@ -8,9 +8,6 @@ import StorekeeperJSON
 import StorekeeperLogging
 import Synchronization
 
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -39,8 +36,15 @@ enum AppStoreCommands {
             .init(name: "rate", valueName: "name", help: "Time rate, e.g. monthlyRenewalEveryFiveMinutes or realTime."),
             .init(
                 name: "max-connections", valueName: "n", help: "Concurrent connections to accept (default: 16384)."),
+            .init(
+                name: "token", valueName: "secret",
+                help: "Require Authorization: Bearer <secret> on /_emulator (default: $STOREKEEPER_TOKEN)."),
+            .init(
+                name: "allow-host", valueName: "name",
+                help: "Another host name the control plane answers to (a proxy's).", repeatable: true),
             LoggingOptions.level, LoggingOptions.format,
         ],
+        flags: [("insecure", "Allow a non-loopback --host without --token (the control plane is then open).")],
         discussion: "Prints the address it listens on, then serves until SIGINT or SIGTERM.")
 
     static let certsSpec = Arguments.Spec(
@@ -52,9 +56,11 @@ enum AppStoreCommands {
 
     static let urlOption = Arguments.Spec.Option(
         name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080).")
+    static let tokenOption = Arguments.Spec.Option(
+        name: "token", valueName: "secret", help: "The emulator's control-plane token (default: $STOREKEEPER_TOKEN).")
 
     static let clientOptions: [Arguments.Spec.Option] = [
-        urlOption,
+        urlOption, tokenOption,
         .init(name: "device", valueName: "uuid", help: "The device."),
         .init(name: "bundle-id", valueName: "id", help: "The app (default: com.example.storekeeper)."),
     ]
@@ -62,14 +68,14 @@ enum AppStoreCommands {
     static let accountSpec = Arguments.Spec(
         command: "storekeeper appstore account", abstract: "Create a test account.",
         options: [
-            urlOption,
+            urlOption, tokenOption,
             .init(name: "environment", valueName: "name", help: "Sandbox (default) or Production."),
             .init(name: "storefront", valueName: "code", help: "ISO 3166-1 alpha-3 storefront (default: USA)."),
         ])
     static let deviceSpec = Arguments.Spec(
         command: "storekeeper appstore device", abstract: "Create a device for an account.",
         options: [
-            urlOption,
+            urlOption, tokenOption,
             .init(name: "account", valueName: "id", help: "The account."),
         ])
     static let installSpec = Arguments.Spec(
@@ -94,7 +100,7 @@ enum AppStoreCommands {
     static let advanceSpec = Arguments.Spec(
         command: "storekeeper appstore advance", abstract: "Advance the store clock and run what falls due.",
         options: [
-            urlOption,
+            urlOption, tokenOption,
             .init(name: "by", valueName: "period", help: "ISO 8601 duration of store time, e.g. P1M."),
             .init(name: "rate", valueName: "name", help: "Switch to this time rate first."),
         ])
@@ -134,6 +140,19 @@ enum AppStoreCommands {
             limits.maxConnections = value
         }
         let logger = try LoggingOptions.logger(arguments, label: "appstore")
+        let host = arguments.value("host") ?? "127.0.0.1"
+        let token = arguments.value("token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"]
+        if let token, token.count < 16 { throw UsageError("--token must be at least 16 characters") }
+        if !ControlPlaneGuard.isLoopback(host) && token == nil {
+            guard arguments.flag("insecure") else {
+                throw UsageError(
+                    "--host \(host) exposes the unauthenticated control plane beyond this machine: give --token "
+                        + "(or STOREKEEPER_TOKEN), or --insecure to do it anyway")
+            }
+            console.writeError(
+                "WARNING: --insecure: the emulator's control plane on \(host) has no token; anyone who can reach it "
+                    + "can drive the store\n")
+        }
         let data = URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data")
         let (finalCatalogs, finalApps, finalRate) = (catalogs, apps, rate ?? catalogs.first?.settings.timeRate)
         let store: AppStore
@@ -145,14 +164,17 @@ enum AppStoreCommands {
         } catch let error as EmulatorError {
             throw RuntimeError(error.message)
         }
-        let host = arguments.value("host") ?? "127.0.0.1"
+        let controlPlane = ControlPlaneGuard(
+            listeningOn: host, extraHosts: arguments.all("allow-host"), token: token)
         let server: HTTPServer
         do {
             server = try HTTPServer(
-                host: host, port: port, limits: limits, responder: store.responder(), logger: logger)
+                host: host, port: port, limits: limits, responder: store.responder(guard: controlPlane),
+                logger: logger)
         } catch let error as HTTPError {
             throw RuntimeError(error.message)
         }
+        controlPlane.setPort(server.port)
         store.startScheduler()
         let shown = host.contains(":") ? "[\(host)]" : host
         console.write("Storekeeper App Store emulator listening on http://\(shown):\(server.port)\n")
@@ -312,23 +334,31 @@ enum AppStoreCommands {
         Int, JSONValue
     ) {
         let base = arguments.value("url") ?? "http://127.0.0.1:8080"
-        guard let url = URL(string: base + path) else { throw UsageError("'\(base)' is not a URL") }
-        var request = URLRequest(url: url, timeoutInterval: 30)
-        request.httpMethod = method
-        if let body {
-            request.httpBody = Data(JSONWriter.bytes(.object(body)))
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        guard base.hasPrefix("http://") || base.hasPrefix("https://") else {
+            throw UsageError("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
         }
-        let prepared = request
-        let result = try blocking { () async throws -> (Data, URLResponse) in
-            try await URLSession.shared.data(for: prepared)
+        var headers: [(name: String, value: String)] = [("Accept", "application/json")]
+        // The control plane wants JSON for every state change, body or not.
+        if method != "GET" { headers.append(("Content-Type", "application/json")) }
+        if let token = arguments.value("token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"] {
+            headers.append(("Authorization", "Bearer " + token))
         }
-        let status = (result.1 as? HTTPURLResponse)?.statusCode ?? 0
+        let bytes = body.map { JSONWriter.bytes(.object($0)) } ?? []
+        let url = base + path
+        let sent = headers
+        let answer: HTTPClient.Response
+        do {
+            answer = try blocking {
+                try await HTTPClient(timeout: .seconds(30)).send(method, url, headers: sent, body: bytes)
+            }
+        } catch let error as HTTPClientError {
+            throw RuntimeError("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
+        }
         return (
-            status,
-            result.0.isEmpty
+            answer.status,
+            answer.body.isEmpty
                 ? .null
-                : ((try? JSONParser.parse(Array(result.0))) ?? .string(String(decoding: result.0, as: UTF8.self)))
+                : ((try? JSONParser.parse(answer.body)) ?? .string(String(decoding: answer.body, as: UTF8.self)))
         )
     }
 }

@@ -59,9 +59,15 @@ struct AppStoreTests {
             async throws
             -> (Int, JSONValue)
         {
+            // As a local client sends them: the Host it connected to, and JSON for anything that changes state.
+            var all = headers
+            if !headers.contains(where: { $0.0.lowercased() == "host" }) { all.append(("Host", "127.0.0.1:8080")) }
+            if method != "GET", !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
+                all.append(("Content-Type", "application/json"))
+            }
             let response = await responder.respond(
                 to: HTTPRequest(
-                    method: method, target: path, headers: headers.map { (name: $0.0, value: $0.1) },
+                    method: method, target: path, headers: all.map { (name: $0.0, value: $0.1) },
                     body: body.map { JSONWriter.bytes(.object($0)) } ?? []))
             return (response.status, response.body.isEmpty ? .null : try JSONParser.parse(response.body))
         }

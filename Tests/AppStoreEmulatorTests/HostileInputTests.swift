@@ -19,7 +19,8 @@ struct HostileInputTests {
     ) async {
         let response = await harness.responder.respond(
             to: HTTPRequest(
-                method: method, path: path, headers: [("Content-Type", "application/json")], body: Array(body.utf8)))
+                method: method, path: path, headers: [("Host", "localhost"), ("Content-Type", "application/json")],
+                body: Array(body.utf8)))
         #expect(response.status == status, "\(path) \(body)", sourceLocation: sourceLocation)
         let message = (try? JSONParser.parse(response.body))?["error"]?["message"]?.stringValue ?? ""
         #expect(message.contains(member), "\(message)", sourceLocation: sourceLocation)

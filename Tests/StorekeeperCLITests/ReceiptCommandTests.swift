@@ -385,3 +385,23 @@ struct AppStoreServeLoadTests {
         #expect(acknowledgedIDs.isSubset(of: stored), "lost: \(acknowledgedIDs.subtracting(stored).sorted().prefix(5))")
     }
 }
+
+@Suite("storekeeper appstore serve: exposure")
+struct AppStoreServeExposureTests {
+    @Test(
+        "A non-loopback --host without --token is refused before anything binds or is created",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func refusesOpenControlPlane() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let data = try ExternalTool.temporaryDirectory().appendingPathComponent("data")
+        let open = try ExternalTool.run(
+            binary, ["appstore", "serve", "--host", "0.0.0.0", "--port", "0", "--data", data.path])
+        #expect(open.status == 64)
+        #expect(open.stderrText.contains("--token"))
+        #expect(open.stderrText.contains("--insecure"))
+        let short = try ExternalTool.run(
+            binary, ["appstore", "serve", "--host", "0.0.0.0", "--port", "0", "--token", "short", "--data", data.path])
+        #expect(short.status == 64)
+        #expect(!FileManager.default.fileExists(atPath: data.path))
+    }
+}

@@ -12,8 +12,7 @@ final class DirectoryLock: Sendable {
     private let descriptor: Mutex<Int32?>
 
     init(directory: URL) throws {
-        try FileManager.default.createDirectory(
-            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try PrivateFiles.directory(directory, narrowExisting: false)
         let path = directory.appendingPathComponent("lock").path
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {

@@ -66,6 +66,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
     /// moved into the tables once.
     public init(path: String) async throws {
+        // Created 0600 before SQLite opens it; its -wal and -shm files take the same mode.
+        if path != ":memory:" { try PrivateFiles.touch(path) }
         database = try Database(path: path)
         try await database.migrate(Self.migrations)
         try await database.write { connection in

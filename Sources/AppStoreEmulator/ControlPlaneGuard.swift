@@ -1,0 +1,109 @@
+import Foundation
+public import StorekeeperHTTP
+import Synchronization
+
+/// Protects the emulator's own control plane (`/_emulator/…`) from web pages and other hosts, while
+/// Apple's endpoints (`/verifyReceipt`, `/sandbox/verifyReceipt`) keep Apple's behaviour:
+///
+/// - the `Host` header must name one of the addresses the emulator answers to (DNS rebinding);
+/// - an `Origin` header must be the emulator's own (a page elsewhere cannot drive it);
+/// - state-changing requests must be `Content-Type: application/json` (which a browser cannot send
+///   cross-origin without a preflight the emulator never grants);
+/// - with a token, `Authorization: Bearer <token>` is required.
+public final class ControlPlaneGuard: InlineMiddleware {
+    /// Host names (without port) the control plane answers to.
+    public let allowedHosts: Set<String>
+    private let token: [UInt8]?
+    private let port = Atomic<Int>(0)
+    static let prefixes = ["/_emulator/"]
+
+    /// `extraHosts` adds names (a reverse proxy's, say) to the loopback ones; `token` requires a bearer
+    /// token.
+    public init(listeningOn host: String, extraHosts: [String] = [], token: String? = nil) {
+        var hosts: Set<String> = ["127.0.0.1", "localhost", "::1", "[::1]"]
+        if !["0.0.0.0", "::", ""].contains(host) { hosts.insert(Self.bare(host).lowercased()) }
+        for extra in extraHosts { hosts.insert(Self.bare(extra).lowercased()) }
+        allowedHosts = hosts
+        self.token = token.map { Array($0.utf8) }
+    }
+
+    /// The port the server bound (known after it starts); until set, any port is accepted in `Origin`.
+    public func setPort(_ value: Int) { port.store(value, ordering: .releasing) }
+
+    public func handle(_ request: HTTPRequest, context: RequestContext, next: Handler) async throws -> HTTPResponse {
+        try check(request)
+        return try await next(request, context)
+    }
+
+    public func handleInline(
+        _ request: HTTPRequest, context: RequestContext, next: (HTTPRequest, RequestContext) throws -> HTTPResponse?
+    ) throws -> HTTPResponse? {
+        try check(request)
+        return try next(request, context)
+    }
+
+    func check(_ request: HTTPRequest) throws(HTTPError) {
+        guard Self.prefixes.contains(where: { request.path.hasPrefix($0) }) else { return }
+        guard let host = request.header("Host"), allowedHosts.contains(Self.bare(host).lowercased()) else {
+            throw HTTPError(
+                status: 403, code: "forbidden_host",
+                message: "the control plane answers only to its own host names (see --allow-host)")
+        }
+        if let origin = request.header("Origin") {
+            guard let url = URL(string: origin), let originHost = url.host?.lowercased(),
+                allowedHosts.contains(originHost) || allowedHosts.contains("[\(originHost)]"),
+                ["http", "https"].contains(url.scheme?.lowercased() ?? "")
+            else {
+                throw HTTPError(
+                    status: 403, code: "forbidden_origin", message: "requests from other origins are refused")
+            }
+            let bound = port.load(ordering: .acquiring)
+            if bound != 0, (url.port ?? (url.scheme == "https" ? 443 : 80)) != bound {
+                throw HTTPError(
+                    status: 403, code: "forbidden_origin", message: "requests from other origins are refused")
+            }
+        }
+        if !["GET", "HEAD", "OPTIONS"].contains(request.method) {
+            let type = request.header("Content-Type")?.split(separator: ";").first?
+                .trimmingCharacters(in: .whitespaces).lowercased()
+            guard type == "application/json" else {
+                throw HTTPError(
+                    status: 415, code: "unsupported_media_type",
+                    message: "state-changing requests must be Content-Type: application/json")
+            }
+        }
+        if let token {
+            guard let header = request.header("Authorization"), header.hasPrefix("Bearer "),
+                Self.constantTimeEquals(Array(header.utf8.dropFirst(7)), token)
+            else {
+                throw HTTPError(
+                    status: 401, code: "unauthorized", message: "the control plane needs Authorization: Bearer <token>",
+                    headers: ["WWW-Authenticate": "Bearer"])
+            }
+        }
+    }
+
+    /// A host header or name without its port: `[::1]:8080` → `[::1]`, `localhost:80` → `localhost`.
+    static func bare(_ host: String) -> String {
+        if host.hasPrefix("[") {
+            guard let end = host.firstIndex(of: "]") else { return host }
+            return String(host[...end])
+        }
+        if host.filter({ $0 == ":" }).count == 1, let colon = host.firstIndex(of: ":") {
+            return String(host[..<colon])
+        }
+        return host
+    }
+
+    static func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for index in a.indices { difference |= a[index] ^ b[index] }
+        return difference == 0
+    }
+
+    /// Whether an address is a loopback one (binding it exposes nothing beyond this machine).
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+}

@@ -28,6 +28,7 @@ public enum Storekeeper {
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
+          fuzz                        Feed mutated receipts, JWS, JSON, .storekit and HTTP to their parsers.
           bench http                  Measure the HTTP layer against bare libmicrohttpd, and under idle and slow clients.
 
           See 'storekeeper <subcommand> --help' for detailed help.
@@ -59,6 +60,7 @@ public enum Storekeeper {
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
             (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
+            (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
             (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
             (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
         ]

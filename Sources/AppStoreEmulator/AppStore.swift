@@ -383,6 +383,9 @@ public final class AppStore: Sendable {
         return products(identifiers)
     }
 
+    /// The whole catalogue, by product id.
+    public var catalogEntries: [Catalog.Entry] { catalog.all }
+
     /// The products named, and the identifiers the catalogue does not have.
     public func products(_ identifiers: [String]) -> (products: [Catalog.Entry], invalid: [String]) {
         var products: [Catalog.Entry] = []

@@ -35,4 +35,7 @@ public struct Catalog: Sendable {
     }
 
     public func entry(_ productID: String) -> Entry? { entries[productID] }
+
+    /// Every product, by product id.
+    public var all: [Entry] { entries.values.sorted { $0.productID < $1.productID } }
 }

@@ -154,8 +154,24 @@ extension AppStore {
             guarded { request, context in
                 let identifiers = request.query.values("ids").flatMap { $0.split(separator: ",").map(String.init) }
                 guard identifiers.count <= 1000 else { throw EmulatorError.invalid("at most 1000 product ids") }
+                // Without ids: the whole catalogue, so product ids can be discovered.
                 let (products, invalid) = try await store.products(
-                    identifiers, deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"))
+                    identifiers.isEmpty ? store.catalogEntries.map(\.productID) : identifiers,
+                    deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"))
+                return .json(
+                    .object([
+                        "products": .array(products.map { .object(AppStore.render($0)) }),
+                        "invalidProductIdentifiers": .array(invalid.map(JSONValue.string)),
+                    ]))
+            })
+        router.get(
+            base + "/apps/{bundle}/products",
+            guarded { request, context in
+                _ = try store.app(try context.parameter("bundle"))
+                let identifiers = request.query.values("ids").flatMap { $0.split(separator: ",").map(String.init) }
+                guard identifiers.count <= 1000 else { throw EmulatorError.invalid("at most 1000 product ids") }
+                let (products, invalid) = store.products(
+                    identifiers.isEmpty ? store.catalogEntries.map(\.productID) : identifiers)
                 return .json(
                     .object([
                         "products": .array(products.map { .object(AppStore.render($0)) }),

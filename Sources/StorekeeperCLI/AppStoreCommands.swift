@@ -28,7 +28,7 @@ enum AppStoreCommands {
                 repeatable: true),
             .init(
                 name: "data", valueName: "dir",
-                help: "Where state and certificates are kept (default: storekeeper-data)."),
+                help: "Where state and certificates are kept (default: $STOREKEEPER_DATA or storekeeper-data)."),
             .init(
                 name: "host", valueName: "address",
                 help: "Address to listen on: 127.0.0.1 (default), ::1, localhost, 0.0.0.0 or ::."),
@@ -48,14 +48,30 @@ enum AppStoreCommands {
         discussion: "Prints the address it listens on, then serves until SIGINT or SIGTERM.")
 
     static let certsSpec = Arguments.Spec(
-        command: "storekeeper appstore certs", abstract: "Export the emulator's root certificates (DER and PEM).",
+        command: "storekeeper appstore certs",
+        abstract: "Export the emulator's root certificates (DER and PEM), from a running emulator or its data.",
         options: [
-            .init(name: "data", valueName: "dir", help: "The emulator's data directory (default: storekeeper-data)."),
-            .init(name: "out", valueName: "dir", help: "Where to write receipt-root.{cer,pem} and jws-root.{cer,pem}."),
+            .init(
+                name: "url", valueName: "url",
+                help: "A running emulator to ask (GET /_emulator/v1/certificates); otherwise --data is read."),
+            .init(
+                name: "data", valueName: "dir",
+                help: "The emulator's data directory (default: $STOREKEEPER_DATA or storekeeper-data)."),
+            .init(
+                name: "out", valueName: "dir", help: "Where to write receipt-root.{cer,pem} and jws-root.{cer,pem}.",
+                required: true),
+            tokenOption,
+        ])
+
+    static let productsSpec = Arguments.Spec(
+        command: "storekeeper appstore products", abstract: "List the products a running emulator sells for an app.",
+        options: [
+            urlOption, tokenOption,
+            .init(name: "bundle-id", valueName: "id", help: "The app (default: com.example.storekeeper)."),
         ])
 
     static let urlOption = Arguments.Spec.Option(
-        name: "url", valueName: "url", help: "The running emulator (default: http://127.0.0.1:8080).")
+        name: "url", valueName: "url", help: "The running emulator (default: $STOREKEEPER_URL or http://127.0.0.1:8080).")
     static let tokenOption = Arguments.Spec.Option(
         name: "token", valueName: "secret", help: "The emulator's control-plane token (default: $STOREKEEPER_TOKEN).")
 
@@ -153,7 +169,8 @@ enum AppStoreCommands {
                 "WARNING: --insecure: the emulator's control plane on \(host) has no token; anyone who can reach it "
                     + "can drive the store\n")
         }
-        let data = URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data")
+        let data = URL(fileURLWithPath: dataDirectory(arguments))
+        let dataExisted = FileManager.default.fileExists(atPath: data.path)
         let (finalCatalogs, finalApps, finalRate) = (catalogs, apps, rate ?? catalogs.first?.settings.timeRate)
         let store: AppStore
         do {
@@ -172,6 +189,9 @@ enum AppStoreCommands {
                 host: host, port: port, limits: limits, responder: store.responder(guard: controlPlane),
                 logger: logger)
         } catch let error as HTTPError {
+            // A failed start leaves nothing behind.
+            store.close()
+            if !dataExisted { try? FileManager.default.removeItem(at: data) }
             throw RuntimeError(error.message)
         }
         controlPlane.setPort(server.port)
@@ -223,26 +243,46 @@ enum AppStoreCommands {
         sources.forEach { $0.cancel() }
     }
 
+    static func dataDirectory(_ arguments: Arguments) -> String {
+        arguments.value("data") ?? ProcessInfo.processInfo.environment["STOREKEEPER_DATA"] ?? "storekeeper-data"
+    }
+
     static func certs(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        guard let out = arguments.value("out") else { throw UsageError("Missing expected argument '--out <dir>'") }
-        let data = URL(fileURLWithPath: arguments.value("data") ?? "storekeeper-data")
-        let pkiDirectory = data.appendingPathComponent("pki")
-        guard FileManager.default.fileExists(atPath: pkiDirectory.path) else {
-            throw RuntimeError(
-                "'\(data.path)' holds no emulator certificates (no pki folder); start the emulator with --data first")
-        }
-        let pki: EmulatorPKI
-        do { pki = try EmulatorPKI.loadOrCreate(in: pkiDirectory) } catch let error as EmulatorError {
-            throw RuntimeError(error.message)
+        let out = arguments.value("out")!
+        var roots: [(String, Certificate)] = []
+        if arguments.value("url") != nil {
+            let (status, body) = try request(arguments, "GET", "/_emulator/v1/certificates", nil)
+            guard status == 200, let receipt = body["receiptRoot"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
+                let jws = body["jwsRoot"]?.stringValue.flatMap({ Data(base64Encoded: $0) })
+            else { throw RuntimeError("the emulator answered HTTP \(status) without its certificates") }
+            roots = [("receipt-root", try Certificate(derEncoded: Array(receipt))), ("jws-root", try Certificate(derEncoded: Array(jws)))]
+        } else {
+            let data = URL(fileURLWithPath: dataDirectory(arguments))
+            let pkiDirectory = data.appendingPathComponent("pki")
+            guard FileManager.default.fileExists(atPath: pkiDirectory.path) else {
+                throw InputError(
+                    "'\(data.path)' holds no emulator certificates (no pki folder); give the emulator's --data, or "
+                        + "--url of a running emulator")
+            }
+            let pki: EmulatorPKI
+            do { pki = try EmulatorPKI.loadOrCreate(in: pkiDirectory) } catch let error as EmulatorError {
+                throw InputError(error.message)
+            }
+            roots = [("receipt-root", pki.receipts.root), ("jws-root", pki.signedData.root)]
         }
         let directory = URL(fileURLWithPath: out)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        for (name, certificate) in [("receipt-root", pki.receipts.root), ("jws-root", pki.signedData.root)] {
+        for (name, certificate) in roots {
             try Data(certificate.derEncoded).write(to: directory.appendingPathComponent(name + ".cer"))
             try Data(certificate.pemEncoded.utf8).write(to: directory.appendingPathComponent(name + ".pem"))
         }
         console.write("Wrote receipt-root.cer/.pem and jws-root.cer/.pem to \(directory.path)\n")
         return 0
+    }
+
+    static func products(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let bundle = arguments.value("bundle-id") ?? DefaultCatalog.bundleID
+        return try call(arguments, console, "GET", "/_emulator/v1/apps/\(bundle)/products", nil)
     }
 
     // MARK: - Client
@@ -265,7 +305,11 @@ enum AppStoreCommands {
 
     static func install(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         var body = JSONObject()
-        if let version = arguments.value("version") { body["version"] = .string(version) }
+        if let version = arguments.value("version") {
+            body["version"] = .string(version)
+        } else {
+            console.writeError("note: no --version: the app's configured version is installed\n")
+        }
         return try call(arguments, console, "POST", try appPath(arguments) + "/install", body)
     }
 
@@ -296,8 +340,8 @@ enum AppStoreCommands {
     static func receipt(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         let (status, body) = try request(arguments, "GET", try appPath(arguments) + "/receipt", nil)
         guard status == 200, let receipt = body["receipt"]?.stringValue else {
-            console.write(JSONWriter.string(body, pretty: true) + "\n")
-            return 1
+            let message = body["error"]?["message"]?.stringValue ?? "no details"
+            throw RuntimeError("the emulator refused the request (HTTP \(status)): \(message)")
         }
         console.write(receipt + "\n")
         return 0
@@ -311,8 +355,20 @@ enum AppStoreCommands {
             }
             body["advance"] = .string(period)
         }
-        if let rate = arguments.value("rate") { body["rate"] = .string(rate) }
-        return try call(arguments, console, "POST", "/_emulator/v1/clock", body)
+        if let rate = arguments.value("rate") {
+            guard TimeRate(name: rate) != nil else {
+                throw UsageError(
+                    "'\(rate)' is not a time rate (one of \(TimeRate.all.map(\.name).joined(separator: ", ")))")
+            }
+            body["rate"] = .string(rate)
+        }
+        let status = try call(arguments, console, "POST", "/_emulator/v1/clock", body)
+        if status == 0, let period = arguments.value("by") {
+            console.writeError(
+                "note: \(period) is measured at the store's time rate (a month of a subscription may be minutes of "
+                    + "store time); see rate in the answer\n")
+        }
+        return status
     }
 
     static func appPath(_ arguments: Arguments) throws -> String {
@@ -326,14 +382,19 @@ enum AppStoreCommands {
         throws -> Int32
     {
         let (status, response) = try request(arguments, method, path, body)
-        if response != .null { console.write(JSONWriter.string(response, pretty: true) + "\n") }
-        return (200..<300).contains(status) ? 0 : 1
+        guard (200..<300).contains(status) else {
+            let code = response["error"]?["code"]?.stringValue ?? "error"
+            let message = response["error"]?["message"]?.stringValue ?? "no details"
+            throw RuntimeError("the emulator refused the request (HTTP \(status), \(code)): \(message)")
+        }
+        if response != .null { console.write(JSONWriter.string(ISODates.annotated(response), pretty: true) + "\n") }
+        return 0
     }
 
     static func request(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) throws -> (
         Int, JSONValue
     ) {
-        let base = arguments.value("url") ?? "http://127.0.0.1:8080"
+        let base = arguments.value("url") ?? ProcessInfo.processInfo.environment["STOREKEEPER_URL"] ?? "http://127.0.0.1:8080"
         guard base.hasPrefix("http://") || base.hasPrefix("https://") else {
             throw UsageError("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
         }
@@ -352,7 +413,7 @@ enum AppStoreCommands {
                 try await HTTPClient(timeout: .seconds(30)).send(method, url, headers: sent, body: bytes)
             }
         } catch let error as HTTPClientError {
-            throw RuntimeError("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
+            throw UnavailableError("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
         }
         return (
             answer.status,

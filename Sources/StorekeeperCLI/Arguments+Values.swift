@@ -25,12 +25,12 @@ extension Arguments {
 func loadCertificates(_ paths: [String]) throws -> [Certificate] {
     try paths.flatMap { path -> [Certificate] in
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw RuntimeError("cannot read certificate '\(path)'")
+            throw InputError("cannot read certificate '\(path)'")
         }
         do {
             return try Certificate.load(Array(data))
         } catch {
-            throw RuntimeError("'\(path)' is not a certificate (DER or PEM)")
+            throw InputError("'\(path)' is not a certificate (DER or PEM)")
         }
     }
 }

@@ -2,12 +2,14 @@
 /// repeatable options, flags, positionals, `-h/--help`, and `--` to end options.
 struct Arguments {
     /// What a command accepts.
-    struct Spec {
-        struct Option {
+    struct Spec: Sendable {
+        struct Option: Sendable {
             var name: String
             var valueName: String
             var help: String
             var repeatable = false
+            /// Required options are shown without brackets in the usage line and checked by the parser.
+            var required = false
         }
 
         var command: String
@@ -31,6 +33,7 @@ struct Arguments {
                     "--\(option.name) <\(option.valueName)>", option.help + (option.repeatable ? " (repeatable)" : ""))
             }
             for flag in flags { text += Self.row("--\(flag.name)", flag.help) }
+            text += Self.row("--version", "Show the version.")
             text += Self.row("-h, --help", "Show help information.")
             return text
         }
@@ -38,7 +41,10 @@ struct Arguments {
         var usage: String {
             var parts = [command]
             parts += positionals.map { "[<\($0.name)>]" }
-            parts += options.map { "[--\($0.name) <\($0.valueName)>]" + ($0.repeatable ? " ..." : "") }
+            parts += options.map { option in
+                let text = "--\(option.name) <\(option.valueName)>"
+                return (option.required ? text : "[\(text)]") + (option.repeatable ? " ..." : "")
+            }
             parts += flags.map { "[--\($0.name)]" }
             return parts.joined(separator: " ")
         }
@@ -55,6 +61,7 @@ struct Arguments {
     enum Outcome {
         case parsed(Arguments)
         case help
+        case version
     }
 
     private(set) var values: [String: [String]] = [:]
@@ -78,6 +85,7 @@ struct Arguments {
                 continue
             }
             if argument == "-h" || argument == "--help" { return .help }
+            if argument == "--version" { return .version }
             guard argument.hasPrefix("--") else { throw UsageError("Unknown option '\(argument)'") }
             var name = String(argument.dropFirst(2))
             var inlineValue: String?
@@ -110,6 +118,9 @@ struct Arguments {
         guard result.positionals.count <= spec.positionals.count else {
             throw UsageError("Unexpected argument '\(result.positionals[spec.positionals.count])'")
         }
+        for option in spec.options where option.required && result.values[option.name] == nil {
+            throw UsageError("Missing expected argument '--\(option.name) <\(option.valueName)>'")
+        }
         return .parsed(result)
     }
 
@@ -121,6 +132,20 @@ struct Arguments {
 
 /// A mistake in how the command was called: printed with the usage, exit status 64.
 struct UsageError: Error, CustomStringConvertible {
+    let message: String
+    init(_ message: String) { self.message = message }
+    var description: String { message }
+}
+
+/// A file that cannot be read, or a certificate or key that is not one: `Error: …`, exit status 2.
+struct InputError: Error, CustomStringConvertible {
+    let message: String
+    init(_ message: String) { self.message = message }
+    var description: String { message }
+}
+
+/// The emulator or server cannot be reached: `Error: …`, exit status 69 (EX_UNAVAILABLE).
+struct UnavailableError: Error, CustomStringConvertible {
     let message: String
     init(_ message: String) { self.message = message }
     var description: String { message }

@@ -37,7 +37,7 @@ func readLimited(_ handle: FileHandle, limit: Int, name: String) throws -> [UInt
 /// Reads `path` (or standard input for nil or `-`), refusing more than `limit` bytes.
 func readInput(_ path: String?, console: Console, limit: Int) throws -> [UInt8] {
     guard let path, path != "-" else { return try console.readInput(limit) }
-    guard let handle = FileHandle(forReadingAtPath: path) else { throw RuntimeError("cannot read '\(path)'") }
+    guard let handle = FileHandle(forReadingAtPath: path) else { throw InputError("cannot read '\(path)'") }
     defer { try? handle.close() }
     return try readLimited(handle, limit: limit, name: "'\(path)'")
 }

@@ -16,7 +16,8 @@ enum JWSCommands {
         options: [
             .init(
                 name: "root", valueName: "cert",
-                help: "A trusted root (Apple Root CA - G3), or an Xcode certificate; DER or PEM.", repeatable: true),
+                help: "A trusted root (Apple Root CA - G3), or an Xcode certificate; DER or PEM.", repeatable: true,
+                required: true),
             .init(name: "bundle-id", valueName: "id", help: "Expected bundle identifier."),
             .init(
                 name: "app-apple-id", valueName: "n",
@@ -99,7 +100,6 @@ enum JWSCommands {
             }
             current = date
         }
-        guard !arguments.all("root").isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
         if arguments.value("environment") == "Production" && appAppleID == nil {
             throw UsageError("--environment Production needs --app-apple-id, as Apple's libraries require")
         }
@@ -119,10 +119,34 @@ enum JWSCommands {
             configuration.onlineChecks
             ? try blocking { await verifier.verifyOnline(token, as: kind, now: at) }
             : verifier.verify(token, as: type, now: current)
+        let failedCheck: String? =
+            switch result.status {
+            case .ok: nil
+            case .invalidJWTFormat: "format"
+            case .invalidAppIdentifier: "bundleId"
+            case .invalidEnvironment: "environment"
+            case .retryableVerificationFailure: "online"
+            case .invalidChainLength, .invalidCertificate, .invalidChain: "chain"
+            default: result.reason?.contains("signature") == true ? "signature" : "chain"
+            }
+        var skipped: [String: String] = [:]
+        if configuration.bundleID == nil { skipped["bundleId"] = "no --bundle-id given" }
+        if configuration.environment == nil { skipped["environment"] = "no --environment given" }
+        if configuration.environment != "Production" {
+            skipped["appAppleId"] = "checked in Production only, as Apple's libraries do"
+        }
+        if !configuration.onlineChecks { skipped["online"] = "no --online (OCSP not asked)" }
+        let checks = CheckReport(
+            ["format", "chain", "signature", "online", "bundleId", "appAppleId", "environment"], failed: failedCheck,
+            skipped: skipped)
         switch format {
-        case .json: console.write(JSONWriter.string(.object(json(result)), pretty: true) + "\n")
+        case .json:
+            var object = json(result)
+            object["checks"] = checks.json
+            console.write(JSONWriter.string(.object(object), pretty: true) + "\n")
         case .text:
             console.write("\(result.status)" + (result.reason.map { " — \($0)" } ?? "") + "\n")
+            console.write(checks.text)
             if let type = result.type { console.write("Type: \(type.rawValue)\n") }
             if let payload = result.payload { console.write(JSONWriter.string(.object(payload), pretty: true) + "\n") }
         }
@@ -153,12 +177,25 @@ enum JWSCommands {
         } catch {
             throw RuntimeError("not a JWS: \(error.reason)")
         }
-        let object: JSONObject = [
-            "type": .string(SignedDataType.detect(jws.payload).rawValue), "header": .object(jws.header),
-            "payload": .object(jws.payload),
-        ]
-        _ = format  // both formats print the decoded JSON
-        console.write(JSONWriter.string(.object(object), pretty: true) + "\n")
+        let type = SignedDataType.detect(jws.payload).rawValue
+        switch format {
+        case .json:
+            let object: JSONObject = [
+                "type": .string(type), "header": .object(jws.header), "payload": .object(jws.payload),
+            ]
+            console.write(JSONWriter.string(.object(object), pretty: true) + "\n")
+        case .text:
+            console.write("Type: \(type) (not verified)\n")
+            if let alg = jws.header["alg"]?.stringValue { console.write("Algorithm: \(alg)\n") }
+            console.write("Certificates in x5c: \(jws.certificateChain?.count ?? 0)\n")
+            for member in jws.payload.members {
+                var value = JSONWriter.string(member.value)
+                if let milliseconds = member.value.int64Value, member.key.hasSuffix("Date") {
+                    value += "  (" + ISODates.string(milliseconds: milliseconds) + ")"
+                }
+                console.write("  \(member.key): \(value)\n")
+            }
+        }
         return 0
     }
 
@@ -172,6 +209,14 @@ enum JWSCommands {
         }
         let key = try loadKey(keyPath)
         let chain = try loadCertificates(certificatePaths)
+        guard key.isEC, key.bits == 256 else {
+            throw InputError(
+                "'\(keyPath)' is \(key.isRSA ? "an RSA" : "a \(key.bits)-bit") key; ES256 needs a P-256 (prime256v1) key")
+        }
+        guard let leafKey = try? chain[0].publicKey, let ownKey = try? key.publicKey, leafKey.derEncoded == ownKey.derEncoded
+        else {
+            throw InputError("the key '\(keyPath)' does not belong to the leaf certificate (the first --cert)")
+        }
         let input = try readInput(arguments.positional(0), console: console, limit: CompactJWS.maxSize)
         guard let payload = try? JSONParser.parse(input).objectValue else {
             throw RuntimeError("the payload is not a JSON object")
@@ -190,9 +235,16 @@ enum JWSCommands {
         let bundleID = try required("bundle-id")
         let productID = try required("product-id")
         let offerID = try required("offer-id")
-        let tokenText = try required("app-account-token")
-        guard let token = UUID(uuidString: tokenText) else {
-            throw UsageError("'\(tokenText)' is not a UUID for --app-account-token")
+        let format = arguments.value("format") ?? "v1"
+        guard format == "v1" || format == "v2" else { throw UsageError("'\(format)' is not a format; use v1 or v2") }
+        // V1 signs the app account token (empty when none); V2 has no such field.
+        var token: UUID?
+        if let tokenText = arguments.value("app-account-token") {
+            guard format == "v1" else { throw UsageError("--app-account-token is part of V1 signatures only") }
+            guard let parsed = UUID(uuidString: tokenText) else {
+                throw UsageError("'\(tokenText)' is not a UUID for --app-account-token")
+            }
+            token = parsed
         }
         var nonce = UUID()
         if let text = arguments.value("nonce") {
@@ -204,13 +256,11 @@ enum JWSCommands {
             guard let value = Int64(text) else { throw UsageError("'\(text)' is not milliseconds for --timestamp") }
             timestamp = value
         }
-        let format = arguments.value("format") ?? "v1"
-        guard format == "v1" || format == "v2" else { throw UsageError("'\(format)' is not a format; use v1 or v2") }
         let key = try loadKey(keyPath)
         if format == "v1" {
             let signature = try OfferSignature.promotionalOfferV1(
                 bundleID: bundleID, keyID: keyID, productID: productID, offerID: offerID,
-                appAccountToken: token.uuidString, nonce: nonce, timestamp: timestamp, key: key)
+                appAccountToken: token?.uuidString ?? "", nonce: nonce, timestamp: timestamp, key: key)
             let object: JSONObject = [
                 "keyIdentifier": .string(keyID), "nonce": .string(nonce.uuidString.lowercased()),
                 "timestamp": .integer(timestamp), "signature": .string(signature),
@@ -233,12 +283,12 @@ enum JWSCommands {
 
     static func loadKey(_ path: String) throws -> PrivateKey {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw RuntimeError("cannot read key '\(path)'")
+            throw InputError("cannot read key '\(path)'")
         }
         do {
             return try PrivateKey(pem: String(decoding: data, as: UTF8.self))
         } catch {
-            throw RuntimeError("'\(path)' is not a PEM private key")
+            throw InputError("'\(path)' is not a PEM private key")
         }
     }
 }

@@ -11,7 +11,9 @@ enum ReceiptCommands {
         command: "storekeeper receipt verify", abstract: "Verify an App Store receipt.",
         positionals: [("path", inputHelp)],
         options: [
-            .init(name: "root", valueName: "cert", help: "A trusted root certificate, DER or PEM.", repeatable: true),
+            .init(
+                name: "root", valueName: "cert", help: "A trusted root certificate, DER or PEM.", repeatable: true,
+                required: true),
             .init(name: "bundle-id", valueName: "id", help: "The app's bundle identifier (compared byte for byte)."),
             .init(name: "bundle-version", valueName: "version", help: "The app version the receipt must carry."),
             .init(
@@ -39,7 +41,7 @@ enum ReceiptCommands {
         options: [
             .init(
                 name: "out", valueName: "dir",
-                help: "Directory to write receipt.der, receipt.b64, root.pem and device-id.txt.")
+                help: "Directory to write receipt.der, receipt.b64, root.pem and device-id.txt.", required: true)
         ])
 
     /// Receipts larger than this (as base64 text) are refused before parsing.
@@ -56,7 +58,6 @@ enum ReceiptCommands {
             expectations.deviceIdentifier = bytes
         }
         let current = try arguments.date("now") ?? now
-        guard !arguments.all("root").isEmpty else { throw UsageError("Missing expected argument '--root <cert>'") }
         let roots = try loadCertificates(arguments.all("root"))
         let input = try readInput(arguments.positional(0), console: console, limit: inputLimit)
         let result: ReceiptVerificationResult
@@ -66,10 +67,32 @@ enum ReceiptCommands {
         } catch let error as ReceiptError {
             result = .invalid(ReceiptVerificationFailure(code: .malformed, message: error.reason, receipt: nil))
         }
+        let failedCheck: String? =
+            switch result.failure?.code {
+            case nil: nil
+            case .malformed?: "format"
+            case .signatureInvalid?: "signature"
+            case .untrustedChain?, .certificateNotValidAtDate?: "chain"
+            case .bundleIDMismatch?: "bundleId"
+            case .bundleVersionMismatch?: "bundleVersion"
+            case .deviceHashMismatch?: "deviceHash"
+            default: "expiry"
+            }
+        var skipped: [String: String] = [:]
+        if expectations.bundleID == nil { skipped["bundleId"] = "no --bundle-id given" }
+        if expectations.bundleVersion == nil { skipped["bundleVersion"] = "no --bundle-version given" }
+        if expectations.deviceIdentifier == nil { skipped["deviceHash"] = "no --device-id given" }
+        if result.receipt != nil, result.receipt?.expirationDate == nil, failedCheck != "format" {
+            skipped["expiry"] = "the receipt has no expiration date (not a VPP receipt)"
+        }
+        let checks = CheckReport(
+            ["format", "signature", "chain", "bundleId", "bundleVersion", "deviceHash", "expiry"], failed: failedCheck,
+            skipped: skipped)
         switch format {
         case .json:
             var object = JSONObject()
             object["valid"] = .bool(result.isValid)
+            object["checks"] = checks.json
             if let failure = result.failure {
                 object["error"] = .object(["code": .string(failure.code.rawValue), "message": .string(failure.message)])
             }
@@ -84,6 +107,7 @@ enum ReceiptCommands {
             } else {
                 console.write("VALID\n")
             }
+            console.write(checks.text)
             if let receipt = result.receipt { console.write(TextReport.receipt(receipt)) }
         }
         return result.isValid ? 0 : 1
@@ -111,7 +135,7 @@ enum ReceiptCommands {
     }
 
     static func sample(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        guard let out = arguments.value("out") else { throw UsageError("Missing expected argument '--out <dir>'") }
+        let out = arguments.value("out")!
         let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))  // receipts carry whole seconds
         let directory = URL(fileURLWithPath: out)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

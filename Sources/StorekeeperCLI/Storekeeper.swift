@@ -22,93 +22,167 @@ public enum Storekeeper {
           jws sign                    Sign a JSON payload as ES256 with an x5c chain.
           offer sign                  Sign a promotional offer (V1 signature or V2 JWS).
           appstore serve              Run the App Store emulator (verifyReceipt, /_emulator/v1 API).
-          appstore certs              Export the emulator's root certificates.
+          appstore certs              Export the emulator's root certificates (from its data or --url).
+          appstore products           List the products a running emulator sells.
           appstore account|device|install|buy|transactions|finish|receipt|advance
                                       Drive a running emulator from the shell.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
-          fuzz                        Feed mutated receipts, JWS, JSON, .storekit and HTTP to their parsers.
           bench http                  Measure the HTTP layer against bare libmicrohttpd, and under idle and slow clients.
+          fuzz                        Feed mutated receipts, JWS, JSON, .storekit and HTTP to their parsers.
+          completion                  Print a bash or zsh completion script.
 
-          See 'storekeeper <subcommand> --help' for detailed help.
+          See 'storekeeper help <subcommand>' for detailed help.
 
         """
+
+    typealias Command = (
+        path: [String], spec: Arguments.Spec, run: @Sendable (Arguments, Console, Date) throws -> Int32
+    )
+
+    /// Every subcommand, in the order help lists them.
+    static let commands: [Command] = [
+        (["receipt", "verify"], ReceiptCommands.verifySpec, ReceiptCommands.verify),
+        (["receipt", "decode"], ReceiptCommands.decodeSpec, ReceiptCommands.decode),
+        (["receipt", "sample"], ReceiptCommands.sampleSpec, ReceiptCommands.sample),
+        (["jws", "verify"], JWSCommands.verifySpec, JWSCommands.verify),
+        (["jws", "decode"], JWSCommands.decodeSpec, JWSCommands.decode),
+        (["jws", "sign"], JWSCommands.signSpec, JWSCommands.sign),
+        (["offer", "sign"], JWSCommands.offerSpec, JWSCommands.offer),
+        (["appstore", "serve"], AppStoreCommands.serveSpec, AppStoreCommands.serve),
+        (["appstore", "certs"], AppStoreCommands.certsSpec, AppStoreCommands.certs),
+        (["appstore", "products"], AppStoreCommands.productsSpec, AppStoreCommands.products),
+        (["appstore", "account"], AppStoreCommands.accountSpec, AppStoreCommands.account),
+        (["appstore", "device"], AppStoreCommands.deviceSpec, AppStoreCommands.device),
+        (["appstore", "install"], AppStoreCommands.installSpec, AppStoreCommands.install),
+        (["appstore", "buy"], AppStoreCommands.buySpec, AppStoreCommands.buy),
+        (["appstore", "transactions"], AppStoreCommands.transactionsSpec, AppStoreCommands.transactions),
+        (["appstore", "finish"], AppStoreCommands.finishSpec, AppStoreCommands.finish),
+        (["appstore", "receipt"], AppStoreCommands.receiptSpec, AppStoreCommands.receipt),
+        (["appstore", "advance"], AppStoreCommands.advanceSpec, AppStoreCommands.advance),
+        (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
+        (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
+        (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
+        (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
+        (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
+        (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
+        (["completion"], CompletionCommands.spec, CompletionCommands.run),
+    ]
+
+    /// The command groups and what they are for.
+    static let groups: [(name: String, abstract: String)] = [
+        ("receipt", "Verify and decode App Store receipts."),
+        ("jws", "Verify, decode and sign StoreKit 2 signed data."),
+        ("offer", "Sign promotional offers."),
+        ("appstore", "Run the App Store emulator and drive it from the shell."),
+        ("bench", "Measure throughput against baselines measured in the same run."),
+    ]
+
+    static let exitCodes = """
+        EXIT CODES:
+          0    success
+          1    verification failed (a receipt or JWS that does not parse is also 1: malformed), or the
+               emulator refused the request
+          2    a file cannot be read, or a certificate or key is not one
+          64   usage error
+          69   the emulator or server cannot be reached
+
+        """
+
+    /// `storekeeper help <group>`: OVERVIEW, USAGE and the subcommands with their abstracts.
+    static func groupHelp(_ group: String) -> String {
+        let abstract = groups.first { $0.name == group }?.abstract ?? ""
+        let members = commands.filter { $0.path.count == 2 && $0.path[0] == group }
+        let rows = members.map { command -> String in
+            let name = command.path[1]
+            return "  " + name + String(repeating: " ", count: max(1, 28 - name.count)) + command.spec.abstract + "\n"
+        }
+        return "OVERVIEW: \(abstract)\n\nUSAGE: storekeeper \(group) <subcommand>\n\nOPTIONS:\n"
+            + "  --version                   Show the version.\n  -h, --help                  Show help information.\n\n"
+            + "SUBCOMMANDS:\n" + rows.joined()
+            + "\n  See 'storekeeper help \(group) <subcommand>' for detailed help.\n"
+    }
+
+    /// Help for a command path (`["receipt", "verify"]`, `["appstore"]`, `[]`); nil when there is none.
+    static func help(for path: [String]) -> String? {
+        if path.isEmpty { return overview + "\n" + exitCodes }
+        if let command = commands.first(where: { $0.path == path }) { return command.spec.help + "\n" + exitCodes }
+        if path.count == 1, groups.contains(where: { $0.name == path[0] }) { return groupHelp(path[0]) }
+        return nil
+    }
 
     /// Runs the command line `arguments` (without the program name) and returns the exit status.
     public static func run(_ arguments: [String], console: Console = .standard, now: @Sendable () -> Date = { Date() })
         -> Int32
     {
-        let commands: [(path: [String], spec: Arguments.Spec, run: (Arguments, Console, Date) throws -> Int32)] = [
-            (["receipt", "verify"], ReceiptCommands.verifySpec, ReceiptCommands.verify),
-            (["receipt", "decode"], ReceiptCommands.decodeSpec, ReceiptCommands.decode),
-            (["receipt", "sample"], ReceiptCommands.sampleSpec, ReceiptCommands.sample),
-            (["jws", "verify"], JWSCommands.verifySpec, JWSCommands.verify),
-            (["jws", "decode"], JWSCommands.decodeSpec, JWSCommands.decode),
-            (["jws", "sign"], JWSCommands.signSpec, JWSCommands.sign),
-            (["offer", "sign"], JWSCommands.offerSpec, JWSCommands.offer),
-            (["appstore", "serve"], AppStoreCommands.serveSpec, AppStoreCommands.serve),
-            (["appstore", "certs"], AppStoreCommands.certsSpec, AppStoreCommands.certs),
-            (["appstore", "account"], AppStoreCommands.accountSpec, AppStoreCommands.account),
-            (["appstore", "device"], AppStoreCommands.deviceSpec, AppStoreCommands.device),
-            (["appstore", "install"], AppStoreCommands.installSpec, AppStoreCommands.install),
-            (["appstore", "buy"], AppStoreCommands.buySpec, AppStoreCommands.buy),
-            (["appstore", "transactions"], AppStoreCommands.transactionsSpec, AppStoreCommands.transactions),
-            (["appstore", "finish"], AppStoreCommands.finishSpec, AppStoreCommands.finish),
-            (["appstore", "receipt"], AppStoreCommands.receiptSpec, AppStoreCommands.receipt),
-            (["appstore", "advance"], AppStoreCommands.advanceSpec, AppStoreCommands.advance),
-            (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
-            (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
-            (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
-            (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
-            (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
-            (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
-        ]
-        if arguments.isEmpty || arguments == ["-h"] || arguments == ["--help"] || arguments == ["help"] {
-            console.write(overview)
-            return arguments.isEmpty ? 64 : 0
+        // Help at every level, as swift-argument-parser tools: `storekeeper`, `storekeeper help [path…]`,
+        // `storekeeper <group>`, `storekeeper <group> help [sub]`, `… --help`.
+        var words = arguments
+        if words.first == "help" { words.removeFirst(); words.append("--help") }
+        if words.count >= 2, words[1] == "help", groups.contains(where: { $0.name == words[0] }) {
+            words.remove(at: 1)
+            words.append("--help")
         }
-        if arguments == ["--version"] {
+        if words.isEmpty || words == ["--help"] || words == ["-h"] {
+            console.write(help(for: [])!)
+            return 0
+        }
+        if words == ["--version"] {
             console.write("\(version)\n")
             return 0
         }
-        guard let command = commands.first(where: { Array(arguments.prefix($0.path.count)) == $0.path }) else {
-            let groups = Set(commands.map { $0.path[0] })
-            if let group = arguments.first, groups.contains(group) {
-                let names = commands.filter { $0.path[0] == group }.map { $0.path.joined(separator: " ") }
-                if arguments.count == 1 || arguments[1] == "--help" || arguments[1] == "-h" {
-                    console.write(
-                        "USAGE: storekeeper \(group) <subcommand>\n\nSUBCOMMANDS:\n"
-                            + names.map { "  \($0)\n" }.joined())
-                    return arguments.count == 1 ? 64 : 0
+        guard let command = commands.first(where: { Array(words.prefix($0.path.count)) == $0.path }) else {
+            let group = words[0]
+            if groups.contains(where: { $0.name == group }) {
+                let rest = Array(words.dropFirst())
+                if rest.isEmpty || rest.allSatisfy({ $0 == "--help" || $0 == "-h" }) {
+                    console.write(groupHelp(group))
+                    return 0
                 }
+                if rest == ["--version"] {
+                    console.write("\(version)\n")
+                    return 0
+                }
+                let names = commands.filter { $0.path[0] == group }.map { $0.path.dropFirst().joined(separator: " ") }
                 console.writeError(
-                    "Error: Unknown subcommand '\(arguments[1])' of '\(group)'.\nUsage: storekeeper \(group) <subcommand>\n"
-                )
+                    "Error: Unknown subcommand '\(rest[0])' of '\(group)' (one of: \(names.joined(separator: ", "))).\n"
+                        + "Usage: storekeeper \(group) <subcommand>\n  See 'storekeeper help \(group)' for more information.\n")
                 return 64
             }
-            console.writeError("Error: Unknown subcommand '\(arguments[0])'.\n\(overview)")
+            console.writeError(
+                "Error: Unknown subcommand '\(group)'.\nUsage: storekeeper <subcommand>\n"
+                    + "  See 'storekeeper --help' for the list of subcommands.\n")
             return 64
         }
-        let rest = Array(arguments.dropFirst(command.path.count))
+        let rest = Array(words.dropFirst(command.path.count))
         do {
             switch try Arguments.parse(rest, spec: command.spec) {
             case .help:
-                console.write(command.spec.help)
+                console.write(command.spec.help + "\n" + exitCodes)
+                return 0
+            case .version:
+                console.write("\(version)\n")
                 return 0
             case .parsed(let parsed):
                 return try command.run(parsed, console, now())
             }
         } catch let error as UsageError {
             console.writeError(
-                "Error: \(error.message)\nUsage: \(command.spec.usage)\n  See 'storekeeper \(command.path.joined(separator: " ")) --help' for more information.\n"
+                "Error: \(error.message)\nUsage: \(command.spec.usage)\n  See 'storekeeper help \(command.path.joined(separator: " "))' for more information.\n"
             )
             return 64
+        } catch let error as InputError {
+            console.writeError("Error: \(error.message)\n")
+            return 2
+        } catch let error as UnavailableError {
+            console.writeError("Error: \(error.message)\n")
+            return 69
         } catch let error as RuntimeError {
             console.writeError("Error: \(error.message)\n")
             return 1
         } catch {
-            console.writeError("Error: \(error)\n")
+            console.writeError("Error: \(String(describing: error))\n")
             return 1
         }
     }

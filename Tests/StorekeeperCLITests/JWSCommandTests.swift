@@ -144,8 +144,14 @@ struct JWSCommandTests {
             try key.publicKey.verify(
                 signature: Array(signature), message: Array(message.utf8), algorithm: .ecdsa(.sha256)))
         #expect(output["nonce"] == .string("f1e2d3c4-b5a6-4978-8695-a4b3c2d1e0f9"))
-        let v2 = CapturedConsole.run(common + ["--format", "v2", "--issuer-id", "issuer"])
-        #expect(v2.status == 0)
+        let withToken = CapturedConsole.run(common + ["--format", "v2", "--issuer-id", "issuer"])
+        #expect(withToken.status == 64, "V2 has no app account token: \(withToken.stderr)")
+        #expect(withToken.stderr.contains("app-account-token"))
+        let v2Arguments = common.enumerated().filter { index, _ in
+            !(index > 0 && common[index - 1] == "--app-account-token") && common[index] != "--app-account-token"
+        }.map(\.element)
+        let v2 = CapturedConsole.run(v2Arguments + ["--format", "v2", "--issuer-id", "issuer"])
+        #expect(v2.status == 0, "\(v2.stderr)")
         let jws = try CompactJWS(v2.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(jws.header["kid"] == .string("ABC123"))
         #expect(jws.payload["aud"] == .string("promotional-offer"))

@@ -54,7 +54,13 @@ struct ReceiptCommandTests {
         #expect(receipt["request_date_ms"] == .string("1704067200000"))
         #expect(receipt["in_app"]?.arrayValue?.count == 4)
         #expect(receipt["raw"]?["sha1_hash"]?.stringValue != nil)
-        #expect(output.objectValue?.keys == ["valid", "environment", "receipt"])
+        #expect(output.objectValue?.keys == ["valid", "checks", "environment", "receipt"])
+        let checks = try #require(output["checks"])
+        let results = try #require(checks.objectValue)
+        for check in ["format", "signature", "chain", "bundleId", "bundleVersion", "deviceHash"] {
+            #expect(results[check] == .string("passed"), "\(check): \(checks)")
+        }
+        #expect(results["expiry"]?.stringValue?.hasPrefix("skipped: ") == true)
     }
 
     @Test("Base64 text with line breaks on standard input is accepted")
@@ -182,11 +188,11 @@ struct ReceiptCommandTests {
         }
     }
 
-    @Test("A missing file is a runtime error: exit 1")
+    @Test("A file that cannot be read is exit 2")
     func missingFile() throws {
         let files = try Files()
         let run = CapturedConsole.run(["receipt", "verify", "/nonexistent/receipt.der", "--root", files.root])
-        #expect(run.status == 1)
+        #expect(run.status == 2)
         #expect(run.stderr.contains("cannot read"))
     }
 

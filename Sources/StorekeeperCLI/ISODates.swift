@@ -1,0 +1,33 @@
+import AppStoreReceipts
+import Foundation
+import StorekeeperJSON
+
+/// ISO 8601 beside epoch milliseconds in what the command line prints.
+enum ISODates {
+    static func string(milliseconds: Int64) -> String {
+        let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+        let whole = ReceiptDate.rfc3339String(date)
+        let fraction = ((milliseconds % 1000) + 1000) % 1000
+        return fraction == 0 ? whole : whole.replacingOccurrences(of: "Z", with: String(format: ".%03dZ", fraction))
+    }
+
+    /// A copy of `value` in which every member that holds epoch milliseconds (a name ending in `Date`, `At`
+    /// or equal to `now`, with a plausible value) gains an ISO 8601 sibling named `…ISO`.
+    static func annotated(_ value: JSONValue) -> JSONValue {
+        switch value {
+        case .array(let items): return .array(items.map(annotated))
+        case .object(let object):
+            var result = JSONObject()
+            for member in object.members {
+                result[member.key] = annotated(member.value)
+                if case .integer(let milliseconds) = member.value, (0...253_402_300_799_999).contains(milliseconds),
+                    member.key == "now" || member.key.hasSuffix("Date") || member.key.hasSuffix("At")
+                {
+                    result[member.key + "ISO"] = .string(string(milliseconds: milliseconds))
+                }
+            }
+            return .object(result)
+        default: return value
+        }
+    }
+}

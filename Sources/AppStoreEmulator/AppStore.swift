@@ -129,9 +129,7 @@ public final class AppStore: Sendable {
 
     /// Advances store time by `period` at the current rate (and switches rate first when asked), then runs
     /// everything that fell due, in order.
-    public func setClock(advance period: StorePeriod?, rate newRate: TimeRate?) async throws -> (
-        now: Date, rate: TimeRate, caughtUp: Bool
-    ) {
+    public func setClock(advance period: StorePeriod?, rate newRate: TimeRate?) async throws -> ClockChange {
         let realNow = self.realNow
         try await storage.write { store in
             var clock = self.clockState.withLock { $0 }
@@ -157,8 +155,8 @@ public final class AppStore: Sendable {
             // Writes are serialised, so the cached clock follows the order of the stored one.
             self.clockState.withLock { $0 = clock }
         }
-        let caughtUp = try await runDue(maxEvents: maxEventsPerRequest)
-        return (now, rate, caughtUp)
+        let ran = try await runDue(maxEvents: maxEventsPerRequest)
+        return ClockChange(now: now, rate: rate, ran: ran)
     }
 
     /// Runs what already fell due, if anything did: every request calls this first, so a receipt fetched
@@ -169,31 +167,35 @@ public final class AppStore: Sendable {
     }
 
     /// Runs due events in store-time order, in transactions of at most `batch` events, until none is due or
-    /// `maxEvents` ran; returns whether none is left due (the scheduler runs the rest).
+    /// `maxEvents` ran; returns what ran and whether none is left due (the scheduler runs the rest).
     @discardableResult
-    func runDue(batch: Int = 256, maxEvents: Int = .max) async throws -> Bool {
-        var total = 0
+    func runDue(batch: Int = 256, maxEvents: Int = .max) async throws -> DueWork {
+        var work = DueWork()
         while true {
-            guard total < maxEvents else { return false }
-            let limit = min(batch, maxEvents - total)
+            guard work.events < maxEvents else {
+                work.caughtUp = false
+                return work
+            }
+            let limit = min(batch, maxEvents - work.events)
             let current = now
-            let ran = try await storage.write { store -> Int in
-                var count = 0
+            let batchWork = try await storage.write { store -> DueWork in
+                var batchWork = DueWork()
                 var earliestNew: Date?
                 for event in try store.due(until: current, limit: limit) {
                     // An event scheduled by this batch may come before the rest of it: fetch again.
                     if let earliestNew, event.due > earliestNew { break }
-                    if let scheduled = try self.handle(event, in: store, now: current) {
+                    let outcome = try self.handle(event, in: store, now: current)
+                    if case .renewed(let scheduled) = outcome {
                         earliestNew = min(earliestNew ?? scheduled, scheduled)
                     }
-                    count += 1
+                    batchWork.record(outcome)
                 }
                 let next = try store.nextDue()
                 self.nextDue.withLock { $0 = next }
-                return count
+                return batchWork
             }
-            if ran == 0 { return true }
-            total += ran
+            if batchWork.events == 0 { return work }
+            work.add(batchWork)
         }
     }
 
@@ -244,25 +246,25 @@ public final class AppStore: Sendable {
         nextDue.withLock { $0 = min($0 ?? event.due, event.due) }
     }
 
-    /// Applies one due event; returns the due time of an event it scheduled, if any.
-    private func handle(_ event: DueEvent, in store: any EmulatorStore, now: Date) throws -> Date? {
+    /// Applies one due event and says what it did.
+    private func handle(_ event: DueEvent, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
         try store.cancel(kind: event.kind, key: event.key)
         switch event.kind {
         case .renewal:
             return try renew(TransactionID(event.key), in: store)
         default:
             logger.warning("scheduler.unknown-event", ["event.kind": event.kind.rawValue])
-            return nil
+            return .nothing
         }
     }
 
     /// Ends a subscription period: renews it (a new transaction from the old expiry), or, past the sandbox
     /// cap, lets it expire.
-    private func renew(_ originalID: TransactionID, in store: any EmulatorStore) throws -> Date? {
+    private func renew(_ originalID: TransactionID, in store: any EmulatorStore) throws -> DueWork.Outcome {
         guard var subscription = try store.subscription(originalID),
             let latest = try store.transaction(subscription.latestTransactionID),
             let expires = latest.transaction.expiresDate, let account = try store.account(subscription.accountID)
-        else { return nil }
+        else { return .nothing }
         let capped = account.environment != .production && subscription.state.renewalCount >= Self.sandboxRenewalCap
         guard subscription.state.autoRenew, !capped,
             let entry = catalog.entry(subscription.state.autoRenewProductID.rawValue),
@@ -272,7 +274,7 @@ public final class AppStore: Sendable {
             subscription.state.autoRenew = false
             subscription.state.expirationIntent = subscription.state.expirationIntent ?? .customerCancelled
             try store.save(subscription)
-            return nil
+            return .expired
         }
         let nextExpiry = rate.end(of: period, from: expires)
         guard nextExpiry <= Self.horizon else {
@@ -282,7 +284,7 @@ public final class AppStore: Sendable {
             subscription.state.expirationIntent = .other
             try store.save(subscription)
             logger.notice("renewal.past-horizon", ["subscription.original-id": originalID.rawValue])
-            return nil
+            return .expired
         }
         var renewal = latest
         renewal.transaction.id = try newTransactionID(in: store)
@@ -303,7 +305,7 @@ public final class AppStore: Sendable {
         try store.save(subscription)
         let due = renewal.transaction.expiresDate!
         try schedule(DueEvent(kind: .renewal, key: originalID.rawValue, due: due), in: store)
-        return due
+        return .renewed(nextDue: due)
     }
 
     /// Transactions stored, for every account.

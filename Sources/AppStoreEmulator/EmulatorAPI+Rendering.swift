@@ -11,15 +11,12 @@ extension AppStore {
     static func milliseconds(_ date: Date) -> JSONValue { .integer(ReceiptDate.milliseconds(date)) }
 
     static func render(_ install: Install, environment: Environment) -> JSONObject {
-        var object = JSONObject()
-        object["bundle_id"] = .string(install.bundleID.rawValue)
-        object["application_version"] = .string(install.version)
-        object["original_application_version"] = .string(install.originalVersion)
-        for (key, value) in ReceiptDate.triplet("original_purchase_date", install.originalPurchaseDate) {
-            object[key] = .string(value)
-        }
-        object["receipt_type"] = .string(ReceiptType(environment: environment, volumePurchase: false).rawValue)
-        return object
+        [
+            "bundleId": .string(install.bundleID.rawValue), "applicationVersion": .string(install.version),
+            "originalApplicationVersion": .string(install.originalVersion),
+            "originalPurchaseDate": milliseconds(install.originalPurchaseDate),
+            "receiptType": .string(ReceiptType(environment: environment, volumePurchase: false).rawValue),
+        ]
     }
 
     static func render(_ entry: Catalog.Entry) -> JSONObject {

@@ -110,6 +110,10 @@ extension AppStore {
                 var answer: JSONObject = [
                     "now": .integer(Int64((clock.now.timeIntervalSince1970 * 1000).rounded(.down))),
                     "rate": .string(clock.rate.name),
+                    "ran": .object([
+                        "renewals": .integer(Int64(clock.ran.renewals)),
+                        "expirations": .integer(Int64(clock.ran.expirations)),
+                    ]),
                 ]
                 // More fell due than one request runs: the scheduler goes on in the background.
                 if !clock.caughtUp { answer["caughtUp"] = .bool(false) }

@@ -362,13 +362,25 @@ enum AppStoreCommands {
             }
             body["rate"] = .string(rate)
         }
-        let status = try call(arguments, console, "POST", "/_emulator/v1/clock", body)
-        if status == 0, let period = arguments.value("by") {
-            console.writeError(
-                "note: \(period) is measured at the store's time rate (a month of a subscription may be minutes of "
-                    + "store time); see rate in the answer\n")
+        let response = try fetch(arguments, "POST", "/_emulator/v1/clock", body)
+        console.write(JSONWriter.string(ISODates.annotated(response), pretty: true) + "\n")
+        console.writeError(advanceSummary(response, by: arguments.value("by")))
+        return 0
+    }
+
+    /// One line for people: the new store date, the rate, and what the move made happen.
+    static func advanceSummary(_ response: JSONValue, by period: String?) -> String {
+        let date = response["now"]?.int64Value.map { ISODates.string(milliseconds: $0) } ?? "unknown"
+        let rate = response["rate"]?.stringValue ?? "unknown"
+        let renewals = response["ran"]?["renewals"]?.int64Value ?? 0
+        let expirations = response["ran"]?["expirations"]?.int64Value ?? 0
+        var line = "store time is now \(date) (rate \(rate)); ran \(renewals) renewal\(renewals == 1 ? "" : "s") and "
+            + "\(expirations) expiration\(expirations == 1 ? "" : "s")"
+        if response["caughtUp"] == .bool(false) { line += "; more fell due and runs in the background" }
+        if let period, rate != "realTime" {
+            line += "\nnote: \(period) was measured at rate \(rate), which compresses subscription periods"
         }
-        return status
+        return line + "\n"
     }
 
     static func appPath(_ arguments: Arguments) throws -> String {
@@ -381,14 +393,22 @@ enum AppStoreCommands {
     static func call(_ arguments: Arguments, _ console: Console, _ method: String, _ path: String, _ body: JSONObject?)
         throws -> Int32
     {
+        let response = try fetch(arguments, method, path, body)
+        if response != .null { console.write(JSONWriter.string(ISODates.annotated(response), pretty: true) + "\n") }
+        return 0
+    }
+
+    /// The emulator's answer to a request, or a runtime error naming its refusal.
+    static func fetch(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) throws
+        -> JSONValue
+    {
         let (status, response) = try request(arguments, method, path, body)
         guard (200..<300).contains(status) else {
             let code = response["error"]?["code"]?.stringValue ?? "error"
             let message = response["error"]?["message"]?.stringValue ?? "no details"
             throw RuntimeError("the emulator refused the request (HTTP \(status), \(code)): \(message)")
         }
-        if response != .null { console.write(JSONWriter.string(ISODates.annotated(response), pretty: true) + "\n") }
-        return 0
+        return response
     }
 
     static func request(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) throws -> (
@@ -428,7 +448,9 @@ enum AppStoreCommands {
 func blocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) throws -> T {
     let outcome = Mutex<Result<T, any Error>?>(nil)
     let done = DispatchSemaphore(value: 0)
-    Task {
+    // On an executor of its own: the caller may itself be on Swift's cooperative pool (a test, a handler),
+    // which the wait below would otherwise starve on a machine with few cores.
+    Task(executorPreference: BlockingExecutor.shared) {
         let result: Result<T, any Error>
         do { result = .success(try await work()) } catch { result = .failure(error) }
         outcome.withLock { $0 = result }
@@ -436,4 +458,17 @@ func blocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) thr
     }
     done.wait()
     return try outcome.withLock { $0! }.get()
+}
+
+/// A task executor over libdispatch's overcommitting threads, for work that a synchronous caller waits on.
+final class BlockingExecutor: TaskExecutor {
+    static let shared = BlockingExecutor()
+    private let queue = DispatchQueue(label: "storekeeper.cli.blocking", attributes: .concurrent)
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+
+    func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
 }

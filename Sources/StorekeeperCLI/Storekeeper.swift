@@ -1,4 +1,7 @@
 public import Foundation
+import AppStoreReceipts
+import StorekeeperCrypto
+import StorekeeperHTTP
 
 /// The `storekeeper` command: dispatches to subcommands; every outcome is an exit status.
 public enum Storekeeper {
@@ -182,8 +185,23 @@ public enum Storekeeper {
             console.writeError("Error: \(error.message)\n")
             return 1
         } catch {
-            console.writeError("Error: \(String(describing: error))\n")
+            console.writeError("Error: \(sentence(for: error))\n")
             return 1
+        }
+    }
+
+    /// An unexpected error as a sentence: the module's reason, never a type name or a Foundation dump.
+    static func sentence(for error: any Error) -> String {
+        switch error {
+        case let error as CryptoError: return error.reason
+        case let error as ReceiptError: return error.reason
+        case let error as HTTPClientError: return "the request failed: \(error.reason)"
+        case let error as CocoaError:
+            let path = (error.userInfo[NSFilePathErrorKey] as? String).map { " (\($0))" } ?? ""
+            return "a file operation failed\(path): code \(error.code.rawValue)"
+        default:
+            let text = String(describing: error)
+            return text.count <= 200 ? text : String(text.prefix(200)) + "…"
         }
     }
 }

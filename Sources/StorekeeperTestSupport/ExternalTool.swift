@@ -21,11 +21,17 @@ public enum ExternalTool {
         return nil
     }
 
-    /// Runs `executable` with `arguments`, feeding `stdin`, and waits for it.
-    public static func run(_ executable: String, _ arguments: [String], stdin: [UInt8] = []) throws -> Output {
+    /// Runs `executable` with `arguments`, feeding `stdin`, and waits for it; `environment` adds to (or
+    /// overrides) the test process's environment.
+    public static func run(
+        _ executable: String, _ arguments: [String], stdin: [UInt8] = [], environment: [String: String] = [:]
+    ) throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         let input = Pipe()
         let output = Pipe()
         let error = Pipe()

@@ -171,7 +171,13 @@ struct AppStoreTests {
         let second = verifier.verify(try await harness.receipt(app), expecting: expectations, now: now)
         #expect(Set(second.receipt?.inAppPurchases.map(\.productID) ?? []) == ["pro", "monthly"])
         // An update keeps the original version (paid-to-free checks rely on it).
-        _ = try await harness.call("POST", app + "/install", ["version": .string("2")])
+        let (_, install) = try await harness.call("POST", app + "/install", ["version": .string("2")])
+        #expect(install.objectValue?.keys.sorted() == [
+            "applicationVersion", "bundleId", "originalApplicationVersion", "originalPurchaseDate", "receiptType",
+        ])
+        #expect(install["applicationVersion"] == .string("2"))
+        #expect(install["originalApplicationVersion"] == .string("1"))
+        #expect(install["originalPurchaseDate"]?.int64Value != nil, "epoch milliseconds like every emulator date")
         let updated = try #require(
             verifier.verify(try await harness.receipt(app), expecting: .init(), now: now).receipt)
         #expect(updated.appVersion == "2")
@@ -213,6 +219,7 @@ struct AppStoreTests {
         _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
         let (_, clock) = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
         #expect(clock["rate"] == .string("monthlyRenewalEveryFiveMinutes"))
+        #expect(clock["ran"] == .object(["renewals": .integer(1), "expirations": .integer(0)]))
         let verifier = ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root])
         func monthly() async throws -> [InAppPurchase] {
             let receipt = try #require(
@@ -227,7 +234,14 @@ struct AppStoreTests {
         #expect(Set(afterOne.map(\.originalTransactionID)).count == 1)
         #expect(afterOne[1].purchaseDate == afterOne[0].expiresDate)
         #expect(afterOne[1].expiresDate!.timeIntervalSince(afterOne[1].purchaseDate) == 300)
-        for _ in 0..<14 { _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")]) }
+        var renewed: Int64 = 0
+        var expired: Int64 = 0
+        for _ in 0..<14 {
+            let (_, later) = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+            renewed += later["ran"]?["renewals"]?.int64Value ?? 0
+            expired += later["ran"]?["expirations"]?.int64Value ?? 0
+        }
+        #expect(renewed == 11 && expired == 1, "the rest of the sandbox's twelve renewals, then one expiry")
         #expect(try await monthly().count == 13)  // the purchase and twelve renewals
         let (_, entitlements) = try await harness.call("GET", app + "/entitlements")
         #expect(entitlements["signedTransactions"]?.arrayValue?.isEmpty == true)

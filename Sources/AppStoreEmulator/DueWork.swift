@@ -1,0 +1,41 @@
+public import Foundation
+public import StoreTime
+
+/// What a run of due events did: how many renewals and expiries, and whether anything is still due
+/// (a request does a bounded amount of work; the scheduler does the rest).
+public struct DueWork: Sendable, Equatable {
+    public internal(set) var renewals = 0
+    public internal(set) var expirations = 0
+    /// Events handled, including those that found nothing to do (a subscription already gone).
+    public internal(set) var events = 0
+    public internal(set) var caughtUp = true
+
+    enum Outcome {
+        case renewed(nextDue: Date)
+        case expired
+        case nothing
+    }
+
+    mutating func record(_ outcome: Outcome) {
+        events += 1
+        switch outcome {
+        case .renewed: renewals += 1
+        case .expired: expirations += 1
+        case .nothing: break
+        }
+    }
+
+    mutating func add(_ other: DueWork) {
+        renewals += other.renewals
+        expirations += other.expirations
+        events += other.events
+    }
+}
+
+/// The clock after a change, and the work that the change made due.
+public struct ClockChange: Sendable {
+    public let now: Date
+    public let rate: TimeRate
+    public let ran: DueWork
+    public var caughtUp: Bool { ran.caughtUp }
+}

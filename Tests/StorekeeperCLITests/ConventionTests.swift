@@ -1,0 +1,234 @@
+import Foundation
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Testing
+
+/// The command line behaves like swift-argument-parser tools: help at every level, `--version` everywhere,
+/// results on stdout, errors on stderr, and the documented exit codes.
+@Suite("storekeeper conventions")
+struct ConventionTests {
+    /// Every subcommand, as a user types it.
+    static let commands: [[String]] = [
+        ["receipt", "verify"], ["receipt", "decode"], ["receipt", "sample"], ["jws", "verify"], ["jws", "decode"],
+        ["jws", "sign"], ["offer", "sign"], ["appstore", "serve"], ["appstore", "certs"], ["appstore", "products"],
+        ["appstore", "account"], ["appstore", "device"], ["appstore", "install"], ["appstore", "buy"],
+        ["appstore", "transactions"], ["appstore", "finish"], ["appstore", "receipt"], ["appstore", "advance"],
+        ["bench", "receipt"], ["bench", "jws"], ["bench", "emulator"], ["bench", "http"], ["fuzz"], ["completion"],
+    ]
+    static let groups = ["receipt", "jws", "offer", "appstore", "bench"]
+
+    @Test("Bare storekeeper, help and --help print the overview with exit codes to stdout and exit 0")
+    func topLevelHelp() {
+        for arguments in [[], ["help"], ["--help"], ["-h"]] {
+            let run = CapturedConsole.run(arguments)
+            #expect(run.status == 0, "\(arguments)")
+            #expect(run.stderr.isEmpty)
+            #expect(run.stdout.contains("USAGE: storekeeper <subcommand>"))
+            #expect(run.stdout.contains("EXIT CODES:"))
+            #expect(run.stdout.contains("69   the emulator or server cannot be reached"))
+            for command in Self.commands {
+                #expect(run.stdout.contains(command.last!), "overview lists \(command)")
+            }
+        }
+        #expect(CapturedConsole.run(["--version"]).stdout == "0.1.0\n")
+    }
+
+    @Test("Every subcommand: --help, help <path> and <group> help <sub> print the same help; --version works",
+        arguments: commands)
+    func subcommandHelp(command: [String]) {
+        let direct = CapturedConsole.run(command + ["--help"])
+        #expect(direct.status == 0)
+        #expect(direct.stderr.isEmpty)
+        #expect(direct.stdout.hasPrefix("OVERVIEW: "))
+        #expect(direct.stdout.contains("USAGE: storekeeper \(command.joined(separator: " "))"))
+        #expect(direct.stdout.contains("EXIT CODES:"))
+        let viaHelp = CapturedConsole.run(["help"] + command)
+        #expect(viaHelp.status == 0 && viaHelp.stdout == direct.stdout)
+        if command.count == 2 {
+            let viaGroup = CapturedConsole.run([command[0], "help", command[1]])
+            #expect(viaGroup.status == 0 && viaGroup.stdout == direct.stdout)
+        }
+        let version = CapturedConsole.run(command + ["--version"])
+        #expect(version.status == 0 && version.stdout == "0.1.0\n" && version.stderr.isEmpty)
+    }
+
+    @Test("Every subcommand: an unknown option is a usage error on stderr with the usage line, exit 64",
+        arguments: commands)
+    func unknownOption(command: [String]) {
+        let run = CapturedConsole.run(command + ["--no-such-option"])
+        #expect(run.status == 64)
+        #expect(run.stdout.isEmpty)
+        #expect(run.stderr.hasPrefix("Error: "))
+        #expect(run.stderr.contains("Usage: storekeeper \(command.joined(separator: " "))"))
+        #expect(run.stderr.contains("See 'storekeeper help \(command.joined(separator: " "))'"))
+    }
+
+    @Test("Every group lists its subcommands with one-line descriptions; unknown subcommands name the valid ones",
+        arguments: groups)
+    func groupHelp(group: String) {
+        let members = Self.commands.filter { $0.count == 2 && $0[0] == group }
+        for arguments in [[group], [group, "--help"], ["help", group], [group, "help"]] {
+            let run = CapturedConsole.run(arguments)
+            #expect(run.status == 0, "\(arguments)")
+            #expect(run.stdout.hasPrefix("OVERVIEW: "))
+            for member in members {
+                let line = run.stdout.split(separator: "\n").first { $0.hasPrefix("  \(member[1]) ") }
+                #expect(line.map { $0.split(separator: " ").count > 2 } == true, "\(member[1]) has a description")
+            }
+        }
+        let unknown = CapturedConsole.run([group, "bogus"])
+        #expect(unknown.status == 64)
+        #expect(unknown.stdout.isEmpty)
+        #expect(members.allSatisfy { unknown.stderr.contains($0[1]) })
+        #expect(CapturedConsole.run([group, "--version"]).stdout == "0.1.0\n")
+    }
+
+    @Test("Required options are unbracketed in usage; optional ones bracketed")
+    func requiredOptions() {
+        let verify = CapturedConsole.run(["receipt", "verify", "--help"]).stdout
+        #expect(verify.contains(" --root <cert> ..."))
+        #expect(!verify.contains("[--root"))
+        #expect(verify.contains("[--bundle-id <id>]"))
+        let missing = CapturedConsole.run(["receipt", "verify"])
+        #expect(missing.status == 64)
+        #expect(missing.stderr.contains("--root"))
+    }
+
+    @Test("Unknown subcommands and refused values are usage errors that list the valid choices")
+    func refusedValues() {
+        let unknown = CapturedConsole.run(["bogus"])
+        #expect(unknown.status == 64 && unknown.stdout.isEmpty && unknown.stderr.hasPrefix("Error: "))
+        let rate = CapturedConsole.run(["appstore", "advance", "--rate", "bogus"])
+        #expect(rate.status == 64)
+        #expect(rate.stderr.contains("realTime") && rate.stderr.contains("monthlyRenewalEveryFiveMinutes"))
+        let url = CapturedConsole.run(["appstore", "products", "--url", "localhost:8080"])
+        #expect(url.status == 64)
+        #expect(url.stderr.contains("http://"))
+    }
+
+    @Test("Exit 2 for files that cannot be read or are not certificates or keys; 1 for what does not parse")
+    func exitCodes() throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        let notACertificate = directory.appendingPathComponent("root.pem")
+        try Data("not a certificate".utf8).write(to: notACertificate)
+        let garbage = directory.appendingPathComponent("garbage.der")
+        try Data("%%%".utf8).write(to: garbage)
+
+        let unreadable = CapturedConsole.run(["receipt", "verify", directory.path + "/none", "--root", garbage.path])
+        #expect(unreadable.status == 2, "\(unreadable.stderr)")
+        let badRoot = CapturedConsole.run(["receipt", "verify", garbage.path, "--root", notACertificate.path])
+        #expect(badRoot.status == 2)
+        #expect(badRoot.stderr.hasPrefix("Error: ") && badRoot.stdout.isEmpty)
+        let badKey = CapturedConsole.run(["offer", "sign", "--key", notACertificate.path, "--key-id", "A",
+            "--bundle-id", "b", "--product-id", "p", "--offer-id", "o", "--app-account-token",
+            "7E3B1C1A-0000-4000-8000-000000000001"])
+        #expect(badKey.status == 2, "\(badKey.stderr)")
+        #expect(!badKey.stderr.contains("CryptoError"), "a sentence, not a type name: \(badKey.stderr)")
+
+        let sample = CapturedConsole.run(["receipt", "sample", "--out", directory.path])
+        #expect(sample.status == 0, "\(sample.stderr)")
+        let malformed = CapturedConsole.run(
+            ["receipt", "verify", garbage.path, "--root", directory.appendingPathComponent("root.pem").path])
+        #expect(malformed.status == 1)
+        #expect(try JSONParser.parse(malformed.stdout)["error"]?["code"] == .string("malformed"))
+        let decode = CapturedConsole.run(["jws", "decode", garbage.path])
+        #expect(decode.status == 1 && decode.stderr.hasPrefix("Error: "))
+    }
+
+    @Test("An unreachable emulator is exit 69 with one sentence on stderr, never a Foundation dump")
+    func unreachable() {
+        for command in [["appstore", "products"], ["appstore", "account"], ["appstore", "advance", "--by", "P1M"]] {
+            let run = CapturedConsole.run(command + ["--url", "http://127.0.0.1:1"])
+            #expect(run.status == 69, "\(command): \(run.stderr)")
+            #expect(run.stdout.isEmpty)
+            #expect(run.stderr.hasPrefix("Error: cannot reach the emulator at http://127.0.0.1:1"))
+            #expect(!run.stderr.contains("Domain") && run.stderr.split(separator: "\n").count == 1)
+        }
+    }
+
+    @Test("completion bash and zsh print scripts that know every subcommand and option")
+    func completion() {
+        let bash = CapturedConsole.run(["completion", "bash"])
+        #expect(bash.status == 0)
+        #expect(bash.stdout.contains("complete -o default -F _storekeeper storekeeper"))
+        let zsh = CapturedConsole.run(["completion", "zsh"])
+        #expect(zsh.status == 0)
+        #expect(zsh.stdout.hasPrefix("#compdef storekeeper"))
+        for script in [bash.stdout, zsh.stdout] {
+            for word in ["receipt", "verify", "appstore", "advance", "--bundle-id", "--rate"] {
+                #expect(script.contains(word), "\(word)")
+            }
+        }
+        if let bashPath = ExternalTool.find("bash"), let binary = ExecutableTests.binary {
+            // The script completes in a real bash: subcommands, then the options of the one chosen.
+            let script = """
+                source <("$0" completion bash)
+                COMP_WORDS=(storekeeper receipt v); COMP_CWORD=2; _storekeeper; echo "${COMPREPLY[*]}"
+                COMP_WORDS=(storekeeper appstore advance --r); COMP_CWORD=3; _storekeeper; echo "${COMPREPLY[*]}"
+                """
+            let run = try? ExternalTool.run(bashPath, ["-c", script, binary])
+            #expect(run?.stdout == Array("verify\n--rate\n".utf8), "\(run?.stderrText ?? "")")
+        }
+        let fish = CapturedConsole.run(["completion", "fish"])
+        #expect(fish.status == 64 && fish.stderr.contains("bash") && fish.stderr.contains("zsh"))
+    }
+
+    @Test(
+        "Against a live emulator: results on stdout, refusals on stderr with exit 1, STOREKEEPER_URL, advance",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func liveEmulator() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let data = try ExternalTool.temporaryDirectory()
+        let (process, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        // Products are discoverable, through the environment variable as through --url.
+        let products = try ExternalTool.run(
+            binary, ["appstore", "products"], environment: ["STOREKEEPER_URL": base])
+        #expect(products.status == 0, "\(products.stderrText)")
+        let listed = try JSONParser.parse(products.stdout)["products"]?.arrayValue ?? []
+        #expect(listed.contains { $0["productId"] == .string("com.example.storekeeper.monthly") })
+
+        let refused = CapturedConsole.run(["appstore", "buy", "--url", base, "--device", "nope", "--product", "x"])
+        #expect(refused.status == 1)
+        #expect(refused.stdout.isEmpty)
+        #expect(refused.stderr.hasPrefix("Error: the emulator refused the request (HTTP 404"))
+
+        let account = CapturedConsole.run(["appstore", "account", "--url", base])
+        #expect(account.status == 0 && account.stderr.isEmpty)
+        let accountID = try #require(try JSONParser.parse(account.stdout)["accountId"]?.stringValue)
+        let device = CapturedConsole.run(["appstore", "device", "--url", base, "--account", accountID])
+        let deviceID = try #require(try JSONParser.parse(device.stdout)["deviceId"]?.stringValue)
+        let install = CapturedConsole.run(["appstore", "install", "--url", base, "--device", deviceID])
+        #expect(install.status == 0)
+        #expect(install.stderr.contains("no --version"), "says which version it installed")
+        let buy = CapturedConsole.run(
+            ["appstore", "buy", "--url", base, "--device", deviceID, "--product", "com.example.storekeeper.monthly"])
+        #expect(buy.status == 0, "\(buy.stderr)")
+        #expect(try JSONParser.parse(buy.stdout)["transaction"]?["transactionDateISO"]?.stringValue?.hasSuffix("Z") == true)
+
+        let advance = CapturedConsole.run(["appstore", "advance", "--url", base, "--by", "P1M"])
+        #expect(advance.status == 0)
+        let clock = try JSONParser.parse(advance.stdout)
+        #expect(clock["ran"]?["renewals"] == .integer(1))
+        #expect(clock["nowISO"]?.stringValue?.hasSuffix("Z") == true)
+        #expect(advance.stderr.hasPrefix("store time is now 20"))
+        #expect(advance.stderr.contains("ran 1 renewal and 0 expirations"))
+
+        let out = try ExternalTool.temporaryDirectory()
+        let certs = CapturedConsole.run(["appstore", "certs", "--url", base, "--out", out.path])
+        #expect(certs.status == 0, "\(certs.stderr)")
+        let fromData = try ExternalTool.temporaryDirectory()
+        _ = CapturedConsole.run(["appstore", "certs", "--data", data.path, "--out", fromData.path])
+        #expect(
+            try Data(contentsOf: out.appendingPathComponent("jws-root.cer"))
+                == Data(contentsOf: fromData.appendingPathComponent("jws-root.cer")),
+            "the running emulator's roots, the same as in its data directory")
+        let nowhere = data.appendingPathComponent("nowhere")
+        let wrong = CapturedConsole.run(["appstore", "certs", "--data", nowhere.path, "--out", out.path])
+        #expect(wrong.status == 2)
+        #expect(!FileManager.default.fileExists(atPath: nowhere.path), "a wrong --data creates nothing")
+    }
+}

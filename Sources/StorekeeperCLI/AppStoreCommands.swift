@@ -65,20 +65,26 @@ enum AppStoreCommands {
 
     static let productsSpec = Arguments.Spec(
         command: "storekeeper appstore products", abstract: "List the products a running emulator sells for an app.",
-        options: [
-            urlOption, tokenOption,
-            .init(name: "bundle-id", valueName: "id", help: "The app (default: com.example.storekeeper)."),
-        ])
+        options: [urlOption, tokenOption, bundleOption, fieldOption])
 
     static let urlOption = Arguments.Spec.Option(
-        name: "url", valueName: "url", help: "The running emulator (default: $STOREKEEPER_URL or http://127.0.0.1:8080).")
+        name: "url", valueName: "url",
+        help: "The running emulator (default: $STOREKEEPER_URL or http://127.0.0.1:8080).")
     static let tokenOption = Arguments.Spec.Option(
         name: "token", valueName: "secret", help: "The emulator's control-plane token (default: $STOREKEEPER_TOKEN).")
 
+    static let fieldOption = Arguments.Spec.Option(
+        name: "field", valueName: "path",
+        help: "Print only this member of the answer (a dotted path: transaction.transactionIdentifier, transactions.0)."
+    )
+    static let bundleOption = Arguments.Spec.Option(
+        name: "bundle-id", valueName: "id",
+        help: "The app (default: $STOREKEEPER_BUNDLE_ID or com.example.storekeeper).")
+
     static let clientOptions: [Arguments.Spec.Option] = [
         urlOption, tokenOption,
-        .init(name: "device", valueName: "uuid", help: "The device."),
-        .init(name: "bundle-id", valueName: "id", help: "The app (default: com.example.storekeeper)."),
+        .init(name: "device", valueName: "uuid", help: "The device.", required: true),
+        bundleOption, fieldOption,
     ]
 
     static let accountSpec = Arguments.Spec(
@@ -87,12 +93,13 @@ enum AppStoreCommands {
             urlOption, tokenOption,
             .init(name: "environment", valueName: "name", help: "Sandbox (default) or Production."),
             .init(name: "storefront", valueName: "code", help: "ISO 3166-1 alpha-3 storefront (default: USA)."),
+            fieldOption,
         ])
     static let deviceSpec = Arguments.Spec(
         command: "storekeeper appstore device", abstract: "Create a device for an account.",
         options: [
             urlOption, tokenOption,
-            .init(name: "account", valueName: "id", help: "The account."),
+            .init(name: "account", valueName: "id", help: "The account.", required: true), fieldOption,
         ])
     static let installSpec = Arguments.Spec(
         command: "storekeeper appstore install", abstract: "Install or update the app on a device.",
@@ -100,7 +107,9 @@ enum AppStoreCommands {
     static let buySpec = Arguments.Spec(
         command: "storekeeper appstore buy", abstract: "Buy a product on a device.",
         options: clientOptions + [
-            .init(name: "product", valueName: "id", help: "The product."),
+            .init(
+                name: "product", valueName: "id", help: "The product (see 'storekeeper appstore products').",
+                required: true),
             .init(name: "quantity", valueName: "n", help: "How many (consumables only)."),
             .init(name: "app-account-token", valueName: "uuid", help: "The appAccountToken."),
         ])
@@ -109,7 +118,8 @@ enum AppStoreCommands {
         options: clientOptions)
     static let finishSpec = Arguments.Spec(
         command: "storekeeper appstore finish", abstract: "Finish a transaction.",
-        options: clientOptions + [.init(name: "transaction", valueName: "id", help: "The transaction.")])
+        options: clientOptions + [.init(name: "transaction", valueName: "id", help: "The transaction.", required: true)]
+    )
     static let receiptSpec = Arguments.Spec(
         command: "storekeeper appstore receipt", abstract: "Print the device's app receipt (base64).",
         options: clientOptions)
@@ -119,14 +129,20 @@ enum AppStoreCommands {
             urlOption, tokenOption,
             .init(name: "by", valueName: "period", help: "ISO 8601 duration of store time, e.g. P1M."),
             .init(name: "rate", valueName: "name", help: "Switch to this time rate first."),
+            fieldOption,
         ])
 
     // MARK: - Server
 
     static func serve(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        // Before any thread starts: whoever reads the address we print may stop us at once.
+        let termination = TerminationSignals()
         var rate: TimeRate?
         if let name = arguments.value("rate") {
-            guard let parsed = TimeRate(name: name) else { throw UsageError("'\(name)' is not a time rate") }
+            guard let parsed = TimeRate(name: name) else {
+                throw UsageError(
+                    "'\(name)' is not a time rate (one of \(TimeRate.all.map(\.name).joined(separator: ", ")))")
+            }
             rate = parsed
         }
         let port = Int(arguments.value("port") ?? "8080") ?? -1
@@ -134,7 +150,7 @@ enum AppStoreCommands {
         var catalogs: [StoreKitConfiguration] = []
         for path in arguments.all("storekit") {
             guard let data = FileManager.default.contents(atPath: path) else {
-                throw RuntimeError("cannot read '\(path)'")
+                throw InputError("cannot read '\(path)'")
             }
             do {
                 catalogs.append(try StoreKitConfiguration(data: Array(data)))
@@ -199,7 +215,7 @@ enum AppStoreCommands {
         let shown = host.contains(":") ? "[\(host)]" : host
         console.write("Storekeeper App Store emulator listening on http://\(shown):\(server.port)\n")
         console.write("  apps: \(apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
-        waitForTermination()
+        termination.wait()
         store.stopScheduler()
         server.stop()
         console.write("stopped\n")
@@ -228,21 +244,6 @@ enum AppStoreCommands {
         }
     }
 
-    /// Blocks until SIGINT or SIGTERM.
-    static func waitForTermination() {
-        let done = DispatchSemaphore(value: 0)
-        var sources: [any DispatchSourceSignal] = []
-        for signalNumber in [SIGINT, SIGTERM] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { done.signal() }
-            source.resume()
-            sources.append(source)
-        }
-        done.wait()
-        sources.forEach { $0.cancel() }
-    }
-
     static func dataDirectory(_ arguments: Arguments) -> String {
         arguments.value("data") ?? ProcessInfo.processInfo.environment["STOREKEEPER_DATA"] ?? "storekeeper-data"
     }
@@ -255,7 +256,10 @@ enum AppStoreCommands {
             guard status == 200, let receipt = body["receiptRoot"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
                 let jws = body["jwsRoot"]?.stringValue.flatMap({ Data(base64Encoded: $0) })
             else { throw RuntimeError("the emulator answered HTTP \(status) without its certificates") }
-            roots = [("receipt-root", try Certificate(derEncoded: Array(receipt))), ("jws-root", try Certificate(derEncoded: Array(jws)))]
+            roots = [
+                ("receipt-root", try Certificate(derEncoded: Array(receipt))),
+                ("jws-root", try Certificate(derEncoded: Array(jws))),
+            ]
         } else {
             let data = URL(fileURLWithPath: dataDirectory(arguments))
             let pkiDirectory = data.appendingPathComponent("pki")
@@ -281,7 +285,7 @@ enum AppStoreCommands {
     }
 
     static func products(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        let bundle = arguments.value("bundle-id") ?? DefaultCatalog.bundleID
+        let bundle = bundleID(arguments)
         return try call(arguments, console, "GET", "/_emulator/v1/apps/\(bundle)/products", nil)
     }
 
@@ -363,7 +367,7 @@ enum AppStoreCommands {
             body["rate"] = .string(rate)
         }
         let response = try fetch(arguments, "POST", "/_emulator/v1/clock", body)
-        console.write(JSONWriter.string(ISODates.annotated(response), pretty: true) + "\n")
+        try printAnswer(response, arguments, console)
         console.writeError(advanceSummary(response, by: arguments.value("by")))
         return 0
     }
@@ -374,7 +378,8 @@ enum AppStoreCommands {
         let rate = response["rate"]?.stringValue ?? "unknown"
         let renewals = response["ran"]?["renewals"]?.int64Value ?? 0
         let expirations = response["ran"]?["expirations"]?.int64Value ?? 0
-        var line = "store time is now \(date) (rate \(rate)); ran \(renewals) renewal\(renewals == 1 ? "" : "s") and "
+        var line =
+            "store time is now \(date) (rate \(rate)); ran \(renewals) renewal\(renewals == 1 ? "" : "s") and "
             + "\(expirations) expiration\(expirations == 1 ? "" : "s")"
         if response["caughtUp"] == .bool(false) { line += "; more fell due and runs in the background" }
         if let period, rate != "realTime" {
@@ -383,19 +388,48 @@ enum AppStoreCommands {
         return line + "\n"
     }
 
+    /// `--bundle-id`, else `$STOREKEEPER_BUNDLE_ID`, else the built-in catalogue's app.
+    static func bundleID(_ arguments: Arguments) -> String {
+        arguments.value("bundle-id") ?? ProcessInfo.processInfo.environment["STOREKEEPER_BUNDLE_ID"]
+            ?? DefaultCatalog.bundleID
+    }
+
     static func appPath(_ arguments: Arguments) throws -> String {
         guard let device = arguments.value("device") else {
             throw UsageError("Missing expected argument '--device <uuid>'")
         }
-        return "/_emulator/v1/devices/\(device)/apps/\(arguments.value("bundle-id") ?? DefaultCatalog.bundleID)"
+        return "/_emulator/v1/devices/\(device)/apps/\(bundleID(arguments))"
     }
 
     static func call(_ arguments: Arguments, _ console: Console, _ method: String, _ path: String, _ body: JSONObject?)
         throws -> Int32
     {
         let response = try fetch(arguments, method, path, body)
-        if response != .null { console.write(JSONWriter.string(ISODates.annotated(response), pretty: true) + "\n") }
+        try printAnswer(response, arguments, console)
         return 0
+    }
+
+    /// The answer as pretty JSON with ISO dates, or only the member `--field` names (strings unquoted, so
+    /// that `$(…)` in a shell gets the bare value).
+    static func printAnswer(_ response: JSONValue, _ arguments: Arguments, _ console: Console) throws {
+        let annotated = ISODates.annotated(response)
+        guard let field = arguments.value("field") else {
+            if response != .null { console.write(JSONWriter.string(annotated, pretty: true) + "\n") }
+            return
+        }
+        var value: JSONValue? = annotated
+        for name in field.split(separator: ".") {
+            if let items = value?.arrayValue, let index = Int(name) {
+                value = items.indices.contains(index) ? items[index] : nil
+            } else {
+                value = value?[String(name)]
+            }
+        }
+        guard let value else {
+            let members = annotated.objectValue?.keys.joined(separator: ", ") ?? "none"
+            throw RuntimeError("the answer has no member '\(field)' (its members: \(members))")
+        }
+        console.write((value.stringValue ?? JSONWriter.string(value, pretty: false)) + "\n")
     }
 
     /// The emulator's answer to a request, or a runtime error naming its refusal.
@@ -414,7 +448,8 @@ enum AppStoreCommands {
     static func request(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) throws -> (
         Int, JSONValue
     ) {
-        let base = arguments.value("url") ?? ProcessInfo.processInfo.environment["STOREKEEPER_URL"] ?? "http://127.0.0.1:8080"
+        let base =
+            arguments.value("url") ?? ProcessInfo.processInfo.environment["STOREKEEPER_URL"] ?? "http://127.0.0.1:8080"
         guard base.hasPrefix("http://") || base.hasPrefix("https://") else {
             throw UsageError("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
         }
@@ -471,4 +506,25 @@ final class BlockingExecutor: TaskExecutor {
     }
 
     func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
+}
+
+/// SIGINT and SIGTERM, held from the moment this is made until ``wait()`` takes one: the calling thread
+/// blocks them, threads started afterwards inherit that, and `sigwait` collects a signal that came early.
+/// Make it before starting any thread, so none of them is left to take the default action instead.
+struct TerminationSignals {
+    private var set = sigset_t()
+
+    init() {
+        sigemptyset(&set)
+        sigaddset(&set, SIGINT)
+        sigaddset(&set, SIGTERM)
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// Blocks until one of the signals arrives.
+    func wait() {
+        var set = self.set
+        var received: Int32 = 0
+        sigwait(&set, &received)
+    }
 }

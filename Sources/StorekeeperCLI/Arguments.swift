@@ -33,7 +33,7 @@ struct Arguments {
                     "--\(option.name) <\(option.valueName)>", option.help + (option.repeatable ? " (repeatable)" : ""))
             }
             for flag in flags { text += Self.row("--\(flag.name)", flag.help) }
-            text += Self.row("--version", "Show the version.")
+            if !options.contains(where: { $0.name == "version" }) { text += Self.row("--version", "Show the version.") }
             text += Self.row("-h, --help", "Show help information.")
             return text
         }
@@ -85,7 +85,8 @@ struct Arguments {
                 continue
             }
             if argument == "-h" || argument == "--help" { return .help }
-            if argument == "--version" { return .version }
+            // As in swift-argument-parser, a command's own --version option replaces the version flag.
+            if argument == "--version", !spec.options.contains(where: { $0.name == "version" }) { return .version }
             guard argument.hasPrefix("--") else { throw UsageError("Unknown option '\(argument)'") }
             var name = String(argument.dropFirst(2))
             var inlineValue: String?

@@ -44,7 +44,7 @@ enum BenchCommands {
         let signature = try chain.leafKey.sign(bytes, algorithm: .rsaPKCS1(.sha256))
         let publicKey = try chain.leaf.publicKey
         let results = interleaved(
-            seconds: seconds, rounds: rounds,
+            seconds: seconds, rounds: rounds, progress: { progress(console, $0) },
             [
                 { count in
                     precondition(
@@ -81,7 +81,7 @@ enum BenchCommands {
                 throw RuntimeError("'\(path)' does not verify against '\(rootPath)' at its creation date")
             }
             let measured = interleaved(
-                seconds: seconds, rounds: rounds,
+                seconds: seconds, rounds: rounds, progress: { progress(console, $0) },
                 [
                     { count in
                         for _ in 0..<count {
@@ -143,7 +143,7 @@ enum BenchCommands {
         let signature = try chain.leafKey.sign(message, algorithm: .ecdsa(.sha256))
         let publicKey = try chain.leaf.publicKey
         let results = interleaved(
-            seconds: seconds, rounds: rounds,
+            seconds: seconds, rounds: rounds, progress: { progress(console, $0) },
             [
                 { count in
                     precondition(
@@ -181,11 +181,15 @@ enum BenchCommands {
     }
 
     /// Runs each batch workload for about `seconds` per round, `rounds` times, in alternation.
-    static func interleaved(seconds: Double, rounds: Int, _ workloads: [(Int) -> Void]) -> Rates {
+    /// `progress` hears of each round as it starts.
+    static func interleaved(
+        seconds: Double, rounds: Int, progress: (String) -> Void = { _ in }, _ workloads: [(Int) -> Void]
+    ) -> Rates {
         let clock = ContinuousClock()
         for workload in workloads { workload(16) }  // warm-up: caches, lazy initialisation
         var result = Rates(rounds: [])
-        for _ in 0..<rounds {
+        for round in 0..<rounds {
+            progress("round \(round + 1) of \(rounds)…")
             var row: [Double] = []
             for workload in workloads {
                 var operations = 0

@@ -56,6 +56,7 @@ enum FuzzCommands {
         var total = 0
         var failed = false
         for target in targets {
+            BenchCommands.progress(console, "fuzzing \(target) for \(seconds) s…")
             var mutator = Mutator(seed: seed &+ target.utf8.reduce(UInt64(0)) { $0 &* 31 &+ UInt64($1) })
             let outcome = try fuzz(target, seconds: seconds, mutator: &mutator, now: now)
             total += outcome.inputs

@@ -5,10 +5,7 @@ import StorekeeperJSON
 /// ISO 8601 beside epoch milliseconds in what the command line prints.
 enum ISODates {
     static func string(milliseconds: Int64) -> String {
-        let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
-        let whole = ReceiptDate.rfc3339String(date)
-        let fraction = ((milliseconds % 1000) + 1000) % 1000
-        return fraction == 0 ? whole : whole.replacingOccurrences(of: "Z", with: String(format: ".%03dZ", fraction))
+        ReceiptDate.rfc3339String(Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 
     /// A copy of `value` in which every member that holds epoch milliseconds (a name ending in `Date`, `At`

@@ -211,9 +211,11 @@ enum JWSCommands {
         let chain = try loadCertificates(certificatePaths)
         guard key.isEC, key.bits == 256 else {
             throw InputError(
-                "'\(keyPath)' is \(key.isRSA ? "an RSA" : "a \(key.bits)-bit") key; ES256 needs a P-256 (prime256v1) key")
+                "'\(keyPath)' is \(key.isRSA ? "an RSA" : "a \(key.bits)-bit") key; ES256 needs a P-256 (prime256v1) key"
+            )
         }
-        guard let leafKey = try? chain[0].publicKey, let ownKey = try? key.publicKey, leafKey.derEncoded == ownKey.derEncoded
+        guard let leafKey = try? chain[0].publicKey, let ownKey = try? key.publicKey,
+            leafKey.derEncoded == ownKey.derEncoded
         else {
             throw InputError("the key '\(keyPath)' does not belong to the leaf certificate (the first --cert)")
         }

@@ -1,5 +1,5 @@
-public import Foundation
 import AppStoreReceipts
+public import Foundation
 import StorekeeperCrypto
 import StorekeeperHTTP
 
@@ -150,7 +150,8 @@ public enum Storekeeper {
                 let names = commands.filter { $0.path[0] == group }.map { $0.path.dropFirst().joined(separator: " ") }
                 console.writeError(
                     "Error: Unknown subcommand '\(rest[0])' of '\(group)' (one of: \(names.joined(separator: ", "))).\n"
-                        + "Usage: storekeeper \(group) <subcommand>\n  See 'storekeeper help \(group)' for more information.\n")
+                        + "Usage: storekeeper \(group) <subcommand>\n  See 'storekeeper help \(group)' for more information.\n"
+                )
                 return 64
             }
             console.writeError(

@@ -172,9 +172,10 @@ struct AppStoreTests {
         #expect(Set(second.receipt?.inAppPurchases.map(\.productID) ?? []) == ["pro", "monthly"])
         // An update keeps the original version (paid-to-free checks rely on it).
         let (_, install) = try await harness.call("POST", app + "/install", ["version": .string("2")])
-        #expect(install.objectValue?.keys.sorted() == [
-            "applicationVersion", "bundleId", "originalApplicationVersion", "originalPurchaseDate", "receiptType",
-        ])
+        #expect(
+            install.objectValue?.keys.sorted() == [
+                "applicationVersion", "bundleId", "originalApplicationVersion", "originalPurchaseDate", "receiptType",
+            ])
         #expect(install["applicationVersion"] == .string("2"))
         #expect(install["originalApplicationVersion"] == .string("1"))
         #expect(install["originalPurchaseDate"]?.int64Value != nil, "epoch milliseconds like every emulator date")

@@ -68,6 +68,27 @@ struct JWSCommandTests {
         #expect(try JSONParser.parse(asRenewal.stdout)["type"] == .string("renewal-info"))
     }
 
+    @Test("jws sign refuses a key that does not belong to the leaf, or is not P-256: exit 2, a sentence, no JWS")
+    func signRefusesWrongKeys() throws {
+        let files = try Files()
+        try Data(try PrivateKey.generateP256().pemPKCS8().utf8).write(
+            to: URL(fileURLWithPath: files.path("other-key.pem")))
+        try Data(try PrivateKey.generateRSA().pemPKCS8().utf8).write(to: URL(fileURLWithPath: files.path("rsa.pem")))
+        let chain = [
+            "--cert", files.path("leaf.der"), "--cert", files.path("intermediate.pem"), "--cert",
+            files.path("root.pem"),
+            files.path("payload.json"),
+        ]
+        let other = CapturedConsole.run(["jws", "sign", "--key", files.path("other-key.pem")] + chain)
+        #expect(other.status == 2)
+        #expect(other.stdout.isEmpty)
+        #expect(other.stderr.contains("does not belong to the leaf certificate"))
+        let rsa = CapturedConsole.run(["jws", "sign", "--key", files.path("rsa.pem")] + chain)
+        #expect(rsa.status == 2)
+        #expect(rsa.stdout.isEmpty)
+        #expect(rsa.stderr.contains("P-256") && !rsa.stderr.contains("CryptoError"), "\(rsa.stderr)")
+    }
+
     @Test("A notification shows the nested signed fields as they came and their decoded forms beside them")
     func notification() throws {
         let files = try Files()

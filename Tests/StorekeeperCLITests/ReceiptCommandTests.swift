@@ -266,10 +266,10 @@ struct StartFailure: Error {
 @Suite("storekeeper appstore serve")
 struct AppStoreServeTests {
     /// Starts the emulator and returns the process and its base URL (read from its first output line).
-    static func start(binary: String, data: URL) throws -> (Process, String, Pipe) {
+    static func start(binary: String, data: URL, extra: [String] = []) throws -> (Process, String, Pipe) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["appstore", "serve", "--port", "0", "--data", data.path]
+        process.arguments = ["appstore", "serve", "--port", "0", "--data", data.path] + extra
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -281,7 +281,7 @@ struct AppStoreServeTests {
             line += chunk
         }
         let text = String(decoding: line, as: UTF8.self)
-        guard let range = text.range(of: "http://127.0.0.1:[0-9]+", options: .regularExpression) else {
+        guard let range = text.range(of: "http://[^ \n]+:[0-9]+", options: .regularExpression) else {
             process.terminate()
             throw StartFailure(output: text)
         }
@@ -409,5 +409,41 @@ struct AppStoreServeExposureTests {
             binary, ["appstore", "serve", "--host", "0.0.0.0", "--port", "0", "--token", "short", "--data", data.path])
         #expect(short.status == 64)
         #expect(!FileManager.default.fileExists(atPath: data.path))
+    }
+
+    @Test(
+        "A port in use is a clear error and leaves no data directory; localhost and ::1 are addresses that work",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func startFailures() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let first = try ExternalTool.temporaryDirectory()
+        let (process, base, _) = try AppStoreServeTests.start(binary: binary, data: first)
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        let port = try #require(base.split(separator: ":").last.map(String.init))
+        let data = try ExternalTool.temporaryDirectory().appendingPathComponent("second")
+        let taken = try ExternalTool.run(binary, ["appstore", "serve", "--port", port, "--data", data.path])
+        #expect(taken.status == 1)
+        #expect(taken.stderrText.contains(port), "\(taken.stderrText)")
+        #expect(!taken.stderrText.contains("listen_failed"), "a sentence, not a code")
+        #expect(!FileManager.default.fileExists(atPath: data.path), "a failed start creates no data directory")
+
+        for host in ["localhost", "::1"] {
+            let directory = try ExternalTool.temporaryDirectory()
+            guard
+                let (server, url, _) = try? AppStoreServeTests.start(
+                    binary: binary, data: directory, extra: ["--host", host])
+            else {
+                #expect(host == "::1", "only IPv6 may be missing on a machine")
+                continue
+            }
+            #expect(
+                url.hasPrefix(host == "::1" ? "http://[::1]:" : "http://localhost:")
+                    || url.hasPrefix("http://127.0.0.1:"), "\(url)")
+            server.terminate()
+            server.waitUntilExit()
+        }
     }
 }

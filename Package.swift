@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "AppStoreSignedData", targets: ["AppStoreSignedData"]),
         .library(name: "StorekeeperCrypto", targets: ["StorekeeperCrypto"]),
         .library(name: "StorekeeperHTTP", targets: ["StorekeeperHTTP"]),
+        .library(name: "SubscriptionLifecycle", targets: ["SubscriptionLifecycle"]),
         .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
     ],
     targets: [
@@ -62,11 +63,15 @@ let package = Package(
             name: "AppStoreSignedData", dependencies: ["StorekeeperCrypto", "StorekeeperJSON", "StoreModel"],
             swiftSettings: upcoming),
 
+        // Pure engines: state machines with effects out, no clock, storage or I/O.
+        .target(name: "SubscriptionLifecycle", dependencies: ["StoreModel", "StoreTime"], swiftSettings: upcoming),
+
         // The emulated App Store: orchestration over storage, with its HTTP API.
         .target(
             name: "AppStoreEmulator",
             dependencies: [
-                "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StorekeeperLogging",
+                "SubscriptionLifecycle", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
+                "StorekeeperLogging",
                 "AppStoreReceipts", "AppStoreSignedData", "StorekeeperSQLite", "StoreTime", "StoreModel",
             ],
             swiftSettings: upcoming),
@@ -100,6 +105,9 @@ let package = Package(
         .testTarget(name: "StorekeeperLoggingTests", dependencies: ["StorekeeperLogging"], swiftSettings: upcoming),
         .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .testTarget(name: "StoreModelTests", dependencies: ["StoreModel"], swiftSettings: upcoming),
+        .testTarget(
+            name: "SubscriptionLifecycleTests", dependencies: ["SubscriptionLifecycle", "StoreModel", "StoreTime"],
+            swiftSettings: upcoming),
         .testTarget(
             name: "StorekeeperSQLiteTests", dependencies: ["StorekeeperSQLite", "StorekeeperTestSupport"],
             swiftSettings: upcoming),

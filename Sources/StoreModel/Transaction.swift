@@ -104,12 +104,14 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     public var isInBillingRetry: Bool { status == .billingRetry || status == .billingGracePeriod }
     /// Renewals so far (0 for the first period).
     public var renewalCount: Int
+    /// A price increase announced for the next renewal: pending consent, or accepted; nil when none.
+    public var priceIncreaseStatus: PriceIncreaseStatus?
 
     public init(
         originalTransactionID: TransactionID, productID: ProductID, autoRenewProductID: ProductID? = nil,
         status: SubscriptionStatus = .active, autoRenew: Bool = true, expiresDate: Date? = nil,
         expirationIntent: ExpirationIntent? = nil, gracePeriodExpiresDate: Date? = nil,
-        billingRetryEndsDate: Date? = nil, renewalCount: Int = 0
+        billingRetryEndsDate: Date? = nil, renewalCount: Int = 0, priceIncreaseStatus: PriceIncreaseStatus? = nil
     ) {
         self.originalTransactionID = originalTransactionID
         self.productID = productID
@@ -121,5 +123,6 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
         self.gracePeriodExpiresDate = gracePeriodExpiresDate
         self.billingRetryEndsDate = billingRetryEndsDate
         self.renewalCount = renewalCount
+        self.priceIncreaseStatus = priceIncreaseStatus
     }
 }

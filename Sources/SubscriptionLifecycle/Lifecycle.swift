@@ -1,0 +1,367 @@
+public import Foundation
+public import StoreModel
+public import StoreTime
+
+/// What the engine needs to know of a product: its period, its level in the group (1 is the highest, as
+/// `groupNumber` in a `.storekit` file) and whether it is for sale.
+public struct ProductTerms: Sendable, Hashable {
+    public var period: StorePeriod
+    public var level: Int
+    public var forSale: Bool
+
+    public init(period: StorePeriod, level: Int = 1, forSale: Bool = true) {
+        self.period = period
+        self.level = level
+        self.forSale = forSale
+    }
+}
+
+/// How the store behaves for one account and environment: the time rate, whether renewals fail (billing
+/// retry), whether a grace period applies, the sandbox's renewal cap, and the last date it can sign for.
+public struct LifecycleSettings: Sendable, Hashable {
+    public var rate: TimeRate
+    public var renewalsFail: Bool
+    public var gracePeriod: Bool
+    /// Renewals after which auto-renew stops (12 in the sandbox); nil for none.
+    public var renewalCap: Int?
+    /// A period that would end after this date does not start: the subscription expires instead.
+    public var horizon: Date
+
+    public init(
+        rate: TimeRate, renewalsFail: Bool = false, gracePeriod: Bool = false, renewalCap: Int? = nil,
+        horizon: Date = .distantFuture
+    ) {
+        self.rate = rate
+        self.renewalsFail = renewalsFail
+        self.gracePeriod = gracePeriod
+        self.renewalCap = renewalCap
+        self.horizon = horizon
+    }
+}
+
+/// Something that happens to a subscription: a due time reached, or a verb of the customer, the App Store
+/// or the developer.
+public enum LifecycleEvent: Sendable, Hashable {
+    /// The period's end arrived: renew, fail to renew, or expire.
+    case periodEnded
+    /// The billing grace period ended (billing retry continues).
+    case gracePeriodEnded
+    /// Billing retry gave up.
+    case billingRetryEnded
+    /// The customer fixed their billing: the subscription renews now.
+    case billingRecovered
+    case setAutoRenew(Bool)
+    /// `expireSubscription`: the period ends now and does not renew.
+    case expireNow
+    /// `forceRenewalOfSubscription`: the period ends now and the next one starts.
+    case forceRenewal
+    /// The App Store refunded the latest period.
+    case refunded(RevocationReason)
+    /// A refund was reversed: the latest period is reinstated.
+    case refundReversed
+    /// The price goes up at the next renewal.
+    case priceIncrease(requiresConsent: Bool)
+    case priceConsent(Bool)
+    /// The customer bought another product of the group while subscribed.
+    case changeProduct(ProductID)
+}
+
+/// What the engine asks the store to do, in order, within the same storage transaction as the change.
+public enum LifecycleEffect: Sendable, Hashable {
+    /// A new period (a new transaction): a renewal, a recovery, or an upgrade bought now.
+    case startPeriod(productID: ProductID, start: Date, expires: Date, reason: TransactionReason)
+    /// The latest period ends early, at `date` (expire now, force renewal, or an upgrade's unused part).
+    case endLatestPeriod(at: Date, refundUnused: Bool)
+    /// The latest period is refunded (revoked) or, with nil, reinstated.
+    case revokeLatest(RevocationReason?, at: Date)
+    case notify(Notice)
+    case schedule(DueKind, at: Date)
+    case unschedule(DueKind)
+}
+
+/// The timed work of a subscription.
+public enum DueKind: String, Sendable, Hashable, CaseIterable {
+    case renewal
+    case gracePeriodEnd = "grace-period-end"
+    case billingRetryEnd = "billing-retry-end"
+}
+
+/// A verb that does not apply in the subscription's state (expiring an expired subscription, recovering one
+/// without a billing issue): the store answers it as a 4xx, and nothing changes.
+public struct LifecycleError: Error, Sendable, Hashable, CustomStringConvertible {
+    public let message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// The subscription lifecycle as a pure state machine over ``SubscriptionState``: an event and the time it
+/// happens in, effects out. No clock, storage or I/O: the store applies the effects.
+public struct Lifecycle: Sendable {
+    public var settings: LifecycleSettings
+    public var terms: @Sendable (ProductID) -> ProductTerms?
+
+    public init(settings: LifecycleSettings, terms: @escaping @Sendable (ProductID) -> ProductTerms?) {
+        self.settings = settings
+        self.terms = terms
+    }
+
+    /// A first purchase in the group (`resubscribe` after an earlier one expired): the state and its effects.
+    public func subscribe(
+        originalTransactionID: TransactionID, productID: ProductID, at now: Date, resubscribe: Bool
+    ) throws(LifecycleError) -> (SubscriptionState, [LifecycleEffect]) {
+        guard let product = terms(productID) else { throw LifecycleError("\(productID) is not a subscription") }
+        guard product.forSale else { throw LifecycleError("\(productID) is not for sale") }
+        let expires = settings.rate.end(of: product.period, from: now)
+        let state = SubscriptionState(
+            originalTransactionID: originalTransactionID, productID: productID, expiresDate: expires)
+        let notice =
+            resubscribe
+            ? Notice(.subscribed, .resubscribe, v1: "INTERACTIVE_RENEWAL")
+            : Notice(.subscribed, .initialBuy, v1: "INITIAL_BUY")
+        return (state, [.notify(notice), .schedule(.renewal, at: expires)])
+    }
+
+    /// Applies `event` at `now` to `state`; throws, leaving `state` unchanged, when the event does not apply.
+    public func handle(_ event: LifecycleEvent, to state: inout SubscriptionState, at now: Date)
+        throws(LifecycleError) -> [LifecycleEffect]
+    {
+        var next = state
+        let effects = try transition(event, &next, now)
+        state = next
+        return effects
+    }
+
+    private func transition(_ event: LifecycleEvent, _ state: inout SubscriptionState, _ now: Date)
+        throws(LifecycleError) -> [LifecycleEffect]
+    {
+        switch event {
+        case .periodEnded:
+            guard state.status == .active, let expires = state.expiresDate, expires <= now else { return [] }
+            return periodEnd(&state, at: expires)
+
+        case .gracePeriodEnded:
+            guard state.status == .billingGracePeriod else { return [] }
+            state.status = .billingRetry
+            state.gracePeriodExpiresDate = nil
+            return [.notify(Notice(.gracePeriodExpired))]
+
+        case .billingRetryEnded:
+            guard state.isInBillingRetry else { return [] }
+            return expire(&state, intent: .billingError, notice: Notice(.expired, .billingRetry))
+                + [.unschedule(.gracePeriodEnd)]
+
+        case .billingRecovered:
+            guard state.isInBillingRetry else {
+                throw LifecycleError("subscription \(state.originalTransactionID) has no billing issue to resolve")
+            }
+            state.gracePeriodExpiresDate = nil
+            state.billingRetryEndsDate = nil
+            return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
+                + startPeriod(
+                    &state, productID: state.autoRenewProductID, start: now, reason: .renewal,
+                    notice: Notice(.didRenew, .billingRecovery, v1: "DID_RECOVER"))
+
+        case .setAutoRenew(let enabled):
+            guard state.status != .expired, state.status != .revoked else {
+                throw LifecycleError("subscription \(state.originalTransactionID) has ended; buy it again instead")
+            }
+            guard state.autoRenew != enabled else { return [] }
+            state.autoRenew = enabled
+            // Turning it off after a price-increase notice is Apple's "no subtype" case.
+            let subtype: NotificationSubtype? =
+                enabled ? .autoRenewEnabled : (state.priceIncreaseStatus == .pending ? nil : .autoRenewDisabled)
+            return [.notify(Notice(.didChangeRenewalStatus, subtype, v1: "DID_CHANGE_RENEWAL_STATUS"))]
+
+        case .expireNow:
+            guard state.status != .expired, state.status != .revoked else {
+                throw LifecycleError("subscription \(state.originalTransactionID) has already ended")
+            }
+            let wasActive = state.status == .active
+            state.autoRenew = false
+            var effects: [LifecycleEffect] = wasActive ? [.endLatestPeriod(at: now, refundUnused: false)] : []
+            effects += [.unschedule(.renewal), .unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
+            if wasActive { state.expiresDate = now }
+            return effects + expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
+
+        case .forceRenewal:
+            guard state.status == .active else {
+                throw LifecycleError("subscription \(state.originalTransactionID) is not active")
+            }
+            state.expiresDate = now
+            return [.endLatestPeriod(at: now, refundUnused: false), .unschedule(.renewal)]
+                + periodEnd(&state, at: now)
+
+        case .refunded(let reason):
+            guard state.status != .revoked else {
+                throw LifecycleError("subscription \(state.originalTransactionID) is already refunded")
+            }
+            state.status = .revoked
+            state.autoRenew = false
+            state.gracePeriodExpiresDate = nil
+            state.billingRetryEndsDate = nil
+            return [
+                .revokeLatest(reason, at: now), .unschedule(.renewal), .unschedule(.gracePeriodEnd),
+                .unschedule(.billingRetryEnd), .notify(Notice(.refund, v1: "CANCEL")),
+            ]
+
+        case .refundReversed:
+            guard state.status == .revoked else {
+                throw LifecycleError("subscription \(state.originalTransactionID) has no refund to reverse")
+            }
+            // The renewal date is kept; if it already passed, the subscription is simply expired.
+            var effects: [LifecycleEffect] = [.revokeLatest(nil, at: now)]
+            if let expires = state.expiresDate, expires > now {
+                state.status = .active
+                state.autoRenew = true
+                effects.append(.schedule(.renewal, at: expires))
+            } else {
+                state.status = .expired
+                state.expirationIntent = state.expirationIntent ?? .other
+            }
+            return effects + [.notify(Notice(.refundReversed))]
+
+        case .priceIncrease(let requiresConsent):
+            guard state.status == .active || state.isInBillingRetry else { return [] }
+            state.priceIncreaseStatus = requiresConsent ? .pending : .accepted
+            return [
+                .notify(
+                    requiresConsent
+                        ? Notice(.priceIncrease, .pending, v1: "PRICE_INCREASE_CONSENT")
+                        : Notice(.priceIncrease, .accepted))
+            ]
+
+        case .priceConsent(let consent):
+            guard state.priceIncreaseStatus == .pending else {
+                throw LifecycleError(
+                    "subscription \(state.originalTransactionID) has no price increase awaiting consent")
+            }
+            if consent {
+                state.priceIncreaseStatus = .accepted
+                return [.notify(Notice(.priceIncrease, .accepted))]
+            }
+            // Declining turns auto-renew off; the status stays pending, so the expiry says why.
+            guard state.autoRenew else { return [] }
+            state.autoRenew = false
+            return [.notify(Notice(.didChangeRenewalStatus, v1: "DID_CHANGE_RENEWAL_STATUS"))]
+
+        case .changeProduct(let productID):
+            return try change(&state, to: productID, at: now)
+        }
+    }
+
+    /// The end of a period at `end`: expiry for one of its reasons, a billing failure, or a renewal.
+    private func periodEnd(_ state: inout SubscriptionState, at end: Date) -> [LifecycleEffect] {
+        if !state.autoRenew {
+            return state.priceIncreaseStatus == .pending
+                ? expire(&state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))
+                : expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
+        }
+        if state.priceIncreaseStatus == .pending {
+            return expire(&state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))
+        }
+        guard let product = terms(state.autoRenewProductID), product.forSale else {
+            return expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale))
+        }
+        if let cap = settings.renewalCap, state.renewalCount >= cap {
+            state.autoRenew = false
+            return expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
+        }
+        if settings.renewalsFail {
+            let retryEnds = end.addingTimeInterval(settings.rate.billingRetryPeriod(from: end))
+            state.billingRetryEndsDate = retryEnds
+            var effects: [LifecycleEffect] = [.schedule(.billingRetryEnd, at: retryEnds)]
+            if settings.gracePeriod {
+                let graceEnds = end.addingTimeInterval(
+                    settings.rate.gracePeriod(forSubscriptionOf: product.period, from: end))
+                state.status = .billingGracePeriod
+                state.gracePeriodExpiresDate = graceEnds
+                effects.append(.schedule(.gracePeriodEnd, at: graceEnds))
+                effects.append(.notify(Notice(.didFailToRenew, .gracePeriod, v1: "DID_FAIL_TO_RENEW")))
+            } else {
+                state.status = .billingRetry
+                effects.append(.notify(Notice(.didFailToRenew, v1: "DID_FAIL_TO_RENEW")))
+            }
+            return effects
+        }
+        return startPeriod(
+            &state, productID: state.autoRenewProductID, start: end, reason: .renewal,
+            notice: Notice(.didRenew, v1: "DID_RENEW"))
+    }
+
+    /// A new period of `productID` from `start`, unless it would end past the horizon (then it expires).
+    private func startPeriod(
+        _ state: inout SubscriptionState, productID: ProductID, start: Date, reason: TransactionReason,
+        notice: Notice
+    ) -> [LifecycleEffect] {
+        guard let product = terms(productID) else {
+            return expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale))
+        }
+        let expires = settings.rate.end(of: product.period, from: start)
+        guard expires <= settings.horizon else {
+            return expire(&state, intent: .other, notice: Notice(.expired))
+        }
+        state.status = .active
+        state.productID = productID
+        state.autoRenewProductID = productID
+        state.expiresDate = expires
+        state.expirationIntent = nil
+        state.gracePeriodExpiresDate = nil
+        state.billingRetryEndsDate = nil
+        // A renewal at the new price settles an accepted increase.
+        if reason == .renewal, state.priceIncreaseStatus == .accepted { state.priceIncreaseStatus = nil }
+        if reason == .renewal { state.renewalCount += 1 }
+        return [
+            .startPeriod(productID: productID, start: start, expires: expires, reason: reason),
+            .schedule(.renewal, at: expires), .notify(notice),
+        ]
+    }
+
+    private func expire(_ state: inout SubscriptionState, intent: ExpirationIntent, notice: Notice)
+        -> [LifecycleEffect]
+    {
+        state.status = .expired
+        state.autoRenew = false
+        state.expirationIntent = intent
+        state.gracePeriodExpiresDate = nil
+        state.billingRetryEndsDate = nil
+        return [.notify(notice)]
+    }
+
+    /// Buying another product of the group while subscribed: a higher level (or the same level and
+    /// duration) now, with the unused part of the old period refunded; a lower level (or another duration)
+    /// at the next renewal; the current product again cancels a pending change.
+    private func change(_ state: inout SubscriptionState, to productID: ProductID, at now: Date)
+        throws(LifecycleError) -> [LifecycleEffect]
+    {
+        guard state.status == .active || state.isInBillingRetry else {
+            throw LifecycleError("subscription \(state.originalTransactionID) has ended; this is a resubscription")
+        }
+        guard let new = terms(productID), new.forSale else { throw LifecycleError("\(productID) is not for sale") }
+        guard let current = terms(state.productID) else {
+            throw LifecycleError("\(state.productID) is no longer in the catalogue")
+        }
+        if productID == state.productID {
+            guard state.autoRenewProductID != productID || !state.autoRenew else {
+                throw LifecycleError("already subscribed to \(productID)")
+            }
+            state.autoRenewProductID = productID
+            state.autoRenew = true
+            return [.notify(Notice(.didChangeRenewalPref, v1: "DID_CHANGE_RENEWAL_PREF"))]
+        }
+        let immediate = new.level < current.level || (new.level == current.level && new.period == current.period)
+        guard immediate else {
+            state.autoRenewProductID = productID
+            state.autoRenew = true
+            return [.notify(Notice(.didChangeRenewalPref, .downgrade, v1: "DID_CHANGE_RENEWAL_PREF"))]
+        }
+        var effects: [LifecycleEffect] = [
+            .endLatestPeriod(at: now, refundUnused: state.status == .active), .unschedule(.renewal),
+            .unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd),
+        ]
+        state.autoRenew = true
+        effects += startPeriod(
+            &state, productID: productID, start: now, reason: .purchase,
+            notice: Notice(.didChangeRenewalPref, .upgrade, v1: "INTERACTIVE_RENEWAL"))
+        return effects
+    }
+}

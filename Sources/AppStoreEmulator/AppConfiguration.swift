@@ -8,8 +8,8 @@ public struct AppConfiguration: Codable, Sendable, Hashable {
     public var version: String
     /// verifyReceipt's `password`; nil accepts any.
     public var sharedSecret: String?
-    /// Where server notifications go, by version ("v1", "v2"); kept for the emulator's notification part.
-    public var notificationURLs: [String: String]?
+    /// Where server notifications go (App Store Server Notifications), if anywhere.
+    public var notifications: AppNotifications?
 
     public init(
         bundleID: String, appAppleID: Int64 = 1_234_567_890, version: String = "1.0", sharedSecret: String? = nil

@@ -7,6 +7,7 @@ public import StoreTime
 public import StorekeeperCrypto
 import StorekeeperJSON
 public import StorekeeperLogging
+import SubscriptionLifecycle
 import Synchronization
 
 /// A caller mistake or a missing resource, reported by the API as a 4xx JSON error.
@@ -54,6 +55,10 @@ public final class AppStore: Sendable {
     private let nextDue: Mutex<Date?>
     private let directoryLock: DirectoryLock
     private let scheduler = Mutex<Task<Void, Never>?>(nil)
+    /// Products taken off sale (`POST …/products/{id}/availability`); renewals to them expire.
+    let productsNotForSale: Mutex<Set<ProductID>>
+    /// Notification settings per app and environment, from `--config` and `PUT …/notifications`.
+    let notificationSettings: Mutex<[String: AppNotifications]>
 
     /// Renewals stop after this many in the sandbox, as Apple's sandbox does.
     public static let sandboxRenewalCap = 12
@@ -75,6 +80,8 @@ public final class AppStore: Sendable {
         static let nextWebOrderLineItemID = "nextWebOrderLineItemID"
         static let clockOffset = "clockOffset"
         static let rate = "rate"
+        static let productsNotForSale = "productsNotForSale"
+        static func notifications(_ bundleID: String) -> String { "notifications.\(bundleID)" }
     }
 
     /// Opens the store kept in `dataDirectory` (certificates, a lock, and the state in SQLite unless
@@ -105,14 +112,32 @@ public final class AppStore: Sendable {
             opened = try await SQLiteEmulatorStorage(path: dataDirectory.appendingPathComponent("store.sqlite").path)
         }
         self.storage = opened
-        let (clock, due) = try await opened.write { store in
+        let configured = apps
+        let (clock, due, notForSale, notifications) = try await opened.write { store in
             if let rate { try store.setSetting(Setting.rate, rate.name) }
             let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
             let offset = try store.setting(Setting.clockOffset).flatMap(TimeInterval.init) ?? 0
-            return (VirtualClock(rate: rate, offset: offset), try store.nextDue())
+            let notForSale = Set(
+                (try store.setting(Setting.productsNotForSale) ?? "").split(separator: ",").map {
+                    ProductID(String($0))
+                })
+            // Settings made at run time win over the configuration file's.
+            var notifications: [String: AppNotifications] = [:]
+            for app in configured {
+                if let stored = try store.setting(Setting.notifications(app.bundleID)),
+                    let parsed = try? AppNotifications(json: JSONParser.parse(Array(stored.utf8)))
+                {
+                    notifications[app.bundleID] = parsed
+                } else if let fromConfiguration = app.notifications {
+                    notifications[app.bundleID] = fromConfiguration
+                }
+            }
+            return (VirtualClock(rate: rate, offset: offset), try store.nextDue(), notForSale, notifications)
         }
         clockState = Mutex(clock)
         nextDue = Mutex(due)
+        productsNotForSale = Mutex(notForSale)
+        notificationSettings = Mutex(notifications)
     }
 
     deinit { scheduler.withLock { $0?.cancel() } }
@@ -194,6 +219,7 @@ public final class AppStore: Sendable {
                 self.nextDue.withLock { $0 = next }
                 return batchWork
             }
+            deliver(batchWork.sends)
             if batchWork.events == 0 { return work }
             work.add(batchWork)
         }
@@ -249,63 +275,20 @@ public final class AppStore: Sendable {
     /// Applies one due event and says what it did.
     private func handle(_ event: DueEvent, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
         try store.cancel(kind: event.kind, key: event.key)
+        let originalID = TransactionID(event.key)
         switch event.kind {
         case .renewal:
-            return try renew(TransactionID(event.key), in: store)
+            return try runLifecycle(.periodEnded, originalID: originalID, in: store, now: event.due) ?? .nothing
+        case .gracePeriodEnd:
+            return try runLifecycle(.gracePeriodEnded, originalID: originalID, in: store, now: event.due) ?? .nothing
+        case .billingRetryEnd:
+            return try runLifecycle(.billingRetryEnded, originalID: originalID, in: store, now: event.due) ?? .nothing
+        case .notificationAttempt:
+            return try claimAttempt(event.key, in: store, now: now)
         default:
             logger.warning("scheduler.unknown-event", ["event.kind": event.kind.rawValue])
             return .nothing
         }
-    }
-
-    /// Ends a subscription period: renews it (a new transaction from the old expiry), or, past the sandbox
-    /// cap, lets it expire.
-    private func renew(_ originalID: TransactionID, in store: any EmulatorStore) throws -> DueWork.Outcome {
-        guard var subscription = try store.subscription(originalID),
-            let latest = try store.transaction(subscription.latestTransactionID),
-            let expires = latest.transaction.expiresDate, let account = try store.account(subscription.accountID)
-        else { return .nothing }
-        let capped = account.environment != .production && subscription.state.renewalCount >= Self.sandboxRenewalCap
-        guard subscription.state.autoRenew, !capped,
-            let entry = catalog.entry(subscription.state.autoRenewProductID.rawValue),
-            let period = entry.subscription?.period
-        else {
-            subscription.state.status = .expired
-            subscription.state.autoRenew = false
-            subscription.state.expirationIntent = subscription.state.expirationIntent ?? .customerCancelled
-            try store.save(subscription)
-            return .expired
-        }
-        let nextExpiry = rate.end(of: period, from: expires)
-        guard nextExpiry <= Self.horizon else {
-            // Past the horizon receipts could not be signed: the subscription ends instead of renewing.
-            subscription.state.status = .expired
-            subscription.state.autoRenew = false
-            subscription.state.expirationIntent = .other
-            try store.save(subscription)
-            logger.notice("renewal.past-horizon", ["subscription.original-id": originalID.rawValue])
-            return .expired
-        }
-        var renewal = latest
-        renewal.transaction.id = try newTransactionID(in: store)
-        renewal.transaction.productID = subscription.state.autoRenewProductID
-        renewal.transaction.purchaseDate = expires
-        renewal.transaction.expiresDate = nextExpiry
-        renewal.transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
-        renewal.transaction.reason = .renewal
-        renewal.transaction.offer = nil
-        renewal.transaction.price = entry.price
-        renewal.renewalNumber += 1
-        renewal.finished = false
-        try store.insert(renewal)
-        subscription.latestTransactionID = renewal.id
-        subscription.state.productID = renewal.transaction.productID
-        subscription.state.expiresDate = renewal.transaction.expiresDate
-        subscription.state.renewalCount += 1
-        try store.save(subscription)
-        let due = renewal.transaction.expiresDate!
-        try schedule(DueEvent(kind: .renewal, key: originalID.rawValue, due: due), in: store)
-        return .renewed(nextDue: due)
     }
 
     /// Transactions stored, for every account.
@@ -488,18 +471,63 @@ public final class AppStore: Sendable {
                     period: subscription.introductoryOffer?.period?.description)
             }
         }
-        let stored = StoredTransaction(
-            transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
-        try store.insert(stored)
-        if transaction.kind == .autoRenewable, let expires = transaction.expiresDate {
-            try store.save(
-                StoredSubscription(
-                    state: SubscriptionState(
-                        originalTransactionID: transaction.id, productID: transaction.productID,
-                        expiresDate: expires),
-                    accountID: account.id, bundleID: transaction.bundleID, latestTransactionID: transaction.id))
-            try schedule(DueEvent(kind: .renewal, key: transaction.id.rawValue, due: expires), in: store)
+        guard transaction.kind == .autoRenewable, let expires = transaction.expiresDate else {
+            let stored = StoredTransaction(
+                transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
+            try store.insert(stored)
+            // Apple sends ONE_TIME_CHARGE for one-time purchases, so far in the sandbox only.
+            if account.environment != .production {
+                try enqueue(
+                    Notice(.oneTimeCharge), transaction: stored, renewal: nil, account: account, in: store, now: current
+                )
+            }
+            return stored
         }
+        let engine = lifecycle(for: account)
+        let group = entry.subscription?.groupID
+        let existing = try store.subscriptions(account: account.id, bundle: transaction.bundleID).first {
+            catalog.entry($0.state.productID.rawValue)?.subscription?.groupID == group
+        }
+        if var subscription = existing, subscription.state.status == .active || subscription.state.isInBillingRetry {
+            // Another product of the group while subscribed: an upgrade, downgrade or crossgrade.
+            let productID = transaction.productID
+            let effects = try Self.refusing { () throws(LifecycleError) in
+                try engine.handle(.changeProduct(productID), to: &subscription.state, at: current)
+            }
+            try apply(effects, to: &subscription, account: account, in: store, now: current)
+            guard let latest = try store.transaction(subscription.latestTransactionID) else {
+                throw EmulatorError.notFound("no transaction \(subscription.latestTransactionID)")
+            }
+            return latest
+        }
+        if let previous = existing, let original = try store.transaction(previous.originalTransactionID) {
+            // A resubscription keeps the group's original transaction.
+            transaction.originalID = original.id
+            transaction.originalPurchaseDate = original.transaction.originalPurchaseDate
+        }
+        let originalID = transaction.originalID
+        let productID = transaction.productID
+        let subscribed = try Self.refusing { () throws(LifecycleError) in
+            try engine.subscribe(
+                originalTransactionID: originalID, productID: productID, at: current, resubscribe: existing != nil)
+        }
+        var state = subscribed.0
+        var effects = subscribed.1
+        // The first period may be an introductory offer's, shorter than the product's.
+        state.expiresDate = expires
+        effects = effects.map { effect in
+            if case .schedule(.renewal, _) = effect { return .schedule(.renewal, at: expires) }
+            return effect
+        }
+        var stored = StoredTransaction(
+            transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
+        if let previous = existing, let latest = try store.transaction(previous.latestTransactionID) {
+            stored.renewalNumber = latest.renewalNumber + 1
+        }
+        try store.insert(stored)
+        var subscription = StoredSubscription(
+            state: state, accountID: account.id, bundleID: transaction.bundleID, latestTransactionID: transaction.id)
+        try apply(effects, to: &subscription, account: account, in: store, now: current)
         return stored
     }
 

@@ -3,16 +3,20 @@ public import StoreTime
 
 /// What a run of due events did: how many renewals and expiries, and whether anything is still due
 /// (a request does a bounded amount of work; the scheduler does the rest).
-public struct DueWork: Sendable, Equatable {
+public struct DueWork: Sendable {
     public internal(set) var renewals = 0
     public internal(set) var expirations = 0
     /// Events handled, including those that found nothing to do (a subscription already gone).
     public internal(set) var events = 0
     public internal(set) var caughtUp = true
 
+    /// Notification attempts claimed by the run, sent after it commits.
+    var sends: [OutboundNotification] = []
+
     enum Outcome {
         case renewed(nextDue: Date)
         case expired
+        case send(OutboundNotification)
         case nothing
     }
 
@@ -21,6 +25,7 @@ public struct DueWork: Sendable, Equatable {
         switch outcome {
         case .renewed: renewals += 1
         case .expired: expirations += 1
+        case .send(let notification): sends.append(notification)
         case .nothing: break
         }
     }
@@ -29,6 +34,7 @@ public struct DueWork: Sendable, Equatable {
         renewals += other.renewals
         expirations += other.expirations
         events += other.events
+        sends += other.sends
     }
 }
 

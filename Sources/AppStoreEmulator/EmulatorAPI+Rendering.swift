@@ -70,6 +70,8 @@ extension AppStore {
         [
             "accountId": .string(account.id.rawValue), "askToBuy": .bool(account.askToBuy),
             "purchaseFailure": account.purchaseFailure.map { .string($0.rawValue) } ?? .null,
+            "billingRetryOnRenewal": .bool(account.billingRetryOnRenewal),
+            "billingGracePeriod": .bool(account.billingGracePeriod),
         ]
     }
 

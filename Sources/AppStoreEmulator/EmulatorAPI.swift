@@ -282,14 +282,18 @@ extension AppStore {
         router.post(
             base + "/accounts/{account}/settings",
             guarded { request, context in
-                let body = try RequestBody(request, allowed: ["askToBuy", "purchaseFailure"])
+                let body = try RequestBody(
+                    request, allowed: ["askToBuy", "purchaseFailure", "billingRetryOnRenewal", "billingGracePeriod"])
                 let failure = try body.nullableChoice("purchaseFailure", PurchaseFailure.self)
+                let account = try context.parameter("account")
+                _ = try await store.configureAccount(
+                    account, askToBuy: try body.bool("askToBuy"), purchaseFailure: failure)
                 return .json(
                     .object(
                         AppStore.render(
-                            try await store.configureAccount(
-                                try context.parameter("account"), askToBuy: try body.bool("askToBuy"),
-                                purchaseFailure: failure))))
+                            try await store.configureBilling(
+                                account, retryOnRenewal: try body.bool("billingRetryOnRenewal"),
+                                gracePeriod: try body.bool("billingGracePeriod")))))
             })
         for (action, approve) in [("approve", true), ("decline", false)] {
             router.post(
@@ -317,6 +321,7 @@ extension AppStore {
                             })
                     ]))
             })
+        addLifecycleRoutes(to: &router, base: base, guarded: guarded)
         return router.freeze(logger: logger ?? self.logger)
     }
 }

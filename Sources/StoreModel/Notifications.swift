@@ -70,3 +70,18 @@ public enum PriceIncreaseStatus: Int64, Sendable, Hashable, Codable {
     /// Consented, or notified of an increase that needs no consent.
     case accepted = 1
 }
+
+/// The outcome of one attempt to send a notification (Apple's `sendAttemptResult`).
+public enum SendAttemptResult: String, Sendable, Hashable, CaseIterable, Codable {
+    case success = "SUCCESS"
+    case timedOut = "TIMED_OUT"
+    case tlsIssue = "TLS_ISSUE"
+    case circularRedirect = "CIRCULAR_REDIRECT"
+    case noResponse = "NO_RESPONSE"
+    case socketIssue = "SOCKET_ISSUE"
+    case unsupportedCharset = "UNSUPPORTED_CHARSET"
+    case invalidResponse = "INVALID_RESPONSE"
+    case prematureClose = "PREMATURE_CLOSE"
+    case unsuccessfulHTTPResponseCode = "UNSUCCESSFUL_HTTP_RESPONSE_CODE"
+    case other = "OTHER"
+}

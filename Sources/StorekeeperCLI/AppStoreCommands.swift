@@ -235,10 +235,10 @@ enum AppStoreCommands {
             var app = AppConfiguration(
                 bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value ?? 1_234_567_890,
                 version: item["version"]?.stringValue ?? "1.0", sharedSecret: item["sharedSecret"]?.stringValue)
-            if let urls = item["notificationUrls"]?.objectValue {
-                app.notificationURLs = Dictionary(
-                    urls.members.compactMap { member in member.value.stringValue.map { (member.key, $0) } },
-                    uniquingKeysWith: { first, _ in first })
+            if let notifications = item["notifications"] {
+                do { app.notifications = try AppNotifications(json: notifications) } catch let error as EmulatorError {
+                    throw InputError("the notifications of \(bundleID) in '\(path)': \(error.message)")
+                }
             }
             return app
         }

@@ -40,6 +40,8 @@ public protocol SubscriptionRepository {
     func save(_ subscription: StoredSubscription) throws
     /// The account's subscriptions for the app, by original transaction id.
     func subscriptions(account: AccountID, bundle: BundleID) throws -> [StoredSubscription]
+    /// Subscriptions that are active or in billing retry and renew to `product`, by original id.
+    func subscriptionIDs(renewingTo product: ProductID) throws -> [TransactionID]
 }
 
 /// Payments that did not become purchases (deferred, failed, interrupted).
@@ -64,6 +66,19 @@ public protocol DueEventRepository {
     func due(until time: Date, limit: Int) throws -> [DueEvent]
 }
 
+/// The notification outbox: what is to be sent, was sent or failed, with every attempt.
+public protocol NotificationRepository {
+    func insert(_ notification: OutboundNotification) throws
+    /// Replaces the state and attempts of a stored notification.
+    func update(_ notification: OutboundNotification) throws
+    func notification(_ id: String) throws -> OutboundNotification?
+    /// The app's notifications in `environment` created in `from..<to`, in creation order, after position
+    /// `after` (a paging cursor), at most `limit`; each with its position.
+    func notifications(
+        bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
+    ) throws -> [(position: Int64, notification: OutboundNotification)]
+}
+
 /// Small named values: the clock, id counters.
 public protocol SettingsRepository {
     func setting(_ key: String) throws -> String?
@@ -72,7 +87,7 @@ public protocol SettingsRepository {
 
 /// Everything one read or one write transaction reaches.
 public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepository, TransactionRepository,
-    SubscriptionRepository, PaymentRepository, DueEventRepository, SettingsRepository
+    SubscriptionRepository, PaymentRepository, DueEventRepository, NotificationRepository, SettingsRepository
 {}
 
 /// Where the emulator keeps its state. Every change runs in one ``write(_:)``: all of it is stored, or

@@ -53,6 +53,8 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         var paymentsByAccount: [AccountID: [TransactionID]] = [:]
         var events: [Key<String, String>: DueEvent] = [:]
         var settings: [String: String] = [:]
+        var notifications: [String: OutboundNotification] = [:]
+        var notificationPositions: [String: Int64] = [:]
     }
 
     /// One transaction's view: mutates a copy of the tables (dictionaries are copied lazily, per table
@@ -146,6 +148,14 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
                 }
         }
 
+        func subscriptionIDs(renewingTo product: ProductID) -> [TransactionID] {
+            tables.subscriptions.values.filter {
+                $0.state.autoRenewProductID == product && ($0.state.status == .active || $0.state.isInBillingRetry)
+            }.map(\.originalTransactionID).sorted {
+                ($0.rawValue.count, $0.rawValue) < ($1.rawValue.count, $1.rawValue)
+            }
+        }
+
         func payment(_ id: TransactionID) -> PendingPayment? { tables.payments[id] }
         func insert(_ payment: PendingPayment) throws {
             guard tables.payments[payment.id] == nil else { throw EmulatorStorageError.duplicate("payment") }
@@ -176,6 +186,32 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             Array(
                 tables.events.values.filter { $0.due <= time }
                     .sorted { ($0.due, $0.kind.rawValue, $0.key) < ($1.due, $1.kind.rawValue, $1.key) }.prefix(limit))
+        }
+
+        func insert(_ notification: OutboundNotification) throws {
+            guard tables.notifications[notification.id] == nil else {
+                throw EmulatorStorageError.duplicate("notification")
+            }
+            change(\.notifications, notification.id, notification)
+            change(\.notificationPositions, notification.id, Int64(tables.notificationPositions.count + 1))
+        }
+        func update(_ notification: OutboundNotification) throws {
+            guard tables.notifications[notification.id] != nil else {
+                throw EmulatorStorageError.missing("notification")
+            }
+            change(\.notifications, notification.id, notification)
+        }
+        func notification(_ id: String) -> OutboundNotification? { tables.notifications[id] }
+        func notifications(
+            bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
+        ) -> [(position: Int64, notification: OutboundNotification)] {
+            tables.notifications.values.compactMap { notification -> (Int64, OutboundNotification)? in
+                guard notification.bundleID == bundle, notification.environment == environment,
+                    notification.created >= from, notification.created < to,
+                    let position = tables.notificationPositions[notification.id], position > (after ?? 0)
+                else { return nil }
+                return (position, notification)
+            }.sorted { $0.0 < $1.0 }.prefix(limit).map { (position: $0.0, notification: $0.1) }
         }
 
         func setting(_ key: String) -> String? { tables.settings[key] }

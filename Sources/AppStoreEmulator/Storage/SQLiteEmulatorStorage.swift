@@ -61,6 +61,22 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             CREATE INDEX due_events_by_time ON due_events (due, kind, key);
             CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             """),
+        Migration(
+            "003-lifecycle-and-notifications",
+            """
+            ALTER TABLE accounts ADD COLUMN billing_retry_on_renewal INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE accounts ADD COLUMN billing_grace_period INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE subscriptions ADD COLUMN price_increase_status INTEGER;
+            CREATE TABLE notifications (
+                position INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, bundle_id TEXT NOT NULL,
+                environment TEXT NOT NULL, version INTEGER NOT NULL, url TEXT NOT NULL, body BLOB NOT NULL,
+                signed_payload TEXT, type TEXT NOT NULL, subtype TEXT, v1_type TEXT, original_transaction_id TEXT,
+                created REAL NOT NULL, state TEXT NOT NULL, attempts TEXT NOT NULL, retry_delays TEXT NOT NULL,
+                retry_client_errors INTEGER NOT NULL, timeout_ms INTEGER NOT NULL
+            );
+            CREATE INDEX notifications_by_app ON notifications (bundle_id, environment, created, position);
+            CREATE INDEX subscriptions_by_renewal_product ON subscriptions (auto_renew_product_id, status);
+            """),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
@@ -116,27 +132,37 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 Account(
                     id: id, environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
                     storefront: row["storefront"].string ?? "USA", askToBuy: row["ask_to_buy"].int64 == 1,
-                    purchaseFailure: row["purchase_failure"].string.flatMap(PurchaseFailure.init(rawValue:)))
+                    purchaseFailure: row["purchase_failure"].string.flatMap(PurchaseFailure.init(rawValue:)),
+                    billingRetryOnRenewal: row["billing_retry_on_renewal"].int64 == 1,
+                    billingGracePeriod: row["billing_grace_period"].int64 == 1)
             }
         }
 
         func insert(_ account: Account) throws {
             try inserting("account") {
                 try connection.execute(
-                    "INSERT INTO accounts (id, environment, storefront, ask_to_buy, purchase_failure) VALUES (?, ?, ?, ?, ?)",
+                    """
+                    INSERT INTO accounts (id, environment, storefront, ask_to_buy, purchase_failure,
+                        billing_retry_on_renewal, billing_grace_period) VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """,
                     [
                         .text(account.id.rawValue), .text(account.environment.rawValue), .text(account.storefront),
                         flag(account.askToBuy), text(account.purchaseFailure?.rawValue),
+                        flag(account.billingRetryOnRenewal), flag(account.billingGracePeriod),
                     ])
             }
         }
 
         func update(_ account: Account) throws {
             try connection.execute(
-                "UPDATE accounts SET environment = ?, storefront = ?, ask_to_buy = ?, purchase_failure = ? WHERE id = ?",
+                """
+                UPDATE accounts SET environment = ?, storefront = ?, ask_to_buy = ?, purchase_failure = ?,
+                    billing_retry_on_renewal = ?, billing_grace_period = ? WHERE id = ?
+                """,
                 [
                     .text(account.environment.rawValue), .text(account.storefront), flag(account.askToBuy),
-                    text(account.purchaseFailure?.rawValue), .text(account.id.rawValue),
+                    text(account.purchaseFailure?.rawValue), flag(account.billingRetryOnRenewal),
+                    flag(account.billingGracePeriod), .text(account.id.rawValue),
                 ])
             try changed("account")
         }
@@ -306,7 +332,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 expirationIntent: row["expiration_intent"].int64.flatMap(ExpirationIntent.init(rawValue:)),
                 gracePeriodExpiresDate: date(row["grace_period_expires_date"]),
                 billingRetryEndsDate: date(row["billing_retry_ends_date"]),
-                renewalCount: Int(row["renewal_count"].int64 ?? 0))
+                renewalCount: Int(row["renewal_count"].int64 ?? 0),
+                priceIncreaseStatus: row["price_increase_status"].int64.flatMap(PriceIncreaseStatus.init(rawValue:)))
             return StoredSubscription(
                 state: state, accountID: AccountID(row["account_id"].string ?? ""),
                 bundleID: BundleID(row["bundle_id"].string ?? ""),
@@ -325,8 +352,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     """
                     INSERT OR REPLACE INTO subscriptions (original_id, account_id, bundle_id, product_id,
                         auto_renew_product_id, status, auto_renew, expires_date, expiration_intent,
-                        grace_period_expires_date, billing_retry_ends_date, renewal_count, latest_transaction_id)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        grace_period_expires_date, billing_retry_ends_date, renewal_count, latest_transaction_id,
+                        price_increase_status)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [
                         .text(state.originalTransactionID.rawValue), .text(subscription.accountID.rawValue),
@@ -335,8 +363,18 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         flag(state.autoRenew), real(state.expiresDate), integer(state.expirationIntent?.rawValue),
                         real(state.gracePeriodExpiresDate), real(state.billingRetryEndsDate),
                         .integer(Int64(state.renewalCount)), .text(subscription.latestTransactionID.rawValue),
+                        integer(state.priceIncreaseStatus?.rawValue),
                     ])
             }
+        }
+
+        func subscriptionIDs(renewingTo product: ProductID) throws -> [TransactionID] {
+            try connection.execute(
+                """
+                SELECT original_id FROM subscriptions WHERE auto_renew_product_id = ? AND status IN (1, 3, 4)
+                ORDER BY length(original_id), original_id
+                """, [.text(product.rawValue)]
+            ).compactMap { $0["original_id"].string.map(TransactionID.init) }
         }
 
         func subscriptions(account: AccountID, bundle: BundleID) throws -> [StoredSubscription] {
@@ -438,6 +476,93 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     kind: DueEvent.Kind(rawValue: row["kind"].string ?? ""), key: row["key"].string ?? "",
                     due: date(row["due"]) ?? .distantPast)
             }
+        }
+
+        // MARK: Notifications
+
+        private static func attemptsText(_ attempts: [SendAttempt]) -> String {
+            attempts.map { "\(Int64(($0.date.timeIntervalSince1970 * 1000).rounded())):\($0.result.rawValue)" }
+                .joined(separator: ",")
+        }
+
+        private static func attempts(_ text: String) -> [SendAttempt] {
+            text.split(separator: ",").compactMap { item in
+                let parts = item.split(separator: ":")
+                guard parts.count == 2, let milliseconds = Double(parts[0]),
+                    let result = SendAttemptResult(rawValue: String(parts[1]))
+                else { return nil }
+                return SendAttempt(date: Date(timeIntervalSince1970: milliseconds / 1000), result: result)
+            }
+        }
+
+        private func outbound(_ row: Row) -> OutboundNotification {
+            OutboundNotification(
+                id: row["id"].string ?? "", bundleID: BundleID(row["bundle_id"].string ?? ""),
+                environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
+                version: Int(row["version"].int64 ?? 2), url: row["url"].string ?? "", body: row["body"].bytes ?? [],
+                signedPayload: row["signed_payload"].string,
+                notice: Notice(
+                    NotificationType(rawValue: row["type"].string ?? "") ?? .test,
+                    row["subtype"].string.flatMap(NotificationSubtype.init(rawValue:)), v1: row["v1_type"].string),
+                originalTransactionID: row["original_transaction_id"].string.map(TransactionID.init),
+                created: date(row["created"]) ?? .distantPast,
+                state: OutboxState(rawValue: row["state"].string ?? "") ?? .pending,
+                attempts: Self.attempts(row["attempts"].string ?? ""),
+                retryDelays: (row["retry_delays"].string ?? "").split(separator: ",").compactMap { Double($0) },
+                retryClientErrors: row["retry_client_errors"].int64 == 1,
+                timeoutMilliseconds: Int(row["timeout_ms"].int64 ?? 5_000))
+        }
+
+        func insert(_ notification: OutboundNotification) throws {
+            try inserting("notification") {
+                try connection.execute(
+                    """
+                    INSERT INTO notifications (id, bundle_id, environment, version, url, body, signed_payload, type,
+                        subtype, v1_type, original_transaction_id, created, state, attempts, retry_delays,
+                        retry_client_errors, timeout_ms)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(notification.id), .text(notification.bundleID.rawValue),
+                        .text(notification.environment.rawValue), .integer(Int64(notification.version)),
+                        .text(notification.url), .blob(notification.body), text(notification.signedPayload),
+                        .text(notification.notice.type.rawValue), text(notification.notice.subtype?.rawValue),
+                        text(notification.notice.v1Type), text(notification.originalTransactionID?.rawValue),
+                        real(notification.created), .text(notification.state.rawValue),
+                        .text(Self.attemptsText(notification.attempts)),
+                        .text(notification.retryDelays.map { String($0) }.joined(separator: ",")),
+                        flag(notification.retryClientErrors), .integer(Int64(notification.timeoutMilliseconds)),
+                    ])
+            }
+        }
+
+        func update(_ notification: OutboundNotification) throws {
+            try connection.execute(
+                "UPDATE notifications SET state = ?, attempts = ? WHERE id = ?",
+                [
+                    .text(notification.state.rawValue), .text(Self.attemptsText(notification.attempts)),
+                    .text(notification.id),
+                ])
+            try changed("notification")
+        }
+
+        func notification(_ id: String) throws -> OutboundNotification? {
+            try connection.execute("SELECT * FROM notifications WHERE id = ?", [.text(id)]).first.map(outbound)
+        }
+
+        func notifications(
+            bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
+        ) throws -> [(position: Int64, notification: OutboundNotification)] {
+            try connection.execute(
+                """
+                SELECT * FROM notifications WHERE bundle_id = ? AND environment = ? AND created >= ? AND created < ?
+                    AND position > ? ORDER BY position LIMIT ?
+                """,
+                [
+                    .text(bundle.rawValue), .text(environment.rawValue), real(from), real(to), .integer(after ?? 0),
+                    .integer(Int64(limit)),
+                ]
+            ).map { (position: $0["position"].int64 ?? 0, notification: outbound($0)) }
         }
 
         // MARK: Settings

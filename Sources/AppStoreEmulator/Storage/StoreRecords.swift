@@ -11,16 +11,22 @@ public struct Account: Sendable, Hashable {
     public var askToBuy: Bool
     /// Failure injection for the account's purchases.
     public var purchaseFailure: PurchaseFailure?
+    /// Renewals fail and enter billing retry (`shouldEnterBillingRetryOnRenewal`).
+    public var billingRetryOnRenewal: Bool
+    /// A billing grace period precedes billing retry (`billingGracePeriodIsEnabled`).
+    public var billingGracePeriod: Bool
 
     public init(
         id: AccountID, environment: Environment, storefront: String, askToBuy: Bool = false,
-        purchaseFailure: PurchaseFailure? = nil
+        purchaseFailure: PurchaseFailure? = nil, billingRetryOnRenewal: Bool = false, billingGracePeriod: Bool = false
     ) {
         self.id = id
         self.environment = environment
         self.storefront = storefront
         self.askToBuy = askToBuy
         self.purchaseFailure = purchaseFailure
+        self.billingRetryOnRenewal = billingRetryOnRenewal
+        self.billingGracePeriod = billingGracePeriod
     }
 }
 
@@ -165,6 +171,12 @@ public struct DueEvent: Sendable, Hashable {
         public init(rawValue: String) { self.rawValue = rawValue }
         /// The end of a subscription period: renew, or let it expire. Key: the original transaction id.
         public static let renewal = Kind(rawValue: "renewal")
+        /// The end of a billing grace period. Key: the original transaction id.
+        public static let gracePeriodEnd = Kind(rawValue: "grace-period-end")
+        /// The end of billing retry. Key: the original transaction id.
+        public static let billingRetryEnd = Kind(rawValue: "billing-retry-end")
+        /// The next attempt to send a notification. Key: the notification's id.
+        public static let notificationAttempt = Kind(rawValue: "notification-attempt")
     }
 
     public var kind: Kind

@@ -1,0 +1,221 @@
+import AppStoreSignedData
+public import Foundation
+import StoreKitCatalog
+public import StoreModel
+import StoreTime
+import StorekeeperCrypto
+import StorekeeperJSON
+public import SubscriptionLifecycle
+import Synchronization
+
+/// The subscription lifecycle in the store: the pure engine decides, these functions apply its effects
+/// (transactions, due events, the notification outbox) inside the write that caused them.
+extension AppStore {
+    /// The engine for an account: the store's rate, the account's billing settings, the sandbox's cap.
+    func lifecycle(for account: Account) -> Lifecycle {
+        let catalog = self.catalog
+        let unavailable = productsNotForSale.withLock { $0 }
+        return Lifecycle(
+            settings: LifecycleSettings(
+                rate: rate, renewalsFail: account.billingRetryOnRenewal, gracePeriod: account.billingGracePeriod,
+                renewalCap: account.environment == .production ? nil : Self.sandboxRenewalCap, horizon: Self.horizon),
+            terms: { productID in
+                guard let entry = catalog.entry(productID.rawValue), let subscription = entry.subscription,
+                    let period = subscription.period
+                else { return nil }
+                return ProductTerms(
+                    period: period, level: subscription.level ?? 1, forSale: !unavailable.contains(productID))
+            })
+    }
+
+    /// Applies `effects` to `subscription` (whose state the engine already changed) and saves it; notices
+    /// go to the outbox after the state they describe is stored.
+    func apply(
+        _ effects: [LifecycleEffect], to subscription: inout StoredSubscription, account: Account,
+        in store: any EmulatorStore, now: Date
+    ) throws {
+        var notices: [Notice] = []
+        let key = subscription.originalTransactionID.rawValue
+        for effect in effects {
+            switch effect {
+            case .startPeriod(let productID, let start, let expires, let reason):
+                guard var next = try store.transaction(subscription.latestTransactionID) else { continue }
+                next.transaction.id = try newTransactionID(in: store)
+                next.transaction.productID = productID
+                next.transaction.purchaseDate = start
+                next.transaction.expiresDate = expires
+                next.transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
+                next.transaction.reason = reason
+                next.transaction.offer = nil
+                next.transaction.price = catalog.entry(productID.rawValue)?.price
+                next.transaction.revocationDate = nil
+                next.transaction.revocationReason = nil
+                next.transaction.isUpgraded = false
+                next.renewalNumber += 1
+                next.finished = false
+                try store.insert(next)
+                subscription.latestTransactionID = next.id
+            case .endLatestPeriod(let date, let refundUnused):
+                guard var latest = try store.transaction(subscription.latestTransactionID) else { continue }
+                latest.transaction.expiresDate = date
+                if refundUnused {
+                    // The upgraded period ends now; its unused part is refunded.
+                    latest.transaction.isUpgraded = true
+                    latest.transaction.revocationDate = date
+                    latest.transaction.revocationReason = .other
+                }
+                try store.update(latest)
+            case .revokeLatest(let reason, let date):
+                guard var latest = try store.transaction(subscription.latestTransactionID) else { continue }
+                latest.transaction.revocationDate = reason == nil ? nil : date
+                latest.transaction.revocationReason = reason
+                try store.update(latest)
+            case .schedule(let kind, let date):
+                try schedule(DueEvent(kind: Self.dueKind(kind), key: key, due: date), in: store)
+            case .unschedule(let kind):
+                try store.cancel(kind: Self.dueKind(kind), key: key)
+            case .notify(let notice):
+                notices.append(notice)
+            }
+        }
+        try store.save(subscription)
+        for notice in notices {
+            try enqueue(notice, subscription: subscription, account: account, in: store, now: now)
+        }
+    }
+
+    /// The engine's refusal as a 400.
+    static func refusing<T>(_ body: () throws(LifecycleError) -> T) throws(EmulatorError) -> T {
+        do { return try body() } catch { throw EmulatorError.invalid(error.message) }
+    }
+
+    static func dueKind(_ kind: DueKind) -> DueEvent.Kind {
+        switch kind {
+        case .renewal: .renewal
+        case .gracePeriodEnd: .gracePeriodEnd
+        case .billingRetryEnd: .billingRetryEnd
+        }
+    }
+
+    /// A due lifecycle event for the subscription keyed by `originalID`.
+    /// nil when the event does not apply (no such subscription, or the engine refused it).
+    func runLifecycle(_ event: LifecycleEvent, originalID: TransactionID, in store: any EmulatorStore, now: Date)
+        throws -> DueWork.Outcome?
+    {
+        guard var subscription = try store.subscription(originalID),
+            let account = try store.account(subscription.accountID)
+        else { return nil }
+        let before = subscription.state
+        let effects: [LifecycleEffect]
+        do {
+            effects = try lifecycle(for: account).handle(event, to: &subscription.state, at: now)
+        } catch {
+            return nil
+        }
+        try apply(effects, to: &subscription, account: account, in: store, now: now)
+        for effect in effects {
+            if case .startPeriod(_, _, let expires, _) = effect { return .renewed(nextDue: expires) }
+        }
+        return before.status != .expired && subscription.state.status == .expired ? .expired : .nothing
+    }
+
+    /// A control verb on the subscription that `transactionID` belongs to (any of its transactions): the
+    /// engine decides; a verb that does not apply is a 400. Answers the subscription's latest transaction.
+    public func subscriptionVerb(_ event: LifecycleEvent, transactionID: String) async throws -> (
+        transaction: StoredTransaction, subscription: SubscriptionState?
+    ) {
+        try await catchUp()
+        let current = now
+        return try await storage.write { store in
+            guard let stored = try store.transaction(TransactionID(transactionID)) else {
+                throw EmulatorError.notFound("no transaction \(transactionID)")
+            }
+            guard var subscription = try store.subscription(stored.transaction.originalID),
+                let account = try store.account(subscription.accountID)
+            else { throw EmulatorError.invalid("transaction \(transactionID) is not an auto-renewable subscription") }
+            let engine = self.lifecycle(for: account)
+            let effects = try Self.refusing { () throws(LifecycleError) in
+                try engine.handle(event, to: &subscription.state, at: current)
+            }
+            try self.apply(effects, to: &subscription, account: account, in: store, now: current)
+            guard let latest = try store.transaction(subscription.latestTransactionID) else {
+                throw EmulatorError.notFound("no transaction \(subscription.latestTransactionID)")
+            }
+            return (latest, subscription.state)
+        }
+    }
+
+    /// Refunds a purchase granted outside the app: subscriptions through the engine; other products are
+    /// revoked here (REFUND; V1 REFUND).
+    public func refund(transactionID: String, reason: RevocationReason) async throws -> (
+        transaction: StoredTransaction, subscription: SubscriptionState?
+    ) {
+        let kind = try await storage.read { try $0.transaction(TransactionID(transactionID))?.transaction.kind }
+        guard let kind else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+        if kind == .autoRenewable { return try await subscriptionVerb(.refunded(reason), transactionID: transactionID) }
+        let current = now
+        let refunded = try await storage.write { store in
+            guard var stored = try store.transaction(TransactionID(transactionID)),
+                let account = try store.account(stored.accountID)
+            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+            guard stored.transaction.revocationDate == nil else {
+                throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
+            }
+            stored.transaction.revocationDate = current
+            stored.transaction.revocationReason = reason
+            try store.update(stored)
+            try self.enqueue(
+                Notice(.refund, v1: "REFUND"), transaction: stored, renewal: nil, account: account, in: store,
+                now: current)
+            return stored
+        }
+        return (refunded, nil)
+    }
+
+    /// Sets the account's billing-failure switches (`billingRetryOnRenewal`, `billingGracePeriod`).
+    public func configureBilling(_ accountID: String, retryOnRenewal: Bool?, gracePeriod: Bool?) async throws
+        -> Account
+    {
+        try await storage.write { store in
+            guard var account = try store.account(AccountID(accountID)) else {
+                throw EmulatorError.notFound("no account \(accountID)")
+            }
+            if let retryOnRenewal { account.billingRetryOnRenewal = retryOnRenewal }
+            if let gracePeriod { account.billingGracePeriod = gracePeriod }
+            try store.update(account)
+            return account
+        }
+    }
+
+    /// A price increase of `productID` for its current subscribers (active or in billing retry).
+    public func announcePriceIncrease(productID: String, requiresConsent: Bool) async throws -> Int {
+        guard catalog.entry(productID)?.subscription != nil else {
+            throw EmulatorError.notFound("no auto-renewable subscription \(productID)")
+        }
+        try await catchUp()
+        let current = now
+        return try await storage.write { store in
+            var count = 0
+            for original in try store.subscriptionIDs(renewingTo: ProductID(productID)) {
+                let before = try store.subscription(original)?.state
+                _ = try self.runLifecycle(
+                    .priceIncrease(requiresConsent: requiresConsent), originalID: original, in: store, now: current)
+                if try store.subscription(original)?.state != before { count += 1 }
+            }
+            return count
+        }
+    }
+
+    /// Takes `productID` off sale (renewals to it then expire) or puts it back.
+    public func setAvailability(productID: String, forSale: Bool) async throws {
+        guard catalog.entry(productID) != nil else { throw EmulatorError.notFound("no product \(productID)") }
+        let id = ProductID(productID)
+        let updated = productsNotForSale.withLock { set -> [String] in
+            if forSale { set.remove(id) } else { set.insert(id) }
+            return set.map(\.rawValue).sorted()
+        }
+        try await storage.write { store in
+            try store.setSetting(Setting.productsNotForSale, updated.joined(separator: ","))
+        }
+    }
+}

@@ -1,0 +1,172 @@
+import Foundation
+import StoreModel
+import StorekeeperHTTP
+import StorekeeperJSON
+import SubscriptionLifecycle
+
+/// Apple's refund reasons as the refund verb takes them.
+enum RefundReason: String, CaseIterable {
+    case other = "OTHER"
+    case appIssue = "APP_ISSUE"
+
+    var revocationReason: RevocationReason { self == .appIssue ? .appIssue : .other }
+}
+
+extension AppStore {
+    /// The lifecycle's control verbs (the SKTestSession vocabulary), product-level changes and the
+    /// notification settings and history.
+    func addLifecycleRoutes(
+        to router: inout Router, base: String,
+        guarded: (@escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
+    ) {
+        let store = self
+        @Sendable func answer(_ result: (transaction: StoredTransaction, subscription: SubscriptionState?))
+            async throws -> HTTPResponse
+        {
+            var object: JSONObject = [
+                "transaction": .object(AppStore.render(.transaction(result.transaction, state: "purchased"))),
+                "jwsRepresentation": .string(try await store.signedTransaction(result.transaction)),
+            ]
+            if let state = result.subscription { object["subscription"] = .object(AppStore.render(state)) }
+            return .json(.object(object))
+        }
+        let verbs: [(String, [String], @Sendable (RequestBody) throws -> LifecycleEvent)] = [
+            ("expire", [], { _ in .expireNow }),
+            ("renew", [], { _ in .forceRenewal }),
+            ("resolve-issue", [], { _ in .billingRecovered }),
+            ("refund-reversal", [], { _ in .refundReversed }),
+            (
+                "auto-renew", ["enabled"],
+                { body in
+                    guard let enabled = try body.bool("enabled") else {
+                        throw EmulatorError.invalid("member 'enabled' is required (true or false)")
+                    }
+                    return .setAutoRenew(enabled)
+                }
+            ),
+            (
+                "price-consent", ["consent"],
+                { body in
+                    guard let consent = try body.bool("consent") else {
+                        throw EmulatorError.invalid("member 'consent' is required (true or false)")
+                    }
+                    return .priceConsent(consent)
+                }
+            ),
+        ]
+        for (verb, members, event) in verbs {
+            router.post(
+                base + "/transactions/{transaction}/" + verb,
+                guarded { request, context in
+                    let body = try RequestBody(request, allowed: Set(members))
+                    return try await answer(
+                        try await store.subscriptionVerb(
+                            try event(body), transactionID: try context.parameter("transaction")))
+                })
+        }
+        router.post(
+            base + "/transactions/{transaction}/refund",
+            guarded { request, context in
+                let body = try RequestBody(request, allowed: ["reason"])
+                let reason = try body.choice("reason", RefundReason.self) ?? .other
+                return try await answer(
+                    try await store.refund(
+                        transactionID: try context.parameter("transaction"), reason: reason.revocationReason))
+            })
+        router.post(
+            base + "/products/{product}/price-increase",
+            guarded { request, context in
+                let body = try RequestBody(request, allowed: ["requiresConsent"])
+                let count = try await store.announcePriceIncrease(
+                    productID: try context.parameter("product"),
+                    requiresConsent: try body.bool("requiresConsent") ?? true)
+                return .json(.object(["subscriptions": .integer(Int64(count))]))
+            })
+        router.post(
+            base + "/products/{product}/availability",
+            guarded { request, context in
+                let body = try RequestBody(request, allowed: ["forSale"])
+                guard let forSale = try body.bool("forSale") else {
+                    throw EmulatorError.invalid("member 'forSale' is required (true or false)")
+                }
+                let product = try context.parameter("product")
+                try await store.setAvailability(productID: product, forSale: forSale)
+                return .json(.object(["productId": .string(product), "forSale": .bool(forSale)]))
+            })
+        router.get(
+            base + "/apps/{bundle}/notifications",
+            guarded { _, context in .json(try store.notifications(bundleID: try context.parameter("bundle")).json) })
+        router.put(
+            base + "/apps/{bundle}/notifications",
+            guarded { request, context in
+                guard request.body.count <= 16_384 else {
+                    throw EmulatorError.invalid("the body is larger than 16 KiB")
+                }
+                let json: JSONValue
+                do { json = try JSONParser.parse(request.body) } catch {
+                    throw EmulatorError.invalid("the body is not JSON: \(error)")
+                }
+                let settings = try AppNotifications(json: json)
+                try await store.setNotifications(bundleID: try context.parameter("bundle"), settings)
+                return .json(settings.json)
+            })
+        router.get(
+            base + "/apps/{bundle}/notifications/history",
+            guarded { request, context in
+                let environment: Environment =
+                    switch request.query["environment"] {
+                    case nil, "Sandbox"?: .sandbox
+                    case "Production"?: .production
+                    default: throw EmulatorError.invalid("environment must be Sandbox or Production")
+                    }
+                let after = try request.query["after"].map { text -> Int64 in
+                    guard let value = Int64(text), value >= 0 else {
+                        throw EmulatorError.invalid("after must be a position from an earlier page")
+                    }
+                    return value
+                }
+                let page = try await store.notificationHistory(
+                    bundleID: try context.parameter("bundle"), environment: environment, from: .distantPast,
+                    to: .distantFuture, after: after, limit: 100)
+                var object: JSONObject = [
+                    "notificationHistory": .array(
+                        page.map { entry in
+                            let notification = entry.notification
+                            var item: JSONObject = [
+                                "notificationUUID": .string(notification.id),
+                                "notificationType": .string(notification.notice.type.rawValue),
+                                "subtype": notification.notice.subtype.map { .string($0.rawValue) } ?? .null,
+                                "url": .string(notification.url), "state": .string(notification.state.rawValue),
+                                "createdDate": AppStore.milliseconds(notification.created),
+                                "sendAttempts": .array(
+                                    notification.attempts.map {
+                                        .object([
+                                            "attemptDate": AppStore.milliseconds($0.date),
+                                            "sendAttemptResult": .string($0.result.rawValue),
+                                        ])
+                                    }),
+                            ]
+                            item["signedPayload"] = notification.signedPayload.map(JSONValue.string) ?? .null
+                            return .object(item)
+                        })
+                ]
+                object["hasMore"] = .bool(page.count == 100)
+                if let last = page.last { object["after"] = .string(String(last.position)) }
+                return .json(.object(object))
+            })
+    }
+
+    static func render(_ state: SubscriptionState) -> JSONObject {
+        var object: JSONObject = [
+            "originalTransactionId": .string(state.originalTransactionID.rawValue),
+            "status": .integer(state.status.rawValue), "productId": .string(state.productID.rawValue),
+            "autoRenewProductId": .string(state.autoRenewProductID.rawValue), "autoRenew": .bool(state.autoRenew),
+        ]
+        if let expires = state.expiresDate { object["expiresDate"] = milliseconds(expires) }
+        if let intent = state.expirationIntent { object["expirationIntent"] = .integer(intent.rawValue) }
+        if let grace = state.gracePeriodExpiresDate { object["gracePeriodExpiresDate"] = milliseconds(grace) }
+        if let retry = state.billingRetryEndsDate { object["billingRetryEndsDate"] = milliseconds(retry) }
+        if let price = state.priceIncreaseStatus { object["priceIncreaseStatus"] = .integer(price.rawValue) }
+        return object
+    }
+}

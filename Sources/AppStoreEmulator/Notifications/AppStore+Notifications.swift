@@ -1,0 +1,189 @@
+import AppStoreReceipts
+import AppStoreSignedData
+public import Foundation
+public import StoreModel
+import StorekeeperHTTP
+public import StorekeeperJSON
+import StorekeeperLogging
+import Synchronization
+
+/// App Store Server Notifications V2: rendered and signed when the change that causes them is written (so
+/// they say what was true then), kept in the outbox in the same transaction, and sent by the scheduler
+/// with Apple's success rule and retry schedule. At least once: an attempt claimed before a crash is made
+/// again when its lease falls due.
+extension AppStore {
+    /// A claimed attempt's lease: if no result is recorded by then (the emulator stopped), it is made again.
+    static let attemptLease: TimeInterval = 120
+
+    func notificationSettings(bundleID: String, environment: Environment) -> NotificationSettings? {
+        notificationSettings.withLock { $0[bundleID] }?.settings(for: environment)
+    }
+
+    /// The app's notification settings (`GET`/`PUT /_emulator/v1/apps/{bundleId}/notifications`).
+    public func notifications(bundleID: String) throws -> AppNotifications {
+        _ = try app(bundleID)
+        return notificationSettings.withLock { $0[bundleID] } ?? AppNotifications()
+    }
+
+    public func setNotifications(bundleID: String, _ settings: AppNotifications) async throws {
+        _ = try app(bundleID)
+        let text = JSONWriter.string(settings.json)
+        try await storage.write { store in try store.setSetting(Setting.notifications(bundleID), text) }
+        notificationSettings.withLock { $0[bundleID] = settings }
+    }
+
+    func enqueue(
+        _ notice: Notice, subscription: StoredSubscription, account: Account, in store: any EmulatorStore, now: Date
+    ) throws {
+        guard let latest = try store.transaction(subscription.latestTransactionID) else { return }
+        let first = try store.transaction(subscription.originalTransactionID)
+        try enqueue(
+            notice, transaction: latest, renewal: (subscription.state, first?.transaction.purchaseDate),
+            account: account, in: store, now: now)
+    }
+
+    /// Writes one notification per configured URL into the outbox and schedules its first attempt now.
+    func enqueue(
+        _ notice: Notice, transaction: StoredTransaction, renewal: (SubscriptionState, Date?)?, account: Account,
+        in store: any EmulatorStore, now: Date
+    ) throws {
+        let bundleID = transaction.transaction.bundleID.rawValue
+        guard let settings = notificationSettings(bundleID: bundleID, environment: account.environment),
+            settings.version == 2
+        else { return }
+        let app = apps[bundleID]
+        var data: JSONObject = [
+            "bundleId": .string(bundleID), "bundleVersion": .string(app?.version ?? "1.0"),
+            "environment": .string(account.environment.rawValue),
+            "signedTransactionInfo": .string(try signedTransaction(transaction, account: account)),
+        ]
+        if account.environment == .production { data["appAppleId"] = .integer(app?.appAppleID ?? 0) }
+        if let (state, started) = renewal {
+            let info = renewalInfo(state, environment: account.environment, signedDate: now, started: started)
+            data["signedRenewalInfo"] = .string(try sign(info))
+            data["status"] = .integer(state.status.rawValue)
+        }
+        for url in settings.urls {
+            let uuid = newUUID().lowercased()
+            var payload: JSONObject = ["notificationType": .string(notice.type.rawValue)]
+            if let subtype = notice.subtype { payload["subtype"] = .string(subtype.rawValue) }
+            payload["notificationUUID"] = .string(uuid)
+            payload["data"] = .object(data)
+            payload["version"] = .string("2.0")
+            payload["signedDate"] = Self.milliseconds(now)
+            let signed = try sign(payload)
+            let notification = OutboundNotification(
+                id: uuid, bundleID: BundleID(bundleID), environment: account.environment, version: 2, url: url,
+                body: JSONWriter.bytes(.object(["signedPayload": .string(signed)])), signedPayload: signed,
+                notice: notice, originalTransactionID: transaction.transaction.originalID, created: now,
+                retryDelays: settings.retryDelays, retryClientErrors: settings.retryClientErrors,
+                timeoutMilliseconds: Int(settings.timeout.components.seconds * 1000)
+                    + Int(settings.timeout.components.attoseconds / 1_000_000_000_000_000))
+            try store.insert(notification)
+            try schedule(DueEvent(kind: .notificationAttempt, key: uuid, due: now), in: store)
+        }
+    }
+
+    func sign(_ payload: JSONObject) throws -> String {
+        try JWSSigner.sign(
+            payload: payload, key: pki.signedData.leafKey,
+            chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
+    }
+
+    /// `JWSRenewalInfoDecodedPayload` for a subscription's state.
+    func renewalInfo(_ state: SubscriptionState, environment: Environment, signedDate: Date, started: Date?)
+        -> JSONObject
+    {
+        var info: JSONObject = [
+            "originalTransactionId": .string(state.originalTransactionID.rawValue),
+            "autoRenewProductId": .string(state.autoRenewProductID.rawValue),
+            "productId": .string(state.productID.rawValue), "autoRenewStatus": .integer(state.autoRenew ? 1 : 0),
+            "isInBillingRetryPeriod": .bool(state.isInBillingRetry),
+        ]
+        if let intent = state.expirationIntent { info["expirationIntent"] = .integer(intent.rawValue) }
+        if let grace = state.gracePeriodExpiresDate { info["gracePeriodExpiresDate"] = Self.milliseconds(grace) }
+        if let status = state.priceIncreaseStatus { info["priceIncreaseStatus"] = .integer(status.rawValue) }
+        info["signedDate"] = Self.milliseconds(signedDate)
+        info["environment"] = .string(environment.rawValue)
+        if let started { info["recentSubscriptionStartDate"] = Self.milliseconds(started) }
+        if let expires = state.expiresDate { info["renewalDate"] = Self.milliseconds(expires) }
+        if let price = catalog.entry(state.autoRenewProductID.rawValue)?.price {
+            info["currency"] = .string(price.currency)
+            info["renewalPrice"] = .integer(price.milliunits)
+        }
+        return info
+    }
+
+    /// Claims an attempt inside a write: the lease is scheduled, and the notification is sent after the
+    /// commit.
+    func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
+        guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
+        try schedule(
+            DueEvent(kind: .notificationAttempt, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
+        return .send(notification)
+    }
+
+    /// Sends claimed notifications in the background; each result is recorded in its own write.
+    func deliver(_ notifications: [OutboundNotification]) {
+        guard !notifications.isEmpty else { return }
+        Task.detached { [self] in
+            await withTaskGroup(of: Void.self) { group in
+                for notification in notifications { group.addTask { await self.attempt(notification) } }
+            }
+        }
+    }
+
+    func attempt(_ notification: OutboundNotification) async {
+        let client = HTTPClient(timeout: .milliseconds(Int64(notification.timeoutMilliseconds)))
+        var status: Int?
+        let result: SendAttemptResult
+        do {
+            let response = try await client.send(
+                "POST", notification.url, headers: [("Content-Type", "application/json")], body: notification.body)
+            status = response.status
+            result = Outbox.isSuccess(status: response.status) ? .success : .unsuccessfulHTTPResponseCode
+        } catch {
+            result =
+                switch error.code {
+                case .timedOut: .timedOut
+                case .connectFailed, .resolveFailed: .socketIssue
+                case .tlsFailed: .tlsIssue
+                case .responseTooLarge: .invalidResponse
+                default: .other
+                }
+        }
+        let at = now
+        let answered = status
+        do {
+            try await storage.write { store in
+                guard var stored = try store.notification(notification.id), stored.state == .pending else { return }
+                switch Outbox.record(result, status: answered, at: at, in: &stored) {
+                case .delivered, .failed:
+                    try store.cancel(kind: .notificationAttempt, key: stored.id)
+                case .retry(let date):
+                    try self.schedule(DueEvent(kind: .notificationAttempt, key: stored.id, due: date), in: store)
+                }
+                try store.update(stored)
+            }
+            logger.info(
+                "notification.attempt",
+                [
+                    "notification.id": notification.id, "notification.type": notification.notice.description,
+                    "result": result.rawValue,
+                ])
+        } catch {
+            logger.error("notification.record-failed", ["error": String(describing: error)])
+        }
+    }
+
+    /// The app's notifications in `environment` created in `from..<to`, oldest first, a page at a time.
+    public func notificationHistory(
+        bundleID: String, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
+    ) async throws -> [(position: Int64, notification: OutboundNotification)] {
+        _ = try app(bundleID)
+        return try await storage.read { store in
+            try store.notifications(
+                bundle: BundleID(bundleID), environment: environment, from: from, to: to, after: after, limit: limit)
+        }
+    }
+}

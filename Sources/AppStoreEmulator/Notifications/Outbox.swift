@@ -1,0 +1,121 @@
+public import Foundation
+public import StoreModel
+
+/// How notifications are delivered for one app and environment: where, which version, the retry schedule
+/// (store time after the previous attempt), the receiver's time limit and whether a 4xx answer is retried.
+public struct NotificationSettings: Sendable, Hashable {
+    public var urls: [String]
+    public var version: Int
+    public var retryDelays: [TimeInterval]
+    public var timeout: Duration
+    public var retryClientErrors: Bool
+
+    public init(
+        urls: [String], version: Int, retryDelays: [TimeInterval], timeout: Duration = .seconds(5),
+        retryClientErrors: Bool = true
+    ) {
+        self.urls = urls
+        self.version = version
+        self.retryDelays = retryDelays
+        self.timeout = timeout
+        self.retryClientErrors = retryClientErrors
+    }
+
+    /// Apple's schedules: V2 retries 1, 12, 24, 48 and 72 hours after the previous attempt, V1 6, 24 and 48;
+    /// the sandbox makes one attempt.
+    public static func appleRetryDelays(version: Int, environment: Environment) -> [TimeInterval] {
+        guard environment == .production else { return [] }
+        return (version == 1 ? [6, 24, 48] : [1, 12, 24, 48, 72]).map { $0 * 3_600 }
+    }
+}
+
+/// Where a notification stands.
+public enum OutboxState: String, Sendable, Hashable {
+    case pending, delivered, failed
+}
+
+/// One attempt to send.
+public struct SendAttempt: Sendable, Hashable {
+    public var date: Date
+    public var result: SendAttemptResult
+    public init(date: Date, result: SendAttemptResult) {
+        self.date = date
+        self.result = result
+    }
+}
+
+/// A notification in the outbox: the exact body posted to one URL, what it is about, and its attempts.
+/// Written in the same transaction as the change that caused it.
+public struct OutboundNotification: Sendable, Hashable {
+    /// `notificationUUID` for V2 (one per URL); a fresh UUID for V1.
+    public var id: String
+    public var bundleID: BundleID
+    public var environment: Environment
+    public var version: Int
+    public var url: String
+    public var body: [UInt8]
+    /// V2's `signedPayload` (what the history answers); nil for V1.
+    public var signedPayload: String?
+    public var notice: Notice
+    public var originalTransactionID: TransactionID?
+    public var created: Date
+    public var state: OutboxState
+    public var attempts: [SendAttempt]
+    public var retryDelays: [TimeInterval]
+    public var retryClientErrors: Bool
+    public var timeoutMilliseconds: Int
+
+    public init(
+        id: String, bundleID: BundleID, environment: Environment, version: Int, url: String, body: [UInt8],
+        signedPayload: String?, notice: Notice, originalTransactionID: TransactionID?, created: Date,
+        state: OutboxState = .pending, attempts: [SendAttempt] = [], retryDelays: [TimeInterval],
+        retryClientErrors: Bool, timeoutMilliseconds: Int
+    ) {
+        self.id = id
+        self.bundleID = bundleID
+        self.environment = environment
+        self.version = version
+        self.url = url
+        self.body = body
+        self.signedPayload = signedPayload
+        self.notice = notice
+        self.originalTransactionID = originalTransactionID
+        self.created = created
+        self.state = state
+        self.attempts = attempts
+        self.retryDelays = retryDelays
+        self.retryClientErrors = retryClientErrors
+        self.timeoutMilliseconds = timeoutMilliseconds
+    }
+}
+
+/// The outbox's rule, pure: after an attempt, the notification is delivered, waits for its next attempt,
+/// or has failed for good.
+public enum Outbox {
+    public enum Decision: Sendable, Hashable {
+        case delivered
+        case retry(at: Date)
+        case failed
+    }
+
+    /// Apple's success rule: HTTP 200–206.
+    public static func isSuccess(status: Int) -> Bool { (200...206).contains(status) }
+
+    /// Records `result` (with the HTTP status when there was one) at `date` and decides what follows.
+    public static func record(
+        _ result: SendAttemptResult, status: Int?, at date: Date, in notification: inout OutboundNotification
+    ) -> Decision {
+        notification.attempts.append(SendAttempt(date: date, result: result))
+        if result == .success {
+            notification.state = .delivered
+            return .delivered
+        }
+        let retries = notification.attempts.count - 1
+        let clientError = status.map { (400..<500).contains($0) } ?? false
+        guard retries < notification.retryDelays.count, !clientError || notification.retryClientErrors else {
+            notification.state = .failed
+            return .failed
+        }
+        return .retry(at: date.addingTimeInterval(notification.retryDelays[retries]))
+    }
+}

@@ -1,5 +1,5 @@
 import AppStoreSignedData
-public import Foundation
+import Foundation
 import StoreKitCatalog
 public import StoreModel
 import StoreTime
@@ -170,6 +170,11 @@ extension AppStore {
             return stored
         }
         return (refunded, nil)
+    }
+
+    /// The account a device belongs to.
+    public func accountID(ofDevice deviceID: String) async throws -> String {
+        try await storage.read { store in try self.device(deviceID, in: store).1.id.rawValue }
     }
 
     /// Sets the account's billing-failure switches (`billingRetryOnRenewal`, `billingGracePeriod`).

@@ -57,6 +57,8 @@ public final class AppStore: Sendable {
     private let scheduler = Mutex<Task<Void, Never>?>(nil)
     /// Products taken off sale (`POST …/products/{id}/availability`); renewals to them expire.
     let productsNotForSale: Mutex<Set<ProductID>>
+    /// Notifications this process is sending now: a lease that falls due meanwhile does not send again.
+    let notificationsInFlight = Mutex<Set<String>>([])
     /// Notification settings per app and environment, from `--config` and `PUT …/notifications`.
     let notificationSettings: Mutex<[String: AppNotifications]>
 

@@ -1,5 +1,6 @@
 public import Foundation
 public import StoreModel
+public import StoreTime
 public import StorekeeperJSON
 
 /// Where an app's server notifications go: `{"productionURL", "sandboxURL", "version": 1|2}` as in App
@@ -107,14 +108,19 @@ public struct AppNotifications: Codable, Sendable, Hashable {
         return .object(object)
     }
 
-    /// The delivery settings for `environment`, or nil when it has no URL.
-    public func settings(for environment: Environment) -> NotificationSettings? {
+    /// The delivery settings for `environment`, or nil when it has no URL. Apple's schedule is in hours,
+    /// measured at the store's time rate from `now` like every other period; `retrySchedule` is in seconds
+    /// of store time as given.
+    public func settings(for environment: Environment, rate: TimeRate, now: Date) -> NotificationSettings? {
         let urls = environment == .production ? productionURLs : sandboxURLs
         guard !urls.isEmpty else { return nil }
+        let delays =
+            retrySchedule
+            ?? NotificationSettings.appleRetryHours(version: version, environment: environment).map { hours in
+                rate.end(of: StorePeriod(hours: hours), from: now).timeIntervalSince(now)
+            }
         return NotificationSettings(
-            urls: urls, version: version,
-            retryDelays: retrySchedule
-                ?? NotificationSettings.appleRetryDelays(version: version, environment: environment),
-            timeout: .milliseconds(Int64(timeoutSeconds * 1000)), retryClientErrors: retryClientErrors)
+            urls: urls, version: version, retryDelays: delays, timeout: .milliseconds(Int64(timeoutSeconds * 1000)),
+            retryClientErrors: retryClientErrors)
     }
 }

@@ -3,7 +3,7 @@ import AppStoreSignedData
 public import Foundation
 public import StoreModel
 import StorekeeperHTTP
-public import StorekeeperJSON
+import StorekeeperJSON
 import StorekeeperLogging
 import Synchronization
 
@@ -15,8 +15,8 @@ extension AppStore {
     /// A claimed attempt's lease: if no result is recorded by then (the emulator stopped), it is made again.
     static let attemptLease: TimeInterval = 120
 
-    func notificationSettings(bundleID: String, environment: Environment) -> NotificationSettings? {
-        notificationSettings.withLock { $0[bundleID] }?.settings(for: environment)
+    func notificationSettings(bundleID: String, environment: Environment, now: Date) -> NotificationSettings? {
+        notificationSettings.withLock { $0[bundleID] }?.settings(for: environment, rate: rate, now: now)
     }
 
     /// The app's notification settings (`GET`/`PUT /_emulator/v1/apps/{bundleId}/notifications`).
@@ -48,7 +48,7 @@ extension AppStore {
         in store: any EmulatorStore, now: Date
     ) throws {
         let bundleID = transaction.transaction.bundleID.rawValue
-        guard let settings = notificationSettings(bundleID: bundleID, environment: account.environment),
+        guard let settings = notificationSettings(bundleID: bundleID, environment: account.environment, now: now),
             settings.version == 2
         else { return }
         let app = apps[bundleID]
@@ -120,15 +120,23 @@ extension AppStore {
         guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
         try schedule(
             DueEvent(kind: .notificationAttempt, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
+        // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews.
+        if notificationsInFlight.withLock({ $0.contains(id) }) { return .nothing }
         return .send(notification)
     }
 
     /// Sends claimed notifications in the background; each result is recorded in its own write.
     func deliver(_ notifications: [OutboundNotification]) {
         guard !notifications.isEmpty else { return }
+        // One after another, in the order they were written: receivers usually see a story in order
+        // (Apple promises no order; receivers should order by signedDate).
+        let fresh = notificationsInFlight.withLock { inFlight in
+            notifications.filter { inFlight.insert($0.id).inserted }
+        }
         Task.detached { [self] in
-            await withTaskGroup(of: Void.self) { group in
-                for notification in notifications { group.addTask { await self.attempt(notification) } }
+            for notification in fresh {
+                await self.attempt(notification)
+                _ = notificationsInFlight.withLock { $0.remove(notification.id) }
             }
         }
     }

@@ -21,11 +21,11 @@ public struct NotificationSettings: Sendable, Hashable {
         self.retryClientErrors = retryClientErrors
     }
 
-    /// Apple's schedules: V2 retries 1, 12, 24, 48 and 72 hours after the previous attempt, V1 6, 24 and 48;
-    /// the sandbox makes one attempt.
-    public static func appleRetryDelays(version: Int, environment: Environment) -> [TimeInterval] {
+    /// Apple's schedules, in hours after the previous attempt: V2 retries 1, 12, 24, 48 and 72, V1 6, 24 and
+    /// 48; the sandbox makes one attempt.
+    public static func appleRetryHours(version: Int, environment: Environment) -> [Int] {
         guard environment == .production else { return [] }
-        return (version == 1 ? [6, 24, 48] : [1, 12, 24, 48, 72]).map { $0 * 3_600 }
+        return version == 1 ? [6, 24, 48] : [1, 12, 24, 48, 72]
     }
 }
 

@@ -1,0 +1,282 @@
+import AppStoreEmulator
+import AppStoreSignedData
+import Foundation
+import StoreKitCatalog
+import StoreModel
+import StoreTime
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Synchronization
+import Testing
+
+/// A local receiver of App Store Server Notifications: records every body and answers with the statuses
+/// it is told to (then 200).
+final class NotificationSink: Sendable {
+    final class Recorder: Sendable {
+        let received = Mutex<[[UInt8]]>([])
+        let statuses: Mutex<[Int]>
+        init(_ statuses: [Int]) { self.statuses = Mutex(statuses) }
+    }
+
+    let server: HTTPServer
+    let recorder: Recorder
+
+    init(failFirst statuses: [Int] = []) throws {
+        let recorder = Recorder(statuses)
+        self.recorder = recorder
+        var router = Router()
+        router.post("/notifications") { request, _ in
+            recorder.received.withLock { $0.append(request.body) }
+            let status = recorder.statuses.withLock { $0.isEmpty ? 200 : $0.removeFirst() }
+            return HTTPResponse(status: status, headers: [], body: [])
+        }
+        server = try HTTPServer(port: 0, responder: router.freeze())
+    }
+
+    var url: String { "http://127.0.0.1:\(server.port)/notifications" }
+    var count: Int { recorder.received.withLock { $0.count } }
+
+    /// The signed payloads received, once at least `count` arrived (or after ten seconds).
+    func payloads(atLeast count: Int) async throws -> [String] {
+        for _ in 0..<1_000 where self.count < count { try await Task.sleep(for: .milliseconds(10)) }
+        return try recorder.received.withLock { $0 }.map { body in
+            try #require(try JSONParser.parse(body)["signedPayload"]?.stringValue)
+        }
+    }
+
+    deinit { server.stop() }
+}
+
+@Suite("App Store Server Notifications V2 from the emulator")
+struct NotificationTests {
+    static let catalogText = """
+        {"identifier":"N","version":{"major":2,"minor":0},"settings":{"_timeRate":13},
+         "products":[{"productID":"coins","type":"Consumable","displayPrice":"0.99","familyShareable":false,
+           "internalID":"1","referenceName":"Coins","localizations":[]}],
+         "subscriptionGroups":[{"id":"G1","name":"Plans","localizations":[],"subscriptions":[
+          {"productID":"monthly","type":"RecurringSubscription","displayPrice":"2.99","familyShareable":false,
+           "internalID":"4","referenceName":"Monthly","subscriptionGroupID":"G1","groupNumber":2,
+           "recurringSubscriptionPeriod":"P1M","introductoryOffer":null,"adHocOffers":[],"codeOffers":[],"localizations":[]},
+          {"productID":"premium","type":"RecurringSubscription","displayPrice":"5.99","familyShareable":false,
+           "internalID":"5","referenceName":"Premium","subscriptionGroupID":"G1","groupNumber":1,
+           "recurringSubscriptionPeriod":"P1M","introductoryOffer":null,"adHocOffers":[],"codeOffers":[],"localizations":[]}]}]}
+        """
+
+    static func harness() async throws -> AppStoreTests.Harness {
+        let directory = try ExternalTool.temporaryDirectory()
+        let catalog = try StoreKitConfiguration(data: Array(catalogText.utf8))
+        let time = AppStoreTests.FakeTime()
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID)], dataDirectory: directory,
+            rate: .monthlyRenewalEveryFiveMinutes, realNow: { time.now })
+        store.startScheduler(granularity: .milliseconds(10))
+        return AppStoreTests.Harness(store: store, responder: store.responder(), directory: directory)
+    }
+
+    /// Verifies a notification as a receiver would, against the emulator's JWS root.
+    static func decode(_ signed: String, _ harness: AppStoreTests.Harness) throws -> JSONObject {
+        let verifier = try SignedDataVerifier(
+            SignedDataVerifier.Configuration(
+                trustedRoots: [harness.store.pki.signedData.root], bundleID: AppStoreTests.bundleID,
+                appAppleID: 1_234_567_890))
+        let result = verifier.verify(signed, as: .notification, now: harness.store.now)
+        #expect(result.status == .ok, "\(result.status)")
+        return try #require(result.payload)
+    }
+
+    /// The payloads in the order the emulator wrote them (deliveries of separate batches may overtake).
+    static func ordered(_ payloads: [String], _ harness: AppStoreTests.Harness) async throws -> [String] {
+        let (_, history) = try await harness.call(
+            "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
+        let order = (history["notificationHistory"]?.arrayValue ?? []).compactMap { $0["signedPayload"]?.stringValue }
+        return payloads.sorted { (order.firstIndex(of: $0) ?? .max) < (order.firstIndex(of: $1) ?? .max) }
+    }
+
+    static func names(_ payloads: [String], _ harness: AppStoreTests.Harness) throws -> [String] {
+        try payloads.map { signed in
+            let payload = try decode(signed, harness)
+            let type = payload["notificationType"]?.stringValue ?? "?"
+            return payload["subtype"]?.stringValue.map { "\(type)/\($0)" } ?? type
+        }
+    }
+
+    static func configure(_ harness: AppStoreTests.Harness, _ settings: JSONObject) async throws {
+        let (status, answer) = try await harness.call(
+            "PUT", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications", settings)
+        #expect(status == 200, "\(answer)")
+    }
+
+    @Test("A subscription's story arrives in order, signed, with the transaction, renewal info and status of its time")
+    func story() async throws {
+        let harness = try await Self.harness()
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["sandboxURL": .string(sink.url)])
+        let app = try await harness.device()
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        let transactionID = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        _ = try await sink.payloads(atLeast: 1)
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        _ = try await sink.payloads(atLeast: 2)
+        let (status, answer) = try await harness.call(
+            "POST", "/_emulator/v1/transactions/\(transactionID)/auto-renew", ["enabled": .bool(false)])
+        #expect(status == 200)
+        #expect(answer["subscription"]?["autoRenew"] == .bool(false))
+        _ = try await sink.payloads(atLeast: 3)
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        _ = try await harness.call("POST", app + "/payments", ["productId": .string("coins")])
+        let payloads = try await Self.ordered(try await sink.payloads(atLeast: 5), harness)
+        #expect(
+            try Self.names(payloads, harness) == [
+                "SUBSCRIBED/INITIAL_BUY", "DID_RENEW", "DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_DISABLED",
+                "EXPIRED/VOLUNTARY", "ONE_TIME_CHARGE",
+            ])
+        let renewal = try Self.decode(payloads[1], harness)
+        #expect(renewal["version"] == .string("2.0"))
+        #expect(renewal["data"]?["status"] == .integer(1))
+        #expect(renewal["data"]?["environment"] == .string("Sandbox"))
+        #expect(renewal["data"]?["transactionInfo"]?["transactionReason"] == .string("RENEWAL"))
+        #expect(renewal["data"]?["transactionInfo"]?["originalTransactionId"] == .string(transactionID))
+        #expect(renewal["data"]?["renewalInfo"]?["autoRenewStatus"] == .integer(1))
+        let expired = try Self.decode(payloads[3], harness)
+        #expect(expired["data"]?["status"] == .integer(2))
+        #expect(expired["data"]?["renewalInfo"]?["expirationIntent"] == .integer(1))
+        let uuids = try payloads.map { try Self.decode($0, harness)["notificationUUID"]?.stringValue }
+        #expect(Set(uuids).count == 5, "one notificationUUID each")
+        // The history records each one with its attempt.
+        let (_, history) = try await harness.call(
+            "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
+        let entries = try #require(history["notificationHistory"]?.arrayValue)
+        #expect(entries.count == 5)
+        #expect(
+            entries.allSatisfy { $0["sendAttempts"]?.arrayValue?.first?["sendAttemptResult"] == .string("SUCCESS") })
+    }
+
+    @Test("Billing failure with grace, its end, and recovery; refunds and their reversal; upgrades; price increases")
+    func verbs() async throws {
+        let harness = try await Self.harness()
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["sandboxURL": .string(sink.url)])
+        let app = try await harness.device()
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        let id = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        let accountID = try #require(try await harness.accountOf(app))
+        let (settingsStatus, settings) = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/settings",
+            ["billingRetryOnRenewal": .bool(true), "billingGracePeriod": .bool(true)])
+        #expect(settingsStatus == 200 && settings["billingGracePeriod"] == .bool(true))
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P15D")])
+        let (recovered, answer) = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/resolve-issue")
+        #expect(recovered == 200, "\(answer)")
+        #expect(answer["subscription"]?["status"] == .integer(1))
+        _ = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["billingRetryOnRenewal": .bool(false)])
+        let upgraded = try await harness.call("POST", app + "/payments", ["productId": .string("premium")])
+        #expect(upgraded.0 == 201, "\(upgraded.1)")
+        _ = try await harness.call(
+            "POST", "/_emulator/v1/products/premium/price-increase", ["requiresConsent": .bool(true)])
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/price-consent", ["consent": .bool(false)])
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/refund", ["reason": .string("APP_ISSUE")])
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/refund-reversal")
+        let twice = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/refund-reversal")
+        #expect(twice.0 == 400, "a verb that does not apply is a 400: \(twice.1)")
+        let payloads = try await Self.ordered(try await sink.payloads(atLeast: 9), harness)
+        #expect(
+            try Self.names(payloads, harness) == [
+                "SUBSCRIBED/INITIAL_BUY", "DID_FAIL_TO_RENEW/GRACE_PERIOD", "GRACE_PERIOD_EXPIRED",
+                "DID_RENEW/BILLING_RECOVERY", "DID_CHANGE_RENEWAL_PREF/UPGRADE", "PRICE_INCREASE/PENDING",
+                "DID_CHANGE_RENEWAL_STATUS", "REFUND", "REFUND_REVERSED",
+            ])
+        let grace = try Self.decode(payloads[1], harness)
+        #expect(grace["data"]?["status"] == .integer(4))
+        #expect(grace["data"]?["renewalInfo"]?["isInBillingRetryPeriod"] == .bool(true))
+        #expect(grace["data"]?["renewalInfo"]?["gracePeriodExpiresDate"]?.int64Value != nil)
+        let refund = try Self.decode(payloads[7], harness)
+        #expect(refund["data"]?["status"] == .integer(5))
+        #expect(refund["data"]?["transactionInfo"]?["revocationReason"] == .integer(1))
+    }
+
+    @Test("A receiver that fails is retried on the store clock's schedule; every attempt is in the history")
+    func retries() async throws {
+        let harness = try await Self.harness()
+        let sink = try NotificationSink(failFirst: [500, 503])
+        try await Self.configure(
+            harness, ["productionURL": .string(sink.url), "retrySchedule": .array([.integer(1), .integer(2)])])
+        let app = try await harness.device(environment: "Production")
+        _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        /// Waits until the first notification has `count` attempts recorded (its next one is then scheduled).
+        func recorded(_ count: Int) async throws {
+            for _ in 0..<1_000 {
+                let (_, history) = try await harness.call(
+                    "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history?environment=Production")
+                let attempts = history["notificationHistory"]?.arrayValue?.first?["sendAttempts"]?.arrayValue
+                if (attempts?.count ?? 0) >= count { return }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        try await recorded(1)
+        #expect(sink.count == 1, "the retry waits for its time")
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("PT1H")])
+        try await recorded(2)
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("PT2H")])
+        try await recorded(3)
+        let payloads = try await sink.payloads(atLeast: 3)
+        #expect(Set(payloads).count == 1, "the same notification each time")
+        let (_, history) = try await harness.call(
+            "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history?environment=Production")
+        let attempts = history["notificationHistory"]?.arrayValue?.first?["sendAttempts"]?.arrayValue?.compactMap {
+            $0["sendAttemptResult"]?.stringValue
+        }
+        #expect(attempts == ["UNSUCCESSFUL_HTTP_RESPONSE_CODE", "UNSUCCESSFUL_HTTP_RESPONSE_CODE", "SUCCESS"])
+        #expect(history["notificationHistory"]?.arrayValue?.first?["state"] == .string("delivered"))
+    }
+
+    @Test("The sandbox makes one attempt; an unreachable receiver is a SOCKET_ISSUE and the notification fails")
+    func sandboxOneAttempt() async throws {
+        let harness = try await Self.harness()
+        try await Self.configure(harness, ["sandboxURL": .string("http://127.0.0.1:1/nobody")])
+        let app = try await harness.device()
+        _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        var entry: JSONValue?
+        for _ in 0..<500 {
+            let (_, history) = try await harness.call(
+                "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
+            entry = history["notificationHistory"]?.arrayValue?.first
+            if entry?["state"] != .string("pending") { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(entry?["state"] == .string("failed"))
+        #expect(entry?["sendAttempts"]?.arrayValue?.count == 1)
+        #expect(entry?["sendAttempts"]?.arrayValue?.first?["sendAttemptResult"] == .string("SOCKET_ISSUE"))
+    }
+
+    @Test("Notification settings are checked member by member")
+    func settings() async throws {
+        let harness = try await Self.harness()
+        let path = "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications"
+        for bad: JSONObject in [
+            ["sandboxURL": .string("ftp://x")], ["version": .integer(3)], ["bogus": .bool(true)],
+            ["timeoutSeconds": .integer(0)], ["retrySchedule": .array([.integer(-1)])],
+        ] {
+            let (status, answer) = try await harness.call("PUT", path, bad)
+            #expect(status == 400, "\(bad): \(answer)")
+        }
+        let (_, unknown) = try await harness.call("PUT", "/_emulator/v1/apps/com.other/notifications", [:])
+        #expect(unknown["error"] != nil)
+        let (ok, stored) = try await harness.call(
+            "PUT", path, ["sandboxURL": .array([.string("http://a.example/n"), .string("http://b.example/n")])])
+        #expect(ok == 200)
+        #expect(stored["sandboxURL"]?.arrayValue?.count == 2)
+        let (_, read) = try await harness.call("GET", path)
+        #expect(read == stored)
+    }
+}
+
+extension AppStoreTests.Harness {
+    /// The account id behind an app path of ``device(environment:deviceID:version:)``.
+    func accountOf(_ app: String) async throws -> String? {
+        let deviceID = app.split(separator: "/")[3]
+        return try await store.accountID(ofDevice: String(deviceID))
+    }
+}

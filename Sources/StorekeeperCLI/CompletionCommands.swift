@@ -25,8 +25,22 @@ enum CompletionCommands {
         var rows: [(String, [String])] = [
             ("", Storekeeper.groups.map(\.name) + ["fuzz", "completion", "help", "--help", "--version"])
         ]
-        for group in Storekeeper.groups {
-            rows.append((group.name, Storekeeper.commands.filter { $0.path.first == group.name }.map { $0.path[1] }))
+        // Every intermediate path (`appstore`, `appstore notifications`) completes to the words below it.
+        var prefixes: [[String]] = []
+        for command in Storekeeper.commands {
+            for length in 1..<command.path.count where !prefixes.contains(Array(command.path.prefix(length))) {
+                prefixes.append(Array(command.path.prefix(length)))
+            }
+        }
+        for prefix in prefixes {
+            var next: [String] = []
+            for command in Storekeeper.commands
+            where command.path.count > prefix.count && Array(command.path.prefix(prefix.count)) == prefix
+                && !next.contains(command.path[prefix.count])
+            {
+                next.append(command.path[prefix.count])
+            }
+            rows.append((prefix.joined(separator: " "), next))
         }
         for command in Storekeeper.commands {
             let options = command.spec.options.map { "--\($0.name)" } + command.spec.flags.map { "--\($0.name)" }

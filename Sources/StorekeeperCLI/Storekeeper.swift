@@ -29,6 +29,12 @@ public enum Storekeeper {
           appstore products           List the products a running emulator sells.
           appstore account|device|install|buy|transactions|finish|receipt|advance
                                       Drive a running emulator from the shell.
+          appstore expire|renew|refund|refund-reversal|auto-renew|resolve-issue|price-consent
+                                      Drive a subscription's lifecycle (SKTestSession's verbs).
+          appstore billing|price-increase|availability
+                                      Fail an account's renewals; raise a price; take a product off sale.
+          appstore notifications set|history|listen
+                                      Send server notifications somewhere, read their history, receive them.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
@@ -64,6 +70,43 @@ public enum Storekeeper {
         (["appstore", "finish"], AppStoreCommands.finishSpec, AppStoreCommands.finish),
         (["appstore", "receipt"], AppStoreCommands.receiptSpec, AppStoreCommands.receipt),
         (["appstore", "advance"], AppStoreCommands.advanceSpec, AppStoreCommands.advance),
+        (
+            ["appstore", "expire"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[0]),
+            LifecycleCommands.verb("expire")
+        ),
+        (
+            ["appstore", "renew"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[1]),
+            LifecycleCommands.verb("renew")
+        ),
+        (
+            ["appstore", "refund-reversal"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[2]),
+            LifecycleCommands.verb("refund-reversal")
+        ),
+        (
+            ["appstore", "resolve-issue"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[3]),
+            LifecycleCommands.verb("resolve-issue")
+        ),
+        (
+            ["appstore", "auto-renew"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[4]),
+            LifecycleCommands.verb("auto-renew")
+        ),
+        (
+            ["appstore", "price-consent"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[5]),
+            LifecycleCommands.verb("price-consent")
+        ),
+        (["appstore", "refund"], LifecycleCommands.refundSpec, LifecycleCommands.refund),
+        (["appstore", "billing"], LifecycleCommands.billingSpec, LifecycleCommands.billing),
+        (["appstore", "price-increase"], LifecycleCommands.priceIncreaseSpec, LifecycleCommands.priceIncrease),
+        (["appstore", "availability"], LifecycleCommands.availabilitySpec, LifecycleCommands.availability),
+        (
+            ["appstore", "notifications", "set"], LifecycleCommands.notificationsSetSpec,
+            LifecycleCommands.notificationsSet
+        ),
+        (
+            ["appstore", "notifications", "history"], LifecycleCommands.notificationsHistorySpec,
+            LifecycleCommands.notificationsHistory
+        ),
+        (["appstore", "notifications", "listen"], LifecycleCommands.listenSpec, LifecycleCommands.listen),
         (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
         (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
         (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
@@ -96,9 +139,9 @@ public enum Storekeeper {
     /// `storekeeper help <group>`: OVERVIEW, USAGE and the subcommands with their abstracts.
     static func groupHelp(_ group: String) -> String {
         let abstract = groups.first { $0.name == group }?.abstract ?? ""
-        let members = commands.filter { $0.path.count == 2 && $0.path[0] == group }
+        let members = commands.filter { $0.path.count >= 2 && $0.path[0] == group && $0.path[1] != "hold-connections" }
         let rows = members.map { command -> String in
-            let name = command.path[1]
+            let name = command.path.dropFirst().joined(separator: " ")
             return "  " + name + String(repeating: " ", count: max(1, 28 - name.count)) + command.spec.abstract + "\n"
         }
         return "OVERVIEW: \(abstract)\n\nUSAGE: storekeeper \(group) <subcommand>\n\nOPTIONS:\n"
@@ -112,7 +155,15 @@ public enum Storekeeper {
         if path.isEmpty { return overview + "\n" + exitCodes }
         if let command = commands.first(where: { $0.path == path }) { return command.spec.help + "\n" + exitCodes }
         if path.count == 1, groups.contains(where: { $0.name == path[0] }) { return groupHelp(path[0]) }
-        return nil
+        // A path below a group (`appstore notifications`): the commands under it.
+        let below = commands.filter { $0.path.count > path.count && Array($0.path.prefix(path.count)) == path }
+        guard !below.isEmpty else { return nil }
+        let name = path.joined(separator: " ")
+        return "USAGE: storekeeper \(name) <subcommand>\n\nSUBCOMMANDS:\n"
+            + below.map { command in
+                let sub = command.path.dropFirst(path.count).joined(separator: " ")
+                return "  " + sub + String(repeating: " ", count: max(1, 28 - sub.count)) + command.spec.abstract + "\n"
+            }.joined() + "\n  See 'storekeeper help \(name) <subcommand>' for detailed help.\n"
     }
 
     /// Runs the command line `arguments` (without the program name) and returns the exit status.
@@ -136,6 +187,11 @@ public enum Storekeeper {
             return 0
         }
         guard let command = commands.first(where: { Array(words.prefix($0.path.count)) == $0.path }) else {
+            let bare = words.filter { $0 != "--help" && $0 != "-h" }
+            if bare.count >= 2, let text = help(for: bare) {
+                console.write(text)
+                return 0
+            }
             let group = words[0]
             if groups.contains(where: { $0.name == group }) {
                 let rest = Array(words.dropFirst())

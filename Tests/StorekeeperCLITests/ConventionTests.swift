@@ -14,6 +14,11 @@ struct ConventionTests {
         ["appstore", "account"], ["appstore", "device"], ["appstore", "install"], ["appstore", "buy"],
         ["appstore", "transactions"], ["appstore", "finish"], ["appstore", "receipt"], ["appstore", "advance"],
         ["bench", "receipt"], ["bench", "jws"], ["bench", "emulator"], ["bench", "http"], ["fuzz"], ["completion"],
+        ["appstore", "expire"], ["appstore", "renew"], ["appstore", "refund"], ["appstore", "refund-reversal"],
+        ["appstore", "resolve-issue"], ["appstore", "auto-renew"], ["appstore", "price-consent"],
+        ["appstore", "billing"], ["appstore", "price-increase"], ["appstore", "availability"],
+        ["appstore", "notifications", "set"], ["appstore", "notifications", "history"],
+        ["appstore", "notifications", "listen"],
     ]
     static let groups = ["receipt", "jws", "offer", "appstore", "bench"]
 
@@ -33,6 +38,18 @@ struct ConventionTests {
         #expect(CapturedConsole.run(["--version"]).stdout == "0.1.0\n")
     }
 
+    @Test("A path below a group lists what is under it: help appstore notifications, and the bare path")
+    func nestedGroup() {
+        for arguments in [["help", "appstore", "notifications"], ["appstore", "notifications"]] {
+            let run = CapturedConsole.run(arguments)
+            #expect(run.status == 0, "\(arguments): \(run.stderr)")
+            for sub in ["set", "history", "listen"] { #expect(run.stdout.contains("  \(sub) ")) }
+        }
+        let appstore = CapturedConsole.run(["appstore", "--help"]).stdout
+        #expect(appstore.contains("  notifications listen "))
+        #expect(!appstore.contains("hold-connections"))
+    }
+
     @Test(
         "Every subcommand: --help, help <path> and <group> help <sub> print the same help; --version works",
         arguments: commands)
@@ -45,8 +62,8 @@ struct ConventionTests {
         #expect(direct.stdout.contains("EXIT CODES:"))
         let viaHelp = CapturedConsole.run(["help"] + command)
         #expect(viaHelp.status == 0 && viaHelp.stdout == direct.stdout)
-        if command.count == 2 {
-            let viaGroup = CapturedConsole.run([command[0], "help", command[1]])
+        if command.count >= 2 {
+            let viaGroup = CapturedConsole.run([command[0], "help"] + command.dropFirst())
             #expect(viaGroup.status == 0 && viaGroup.stdout == direct.stdout)
         }
         let version = CapturedConsole.run(command + ["--version"])

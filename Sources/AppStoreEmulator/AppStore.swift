@@ -134,7 +134,16 @@ public final class AppStore: Sendable {
                     notifications[app.bundleID] = fromConfiguration
                 }
             }
-            return (VirtualClock(rate: rate, offset: offset), try store.nextDue(), notForSale, notifications)
+            // Sends a stopped process had claimed but not finished are made again now (at least once).
+            let clock = VirtualClock(rate: rate, offset: offset)
+            let started = clock.now(real: realNow())
+            while case let leases = try store.events(kind: .notificationLease, limit: 1_000), !leases.isEmpty {
+                for lease in leases {
+                    try store.cancel(kind: .notificationLease, key: lease.key)
+                    try store.schedule(DueEvent(kind: .notificationAttempt, key: lease.key, due: started))
+                }
+            }
+            return (clock, try store.nextDue(), notForSale, notifications)
         }
         clockState = Mutex(clock)
         nextDue = Mutex(due)
@@ -285,7 +294,7 @@ public final class AppStore: Sendable {
             return try runLifecycle(.gracePeriodEnded, originalID: originalID, in: store, now: event.due) ?? .nothing
         case .billingRetryEnd:
             return try runLifecycle(.billingRetryEnded, originalID: originalID, in: store, now: event.due) ?? .nothing
-        case .notificationAttempt:
+        case .notificationAttempt, .notificationLease:
             return try claimAttempt(event.key, in: store, now: now)
         default:
             logger.warning("scheduler.unknown-event", ["event.kind": event.kind.rawValue])

@@ -117,7 +117,17 @@ extension AppStore {
                 if !renewing, renewal.expired {
                     object["expiration_intent"] = .string(
                         String((state.expirationIntent ?? .customerCancelled).rawValue))
+                }
+                if state.isInBillingRetry || (!renewing && renewal.expired) {
                     object["is_in_billing_retry_period"] = .string(state.isInBillingRetry ? "1" : "0")
+                }
+                if let grace = state.gracePeriodExpiresDate {
+                    for (key, value) in ReceiptDate.triplet("grace_period_expires_date", grace) {
+                        object[key] = .string(value)
+                    }
+                }
+                if let consent = state.priceIncreaseStatus {
+                    object["price_consent_status"] = .string(String(consent.rawValue))
                 }
                 return .object(object)
             })

@@ -169,6 +169,72 @@ struct EmulatorStorageContractTests {
             #expect(try store.due(until: Self.start.addingTimeInterval(25), limit: 1).map(\.key) == ["a"])
             #expect(try store.due(until: Self.start, limit: 10).isEmpty)
         }
+        try await storage.write { store in
+            try store.schedule(DueEvent(kind: .notificationLease, key: "n2", due: Self.start))
+            try store.schedule(DueEvent(kind: .notificationLease, key: "n1", due: Self.start.addingTimeInterval(9)))
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.events(kind: .notificationLease, limit: 10).map(\.key) == ["n1", "n2"])
+            #expect(try store.events(kind: .notificationLease, limit: 1).map(\.key) == ["n1"])
+            #expect(try store.events(kind: .renewal, limit: 10).map(\.key) == ["a", "b"])
+        }
+    }
+
+    @Test(
+        "Notifications: stored whole, updated in state and attempts, paged in creation order",
+        arguments: Backend.allCases)
+    func notifications(backend: Backend) async throws {
+        let storage = try await backend.make()
+        @Sendable func make(_ id: String, _ bundle: String, _ environment: Environment, at offset: TimeInterval)
+            -> OutboundNotification
+        {
+            OutboundNotification(
+                id: id, bundleID: BundleID(bundle), environment: environment, version: 2, url: "http://r.example/n",
+                body: Array("{\"signedPayload\":\"\(id)\"}".utf8), signedPayload: id,
+                notice: Notice(.didRenew, .billingRecovery, v1: "DID_RECOVER"), originalTransactionID: "7",
+                created: Self.start.addingTimeInterval(offset), retryDelays: [60, 120], retryClientErrors: false,
+                timeoutMilliseconds: 2_500)
+        }
+        try await storage.write { store in
+            for (index, id) in ["z", "y", "x", "w"].enumerated() {
+                try store.insert(make(id, "com.example", .sandbox, at: Double(index)))
+            }
+            try store.insert(make("other", "com.other", .sandbox, at: 0))
+            try store.insert(make("production", "com.example", .production, at: 0))
+            #expect(throws: EmulatorStorageError.self) { try store.insert(make("z", "com.example", .sandbox, at: 9)) }
+        }
+        try await storage.write { store in
+            var stored = try #require(try store.notification("y"))
+            _ = Outbox.record(.timedOut, status: nil, at: Self.start.addingTimeInterval(5), in: &stored)
+            _ = Outbox.record(.success, status: 200, at: Self.start.addingTimeInterval(65), in: &stored)
+            try store.update(stored)
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            let y = try #require(try store.notification("y"))
+            #expect(
+                y
+                    == {
+                        var expected = make("y", "com.example", .sandbox, at: 1)
+                        expected.state = .delivered
+                        expected.attempts = [
+                            SendAttempt(date: Self.start.addingTimeInterval(5), result: .timedOut),
+                            SendAttempt(date: Self.start.addingTimeInterval(65), result: .success),
+                        ]
+                        return expected
+                    }())
+            let page = try store.notifications(
+                bundle: "com.example", environment: .sandbox, from: .distantPast, to: .distantFuture, after: nil,
+                limit: 3)
+            #expect(page.map(\.notification.id) == ["z", "y", "x"])
+            let rest = try store.notifications(
+                bundle: "com.example", environment: .sandbox, from: .distantPast, to: .distantFuture,
+                after: page.last?.position, limit: 3)
+            #expect(rest.map(\.notification.id) == ["w"])
+            let window = try store.notifications(
+                bundle: "com.example", environment: .sandbox, from: Self.start.addingTimeInterval(1),
+                to: Self.start.addingTimeInterval(3), after: nil, limit: 10)
+            #expect(window.map(\.notification.id) == ["y", "x"])
+        }
     }
 
     @Test("Concurrent writers are applied one at a time: no update is lost", arguments: Backend.allCases)

@@ -4,6 +4,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
@@ -166,6 +167,13 @@ struct NotificationTests {
             ["billingRetryOnRenewal": .bool(true), "billingGracePeriod": .bool(true)])
         #expect(settingsStatus == 200 && settings["billingGracePeriod"] == .bool(true))
         _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        // verifyReceipt says the same as the notification: in billing retry, with the grace period's end.
+        let receipt = Data(try await harness.receipt(app)).base64EncodedString()
+        let (_, verified) = try await harness.call(
+            "POST", "/sandbox/verifyReceipt", ["receipt-data": .string(receipt), "password": .string("any")])
+        let pending = verified["pending_renewal_info"]?.arrayValue?.first
+        #expect(pending?["is_in_billing_retry_period"] == .string("1"), "\(verified)")
+        #expect(pending?["grace_period_expires_date_ms"]?.stringValue != nil)
         _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P15D")])
         let (recovered, answer) = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/resolve-issue")
         #expect(recovered == 200, "\(answer)")
@@ -278,5 +286,41 @@ extension AppStoreTests.Harness {
     func accountOf(_ app: String) async throws -> String? {
         let deviceID = app.split(separator: "/")[3]
         return try await store.accountID(ofDevice: String(deviceID))
+    }
+}
+
+@Suite("Notifications checked by Apple's own library")
+struct NotificationInteropTests {
+    @Test(
+        "Apple's SignedDataVerifier accepts the emulator's notifications and the renewal info inside them",
+        .enabled(if: PythonInterop.python != nil, Comment(rawValue: PythonInterop.missingMessage)))
+    func appleAccepts() async throws {
+        let harness = try await NotificationTests.harness()
+        let sink = try NotificationSink()
+        try await NotificationTests.configure(harness, ["sandboxURL": .string(sink.url)])
+        let app = try await harness.device()
+        _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        let payloads = try await sink.payloads(atLeast: 2)
+        #expect(payloads.count == 2)
+        let root = Data(harness.store.pki.signedData.root.derEncoded).base64EncodedString()
+        var input = ""
+        for payload in payloads {
+            let decoded = try NotificationTests.decode(payload, harness)
+            let renewal = try #require(decoded["data"]?["signedRenewalInfo"]?.stringValue)
+            for (token, type) in [(payload, "notification"), (renewal, "renewal-info")] {
+                let line: JSONObject = [
+                    "token": .string(token), "roots": .array([.string(root)]), "environment": .string("Sandbox"),
+                    "bundleId": .string(AppStoreTests.bundleID), "appAppleId": .integer(1_234_567_890),
+                    "type": .string(type), "strict": .bool(true),
+                ]
+                input += JSONWriter.string(.object(line)) + "\n"
+            }
+        }
+        let run = try ExternalTool.run(
+            try #require(PythonInterop.python), [PythonInterop.verifierScript], stdin: Array(input.utf8))
+        #expect(run.status == 0, "\(run.stderrText)")
+        #expect(
+            run.stdoutText.split(separator: "\n").map(String.init) == Array(repeating: #"{"status": "OK"}"#, count: 4))
     }
 }

@@ -1,6 +1,8 @@
 import Foundation
+import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// The lifecycle verbs and `appstore notifications …` from the shell, against a live emulator.
@@ -82,5 +84,76 @@ struct LifecycleCommandTests {
         #expect(history.status == 0)
         #expect(
             try JSONParser.parse(history.stdout)["notificationHistory"]?.arrayValue?.count == 4, "\(history.stdout)")
+    }
+}
+
+/// The outbox across `kill -9`: a notification whose delivery is pending is sent after a restart.
+@Suite("storekeeper appstore serve: the notification outbox survives kill -9")
+struct OutboxDurabilityTests {
+    final class Receiver: Sendable {
+        let bodies = Mutex<[[UInt8]]>([])
+        /// Answers 503 until this is cleared.
+        let failing = Atomic<Bool>(true)
+    }
+
+    @Test(
+        "A failed attempt's retry is kept across kill -9 and made after the restart, once",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func killAndRetry() async throws {
+        let binary = try #require(ExecutableTests.binary)
+        let receiver = Receiver()
+        var router = Router()
+        router.post("/n") { request, _ in
+            receiver.bodies.withLock { $0.append(request.body) }
+            return HTTPResponse(status: receiver.failing.load(ordering: .relaxed) ? 503 : 200)
+        }
+        let sink = try HTTPServer(port: 0, responder: router.freeze())
+        defer { sink.stop() }
+        let data = try ExternalTool.temporaryDirectory()
+        var (emulator, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
+        let set = CapturedConsole.run(
+            [
+                "appstore", "notifications", "set", "--url", base, "--production-url",
+                "http://127.0.0.1:\(sink.port)/n", "--retry-schedule", Array(repeating: "3", count: 10).joined(separator: ","),
+            ])
+        #expect(set.status == 0, "\(set.stderr)")
+        let account = CapturedConsole.run(
+            ["appstore", "account", "--url", base, "--environment", "Production", "--field", "accountId"]
+        ).stdout.trimmingCharacters(in: .newlines)
+        let device = CapturedConsole.run([
+            "appstore", "device", "--url", base, "--account", account, "--field", "deviceId",
+        ])
+        .stdout.trimmingCharacters(in: .newlines)
+        _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+        let bought = CapturedConsole.run(
+            ["appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly"])
+        #expect(bought.status == 0, "\(bought.stderr)")
+        // Wait for the first (failed) attempt to be recorded, then kill the emulator before its retry.
+        func attempts(_ base: String) throws -> [String] {
+            let history = CapturedConsole.run(
+                ["appstore", "notifications", "history", "--url", base, "--environment", "Production"])
+            let first = try JSONParser.parse(history.stdout)["notificationHistory"]?.arrayValue?.first
+            return first?["sendAttempts"]?.arrayValue?.compactMap { $0["sendAttemptResult"]?.stringValue } ?? []
+        }
+        for _ in 0..<500 where try attempts(base).isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(try attempts(base).first == "UNSUCCESSFUL_HTTP_RESPONSE_CODE")
+        kill(emulator.processIdentifier, SIGKILL)
+        emulator.waitUntilExit()
+
+        (emulator, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
+        defer {
+            emulator.terminate()
+            emulator.waitUntilExit()
+        }
+        let failedBefore = receiver.bodies.withLock { $0.count }
+        receiver.failing.store(false, ordering: .relaxed)
+        for _ in 0..<3_000 where try attempts(base).last != "SUCCESS" { try await Task.sleep(for: .milliseconds(10)) }
+        let recorded = try attempts(base)
+        #expect(recorded.last == "SUCCESS", "delivered after the restart: \(recorded)")
+        #expect(recorded.dropLast().allSatisfy { $0 == "UNSUCCESSFUL_HTTP_RESPONSE_CODE" })
+        let bodies = receiver.bodies.withLock { $0 }
+        // An attempt in flight at the kill reached the receiver but was never recorded: at least once.
+        #expect(bodies.count > failedBefore && bodies.count >= recorded.count)
+        #expect(Set(bodies).count == 1, "the same notification, sent again")
     }
 }

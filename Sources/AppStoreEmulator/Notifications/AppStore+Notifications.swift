@@ -119,7 +119,7 @@ extension AppStore {
     func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
         guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
         try schedule(
-            DueEvent(kind: .notificationAttempt, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
+            DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
         // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews.
         if notificationsInFlight.withLock({ $0.contains(id) }) { return .nothing }
         return .send(notification)
@@ -166,11 +166,11 @@ extension AppStore {
             try await storage.write { store in
                 guard var stored = try store.notification(notification.id), stored.state == .pending else { return }
                 switch Outbox.record(result, status: answered, at: at, in: &stored) {
-                case .delivered, .failed:
-                    try store.cancel(kind: .notificationAttempt, key: stored.id)
+                case .delivered, .failed: break
                 case .retry(let date):
                     try self.schedule(DueEvent(kind: .notificationAttempt, key: stored.id, due: date), in: store)
                 }
+                try store.cancel(kind: .notificationLease, key: stored.id)
                 try store.update(stored)
             }
             logger.info(

@@ -64,6 +64,8 @@ public protocol DueEventRepository {
     func nextDue() throws -> Date?
     /// Events due at or before `time`, earliest first (ties by kind and key), at most `limit`.
     func due(until time: Date, limit: Int) throws -> [DueEvent]
+    /// Every event of one kind, at most `limit`, by key.
+    func events(kind: DueEvent.Kind, limit: Int) throws -> [DueEvent]
 }
 
 /// The notification outbox: what is to be sent, was sent or failed, with every attempt.

@@ -181,6 +181,9 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
 
         func schedule(_ event: DueEvent) { change(\.events, Key(a: event.kind.rawValue, b: event.key), event) }
         func cancel(kind: DueEvent.Kind, key: String) { change(\.events, Key(a: kind.rawValue, b: key), nil) }
+        func events(kind: DueEvent.Kind, limit: Int) -> [DueEvent] {
+            Array(tables.events.values.filter { $0.kind == kind }.sorted { $0.key < $1.key }.prefix(limit))
+        }
         func nextDue() -> Date? { tables.events.values.lazy.map(\.due).min() }
         func due(until time: Date, limit: Int) -> [DueEvent] {
             Array(

@@ -463,6 +463,17 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 "DELETE FROM due_events WHERE kind = ? AND key = ?", [.text(kind.rawValue), .text(key)])
         }
 
+        func events(kind: DueEvent.Kind, limit: Int) throws -> [DueEvent] {
+            try connection.execute(
+                "SELECT kind, key, due FROM due_events WHERE kind = ? ORDER BY key LIMIT ?",
+                [.text(kind.rawValue), .integer(Int64(limit))]
+            ).map { row in
+                DueEvent(
+                    kind: DueEvent.Kind(rawValue: row["kind"].string ?? ""), key: row["key"].string ?? "",
+                    due: date(row["due"]) ?? .distantPast)
+            }
+        }
+
         func nextDue() throws -> Date? {
             try connection.execute("SELECT min(due) AS due FROM due_events").first.flatMap { date($0["due"]) }
         }

@@ -177,6 +177,9 @@ public struct DueEvent: Sendable, Hashable {
         public static let billingRetryEnd = Kind(rawValue: "billing-retry-end")
         /// The next attempt to send a notification. Key: the notification's id.
         public static let notificationAttempt = Kind(rawValue: "notification-attempt")
+        /// A claimed attempt's lease: if no result is recorded by then, the attempt is made again; at start,
+        /// every lease is a send that a stopped process never finished. Key: the notification's id.
+        public static let notificationLease = Kind(rawValue: "notification-lease")
     }
 
     public var kind: Kind

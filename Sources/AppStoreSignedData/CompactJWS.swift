@@ -101,11 +101,52 @@ public struct CompactJWS: Sendable {
 
 /// base64url without padding (RFC 7515 §2), canonical both ways.
 public enum Base64URL {
-    public static func encode(_ bytes: some Collection<UInt8>) -> String {
-        var text = Data(bytes).base64EncodedString()
-        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        while text.hasSuffix("=") { text.removeLast() }
-        return text
+    public static func encode(_ bytes: some Collection<UInt8>) -> String { encode(bytes, alphabet: urlAlphabet, pad: false) }
+
+    /// Standard base64 with padding (the `x5c` header's certificates).
+    public static func standard(_ bytes: some Collection<UInt8>) -> String {
+        encode(bytes, alphabet: standardAlphabet, pad: true)
+    }
+
+    static let urlAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    static let standardAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+
+    /// Three bytes to four characters at a time, straight into the string's UTF-8 storage.
+    static func encode(_ bytes: some Collection<UInt8>, alphabet: [UInt8], pad: Bool) -> String {
+        let input = Array(bytes)
+        let full = input.count / 3 * 3
+        let rest = input.count - full
+        let length = full / 3 * 4 + (rest == 0 ? 0 : (pad ? 4 : rest + 1))
+        return String(unsafeUninitializedCapacity: length) { output in
+            var out = 0
+            var index = 0
+            while index < full {
+                let value = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
+                output[out] = alphabet[Int(value >> 18 & 63)]
+                output[out + 1] = alphabet[Int(value >> 12 & 63)]
+                output[out + 2] = alphabet[Int(value >> 6 & 63)]
+                output[out + 3] = alphabet[Int(value & 63)]
+                out += 4
+                index += 3
+            }
+            if rest > 0 {
+                let value = UInt32(input[index]) << 16 | (rest == 2 ? UInt32(input[index + 1]) << 8 : 0)
+                output[out] = alphabet[Int(value >> 18 & 63)]
+                output[out + 1] = alphabet[Int(value >> 12 & 63)]
+                out += 2
+                if rest == 2 {
+                    output[out] = alphabet[Int(value >> 6 & 63)]
+                    out += 1
+                }
+                if pad {
+                    while out < length {
+                        output[out] = UInt8(ascii: "=")
+                        out += 1
+                    }
+                }
+            }
+            return out
+        }
     }
 
     /// Decodes canonical base64url (RFC 7515 §2, RFC 4648 §3.5): the URL-safe alphabet, no `=` padding, and

@@ -23,7 +23,7 @@ public enum JWSSigner {
     /// Signs `payload` the way the App Store does: header `{"alg":"ES256","x5c":[leaf, intermediate, root]}`
     /// with standard-base64 DER certificates.
     public static func sign(payload: JSONObject, key: PrivateKey, chain: [Certificate]) throws -> String {
-        let x5c = JSONValue.array(chain.map { .string(Data($0.derEncoded).base64EncodedString()) })
+        let x5c = JSONValue.array(chain.map { .string(Base64URL.standard($0.derEncoded)) })
         return try sign(payload: payload, header: ["x5c": x5c], key: key)
     }
 }

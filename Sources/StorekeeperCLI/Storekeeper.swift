@@ -39,6 +39,7 @@ public enum Storekeeper {
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
           bench http                  Measure the HTTP layer against bare libmicrohttpd, and under idle and slow clients.
+          bench lifecycle             Simulate subscriber-years of subscriptions with notifications delivered locally.
           fuzz                        Feed mutated receipts, JWS, JSON, .storekit and HTTP to their parsers.
           completion                  Print a bash or zsh completion script.
 
@@ -111,6 +112,7 @@ public enum Storekeeper {
         (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
         (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
         (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
+        (["bench", "lifecycle"], BenchCommands.lifecycleSpec, BenchCommands.lifecycle),
         (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
         (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
         (["completion"], CompletionCommands.spec, CompletionCommands.run),

@@ -13,7 +13,7 @@ struct ConventionTests {
         ["jws", "sign"], ["offer", "sign"], ["appstore", "serve"], ["appstore", "certs"], ["appstore", "products"],
         ["appstore", "account"], ["appstore", "device"], ["appstore", "install"], ["appstore", "buy"],
         ["appstore", "transactions"], ["appstore", "finish"], ["appstore", "receipt"], ["appstore", "advance"],
-        ["bench", "receipt"], ["bench", "jws"], ["bench", "emulator"], ["bench", "http"], ["fuzz"], ["completion"],
+        ["bench", "receipt"], ["bench", "jws"], ["bench", "emulator"], ["bench", "http"], ["bench", "lifecycle"], ["fuzz"], ["completion"],
         ["appstore", "expire"], ["appstore", "renew"], ["appstore", "refund"], ["appstore", "refund-reversal"],
         ["appstore", "resolve-issue"], ["appstore", "auto-renew"], ["appstore", "price-consent"],
         ["appstore", "billing"], ["appstore", "price-increase"], ["appstore", "availability"],

@@ -125,23 +125,65 @@ extension AppStore {
         return .send(notification)
     }
 
-    /// Sends claimed notifications in the background; each result is recorded in its own write.
+    /// Receivers sent to at once by one batch of claimed notifications.
+    static let deliveryConcurrency = 8
+
+    /// Sends claimed notifications in the background and records the results of the batch in one write.
+    /// One subscription's notifications go one after another, in the order they were written; different
+    /// subscriptions' go side by side (Apple promises no order; receivers order by signedDate).
     func deliver(_ notifications: [OutboundNotification]) {
         guard !notifications.isEmpty else { return }
-        // One after another, in the order they were written: receivers usually see a story in order
-        // (Apple promises no order; receivers should order by signedDate).
         let fresh = notificationsInFlight.withLock { inFlight in
             notifications.filter { inFlight.insert($0.id).inserted }
         }
+        var chains: [[OutboundNotification]] = []
+        var chainOf: [String: Int] = [:]
+        for notification in fresh {
+            let key = notification.originalTransactionID?.rawValue ?? notification.id
+            if let index = chainOf[key] {
+                chains[index].append(notification)
+            } else {
+                chainOf[key] = chains.count
+                chains.append([notification])
+            }
+        }
+        let work = chains
         Task.detached { [self] in
-            for notification in fresh {
-                await self.attempt(notification)
-                _ = notificationsInFlight.withLock { $0.remove(notification.id) }
+            var results: [Attempted] = []
+            await withTaskGroup(of: [Attempted].self) { group in
+                var next = 0
+                func startChain() {
+                    guard next < work.count else { return }
+                    let chain = work[next]
+                    next += 1
+                    group.addTask {
+                        var done: [Attempted] = []
+                        for notification in chain { done.append(await self.send(notification)) }
+                        return done
+                    }
+                }
+                for _ in 0..<Self.deliveryConcurrency { startChain() }
+                while let finished = await group.next() {
+                    results += finished
+                    startChain()
+                }
+            }
+            await self.record(results)
+            _ = notificationsInFlight.withLock { inFlight in
+                for result in results { inFlight.remove(result.notification.id) }
             }
         }
     }
 
-    func attempt(_ notification: OutboundNotification) async {
+    /// One attempt's outcome, waiting to be recorded.
+    struct Attempted: Sendable {
+        var notification: OutboundNotification
+        var result: SendAttemptResult
+        var status: Int?
+        var at: Date
+    }
+
+    func send(_ notification: OutboundNotification) async -> Attempted {
         let client = HTTPClient(timeout: .milliseconds(Int64(notification.timeoutMilliseconds)))
         var status: Int?
         let result: SendAttemptResult
@@ -160,25 +202,35 @@ extension AppStore {
                 default: .other
                 }
         }
-        let at = now
-        let answered = status
+        return Attempted(notification: notification, result: result, status: status, at: now)
+    }
+
+    /// Records attempts, each with its next step (delivered, retry at, failed), in one write.
+    func record(_ attempts: [Attempted]) async {
+        guard !attempts.isEmpty else { return }
         do {
             try await storage.write { store in
-                guard var stored = try store.notification(notification.id), stored.state == .pending else { return }
-                switch Outbox.record(result, status: answered, at: at, in: &stored) {
-                case .delivered, .failed: break
-                case .retry(let date):
-                    try self.schedule(DueEvent(kind: .notificationAttempt, key: stored.id, due: date), in: store)
+                for attempt in attempts {
+                    guard var stored = try store.notification(attempt.notification.id), stored.state == .pending
+                    else { continue }
+                    switch Outbox.record(attempt.result, status: attempt.status, at: attempt.at, in: &stored) {
+                    case .delivered, .failed: break
+                    case .retry(let date):
+                        try self.schedule(DueEvent(kind: .notificationAttempt, key: stored.id, due: date), in: store)
+                    }
+                    try store.cancel(kind: .notificationLease, key: stored.id)
+                    try store.update(stored)
                 }
-                try store.cancel(kind: .notificationLease, key: stored.id)
-                try store.update(stored)
             }
-            logger.info(
-                "notification.attempt",
-                [
-                    "notification.id": notification.id, "notification.type": notification.notice.description,
-                    "result": result.rawValue,
-                ])
+            for attempt in attempts {
+                logger.info(
+                    "notification.attempt",
+                    [
+                        "notification.id": attempt.notification.id,
+                        "notification.type": attempt.notification.notice.description,
+                        "result": attempt.result.rawValue,
+                    ])
+            }
         } catch {
             logger.error("notification.record-failed", ["error": String(describing: error)])
         }

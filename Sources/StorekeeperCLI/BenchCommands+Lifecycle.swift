@@ -1,0 +1,144 @@
+import AppStoreEmulator
+import Foundation
+import StoreKitCatalog
+import StoreModel
+import StoreTime
+import StorekeeperHTTP
+import Synchronization
+import SubscriptionLifecycle
+
+/// `storekeeper bench lifecycle`: subscriber-years of monthly subscriptions through the emulator's lifecycle
+/// engine, scheduler and notification outbox, with every notification delivered to a local receiver.
+extension BenchCommands {
+    static let lifecycleSpec = Arguments.Spec(
+        command: "storekeeper bench lifecycle",
+        abstract: "Simulate subscriber-years of monthly subscriptions with notifications delivered locally.",
+        options: [
+            .init(name: "subscribers", valueName: "n", help: "Subscribers (default: 1000)."),
+            .init(name: "years", valueName: "n", help: "Years of store time (default: 10; at most 20)."),
+        ],
+        flags: [("no-notifications", "Configure no receiver: the lifecycle, scheduler and storage alone.")],
+        discussion: """
+            Production accounts (no sandbox renewal cap) with monthly subscriptions: of every 20 subscribers, \
+            one fails billing at its first renewal and expires after billing retry, one upgrades to the yearly \
+            plan at once, one is refunded at once; the rest renew every month. Store time advances a month per \
+            step; every change writes V2 notifications (three ES256 signatures each) to the outbox, which sends \
+            them to a receiver on 127.0.0.1. Reports subscriber-years per second (time until the last \
+            notification was received) and peak resident memory.
+            """)
+
+    static func lifecycle(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let subscribers = Int(arguments.value("subscribers") ?? "1000") ?? 0
+        let years = Int(arguments.value("years") ?? "10") ?? 0
+        guard subscribers > 0, (1...20).contains(years) else {
+            throw UsageError("--subscribers must be positive and --years 1 to 20")
+        }
+        let received = Atomic<Int>(0)
+        var router = Router()
+        router.post("/notifications") { _, _ in
+            received.add(1, ordering: .relaxed)
+            return HTTPResponse(status: 200)
+        }
+        let sink = try HTTPServer(port: 0, responder: router.freeze())
+        defer { sink.stop() }
+        let directory = try FileManager.default.url(
+            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
+            create: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let bundleID = DefaultCatalog.bundleID
+        let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
+        let store = try blocking {
+            try await AppStore(
+                catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID)], dataDirectory: directory,
+                rate: .monthlyRenewalEveryFiveMinutes, maxEventsPerRequest: .max)
+        }
+        defer { store.close() }
+        if !arguments.flag("no-notifications") { try blocking {
+            try await store.setNotifications(
+                bundleID: bundleID, AppNotifications(productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"]))
+        } }
+        progress(console, "subscribing \(subscribers) customers…")
+        let clock = ContinuousClock()
+        let start = clock.now
+        try blocking {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for slice in 0..<4 {
+                    group.addTask {
+                        for index in stride(from: slice, to: subscribers, by: 4) {
+                            try await subscribe(store, index: index, bundleID: bundleID)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        let subscribed = clock.now
+        var renewals = 0
+        var expirations = 0
+        for month in 0..<(years * 12) {
+            if month % 12 == 0 { progress(console, "year \(month / 12 + 1) of \(years)…") }
+            let change = try blocking { try await store.setClock(advance: .oneMonth, rate: nil) }
+            renewals += change.ran.renewals
+            expirations += change.ran.expirations
+        }
+        let advanced = clock.now
+        // Wait for the outbox to drain: nothing new arrives for a second.
+        progress(console, "waiting for the last notifications…")
+        var last = -1
+        var lastChange = clock.now
+        while clock.now - lastChange < .seconds(1) {
+            let count = received.load(ordering: .relaxed)
+            if count != last {
+                last = count
+                lastChange = clock.now
+            }
+            try blocking { try await store.catchUp() }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        let elapsed = (lastChange - start).seconds
+        let subscriberYears = Double(subscribers * years)
+        console.write(
+            """
+            Subscription lifecycle, SQLite (WAL, synchronous=FULL), \(arguments.flag("no-notifications") ? "no notifications" : "V2 notifications to a local receiver")
+              \(subscribers) subscribers × \(years) years = \(Int(subscriberYears)) subscriber-years
+              \(renewals) renewals, \(expirations) expirations, \(last) notifications received
+              \(format(elapsed)) s: \(rate(subscriberYears / elapsed)) subscriber-years/s, \(rate(Double(last) / elapsed)) notifications/s
+              subscribing \(format((subscribed - start).seconds)) s, advancing \(format((advanced - subscribed).seconds)) s, draining \(format((lastChange - advanced).seconds)) s
+              peak resident memory \(peakResidentKilobytes() / 1024) MiB
+
+            """)
+        return 0
+    }
+
+    /// One subscriber: a production account, a device, the app, a monthly subscription and its story.
+    static func subscribe(_ store: AppStore, index: Int, bundleID: String) async throws {
+        let account = try await store.createAccount(environment: .production, storefront: "USA")
+        if index % 20 == 1 {
+            _ = try await store.configureBilling(account.id.rawValue, retryOnRenewal: true, gracePeriod: true)
+        }
+        let device = try await store.createDevice(accountID: account.id, deviceID: nil)
+        _ = try await store.install(deviceID: device.id.rawValue, bundleID: bundleID, version: "1")
+        let outcome = try await store.pay(
+            deviceID: device.id.rawValue, bundleID: bundleID, productID: "com.example.storekeeper.monthly",
+            quantity: 1, applicationUsername: nil, appAccountToken: nil)
+        guard case .purchased(let stored, _) = outcome else { return }
+        switch index % 20 {
+        case 2:
+            _ = try await store.pay(
+                deviceID: device.id.rawValue, bundleID: bundleID, productID: "com.example.storekeeper.yearly",
+                quantity: 1, applicationUsername: nil, appAccountToken: nil)
+        case 3:
+            _ = try await store.refund(transactionID: stored.id.rawValue, reason: .other)
+        default: break
+        }
+    }
+
+    /// The process's peak resident set (VmHWM), in KiB.
+    static func peakResidentKilobytes() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? 0
+        }
+        return 0
+    }
+}

@@ -101,7 +101,9 @@ public struct CompactJWS: Sendable {
 
 /// base64url without padding (RFC 7515 §2), canonical both ways.
 public enum Base64URL {
-    public static func encode(_ bytes: some Collection<UInt8>) -> String { encode(bytes, alphabet: urlAlphabet, pad: false) }
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        encode(bytes, alphabet: urlAlphabet, pad: false)
+    }
 
     /// Standard base64 with padding (the `x5c` header's certificates).
     public static func standard(_ bytes: some Collection<UInt8>) -> String {

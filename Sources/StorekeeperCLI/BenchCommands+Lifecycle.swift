@@ -4,8 +4,8 @@ import StoreKitCatalog
 import StoreModel
 import StoreTime
 import StorekeeperHTTP
-import Synchronization
 import SubscriptionLifecycle
+import Synchronization
 
 /// `storekeeper bench lifecycle`: subscriber-years of monthly subscriptions through the emulator's lifecycle
 /// engine, scheduler and notification outbox, with every notification delivered to a local receiver.
@@ -53,10 +53,13 @@ extension BenchCommands {
                 rate: .monthlyRenewalEveryFiveMinutes, maxEventsPerRequest: .max)
         }
         defer { store.close() }
-        if !arguments.flag("no-notifications") { try blocking {
-            try await store.setNotifications(
-                bundleID: bundleID, AppNotifications(productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"]))
-        } }
+        if !arguments.flag("no-notifications") {
+            try blocking {
+                try await store.setNotifications(
+                    bundleID: bundleID,
+                    AppNotifications(productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"]))
+            }
+        }
         progress(console, "subscribing \(subscribers) customers…")
         let clock = ContinuousClock()
         let start = clock.now

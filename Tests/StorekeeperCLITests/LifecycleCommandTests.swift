@@ -114,7 +114,8 @@ struct OutboxDurabilityTests {
         let set = CapturedConsole.run(
             [
                 "appstore", "notifications", "set", "--url", base, "--production-url",
-                "http://127.0.0.1:\(sink.port)/n", "--retry-schedule", Array(repeating: "3", count: 10).joined(separator: ","),
+                "http://127.0.0.1:\(sink.port)/n", "--retry-schedule",
+                Array(repeating: "3", count: 10).joined(separator: ","),
             ])
         #expect(set.status == 0, "\(set.stderr)")
         let account = CapturedConsole.run(

@@ -169,7 +169,7 @@ extension AppStore {
                 }
             }
             await self.record(results)
-            _ = notificationsInFlight.withLock { inFlight in
+            notificationsInFlight.withLock { inFlight in
                 for result in results { inFlight.remove(result.notification.id) }
             }
         }

@@ -172,6 +172,14 @@ extension AppStore {
         return (refunded, nil)
     }
 
+    /// A subscription's state now, by any of its transaction ids.
+    public func subscriptionState(originalTransactionID id: String) async throws -> SubscriptionState? {
+        try await storage.read { store in
+            guard let original = try store.transaction(TransactionID(id))?.transaction.originalID else { return nil }
+            return try store.subscription(original)?.state
+        }
+    }
+
     /// The account a device belongs to.
     public func accountID(ofDevice deviceID: String) async throws -> String {
         try await storage.read { store in try self.device(deviceID, in: store).1.id.rawValue }

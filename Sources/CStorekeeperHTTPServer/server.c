@@ -54,6 +54,9 @@ struct sk_server {
     sk_server_options limits;
     uint16_t port;
     atomic_uint connections;  // maintained by MHD_OPTION_NOTIFY_CONNECTION
+    // Connections we suspended whose resumption libmicrohttpd has not processed yet (it re-enters the
+    // access handler): MHD_stop_daemon must not run before this is zero (it panics otherwise).
+    atomic_int suspended_now;
 
     pthread_mutex_t lock;   // guards `pending` and `stopping`
     sk_exchange *pending;   // handed to the handler, not yet released by it (doubly linked)
@@ -70,6 +73,7 @@ struct sk_exchange {
     bool connection_gone;  // NOTIFY_COMPLETED ran: `connection` must not be touched any more
     bool in_handler;       // the handler is running on the worker thread
     bool suspended;        // the connection is suspended waiting for `response`
+    bool counted;          // counted in server->suspended_now until libmicrohttpd re-enters after resume
     bool answered;         // respond (or stop's 503) happened
     bool response_failed;  // the answer could not be built (out of memory): close the connection
     struct MHD_Response *response;  // an answer not yet queued
@@ -201,6 +205,10 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
     pthread_mutex_lock(&exchange->lock);
     exchange->connection_gone = true;
     exchange->suspended = false;
+    if (exchange->counted) {
+        exchange->counted = false;
+        atomic_fetch_sub(&exchange->server->suspended_now, 1);
+    }
     exchange_release_locked(exchange);
 }
 
@@ -442,6 +450,10 @@ static bool receive_body(sk_server *server, sk_exchange *exchange, const char *d
 static enum MHD_Result deliver_or_suspend(sk_exchange *exchange, struct MHD_Connection *connection) {
     pthread_mutex_lock(&exchange->lock);
     exchange->in_handler = false;
+    if (exchange->counted) {  // re-entered after a resume: libmicrohttpd has processed it
+        exchange->counted = false;
+        atomic_fetch_sub(&exchange->server->suspended_now, 1);
+    }
     struct MHD_Response *response = exchange->response;
     unsigned int status = exchange->status;
     bool failed = exchange->response_failed;
@@ -449,6 +461,8 @@ static enum MHD_Result deliver_or_suspend(sk_exchange *exchange, struct MHD_Conn
     if (!response && !failed) {
         MHD_suspend_connection(connection);
         exchange->suspended = true;
+        exchange->counted = true;
+        atomic_fetch_add(&exchange->server->suspended_now, 1);
     }
     pthread_mutex_unlock(&exchange->lock);
     if (failed) return MHD_NO;
@@ -737,6 +751,12 @@ void sk_server_stop(sk_server *server) {
 
     // Give the workers a moment to write those 503s (bounded), then close everything.
     for (int waited = 0; waited < STOP_DRAIN_MILLISECONDS && !stop_drained(server); waited += 2) {
+        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    }
+    // Every resumption must be processed before MHD_stop_daemon (answers that came just before stop
+    // included): it runs on the daemon's thread within an event-loop turn.
+    for (int waited = 0; waited < STOP_DRAIN_MILLISECONDS && atomic_load(&server->suspended_now) > 0;
+         waited += 2) {
         nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
     }
     MHD_stop_daemon(server->daemon);  // NOTIFY_COMPLETED runs for every remaining request

@@ -116,7 +116,9 @@ struct Arguments {
                 throw UsageError("Unknown option '--\(name)'")
             }
         }
-        guard result.positionals.count <= spec.positionals.count else {
+        // A last positional named `…s ...` (e.g. "files ...") takes any number of arguments.
+        let variadic = spec.positionals.last?.name.hasSuffix(" ...") == true
+        guard variadic || result.positionals.count <= spec.positionals.count else {
             throw UsageError("Unexpected argument '\(result.positionals[spec.positionals.count])'")
         }
         for option in spec.options where option.required && result.values[option.name] == nil {

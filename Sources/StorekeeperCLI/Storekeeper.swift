@@ -35,6 +35,7 @@ public enum Storekeeper {
                                       Fail an account's renewals; raise a price; take a product off sale.
           appstore notifications set|history|listen
                                       Send server notifications somewhere, read their history, receive them.
+          appstore scenario run       Run lifecycle scenario files (examples/scenarios) against an embedded emulator.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
@@ -108,6 +109,7 @@ public enum Storekeeper {
             LifecycleCommands.notificationsHistory
         ),
         (["appstore", "notifications", "listen"], LifecycleCommands.listenSpec, LifecycleCommands.listen),
+        (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
         (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
         (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
         (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),

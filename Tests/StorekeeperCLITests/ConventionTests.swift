@@ -19,7 +19,7 @@ struct ConventionTests {
         ["appstore", "resolve-issue"], ["appstore", "auto-renew"], ["appstore", "price-consent"],
         ["appstore", "billing"], ["appstore", "price-increase"], ["appstore", "availability"],
         ["appstore", "notifications", "set"], ["appstore", "notifications", "history"],
-        ["appstore", "notifications", "listen"],
+        ["appstore", "notifications", "listen"], ["appstore", "scenario", "run"],
     ]
     static let groups = ["receipt", "jws", "offer", "appstore", "bench"]
 

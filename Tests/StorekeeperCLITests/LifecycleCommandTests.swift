@@ -25,7 +25,8 @@ struct LifecycleCommandTests {
         listener.arguments = ["appstore", "notifications", "listen", "--url", base, "--port", "0", "--count", "4"]
         let output = Pipe()
         listener.standardOutput = output
-        listener.standardError = FileHandle.nullDevice
+        let listenerErrors = Pipe()
+        listener.standardError = listenerErrors
         try listener.run()
         defer { if listener.isRunning { listener.terminate() } }
         var first: [UInt8] = []
@@ -69,7 +70,8 @@ struct LifecycleCommandTests {
         #expect(refund.status == 0, "\(refund.stderr)")
 
         listener.waitUntilExit()
-        #expect(listener.terminationStatus == 0)
+        let errors = String(decoding: listenerErrors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(listener.terminationStatus == 0, "\(errors)")
         let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         let lines = printed.split(separator: "\n")
         #expect(lines.count == 4, "\(printed)")
@@ -156,5 +158,56 @@ struct OutboxDurabilityTests {
         // An attempt in flight at the kill reached the receiver but was never recorded: at least once.
         #expect(bodies.count > failedBefore && bodies.count >= recorded.count)
         #expect(Set(bodies).count == 1, "the same notification, sent again")
+    }
+}
+
+/// `storekeeper appstore scenario run`: every shipped scenario passes; a wrong expectation fails readably.
+@Suite("storekeeper appstore scenario run")
+struct ScenarioTests {
+    static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("examples/scenarios")
+
+    @Test("Every scenario in examples/scenarios passes (one per lifecycle row)")
+    func shipped() throws {
+        let files = try FileManager.default.contentsOfDirectory(atPath: Self.examples.path).filter {
+            $0.hasSuffix(".json")
+        }.sorted().map { Self.examples.appendingPathComponent($0).path }
+        #expect(files.count >= 14)
+        let run = CapturedConsole.run(["appstore", "scenario", "run", "--format", "json"] + files)
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        let reports = try #require(try JSONParser.parse(run.stdout).arrayValue)
+        #expect(reports.count == files.count)
+        #expect(reports.allSatisfy { $0["passed"] == .bool(true) })
+    }
+
+    @Test("A wrong expectation, an unknown step and a refused verb fail with exit 1 and say why")
+    func failures() throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        let file = directory.appendingPathComponent("wrong.json")
+        try Data(
+            #"""
+            {"name": "wrong", "steps": [
+              {"buy": "com.example.storekeeper.monthly"},
+              {"expect": {"notifications": ["DID_RENEW"], "status": 2}},
+              {"expire": true}, {"expire": true}
+            ]}
+            """#.utf8
+        ).write(to: file)
+        let run = CapturedConsole.run(["appstore", "scenario", "run", file.path])
+        #expect(run.status == 1)
+        #expect(run.stdout.hasPrefix("FAIL wrong"))
+        #expect(run.stdout.contains(#"notifications ["SUBSCRIBED/INITIAL_BUY"], expected ["DID_RENEW"]"#))
+        #expect(run.stdout.contains("status 1, expected 2"))
+        #expect(run.stdout.contains("4. ✘ expire was refused: subscription"), "\(run.stdout)")
+
+        let unknown = directory.appendingPathComponent("unknown.json")
+        try Data(#"{"steps": [{"teleport": true}]}"#.utf8).write(to: unknown)
+        let second = CapturedConsole.run(["appstore", "scenario", "run", unknown.path])
+        #expect(second.status == 1 && second.stdout.contains("1. ✘ unknown step 'teleport' (known: buy,"))
+
+        let notJSON = directory.appendingPathComponent("bad.json")
+        try Data("{".utf8).write(to: notJSON)
+        let third = CapturedConsole.run(["appstore", "scenario", "run", notJSON.path])
+        #expect(third.status == 2 && third.stderr.contains("is not JSON"))
     }
 }

@@ -275,3 +275,31 @@ struct HTTPClientTests {
         }
     }
 }
+
+@Suite("HTTP server shutdown under load")
+struct HTTPServerShutdownTests {
+    @Test("Stopping while answers to suspended requests are being resumed never aborts (100 rounds)")
+    func stopWhileResuming() async throws {
+        for round in 0..<100 {
+            var router = Router()
+            router.get("/answer") { _, _ in
+                // Not inline: the connection is suspended, then resumed with this answer.
+                try await Task.sleep(for: .microseconds(Int64(round % 7) * 100))
+                return HTTPResponse(status: 200, body: Array("ok".utf8))
+            }
+            let server = try HTTPServer(port: 0, responder: router.freeze())
+            let url = "http://127.0.0.1:\(server.port)/answer"
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<6 {
+                    group.addTask { _ = try? await HTTPClient(timeout: .seconds(2)).send("GET", url) }
+                }
+                // Stop as soon as the first answer is out, while the others are being resumed.
+                _ = await group.next()
+                server.stop()
+            }
+            // Stopped means stopped: a new request on the port is refused.
+            let after = try? await HTTPClient(timeout: .seconds(2)).send("GET", url)
+            #expect(after == nil, "round \(round): the stopped server still answered")
+        }
+    }
+}

@@ -147,6 +147,14 @@ extension AppStore {
                                     }),
                             ]
                             item["signedPayload"] = notification.signedPayload.map(JSONValue.string) ?? .null
+                            item["version"] = .integer(Int64(notification.version))
+                            if notification.version == 1 {
+                                // The V1 body as sent, less the shared secret.
+                                item["v1NotificationType"] = notification.notice.v1Type.map(JSONValue.string) ?? .null
+                                var body = (try? JSONParser.parse(notification.body))?.objectValue ?? [:]
+                                body["password"] = nil
+                                item["payload"] = .object(body)
+                            }
                             return .object(item)
                         })
                 ]

@@ -118,20 +118,28 @@ enum LifecycleCommands {
 
     static let notificationsSetSpec = Arguments.Spec(
         command: "storekeeper appstore notifications set",
-        abstract: "Set where an app's server notifications go (V2; several URLs allowed).",
+        abstract: "Set where an app's server notifications go (V2 or V1; several URLs allowed).",
         options: common + [
             AppStoreCommands.bundleOption,
             .init(name: "sandbox-url", valueName: "url", help: "A receiver for the sandbox.", repeatable: true),
             .init(name: "production-url", valueName: "url", help: "A receiver for production.", repeatable: true),
             .init(name: "retry-schedule", valueName: "seconds,…", help: "Delays between attempts (default: Apple's)."),
             .init(name: "timeout", valueName: "seconds", help: "How long a receiver may take (default: 5)."),
+            .init(
+                name: "notification-version", valueName: "1|2",
+                help: "2: signed JSON (default); 1: Apple's deprecated unsigned JSON with the shared secret."),
         ])
 
     static func notificationsSet(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         var body: JSONObject = [
             "sandboxURL": .array(arguments.all("sandbox-url").map(JSONValue.string)),
-            "productionURL": .array(arguments.all("production-url").map(JSONValue.string)), "version": .integer(2),
+            "productionURL": .array(arguments.all("production-url").map(JSONValue.string)),
         ]
+        switch arguments.value("notification-version") {
+        case nil, "2"?: body["version"] = .integer(2)
+        case "1"?: body["version"] = .integer(1)
+        case let other?: throw UsageError("'\(other)' is not a value of --notification-version (one of 1, 2)")
+        }
         if let schedule = arguments.value("retry-schedule") {
             let delays = schedule.split(separator: ",").map { Double($0.trimmingCharacters(in: .whitespaces)) }
             guard !delays.contains(nil) else { throw UsageError("--retry-schedule takes seconds, e.g. 60,600,3600") }
@@ -177,10 +185,14 @@ enum LifecycleCommands {
             AppStoreCommands.urlOption, AppStoreCommands.tokenOption,
             .init(name: "format", valueName: "text|json", help: "One line per notification (default: text)."),
             .init(name: "count", valueName: "n", help: "Stop after this many notifications."),
+            .init(
+                name: "password", valueName: "secret",
+                help: "The app's shared secret: V1 notifications whose password differs are refused."),
         ],
         discussion:
             "Prints the address it listens on, then one line per notification: its signed date, type/subtype, UUID, "
-            + "status and product. Answers 200 to a notification that verifies and 400 to one that does not.")
+            + "status and product. Answers 200 to a notification that verifies and 400 to one that does not. V1 "
+            + "notifications (unsigned) are checked against --password when it is given.")
 
     static func listen(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         let termination = TerminationSignals()
@@ -208,7 +220,8 @@ enum LifecycleCommands {
         let done = DispatchSemaphore(value: 0)
         var router = Router()
         let handler: Handler = { request, _ in
-            let (line, ok) = describe(request.body, verifier: verifier, format: format)
+            let (line, ok) = describe(
+                request.body, verifier: verifier, format: format, password: arguments.value("password"))
             console.write(line + "\n")
             let count = received.add(1, ordering: .relaxed).newValue
             if let limit, count >= limit { done.signal() }
@@ -235,9 +248,15 @@ enum LifecycleCommands {
     }
 
     /// One line for a received body, and whether it verified.
-    static func describe(_ body: [UInt8], verifier: SignedDataVerifier, format: String) -> (String, Bool) {
-        guard let signed = (try? JSONParser.parse(body))?["signedPayload"]?.stringValue else {
-            let line = "not a V2 notification (no signedPayload): \(body.count) bytes"
+    static func describe(_ body: [UInt8], verifier: SignedDataVerifier, format: String, password: String? = nil)
+        -> (String, Bool)
+    {
+        let parsed = try? JSONParser.parse(body)
+        if let v1Type = parsed?["notification_type"]?.stringValue, let parsed {
+            return describeV1(parsed, type: v1Type, format: format, password: password)
+        }
+        guard let signed = parsed?["signedPayload"]?.stringValue else {
+            let line = "not a notification (neither signedPayload nor notification_type): \(body.count) bytes"
             return (format == "json" ? JSONWriter.string(.object(["error": .string(line)])) : line, false)
         }
         let result = verifier.verify(signed, as: .notification, now: Date())
@@ -259,6 +278,42 @@ enum LifecycleCommands {
         if let id = data?["transactionInfo"]?["transactionId"]?.stringValue { line += " transaction=\(id)" }
         line += " verification=\(result.status.rawValue)"
         return (line, result.isOK)
+    }
+
+    /// A V1 notification: unsigned, so the only check is its password (compared in constant time).
+    static func describeV1(_ body: JSONValue, type: String, format: String, password: String?) -> (String, Bool) {
+        let check: String
+        if let password {
+            let given = Array((body["password"]?.stringValue ?? "").utf8)
+            let expected = Array(password.utf8)
+            var difference = given.count ^ expected.count
+            for index in 0..<max(given.count, expected.count) {
+                let left = index < given.count ? given[index] : 0
+                let right = index < expected.count ? expected[index] : 0
+                difference |= Int(left ^ right)
+            }
+            check = difference == 0 ? "ok" : "mismatch"
+        } else {
+            check = "unchecked"
+        }
+        if format == "json" {
+            var copy = body.objectValue ?? [:]
+            copy["password"] = nil
+            return (
+                JSONWriter.string(
+                    .object(["version": .integer(1), "password": .string(check), "payload": .object(copy)])),
+                check != "mismatch"
+            )
+        }
+        var line = "V1 \(type) environment=\(body["environment"]?.stringValue ?? "?")"
+        if let original = body["original_transaction_id"]?.stringValue { line += " original=\(original)" }
+        if let status = body["auto_renew_status"]?.stringValue { line += " autoRenew=\(status)" }
+        if let product = body["auto_renew_product_id"]?.stringValue { line += " autoRenewProduct=\(product)" }
+        if let latest = body["unified_receipt"]?["latest_receipt_info"]?.arrayValue {
+            line += " latestTransactions=\(latest.count)"
+        }
+        line += " password=\(check)"
+        return (line, check != "mismatch")
     }
 
     static func bool(_ arguments: Arguments, _ name: String) throws -> Bool {

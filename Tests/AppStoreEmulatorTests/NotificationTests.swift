@@ -46,6 +46,12 @@ final class NotificationSink: Sendable {
         }
     }
 
+    /// The bodies received, once at least `count` arrived (or after ten seconds).
+    func bodies(atLeast count: Int) async throws -> [JSONValue] {
+        for _ in 0..<1_000 where self.count < count { try await Task.sleep(for: .milliseconds(10)) }
+        return try recorder.received.withLock { $0 }.map { try JSONParser.parse($0) }
+    }
+
     deinit { server.stop() }
 }
 
@@ -64,12 +70,13 @@ struct NotificationTests {
            "recurringSubscriptionPeriod":"P1M","introductoryOffer":null,"adHocOffers":[],"codeOffers":[],"localizations":[]}]}]}
         """
 
-    static func harness() async throws -> AppStoreTests.Harness {
+    static func harness(secret: String? = nil) async throws -> AppStoreTests.Harness {
         let directory = try ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(catalogText.utf8))
         let time = AppStoreTests.FakeTime()
         let store = try await AppStore(
-            catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID)], dataDirectory: directory,
+            catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)],
+            dataDirectory: directory,
             rate: .monthlyRenewalEveryFiveMinutes, realNow: { time.now })
         store.startScheduler(granularity: .milliseconds(10))
         return AppStoreTests.Harness(store: store, responder: store.responder(), directory: directory)
@@ -100,6 +107,19 @@ struct NotificationTests {
             let type = payload["notificationType"]?.stringValue ?? "?"
             return payload["subtype"]?.stringValue.map { "\(type)/\($0)" } ?? type
         }
+    }
+
+    /// The history once every notification in it has at least one recorded attempt (or after ten seconds).
+    static func settledHistory(_ harness: AppStoreTests.Harness) async throws -> [JSONValue] {
+        var entries: [JSONValue] = []
+        for _ in 0..<1_000 {
+            let (_, history) = try await harness.call(
+                "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
+            entries = history["notificationHistory"]?.arrayValue ?? []
+            if entries.allSatisfy({ $0["sendAttempts"]?.arrayValue?.isEmpty == false }) { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return entries
     }
 
     static func configure(_ harness: AppStoreTests.Harness, _ settings: JSONObject) async throws {
@@ -145,9 +165,8 @@ struct NotificationTests {
         let uuids = try payloads.map { try Self.decode($0, harness)["notificationUUID"]?.stringValue }
         #expect(Set(uuids).count == 5, "one notificationUUID each")
         // The history records each one with its attempt.
-        let (_, history) = try await harness.call(
-            "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
-        let entries = try #require(history["notificationHistory"]?.arrayValue)
+        // A receiver can have the body before the emulator records the attempt: wait until it is recorded.
+        let entries = try await Self.settledHistory(harness)
         #expect(entries.count == 5)
         #expect(
             entries.allSatisfy { $0["sendAttempts"]?.arrayValue?.first?["sendAttemptResult"] == .string("SUCCESS") })
@@ -257,6 +276,75 @@ struct NotificationTests {
         #expect(entry?["state"] == .string("failed"))
         #expect(entry?["sendAttempts"]?.arrayValue?.count == 1)
         #expect(entry?["sendAttempts"]?.arrayValue?.first?["sendAttemptResult"] == .string("SOCKET_ISSUE"))
+    }
+
+    @Test("V1: Apple's unsigned body with the shared secret and the unified receipt; events V1 lacks send nothing")
+    func versionOne() async throws {
+        let harness = try await Self.harness(secret: "s3cret")
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["sandboxURL": .string(sink.url), "version": .integer(1)])
+        let app = try await harness.device()
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        let id = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        _ = try await sink.bodies(atLeast: 1)
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        _ = try await sink.bodies(atLeast: 2)
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/auto-renew", ["enabled": .bool(false)])
+        _ = try await sink.bodies(atLeast: 3)
+        // Expiry and a one-time charge have no V1 type: nothing is sent for them.
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        let (_, coins) = try await harness.call("POST", app + "/payments", ["productId": .string("coins")])
+        let coinsID = try #require(coins["transaction"]?["transactionIdentifier"]?.stringValue)
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(coinsID)/refund")
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/refund")
+        let bodies = try await sink.bodies(atLeast: 5)
+        let (_, history) = try await harness.call(
+            "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
+        let items = history["notificationHistory"]?.arrayValue ?? []
+        #expect(
+            items.compactMap { $0["v1NotificationType"]?.stringValue } == [
+                "INITIAL_BUY", "DID_RENEW", "DID_CHANGE_RENEWAL_STATUS", "REFUND", "CANCEL",
+            ])
+        #expect(items.allSatisfy { $0["version"] == .integer(1) && $0["payload"]?["password"] == nil })
+        #expect(bodies.count == 5)
+        #expect(
+            Set(bodies.compactMap { $0["notification_type"]?.stringValue }) == [
+                "INITIAL_BUY", "DID_RENEW", "DID_CHANGE_RENEWAL_STATUS", "REFUND", "CANCEL",
+            ])
+        for body in bodies {
+            #expect(body["password"] == .string("s3cret"))
+            #expect(body["environment"] == .string("Sandbox"))
+            #expect(body["bid"] == .string(AppStoreTests.bundleID))
+            #expect(body["signedPayload"] == nil)
+            let unified = try #require(body["unified_receipt"])
+            #expect(unified["status"] == .integer(0) && unified["environment"] == .string("Sandbox"))
+            // The receipt inside verifies at verifyReceipt and holds what the notification is about.
+            let latest = try #require(unified["latest_receipt"]?.stringValue)
+            let (_, verified) = try await harness.call(
+                "POST", "/sandbox/verifyReceipt", ["receipt-data": .string(latest), "password": .string("s3cret")])
+            #expect(verified["status"] == .integer(0), "\(verified)")
+            let original = try #require(body["original_transaction_id"]?.stringValue)
+            #expect(
+                unified["latest_receipt_info"]?.arrayValue?.contains {
+                    $0["original_transaction_id"] == .string(original)
+                }
+                    == true)
+        }
+        let change = try #require(bodies.first { $0["notification_type"] == .string("DID_CHANGE_RENEWAL_STATUS") })
+        #expect(change["auto_renew_status"] == .string("false"))
+        #expect(change["auto_renew_product_id"] == .string("monthly"))
+        #expect(change["auto_renew_status_change_date_ms"]?.stringValue != nil)
+        #expect(
+            change["unified_receipt"]?["pending_renewal_info"]?.arrayValue?.first?["auto_renew_status"] == .string("0"))
+        let cancel = try #require(bodies.first { $0["notification_type"] == .string("CANCEL") })
+        // The refunded period carries its cancellation date in the receipt the notification brings.
+        let refunded = cancel["unified_receipt"]?["latest_receipt_info"]?.arrayValue?.filter {
+            $0["original_transaction_id"] == .string(id) && $0["cancellation_date_ms"] != nil
+        }
+        #expect(refunded?.count == 1, "\(cancel)")
+        let (_, settings) = try await harness.call(
+            "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications")
+        #expect(settings["version"] == .integer(1))
     }
 
     @Test("Notification settings are checked member by member")

@@ -89,6 +89,74 @@ struct LifecycleCommandTests {
     }
 }
 
+@Suite("storekeeper appstore notifications listen: V1")
+struct ListenVersionOneTests {
+    @Test(
+        "V1 notifications from a V1-configured emulator are printed with their password checked",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func versionOne() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let data = try ExternalTool.temporaryDirectory()
+        let (emulator, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
+        defer {
+            emulator.terminate()
+            emulator.waitUntilExit()
+        }
+        let listener = Process()
+        listener.executableURL = URL(fileURLWithPath: binary)
+        // The emulator's default app has no shared secret: its V1 bodies carry none, so a listener that
+        // expects one refuses them.
+        listener.arguments = [
+            "appstore", "notifications", "listen", "--url", base, "--port", "0", "--count", "2", "--password", "x",
+        ]
+        let output = Pipe()
+        listener.standardOutput = output
+        listener.standardError = Pipe()
+        try listener.run()
+        defer { if listener.isRunning { listener.terminate() } }
+        var first: [UInt8] = []
+        while !first.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            first += chunk
+        }
+        let url = try #require(
+            String(decoding: first, as: UTF8.self).firstMatch(of: /http:\/\/127\.0\.0\.1:\d+\//).map {
+                String($0.output)
+            })
+        let set = CapturedConsole.run(
+            ["appstore", "notifications", "set", "--url", base, "--sandbox-url", url, "--notification-version", "1"])
+        #expect(set.status == 0, "\(set.stderr)")
+        #expect(try JSONParser.parse(set.stdout)["version"] == .integer(1), "\(set.stdout)")
+        let wrong = CapturedConsole.run(
+            ["appstore", "notifications", "set", "--url", base, "--sandbox-url", url, "--notification-version", "3"])
+        #expect(wrong.status == 64, "\(wrong.stderr)")
+        let account = CapturedConsole.run(["appstore", "account", "--url", base, "--field", "accountId"])
+        let device = CapturedConsole.run(
+            [
+                "appstore", "device", "--url", base, "--account", account.stdout.trimmingCharacters(in: .newlines),
+                "--field", "deviceId",
+            ]
+        ).stdout.trimmingCharacters(in: .newlines)
+        _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+        let bought = CapturedConsole.run(
+            [
+                "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly",
+                "--field", "transaction.transactionIdentifier",
+            ])
+        let transaction = bought.stdout.trimmingCharacters(in: .newlines)
+        _ = CapturedConsole.run(
+            ["appstore", "auto-renew", "--url", base, "--transaction", transaction, "--enabled", "false"])
+        listener.waitUntilExit()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let lines = printed.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2, "\(printed)")
+        #expect(Set(lines.map { $0.split(separator: " ")[1] }) == ["INITIAL_BUY", "DID_CHANGE_RENEWAL_STATUS"])
+        #expect(lines.allSatisfy { $0.hasPrefix("V1 ") && $0.hasSuffix("password=mismatch") }, "\(printed)")
+        #expect(lines.allSatisfy { $0.contains("original=\(transaction)") }, "\(printed)")
+    }
+}
+
 /// The outbox across `kill -9`: a notification whose delivery is pending is sent after a restart.
 @Suite("storekeeper appstore serve: the notification outbox survives kill -9")
 struct OutboxDurabilityTests {

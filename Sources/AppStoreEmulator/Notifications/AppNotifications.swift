@@ -62,8 +62,7 @@ public struct AppNotifications: Codable, Sendable, Hashable {
         switch object["version"] {
         case nil: version = 2
         case .integer(2)?: version = 2
-        case .integer(1)?:
-            throw EmulatorError.invalid("member 'version': V1 notifications are not implemented yet; use 2")
+        case .integer(1)?: version = 1
         default: throw EmulatorError.invalid("member 'version' must be 1 or 2")
         }
         switch object["retrySchedule"] {

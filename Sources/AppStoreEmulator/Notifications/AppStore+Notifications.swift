@@ -48,10 +48,27 @@ extension AppStore {
         in store: any EmulatorStore, now: Date
     ) throws {
         let bundleID = transaction.transaction.bundleID.rawValue
-        guard let settings = notificationSettings(bundleID: bundleID, environment: account.environment, now: now),
-            settings.version == 2
+        guard let settings = notificationSettings(bundleID: bundleID, environment: account.environment, now: now)
         else { return }
         let app = apps[bundleID]
+        if settings.version == 1 {
+            // Events with no V1 equivalent send nothing on V1.
+            guard let v1Type = notice.v1Type else { return }
+            let body = try v1Body(
+                v1Type, transaction: transaction, state: renewal?.0, account: account, app: app, in: store, now: now)
+            for url in settings.urls {
+                let id = newUUID().lowercased()
+                try store.insert(
+                    OutboundNotification(
+                        id: id, bundleID: BundleID(bundleID), environment: account.environment, version: 1,
+                        url: url, body: body, signedPayload: nil, notice: notice,
+                        originalTransactionID: transaction.transaction.originalID, created: now,
+                        retryDelays: settings.retryDelays, retryClientErrors: settings.retryClientErrors,
+                        timeoutMilliseconds: settings.timeoutMilliseconds))
+                try schedule(DueEvent(kind: .notificationAttempt, key: id, due: now), in: store)
+            }
+            return
+        }
         var data: JSONObject = [
             "bundleId": .string(bundleID), "bundleVersion": .string(app?.version ?? "1.0"),
             "environment": .string(account.environment.rawValue),
@@ -77,11 +94,69 @@ extension AppStore {
                 body: JSONWriter.bytes(.object(["signedPayload": .string(signed)])), signedPayload: signed,
                 notice: notice, originalTransactionID: transaction.transaction.originalID, created: now,
                 retryDelays: settings.retryDelays, retryClientErrors: settings.retryClientErrors,
-                timeoutMilliseconds: Int(settings.timeout.components.seconds * 1000)
-                    + Int(settings.timeout.components.attoseconds / 1_000_000_000_000_000))
+                timeoutMilliseconds: settings.timeoutMilliseconds)
             try store.insert(notification)
             try schedule(DueEvent(kind: .notificationAttempt, key: uuid, due: now), in: store)
         }
+    }
+
+    /// A V1 notification (`responseBodyV1`, shared/spec/notifications.md §3): unsigned JSON with the app's
+    /// shared secret as `password` and the account's unified receipt as verifyReceipt would answer it now.
+    func v1Body(
+        _ type: String, transaction: StoredTransaction, state: SubscriptionState?, account: Account,
+        app: AppConfiguration?, in store: any EmulatorStore, now: Date
+    ) throws -> [UInt8] {
+        let bundle = transaction.transaction.bundleID
+        let production = account.environment == .production
+        let purchases = try store.transactions(account: account.id, bundle: bundle).filter(\.isInReceipt)
+        let subscriptions = try store.subscriptions(account: account.id, bundle: bundle)
+        let current = Self.wholeSeconds(now)
+        let firstPurchase = purchases.map(\.transaction.purchaseDate).min() ?? current
+        var receipt = Receipt(
+            receiptType: ReceiptType(environment: account.environment, volumePurchase: false).rawValue,
+            appItemID: production ? app?.appAppleID ?? 0 : 0, bundleID: bundle.rawValue,
+            appVersion: app?.version ?? "1.0", opaqueValue: randomBytes(16), sha1Hash: [], ageRating: "4+",
+            developerID: 0, creationDate: current, downloadID: 0, versionExternalID: 0,
+            originalPurchaseDate: Self.wholeSeconds(firstPurchase), originalAppVersion: app?.version ?? "1.0",
+            expirationDate: nil, inAppPurchases: purchases.map { InAppPurchase($0.transaction) })
+        // No device: the hash is of a device no one has (a V1 receiver re-verifies the receipt without one).
+        receipt.sha1Hash = randomBytes(20)
+        let signed = try receipt.signed(
+            by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
+        let result = VerifyReceiptResult(
+            status: 0, environment: account.environment, requestDate: now, receipt: receipt,
+            latest: VerifyReceiptResult.Latest(
+                transactions: purchases.sorted { $0.transaction.purchaseDate > $1.transaction.purchaseDate },
+                receipt: signed,
+                renewals: subscriptions.map { subscription in
+                    VerifyReceiptResult.Renewal(
+                        subscription: subscription,
+                        capped: !production && subscription.state.renewalCount >= Self.sandboxRenewalCap,
+                        expired: (subscription.state.expiresDate ?? .distantFuture) <= now)
+                }))
+        let rendered = Self.render(result)
+        var unified: JSONObject = ["status": .integer(0), "environment": .string(account.environment.rawValue)]
+        unified["latest_receipt"] = rendered["latest_receipt"]
+        unified["latest_receipt_info"] = rendered["latest_receipt_info"]
+        unified["pending_renewal_info"] = rendered["pending_renewal_info"]
+        var body: JSONObject = [
+            "notification_type": .string(type), "environment": .string(production ? "PROD" : "Sandbox"),
+            "bid": .string(bundle.rawValue), "bvrs": .string(app?.version ?? "1.0"),
+            "original_transaction_id": .string(transaction.transaction.originalID.rawValue),
+        ]
+        if let secret = app?.sharedSecret { body["password"] = .string(secret) }
+        if let state {
+            body["auto_renew_status"] = .string(state.autoRenew ? "true" : "false")
+            body["auto_renew_product_id"] = .string(state.autoRenewProductID.rawValue)
+            if type == "DID_CHANGE_RENEWAL_STATUS" {
+                for (key, value) in ReceiptDate.triplet("auto_renew_status_change_date", current) {
+                    body[key] = .string(value)
+                }
+            }
+            if let intent = state.expirationIntent { body["expiration_intent"] = .string(String(intent.rawValue)) }
+        }
+        body["unified_receipt"] = .object(unified)
+        return JSONWriter.bytes(.object(body))
     }
 
     func sign(_ payload: JSONObject) throws -> String {

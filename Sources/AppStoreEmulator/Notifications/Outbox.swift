@@ -21,6 +21,11 @@ public struct NotificationSettings: Sendable, Hashable {
         self.retryClientErrors = retryClientErrors
     }
 
+    /// The receiver's time limit in whole milliseconds.
+    public var timeoutMilliseconds: Int {
+        Int(timeout.components.seconds * 1000) + Int(timeout.components.attoseconds / 1_000_000_000_000_000)
+    }
+
     /// Apple's schedules, in hours after the previous attempt: V2 retries 1, 12, 24, 48 and 72, V1 6, 24 and
     /// 48; the sandbox makes one attempt.
     public static func appleRetryHours(version: Int, environment: Environment) -> [Int] {

@@ -127,22 +127,28 @@ extension AppStore {
         try await catchUp()
         let current = now
         return try await storage.write { store in
-            guard let stored = try store.transaction(TransactionID(transactionID)) else {
-                throw EmulatorError.notFound("no transaction \(transactionID)")
-            }
-            guard var subscription = try store.subscription(stored.transaction.originalID),
-                let account = try store.account(subscription.accountID)
-            else { throw EmulatorError.invalid("transaction \(transactionID) is not an auto-renewable subscription") }
-            let engine = self.lifecycle(for: account)
-            let effects = try Self.refusing { () throws(LifecycleError) in
-                try engine.handle(event, to: &subscription.state, at: current)
-            }
-            try self.apply(effects, to: &subscription, account: account, in: store, now: current)
-            guard let latest = try store.transaction(subscription.latestTransactionID) else {
-                throw EmulatorError.notFound("no transaction \(subscription.latestTransactionID)")
-            }
-            return (latest, subscription.state)
+            try self.subscriptionVerb(event, transactionID: transactionID, in: store, now: current)
         }
+    }
+
+    func subscriptionVerb(_ event: LifecycleEvent, transactionID: String, in store: any EmulatorStore, now: Date)
+        throws -> (transaction: StoredTransaction, subscription: SubscriptionState?)
+    {
+        guard let stored = try store.transaction(TransactionID(transactionID)) else {
+            throw EmulatorError.notFound("no transaction \(transactionID)")
+        }
+        guard var subscription = try store.subscription(stored.transaction.originalID),
+            let account = try store.account(subscription.accountID)
+        else { throw EmulatorError.invalid("transaction \(transactionID) is not an auto-renewable subscription") }
+        let engine = lifecycle(for: account)
+        let effects = try Self.refusing { () throws(LifecycleError) in
+            try engine.handle(event, to: &subscription.state, at: now)
+        }
+        try apply(effects, to: &subscription, account: account, in: store, now: now)
+        guard let latest = try store.transaction(subscription.latestTransactionID) else {
+            throw EmulatorError.notFound("no transaction \(subscription.latestTransactionID)")
+        }
+        return (latest, subscription.state)
     }
 
     /// Refunds a purchase granted outside the app: subscriptions through the engine; other products are
@@ -150,26 +156,31 @@ extension AppStore {
     public func refund(transactionID: String, reason: RevocationReason) async throws -> (
         transaction: StoredTransaction, subscription: SubscriptionState?
     ) {
-        let kind = try await storage.read { try $0.transaction(TransactionID(transactionID))?.transaction.kind }
-        guard let kind else { throw EmulatorError.notFound("no transaction \(transactionID)") }
-        if kind == .autoRenewable { return try await subscriptionVerb(.refunded(reason), transactionID: transactionID) }
+        try await catchUp()
         let current = now
-        let refunded = try await storage.write { store in
-            guard var stored = try store.transaction(TransactionID(transactionID)),
-                let account = try store.account(stored.accountID)
-            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
-            guard stored.transaction.revocationDate == nil else {
-                throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
-            }
-            stored.transaction.revocationDate = current
-            stored.transaction.revocationReason = reason
-            try store.update(stored)
-            try self.enqueue(
-                Notice(.refund, v1: "REFUND"), transaction: stored, renewal: nil, account: account, in: store,
-                now: current)
-            return stored
+        return try await storage.write { store in
+            try self.refund(transactionID: transactionID, reason: reason, in: store, now: current)
         }
-        return (refunded, nil)
+    }
+
+    func refund(transactionID: String, reason: RevocationReason, in store: any EmulatorStore, now: Date) throws -> (
+        transaction: StoredTransaction, subscription: SubscriptionState?
+    ) {
+        guard var stored = try store.transaction(TransactionID(transactionID)),
+            let account = try store.account(stored.accountID)
+        else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+        if stored.transaction.kind == .autoRenewable {
+            return try subscriptionVerb(.refunded(reason), transactionID: transactionID, in: store, now: now)
+        }
+        guard stored.transaction.revocationDate == nil else {
+            throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
+        }
+        stored.transaction.revocationDate = now
+        stored.transaction.revocationReason = reason
+        try store.update(stored)
+        try enqueue(
+            Notice(.refund, v1: "REFUND"), transaction: stored, renewal: nil, account: account, in: store, now: now)
+        return (stored, nil)
     }
 
     /// A subscription's state now, by any of its transaction ids.

@@ -84,6 +84,10 @@ public final class AppStore: Sendable {
         static let rate = "rate"
         static let productsNotForSale = "productsNotForSale"
         static func notifications(_ bundleID: String) -> String { "notifications.\(bundleID)" }
+        /// A customer's refund request waiting for Apple's decision: its reason, or "" when there is none.
+        static func refundRequest(_ transactionID: TransactionID) -> String {
+            "refundRequest.\(transactionID.rawValue)"
+        }
     }
 
     /// Opens the store kept in `dataDirectory` (certificates, a lock, and the state in SQLite unless

@@ -34,7 +34,6 @@ extension AppStore {
             ("expire", [], { _ in .expireNow }),
             ("renew", [], { _ in .forceRenewal }),
             ("resolve-issue", [], { _ in .billingRecovered }),
-            ("refund-reversal", [], { _ in .refundReversed }),
             (
                 "auto-renew", ["enabled"],
                 { body in
@@ -72,6 +71,34 @@ extension AppStore {
                 return try await answer(
                     try await store.refund(
                         transactionID: try context.parameter("transaction"), reason: reason.revocationReason))
+            })
+        router.post(
+            base + "/transactions/{transaction}/refund-reversal",
+            guarded { request, context in
+                _ = try RequestBody(request, allowed: [])
+                return try await answer(
+                    try await store.reverseRefund(transactionID: try context.parameter("transaction")))
+            })
+        router.post(
+            base + "/transactions/{transaction}/refund-request",
+            guarded { request, context in
+                let body = try RequestBody(request, allowed: ["reason"])
+                let reason = try body.choice("reason", ConsumptionRequestReason.self) ?? .other
+                return try await answer(
+                    try await store.requestRefund(transactionID: try context.parameter("transaction"), reason: reason))
+            })
+        router.post(
+            base + "/transactions/{transaction}/refund-decision",
+            guarded { request, context in
+                let body = try RequestBody(request, allowed: ["approved", "reason"])
+                guard let approved = try body.bool("approved") else {
+                    throw EmulatorError.invalid("member 'approved' is required (true or false)")
+                }
+                let reason = try body.choice("reason", RefundReason.self) ?? .other
+                return try await answer(
+                    try await store.decideRefund(
+                        transactionID: try context.parameter("transaction"), approved: approved,
+                        reason: reason.revocationReason))
             })
         router.post(
             base + "/products/{product}/price-increase",

@@ -85,3 +85,12 @@ public enum SendAttemptResult: String, Sendable, Hashable, CaseIterable, Codable
     case unsuccessfulHTTPResponseCode = "UNSUCCESSFUL_HTTP_RESPONSE_CODE"
     case other = "OTHER"
 }
+
+/// Why a customer asked for a refund (`consumptionRequestReason` of a CONSUMPTION_REQUEST).
+public enum ConsumptionRequestReason: String, Sendable, Hashable, CaseIterable, Codable {
+    case unintendedPurchase = "UNINTENDED_PURCHASE"
+    case fulfillmentIssue = "FULFILLMENT_ISSUE"
+    case unsatisfiedWithPurchase = "UNSATISFIED_WITH_PURCHASE"
+    case legal = "LEGAL"
+    case other = "OTHER"
+}

@@ -63,6 +63,52 @@ enum LifecycleCommands {
             arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund", body)
     }
 
+    static let refundRequestSpec = Arguments.Spec(
+        command: "storekeeper appstore refund-request",
+        abstract: "A customer asks for a refund (consumables and subscriptions: CONSUMPTION_REQUEST first).",
+        options: common + [
+            transactionOption,
+            .init(
+                name: "reason", valueName: "reason",
+                help: "UNINTENDED_PURCHASE, FULFILLMENT_ISSUE, UNSATISFIED_WITH_PURCHASE, LEGAL or OTHER (default)."),
+        ])
+
+    static func refundRequest(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        var body = JSONObject()
+        if let reason = arguments.value("reason") {
+            let reasons = ["UNINTENDED_PURCHASE", "FULFILLMENT_ISSUE", "UNSATISFIED_WITH_PURCHASE", "LEGAL", "OTHER"]
+            guard reasons.contains(reason) else {
+                throw UsageError(
+                    "'\(reason)' is not a refund request reason (one of \(reasons.joined(separator: ", ")))")
+            }
+            body["reason"] = .string(reason)
+        }
+        return try AppStoreCommands.call(
+            arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund-request", body)
+    }
+
+    static let refundDecisionSpec = Arguments.Spec(
+        command: "storekeeper appstore refund-decision",
+        abstract: "Apple's decision on a refund request: REFUND or REFUND_DECLINED.",
+        options: common + [
+            transactionOption,
+            .init(name: "approved", valueName: "true|false", help: "Whether the refund is granted.", required: true),
+            .init(name: "reason", valueName: "OTHER|APP_ISSUE", help: "The revocation reason (default: OTHER)."),
+        ])
+
+    static func refundDecision(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        var body: JSONObject = ["approved": .bool(try bool(arguments, "approved"))]
+        if let reason = arguments.value("reason") {
+            guard ["OTHER", "APP_ISSUE"].contains(reason) else {
+                throw UsageError("'\(reason)' is not a refund reason (one of OTHER, APP_ISSUE)")
+            }
+            body["reason"] = .string(reason)
+        }
+        return try AppStoreCommands.call(
+            arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund-decision", body
+        )
+    }
+
     static let billingSpec = Arguments.Spec(
         command: "storekeeper appstore billing", abstract: "Make an account's renewals fail (billing retry, grace).",
         options: common + [

@@ -251,6 +251,23 @@ enum ScenarioCommands {
                             throw ScenarioError("priceConsent takes true or false")
                         }
                         event = .priceConsent(consent)
+                    case "refundRequest":
+                        let reason = ConsumptionRequestReason(rawValue: value.stringValue ?? "OTHER")
+                        guard let reason else {
+                            throw ScenarioError(
+                                "refundRequest takes a reason: "
+                                    + ConsumptionRequestReason.allCases.map(\.rawValue).joined(separator: ", "))
+                        }
+                        _ = try await store.requestRefund(transactionID: original, reason: reason)
+                        lines.append("\(number). refund request (\(reason.rawValue))")
+                        continue
+                    case "refundDecision":
+                        guard let approved = value.boolValue else {
+                            throw ScenarioError("refundDecision takes true (approved) or false (declined)")
+                        }
+                        _ = try await store.decideRefund(transactionID: original, approved: approved, reason: .other)
+                        lines.append("\(number). refund \(approved ? "approved" : "declined")")
+                        continue
                     case "refund":
                         _ = try await store.refund(
                             transactionID: original, reason: value.stringValue == "APP_ISSUE" ? .appIssue : .other)
@@ -276,7 +293,8 @@ enum ScenarioCommands {
     }
 
     static let subscriptionVerbs: Set<String> = [
-        "autoRenew", "expire", "renew", "refundReversal", "resolveIssue", "priceConsent", "refund",
+        "autoRenew", "expire", "renew", "refundReversal", "resolveIssue", "priceConsent", "refund", "refundRequest",
+        "refundDecision",
     ]
 
     struct ScenarioError: Error {

@@ -29,8 +29,10 @@ public enum Storekeeper {
           appstore products           List the products a running emulator sells.
           appstore account|device|install|buy|transactions|finish|receipt|advance
                                       Drive a running emulator from the shell.
-          appstore expire|renew|refund|refund-reversal|auto-renew|resolve-issue|price-consent
+          appstore expire|renew|auto-renew|resolve-issue|price-consent
                                       Drive a subscription's lifecycle (SKTestSession's verbs).
+          appstore refund|refund-request|refund-decision|refund-reversal
+                                      Refund a purchase; or a customer's request, then Apple's decision.
           appstore billing|price-increase|availability
                                       Fail an account's renewals; raise a price; take a product off sale.
           appstore notifications set|history|listen
@@ -97,6 +99,8 @@ public enum Storekeeper {
             LifecycleCommands.verb("price-consent")
         ),
         (["appstore", "refund"], LifecycleCommands.refundSpec, LifecycleCommands.refund),
+        (["appstore", "refund-request"], LifecycleCommands.refundRequestSpec, LifecycleCommands.refundRequest),
+        (["appstore", "refund-decision"], LifecycleCommands.refundDecisionSpec, LifecycleCommands.refundDecision),
         (["appstore", "billing"], LifecycleCommands.billingSpec, LifecycleCommands.billing),
         (["appstore", "price-increase"], LifecycleCommands.priceIncreaseSpec, LifecycleCommands.priceIncrease),
         (["appstore", "availability"], LifecycleCommands.availabilitySpec, LifecycleCommands.availability),

@@ -347,6 +347,63 @@ struct NotificationTests {
         #expect(settings["version"] == .integer(1))
     }
 
+    @Test("Refund requests: CONSUMPTION_REQUEST with its reason, auto-renew off, then REFUND or REFUND_DECLINED")
+    func refundRequests() async throws {
+        let harness = try await Self.harness()
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["sandboxURL": .string(sink.url)])
+        let app = try await harness.device()
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        let id = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        let (_, coins) = try await harness.call("POST", app + "/payments", ["productId": .string("coins")])
+        let coinsID = try #require(coins["transaction"]?["transactionIdentifier"]?.stringValue)
+        _ = try await sink.payloads(atLeast: 2)
+        let base = "/_emulator/v1/transactions/"
+        // A decision needs a request; a bad reason is refused by name.
+        let early = try await harness.call("POST", base + id + "/refund-decision", ["approved": .bool(true)])
+        #expect(early.0 == 400, "\(early.1)")
+        let badReason = try await harness.call("POST", base + id + "/refund-request", ["reason": .string("BORED")])
+        #expect(badReason.0 == 400)
+        let (requested, answer) = try await harness.call(
+            "POST", base + id + "/refund-request", ["reason": .string("UNSATISFIED_WITH_PURCHASE")])
+        #expect(requested == 200, "\(answer)")
+        #expect(answer["subscription"]?["autoRenew"] == .bool(false), "the App Store turns auto-renew off")
+        let twice = try await harness.call("POST", base + id + "/refund-request")
+        #expect(twice.0 == 409, "\(twice.1)")
+        _ = try await sink.payloads(atLeast: 4)
+        let (declined, declinedAnswer) = try await harness.call(
+            "POST", base + id + "/refund-decision", ["approved": .bool(false)])
+        #expect(declined == 200, "\(declinedAnswer)")
+        #expect(declinedAnswer["subscription"]?["status"] == .integer(1), "declined: still active")
+        _ = try await harness.call("POST", base + coinsID + "/refund-request", ["reason": .string("FULFILLMENT_ISSUE")])
+        _ = try await sink.payloads(atLeast: 6)
+        let (approved, approvedAnswer) = try await harness.call(
+            "POST", base + coinsID + "/refund-decision", ["approved": .bool(true), "reason": .string("APP_ISSUE")])
+        #expect(approved == 200, "\(approvedAnswer)")
+        #expect(approvedAnswer["transaction"] != nil)
+        let again = try await harness.call("POST", base + coinsID + "/refund-decision", ["approved": .bool(true)])
+        #expect(again.0 == 400, "the request was decided")
+        let (reversed, _) = try await harness.call("POST", base + coinsID + "/refund-reversal")
+        #expect(reversed == 200)
+        let payloads = try await Self.ordered(try await sink.payloads(atLeast: 8), harness)
+        #expect(
+            try Self.names(payloads, harness) == [
+                "SUBSCRIBED/INITIAL_BUY", "ONE_TIME_CHARGE", "CONSUMPTION_REQUEST",
+                "DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_DISABLED", "REFUND_DECLINED", "CONSUMPTION_REQUEST", "REFUND",
+                "REFUND_REVERSED",
+            ])
+        let request = try Self.decode(payloads[2], harness)
+        #expect(request["data"]?["consumptionRequestReason"] == .string("UNSATISFIED_WITH_PURCHASE"))
+        #expect(request["data"]?["status"] == .integer(1))
+        let coinsRequest = try Self.decode(payloads[5], harness)
+        #expect(coinsRequest["data"]?["consumptionRequestReason"] == .string("FULFILLMENT_ISSUE"))
+        #expect(coinsRequest["data"]?["signedRenewalInfo"] == nil)
+        let refund = try Self.decode(payloads[6], harness)
+        #expect(refund["data"]?["transactionInfo"]?["revocationReason"] == .integer(1))
+        let reversal = try Self.decode(payloads[7], harness)
+        #expect(reversal["data"]?["transactionInfo"]?["revocationDate"] == nil)
+    }
+
     @Test("Notification settings are checked member by member")
     func settings() async throws {
         let harness = try await Self.harness()

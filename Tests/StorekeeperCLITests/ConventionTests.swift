@@ -16,6 +16,7 @@ struct ConventionTests {
         ["bench", "receipt"], ["bench", "jws"], ["bench", "emulator"], ["bench", "http"], ["bench", "lifecycle"],
         ["fuzz"], ["completion"],
         ["appstore", "expire"], ["appstore", "renew"], ["appstore", "refund"], ["appstore", "refund-reversal"],
+        ["appstore", "refund-request"], ["appstore", "refund-decision"],
         ["appstore", "resolve-issue"], ["appstore", "auto-renew"], ["appstore", "price-consent"],
         ["appstore", "billing"], ["appstore", "price-increase"], ["appstore", "availability"],
         ["appstore", "notifications", "set"], ["appstore", "notifications", "history"],

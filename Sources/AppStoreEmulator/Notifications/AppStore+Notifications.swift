@@ -33,19 +33,20 @@ extension AppStore {
     }
 
     func enqueue(
-        _ notice: Notice, subscription: StoredSubscription, account: Account, in store: any EmulatorStore, now: Date
+        _ notice: Notice, subscription: StoredSubscription, account: Account, in store: any EmulatorStore, now: Date,
+        extra: JSONObject = [:]
     ) throws {
         guard let latest = try store.transaction(subscription.latestTransactionID) else { return }
         let first = try store.transaction(subscription.originalTransactionID)
         try enqueue(
             notice, transaction: latest, renewal: (subscription.state, first?.transaction.purchaseDate),
-            account: account, in: store, now: now)
+            account: account, in: store, now: now, extra: extra)
     }
 
     /// Writes one notification per configured URL into the outbox and schedules its first attempt now.
     func enqueue(
         _ notice: Notice, transaction: StoredTransaction, renewal: (SubscriptionState, Date?)?, account: Account,
-        in store: any EmulatorStore, now: Date
+        in store: any EmulatorStore, now: Date, extra: JSONObject = [:]
     ) throws {
         let bundleID = transaction.transaction.bundleID.rawValue
         guard let settings = notificationSettings(bundleID: bundleID, environment: account.environment, now: now)
@@ -75,6 +76,7 @@ extension AppStore {
             "signedTransactionInfo": .string(try signedTransaction(transaction, account: account)),
         ]
         if account.environment == .production { data["appAppleId"] = .integer(app?.appAppleID ?? 0) }
+        for (key, value) in extra.members { data[key] = value }
         if let (state, started) = renewal {
             let info = renewalInfo(state, environment: account.environment, signedDate: now, started: started)
             data["signedRenewalInfo"] = .string(try sign(info))

@@ -1,0 +1,109 @@
+import Foundation
+public import StoreModel
+import StorekeeperJSON
+import SubscriptionLifecycle
+
+/// A customer's refund request and Apple's decision (the in-app `beginRefundRequest` path): a consumable
+/// or auto-renewable subscription first causes CONSUMPTION_REQUEST (Apple asks the developer for
+/// consumption data), a subscription's auto-renew is turned off, then the decision refunds the purchase
+/// (REFUND) or declines it (REFUND_DECLINED).
+extension AppStore {
+    /// Records a refund request for `transactionID`; answers the transaction and its subscription's state.
+    public func requestRefund(transactionID: String, reason: ConsumptionRequestReason) async throws -> (
+        transaction: StoredTransaction, subscription: SubscriptionState?
+    ) {
+        try await catchUp()
+        let current = now
+        return try await storage.write { store in
+            guard let stored = try store.transaction(TransactionID(transactionID)),
+                let account = try store.account(stored.accountID)
+            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+            guard stored.transaction.revocationDate == nil else {
+                throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
+            }
+            let key = Setting.refundRequest(stored.id)
+            guard (try store.setting(key) ?? "").isEmpty else {
+                throw EmulatorError.conflict("transaction \(transactionID) already has a refund request waiting")
+            }
+            try store.setSetting(key, reason.rawValue)
+            let kind = stored.transaction.kind
+            guard kind == .consumable || kind == .autoRenewable else { return (stored, nil) }
+            let notice = Notice(.consumptionRequest, v1: "CONSUMPTION_REQUEST")
+            let extra: JSONObject = ["consumptionRequestReason": .string(reason.rawValue)]
+            guard kind == .autoRenewable, var subscription = try store.subscription(stored.transaction.originalID)
+            else {
+                try self.enqueue(
+                    notice, transaction: stored, renewal: nil, account: account, in: store, now: current, extra: extra)
+                return (stored, nil)
+            }
+            try self.enqueue(
+                notice, subscription: subscription, account: account, in: store, now: current, extra: extra)
+            // The App Store turns auto-renew off while the request is considered.
+            if subscription.state.autoRenew, subscription.state.status != .expired {
+                let effects = try Self.refusing { () throws(LifecycleError) in
+                    try self.lifecycle(for: account).handle(.setAutoRenew(false), to: &subscription.state, at: current)
+                }
+                try self.apply(effects, to: &subscription, account: account, in: store, now: current)
+            }
+            return (try store.transaction(subscription.latestTransactionID) ?? stored, subscription.state)
+        }
+    }
+
+    /// Apple's decision on a waiting refund request: approved refunds the purchase, declined sends
+    /// REFUND_DECLINED.
+    public func decideRefund(transactionID: String, approved: Bool, reason: RevocationReason) async throws -> (
+        transaction: StoredTransaction, subscription: SubscriptionState?
+    ) {
+        try await catchUp()
+        let current = now
+        return try await storage.write { store in
+            guard let stored = try store.transaction(TransactionID(transactionID)),
+                let account = try store.account(stored.accountID)
+            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+            let key = Setting.refundRequest(stored.id)
+            guard !(try store.setting(key) ?? "").isEmpty else {
+                throw EmulatorError.invalid(
+                    "transaction \(transactionID) has no refund request waiting for a decision (refund-request first)")
+            }
+            try store.setSetting(key, "")
+            if approved {
+                return try self.refund(transactionID: transactionID, reason: reason, in: store, now: current)
+            }
+            let notice = Notice(.refundDeclined)
+            if stored.transaction.kind == .autoRenewable,
+                let subscription = try store.subscription(stored.transaction.originalID)
+            {
+                try self.enqueue(notice, subscription: subscription, account: account, in: store, now: current)
+                return (try store.transaction(subscription.latestTransactionID) ?? stored, subscription.state)
+            }
+            try self.enqueue(notice, transaction: stored, renewal: nil, account: account, in: store, now: current)
+            return (stored, nil)
+        }
+    }
+
+    /// Reverses a granted refund (REFUND_REVERSED): subscriptions through the engine (they keep their
+    /// renewal date), other products by clearing their revocation.
+    public func reverseRefund(transactionID: String) async throws -> (
+        transaction: StoredTransaction, subscription: SubscriptionState?
+    ) {
+        try await catchUp()
+        let current = now
+        return try await storage.write { store in
+            guard var stored = try store.transaction(TransactionID(transactionID)),
+                let account = try store.account(stored.accountID)
+            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+            if stored.transaction.kind == .autoRenewable {
+                return try self.subscriptionVerb(.refundReversed, transactionID: transactionID, in: store, now: current)
+            }
+            guard stored.transaction.revocationDate != nil else {
+                throw EmulatorError.invalid("transaction \(transactionID) is not refunded")
+            }
+            stored.transaction.revocationDate = nil
+            stored.transaction.revocationReason = nil
+            try store.update(stored)
+            try self.enqueue(
+                Notice(.refundReversed), transaction: stored, renewal: nil, account: account, in: store, now: current)
+            return (stored, nil)
+        }
+    }
+}

@@ -82,6 +82,15 @@ extension AppStore {
         for notice in notices {
             try enqueue(notice, subscription: subscription, account: account, in: store, now: now)
         }
+        try shareSubscription(subscription, account: account, notices: notices, in: store, now: now)
+    }
+
+    /// A family member's access follows the purchaser's purchase: only the purchaser can act on it.
+    static func refuseFamilyShared(_ stored: StoredTransaction) throws {
+        guard stored.transaction.ownership != .familyShared else {
+            throw EmulatorError.invalid(
+                "transaction \(stored.id.rawValue) is a family member's access (FAMILY_SHARED); act on the purchaser's")
+        }
     }
 
     /// The engine's refusal as a 400.
@@ -137,6 +146,7 @@ extension AppStore {
         guard let stored = try store.transaction(TransactionID(transactionID)) else {
             throw EmulatorError.notFound("no transaction \(transactionID)")
         }
+        try Self.refuseFamilyShared(stored)
         guard var subscription = try store.subscription(stored.transaction.originalID),
             let account = try store.account(subscription.accountID)
         else { throw EmulatorError.invalid("transaction \(transactionID) is not an auto-renewable subscription") }
@@ -169,6 +179,7 @@ extension AppStore {
         guard var stored = try store.transaction(TransactionID(transactionID)),
             let account = try store.account(stored.accountID)
         else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+        try Self.refuseFamilyShared(stored)
         if stored.transaction.kind == .autoRenewable {
             return try subscriptionVerb(.refunded(reason), transactionID: transactionID, in: store, now: now)
         }
@@ -180,6 +191,7 @@ extension AppStore {
         try store.update(stored)
         try enqueue(
             Notice(.refund, v1: "REFUND"), transaction: stored, renewal: nil, account: account, in: store, now: now)
+        try revokeShares(of: stored.transaction.originalID, in: store, now: now)
         return (stored, nil)
     }
 

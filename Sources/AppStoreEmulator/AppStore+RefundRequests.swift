@@ -18,6 +18,7 @@ extension AppStore {
             guard let stored = try store.transaction(TransactionID(transactionID)),
                 let account = try store.account(stored.accountID)
             else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+            try Self.refuseFamilyShared(stored)
             guard stored.transaction.revocationDate == nil else {
                 throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
             }
@@ -92,6 +93,7 @@ extension AppStore {
             guard var stored = try store.transaction(TransactionID(transactionID)),
                 let account = try store.account(stored.accountID)
             else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+            try Self.refuseFamilyShared(stored)
             if stored.transaction.kind == .autoRenewable {
                 return try self.subscriptionVerb(.refundReversed, transactionID: transactionID, in: store, now: current)
             }

@@ -496,12 +496,15 @@ public final class AppStore: Sendable {
                     Notice(.oneTimeCharge), transaction: stored, renewal: nil, account: account, in: store, now: current
                 )
             }
+            try shareOneTime(stored, account: account, in: store, now: current)
             return stored
         }
         let engine = lifecycle(for: account)
         let group = entry.subscription?.groupID
+        // The account's own subscription in the group (a family member's access to another's is not).
         let existing = try store.subscriptions(account: account.id, bundle: transaction.bundleID).first {
             catalog.entry($0.state.productID.rawValue)?.subscription?.groupID == group
+                && (try? isPurchaser($0.originalTransactionID, in: store)) == true
         }
         if var subscription = existing, subscription.state.status == .active || subscription.state.isInBillingRetry {
             // Another product of the group while subscribed: an upgrade, downgrade or crossgrade.

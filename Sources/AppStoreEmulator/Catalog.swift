@@ -11,6 +11,8 @@ public struct Catalog: Sendable {
         public var name: String?
         /// The subscription's definition, for auto-renewable subscriptions.
         public var subscription: Subscription?
+        /// Family Sharing: a purchase gives every member of the buyer's family access.
+        public var familyShareable = false
         /// The price in milliunits (the catalogue's currency is USD).
         public var price: Money? { displayPrice.flatMap { Money(decimal: $0, currency: "USD") } }
     }
@@ -23,12 +25,13 @@ public struct Catalog: Sendable {
             for product in configuration.products where entries[product.productID] == nil {
                 entries[product.productID] = Entry(
                     productID: product.productID, kind: product.kind, displayPrice: product.displayPrice,
-                    name: product.localizations.first?.displayName)
+                    name: product.localizations.first?.displayName, familyShareable: product.familyShareable)
             }
             for subscription in configuration.subscriptions where entries[subscription.productID] == nil {
                 entries[subscription.productID] = Entry(
                     productID: subscription.productID, kind: .autoRenewable, displayPrice: subscription.displayPrice,
-                    name: subscription.localizations.first?.displayName, subscription: subscription)
+                    name: subscription.localizations.first?.displayName, subscription: subscription,
+                    familyShareable: subscription.familyShareable)
             }
         }
         self.entries = entries

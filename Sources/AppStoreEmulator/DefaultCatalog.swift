@@ -25,7 +25,7 @@ public enum DefaultCatalog {
             { "id" : "20000001", "name" : "Storekeeper Plus", "localizations" : [ ],
               "subscriptions" : [
                 { "productID" : "com.example.storekeeper.monthly", "type" : "RecurringSubscription", "displayPrice" : "2.99",
-                  "familyShareable" : false, "internalID" : "10000004", "referenceName" : "Plus Monthly",
+                  "familyShareable" : true, "internalID" : "10000004", "referenceName" : "Plus Monthly",
                   "subscriptionGroupID" : "20000001", "groupNumber" : 2, "recurringSubscriptionPeriod" : "P1M",
                   "introductoryOffer" : null, "adHocOffers" : [ ], "codeOffers" : [ ],
                   "localizations" : [ { "locale" : "en_US", "displayName" : "Plus Monthly", "description" : "Plus, billed monthly" } ] },

@@ -101,6 +101,38 @@ extension AppStore {
                         reason: reason.revocationReason))
             })
         router.post(
+            base + "/families",
+            guarded { request, _ in
+                let body = try RequestBody(request, allowed: ["organizer", "members"])
+                let organizer = try body.string("organizer", required: true) ?? ""
+                guard let list = body.object["members"]?.arrayValue ?? (body.has("members") ? nil : []),
+                    list.count <= AppStore.maxFamilyMembers
+                else {
+                    throw EmulatorError.invalid(
+                        "member 'members' must be an array of at most \(AppStore.maxFamilyMembers) account ids")
+                }
+                let members = try list.map { value -> String in
+                    guard let id = value.stringValue, !id.isEmpty, id.utf8.count <= RequestBody.maxString else {
+                        throw EmulatorError.invalid("member 'members' must hold account ids")
+                    }
+                    return id
+                }
+                let family = try await store.createFamily(organizer: organizer, members: members)
+                return .json(.object(AppStore.render(family)), status: 201)
+            })
+        router.get(
+            base + "/families/{family}",
+            guarded { _, context in
+                .json(.object(AppStore.render(try await store.family(try context.parameter("family")))))
+            })
+        router.delete(
+            base + "/families/{family}/members/{account}",
+            guarded { _, context in
+                let family = try await store.removeFamilyMember(
+                    familyID: try context.parameter("family"), accountID: try context.parameter("account"))
+                return .json(.object(AppStore.render(family)))
+            })
+        router.post(
             base + "/products/{product}/price-increase",
             guarded { request, context in
                 let body = try RequestBody(request, allowed: ["requiresConsent"])
@@ -189,6 +221,13 @@ extension AppStore {
                 if let last = page.last { object["after"] = .string(String(last.position)) }
                 return .json(.object(object))
             })
+    }
+
+    static func render(_ family: Family) -> JSONObject {
+        [
+            "familyId": .string(family.id), "organizer": .string(family.organizer.rawValue),
+            "members": .array(family.members.map { .string($0.rawValue) }),
+        ]
     }
 
     static func render(_ state: SubscriptionState) -> JSONObject {

@@ -109,6 +109,42 @@ enum LifecycleCommands {
         )
     }
 
+    static let familyCreateSpec = Arguments.Spec(
+        command: "storekeeper appstore family create",
+        abstract: "Make a Family Sharing group: members get access to one another's family-shareable purchases.",
+        options: common + [
+            .init(name: "organizer", valueName: "account", help: "The organizer's account.", required: true),
+            .init(name: "member", valueName: "account", help: "Another member's account.", repeatable: true),
+        ])
+
+    static func familyCreate(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let organizer = arguments.value("organizer"), !organizer.isEmpty else {
+            throw UsageError("Missing expected argument '--organizer <account>'")
+        }
+        return try AppStoreCommands.call(
+            arguments, console, "POST", "/_emulator/v1/families",
+            ["organizer": .string(organizer), "members": .array(arguments.all("member").map(JSONValue.string))])
+    }
+
+    static let familyRemoveSpec = Arguments.Spec(
+        command: "storekeeper appstore family remove",
+        abstract: "Remove a member from a family: their shared access ends, and others' to their purchases (REVOKE).",
+        options: common + [
+            .init(name: "family", valueName: "id", help: "The family.", required: true),
+            .init(name: "account", valueName: "id", help: "The member who leaves.", required: true),
+        ])
+
+    static func familyRemove(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard let family = arguments.value("family"), !family.isEmpty else {
+            throw UsageError("Missing expected argument '--family <id>'")
+        }
+        guard let account = arguments.value("account"), !account.isEmpty else {
+            throw UsageError("Missing expected argument '--account <id>'")
+        }
+        return try AppStoreCommands.call(
+            arguments, console, "DELETE", "/_emulator/v1/families/\(family)/members/\(account)", nil)
+    }
+
     static let billingSpec = Arguments.Spec(
         command: "storekeeper appstore billing", abstract: "Make an account's renewals fail (billing retry, grace).",
         options: common + [

@@ -144,6 +144,8 @@ enum ScenarioCommands {
         var passed = true
         var seen = 0
         var subscription: String?
+        var members: [String: (account: String, device: String)] = [:]
+        var familyID: String?
         for (index, step) in scenario.steps.enumerated() {
             let number = index + 1
             let (verb, value) = (step.members[0].key, step.members[0].value)
@@ -184,6 +186,30 @@ enum ScenarioCommands {
                     }
                     try await store.setAvailability(productID: product, forSale: forSale)
                     lines.append("\(number). \(product) \(forSale ? "back on sale" : "off sale")")
+                case "family":
+                    guard let names = value.arrayValue?.compactMap(\.stringValue), !names.isEmpty,
+                        names.count == value.arrayValue?.count
+                    else { throw ScenarioError("family takes the names of the other members, e.g. [\"sister\"]") }
+                    var ids: [String] = []
+                    for name in names {
+                        if members[name] == nil {
+                            let other = try await store.createAccount(
+                                environment: scenario.environment, storefront: "USA")
+                            let otherDevice = try await store.createDevice(accountID: other.id, deviceID: nil)
+                            _ = try await store.install(
+                                deviceID: otherDevice.id.rawValue, bundleID: bundleID, version: "1")
+                            members[name] = (other.id.rawValue, otherDevice.id.rawValue)
+                        }
+                        ids.append(members[name]!.account)
+                    }
+                    familyID = try await store.createFamily(organizer: account.id.rawValue, members: ids).id
+                    lines.append("\(number). family with \(names.joined(separator: ", "))")
+                case "familyLeave":
+                    guard let name = value.stringValue, let member = members[name], let familyID else {
+                        throw ScenarioError("familyLeave takes the name of a member of the family")
+                    }
+                    _ = try await store.removeFamilyMember(familyID: familyID, accountID: member.account)
+                    lines.append("\(number). \(name) leaves the family")
                 case "expect":
                     guard let expected = value.objectValue else { throw ScenarioError("expect takes an object") }
                     let history = try await notices(store, bundleID, scenario.environment, verifier)
@@ -220,6 +246,13 @@ enum ScenarioCommands {
                         let has = state.map { products.contains($0.productID.rawValue) } ?? !products.isEmpty
                         if has != entitled { problems.append("entitled \(has), expected \(entitled)") }
                     }
+                    for (name, wanted) in expected["memberEntitled"]?.objectValue?.members ?? [] {
+                        guard let member = members[name], let entitled = wanted.boolValue else {
+                            throw ScenarioError("memberEntitled names family members with true or false")
+                        }
+                        let has = !(try await store.entitlements(deviceID: member.device, bundleID: bundleID)).isEmpty
+                        if has != entitled { problems.append("\(name) entitled \(has), expected \(entitled)") }
+                    }
                     if problems.isEmpty {
                         lines.append("\(number). ✔ \(JSONWriter.string(value))")
                     } else {
@@ -229,7 +262,8 @@ enum ScenarioCommands {
                 default:
                     guard Self.subscriptionVerbs.contains(verb) else {
                         throw ScenarioError(
-                            "unknown step '\(verb)' (known: buy, advance, billing, priceIncrease, availability, expect, "
+                            "unknown step '\(verb)' (known: buy, advance, billing, priceIncrease, availability, family, familyLeave, "
+                                + "expect, "
                                 + Self.subscriptionVerbs.sorted().joined(separator: ", ") + ")")
                     }
                     guard let original = subscription else {

@@ -37,6 +37,8 @@ public enum Storekeeper {
                                       Fail an account's renewals; raise a price; take a product off sale.
           appstore notifications set|history|listen
                                       Send server notifications somewhere, read their history, receive them.
+          appstore family create|remove
+                                      Family Sharing: share purchases among accounts, and end it (REVOKE).
           appstore scenario run       Run lifecycle scenario files (examples/scenarios) against an embedded emulator.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
@@ -113,6 +115,8 @@ public enum Storekeeper {
             LifecycleCommands.notificationsHistory
         ),
         (["appstore", "notifications", "listen"], LifecycleCommands.listenSpec, LifecycleCommands.listen),
+        (["appstore", "family", "create"], LifecycleCommands.familyCreateSpec, LifecycleCommands.familyCreate),
+        (["appstore", "family", "remove"], LifecycleCommands.familyRemoveSpec, LifecycleCommands.familyRemove),
         (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
         (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
         (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),

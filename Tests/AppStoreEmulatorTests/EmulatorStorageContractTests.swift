@@ -237,6 +237,52 @@ struct EmulatorStorageContractTests {
         }
     }
 
+    @Test(
+        "Families: members in order, one family per account, a replaced member list; shares by purchase",
+        arguments: Backend.allCases)
+    func families(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { store in
+            for id in ["A1", "A2", "A3", "A4"] {
+                try store.insert(Account(id: AccountID(id), environment: .sandbox, storefront: "USA"))
+            }
+            try store.save(Family(id: "F1", organizer: "A1", members: ["A1", "A3", "A2"]))
+            #expect(throws: EmulatorStorageError.self) {
+                try store.save(Family(id: "F2", organizer: "A4", members: ["A4", "A2"]))
+            }
+            #expect(throws: EmulatorStorageError.self) {
+                try store.save(Family(id: "F3", organizer: "A9", members: ["A9"]))
+            }
+            try store.save(FamilyShare(sourceOriginalID: "10", memberAccountID: "A3", memberOriginalID: "11"))
+            try store.save(FamilyShare(sourceOriginalID: "10", memberAccountID: "A2", memberOriginalID: "12"))
+        }
+        // A write that throws keeps none of its family changes.
+        await #expect(throws: EmulatorStorageError.self) {
+            try await storage.write { store in
+                try store.save(Family(id: "F1", organizer: "A1", members: ["A1"]))
+                try store.save(Family(id: "F9", organizer: "A9", members: ["A9"]))
+            }
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.family("F1") == Family(id: "F1", organizer: "A1", members: ["A1", "A3", "A2"]))
+            #expect(try store.family(member: "A2")?.id == "F1")
+            #expect(try store.family(member: "A4") == nil)
+            #expect(try store.family("F2") == nil)
+            #expect(try store.shares(source: "10").map(\.memberAccountID) == ["A2", "A3"])
+        }
+        try await storage.write { store in
+            try store.save(Family(id: "F1", organizer: "A1", members: ["A1", "A3"]))
+            try store.save(
+                FamilyShare(sourceOriginalID: "10", memberAccountID: "A2", memberOriginalID: "12", revoked: true))
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.family(member: "A2") == nil)
+            #expect(try store.family(member: "A3")?.members == ["A1", "A3"])
+            #expect(try store.shares(source: "10").first?.revoked == true)
+            #expect(try store.shares(source: "99").isEmpty)
+        }
+    }
+
     @Test("Concurrent writers are applied one at a time: no update is lost", arguments: Backend.allCases)
     func serialised(backend: Backend) async throws {
         let storage = try await backend.make()

@@ -20,7 +20,8 @@ struct ConventionTests {
         ["appstore", "resolve-issue"], ["appstore", "auto-renew"], ["appstore", "price-consent"],
         ["appstore", "billing"], ["appstore", "price-increase"], ["appstore", "availability"],
         ["appstore", "notifications", "set"], ["appstore", "notifications", "history"],
-        ["appstore", "notifications", "listen"], ["appstore", "scenario", "run"],
+        ["appstore", "notifications", "listen"], ["appstore", "scenario", "run"], ["appstore", "family", "create"],
+        ["appstore", "family", "remove"],
     ]
     static let groups = ["receipt", "jws", "offer", "appstore", "bench"]
 

@@ -81,6 +81,20 @@ public protocol NotificationRepository {
     ) throws -> [(position: Int64, notification: OutboundNotification)]
 }
 
+/// Family Sharing: families and the access their members have to one another's purchases.
+public protocol FamilyRepository {
+    func family(_ id: String) throws -> Family?
+    /// The family `account` belongs to, if any.
+    func family(member account: AccountID) throws -> Family?
+    /// Inserts or replaces the family and its member list (an account already in another family is a
+    /// duplicate).
+    func save(_ family: Family) throws
+    /// Every member's access to the purchase whose original transaction is `source`.
+    func shares(source: TransactionID) throws -> [FamilyShare]
+    /// Inserts or replaces the share of (source, member).
+    func save(_ share: FamilyShare) throws
+}
+
 /// Small named values: the clock, id counters.
 public protocol SettingsRepository {
     func setting(_ key: String) throws -> String?
@@ -89,7 +103,8 @@ public protocol SettingsRepository {
 
 /// Everything one read or one write transaction reaches.
 public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepository, TransactionRepository,
-    SubscriptionRepository, PaymentRepository, DueEventRepository, NotificationRepository, SettingsRepository
+    SubscriptionRepository, PaymentRepository, DueEventRepository, NotificationRepository, FamilyRepository,
+    SettingsRepository
 {}
 
 /// Where the emulator keeps its state. Every change runs in one ``write(_:)``: all of it is stored, or

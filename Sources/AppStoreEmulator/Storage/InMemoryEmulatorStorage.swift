@@ -55,6 +55,9 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         var settings: [String: String] = [:]
         var notifications: [String: OutboundNotification] = [:]
         var notificationPositions: [String: Int64] = [:]
+        var families: [String: Family] = [:]
+        var familyOfMember: [AccountID: String] = [:]
+        var shares: [TransactionID: [AccountID: FamilyShare]] = [:]
     }
 
     /// One transaction's view: mutates a copy of the tables (dictionaries are copied lazily, per table
@@ -205,6 +208,32 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             change(\.notifications, notification.id, notification)
         }
         func notification(_ id: String) -> OutboundNotification? { tables.notifications[id] }
+
+        func family(_ id: String) -> Family? { tables.families[id] }
+        func family(member account: AccountID) -> Family? {
+            tables.familyOfMember[account].flatMap { tables.families[$0] }
+        }
+        func save(_ family: Family) throws {
+            for member in family.members {
+                guard tables.accounts[member] != nil else { throw EmulatorStorageError.missing("owner of the family") }
+                if let other = tables.familyOfMember[member], other != family.id {
+                    throw EmulatorStorageError.duplicate("family member")
+                }
+            }
+            for member in tables.families[family.id]?.members ?? [] where !family.members.contains(member) {
+                change(\.familyOfMember, member, nil)
+            }
+            for member in family.members { change(\.familyOfMember, member, family.id) }
+            change(\.families, family.id, family)
+        }
+        func shares(source: TransactionID) -> [FamilyShare] {
+            (tables.shares[source] ?? [:]).values.sorted { $0.memberAccountID.rawValue < $1.memberAccountID.rawValue }
+        }
+        func save(_ share: FamilyShare) throws {
+            var bySource = tables.shares[share.sourceOriginalID] ?? [:]
+            bySource[share.memberAccountID] = share
+            change(\.shares, share.sourceOriginalID, bySource)
+        }
         func notifications(
             bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
         ) -> [(position: Int64, notification: OutboundNotification)] {

@@ -77,6 +77,21 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             CREATE INDEX notifications_by_app ON notifications (bundle_id, environment, created, position);
             CREATE INDEX subscriptions_by_renewal_product ON subscriptions (auto_renew_product_id, status);
             """),
+        Migration(
+            "004-family-sharing",
+            """
+            CREATE TABLE families (id TEXT PRIMARY KEY, organizer TEXT NOT NULL REFERENCES accounts (id));
+            CREATE TABLE family_members (
+                account_id TEXT PRIMARY KEY REFERENCES accounts (id),
+                family_id TEXT NOT NULL REFERENCES families (id), position INTEGER NOT NULL
+            );
+            CREATE INDEX family_members_by_family ON family_members (family_id, position);
+            CREATE TABLE family_shares (
+                source_original_id TEXT NOT NULL, member_account_id TEXT NOT NULL REFERENCES accounts (id),
+                member_original_id TEXT NOT NULL, revoked INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (source_original_id, member_account_id)
+            );
+            """),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
@@ -574,6 +589,75 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     .integer(Int64(limit)),
                 ]
             ).map { (position: $0["position"].int64 ?? 0, notification: outbound($0)) }
+        }
+
+        // MARK: Families
+
+        func family(_ id: String) throws -> Family? {
+            guard
+                let organizer = try connection.execute("SELECT organizer FROM families WHERE id = ?", [.text(id)])
+                    .first?["organizer"].string
+            else { return nil }
+            let members = try connection.execute(
+                "SELECT account_id FROM family_members WHERE family_id = ? ORDER BY position", [.text(id)]
+            ).compactMap { $0["account_id"].string.map(AccountID.init) }
+            return Family(id: id, organizer: AccountID(organizer), members: members)
+        }
+
+        func family(member account: AccountID) throws -> Family? {
+            guard
+                let id = try connection.execute(
+                    "SELECT family_id FROM family_members WHERE account_id = ?", [.text(account.rawValue)]
+                ).first?["family_id"].string
+            else { return nil }
+            return try family(id)
+        }
+
+        func save(_ family: Family) throws {
+            // Checked before anything changes, so a refused family leaves no rows behind.
+            for member in family.members {
+                guard try account(member) != nil else { throw EmulatorStorageError.missing("owner of the family") }
+                if let other = try self.family(member: member)?.id, other != family.id {
+                    throw EmulatorStorageError.duplicate("family member")
+                }
+            }
+            try inserting("family member") {
+                try connection.execute(
+                    "INSERT INTO families (id, organizer) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET organizer = excluded.organizer",
+                    [.text(family.id), .text(family.organizer.rawValue)])
+                try connection.execute("DELETE FROM family_members WHERE family_id = ?", [.text(family.id)])
+                for (position, member) in family.members.enumerated() {
+                    try connection.execute(
+                        "INSERT INTO family_members (account_id, family_id, position) VALUES (?, ?, ?)",
+                        [.text(member.rawValue), .text(family.id), .integer(Int64(position))])
+                }
+            }
+        }
+
+        func shares(source: TransactionID) throws -> [FamilyShare] {
+            try connection.execute(
+                "SELECT * FROM family_shares WHERE source_original_id = ? ORDER BY member_account_id",
+                [.text(source.rawValue)]
+            ).map { row in
+                FamilyShare(
+                    sourceOriginalID: source, memberAccountID: AccountID(row["member_account_id"].string ?? ""),
+                    memberOriginalID: TransactionID(row["member_original_id"].string ?? ""),
+                    revoked: row["revoked"].int64 == 1)
+            }
+        }
+
+        func save(_ share: FamilyShare) throws {
+            try inserting("family share") {
+                try connection.execute(
+                    """
+                    INSERT OR REPLACE INTO family_shares (source_original_id, member_account_id, member_original_id,
+                        revoked) VALUES (?, ?, ?, ?)
+                    """,
+                    [
+                        .text(share.sourceOriginalID.rawValue), .text(share.memberAccountID.rawValue),
+                        .text(share.memberOriginalID.rawValue), flag(share.revoked),
+                    ])
+            }
         }
 
         // MARK: Settings

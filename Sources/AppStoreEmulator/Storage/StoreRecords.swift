@@ -192,3 +192,37 @@ public struct DueEvent: Sendable, Hashable {
         self.due = due
     }
 }
+
+/// A Family Sharing group: its organizer and its members (the organizer among them), each account in at
+/// most one family.
+public struct Family: Sendable, Hashable {
+    public var id: String
+    public var organizer: AccountID
+    public var members: [AccountID]
+
+    public init(id: String, organizer: AccountID, members: [AccountID]) {
+        self.id = id
+        self.organizer = organizer
+        self.members = members
+    }
+}
+
+/// A family member's access to a purchase another member made: the purchase (its original transaction),
+/// the member, and the member's own original transaction for it (ownership `FAMILY_SHARED`).
+public struct FamilyShare: Sendable, Hashable {
+    public var sourceOriginalID: TransactionID
+    public var memberAccountID: AccountID
+    public var memberOriginalID: TransactionID
+    /// Access ended (REVOKE): the member left the family, or the purchase was refunded.
+    public var revoked: Bool
+
+    public init(
+        sourceOriginalID: TransactionID, memberAccountID: AccountID, memberOriginalID: TransactionID,
+        revoked: Bool = false
+    ) {
+        self.sourceOriginalID = sourceOriginalID
+        self.memberAccountID = memberAccountID
+        self.memberOriginalID = memberOriginalID
+        self.revoked = revoked
+    }
+}

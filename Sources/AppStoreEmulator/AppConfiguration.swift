@@ -10,6 +10,9 @@ public struct AppConfiguration: Codable, Sendable, Hashable {
     public var sharedSecret: String?
     /// Where server notifications go (App Store Server Notifications), if anywhere.
     public var notifications: AppNotifications?
+    /// In-App Purchase keys that sign the app's promotional offers, by key id: PEM (public key, or the
+    /// `.p8` private key) or base64 PKCS#8.
+    public var offerKeys: [String: String] = [:]
 
     public init(
         bundleID: String, appAppleID: Int64 = 1_234_567_890, version: String = "1.0", sharedSecret: String? = nil

@@ -38,7 +38,7 @@ extension AppStore {
         let key = subscription.originalTransactionID.rawValue
         for effect in effects {
             switch effect {
-            case .startPeriod(let productID, let start, let expires, let reason):
+            case .startPeriod(let productID, let start, let expires, let reason, let offer):
                 guard var next = try store.transaction(subscription.latestTransactionID) else { continue }
                 next.transaction.id = try newTransactionID(in: store)
                 next.transaction.productID = productID
@@ -46,8 +46,9 @@ extension AppStore {
                 next.transaction.expiresDate = expires
                 next.transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
                 next.transaction.reason = reason
-                next.transaction.offer = nil
-                next.transaction.price = catalog.entry(productID.rawValue)?.price
+                next.transaction.offer = offer
+                next.transaction.price =
+                    offer.map { price(of: $0, productID: productID) } ?? catalog.entry(productID.rawValue)?.price
                 next.transaction.revocationDate = nil
                 next.transaction.revocationReason = nil
                 next.transaction.isUpgraded = false
@@ -123,7 +124,7 @@ extension AppStore {
         }
         try apply(effects, to: &subscription, account: account, in: store, now: now)
         for effect in effects {
-            if case .startPeriod(_, _, let expires, _) = effect { return .renewed(nextDue: expires) }
+            if case .startPeriod(_, _, let expires, _, _) = effect { return .renewed(nextDue: expires) }
         }
         return before.status != .expired && subscription.state.status == .expired ? .expired : .nothing
     }

@@ -61,6 +61,8 @@ public final class AppStore: Sendable {
     let notificationsInFlight = Mutex<Set<String>>([])
     /// Notification settings per app and environment, from `--config` and `PUT …/notifications`.
     let notificationSettings: Mutex<[String: AppNotifications]>
+    /// The keys that sign each app's promotional offers, by key id.
+    let offerKeys: [String: [String: PublicKey]]
 
     /// Renewals stop after this many in the sandbox, as Apple's sandbox does.
     public static let sandboxRenewalCap = 12
@@ -104,6 +106,7 @@ public final class AppStore: Sendable {
     ) async throws {
         directoryLock = try DirectoryLock(directory: dataDirectory)
         self.catalog = Catalog(catalog)
+        self.offerKeys = try Self.loadOfferKeys(apps: apps, catalogs: catalog)
         self.apps = Dictionary(apps.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))
         self.receiptVerifier = ReceiptVerifier(trustedRoots: [pki.receipts.root])
@@ -418,9 +421,11 @@ public final class AppStore: Sendable {
     }
 
     /// Buys `productID`: the transaction is purchased at once and stays in the queue until finished.
+    /// An offer is checked (signature, eligibility) when the purchase is made: a deferred or failed payment
+    /// gets none.
     public func pay(
         deviceID: String, bundleID: String, productID: String, quantity: Int, applicationUsername: String?,
-        appAccountToken: String?
+        appAccountToken: String?, offer: OfferRequest? = nil
     ) async throws -> PaymentOutcome {
         _ = try app(bundleID)
         guard let entry = catalog.entry(productID) else { throw EmulatorError.notFound("no product \(productID)") }
@@ -451,8 +456,8 @@ public final class AppStore: Sendable {
             return .purchased(
                 try self.purchase(
                     account: account, bundleID: bundleID, entry: entry, quantity: quantity,
-                    applicationUsername: applicationUsername, appAccountToken: appAccountToken, now: current,
-                    in: store))
+                    applicationUsername: applicationUsername, appAccountToken: appAccountToken, offer: offer,
+                    now: current, in: store))
         }
         switch outcome {
         case .purchased(let stored): return .purchased(stored, jws: try await signedTransaction(stored))
@@ -468,25 +473,16 @@ public final class AppStore: Sendable {
     /// Records a completed purchase inside a write.
     private func purchase(
         account: Account, bundleID: String, entry: Catalog.Entry, quantity: Int, applicationUsername: String?,
-        appAccountToken: String?, now current: Date, in store: any EmulatorStore
+        appAccountToken: String?, offer request: OfferRequest? = nil, now current: Date, in store: any EmulatorStore
     ) throws -> StoredTransaction {
         var transaction = Transaction(
             id: try newTransactionID(in: store), bundleID: BundleID(bundleID), productID: ProductID(entry.productID),
             kind: entry.kind, quantity: quantity, purchaseDate: current,
             subscriptionGroupID: entry.subscription?.groupID, price: entry.price,
             appAccountToken: appAccountToken?.lowercased())
-        if let subscription = entry.subscription, let period = subscription.period {
-            let trial = subscription.introductoryOffer?.paymentMode == "free"
-            let firstPeriod = trial ? (subscription.introductoryOffer?.period ?? period) : period
-            transaction.expiresDate = rate.end(of: firstPeriod, from: current)
-            transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
-            if trial {
-                transaction.offer = Offer(
-                    type: .introductory, discountType: .freeTrial,
-                    period: subscription.introductoryOffer?.period?.description)
-            }
-        }
-        guard transaction.kind == .autoRenewable, let expires = transaction.expiresDate else {
+        guard let subscriptionEntry = entry.subscription, subscriptionEntry.period != nil else {
+            _ = try offerTerms(
+                request, entry: entry, standing: .new, bundleID: bundleID, appAccountToken: appAccountToken, in: store)
             let stored = StoredTransaction(
                 transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
             try store.insert(stored)
@@ -500,23 +496,33 @@ public final class AppStore: Sendable {
             return stored
         }
         let engine = lifecycle(for: account)
-        let group = entry.subscription?.groupID
+        let group = subscriptionEntry.groupID
         // The account's own subscription in the group (a family member's access to another's is not).
         let existing = try store.subscriptions(account: account.id, bundle: transaction.bundleID).first {
             catalog.entry($0.state.productID.rawValue)?.subscription?.groupID == group
                 && (try? isPurchaser($0.originalTransactionID, in: store)) == true
         }
+        let terms = try offerTerms(
+            request, entry: entry, standing: GroupStanding(existing), bundleID: bundleID,
+            appAccountToken: appAccountToken, in: store)
         if var subscription = existing, subscription.state.status == .active || subscription.state.isInBillingRetry {
-            // Another product of the group while subscribed: an upgrade, downgrade or crossgrade.
+            // Another product of the group while subscribed: an upgrade, downgrade or crossgrade; or an offer
+            // redeemed by a subscriber.
             let productID = transaction.productID
+            let event: LifecycleEvent = terms.map { .redeemOffer(productID, $0) } ?? .changeProduct(productID)
             let effects = try Self.refusing { () throws(LifecycleError) in
-                try engine.handle(.changeProduct(productID), to: &subscription.state, at: current)
+                try engine.handle(event, to: &subscription.state, at: current)
             }
             try apply(effects, to: &subscription, account: account, in: store, now: current)
             guard let latest = try store.transaction(subscription.latestTransactionID) else {
                 throw EmulatorError.notFound("no transaction \(subscription.latestTransactionID)")
             }
             return latest
+        }
+        transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
+        if let terms {
+            transaction.offer = terms.offer
+            transaction.price = price(of: terms.offer, productID: transaction.productID)
         }
         if let previous = existing, let original = try store.transaction(previous.originalTransactionID) {
             // A resubscription keeps the group's original transaction.
@@ -525,18 +531,12 @@ public final class AppStore: Sendable {
         }
         let originalID = transaction.originalID
         let productID = transaction.productID
-        let subscribed = try Self.refusing { () throws(LifecycleError) in
+        let (state, effects) = try Self.refusing { () throws(LifecycleError) in
             try engine.subscribe(
-                originalTransactionID: originalID, productID: productID, at: current, resubscribe: existing != nil)
+                originalTransactionID: originalID, productID: productID, at: current, resubscribe: existing != nil,
+                offer: terms)
         }
-        var state = subscribed.0
-        var effects = subscribed.1
-        // The first period may be an introductory offer's, shorter than the product's.
-        state.expiresDate = expires
-        effects = effects.map { effect in
-            if case .schedule(.renewal, _) = effect { return .schedule(.renewal, at: expires) }
-            return effect
-        }
+        transaction.expiresDate = state.expiresDate
         var stored = StoredTransaction(
             transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
         if let previous = existing, let latest = try store.transaction(previous.latestTransactionID) {

@@ -186,14 +186,18 @@ extension AppStore {
             app + "/payments",
             guarded { request, context in
                 let body = try RequestBody(
-                    request, allowed: ["productId", "quantity", "applicationUsername", "appAccountToken"])
+                    request,
+                    allowed: [
+                        "productId", "quantity", "applicationUsername", "appAccountToken", "offer", "offerCode",
+                        "winBackOfferId",
+                    ])
                 let product = try body.string("productId", required: true)!
                 let quantity = try body.integer("quantity", in: 1...10) ?? 1
                 let outcome = try await store.pay(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
                     productID: product, quantity: Int(quantity),
                     applicationUsername: try body.string("applicationUsername", maxBytes: 1024),
-                    appAccountToken: try body.uuid("appAccountToken")?.uuidString)
+                    appAccountToken: try body.uuid("appAccountToken")?.uuidString, offer: try Self.offerRequest(body))
                 let (transaction, jws): (JSONObject, String?) =
                     switch outcome {
                     case .purchased(let stored, let jws):
@@ -323,5 +327,54 @@ extension AppStore {
             })
         addLifecycleRoutes(to: &router, base: base, guarded: guarded)
         return router.freeze(logger: logger ?? self.logger)
+    }
+}
+
+extension AppStore {
+    /// The payment's offer: at most one of `offer` (a promotional offer: `{"offerId", "keyId", "nonce",
+    /// "timestamp", "signature"}` as StoreKit's V1 purchase option, or `{"jws"}` for V2), `offerCode` and
+    /// `winBackOfferId`.
+    static func offerRequest(_ body: RequestBody) throws -> OfferRequest? {
+        let given = ["offer", "offerCode", "winBackOfferId"].filter(body.has)
+        guard given.count <= 1 else {
+            throw EmulatorError.invalid(
+                "give one of offer, offerCode and winBackOfferId, not \(given.joined(separator: " and "))")
+        }
+        if let code = try body.string("offerCode") { return .code(code) }
+        if let id = try body.string("winBackOfferId") { return .winBack(id) }
+        guard let value = body.object["offer"] else { return nil }
+        guard let given = value.objectValue else { throw EmulatorError.invalid("member 'offer' must be an object") }
+        var offer = given
+        func text(_ name: String, maxBytes: Int = RequestBody.maxString) throws -> String {
+            guard let text = offer[name]?.stringValue, !text.isEmpty, text.utf8.count <= maxBytes else {
+                throw EmulatorError.offer(
+                    "missingOfferParams", "member 'offer' needs '\(name)' (a string of at most \(maxBytes) bytes)")
+            }
+            return text
+        }
+        if offer["jws"] != nil {
+            guard offer.members.count == 1 else {
+                throw EmulatorError.invalid("member 'offer' with 'jws' takes nothing else")
+            }
+            return .promotionalJWS(try text("jws", maxBytes: 8_192))
+        }
+        // StoreKit's names (`offerIdentifier`, `keyIdentifier`, as 'storekeeper offer sign' prints) also do.
+        for (alias, name) in [("offerIdentifier", "offerId"), ("keyIdentifier", "keyId")] {
+            if let value = offer[alias], offer[name] == nil {
+                offer[name] = value
+                offer[alias] = nil
+            }
+        }
+        let known: Set<String> = ["offerId", "keyId", "nonce", "timestamp", "signature"]
+        for member in offer.keys where !known.contains(member) {
+            throw EmulatorError.invalid(
+                "unknown member 'offer.\(member)' (known: jws, or \(known.sorted().joined(separator: ", ")))")
+        }
+        guard let timestamp = offer["timestamp"]?.int64Value else {
+            throw EmulatorError.offer("missingOfferParams", "member 'offer' needs 'timestamp' (milliseconds)")
+        }
+        return .promotional(
+            offerID: try text("offerId"), keyID: try text("keyId"), nonce: try text("nonce"), timestamp: timestamp,
+            signature: try text("signature", maxBytes: 1_024))
     }
 }

@@ -727,8 +727,10 @@ static bool stop_drained(sk_server *server) {
 // returns, is harmless: whichever answer comes first wins).
 void sk_server_stop(sk_server *server) {
     if (!server) return;
-    int quiesced = MHD_quiesce_daemon(server->daemon);  // stop accepting; the listen socket stays ours
-
+    // No MHD_quiesce_daemon: in libmicrohttpd 0.9.75 with a thread pool and epoll it races with the
+    // workers removing the listen socket from their epoll sets and can abort ("Failed to remove listen FD
+    // from epoll set"). Connections accepted while stopping are answered 503 below, and the listen
+    // socket closes with the daemon.
     pthread_mutex_lock(&server->lock);
     server->stopping = true;  // requests completing from now on get 503 without reaching the handler
     for (sk_exchange *exchange = server->pending; exchange; exchange = exchange->next) {
@@ -760,7 +762,6 @@ void sk_server_stop(sk_server *server) {
         nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
     }
     MHD_stop_daemon(server->daemon);  // NOTIFY_COMPLETED runs for every remaining request
-    if (quiesced >= 0) close(quiesced);  // libmicrohttpd's dup, ours once quiesced
     close(server->listen_fd);
 
     // What is left in `pending` was answered by us above; release the handler's ownership.

@@ -74,6 +74,15 @@ public struct StoreKitConfiguration: Sendable, Hashable {
 
     public var identifier: String? { json["identifier"]?.stringValue }
 
+    /// Xcode's local key for signing promotional offers (`subscriptionOffersKeyPair`): its id and PKCS#8
+    /// private key in PEM or bare base64.
+    public var offersKeyPair: (id: String, privateKey: String)? {
+        guard let pair = json["subscriptionOffersKeyPair"]?.objectValue, let id = pair["id"]?.stringValue,
+            let key = pair["privateKey"]?.stringValue
+        else { return nil }
+        return (id, key)
+    }
+
     /// Every auto-renewable subscription of every group.
     public var subscriptions: [Subscription] { subscriptionGroups.flatMap(\.subscriptions) }
 
@@ -198,11 +207,18 @@ public struct SubscriptionOffer: Sendable, Hashable {
         }
     }
     public var period: StorePeriod? { json["subscriptionPeriod"]?.stringValue.flatMap(StorePeriod.init) }
-    /// How many periods the offer lasts (1 when the file, as format 1.1 does, leaves it out).
-    public var numberOfPeriods: Int { json["numberOfPeriods"]?.int64Value.map(Int.init) ?? 1 }
+    /// How many periods the offer lasts (1 when the file, as format 1.1 does, leaves it out; at most 120).
+    public var numberOfPeriods: Int { json["numberOfPeriods"]?.int64Value.map { Int(max(1, min($0, 120))) } ?? 1 }
+    /// The promotional or win-back offer's identifier (`offerID`).
     public var offerID: String? { json["offerID"]?.stringValue }
     public var referenceName: String? { json["referenceName"]?.stringValue }
+    public var internalID: String? { json["internalID"]?.stringValue }
+    /// The price of each discounted period as written (`"0.99"`); nil for a free trial.
     public var displayPrice: String? { json["displayPrice"]?.stringValue }
+    /// Offer codes: who may redeem — `new`, `existing` and/or `expired` subscribers (all when not written).
+    public var eligibility: [String] {
+        json["eligibility"]?.arrayValue?.compactMap(\.stringValue) ?? ["new", "existing", "expired"]
+    }
 }
 
 /// The `settings` object.

@@ -106,6 +106,10 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     public var renewalCount: Int
     /// A price increase announced for the next renewal: pending consent, or accepted; nil when none.
     public var priceIncreaseStatus: PriceIncreaseStatus?
+    /// The offer of the current discounted run (introductory, promotional, offer code or win-back).
+    public var offer: Offer?
+    /// Discounted periods of ``offer`` still to come at the next renewals.
+    public var offerPeriodsLeft: Int = 0
 
     public init(
         originalTransactionID: TransactionID, productID: ProductID, autoRenewProductID: ProductID? = nil,

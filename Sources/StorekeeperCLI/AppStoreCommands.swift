@@ -112,6 +112,14 @@ enum AppStoreCommands {
                 required: true),
             .init(name: "quantity", valueName: "n", help: "How many (consumables only)."),
             .init(name: "app-account-token", valueName: "uuid", help: "The appAccountToken."),
+            .init(name: "offer-code", valueName: "code", help: "Redeem an offer code (its reference name)."),
+            .init(name: "win-back-offer", valueName: "id", help: "Redeem a win-back offer."),
+            .init(
+                name: "promotional-offer", valueName: "id", help: "Redeem a promotional offer (with --offer-signature)."
+            ),
+            .init(
+                name: "offer-signature", valueName: "json|jws",
+                help: "What 'storekeeper offer sign' printed: V1 JSON, or a V2 JWS."),
         ])
     static let transactionsSpec = Arguments.Spec(
         command: "storekeeper appstore transactions", abstract: "List the device's unfinished transactions.",
@@ -235,6 +243,26 @@ enum AppStoreCommands {
             var app = AppConfiguration(
                 bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value ?? 1_234_567_890,
                 version: item["version"]?.stringValue ?? "1.0", sharedSecret: item["sharedSecret"]?.stringValue)
+            if let keys = item["offerKeys"] {
+                guard let object = keys.objectValue else {
+                    throw InputError("offerKeys of \(bundleID) in '\(path)' must map key ids to keys")
+                }
+                for (id, value) in object.members {
+                    guard var text = value.stringValue else {
+                        throw InputError("offer key \(id) of \(bundleID) in '\(path)' must be a PEM key or a file")
+                    }
+                    if !text.contains("-----BEGIN") {
+                        // A path to the key file (.p8), relative to the configuration file.
+                        let file = URL(
+                            fileURLWithPath: text, relativeTo: URL(fileURLWithPath: path).deletingLastPathComponent())
+                        guard let contents = FileManager.default.contents(atPath: file.path) else {
+                            throw InputError("cannot read offer key \(id) of \(bundleID) at '\(file.path)'")
+                        }
+                        text = String(decoding: contents, as: UTF8.self)
+                    }
+                    app.offerKeys[id] = text
+                }
+            }
             if let notifications = item["notifications"] {
                 do { app.notifications = try AppNotifications(json: notifications) } catch let error as EmulatorError {
                     throw InputError("the notifications of \(bundleID) in '\(path)': \(error.message)")
@@ -327,6 +355,24 @@ enum AppStoreCommands {
             body["quantity"] = .integer(number)
         }
         if let token = arguments.value("app-account-token") { body["appAccountToken"] = .string(token) }
+        if let code = arguments.value("offer-code") { body["offerCode"] = .string(code) }
+        if let id = arguments.value("win-back-offer") { body["winBackOfferId"] = .string(id) }
+        switch (arguments.value("promotional-offer"), arguments.value("offer-signature")) {
+        case (nil, nil): break
+        case (let offerID?, let signature?):
+            let text = signature.trimmingCharacters(in: .whitespacesAndNewlines)
+            if text.hasPrefix("{") {
+                guard var object = (try? JSONParser.parse(Array(text.utf8)))?.objectValue else {
+                    throw UsageError("--offer-signature is not the JSON 'storekeeper offer sign' prints")
+                }
+                object["offerId"] = .string(offerID)
+                body["offer"] = .object(object)
+            } else {
+                body["offer"] = .object(["jws": .string(text)])
+            }
+        case (_, nil): throw UsageError("--promotional-offer needs --offer-signature")
+        case (nil, _): throw UsageError("--offer-signature needs --promotional-offer")
+        }
         return try call(arguments, console, "POST", try appPath(arguments) + "/payments", body)
     }
 

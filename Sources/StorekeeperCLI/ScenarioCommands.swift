@@ -152,14 +152,27 @@ enum ScenarioCommands {
             do {
                 switch verb {
                 case "buy":
-                    guard let product = value.stringValue else { throw ScenarioError("buy takes a product id") }
+                    // A product id, or {"product", "offerCode"?, "winBackOfferId"?}.
+                    var offer: OfferRequest?
+                    if let code = value["offerCode"]?.stringValue { offer = .code(code) }
+                    if let id = value["winBackOfferId"]?.stringValue { offer = .winBack(id) }
+                    guard let product = value.stringValue ?? value["product"]?.stringValue else {
+                        throw ScenarioError(
+                            "buy takes a product id, or {\"product\", \"offerCode\" or \"winBackOfferId\"}")
+                    }
                     let outcome = try await store.pay(
                         deviceID: device.id.rawValue, bundleID: bundleID, productID: product, quantity: 1,
-                        applicationUsername: nil, appAccountToken: nil)
+                        applicationUsername: nil, appAccountToken: nil, offer: offer)
                     if case .purchased(let stored, _) = outcome, stored.transaction.kind == .autoRenewable {
                         subscription = stored.transaction.originalID.rawValue
                     }
-                    lines.append("\(number). buy \(product)")
+                    let with: String =
+                        switch offer {
+                        case .code(let code)?: " with offer code \(code)"
+                        case .winBack(let id)?: " with win-back offer \(id)"
+                        default: ""
+                        }
+                    lines.append("\(number). buy \(product)\(with)")
                 case "advance":
                     guard let text = value.stringValue, let period = StorePeriod(text) else {
                         throw ScenarioError("advance takes an ISO 8601 duration such as P1M")

@@ -16,6 +16,20 @@ public struct ProductTerms: Sendable, Hashable {
     }
 }
 
+/// A discounted run of a subscription: the offer, how long each of its periods lasts, and how many there
+/// are (a free trial or pay-up-front offer has one, pay-as-you-go has several).
+public struct OfferTerms: Sendable, Hashable {
+    public var offer: Offer
+    public var period: StorePeriod
+    public var periods: Int
+
+    public init(offer: Offer, period: StorePeriod, periods: Int = 1) {
+        self.offer = offer
+        self.period = period
+        self.periods = max(1, periods)
+    }
+}
+
 /// How the store behaves for one account and environment: the time rate, whether renewals fail (billing
 /// retry), whether a grace period applies, the sandbox's renewal cap, and the last date it can sign for.
 public struct LifecycleSettings: Sendable, Hashable {
@@ -64,12 +78,15 @@ public enum LifecycleEvent: Sendable, Hashable {
     case priceConsent(Bool)
     /// The customer bought another product of the group while subscribed.
     case changeProduct(ProductID)
+    /// A subscriber redeemed an offer (promotional, offer code) for a product of the group: the same product
+    /// from the next renewal, another one now (upgrade) or at the next renewal (downgrade).
+    case redeemOffer(ProductID, OfferTerms)
 }
 
 /// What the engine asks the store to do, in order, within the same storage transaction as the change.
 public enum LifecycleEffect: Sendable, Hashable {
     /// A new period (a new transaction): a renewal, a recovery, or an upgrade bought now.
-    case startPeriod(productID: ProductID, start: Date, expires: Date, reason: TransactionReason)
+    case startPeriod(productID: ProductID, start: Date, expires: Date, reason: TransactionReason, offer: Offer?)
     /// The latest period ends early, at `date` (expire now, force renewal, or an upgrade's unused part).
     case endLatestPeriod(at: Date, refundUnused: Bool)
     /// The latest period is refunded (revoked) or, with nil, reinstated.
@@ -106,14 +123,20 @@ public struct Lifecycle: Sendable {
     }
 
     /// A first purchase in the group (`resubscribe` after an earlier one expired): the state and its effects.
+    /// With an offer, the first period is its first discounted one.
     public func subscribe(
-        originalTransactionID: TransactionID, productID: ProductID, at now: Date, resubscribe: Bool
+        originalTransactionID: TransactionID, productID: ProductID, at now: Date, resubscribe: Bool,
+        offer: OfferTerms? = nil
     ) throws(LifecycleError) -> (SubscriptionState, [LifecycleEffect]) {
         guard let product = terms(productID) else { throw LifecycleError("\(productID) is not a subscription") }
         guard product.forSale else { throw LifecycleError("\(productID) is not for sale") }
-        let expires = settings.rate.end(of: product.period, from: now)
-        let state = SubscriptionState(
+        let expires = settings.rate.end(of: offer?.period ?? product.period, from: now)
+        var state = SubscriptionState(
             originalTransactionID: originalTransactionID, productID: productID, expiresDate: expires)
+        if let offer {
+            state.offer = offer.offer
+            state.offerPeriodsLeft = offer.periods - 1
+        }
         let notice =
             resubscribe
             ? Notice(.subscribed, .resubscribe, v1: "INTERACTIVE_RENEWAL")
@@ -246,6 +269,38 @@ public struct Lifecycle: Sendable {
 
         case .changeProduct(let productID):
             return try change(&state, to: productID, at: now)
+
+        case .redeemOffer(let productID, let offer):
+            guard state.status == .active || state.isInBillingRetry else {
+                throw LifecycleError(
+                    "subscription \(state.originalTransactionID) has ended; an offer for it is a resubscription")
+            }
+            guard let new = terms(productID), new.forSale else { throw LifecycleError("\(productID) is not for sale") }
+            guard let current = terms(state.productID) else {
+                throw LifecycleError("\(state.productID) is no longer in the catalogue")
+            }
+            let immediate =
+                productID != state.productID
+                && (new.level < current.level || (new.level == current.level && new.period == current.period))
+            guard immediate else {
+                // From the next renewal: the same product, or a downgrade.
+                let subtype: NotificationSubtype? = productID == state.productID ? nil : .downgrade
+                state.autoRenewProductID = productID
+                state.autoRenew = true
+                state.offer = offer.offer
+                state.offerPeriodsLeft = offer.periods
+                return [.notify(Notice(.offerRedeemed, subtype))]
+            }
+            state.autoRenew = true
+            state.offer = offer.offer
+            state.offerPeriodsLeft = offer.periods
+            return [
+                .endLatestPeriod(at: now, refundUnused: state.status == .active), .unschedule(.renewal),
+                .unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd),
+            ]
+                + startPeriod(
+                    &state, productID: productID, start: now, reason: .purchase,
+                    notice: Notice(.offerRedeemed, .upgrade))
         }
     }
 
@@ -296,9 +351,24 @@ public struct Lifecycle: Sendable {
         guard let product = terms(productID) else {
             return expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale))
         }
-        let expires = settings.rate.end(of: product.period, from: start)
+        // A discounted period of a redeemed offer, while any are left; otherwise the product's own.
+        var offer: Offer?
+        var period = product.period
+        if state.offerPeriodsLeft > 0, let redeemed = state.offer,
+            let discounted = redeemed.period.flatMap(StorePeriod.init)
+        {
+            offer = redeemed
+            period = discounted
+        }
+        let expires = settings.rate.end(of: period, from: start)
         guard expires <= settings.horizon else {
             return expire(&state, intent: .other, notice: Notice(.expired))
+        }
+        if offer != nil {
+            state.offerPeriodsLeft -= 1
+        } else {
+            state.offer = nil
+            state.offerPeriodsLeft = 0
         }
         state.status = .active
         state.productID = productID
@@ -311,7 +381,7 @@ public struct Lifecycle: Sendable {
         if reason == .renewal, state.priceIncreaseStatus == .accepted { state.priceIncreaseStatus = nil }
         if reason == .renewal { state.renewalCount += 1 }
         return [
-            .startPeriod(productID: productID, start: start, expires: expires, reason: reason),
+            .startPeriod(productID: productID, start: start, expires: expires, reason: reason, offer: offer),
             .schedule(.renewal, at: expires), .notify(notice),
         ]
     }
@@ -344,11 +414,16 @@ public struct Lifecycle: Sendable {
             guard state.autoRenewProductID != productID || !state.autoRenew else {
                 throw LifecycleError("already subscribed to \(productID)")
             }
+            state.offer = nil
+            state.offerPeriodsLeft = 0
             state.autoRenewProductID = productID
             state.autoRenew = true
             return [.notify(Notice(.didChangeRenewalPref, v1: "DID_CHANGE_RENEWAL_PREF"))]
         }
         let immediate = new.level < current.level || (new.level == current.level && new.period == current.period)
+        // Another product ends a running offer.
+        state.offer = nil
+        state.offerPeriodsLeft = 0
         guard immediate else {
             state.autoRenewProductID = productID
             state.autoRenew = true

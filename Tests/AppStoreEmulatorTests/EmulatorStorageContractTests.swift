@@ -40,6 +40,16 @@ struct EmulatorStorageContractTests {
             accountID: account, applicationUsername: "user")
     }
 
+    static let subscription: StoredSubscription = {
+        var state = SubscriptionState(
+            originalTransactionID: "10", productID: "p", autoRenewProductID: "q", status: .billingRetry,
+            autoRenew: false, expiresDate: start, expirationIntent: .billingError, gracePeriodExpiresDate: start,
+            billingRetryEndsDate: start, renewalCount: 3, priceIncreaseStatus: .pending)
+        state.offer = Offer(type: .offerCode, identifier: "SPRING", discountType: .payAsYouGo, period: "P1M")
+        state.offerPeriodsLeft = 2
+        return StoredSubscription(state: state, accountID: "A1", bundleID: "com.example", latestTransactionID: "10")
+    }()
+
     @Test("Rows round-trip every field; lookups find them; updates replace them", arguments: Backend.allCases)
     func roundTrip(backend: Backend) async throws {
         let storage = try await backend.make()
@@ -52,13 +62,7 @@ struct EmulatorStorageContractTests {
                     deviceID: "D1", bundleID: "com.example", version: "2", originalVersion: "1",
                     originalPurchaseDate: Self.start, vppAssigned: true, vppRevokedAt: Self.start))
             try store.insert(stored)
-            try store.save(
-                StoredSubscription(
-                    state: SubscriptionState(
-                        originalTransactionID: "10", productID: "p", autoRenewProductID: "q", status: .billingRetry,
-                        autoRenew: false, expiresDate: Self.start, expirationIntent: .billingError,
-                        gracePeriodExpiresDate: Self.start, billingRetryEndsDate: Self.start, renewalCount: 3),
-                    accountID: "A1", bundleID: "com.example", latestTransactionID: "10"))
+            try store.save(Self.subscription)
             try store.insert(
                 PendingPayment(
                     id: "11", accountID: "A1", bundleID: "com.example", productID: "p", quantity: 2, date: Self.start,
@@ -71,8 +75,7 @@ struct EmulatorStorageContractTests {
             #expect(try store.device("D1") == Device(id: "D1", accountID: "A1"))
             #expect(try store.install(device: "D1", bundle: "com.example")?.vppRevokedAt == Self.start)
             #expect(try store.transaction("10") == stored)
-            #expect(try store.subscription("10")?.state.expirationIntent == .billingError)
-            #expect(try store.subscription("10")?.state.autoRenewProductID == "q")
+            #expect(try store.subscription("10") == Self.subscription)
             #expect(try store.subscriptions(account: "A1", bundle: "com.example").count == 1)
             #expect(try store.payment("11")?.reason == .interrupted)
             #expect(try store.resolvablePayments(account: "A1").map(\.id) == ["11"])

@@ -173,10 +173,13 @@ struct OutboxDurabilityTests {
         let binary = try #require(ExecutableTests.binary)
         let receiver = Receiver()
         var router = Router()
-        router.post("/n") { request, _ in
-            receiver.bodies.withLock { $0.append(request.body) }
-            return HTTPResponse(status: receiver.failing.load(ordering: .relaxed) ? 503 : 200)
-        }
+        // Answered inline, on the server's own threads: the polling below blocks cooperative threads.
+        router.add(
+            "POST", "/n",
+            inline: { request, _ in
+                receiver.bodies.withLock { $0.append(request.body) }
+                return HTTPResponse(status: receiver.failing.load(ordering: .relaxed) ? 503 : 200)
+            })
         let sink = try HTTPServer(port: 0, responder: router.freeze())
         defer { sink.stop() }
         let data = try ExternalTool.temporaryDirectory()
@@ -206,7 +209,11 @@ struct OutboxDurabilityTests {
             let first = try JSONParser.parse(history.stdout)["notificationHistory"]?.arrayValue?.first
             return first?["sendAttempts"]?.arrayValue?.compactMap { $0["sendAttemptResult"]?.stringValue } ?? []
         }
-        for _ in 0..<500 where try attempts(base).isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+        // (A `for … where` loop would not stop when the condition turns: each check is a request.)
+        for _ in 0..<500 {
+            if try !attempts(base).isEmpty { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
         #expect(try attempts(base).first == "UNSUCCESSFUL_HTTP_RESPONSE_CODE")
         kill(emulator.processIdentifier, SIGKILL)
         emulator.waitUntilExit()
@@ -218,7 +225,10 @@ struct OutboxDurabilityTests {
         }
         let failedBefore = receiver.bodies.withLock { $0.count }
         receiver.failing.store(false, ordering: .relaxed)
-        for _ in 0..<3_000 where try attempts(base).last != "SUCCESS" { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<3_000 {
+            if try attempts(base).last == "SUCCESS" { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
         let recorded = try attempts(base)
         #expect(recorded.last == "SUCCESS", "delivered after the restart: \(recorded)")
         #expect(recorded.dropLast().allSatisfy { $0 == "UNSUCCESSFUL_HTTP_RESPONSE_CODE" })
@@ -277,5 +287,67 @@ struct ScenarioTests {
         try Data("{".utf8).write(to: notJSON)
         let third = CapturedConsole.run(["appstore", "scenario", "run", notJSON.path])
         #expect(third.status == 2 && third.stderr.contains("is not JSON"))
+    }
+}
+
+@Suite("storekeeper appstore buy with offers")
+struct OfferCommandTests {
+    @Test(
+        "offer sign's output redeems a promotional offer on an emulator that has the key in --config; codes too",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func promotionalOffer() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let directory = try ExternalTool.temporaryDirectory()
+        let keyPath = directory.appendingPathComponent("SubscriptionKey_KEY1.p8").path
+        let openssl = try #require(ExternalTool.find("openssl"))
+        let generated = try ExternalTool.run(
+            openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyPath])
+        #expect(generated.status == 0, "\(generated.stderrText)")
+        let config = directory.appendingPathComponent("config.json")
+        try Data(
+            #"{"apps": [{"bundleId": "com.example.storekeeper", "offerKeys": {"KEY1": "SubscriptionKey_KEY1.p8"}}]}"#
+                .utf8
+        ).write(to: config)
+        let (emulator, base, _) = try AppStoreServeTests.start(
+            binary: binary, data: directory.appendingPathComponent("data"), extra: ["--config", config.path])
+        defer {
+            emulator.terminate()
+            emulator.waitUntilExit()
+        }
+        let account = CapturedConsole.run(["appstore", "account", "--url", base, "--field", "accountId"])
+        let device = CapturedConsole.run(
+            [
+                "appstore", "device", "--url", base, "--account", account.stdout.trimmingCharacters(in: .newlines),
+                "--field", "deviceId",
+            ]
+        ).stdout.trimmingCharacters(in: .newlines)
+        _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+        let monthly = "com.example.storekeeper.monthly"
+        let code = CapturedConsole.run(
+            ["appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--offer-code", "welcome"])
+        #expect(code.status == 0, "\(code.stderr)")
+        for format in ["v1", "v2"] {
+            let signed = CapturedConsole.run(
+                [
+                    "offer", "sign", "--key", keyPath, "--key-id", "KEY1", "--bundle-id", "com.example.storekeeper",
+                    "--product-id", monthly, "--offer-id", "com.example.storekeeper.comeback", "--format", format,
+                ])
+            #expect(signed.status == 0, "\(signed.stderr)")
+            let bought = CapturedConsole.run(
+                [
+                    "appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--promotional-offer",
+                    "com.example.storekeeper.comeback", "--offer-signature", signed.stdout,
+                ])
+            #expect(bought.status == 0, "\(format): \(bought.stderr)")
+            let replayed = CapturedConsole.run(
+                [
+                    "appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--promotional-offer",
+                    "com.example.storekeeper.comeback", "--offer-signature", signed.stdout,
+                ])
+            #expect(replayed.status == 1 && replayed.stderr.contains("nonce"), "\(format): \(replayed.stderr)")
+        }
+        let lonely = CapturedConsole.run(
+            ["appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--promotional-offer", "x"])
+        #expect(lonely.status == 64)
     }
 }

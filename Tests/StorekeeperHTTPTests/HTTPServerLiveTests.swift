@@ -194,9 +194,11 @@ struct HTTPServerLiveTests {
         // Trickling clients: a request line that never completes.
         for client in idle.prefix(100) { client.send("GET /_emulator/v1/clo") }
         var opened = 0
-        for _ in 0..<100 where opened < 300 {
+        // Up to ten seconds: a loaded machine (the whole suite in parallel) may be slow to accept.
+        for _ in 0..<1_000 {
             opened = server.openConnections
-            if opened < 300 { try await Task.sleep(for: .milliseconds(10)) }
+            if opened >= 300 { break }
+            try await Task.sleep(for: .milliseconds(10))
         }
         #expect(opened >= 300)
         let port = server.port
@@ -278,9 +280,9 @@ struct HTTPClientTests {
 
 @Suite("HTTP server shutdown under load")
 struct HTTPServerShutdownTests {
-    @Test("Stopping while answers to suspended requests are being resumed never aborts (100 rounds)")
+    @Test("Stopping while answers to suspended requests are being resumed never aborts (40 rounds)")
     func stopWhileResuming() async throws {
-        for round in 0..<100 {
+        for round in 0..<40 {
             var router = Router()
             router.get("/answer") { _, _ in
                 // Not inline: the connection is suspended, then resumed with this answer.

@@ -25,15 +25,19 @@ struct Story {
     var ended: [(at: Date, refundUnused: Bool)] = []
     var revocations: [RevocationReason?] = []
 
+    /// The offer of each period started (nil: full price).
+    var offers: [Offer?] = []
+
     init(
         _ product: ProductID = "monthly", rate: TimeRate = .monthlyRenewalEveryFiveMinutes, fail: Bool = false,
-        grace: Bool = false, cap: Int? = nil, catalogue: [ProductID: ProductTerms] = Story.catalogue
+        grace: Bool = false, cap: Int? = nil, catalogue: [ProductID: ProductTerms] = Story.catalogue,
+        offer: OfferTerms? = nil
     ) throws {
         engine = Lifecycle(
             settings: LifecycleSettings(rate: rate, renewalsFail: fail, gracePeriod: grace, renewalCap: cap),
             terms: { catalogue[$0] })
         let (state, effects) = try engine.subscribe(
-            originalTransactionID: "1000", productID: product, at: Story.start, resubscribe: false)
+            originalTransactionID: "1000", productID: product, at: Story.start, resubscribe: false, offer: offer)
         self.state = state
         apply(effects)
     }
@@ -44,8 +48,9 @@ struct Story {
             case .schedule(let kind, let at): due[kind] = at
             case .unschedule(let kind): due[kind] = nil
             case .notify(let notice): notices.append(notice)
-            case .startPeriod(let product, let start, let expires, let reason):
+            case .startPeriod(let product, let start, let expires, let reason, let offer):
                 periods.append((product, start, expires, reason))
+                offers.append(offer)
             case .endLatestPeriod(let at, let refundUnused): ended.append((at, refundUnused))
             case .revokeLatest(let reason, _): revocations.append(reason)
             }
@@ -350,6 +355,70 @@ struct LifecycleTests {
                 #expect((state.status == .billingGracePeriod) == (story.due[.gracePeriodEnd] != nil), "seed \(seed)")
             }
         }
+    }
+}
+
+@Suite("Lifecycle engine: offers")
+struct LifecycleOfferTests {
+    static let day: TimeInterval = 86_400
+    static let weekly = OfferTerms(
+        offer: Offer(type: .introductory, discountType: .payAsYouGo, period: "P1W"), period: .oneWeek, periods: 3)
+
+    @Test("Pay as you go: the first period and the next two renewals are the offer's; then the product's own")
+    func payAsYouGo() throws {
+        var story = try Story(rate: .realTime, offer: Self.weekly)
+        #expect(story.state.expiresDate == Story.start.addingTimeInterval(7 * Self.day))
+        #expect(story.state.offerPeriodsLeft == 2)
+        try story.advance(to: Story.start.addingTimeInterval(14 * Self.day))
+        #expect(story.offers.map { $0?.type } == [.introductory, .introductory])
+        #expect(story.state.offerPeriodsLeft == 0)
+        #expect(story.periods.last?.expires == Story.start.addingTimeInterval(21 * Self.day))
+        try story.advance(to: Story.start.addingTimeInterval(21 * Self.day))
+        #expect(story.offers.last == .some(nil), "the fourth period is at full price")
+        #expect(story.state.offer == nil)
+        let fourth = try #require(story.periods.last)
+        #expect(fourth.expires.timeIntervalSince(fourth.start) > 27 * Self.day, "a month")
+    }
+
+    @Test("A subscriber's offer: the same product from the next renewal, an upgrade now, a downgrade at renewal")
+    func redeem() throws {
+        let promo = OfferTerms(
+            offer: Offer(type: .promotional, identifier: "BACK", discountType: .payUpFront, period: "P1M"),
+            period: .oneMonth, periods: 1)
+        var same = try Story(rate: .realTime)
+        same.now = Story.start.addingTimeInterval(Self.day)
+        try same.send(.redeemOffer("monthly", promo))
+        #expect(same.names.last == "OFFER_REDEEMED")
+        #expect(same.periods.isEmpty, "nothing changes before the renewal")
+        try same.advance(to: Story.start.addingTimeInterval(70 * Self.day))
+        #expect(same.offers.map { $0?.identifier } == ["BACK", nil])
+
+        var up = try Story(rate: .realTime)
+        up.now = Story.start.addingTimeInterval(Self.day)
+        try up.send(.redeemOffer("premium-monthly", promo))
+        #expect(up.names.last == "OFFER_REDEEMED/UPGRADE")
+        #expect(up.ended.last?.refundUnused == true)
+        #expect(up.periods.last?.product == "premium-monthly" && up.offers.last??.identifier == "BACK")
+        #expect(up.state.offerPeriodsLeft == 0)
+
+        var down = try Story(rate: .realTime)
+        try down.send(.redeemOffer("basic-monthly", promo))
+        #expect(down.names.last == "OFFER_REDEEMED/DOWNGRADE")
+        #expect(down.state.productID == "monthly" && down.state.autoRenewProductID == "basic-monthly")
+        try down.advance(to: Story.start.addingTimeInterval(40 * Self.day))
+        #expect(down.periods.first?.product == "basic-monthly" && down.offers.first??.identifier == "BACK")
+
+        var ended = try Story(rate: .realTime)
+        try ended.send(.expireNow)
+        #expect(throws: LifecycleError.self) { try ended.send(.redeemOffer("monthly", promo)) }
+    }
+
+    @Test("Changing product ends a running offer")
+    func changeEndsOffer() throws {
+        var story = try Story(rate: .realTime, offer: Self.weekly)
+        try story.send(.changeProduct("premium-monthly"))
+        #expect(story.state.offer == nil && story.state.offerPeriodsLeft == 0)
+        #expect(story.offers.last == .some(nil))
     }
 }
 

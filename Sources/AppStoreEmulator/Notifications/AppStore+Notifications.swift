@@ -180,11 +180,21 @@ extension AppStore {
         if let intent = state.expirationIntent { info["expirationIntent"] = .integer(intent.rawValue) }
         if let grace = state.gracePeriodExpiresDate { info["gracePeriodExpiresDate"] = Self.milliseconds(grace) }
         if let status = state.priceIncreaseStatus { info["priceIncreaseStatus"] = .integer(status.rawValue) }
+        // The offer the next renewal is made with.
+        if state.offerPeriodsLeft > 0, let offer = state.offer {
+            info["offerType"] = .integer(offer.type.rawValue)
+            if let identifier = offer.identifier { info["offerIdentifier"] = .string(identifier) }
+            if let discount = offer.discountType { info["offerDiscountType"] = .string(discount.rawValue) }
+            if let period = offer.period { info["offerPeriod"] = .string(period) }
+        }
         info["signedDate"] = Self.milliseconds(signedDate)
         info["environment"] = .string(environment.rawValue)
         if let started { info["recentSubscriptionStartDate"] = Self.milliseconds(started) }
         if let expires = state.expiresDate { info["renewalDate"] = Self.milliseconds(expires) }
-        if let price = catalog.entry(state.autoRenewProductID.rawValue)?.price {
+        let nextOffer = state.offerPeriodsLeft > 0 ? state.offer : nil
+        if let price = nextOffer.map({ self.price(of: $0, productID: state.autoRenewProductID) })
+            ?? catalog.entry(state.autoRenewProductID.rawValue)?.price
+        {
             info["currency"] = .string(price.currency)
             info["renewalPrice"] = .integer(price.milliunits)
         }

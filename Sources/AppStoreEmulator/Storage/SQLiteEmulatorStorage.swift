@@ -78,8 +78,13 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             CREATE INDEX subscriptions_by_renewal_product ON subscriptions (auto_renew_product_id, status);
             """),
         Migration(
-            "004-family-sharing",
+            "004-family-sharing-and-offers",
             """
+            ALTER TABLE subscriptions ADD COLUMN offer_type INTEGER;
+            ALTER TABLE subscriptions ADD COLUMN offer_id TEXT;
+            ALTER TABLE subscriptions ADD COLUMN offer_discount TEXT;
+            ALTER TABLE subscriptions ADD COLUMN offer_period TEXT;
+            ALTER TABLE subscriptions ADD COLUMN offer_periods_left INTEGER NOT NULL DEFAULT 0;
             CREATE TABLE families (id TEXT PRIMARY KEY, organizer TEXT NOT NULL REFERENCES accounts (id));
             CREATE TABLE family_members (
                 account_id TEXT PRIMARY KEY REFERENCES accounts (id),
@@ -338,7 +343,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         // MARK: Subscriptions
 
         private func storedSubscription(_ row: Row) -> StoredSubscription {
-            let state = SubscriptionState(
+            var state = SubscriptionState(
                 originalTransactionID: TransactionID(row["original_id"].string ?? ""),
                 productID: ProductID(row["product_id"].string ?? ""),
                 autoRenewProductID: ProductID(row["auto_renew_product_id"].string ?? ""),
@@ -349,6 +354,13 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 billingRetryEndsDate: date(row["billing_retry_ends_date"]),
                 renewalCount: Int(row["renewal_count"].int64 ?? 0),
                 priceIncreaseStatus: row["price_increase_status"].int64.flatMap(PriceIncreaseStatus.init(rawValue:)))
+            state.offer = row["offer_type"].int64.flatMap(OfferType.init(rawValue:)).map {
+                Offer(
+                    type: $0, identifier: row["offer_id"].string,
+                    discountType: row["offer_discount"].string.flatMap(OfferDiscountType.init(rawValue:)),
+                    period: row["offer_period"].string)
+            }
+            state.offerPeriodsLeft = Int(row["offer_periods_left"].int64 ?? 0)
             return StoredSubscription(
                 state: state, accountID: AccountID(row["account_id"].string ?? ""),
                 bundleID: BundleID(row["bundle_id"].string ?? ""),
@@ -368,8 +380,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     INSERT OR REPLACE INTO subscriptions (original_id, account_id, bundle_id, product_id,
                         auto_renew_product_id, status, auto_renew, expires_date, expiration_intent,
                         grace_period_expires_date, billing_retry_ends_date, renewal_count, latest_transaction_id,
-                        price_increase_status)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        price_increase_status, offer_type, offer_id, offer_discount, offer_period, offer_periods_left)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [
                         .text(state.originalTransactionID.rawValue), .text(subscription.accountID.rawValue),
@@ -378,7 +390,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         flag(state.autoRenew), real(state.expiresDate), integer(state.expirationIntent?.rawValue),
                         real(state.gracePeriodExpiresDate), real(state.billingRetryEndsDate),
                         .integer(Int64(state.renewalCount)), .text(subscription.latestTransactionID.rawValue),
-                        integer(state.priceIncreaseStatus?.rawValue),
+                        integer(state.priceIncreaseStatus?.rawValue), integer(state.offer?.type.rawValue),
+                        text(state.offer?.identifier), text(state.offer?.discountType?.rawValue),
+                        text(state.offer?.period), .integer(Int64(state.offerPeriodsLeft)),
                     ])
             }
         }

@@ -1,7 +1,9 @@
 // A synchronous facade over libcurl's easy interface (see storekeeper_curl.h).
 //
-// Each sk_fetch call owns a fresh easy handle, so calls on different threads share nothing but libcurl's
-// global state, which sk_fetch_global_init sets up exactly once. Redirects are never followed, only http and
+// Each sk_fetch call owns a fresh easy handle; calls on different threads share libcurl's global state,
+// which sk_fetch_global_init sets up exactly once, and a share object (connection cache and DNS, behind
+// one mutex per kind of data) so that consecutive requests to the same server reuse a kept-alive
+// connection instead of opening a new one each time. Redirects are never followed, only http and
 // https are allowed, and the response body can be capped. Error text comes from libcurl only: the request's
 // headers and body (which may carry credentials) are never copied into it.
 
@@ -17,11 +19,34 @@
 // MARK: - Global initialisation
 
 static pthread_once_t sk_init_once = PTHREAD_ONCE_INIT;
+static CURLSH *sk_share = NULL;  // NULL when it could not be made: every transfer then connects anew
+static pthread_mutex_t sk_share_locks[CURL_LOCK_DATA_LAST];
+
+static void sk_share_lock(CURL *handle, curl_lock_data data, curl_lock_access access, void *context) {
+    (void)handle, (void)access, (void)context;
+    if (data >= 0 && data < CURL_LOCK_DATA_LAST) pthread_mutex_lock(&sk_share_locks[data]);
+}
+
+static void sk_share_unlock(CURL *handle, curl_lock_data data, void *context) {
+    (void)handle, (void)context;
+    if (data >= 0 && data < CURL_LOCK_DATA_LAST) pthread_mutex_unlock(&sk_share_locks[data]);
+}
 
 static void sk_init_curl(void) {
     // Not thread-safe in libcurl itself, hence pthread_once. A failure here surfaces later as a failing
     // curl_easy_init, which sk_fetch reports.
     (void)curl_global_init(CURL_GLOBAL_ALL);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&sk_share_locks[i], NULL);
+    CURLSH *share = curl_share_init();
+    if (!share) return;
+    if (curl_share_setopt(share, CURLSHOPT_LOCKFUNC, sk_share_lock) != CURLSHE_OK
+        || curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, sk_share_unlock) != CURLSHE_OK
+        || curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK
+        || curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK) {
+        curl_share_cleanup(share);
+        return;
+    }
+    sk_share = share;
 }
 
 void sk_fetch_global_init(void) {
@@ -286,6 +311,7 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
 
     curl_easy_setopt(curl, CURLOPT_URL, request->url);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for timeouts: required with threads
+    if (sk_share) curl_easy_setopt(curl, CURLOPT_SHARE, sk_share);  // kept-alive connections are reused
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0

@@ -58,9 +58,12 @@ struct sk_server {
     // access handler): MHD_stop_daemon must not run before this is zero (it panics otherwise).
     atomic_int suspended_now;
 
-    pthread_mutex_t lock;   // guards `pending` and `stopping`
-    sk_exchange *pending;   // handed to the handler, not yet released by it (doubly linked)
+    pthread_mutex_t lock;   // guards `pending`, `stopping` and `refs`
+    sk_exchange *pending;   // handed to the handler and not answered yet (doubly linked)
     bool stopping;
+    // Owners of this struct: sk_server_start's caller until sk_server_stop, and one per exchange the
+    // handler still holds (it may answer after stop: the struct outlives the daemon until then).
+    unsigned int refs;
 };
 
 struct sk_exchange {
@@ -68,8 +71,10 @@ struct sk_exchange {
     sk_server *server;
     struct MHD_Connection *connection;
 
-    // Owners: the connection (until NOTIFY_COMPLETED) and the handler (until respond or stop).
+    // Owners: the connection (until NOTIFY_COMPLETED) and the handler (until respond or abandon).
     unsigned int refs;
+    bool linked;           // in server->pending (guarded by server->lock)
+    bool handler_done;     // answered or abandoned while sk_server_stop still lists it: stop releases it
     bool connection_gone;  // NOTIFY_COMPLETED ran: `connection` must not be touched any more
     bool in_handler;       // the handler is running on the worker thread
     bool suspended;        // the connection is suspended waiting for `response`
@@ -154,8 +159,36 @@ static void exchange_release_locked(sk_exchange *exchange) {
     if (last) exchange_free(exchange);
 }
 
-// Called with server->lock held.
+// Drops one owner of the server; called with server->lock held, which it releases. Frees it if last.
+static void server_release_locked(sk_server *server) {
+    bool last = --server->refs == 0;
+    pthread_mutex_unlock(&server->lock);
+    if (last) {
+        pthread_mutex_destroy(&server->lock);
+        free(server);
+    }
+}
+
+static void pending_unlink(sk_server *server, sk_exchange *exchange);
+
+// The handler is done with the exchange (answered or abandoned); called with both locks held, which it
+// releases. While sk_server_stop still lists the exchange (it waits for the 503 to be written), stop
+// drops the handler's ownership of it; otherwise it is dropped now. Then the handler's hold on the server.
+static void handler_done_locked(sk_server *server, sk_exchange *exchange) {
+    if (exchange->linked && server->stopping) {
+        exchange->handler_done = true;
+        pthread_mutex_unlock(&exchange->lock);
+    } else {
+        pending_unlink(server, exchange);
+        exchange_release_locked(exchange);
+    }
+    server_release_locked(server);
+}
+
+// Called with server->lock held; does nothing for an exchange not in the list.
 static void pending_unlink(sk_server *server, sk_exchange *exchange) {
+    if (!exchange->linked) return;
+    exchange->linked = false;
     if (exchange->previous) exchange->previous->next = exchange->next;
     else server->pending = exchange->next;
     if (exchange->next) exchange->next->previous = exchange->previous;
@@ -483,6 +516,8 @@ static enum MHD_Result hand_over(sk_server *server, sk_exchange *exchange, struc
     exchange->next = server->pending;
     if (server->pending) server->pending->previous = exchange;
     server->pending = exchange;
+    exchange->linked = true;
+    server->refs += 1;  // the handler's, with its exchange
     pthread_mutex_lock(&exchange->lock);
     exchange->refs += 1;  // the handler's
     exchange->in_handler = true;
@@ -537,17 +572,15 @@ void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8
         MHD_add_response_header(response, headers[index].name, headers[index].value);
     }
 
-    sk_server *server = exchange->server;
+    sk_server *server = exchange->server;  // alive: the handler owns a reference to it
     pthread_mutex_lock(&server->lock);
     pthread_mutex_lock(&exchange->lock);
-    if (exchange->answered) {  // sk_server_stop answered first and will free the exchange
-        pthread_mutex_unlock(&exchange->lock);
-        pthread_mutex_unlock(&server->lock);
+    if (exchange->answered) {  // sk_server_stop answered first: this answer is dropped
         if (response) MHD_destroy_response(response);
+        handler_done_locked(server, exchange);
         return;
     }
     exchange->answered = true;
-    pending_unlink(server, exchange);
     if (exchange->connection_gone) {
         if (response) MHD_destroy_response(response);
     } else {
@@ -559,8 +592,26 @@ void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8
             MHD_resume_connection(exchange->connection);
         }
     }
-    pthread_mutex_unlock(&server->lock);
-    exchange_release_locked(exchange);  // the handler's ownership ends here
+    handler_done_locked(server, exchange);  // the handler's ownership ends here
+}
+
+void sk_exchange_abandon(sk_exchange *exchange) {
+    sk_server *server = exchange->server;
+    pthread_mutex_lock(&server->lock);
+    pthread_mutex_lock(&exchange->lock);
+    if (!exchange->answered) {
+        exchange->answered = true;
+        if (!exchange->connection_gone) {
+            exchange->response = error_response(&error_stopping, true);
+            exchange->status = error_stopping.status;
+            exchange->response_failed = exchange->response == NULL;
+            if (exchange->suspended) {
+                exchange->suspended = false;
+                MHD_resume_connection(exchange->connection);
+            }
+        }
+    }
+    handler_done_locked(server, exchange);
 }
 
 // MARK: - Start and stop
@@ -646,6 +697,7 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
         set_error(error, error_size, "%s%s", "out of memory", "");
         return NULL;
     }
+    server->refs = 1;  // the caller's, until sk_server_stop
     server->handler = handler;
     server->context = context;
     server->limits = *options;
@@ -722,9 +774,9 @@ static bool stop_drained(sk_server *server) {
     return drained;
 }
 
-// Contract: exchanges still pending are answered here with 503 and freed before this returns; the Swift
-// side must not call sk_exchange_respond for them after that (a call racing with stop, before it
-// returns, is harmless: whichever answer comes first wins).
+// Contract: exchanges still pending are answered here with 503. The handler still answers (or abandons)
+// every exchange it was handed, before or after stop: its later answer is dropped, and the server struct
+// lives until the last of them.
 void sk_server_stop(sk_server *server) {
     if (!server) return;
     // No MHD_quiesce_daemon: in libmicrohttpd 0.9.75 with a thread pool and epoll it races with the
@@ -764,15 +816,15 @@ void sk_server_stop(sk_server *server) {
     MHD_stop_daemon(server->daemon);  // NOTIFY_COMPLETED runs for every remaining request
     close(server->listen_fd);
 
-    // What is left in `pending` was answered by us above; release the handler's ownership.
+    // What is left in `pending` was answered above; the handler still owns those exchanges and releases
+    // them with its (dropped) answer. The caller's ownership of the server ends here.
     pthread_mutex_lock(&server->lock);
     while (server->pending) {
         sk_exchange *exchange = server->pending;
         pending_unlink(server, exchange);
         pthread_mutex_lock(&exchange->lock);
-        exchange_release_locked(exchange);
+        if (exchange->handler_done) exchange_release_locked(exchange);
+        else pthread_mutex_unlock(&exchange->lock);
     }
-    pthread_mutex_unlock(&server->lock);
-    pthread_mutex_destroy(&server->lock);
-    free(server);
+    server_release_locked(server);
 }

@@ -101,9 +101,11 @@ private final class ServerHandle: Sendable {
                 return current
             })
         else { return false }
-        // Exchanges still pending are answered by sk_server_stop; late Swift answers must not touch them.
-        box.closeAll()
+        // Exchanges still pending are answered 503 by sk_server_stop; the ones claimed here will never be
+        // answered by their handlers, so they are given up (their late answers are dropped).
+        let abandoned = box.closeAll()
         sk_server_stop(raw.pointer)
+        for exchange in abandoned { exchange.abandon() }
         return true
     }
 }
@@ -129,6 +131,9 @@ private final class Exchange: Sendable {
     func claim() -> Bool {
         answered.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
     }
+
+    /// Gives the exchange up without an answer, after winning `claim()`.
+    func abandon() { sk_exchange_abandon(raw.pointer) }
 
     /// Sends the answer if nobody else has.
     func respond(_ response: HTTPResponse) {
@@ -200,14 +205,15 @@ private final class HandlerBox: Sendable {
 
     func finish(_ exchange: Exchange) { _ = pending.withLock { $0.open.removeValue(forKey: exchange.id) } }
 
-    /// Marks every pending exchange answered (the C server answers them 503 as it stops).
-    func closeAll() {
+    /// Claims every pending exchange (the C server answers them 503 as it stops); returns the ones won,
+    /// which the caller abandons once the server has stopped.
+    func closeAll() -> [Exchange] {
         sweeper.withLock { $0?.cancel() }
         let open = pending.withLock { state -> [Exchange] in
             defer { state.open.removeAll() }
             return Array(state.open.values)
         }
-        for exchange in open { _ = exchange.claim() }
+        return open.filter { $0.claim() }
     }
 }
 

@@ -8,7 +8,8 @@
 //   /defer         the same, answered at once from another thread (measures suspend/resume)
 //   /async         the same, answered 50 ms later from another thread
 //   /hold          answered 2 s later from another thread (client-gone-while-suspended checks)
-//   /never         never answered by the handler: sk_server_stop must answer it with 503
+//   /never         never answered by the handler: sk_server_stop must answer it with 503 (the harness
+//                  abandons it after stop, as it does every deferred answer still queued)
 //   /cross         answered from another thread while the handler is still running (joined before return)
 //   /slow          the handler blocks 300 ms, then answers inline (stop racing a running handler)
 //   /connections   the number of open connections, as text
@@ -91,12 +92,8 @@ static void *deferrer_main(void *argument) {
             pthread_cond_wait(&d->changed, &d->lock);
         }
     }
-    // Exchanges still queued are left unanswered: sk_server_stop answers them with 503.
-    while (d->queue) {
-        deferred *item = d->queue;
-        d->queue = item->next;
-        free(item);
-    }
+    // Exchanges still queued stay unanswered: sk_server_stop answers them with 503, then main abandons
+    // them (every exchange is answered or abandoned exactly once).
     pthread_mutex_unlock(&d->lock);
     return NULL;
 }
@@ -202,7 +199,7 @@ static void handle(void *context, sk_exchange *exchange, const sk_request *reque
     } else if (strcmp(path, "/hold") == 0) {
         defer_answer(&h->deferrer, exchange, 2000);
     } else if (strcmp(path, "/never") == 0) {
-        // left for sk_server_stop
+        defer_answer(&h->deferrer, exchange, 24L * 3600 * 1000);  // left for sk_server_stop
     } else if (strcmp(path, "/cross") == 0) {
         pthread_t thread;
         if (pthread_create(&thread, NULL, answer_from_thread, exchange) != 0) abort();
@@ -270,6 +267,13 @@ int main(int argc, char **argv) {
     pthread_mutex_unlock(&h.deferrer.lock);
     pthread_join(h.deferrer.thread, NULL);
     sk_server_stop(h.server);
+    // Answers that never came are given up; the server's memory goes with the last of them.
+    while (h.deferrer.queue) {
+        deferred *item = h.deferrer.queue;
+        h.deferrer.queue = item->next;
+        sk_exchange_abandon(item->exchange);
+        free(item);
+    }
     printf("STOPPED\n");
     fflush(stdout);
     return 0;

@@ -1,6 +1,7 @@
 import Foundation
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -187,18 +188,30 @@ struct HTTPServerLiveTests {
 
     @Test("Idle connections hold no thread: with many open, other clients and slow handlers are still answered")
     func idleConnections() async throws {
-        let server = try Self.server()
+        // A long idle timeout: with the whole suite in parallel, this task's sleeps can be delayed past the
+        // default 30 s, and the server would rightly close the idle connections meanwhile.
+        let server = try Self.server { $0.idleTimeout = 600 }
         defer { server.stop() }
         let idle = try (0..<300).map { _ in try RawClient(port: server.port) }
         defer { idle.forEach { $0.close() } }
         // Trickling clients: a request line that never completes.
         for client in idle.prefix(100) { client.send("GET /_emulator/v1/clo") }
         var opened = 0
+        var trace: [Int] = []
         // Up to ten seconds: a loaded machine (the whole suite in parallel) may be slow to accept.
         for _ in 0..<1_000 {
             opened = server.openConnections
+            if trace.count < 20 { trace.append(opened) }
             if opened >= 300 { break }
             try await Task.sleep(for: .milliseconds(10))
+        }
+        if opened < 300, let ss = ExternalTool.find("ss") {
+            // Diagnostics: the listen socket's queue, and who holds connections to the port.
+            let listen = try ExternalTool.run(ss, ["-ltnp", "sport = :\(server.port)"])
+            let established = try ExternalTool.run(ss, ["-tnp", "dport = :\(server.port)"])
+            Issue.record(
+                "not accepted (open connections over time: \(trace)): \(listen.stdoutText)\n\(established.stdoutText.split(separator: "\n").prefix(5).joined(separator: "\n"))"
+            )
         }
         #expect(opened >= 300)
         let port = server.port

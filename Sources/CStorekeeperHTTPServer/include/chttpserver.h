@@ -33,8 +33,8 @@ typedef struct sk_request {
 } sk_request;
 
 /// Called on a pool thread for each complete request. `request` and its strings are valid until the
-/// exchange is answered. Every exchange must be answered exactly once, even when the client has gone
-/// away meanwhile (the answer is then dropped and the exchange freed), unless sk_server_stop answered it.
+/// exchange is answered. Every exchange must be answered or abandoned exactly once, even when the client
+/// has gone away or the server stopped meanwhile (the answer is then dropped and the exchange freed).
 typedef void (*sk_handler)(void *context, sk_exchange *exchange, const sk_request *request);
 
 typedef struct sk_server_options {
@@ -81,12 +81,16 @@ uint16_t sk_server_port(const sk_server *server);
 void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8_t *body, size_t body_length,
                          const sk_header *headers, size_t header_count);
 
+/// Gives up an exchange without answering it (the client gets 503 unless sk_server_stop already answered).
+/// Like sk_exchange_respond it ends the handler's ownership, and may come after sk_server_stop.
+void sk_exchange_abandon(sk_exchange *exchange);
+
 /// Number of connections currently open (for tests and metrics).
 unsigned int sk_server_connections(const sk_server *server);
 
-/// Stops accepting, closes connections and frees the server. Exchanges not yet answered are answered
-/// with 503 first; the handler must not touch them after this returns. A respond call racing with stop
-/// (before it returns) is harmless: the first answer wins. Stop the threads that answer first.
+/// Stops accepting and closes connections. Exchanges not yet answered are answered with 503 first. The
+/// handler still answers (sk_exchange_respond) or abandons (sk_exchange_abandon) each exchange it was
+/// handed, during or after stop: the first answer wins, and the server's memory is freed after the last.
 void sk_server_stop(sk_server *server);
 
 #endif

@@ -1,5 +1,6 @@
 import Foundation
 import StoreModel
+import Synchronization
 
 /// Family Sharing. A purchase of a family-shareable non-consumable or auto-renewable subscription gives
 /// every other member of the buyer's family access: a transaction of their own (ownership
@@ -40,6 +41,8 @@ extension AppStore {
             }
             let family = Family(id: id, organizer: all[0], members: all)
             try store.save(family)
+            try store.setSetting(Setting.familiesExist, "1")
+            self.familiesExist.withLock { $0 = true }
             for account in accounts {
                 for bundle in self.apps.keys.sorted().map(BundleID.init) {
                     for subscription in try store.subscriptions(account: account.id, bundle: bundle)
@@ -118,7 +121,7 @@ extension AppStore {
         _ subscription: StoredSubscription, account: Account, notices: [Notice], in store: any EmulatorStore,
         now: Date
     ) throws {
-        guard
+        guard familiesExist.withLock({ $0 }),
             catalog.entry(subscription.state.productID.rawValue)?.familyShareable == true
                 || catalog.entry(subscription.state.autoRenewProductID.rawValue)?.familyShareable == true,
             let family = try store.family(member: account.id),
@@ -197,7 +200,8 @@ extension AppStore {
 
     /// Gives the other members of the buyer's family access to a family-shareable non-consumable.
     func shareOneTime(_ stored: StoredTransaction, account: Account, in store: any EmulatorStore, now: Date) throws {
-        guard stored.transaction.kind == .nonConsumable, stored.transaction.revocationDate == nil,
+        guard familiesExist.withLock({ $0 }), stored.transaction.kind == .nonConsumable,
+            stored.transaction.revocationDate == nil,
             catalog.entry(stored.transaction.productID.rawValue)?.familyShareable == true,
             let family = try store.family(member: account.id)
         else { return }
@@ -219,6 +223,7 @@ extension AppStore {
 
     /// Ends the access of every member to a refunded one-time purchase.
     func revokeShares(of source: TransactionID, in store: any EmulatorStore, now: Date) throws {
+        guard familiesExist.withLock({ $0 }) else { return }
         for share in try store.shares(source: source) where !share.revoked {
             try revoke(share, in: store, now: now)
         }

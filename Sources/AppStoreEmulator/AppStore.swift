@@ -63,6 +63,8 @@ public final class AppStore: Sendable {
     let notificationSettings: Mutex<[String: AppNotifications]>
     /// The keys that sign each app's promotional offers, by key id.
     let offerKeys: [String: [String: PublicKey]]
+    /// Whether any family was ever made: until then no change needs the family tables.
+    let familiesExist: Mutex<Bool>
 
     /// Renewals stop after this many in the sandbox, as Apple's sandbox does.
     public static let sandboxRenewalCap = 12
@@ -85,6 +87,7 @@ public final class AppStore: Sendable {
         static let clockOffset = "clockOffset"
         static let rate = "rate"
         static let productsNotForSale = "productsNotForSale"
+        static let familiesExist = "familiesExist"
         static func notifications(_ bundleID: String) -> String { "notifications.\(bundleID)" }
         /// A customer's refund request waiting for Apple's decision: its reason, or "" when there is none.
         static func refundRequest(_ transactionID: TransactionID) -> String {
@@ -122,7 +125,7 @@ public final class AppStore: Sendable {
         }
         self.storage = opened
         let configured = apps
-        let (clock, due, notForSale, notifications) = try await opened.write { store in
+        let (clock, due, notForSale, notifications, families) = try await opened.write { store in
             if let rate { try store.setSetting(Setting.rate, rate.name) }
             let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
             let offset = try store.setting(Setting.clockOffset).flatMap(TimeInterval.init) ?? 0
@@ -150,12 +153,15 @@ public final class AppStore: Sendable {
                     try store.schedule(DueEvent(kind: .notificationAttempt, key: lease.key, due: started))
                 }
             }
-            return (clock, try store.nextDue(), notForSale, notifications)
+            return (
+                clock, try store.nextDue(), notForSale, notifications, try store.setting(Setting.familiesExist) != nil
+            )
         }
         clockState = Mutex(clock)
         nextDue = Mutex(due)
         productsNotForSale = Mutex(notForSale)
         notificationSettings = Mutex(notifications)
+        familiesExist = Mutex(families)
     }
 
     deinit { scheduler.withLock { $0?.cancel() } }

@@ -15,10 +15,7 @@ extension AppStore {
         try await catchUp()
         let current = now
         return try await storage.write { store in
-            guard let stored = try store.transaction(TransactionID(transactionID)),
-                let account = try store.account(stored.accountID)
-            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
-            try Self.refuseFamilyShared(stored)
+            let (stored, account) = try self.purchaserTransaction(transactionID, in: store)
             guard stored.transaction.revocationDate == nil else {
                 throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
             }
@@ -58,9 +55,7 @@ extension AppStore {
         try await catchUp()
         let current = now
         return try await storage.write { store in
-            guard let stored = try store.transaction(TransactionID(transactionID)),
-                let account = try store.account(stored.accountID)
-            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+            let (stored, account) = try self.purchaserTransaction(transactionID, in: store)
             let key = Setting.refundRequest(stored.id)
             guard !(try store.setting(key) ?? "").isEmpty else {
                 throw EmulatorError.invalid(
@@ -82,6 +77,17 @@ extension AppStore {
         }
     }
 
+    /// The transaction and its account, when the account bought it (not a family member's access).
+    func purchaserTransaction(_ transactionID: String, in store: any EmulatorStore) throws -> (
+        StoredTransaction, Account
+    ) {
+        guard let stored = try store.transaction(TransactionID(transactionID)),
+            let account = try store.account(stored.accountID)
+        else { throw EmulatorError.notFound("no transaction \(transactionID)") }
+        try Self.refuseFamilyShared(stored)
+        return (stored, account)
+    }
+
     /// Reverses a granted refund (REFUND_REVERSED): subscriptions through the engine (they keep their
     /// renewal date), other products by clearing their revocation.
     public func reverseRefund(transactionID: String) async throws -> (
@@ -90,10 +96,8 @@ extension AppStore {
         try await catchUp()
         let current = now
         return try await storage.write { store in
-            guard var stored = try store.transaction(TransactionID(transactionID)),
-                let account = try store.account(stored.accountID)
-            else { throw EmulatorError.notFound("no transaction \(transactionID)") }
-            try Self.refuseFamilyShared(stored)
+            let (found, account) = try self.purchaserTransaction(transactionID, in: store)
+            var stored = found
             if stored.transaction.kind == .autoRenewable {
                 return try self.subscriptionVerb(.refundReversed, transactionID: transactionID, in: store, now: current)
             }

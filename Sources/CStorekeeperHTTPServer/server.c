@@ -595,22 +595,25 @@ void sk_exchange_respond(sk_exchange *exchange, unsigned int status, const uint8
     handler_done_locked(server, exchange);  // the handler's ownership ends here
 }
 
+// Answers 503 "server_stopping" unless answered already; called with exchange->lock held.
+static void answer_stopping_locked(sk_exchange *exchange) {
+    if (exchange->answered) return;
+    exchange->answered = true;
+    if (exchange->connection_gone) return;
+    exchange->response = error_response(&error_stopping, true);
+    exchange->status = error_stopping.status;
+    exchange->response_failed = exchange->response == NULL;
+    if (exchange->suspended) {
+        exchange->suspended = false;
+        MHD_resume_connection(exchange->connection);
+    }
+}
+
 void sk_exchange_abandon(sk_exchange *exchange) {
     sk_server *server = exchange->server;
     pthread_mutex_lock(&server->lock);
     pthread_mutex_lock(&exchange->lock);
-    if (!exchange->answered) {
-        exchange->answered = true;
-        if (!exchange->connection_gone) {
-            exchange->response = error_response(&error_stopping, true);
-            exchange->status = error_stopping.status;
-            exchange->response_failed = exchange->response == NULL;
-            if (exchange->suspended) {
-                exchange->suspended = false;
-                MHD_resume_connection(exchange->connection);
-            }
-        }
-    }
+    answer_stopping_locked(exchange);
     handler_done_locked(server, exchange);
 }
 
@@ -787,18 +790,7 @@ void sk_server_stop(sk_server *server) {
     server->stopping = true;  // requests completing from now on get 503 without reaching the handler
     for (sk_exchange *exchange = server->pending; exchange; exchange = exchange->next) {
         pthread_mutex_lock(&exchange->lock);
-        if (!exchange->answered) {
-            exchange->answered = true;
-            if (!exchange->connection_gone) {
-                exchange->response = error_response(&error_stopping, true);
-                exchange->status = error_stopping.status;
-                exchange->response_failed = exchange->response == NULL;
-                if (exchange->suspended) {
-                    exchange->suspended = false;
-                    MHD_resume_connection(exchange->connection);
-                }
-            }
-        }
+        answer_stopping_locked(exchange);
         pthread_mutex_unlock(&exchange->lock);
     }
     pthread_mutex_unlock(&server->lock);

@@ -70,14 +70,7 @@ struct NotificationStoryInteropTests {
             kill(receiver.processIdentifier, SIGKILL)
             receiver.waitUntilExit()
         }
-        var portLine: [UInt8] = []
-        while !portLine.contains(UInt8(ascii: "\n")) {
-            let chunk = receiverOutput.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            portLine += chunk
-        }
-        let port = try #require(
-            Int(String(decoding: portLine, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let port = try #require(Int(receiverOutput.firstLine().trimmingCharacters(in: .whitespacesAndNewlines)))
         let url = "http://127.0.0.1:\(port)/notifications"
         for (bundle, version) in [("com.example.storekeeper", "2"), ("com.example.v1", "1")] {
             _ = Self.run([

@@ -196,6 +196,19 @@ extension AppStore {
         return (stored, nil)
     }
 
+    /// A transaction and, for a subscription, its state now (`GET /_emulator/v1/transactions/{id}`).
+    public func transactionAndSubscription(_ id: String) async throws -> (
+        transaction: StoredTransaction, subscription: SubscriptionState?
+    ) {
+        try await catchUp()
+        return try await storage.read { store in
+            guard let stored = try store.transaction(TransactionID(id)) else {
+                throw EmulatorError.notFound("no transaction \(id)")
+            }
+            return (stored, try store.subscription(stored.transaction.originalID)?.state)
+        }
+    }
+
     /// A subscription's state now, by any of its transaction ids.
     public func subscriptionState(originalTransactionID id: String) async throws -> SubscriptionState? {
         try await storage.read { store in

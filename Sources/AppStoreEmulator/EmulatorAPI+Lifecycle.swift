@@ -72,6 +72,11 @@ extension AppStore {
                     try await store.refund(
                         transactionID: try context.parameter("transaction"), reason: reason.revocationReason))
             })
+        router.get(
+            base + "/transactions/{transaction}",
+            guarded { _, context in
+                try await answer(try await store.transactionAndSubscription(try context.parameter("transaction")))
+            })
         router.post(
             base + "/transactions/{transaction}/refund-reversal",
             guarded { request, context in

@@ -4,19 +4,27 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCrypto
+import StorekeeperHTTP
 import StorekeeperJSON
-import SubscriptionLifecycle
 import Synchronization
 
 /// `storekeeper appstore scenario run FILE…`: declarative lifecycle stories run against an embedded emulator
-/// (in memory, a fixed start date, identifiers from a seed), each expectation checked against the
-/// notifications the emulator wrote (verified with its root) and the subscription's state.
+/// (in memory, a fixed start date, identifiers from a seed) or a running one (`--url`), each step a route of
+/// the control plane, each expectation checked against the notifications the emulator wrote (verified with
+/// its root) and the subscription's state.
 enum ScenarioCommands {
     static let runSpec = Arguments.Spec(
         command: "storekeeper appstore scenario run",
         abstract: "Run lifecycle scenario files against an embedded emulator and report each expectation.",
         positionals: [("file ...", "Scenario files (JSON); several may be given.")],
-        options: [.init(name: "format", valueName: "text|json", help: "The report (default: text).")],
+        options: [
+            .init(name: "format", valueName: "text|json", help: "The report (default: text)."),
+            .init(
+                name: "url", valueName: "url",
+                help: "Run against this running emulator instead of an embedded one (it needs a notification URL set)."),
+            AppStoreCommands.tokenOption, AppStoreCommands.bundleOption,
+        ],
         discussion: """
             A scenario: {"name", "seed"?, "environment"?: "Sandbox"|"Production", "storekit"?: file, \
             "steps": [...]}. Steps: {"buy": productId}, {"advance": "P1M"}, {"billing": {"retryOnRenewal", \
@@ -25,7 +33,8 @@ enum ScenarioCommands {
             {"priceConsent": bool}, {"availability": {"product", "forSale"}}, and {"expect": {"notifications": \
             ["TYPE/SUBTYPE", ...] (exactly those written since the last expect, in order), "status": 1-5, \
             "autoRenew": bool, "expirationIntent": 1-5, "productId": id, "entitled": bool}}. Exit 0 when every \
-            expectation holds, 1 otherwise. See examples/scenarios/.
+            expectation holds, 1 otherwise. With --url, the steps go to a running emulator (its clock, its \
+            notification settings: expectations on notifications need a receiver URL set). See examples/scenarios/.
             """)
 
     /// What a scenario file holds.
@@ -58,7 +67,25 @@ enum ScenarioCommands {
         defer { try? FileManager.default.removeItem(at: directory) }
         for path in paths {
             let scenario = try load(path)
-            let outcome = try blocking { try await run(scenario, directory: directory) }
+            let outcome: (passed: Bool, lines: [String])
+            if let url = arguments.value("url") {
+                guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
+                    throw UsageError("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
+                }
+                let target = remote(
+                    base: url,
+                    token: arguments.value("token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"],
+                    bundleID: arguments.value("bundle-id") ?? ProcessInfo.processInfo.environment[
+                        "STOREKEEPER_BUNDLE_ID"]
+                        ?? DefaultCatalog.bundleID)
+                outcome = try blocking { try await run(scenario, target: target) }
+            } else {
+                outcome = try blocking {
+                    let (target, store) = try await embedded(scenario, directory: directory)
+                    defer { store.close() }
+                    return try await run(scenario, target: target)
+                }
+            }
             failed = failed || !outcome.passed
             if format == "json" {
                 reports.append(
@@ -121,8 +148,33 @@ enum ScenarioCommands {
 
     static let start = Date(timeIntervalSince1970: 1_767_225_600)  // 2026-01-01T00:00:00Z
 
-    /// Runs one scenario; every step and expectation becomes a report line.
-    static func run(_ scenario: Scenario, directory: URL) async throws -> (passed: Bool, lines: [String]) {
+    /// Where the steps go: an emulator's control plane, in-process (its responder, no socket) or at `--url`.
+    /// One path for both: every step is a route of `/_emulator/v1`.
+    struct Target: Sendable {
+        let send: @Sendable (String, String, JSONObject?) async throws -> (Int, JSONValue)
+        let bundleID: String
+
+        /// The answer of a route that succeeded; a refusal is thrown with the emulator's message.
+        @discardableResult
+        func call(_ method: String, _ path: String, _ body: JSONObject? = nil) async throws -> JSONValue {
+            let (status, answer) = try await send(method, path, body)
+            guard (200..<300).contains(status) else {
+                throw Refused(message: answer["error"]?["message"]?.stringValue ?? "HTTP \(status)")
+            }
+            return answer
+        }
+    }
+
+    /// A step the emulator refused.
+    struct Refused: Error { let message: String }
+
+    static func parse(_ body: [UInt8]) -> JSONValue {
+        body.isEmpty ? .null : ((try? JSONParser.parse(body)) ?? .string(String(decoding: body, as: UTF8.self)))
+    }
+
+    /// An emulator of the run's own: in memory, from a fixed date, identifiers from the scenario's seed;
+    /// notifications are written (and read back from the history) for a receiver that is nobody.
+    static func embedded(_ scenario: Scenario, directory: URL) async throws -> (Target, AppStore) {
         let bytes = SeededBytes(seed: scenario.seed)
         let bundleID = DefaultCatalog.bundleID
         let store = try await AppStore(
@@ -130,22 +182,89 @@ enum ScenarioCommands {
             apps: [AppConfiguration(bundleID: bundleID)], dataDirectory: directory,
             rate: .monthlyRenewalEveryFiveMinutes, storage: InMemoryEmulatorStorage(), realNow: { start },
             randomBytes: { bytes.next($0) })
-        defer { store.close() }
-        // Notifications are written to the outbox (and read back from its history); the receiver is nobody.
         let nobody = "http://127.0.0.1:9/scenario"
         try await store.setNotifications(
             bundleID: bundleID, AppNotifications(productionURLs: [nobody], sandboxURLs: [nobody], retrySchedule: []))
+        let responder = store.responder()
+        let target = Target(
+            send: { method, path, body in
+                var headers: [(name: String, value: String)] = [("Host", "127.0.0.1:8080")]
+                if method != "GET" { headers.append(("Content-Type", "application/json")) }
+                let response = await responder.respond(
+                    to: HTTPRequest(
+                        method: method, target: path, headers: headers,
+                        body: body.map { JSONWriter.bytes(.object($0)) } ?? []))
+                return (response.status, parse(response.body))
+            }, bundleID: bundleID)
+        return (target, store)
+    }
+
+    /// A running emulator at `base` (`--url`, with `--token`).
+    static func remote(base: String, token: String?, bundleID: String) -> Target {
+        Target(
+            send: { method, path, body in
+                var headers: [(name: String, value: String)] = [("Accept", "application/json")]
+                if method != "GET" { headers.append(("Content-Type", "application/json")) }
+                if let token { headers.append(("Authorization", "Bearer " + token)) }
+                do {
+                    let response = try await HTTPClient(timeout: .seconds(60)).send(
+                        method, base + path, headers: headers, body: body.map { JSONWriter.bytes(.object($0)) } ?? [])
+                    return (response.status, parse(response.body))
+                } catch let error as HTTPClientError {
+                    throw UnavailableError("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
+                }
+            }, bundleID: bundleID)
+    }
+
+    /// A customer: an account in the scenario's environment, a device, the app installed.
+    static func customer(_ target: Target, _ environment: Environment) async throws -> (account: String, device: String)
+    {
+        let account = try await target.call(
+            "POST", "/_emulator/v1/accounts",
+            ["environment": .string(environment.rawValue), "storefront": .string("USA")])
+        let accountID = account["accountId"]?.stringValue ?? ""
+        let device = try await target.call("POST", "/_emulator/v1/devices", ["accountId": .string(accountID)])
+        let deviceID = device["deviceId"]?.stringValue ?? ""
+        try await target.call("POST", "/_emulator/v1/devices/\(deviceID)/apps/\(target.bundleID)/install", [:])
+        return (accountID, deviceID)
+    }
+
+    /// The routes behind the subscription verbs, and the member of the body each takes (nil: none).
+    static let verbRoutes: [String: (route: String, member: String?)] = [
+        "autoRenew": ("auto-renew", "enabled"), "expire": ("expire", nil), "renew": ("renew", nil),
+        "refundReversal": ("refund-reversal", nil), "resolveIssue": ("resolve-issue", nil),
+        "priceConsent": ("price-consent", "consent"), "refund": ("refund", "reason"),
+        "refundRequest": ("refund-request", "reason"), "refundDecision": ("refund-decision", "approved"),
+    ]
+
+    static var subscriptionVerbs: Set<String> { Set(verbRoutes.keys) }
+
+    /// Runs one scenario; every step and expectation becomes a report line.
+    static func run(_ scenario: Scenario, target: Target) async throws -> (passed: Bool, lines: [String]) {
+        let certificates = try await target.call("GET", "/_emulator/v1/certificates")
+        guard let rootText = certificates["jwsRoot"]?.stringValue, let rootDER = Data(base64Encoded: rootText) else {
+            throw RuntimeError("the emulator did not give its JWS root")
+        }
         let verifier = try SignedDataVerifier(
-            SignedDataVerifier.Configuration(trustedRoots: [store.pki.signedData.root]))
-        let account = try await store.createAccount(environment: scenario.environment, storefront: "USA")
-        let device = try await store.createDevice(accountID: account.id, deviceID: nil)
-        _ = try await store.install(deviceID: device.id.rawValue, bundleID: bundleID, version: "1")
+            SignedDataVerifier.Configuration(trustedRoots: [try Certificate(derEncoded: Array(rootDER))]))
+        let app = "/_emulator/v1/devices/{device}/apps/\(target.bundleID)"
+        let buyer = try await customer(target, scenario.environment)
+        // A running emulator writes other customers' notifications too: the scenario's are those of its own
+        // purchases (their original transactions) and of its family members' access.
+        var ours: Set<String> = []
+        var seen = 0
         var lines: [String] = []
         var passed = true
-        var seen = 0
         var subscription: String?
         var members: [String: (account: String, device: String)] = [:]
         var familyID: String?
+        func entitledProducts(_ device: String) async throws -> [String] {
+            let answer = try await target.call(
+                "GET", app.replacingOccurrences(of: "{device}", with: device) + "/entitlements")
+            return (answer["signedTransactions"]?.arrayValue ?? []).compactMap {
+                $0.stringValue.flatMap { try? CompactJWS($0).payload["productId"]?.stringValue }
+            }
+        }
         for (index, step) in scenario.steps.enumerated() {
             let number = index + 1
             let (verb, value) = (step.members[0].key, step.members[0].value)
@@ -153,117 +272,130 @@ enum ScenarioCommands {
                 switch verb {
                 case "buy":
                     // A product id, or {"product", "offerCode"?, "winBackOfferId"?}.
-                    var offer: OfferRequest?
-                    if let code = value["offerCode"]?.stringValue { offer = .code(code) }
-                    if let id = value["winBackOfferId"]?.stringValue { offer = .winBack(id) }
                     guard let product = value.stringValue ?? value["product"]?.stringValue else {
                         throw ScenarioError(
                             "buy takes a product id, or {\"product\", \"offerCode\" or \"winBackOfferId\"}")
                     }
-                    let outcome = try await store.pay(
-                        deviceID: device.id.rawValue, bundleID: bundleID, productID: product, quantity: 1,
-                        applicationUsername: nil, appAccountToken: nil, offer: offer)
-                    if case .purchased(let stored, _) = outcome, stored.transaction.kind == .autoRenewable {
-                        subscription = stored.transaction.originalID.rawValue
+                    var body: JSONObject = ["productId": .string(product)]
+                    var with = ""
+                    if let code = value["offerCode"]?.stringValue {
+                        body["offerCode"] = .string(code)
+                        with = " with offer code \(code)"
                     }
-                    let with: String =
-                        switch offer {
-                        case .code(let code)?: " with offer code \(code)"
-                        case .winBack(let id)?: " with win-back offer \(id)"
-                        default: ""
-                        }
+                    if let id = value["winBackOfferId"]?.stringValue {
+                        body["winBackOfferId"] = .string(id)
+                        with = " with win-back offer \(id)"
+                    }
+                    let answer = try await target.call(
+                        "POST", app.replacingOccurrences(of: "{device}", with: buyer.device) + "/payments", body)
+                    if let jws = answer["jwsRepresentation"]?.stringValue,
+                        let payload = try? CompactJWS(jws).payload,
+                        payload["type"]?.stringValue == ProductKind.autoRenewable.rawValue
+                    {
+                        subscription = payload["originalTransactionId"]?.stringValue
+                    }
+                    if let jws = answer["jwsRepresentation"]?.stringValue,
+                        let original = (try? CompactJWS(jws).payload)?["originalTransactionId"]?.stringValue
+                    {
+                        ours.insert(original)
+                    }
                     lines.append("\(number). buy \(product)\(with)")
                 case "advance":
-                    guard let text = value.stringValue, let period = StorePeriod(text) else {
+                    guard let text = value.stringValue, StorePeriod(text) != nil else {
                         throw ScenarioError("advance takes an ISO 8601 duration such as P1M")
                     }
-                    let change = try await store.setClock(advance: period, rate: nil)
+                    let answer = try await target.call("POST", "/_emulator/v1/clock", ["advance": .string(text)])
                     lines.append(
-                        "\(number). advance \(text): \(change.ran.renewals) renewals, \(change.ran.expirations) expirations"
-                    )
+                        "\(number). advance \(text): \(answer["ran"]?["renewals"]?.int64Value ?? 0) renewals, "
+                            + "\(answer["ran"]?["expirations"]?.int64Value ?? 0) expirations")
                 case "billing":
-                    _ = try await store.configureBilling(
-                        account.id.rawValue, retryOnRenewal: value["retryOnRenewal"]?.boolValue,
-                        gracePeriod: value["gracePeriod"]?.boolValue)
+                    var body = JSONObject()
+                    if let retry = value["retryOnRenewal"]?.boolValue { body["billingRetryOnRenewal"] = .bool(retry) }
+                    if let grace = value["gracePeriod"]?.boolValue { body["billingGracePeriod"] = .bool(grace) }
+                    try await target.call("POST", "/_emulator/v1/accounts/\(buyer.account)/settings", body)
                     lines.append("\(number). billing \(JSONWriter.string(value))")
                 case "priceIncrease":
                     guard let product = value["product"]?.stringValue else {
                         throw ScenarioError("priceIncrease takes {\"product\", \"requiresConsent\"}")
                     }
-                    _ = try await store.announcePriceIncrease(
-                        productID: product, requiresConsent: value["requiresConsent"]?.boolValue ?? true)
+                    try await target.call(
+                        "POST", "/_emulator/v1/products/\(product)/price-increase",
+                        ["requiresConsent": .bool(value["requiresConsent"]?.boolValue ?? true)])
                     lines.append("\(number). price increase for \(product)")
                 case "availability":
                     guard let product = value["product"]?.stringValue, let forSale = value["forSale"]?.boolValue else {
                         throw ScenarioError("availability takes {\"product\", \"forSale\"}")
                     }
-                    try await store.setAvailability(productID: product, forSale: forSale)
+                    try await target.call(
+                        "POST", "/_emulator/v1/products/\(product)/availability", ["forSale": .bool(forSale)])
                     lines.append("\(number). \(product) \(forSale ? "back on sale" : "off sale")")
                 case "family":
                     guard let names = value.arrayValue?.compactMap(\.stringValue), !names.isEmpty,
                         names.count == value.arrayValue?.count
                     else { throw ScenarioError("family takes the names of the other members, e.g. [\"sister\"]") }
-                    var ids: [String] = []
-                    for name in names {
-                        if members[name] == nil {
-                            let other = try await store.createAccount(
-                                environment: scenario.environment, storefront: "USA")
-                            let otherDevice = try await store.createDevice(accountID: other.id, deviceID: nil)
-                            _ = try await store.install(
-                                deviceID: otherDevice.id.rawValue, bundleID: bundleID, version: "1")
-                            members[name] = (other.id.rawValue, otherDevice.id.rawValue)
-                        }
-                        ids.append(members[name]!.account)
+                    for name in names where members[name] == nil {
+                        members[name] = try await customer(target, scenario.environment)
                     }
-                    familyID = try await store.createFamily(organizer: account.id.rawValue, members: ids).id
+                    let family = try await target.call(
+                        "POST", "/_emulator/v1/families",
+                        [
+                            "organizer": .string(buyer.account),
+                            "members": .array(names.compactMap { members[$0].map { .string($0.account) } }),
+                        ])
+                    familyID = family["familyId"]?.stringValue
                     lines.append("\(number). family with \(names.joined(separator: ", "))")
                 case "familyLeave":
                     guard let name = value.stringValue, let member = members[name], let familyID else {
                         throw ScenarioError("familyLeave takes the name of a member of the family")
                     }
-                    _ = try await store.removeFamilyMember(familyID: familyID, accountID: member.account)
+                    try await target.call("DELETE", "/_emulator/v1/families/\(familyID)/members/\(member.account)")
                     lines.append("\(number). \(name) leaves the family")
                 case "expect":
                     guard let expected = value.objectValue else { throw ScenarioError("expect takes an object") }
-                    let history = try await notices(store, bundleID, scenario.environment, verifier)
+                    for member in members.values {
+                        let queue = try await target.call(
+                            "GET", app.replacingOccurrences(of: "{device}", with: member.device) + "/transactions")
+                        for entry in queue["transactions"]?.arrayValue ?? [] {
+                            if let original = entry["originalTransactionIdentifier"]?.stringValue {
+                                ours.insert(original)
+                            }
+                        }
+                    }
+                    let history = try await notices(target, scenario.environment, verifier).filter {
+                        $0.original.map(ours.contains) ?? false
+                    }.map(\.name)
                     let fresh = Array(history.dropFirst(seen))
                     seen = history.count
                     var problems: [String] = []
                     if let list = expected["notifications"]?.arrayValue ?? expected["notification"].map({ [$0] }) {
                         let names = list.compactMap(\.stringValue)
-                        let got = fresh.map(\.name)
-                        if names != got { problems.append("notifications \(got), expected \(names)") }
+                        if names != fresh { problems.append("notifications \(fresh), expected \(names)") }
                     }
-                    let state = try await currentState(store, subscription)
-                    if let status = expected["status"]?.int64Value, state?.status.rawValue != status {
-                        problems.append(
-                            "status \(state.map { String($0.status.rawValue) } ?? "none"), expected \(status)")
+                    let state = try await subscription.asyncMap { original in
+                        try await target.call("GET", "/_emulator/v1/transactions/\(original)")["subscription"]
+                    }.flatMap { $0 }
+                    func compare(_ name: String, _ actual: JSONValue?, as key: String) {
+                        guard let wanted = expected[name] else { return }
+                        if actual != wanted {
+                            problems.append(
+                                "\(name) \(actual.map { JSONWriter.string($0) } ?? "none"), expected \(JSONWriter.string(wanted))"
+                            )
+                        }
                     }
-                    if let autoRenew = expected["autoRenew"]?.boolValue, state?.autoRenew != autoRenew {
-                        problems.append(
-                            "autoRenew \(state.map { String($0.autoRenew) } ?? "none"), expected \(autoRenew)")
-                    }
-                    if let intent = expected["expirationIntent"]?.int64Value,
-                        state?.expirationIntent?.rawValue != intent
-                    {
-                        problems.append(
-                            "expirationIntent \(state?.expirationIntent.map { String($0.rawValue) } ?? "none"), expected \(intent)"
-                        )
-                    }
-                    if let product = expected["productId"]?.stringValue, state?.productID.rawValue != product {
-                        problems.append("productId \(state?.productID.rawValue ?? "none"), expected \(product)")
-                    }
+                    compare("status", state?["status"], as: "status")
+                    compare("autoRenew", state?["autoRenew"], as: "autoRenew")
+                    compare("expirationIntent", state?["expirationIntent"], as: "expirationIntent")
+                    compare("productId", state?["productId"], as: "productId")
                     if let entitled = expected["entitled"]?.boolValue {
-                        let signed = try await store.entitlements(deviceID: device.id.rawValue, bundleID: bundleID)
-                        let products = signed.compactMap { try? CompactJWS($0).payload["productId"]?.stringValue }
-                        let has = state.map { products.contains($0.productID.rawValue) } ?? !products.isEmpty
+                        let products = try await entitledProducts(buyer.device)
+                        let has = state?["productId"]?.stringValue.map { products.contains($0) } ?? !products.isEmpty
                         if has != entitled { problems.append("entitled \(has), expected \(entitled)") }
                     }
                     for (name, wanted) in expected["memberEntitled"]?.objectValue?.members ?? [] {
                         guard let member = members[name], let entitled = wanted.boolValue else {
                             throw ScenarioError("memberEntitled names family members with true or false")
                         }
-                        let has = !(try await store.entitlements(deviceID: member.device, bundleID: bundleID)).isEmpty
+                        let has = !(try await entitledProducts(member.device)).isEmpty
                         if has != entitled { problems.append("\(name) entitled \(has), expected \(entitled)") }
                     }
                     if problems.isEmpty {
@@ -273,64 +405,31 @@ enum ScenarioCommands {
                         lines.append("\(number). ✘ \(problems.joined(separator: "; "))")
                     }
                 default:
-                    guard Self.subscriptionVerbs.contains(verb) else {
+                    guard let (route, member) = verbRoutes[verb] else {
                         throw ScenarioError(
                             "unknown step '\(verb)' (known: buy, advance, billing, priceIncrease, availability, family, familyLeave, "
-                                + "expect, "
-                                + Self.subscriptionVerbs.sorted().joined(separator: ", ") + ")")
+                                + "expect, " + verbRoutes.keys.sorted().joined(separator: ", ") + ")")
                     }
                     guard let original = subscription else {
                         throw ScenarioError("'\(verb)' needs a subscription: buy one first")
                     }
-                    let event: LifecycleEvent
-                    switch verb {
-                    case "autoRenew":
-                        guard let enabled = value.boolValue else {
-                            throw ScenarioError("autoRenew takes true or false")
+                    var body = JSONObject()
+                    if let member {
+                        switch value {
+                        case .bool, .string: body[member] = value
+                        default: throw ScenarioError("\(verb) takes true or false, or a reason")
                         }
-                        event = .setAutoRenew(enabled)
-                    case "expire": event = .expireNow
-                    case "renew": event = .forceRenewal
-                    case "refundReversal": event = .refundReversed
-                    case "resolveIssue": event = .billingRecovered
-                    case "priceConsent":
-                        guard let consent = value.boolValue else {
-                            throw ScenarioError("priceConsent takes true or false")
-                        }
-                        event = .priceConsent(consent)
-                    case "refundRequest":
-                        let reason = ConsumptionRequestReason(rawValue: value.stringValue ?? "OTHER")
-                        guard let reason else {
-                            throw ScenarioError(
-                                "refundRequest takes a reason: "
-                                    + ConsumptionRequestReason.allCases.map(\.rawValue).joined(separator: ", "))
-                        }
-                        _ = try await store.requestRefund(transactionID: original, reason: reason)
-                        lines.append("\(number). refund request (\(reason.rawValue))")
-                        continue
-                    case "refundDecision":
-                        guard let approved = value.boolValue else {
-                            throw ScenarioError("refundDecision takes true (approved) or false (declined)")
-                        }
-                        _ = try await store.decideRefund(transactionID: original, approved: approved, reason: .other)
-                        lines.append("\(number). refund \(approved ? "approved" : "declined")")
-                        continue
-                    case "refund":
-                        _ = try await store.refund(
-                            transactionID: original, reason: value.stringValue == "APP_ISSUE" ? .appIssue : .other)
-                        lines.append("\(number). refund")
-                        continue
-                    default:
-                        throw ScenarioError("unknown step '\(verb)'")
                     }
-                    _ = try await store.subscriptionVerb(event, transactionID: original)
+                    // `"expire": true` and the like take no body; a reason defaults to the emulator's.
+                    if member == "reason", value.stringValue == nil { body = [:] }
+                    try await target.call("POST", "/_emulator/v1/transactions/\(original)/\(route)", body)
                     lines.append("\(number). \(verb) \(JSONWriter.string(value))")
                 }
             } catch let error as ScenarioError {
                 passed = false
                 lines.append("\(number). ✘ \(error.message)")
                 break
-            } catch let error as EmulatorError {
+            } catch let error as Refused {
                 passed = false
                 lines.append("\(number). ✘ \(verb) was refused: \(error.message)")
                 break
@@ -339,28 +438,25 @@ enum ScenarioCommands {
         return (passed, lines)
     }
 
-    static let subscriptionVerbs: Set<String> = [
-        "autoRenew", "expire", "renew", "refundReversal", "resolveIssue", "priceConsent", "refund", "refundRequest",
-        "refundDecision",
-    ]
-
     struct ScenarioError: Error {
         let message: String
         init(_ message: String) { self.message = message }
     }
 
-    /// The notifications written so far, verified: their names and the state they carry.
-    static func notices(
-        _ store: AppStore, _ bundleID: String, _ environment: Environment, _ verifier: SignedDataVerifier
-    ) async throws -> [(name: String, status: Int64?)] {
-        var result: [(String, Int64?)] = []
-        var after: Int64?
-        while true {
-            let page = try await store.notificationHistory(
-                bundleID: bundleID, environment: environment, from: .distantPast, to: .distantFuture, after: after,
-                limit: 500)
-            for entry in page {
-                guard let signed = entry.notification.signedPayload else { continue }
+    /// The app's notifications in `environment` written so far, verified: their type/subtype names and the
+    /// original transaction they are about.
+    static func notices(_ target: Target, _ environment: Environment, _ verifier: SignedDataVerifier) async throws
+        -> [(name: String, original: String?)]
+    {
+        var result: [(name: String, original: String?)] = []
+        var after: String?
+        for _ in 0..<1_000 {
+            var path = "/_emulator/v1/apps/\(target.bundleID)/notifications/history?environment=\(environment.rawValue)"
+            if let after { path += "&after=\(after)" }
+            let page = try await target.call("GET", path)
+            let entries = page["notificationHistory"]?.arrayValue ?? []
+            for entry in entries {
+                guard let signed = entry["signedPayload"]?.stringValue else { continue }
                 let verified = verifier.verify(signed, as: .notification, now: start.addingTimeInterval(1))
                 let payload = verified.payload ?? [:]
                 let type = payload["notificationType"]?.stringValue ?? "?"
@@ -368,17 +464,19 @@ enum ScenarioCommands {
                 result.append(
                     (
                         verified.isOK ? name : "\(name) (\(verified.status.rawValue))",
-                        payload["data"]?["status"]?.int64Value
+                        payload["data"]?["transactionInfo"]?["originalTransactionId"]?.stringValue
                     ))
             }
-            guard page.count == 500, let last = page.last else { break }
-            after = last.position
+            guard page["hasMore"]?.boolValue == true, let next = page["after"]?.stringValue else { break }
+            after = next
         }
         return result
     }
+}
 
-    static func currentState(_ store: AppStore, _ original: String?) async throws -> SubscriptionState? {
-        guard let original else { return nil }
-        return try await store.subscriptionState(originalTransactionID: original)
+extension Optional {
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let value = self else { return nil }
+        return try await transform(value)
     }
 }

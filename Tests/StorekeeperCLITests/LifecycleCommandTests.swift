@@ -264,6 +264,34 @@ struct ScenarioTests {
         #expect(reports.allSatisfy { $0["passed"] == .bool(true) })
     }
 
+    @Test(
+        "--url runs scenarios against a running emulator: only the scenario's notifications count; unreachable is 69",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func remote() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let (emulator, base, _) = try AppStoreServeTests.start(
+            binary: binary, data: try ExternalTool.temporaryDirectory())
+        defer {
+            emulator.terminate()
+            emulator.waitUntilExit()
+        }
+        let set = CapturedConsole.run(
+            ["appstore", "notifications", "set", "--url", base, "--sandbox-url", "http://127.0.0.1:9/nobody"])
+        #expect(set.status == 0, "\(set.stderr)")
+        // Two runs: the second shares the emulator with the first one's customers and notifications.
+        let files = ["family-sharing.json", "refund-request-declined.json", "upgrade.json"].map {
+            Self.examples.appendingPathComponent($0).path
+        }
+        for _ in 0..<2 {
+            let run = CapturedConsole.run(["appstore", "scenario", "run", "--url", base, "--format", "json"] + files)
+            #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+            let reports = try #require(try JSONParser.parse(run.stdout).arrayValue)
+            #expect(reports.count == 3 && reports.allSatisfy { $0["passed"] == .bool(true) }, "\(run.stdout)")
+        }
+        let unreachable = CapturedConsole.run(["appstore", "scenario", "run", "--url", "http://127.0.0.1:9"] + files)
+        #expect(unreachable.status == 69, "\(unreachable.stderr)")
+    }
+
     @Test("A wrong expectation, an unknown step and a refused verb fail with exit 1 and say why")
     func failures() throws {
         let directory = try ExternalTool.temporaryDirectory()

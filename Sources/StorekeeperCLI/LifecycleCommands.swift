@@ -1,6 +1,7 @@
 import AppStoreEmulator
 import AppStoreSignedData
 import Foundation
+import StoreModel
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -53,12 +54,7 @@ enum LifecycleCommands {
 
     static func refund(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         var body = JSONObject()
-        if let reason = arguments.value("reason") {
-            guard ["OTHER", "APP_ISSUE"].contains(reason) else {
-                throw UsageError("'\(reason)' is not a refund reason (one of OTHER, APP_ISSUE)")
-            }
-            body["reason"] = .string(reason)
-        }
+        body["reason"] = try reason(arguments, among: refundReasons, what: "a refund reason").map(JSONValue.string)
         return try AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund", body)
     }
@@ -75,14 +71,9 @@ enum LifecycleCommands {
 
     static func refundRequest(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         var body = JSONObject()
-        if let reason = arguments.value("reason") {
-            let reasons = ["UNINTENDED_PURCHASE", "FULFILLMENT_ISSUE", "UNSATISFIED_WITH_PURCHASE", "LEGAL", "OTHER"]
-            guard reasons.contains(reason) else {
-                throw UsageError(
-                    "'\(reason)' is not a refund request reason (one of \(reasons.joined(separator: ", ")))")
-            }
-            body["reason"] = .string(reason)
-        }
+        body["reason"] = try reason(
+            arguments, among: ConsumptionRequestReason.allCases.map(\.rawValue), what: "a refund request reason"
+        ).map(JSONValue.string)
         return try AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund-request", body)
     }
@@ -98,15 +89,22 @@ enum LifecycleCommands {
 
     static func refundDecision(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         var body: JSONObject = ["approved": .bool(try bool(arguments, "approved"))]
-        if let reason = arguments.value("reason") {
-            guard ["OTHER", "APP_ISSUE"].contains(reason) else {
-                throw UsageError("'\(reason)' is not a refund reason (one of OTHER, APP_ISSUE)")
-            }
-            body["reason"] = .string(reason)
-        }
+        body["reason"] = try reason(arguments, among: refundReasons, what: "a refund reason").map(JSONValue.string)
         return try AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund-decision", body
         )
+    }
+
+    /// The revocation reasons a refund takes (Apple's `revocationReason` 0 and 1).
+    static let refundReasons = ["OTHER", "APP_ISSUE"]
+
+    /// `--reason`, when given, checked against `among`.
+    static func reason(_ arguments: Arguments, among reasons: [String], what: String) throws -> String? {
+        guard let reason = arguments.value("reason") else { return nil }
+        guard reasons.contains(reason) else {
+            throw UsageError("'\(reason)' is not \(what) (one of \(reasons.joined(separator: ", ")))")
+        }
+        return reason
     }
 
     static let familyCreateSpec = Arguments.Spec(

@@ -252,6 +252,7 @@ enum ScenarioCommands {
         // A running emulator writes other customers' notifications too: the scenario's are those of its own
         // purchases (their original transactions) and of its family members' access.
         var ours: Set<String> = []
+        let history = History()
         var seen = 0
         var lines: [String] = []
         var passed = true
@@ -361,11 +362,10 @@ enum ScenarioCommands {
                             }
                         }
                     }
-                    let history = try await notices(target, scenario.environment, verifier).filter {
-                        $0.original.map(ours.contains) ?? false
-                    }.map(\.name)
-                    let fresh = Array(history.dropFirst(seen))
-                    seen = history.count
+                    try await history.update(target, scenario.environment, verifier)
+                    let mine = history.notices.filter { $0.original.map(ours.contains) ?? false }.map(\.name)
+                    let fresh = Array(mine.dropFirst(seen))
+                    seen = mine.count
                     var problems: [String] = []
                     if let list = expected["notifications"]?.arrayValue ?? expected["notification"].map({ [$0] }) {
                         let names = list.compactMap(\.stringValue)
@@ -443,34 +443,34 @@ enum ScenarioCommands {
         init(_ message: String) { self.message = message }
     }
 
-    /// The app's notifications in `environment` written so far, verified: their type/subtype names and the
-    /// original transaction they are about.
-    static func notices(_ target: Target, _ environment: Environment, _ verifier: SignedDataVerifier) async throws
-        -> [(name: String, original: String?)]
-    {
-        var result: [(name: String, original: String?)] = []
-        var after: String?
-        for _ in 0..<1_000 {
-            var path = "/_emulator/v1/apps/\(target.bundleID)/notifications/history?environment=\(environment.rawValue)"
-            if let after { path += "&after=\(after)" }
-            let page = try await target.call("GET", path)
-            let entries = page["notificationHistory"]?.arrayValue ?? []
-            for entry in entries {
-                guard let signed = entry["signedPayload"]?.stringValue else { continue }
-                let verified = verifier.verify(signed, as: .notification, now: start.addingTimeInterval(1))
-                let payload = verified.payload ?? [:]
-                let type = payload["notificationType"]?.stringValue ?? "?"
-                let name = payload["subtype"]?.stringValue.map { "\(type)/\($0)" } ?? type
-                result.append(
-                    (
-                        verified.isOK ? name : "\(name) (\(verified.status.rawValue))",
-                        payload["data"]?["transactionInfo"]?["originalTransactionId"]?.stringValue
-                    ))
+    /// The app's notifications in `environment`, read and verified once each: every `expect` reads only
+    /// the pages written since the previous one (the history's `after` cursor).
+    final class History {
+        private(set) var notices: [(name: String, original: String?)] = []
+        private var cursor: String?
+
+        func update(_ target: Target, _ environment: Environment, _ verifier: SignedDataVerifier) async throws {
+            for _ in 0..<1_000 {
+                var path =
+                    "/_emulator/v1/apps/\(target.bundleID)/notifications/history?environment=\(environment.rawValue)"
+                if let cursor { path += "&after=\(cursor)" }
+                let page = try await target.call("GET", path)
+                for entry in page["notificationHistory"]?.arrayValue ?? [] {
+                    guard let signed = entry["signedPayload"]?.stringValue else { continue }
+                    let verified = verifier.verify(signed, as: .notification, now: start.addingTimeInterval(1))
+                    let payload = verified.payload ?? [:]
+                    let type = payload["notificationType"]?.stringValue ?? "?"
+                    let name = payload["subtype"]?.stringValue.map { "\(type)/\($0)" } ?? type
+                    notices.append(
+                        (
+                            verified.isOK ? name : "\(name) (\(verified.status.rawValue))",
+                            payload["data"]?["transactionInfo"]?["originalTransactionId"]?.stringValue
+                        ))
+                }
+                if let next = page["after"]?.stringValue { cursor = next }
+                guard page["hasMore"]?.boolValue == true else { break }
             }
-            guard page["hasMore"]?.boolValue == true, let next = page["after"]?.stringValue else { break }
-            after = next
         }
-        return result
     }
 }
 

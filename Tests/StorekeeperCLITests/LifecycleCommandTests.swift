@@ -34,12 +34,7 @@ struct LifecycleCommandTests {
 
         let set = CapturedConsole.run(["appstore", "notifications", "set", "--url", base, "--sandbox-url", url])
         #expect(set.status == 0, "\(set.stderr)")
-        let account = CapturedConsole.run(["appstore", "account", "--url", base, "--field", "accountId"])
-        let accountID = account.stdout.trimmingCharacters(in: .newlines)
-        let device = CapturedConsole.run(
-            ["appstore", "device", "--url", base, "--account", accountID, "--field", "deviceId"]
-        ).stdout.trimmingCharacters(in: .newlines)
-        _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+        let (_, device) = cliCustomer(base)
         let bought = CapturedConsole.run(
             [
                 "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly",
@@ -117,14 +112,7 @@ struct ListenVersionOneTests {
         let wrong = CapturedConsole.run(
             ["appstore", "notifications", "set", "--url", base, "--sandbox-url", url, "--notification-version", "3"])
         #expect(wrong.status == 64, "\(wrong.stderr)")
-        let account = CapturedConsole.run(["appstore", "account", "--url", base, "--field", "accountId"])
-        let device = CapturedConsole.run(
-            [
-                "appstore", "device", "--url", base, "--account", account.stdout.trimmingCharacters(in: .newlines),
-                "--field", "deviceId",
-            ]
-        ).stdout.trimmingCharacters(in: .newlines)
-        _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+        let (_, device) = cliCustomer(base)
         let bought = CapturedConsole.run(
             [
                 "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly",
@@ -141,6 +129,17 @@ struct ListenVersionOneTests {
         #expect(lines.allSatisfy { $0.hasPrefix("V1 ") && $0.hasSuffix("password=mismatch") }, "\(printed)")
         #expect(lines.allSatisfy { $0.contains("original=\(transaction)") }, "\(printed)")
     }
+}
+
+/// A customer made with the CLI against the emulator at `base`: an account, a device, the app installed.
+func cliCustomer(_ base: String, environment: String = "Sandbox") -> (account: String, device: String) {
+    let account = CapturedConsole.run(
+        ["appstore", "account", "--url", base, "--environment", environment, "--field", "accountId"]
+    ).stdout.trimmingCharacters(in: .newlines)
+    let device = CapturedConsole.run(["appstore", "device", "--url", base, "--account", account, "--field", "deviceId"])
+        .stdout.trimmingCharacters(in: .newlines)
+    _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+    return (account, device)
 }
 
 extension Pipe {
@@ -192,14 +191,7 @@ struct OutboxDurabilityTests {
                 Array(repeating: "600", count: 10).joined(separator: ","),
             ])
         #expect(set.status == 0, "\(set.stderr)")
-        let account = CapturedConsole.run(
-            ["appstore", "account", "--url", base, "--environment", "Production", "--field", "accountId"]
-        ).stdout.trimmingCharacters(in: .newlines)
-        let device = CapturedConsole.run([
-            "appstore", "device", "--url", base, "--account", account, "--field", "deviceId",
-        ])
-        .stdout.trimmingCharacters(in: .newlines)
-        _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+        let (_, device) = cliCustomer(base, environment: "Production")
         let bought = CapturedConsole.run(
             ["appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly"])
         #expect(bought.status == 0, "\(bought.stderr)")
@@ -348,14 +340,7 @@ struct OfferCommandTests {
             emulator.terminate()
             emulator.waitUntilExit()
         }
-        let account = CapturedConsole.run(["appstore", "account", "--url", base, "--field", "accountId"])
-        let device = CapturedConsole.run(
-            [
-                "appstore", "device", "--url", base, "--account", account.stdout.trimmingCharacters(in: .newlines),
-                "--field", "deviceId",
-            ]
-        ).stdout.trimmingCharacters(in: .newlines)
-        _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+        let (_, device) = cliCustomer(base)
         let monthly = "com.example.storekeeper.monthly"
         let code = CapturedConsole.run(
             ["appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--offer-code", "welcome"])

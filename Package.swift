@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "StorekeeperCrypto", targets: ["StorekeeperCrypto"]),
         .library(name: "StorekeeperHTTP", targets: ["StorekeeperHTTP"]),
         .library(name: "SubscriptionLifecycle", targets: ["SubscriptionLifecycle"]),
+        .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
         .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
     ],
     targets: [
@@ -66,12 +67,19 @@ let package = Package(
         // Pure engines: state machines with effects out, no clock, storage or I/O.
         .target(name: "SubscriptionLifecycle", dependencies: ["StoreModel", "StoreTime"], swiftSettings: upcoming),
 
+        // The App Store Server API's vocabulary (error codes, bearer tokens, requests and answers) and a
+        // client for it, against Apple or the emulator.
+        .target(
+            name: "AppStoreServerAPI",
+            dependencies: ["AppStoreSignedData", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON"],
+            swiftSettings: upcoming),
+
         // The emulated App Store: orchestration over storage, with its HTTP API.
         .target(
             name: "AppStoreEmulator",
             dependencies: [
                 "SubscriptionLifecycle", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
-                "StorekeeperLogging",
+                "StorekeeperLogging", "AppStoreServerAPI",
                 "AppStoreReceipts", "AppStoreSignedData", "StorekeeperSQLite", "StoreTime", "StoreModel",
             ],
             swiftSettings: upcoming),
@@ -82,7 +90,7 @@ let package = Package(
             dependencies: [
                 "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON",
                 "AppStoreEmulator", "StoreKitCatalog", "StorekeeperHTTP", "StorekeeperLogging", "StoreTime",
-                "StoreModel",
+                "StoreModel", "AppStoreServerAPI",
             ],
             swiftSettings: upcoming),
         .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),
@@ -120,7 +128,7 @@ let package = Package(
             dependencies: [
                 "AppStoreEmulator", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
                 "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperSQLite",
-                "StorekeeperTestSupport",
+                "StorekeeperTestSupport", "AppStoreServerAPI",
             ],
             swiftSettings: upcoming),
         .testTarget(

@@ -13,6 +13,8 @@ public struct AppConfiguration: Codable, Sendable, Hashable {
     /// In-App Purchase keys that sign the app's promotional offers, by key id: PEM (public key, or the
     /// `.p8` private key) or base64 PKCS#8.
     public var offerKeys: [String: String] = [:]
+    /// App Store Server API keys the app's server may call with (as App Store Connect would list them).
+    public var apiKeys: [APIKeyConfiguration] = []
 
     public init(
         bundleID: String, appAppleID: Int64 = 1_234_567_890, version: String = "1.0", sharedSecret: String? = nil
@@ -21,5 +23,19 @@ public struct AppConfiguration: Codable, Sendable, Hashable {
         self.appAppleID = appAppleID
         self.version = version
         self.sharedSecret = sharedSecret
+    }
+}
+
+/// An App Store Server API key registered for an app: its id, its issuer and its public key (PEM public key,
+/// or the `.p8` private key, whose public half is taken).
+public struct APIKeyConfiguration: Codable, Sendable, Hashable {
+    public var keyID: String
+    public var issuerID: String
+    public var publicKey: String
+
+    public init(keyID: String, issuerID: String, publicKey: String) {
+        self.keyID = keyID
+        self.issuerID = issuerID
+        self.publicKey = publicKey
     }
 }

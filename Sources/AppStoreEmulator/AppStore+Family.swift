@@ -271,6 +271,8 @@ extension AppStore {
         copy.transaction.appAccountToken = nil
         copy.accountID = member
         copy.applicationUsername = nil
+        // The member paid nothing: no order of their own.
+        copy.orderID = nil
         copy.finished = false
         copy.renewalNumber = 0
         return copy

@@ -54,6 +54,8 @@ extension AppStore {
                 next.transaction.isUpgraded = false
                 next.renewalNumber += 1
                 next.finished = false
+                // A period bought (a renewal, an upgrade) is billed on an order of its own.
+                next.orderID = newOrderID()
                 try store.insert(next)
                 subscription.latestTransactionID = next.id
             case .endLatestPeriod(let date, let refundUnused):

@@ -65,6 +65,8 @@ public final class AppStore: Sendable {
     let offerKeys: [String: [String: PublicKey]]
     /// Whether any family was ever made: until then no change needs the family tables.
     let familiesExist: Mutex<Bool>
+    /// The App Store Server API's keys, token checks, faults and rate limits.
+    let serverAPI: ServerAPIState
 
     /// Renewals stop after this many in the sandbox, as Apple's sandbox does.
     public static let sandboxRenewalCap = 12
@@ -88,6 +90,17 @@ public final class AppStore: Sendable {
         static let rate = "rate"
         static let productsNotForSale = "productsNotForSale"
         static let familiesExist = "familiesExist"
+        /// API keys minted at run time (`POST …/apps/{bundleId}/api-keys`), as a JSON array.
+        static let apiKeys = "apiKeys"
+        static let apiIssuerID = "apiIssuerID"
+        /// A subscription's renewal-date extensions (App Store Server API), as a JSON array.
+        static func extensions(_ originalID: TransactionID) -> String { "extensions.\(originalID.rawValue)" }
+        /// A mass extension request's progress.
+        static func massExtension(_ productID: String, _ requestID: String) -> String {
+            "massExtension.\(productID).\(requestID)"
+        }
+        /// Consumption information sent for a transaction.
+        static func consumption(_ transactionID: TransactionID) -> String { "consumption.\(transactionID.rawValue)" }
         static func notifications(_ bundleID: String) -> String { "notifications.\(bundleID)" }
         /// A customer's refund request waiting for Apple's decision: its reason, or "" when there is none.
         static func refundRequest(_ transactionID: TransactionID) -> String {
@@ -125,7 +138,7 @@ public final class AppStore: Sendable {
         }
         self.storage = opened
         let configured = apps
-        let (clock, due, notForSale, notifications, families) = try await opened.write { store in
+        let (clock, due, notForSale, notifications, families, mintedKeys) = try await opened.write { store in
             if let rate { try store.setSetting(Setting.rate, rate.name) }
             let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
             let offset = try store.setting(Setting.clockOffset).flatMap(TimeInterval.init) ?? 0
@@ -154,9 +167,11 @@ public final class AppStore: Sendable {
                 }
             }
             return (
-                clock, try store.nextDue(), notForSale, notifications, try store.setting(Setting.familiesExist) != nil
+                clock, try store.nextDue(), notForSale, notifications, try store.setting(Setting.familiesExist) != nil,
+                try store.setting(Setting.apiKeys)
             )
         }
+        serverAPI = try ServerAPIState(apps: apps, minted: mintedKeys)
         clockState = Mutex(clock)
         nextDue = Mutex(due)
         productsNotForSale = Mutex(notForSale)
@@ -334,6 +349,12 @@ public final class AppStore: Sendable {
 
     func newUUID() -> String { UUID(bytes: randomBytes(16)).uuidString }
 
+    /// An order id as on Apple's e-mailed invoices: ten characters of A–Z and 0–9.
+    func newOrderID() -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        return String(randomBytes(10).map { alphabet[Int($0) % alphabet.count] })
+    }
+
     // MARK: - Accounts, devices, installs
 
     public func createAccount(environment: Environment, storefront: String) async throws -> Account {
@@ -490,7 +511,8 @@ public final class AppStore: Sendable {
             _ = try offerTerms(
                 request, entry: entry, standing: .new, bundleID: bundleID, appAccountToken: appAccountToken, in: store)
             let stored = StoredTransaction(
-                transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
+                transaction: transaction, accountID: account.id, applicationUsername: applicationUsername,
+                orderID: newOrderID())
             try store.insert(stored)
             // Apple sends ONE_TIME_CHARGE for one-time purchases, so far in the sandbox only.
             if account.environment != .production {
@@ -544,7 +566,8 @@ public final class AppStore: Sendable {
         }
         transaction.expiresDate = state.expiresDate
         var stored = StoredTransaction(
-            transaction: transaction, accountID: account.id, applicationUsername: applicationUsername)
+            transaction: transaction, accountID: account.id, applicationUsername: applicationUsername,
+            orderID: newOrderID())
         if let previous = existing, let latest = try store.transaction(previous.latestTransactionID) {
             stored.renewalNumber = latest.renewalNumber + 1
         }

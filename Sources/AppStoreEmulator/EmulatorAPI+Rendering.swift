@@ -46,6 +46,7 @@ extension AppStore {
             ]
             if let username = stored.applicationUsername { object["applicationUsername"] = .string(username) }
             if let token = transaction.appAccountToken { object["appAccountToken"] = .string(token) }
+            if let order = stored.orderID { object["orderId"] = .string(order) }
             return object
         case .payment(let payment):
             var object: JSONObject = [

@@ -32,6 +32,7 @@ extension AppStore {
         var router = Router()
         router.use(AccessLogMiddleware())
         router.use(controlPlane ?? ControlPlaneGuard(listeningOn: "127.0.0.1"))
+        router.use(serverAPI.faults)
         let store = self
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
         {
@@ -326,6 +327,7 @@ extension AppStore {
                     ]))
             })
         addLifecycleRoutes(to: &router, base: base, guarded: guarded)
+        addServerAPIRoutes(to: &router, base: base, guarded: guarded)
         return router.freeze(logger: logger ?? self.logger)
     }
 }

@@ -263,6 +263,26 @@ enum AppStoreCommands {
                     app.offerKeys[id] = text
                 }
             }
+            for (index, value) in ((item["apiKeys"]?.arrayValue ?? []) + (root["apiKeys"]?.arrayValue ?? []))
+                .enumerated()
+            {
+                guard let keyID = value["keyId"]?.stringValue, let issuerID = value["issuerId"]?.stringValue,
+                    var key = value["publicKey"]?.stringValue
+                else {
+                    throw InputError(
+                        "apiKeys entry \(index) of \(bundleID) in '\(path)' needs keyId, issuerId and publicKey")
+                }
+                if !key.contains("-----BEGIN") {
+                    // A path to a PEM file, relative to the configuration file.
+                    let file = URL(
+                        fileURLWithPath: key, relativeTo: URL(fileURLWithPath: path).deletingLastPathComponent())
+                    guard let contents = FileManager.default.contents(atPath: file.path) else {
+                        throw InputError("cannot read API key \(keyID) at '\(file.path)'")
+                    }
+                    key = String(decoding: contents, as: UTF8.self)
+                }
+                app.apiKeys.append(APIKeyConfiguration(keyID: keyID, issuerID: issuerID, publicKey: key))
+            }
             if let notifications = item["notifications"] {
                 do { app.notifications = try AppNotifications(json: notifications) } catch let error as EmulatorError {
                     throw InputError("the notifications of \(bundleID) in '\(path)': \(error.message)")

@@ -40,11 +40,17 @@ public enum Storekeeper {
           appstore family create|remove
                                       Family Sharing: share purchases among accounts, and end it (REVOKE).
           appstore scenario run       Run lifecycle scenario files (examples/scenarios) against an embedded emulator.
+          appstore api-key            Mint an App Store Server API key for an app on a running emulator.
+          api <endpoint>              Call the App Store Server API (Apple's or the emulator's): transaction,
+                                      history, statuses, refunds, order, extend, mass-extend, mass-extend-status,
+                                      test-notification, test-notification-status, notification-history,
+                                      consumption, app-account-token, app-transaction.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
           bench http                  Measure the HTTP layer against bare libmicrohttpd, and under idle and slow clients.
           bench lifecycle             Simulate subscriber-years of subscriptions with notifications delivered locally.
+          bench server-api            Page through a 1,000-transaction history over loopback; the bearer-token check.
           fuzz                        Feed mutated receipts, JWS, JSON, .storekit and HTTP to their parsers.
           completion                  Print a bash or zsh completion script.
 
@@ -57,76 +63,88 @@ public enum Storekeeper {
     )
 
     /// Every subcommand, in the order help lists them.
-    static let commands: [Command] = [
-        (["receipt", "verify"], ReceiptCommands.verifySpec, ReceiptCommands.verify),
-        (["receipt", "decode"], ReceiptCommands.decodeSpec, ReceiptCommands.decode),
-        (["receipt", "sample"], ReceiptCommands.sampleSpec, ReceiptCommands.sample),
-        (["jws", "verify"], JWSCommands.verifySpec, JWSCommands.verify),
-        (["jws", "decode"], JWSCommands.decodeSpec, JWSCommands.decode),
-        (["jws", "sign"], JWSCommands.signSpec, JWSCommands.sign),
-        (["offer", "sign"], JWSCommands.offerSpec, JWSCommands.offer),
-        (["appstore", "serve"], AppStoreCommands.serveSpec, AppStoreCommands.serve),
-        (["appstore", "certs"], AppStoreCommands.certsSpec, AppStoreCommands.certs),
-        (["appstore", "products"], AppStoreCommands.productsSpec, AppStoreCommands.products),
-        (["appstore", "account"], AppStoreCommands.accountSpec, AppStoreCommands.account),
-        (["appstore", "device"], AppStoreCommands.deviceSpec, AppStoreCommands.device),
-        (["appstore", "install"], AppStoreCommands.installSpec, AppStoreCommands.install),
-        (["appstore", "buy"], AppStoreCommands.buySpec, AppStoreCommands.buy),
-        (["appstore", "transactions"], AppStoreCommands.transactionsSpec, AppStoreCommands.transactions),
-        (["appstore", "finish"], AppStoreCommands.finishSpec, AppStoreCommands.finish),
-        (["appstore", "receipt"], AppStoreCommands.receiptSpec, AppStoreCommands.receipt),
-        (["appstore", "advance"], AppStoreCommands.advanceSpec, AppStoreCommands.advance),
+    static let commands: [Command] =
+        [
+            (["receipt", "verify"], ReceiptCommands.verifySpec, ReceiptCommands.verify),
+            (["receipt", "decode"], ReceiptCommands.decodeSpec, ReceiptCommands.decode),
+            (["receipt", "sample"], ReceiptCommands.sampleSpec, ReceiptCommands.sample),
+            (["jws", "verify"], JWSCommands.verifySpec, JWSCommands.verify),
+            (["jws", "decode"], JWSCommands.decodeSpec, JWSCommands.decode),
+            (["jws", "sign"], JWSCommands.signSpec, JWSCommands.sign),
+            (["offer", "sign"], JWSCommands.offerSpec, JWSCommands.offer),
+            (["appstore", "serve"], AppStoreCommands.serveSpec, AppStoreCommands.serve),
+            (["appstore", "certs"], AppStoreCommands.certsSpec, AppStoreCommands.certs),
+            (["appstore", "products"], AppStoreCommands.productsSpec, AppStoreCommands.products),
+            (["appstore", "account"], AppStoreCommands.accountSpec, AppStoreCommands.account),
+            (["appstore", "device"], AppStoreCommands.deviceSpec, AppStoreCommands.device),
+            (["appstore", "install"], AppStoreCommands.installSpec, AppStoreCommands.install),
+            (["appstore", "buy"], AppStoreCommands.buySpec, AppStoreCommands.buy),
+            (["appstore", "transactions"], AppStoreCommands.transactionsSpec, AppStoreCommands.transactions),
+            (["appstore", "finish"], AppStoreCommands.finishSpec, AppStoreCommands.finish),
+            (["appstore", "receipt"], AppStoreCommands.receiptSpec, AppStoreCommands.receipt),
+            (["appstore", "advance"], AppStoreCommands.advanceSpec, AppStoreCommands.advance),
+            (
+                ["appstore", "expire"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[0]),
+                LifecycleCommands.verb("expire")
+            ),
+            (
+                ["appstore", "renew"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[1]),
+                LifecycleCommands.verb("renew")
+            ),
+            (
+                ["appstore", "refund-reversal"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[2]),
+                LifecycleCommands.verb("refund-reversal")
+            ),
+            (
+                ["appstore", "resolve-issue"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[3]),
+                LifecycleCommands.verb("resolve-issue")
+            ),
+            (
+                ["appstore", "auto-renew"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[4]),
+                LifecycleCommands.verb("auto-renew")
+            ),
+            (
+                ["appstore", "price-consent"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[5]),
+                LifecycleCommands.verb("price-consent")
+            ),
+            (["appstore", "refund"], LifecycleCommands.refundSpec, LifecycleCommands.refund),
+            (["appstore", "refund-request"], LifecycleCommands.refundRequestSpec, LifecycleCommands.refundRequest),
+            (["appstore", "refund-decision"], LifecycleCommands.refundDecisionSpec, LifecycleCommands.refundDecision),
+            (["appstore", "billing"], LifecycleCommands.billingSpec, LifecycleCommands.billing),
+            (["appstore", "price-increase"], LifecycleCommands.priceIncreaseSpec, LifecycleCommands.priceIncrease),
+            (["appstore", "availability"], LifecycleCommands.availabilitySpec, LifecycleCommands.availability),
+            (
+                ["appstore", "notifications", "set"], LifecycleCommands.notificationsSetSpec,
+                LifecycleCommands.notificationsSet
+            ),
+            (
+                ["appstore", "notifications", "history"], LifecycleCommands.notificationsHistorySpec,
+                LifecycleCommands.notificationsHistory
+            ),
+            (["appstore", "notifications", "listen"], LifecycleCommands.listenSpec, LifecycleCommands.listen),
+            (["appstore", "family", "create"], LifecycleCommands.familyCreateSpec, LifecycleCommands.familyCreate),
+            (["appstore", "family", "remove"], LifecycleCommands.familyRemoveSpec, LifecycleCommands.familyRemove),
+            (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
+            (["appstore", "api-key"], ServerAPICommands.apiKeySpec, ServerAPICommands.apiKey),
+            (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
+            (["bench", "server-api"], BenchCommands.serverAPISpec, BenchCommands.serverAPI),
+            (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
+            (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
+            (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
+            (["bench", "lifecycle"], BenchCommands.lifecycleSpec, BenchCommands.lifecycle),
+            (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
+            (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
+        ] + apiCommands + [
+            (["completion"], CompletionCommands.spec, CompletionCommands.run)
+        ]
+
+    /// `storekeeper api <endpoint>`, one command per App Store Server API endpoint.
+    static let apiCommands: [Command] = ServerAPICommands.endpoints.map { endpoint -> Command in
         (
-            ["appstore", "expire"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[0]),
-            LifecycleCommands.verb("expire")
-        ),
-        (
-            ["appstore", "renew"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[1]),
-            LifecycleCommands.verb("renew")
-        ),
-        (
-            ["appstore", "refund-reversal"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[2]),
-            LifecycleCommands.verb("refund-reversal")
-        ),
-        (
-            ["appstore", "resolve-issue"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[3]),
-            LifecycleCommands.verb("resolve-issue")
-        ),
-        (
-            ["appstore", "auto-renew"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[4]),
-            LifecycleCommands.verb("auto-renew")
-        ),
-        (
-            ["appstore", "price-consent"], LifecycleCommands.verbSpec(LifecycleCommands.verbs[5]),
-            LifecycleCommands.verb("price-consent")
-        ),
-        (["appstore", "refund"], LifecycleCommands.refundSpec, LifecycleCommands.refund),
-        (["appstore", "refund-request"], LifecycleCommands.refundRequestSpec, LifecycleCommands.refundRequest),
-        (["appstore", "refund-decision"], LifecycleCommands.refundDecisionSpec, LifecycleCommands.refundDecision),
-        (["appstore", "billing"], LifecycleCommands.billingSpec, LifecycleCommands.billing),
-        (["appstore", "price-increase"], LifecycleCommands.priceIncreaseSpec, LifecycleCommands.priceIncrease),
-        (["appstore", "availability"], LifecycleCommands.availabilitySpec, LifecycleCommands.availability),
-        (
-            ["appstore", "notifications", "set"], LifecycleCommands.notificationsSetSpec,
-            LifecycleCommands.notificationsSet
-        ),
-        (
-            ["appstore", "notifications", "history"], LifecycleCommands.notificationsHistorySpec,
-            LifecycleCommands.notificationsHistory
-        ),
-        (["appstore", "notifications", "listen"], LifecycleCommands.listenSpec, LifecycleCommands.listen),
-        (["appstore", "family", "create"], LifecycleCommands.familyCreateSpec, LifecycleCommands.familyCreate),
-        (["appstore", "family", "remove"], LifecycleCommands.familyRemoveSpec, LifecycleCommands.familyRemove),
-        (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
-        (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
-        (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
-        (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
-        (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
-        (["bench", "lifecycle"], BenchCommands.lifecycleSpec, BenchCommands.lifecycle),
-        (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
-        (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
-        (["completion"], CompletionCommands.spec, CompletionCommands.run),
-    ]
+            path: ["api", endpoint.name], spec: ServerAPICommands.spec(endpoint),
+            run: ServerAPICommands.command(endpoint)
+        )
+    }
 
     /// The command groups and what they are for.
     static let groups: [(name: String, abstract: String)] = [
@@ -134,6 +152,7 @@ public enum Storekeeper {
         ("jws", "Verify, decode and sign StoreKit 2 signed data."),
         ("offer", "Sign promotional offers."),
         ("appstore", "Run the App Store emulator and drive it from the shell."),
+        ("api", "Call the App Store Server API, Apple's or the emulator's."),
         ("bench", "Measure throughput against baselines measured in the same run."),
     ]
 

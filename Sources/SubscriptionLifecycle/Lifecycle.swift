@@ -81,6 +81,9 @@ public enum LifecycleEvent: Sendable, Hashable {
     /// A subscriber redeemed an offer (promotional, offer code) for a product of the group: the same product
     /// from the next renewal, another one now (upgrade) or at the next renewal (downgrade).
     case redeemOffer(ProductID, OfferTerms)
+    /// The developer extended the renewal date by `days` at Apple's rate (App Store Server API): the current
+    /// period of an active subscription ends that much later (RENEWAL_EXTENDED).
+    case extendRenewal(days: Int)
 }
 
 /// What the engine asks the store to do, in order, within the same storage transaction as the change.
@@ -242,6 +245,21 @@ public struct Lifecycle: Sendable {
                 state.expirationIntent = state.expirationIntent ?? .other
             }
             return effects + [.notify(Notice(.refundReversed))]
+
+        case .extendRenewal(let days):
+            guard state.status == .active, let expires = state.expiresDate, expires > now else {
+                throw LifecycleError("subscription \(state.originalTransactionID) is not active")
+            }
+            guard (1...90).contains(days) else { throw LifecycleError("an extension is 1 to 90 days") }
+            let extended = settings.rate.end(of: StorePeriod(days: days), from: expires)
+            guard extended <= settings.horizon else {
+                throw LifecycleError("the extended renewal date would pass the store's horizon")
+            }
+            state.expiresDate = extended
+            return [
+                .endLatestPeriod(at: extended, refundUnused: false), .schedule(.renewal, at: extended),
+                .notify(Notice(.renewalExtended)),
+            ]
 
         case .priceIncrease(let requiresConsent):
             guard state.status == .active || state.isInBillingRetry else { return [] }

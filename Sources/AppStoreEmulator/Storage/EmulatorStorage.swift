@@ -19,6 +19,8 @@ public protocol InstallRepository {
     func install(device: DeviceID, bundle: BundleID) throws -> Install?
     /// Inserts or replaces the install of `install.bundleID` on `install.deviceID`.
     func save(_ install: Install) throws
+    /// The app's installs on the account's devices, earliest original purchase first.
+    func installs(account: AccountID, bundle: BundleID) throws -> [Install]
 }
 
 /// Transactions by id, and an account's for one app.
@@ -31,6 +33,16 @@ public protocol TransactionRepository {
     /// The unfinished ones among them, by purchase date then id.
     func unfinishedTransactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction]
     func transactionCount() throws -> Int
+    /// The account's transactions for the app in the order they last changed (``StoredTransaction/revision``):
+    /// after `revision` ascending, or before it descending (nil: from the start), at most `limit`.
+    func transactions(
+        account: AccountID, bundle: BundleID, revisionAfter revision: Int64?, descending: Bool, limit: Int
+    )
+        throws -> [StoredTransaction]
+    /// The transactions of one order (Look Up Order ID).
+    func transactions(orderID: String) throws -> [StoredTransaction]
+    /// Every transaction of one original transaction (a purchase and its renewals), by renewal number.
+    func transactions(original: TransactionID) throws -> [StoredTransaction]
 }
 
 /// Auto-renewable subscriptions by original transaction id.

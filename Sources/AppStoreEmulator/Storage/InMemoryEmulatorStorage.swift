@@ -53,6 +53,8 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         var paymentsByAccount: [AccountID: [TransactionID]] = [:]
         var events: [Key<String, String>: DueEvent] = [:]
         var settings: [String: String] = [:]
+        /// The largest transaction revision given so far.
+        var lastRevision: Int64 = 0
         var notifications: [String: OutboundNotification] = [:]
         var notificationPositions: [String: Int64] = [:]
         var families: [String: Family] = [:]
@@ -99,6 +101,11 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         }
 
         func install(device: DeviceID, bundle: BundleID) -> Install? { tables.installs[Key(a: device, b: bundle)] }
+        func installs(account: AccountID, bundle: BundleID) -> [Install] {
+            tables.installs.values.filter {
+                $0.bundleID == bundle && tables.devices[$0.deviceID]?.accountID == account
+            }.sorted { ($0.originalPurchaseDate, $0.deviceID) < ($1.originalPurchaseDate, $1.deviceID) }
+        }
         func save(_ install: Install) throws {
             guard tables.devices[install.deviceID] != nil else { throw EmulatorStorageError.missing("device") }
             change(\.installs, Key(a: install.deviceID, b: install.bundleID), install)
@@ -109,6 +116,8 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             guard tables.transactions[transaction.id] == nil else {
                 throw EmulatorStorageError.duplicate("transaction")
             }
+            var transaction = transaction
+            transaction.revision = nextRevision()
             change(\.transactions, transaction.id, transaction)
             let owner = Key(a: transaction.accountID, b: transaction.transaction.bundleID)
             change(\.transactionsByOwner, owner, (tables.transactionsByOwner[owner] ?? []) + [transaction.id])
@@ -119,11 +128,41 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             }
             guard old.accountID == transaction.accountID, old.transaction.bundleID == transaction.transaction.bundleID
             else { throw EmulatorStorageError.invalid("a transaction's account and app cannot change") }
+            var transaction = transaction
+            transaction.revision = old.transaction == transaction.transaction ? old.revision : nextRevision()
             change(\.transactions, transaction.id, transaction)
+        }
+        private func nextRevision() -> Int64 {
+            let previous = tables.lastRevision
+            undo.append { $0.lastRevision = previous }
+            tables.lastRevision += 1
+            return tables.lastRevision
         }
         func transactions(account: AccountID, bundle: BundleID) -> [StoredTransaction] {
             (tables.transactionsByOwner[Key(a: account, b: bundle)] ?? []).compactMap { tables.transactions[$0] }
                 .sorted(by: Self.purchaseOrder)
+        }
+        func transactions(
+            account: AccountID, bundle: BundleID, revisionAfter revision: Int64?, descending: Bool, limit: Int
+        ) -> [StoredTransaction] {
+            let all = (tables.transactionsByOwner[Key(a: account, b: bundle)] ?? []).compactMap {
+                tables.transactions[$0]
+            }
+            let ordered = all.sorted { descending ? $0.revision > $1.revision : $0.revision < $1.revision }
+            return Array(
+                ordered.filter { stored in
+                    guard let revision else { return true }
+                    return descending ? stored.revision < revision : stored.revision > revision
+                }.prefix(max(0, limit)))
+        }
+        func transactions(orderID: String) -> [StoredTransaction] {
+            tables.transactions.values.filter { $0.orderID == orderID }.sorted(by: Self.purchaseOrder)
+        }
+        func transactions(original: TransactionID) -> [StoredTransaction] {
+            tables.transactions.values.filter { $0.transaction.originalID == original }.sorted {
+                ($0.renewalNumber, $0.id.rawValue.count, $0.id.rawValue)
+                    < ($1.renewalNumber, $1.id.rawValue.count, $1.id.rawValue)
+            }
         }
         func unfinishedTransactions(account: AccountID, bundle: BundleID) -> [StoredTransaction] {
             transactions(account: account, bundle: bundle).filter { !$0.finished }

@@ -6,9 +6,9 @@ import Foundation
 
 /// Files that hold secrets: created with mode 0600 from their first byte (never a world-readable moment
 /// under a loose umask), in directories of mode 0700.
-enum PrivateFiles {
+public enum PrivateFiles {
     /// Writes a new file (it must not exist) readable by its owner only, and flushes it to disk.
-    static func create(_ path: String, contents: [UInt8]) throws {
+    public static func create(_ path: String, contents: [UInt8]) throws {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             throw EmulatorError.configuration("cannot create \(path): \(String(cString: strerror(errno)))")

@@ -97,6 +97,16 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 PRIMARY KEY (source_original_id, member_account_id)
             );
             """),
+        Migration(
+            "005-server-api",
+            """
+            ALTER TABLE transactions ADD COLUMN order_id TEXT;
+            ALTER TABLE transactions ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+            UPDATE transactions SET revision = rowid;
+            CREATE INDEX transactions_by_revision ON transactions (revision);
+            CREATE INDEX transactions_by_owner_revision ON transactions (account_id, bundle_id, revision);
+            CREATE INDEX transactions_by_order ON transactions (order_id) WHERE order_id IS NOT NULL;
+            """),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
@@ -205,17 +215,29 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         // MARK: Installs
 
+        private func install(_ row: Row) -> Install {
+            Install(
+                deviceID: DeviceID(row["device_id"].string ?? ""), bundleID: BundleID(row["bundle_id"].string ?? ""),
+                version: row["version"].string ?? "", originalVersion: row["original_version"].string ?? "",
+                originalPurchaseDate: date(row["original_purchase_date"]) ?? .distantPast,
+                vppAssigned: row["vpp_assigned"].int64 == 1, vppRevokedAt: date(row["vpp_revoked_at"]))
+        }
+
         func install(device: DeviceID, bundle: BundleID) throws -> Install? {
             try connection.execute(
                 "SELECT * FROM installs WHERE device_id = ? AND bundle_id = ?",
                 [.text(device.rawValue), .text(bundle.rawValue)]
-            ).first.map { row in
-                Install(
-                    deviceID: device, bundleID: bundle, version: row["version"].string ?? "",
-                    originalVersion: row["original_version"].string ?? "",
-                    originalPurchaseDate: date(row["original_purchase_date"]) ?? .distantPast,
-                    vppAssigned: row["vpp_assigned"].int64 == 1, vppRevokedAt: date(row["vpp_revoked_at"]))
-            }
+            ).first.map(install)
+        }
+
+        func installs(account: AccountID, bundle: BundleID) throws -> [Install] {
+            try connection.execute(
+                """
+                SELECT installs.* FROM installs JOIN devices ON devices.id = installs.device_id
+                WHERE devices.account_id = ? AND installs.bundle_id = ?
+                ORDER BY installs.original_purchase_date, installs.device_id
+                """, [.text(account.rawValue), .text(bundle.rawValue)]
+            ).map(install)
         }
 
         func save(_ install: Install) throws {
@@ -239,7 +261,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             id, original_id, account_id, bundle_id, product_id, kind, quantity, purchase_date, original_purchase_date,
             expires_date, web_order_line_item_id, group_id, reason, ownership, offer_type, offer_id, offer_discount,
             offer_period, price, currency, app_account_token, application_username, revocation_date,
-            revocation_reason, is_upgraded, renewal_number, finished
+            revocation_reason, is_upgraded, renewal_number, finished, order_id
             """
 
         private func values(_ stored: StoredTransaction) -> [SQLValue] {
@@ -253,7 +275,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 text(t.offer?.discountType?.rawValue), text(t.offer?.period), integer(t.price?.milliunits),
                 text(t.price?.currency), text(t.appAccountToken), text(stored.applicationUsername),
                 real(t.revocationDate), integer(t.revocationReason?.rawValue), flag(t.isUpgraded),
-                .integer(Int64(stored.renewalNumber)), flag(stored.finished),
+                .integer(Int64(stored.renewalNumber)), flag(stored.finished), text(stored.orderID),
             ]
         }
 
@@ -281,7 +303,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             return StoredTransaction(
                 transaction: transaction, accountID: AccountID(row["account_id"].string ?? ""),
                 renewalNumber: Int(row["renewal_number"].int64 ?? 0), finished: row["finished"].int64 == 1,
-                applicationUsername: row["application_username"].string)
+                applicationUsername: row["application_username"].string, orderID: row["order_id"].string,
+                revision: row["revision"].int64 ?? 0)
         }
 
         func transaction(_ id: TransactionID) throws -> StoredTransaction? {
@@ -292,8 +315,10 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         func insert(_ transaction: StoredTransaction) throws {
             try inserting("transaction") {
                 try connection.execute(
-                    "INSERT INTO transactions (\(Self.transactionColumns)) VALUES (\(Self.placeholders(27)))",
-                    values(transaction))
+                    """
+                    INSERT INTO transactions (\(Self.transactionColumns), revision)
+                    VALUES (\(Self.placeholders(28)), \(Self.nextRevision))
+                    """, values(transaction))
             }
         }
 
@@ -302,7 +327,11 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             let columns = Self.transactionColumns.split(separator: ",").map {
                 $0.trimmingCharacters(in: .whitespacesAndNewlines)
             }
-            let assignments = columns.dropFirst().map { "\($0) = ?" }.joined(separator: ", ")
+            var assignments = columns.dropFirst().map { "\($0) = ?" }.joined(separator: ", ")
+            // Finishing is the app's business: only a change of the transaction itself moves its revision.
+            if let old = try self.transaction(transaction.id), old.transaction != transaction.transaction {
+                assignments += ", revision = \(Self.nextRevision)"
+            }
             try connection.execute(
                 "UPDATE transactions SET \(assignments) WHERE id = ? AND account_id = ? AND bundle_id = ?",
                 Array(values(transaction).dropFirst()) + [
@@ -331,6 +360,37 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 SELECT * FROM transactions WHERE account_id = ? AND bundle_id = ? AND finished = 0
                 ORDER BY purchase_date, length(id), id
                 """, [.text(account.rawValue), .text(bundle.rawValue)]
+            ).map(storedTransaction)
+        }
+
+        /// The next revision: one past the largest (an indexed look-up).
+        static let nextRevision = "(SELECT coalesce(max(revision), 0) + 1 FROM transactions)"
+
+        func transactions(
+            account: AccountID, bundle: BundleID, revisionAfter revision: Int64?, descending: Bool, limit: Int
+        ) throws -> [StoredTransaction] {
+            var sql = "SELECT * FROM transactions WHERE account_id = ? AND bundle_id = ?"
+            var values: [SQLValue] = [.text(account.rawValue), .text(bundle.rawValue)]
+            if let revision {
+                sql += descending ? " AND revision < ?" : " AND revision > ?"
+                values.append(.integer(revision))
+            }
+            sql += descending ? " ORDER BY revision DESC LIMIT ?" : " ORDER BY revision LIMIT ?"
+            values.append(.integer(Int64(max(0, limit))))
+            return try connection.execute(sql, values).map(storedTransaction)
+        }
+
+        func transactions(orderID: String) throws -> [StoredTransaction] {
+            try connection.execute(
+                "SELECT * FROM transactions WHERE order_id = ? ORDER BY purchase_date, length(id), id",
+                [.text(orderID)]
+            ).map(storedTransaction)
+        }
+
+        func transactions(original: TransactionID) throws -> [StoredTransaction] {
+            try connection.execute(
+                "SELECT * FROM transactions WHERE original_id = ? ORDER BY renewal_number, length(id), id",
+                [.text(original.rawValue)]
             ).map(storedTransaction)
         }
 

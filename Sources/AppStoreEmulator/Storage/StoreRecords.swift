@@ -82,16 +82,23 @@ public struct StoredTransaction: Sendable, Hashable {
     /// Finished by the app (`finishTransaction`): leaves the queue, and consumables leave the receipt.
     public var finished: Bool
     public var applicationUsername: String?
+    /// The order id on the customer's e-mailed invoice (Look Up Order ID); nil for a family member's access.
+    public var orderID: String?
+    /// Where the transaction stands in the order transactions last changed (Get Transaction History's
+    /// `revision`): set by the storage on insert and whenever the ``transaction`` itself changes.
+    public var revision: Int64
 
     public init(
         transaction: Transaction, accountID: AccountID, renewalNumber: Int = 0, finished: Bool = false,
-        applicationUsername: String? = nil
+        applicationUsername: String? = nil, orderID: String? = nil, revision: Int64 = 0
     ) {
         self.transaction = transaction
         self.accountID = accountID
         self.renewalNumber = renewalNumber
         self.finished = finished
         self.applicationUsername = applicationUsername
+        self.orderID = orderID
+        self.revision = revision
     }
 
     public var id: TransactionID { transaction.id }

@@ -1,0 +1,850 @@
+import AppStoreServerAPI
+import AppStoreSignedData
+public import Foundation
+import StoreKitCatalog
+public import StoreModel
+import StoreTime
+import StorekeeperCrypto
+import StorekeeperJSON
+import StorekeeperLogging
+import SubscriptionLifecycle
+import Synchronization
+
+extension EmulatorError {
+    /// One of Apple's App Store Server API errors (its HTTP status is the code's first three digits).
+    static func api(_ code: APIErrorCode, _ message: String) -> EmulatorError {
+        EmulatorError(status: code.httpStatus, code: String(code.rawValue), message: message)
+    }
+}
+
+/// Who an App Store Server API request acts for: the app its token names and the environment its path
+/// or host names.
+public struct APIScope: Sendable, Hashable {
+    public var bundleID: String
+    public var environment: Environment
+    public init(bundleID: String, environment: Environment) {
+        self.bundleID = bundleID
+        self.environment = environment
+    }
+}
+
+/// Get Transaction History's and Get Refund History's filters, checked.
+struct HistoryFilter: Sendable {
+    var start: Date?
+    var end: Date?
+    var productIDs: Set<String> = []
+    var kinds: Set<ProductKind> = []
+    var groups: Set<String> = []
+    var ownership: OwnershipType?
+    var revoked: Bool?
+    /// v1 leaves finished consumables out.
+    var excludeFinishedConsumables = false
+    /// Refund history: refunded purchases only.
+    var refundsOnly = false
+
+    func accepts(_ stored: StoredTransaction) -> Bool {
+        let transaction = stored.transaction
+        if let start, transaction.purchaseDate < start { return false }
+        if let end, transaction.purchaseDate >= end { return false }
+        if !productIDs.isEmpty, !productIDs.contains(transaction.productID.rawValue) { return false }
+        if !kinds.isEmpty, !kinds.contains(transaction.kind) { return false }
+        if !groups.isEmpty, !groups.contains(transaction.subscriptionGroupID ?? "") { return false }
+        if let ownership, transaction.ownership != ownership { return false }
+        if let revoked, (transaction.revocationDate != nil) != revoked { return false }
+        if excludeFinishedConsumables, transaction.kind == .consumable, stored.finished { return false }
+        if refundsOnly, transaction.revocationDate == nil || transaction.isUpgraded { return false }
+        return true
+    }
+}
+
+/// One page of a history: the transactions, signed, and where the next page starts.
+struct HistoryPage: Sendable {
+    var signedTransactions: [String]
+    var revision: String
+    var hasMore: Bool
+}
+
+/// The App Store Server API over the store: each endpoint's rules and Apple's errors; what it changes goes
+/// through the lifecycle engine and the outbox like every other change.
+extension AppStore {
+    /// Transactions on one history page.
+    static let historyPageSize = 20
+    /// Rows one history request looks at, at most (a selective filter gets a short page with `hasMore`).
+    static let historyScanLimit = 5_000
+
+    /// The configured app of a token's `bid`.
+    func apiApp(_ scope: APIScope) throws -> AppConfiguration {
+        guard let app = apps[scope.bundleID] else {
+            throw EmulatorError.api(.appNotFound, "App not found.")
+        }
+        return app
+    }
+
+    /// A transaction of the app in the scope's environment, by an id of the customer's.
+    func apiTransaction(
+        _ id: String, scope: APIScope, in store: any EmulatorStore, invalid: APIErrorCode = .invalidTransactionId,
+        notFound: APIErrorCode = .transactionIdNotFound
+    ) throws -> (StoredTransaction, Account) {
+        guard (1...32).contains(id.utf8.count), id.utf8.allSatisfy({ (48...57).contains($0) }) else {
+            throw EmulatorError.api(invalid, "Invalid transaction id.")
+        }
+        guard let stored = try store.transaction(TransactionID(id)),
+            stored.transaction.bundleID.rawValue == scope.bundleID,
+            let account = try store.account(stored.accountID), account.environment == scope.environment
+        else { throw EmulatorError.api(notFound, "Transaction id not found.") }
+        return (stored, account)
+    }
+
+    func signed(_ transactions: [StoredTransaction], account: Account) throws -> [String] {
+        try transactions.map { try signedTransaction($0, account: account) }
+    }
+
+    // MARK: - Transactions
+
+    func apiTransactionInfo(_ id: String, scope: APIScope) async throws -> String {
+        try await catchUp()
+        let (stored, account) = try await storage.read { try self.apiTransaction(id, scope: scope, in: $0) }
+        return try signedTransaction(stored, account: account)
+    }
+
+    /// A page of the customer's history in the order transactions last changed, from `revision`.
+    func apiHistory(_ id: String, scope: APIScope, filter: HistoryFilter, descending: Bool, revision: String?)
+        async throws -> HistoryPage
+    {
+        var cursor: Int64?
+        if let revision {
+            guard revision.hasPrefix("r"), let value = Int64(revision.dropFirst()), value >= 0 else {
+                throw EmulatorError.api(.invalidRequestRevision, "Invalid request revision.")
+            }
+            cursor = value
+        }
+        try await catchUp()
+        let start = cursor
+        let (page, account, next, hasMore) = try await storage.read {
+            store -> ([StoredTransaction], Account, Int64, Bool) in
+            let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
+            var matched: [StoredTransaction] = []
+            var scanned = 0
+            var position = start
+            var last = start ?? 0
+            var hasMore = false
+            scan: while scanned < Self.historyScanLimit {
+                let batch = try store.transactions(
+                    account: stored.accountID, bundle: stored.transaction.bundleID, revisionAfter: position,
+                    descending: descending, limit: 100)
+                for row in batch {
+                    guard filter.accepts(row) else {
+                        scanned += 1
+                        position = row.revision
+                        continue
+                    }
+                    if matched.count == Self.historyPageSize {
+                        hasMore = true
+                        break scan
+                    }
+                    scanned += 1
+                    position = row.revision
+                    matched.append(row)
+                }
+                if batch.count < 100 { break }
+            }
+            if !hasMore, scanned >= Self.historyScanLimit { hasMore = true }
+            // A full page continues after its last transaction; otherwise after the last row looked at.
+            last = hasMore && matched.count == Self.historyPageSize ? matched.last!.revision : (position ?? last)
+            return (matched, account, last, hasMore)
+        }
+        return HistoryPage(
+            signedTransactions: try signed(page, account: account), revision: "r\(next)", hasMore: hasMore)
+    }
+
+    // MARK: - Subscriptions
+
+    /// One subscription's latest transaction and renewal info, signed.
+    struct SubscriptionStatusItem: Sendable {
+        var groupID: String
+        var status: SubscriptionStatus
+        var originalTransactionID: String
+        var signedTransactionInfo: String
+        var signedRenewalInfo: String
+    }
+
+    func apiSubscriptionStatuses(_ id: String, scope: APIScope, statuses: Set<Int64>) async throws
+        -> [SubscriptionStatusItem]
+    {
+        try await catchUp()
+        let current = now
+        let (account, rows) = try await storage.read { store in
+            let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
+            var rows: [(StoredSubscription, StoredTransaction, Date?)] = []
+            for subscription in try store.subscriptions(account: stored.accountID, bundle: stored.transaction.bundleID)
+            where statuses.isEmpty || statuses.contains(subscription.state.status.rawValue) {
+                guard let latest = try store.transaction(subscription.latestTransactionID) else { continue }
+                let first = try store.transaction(subscription.originalTransactionID)?.transaction.purchaseDate
+                rows.append((subscription, latest, first))
+            }
+            return (account, rows)
+        }
+        return try rows.map { subscription, latest, started in
+            let info = renewalInfo(
+                subscription.state, environment: account.environment, signedDate: current, started: started)
+            return SubscriptionStatusItem(
+                groupID: latest.transaction.subscriptionGroupID
+                    ?? catalog.entry(subscription.state.productID.rawValue)?.subscription?.groupID ?? "",
+                status: subscription.state.status, originalTransactionID: subscription.originalTransactionID.rawValue,
+                signedTransactionInfo: try signedTransaction(latest, account: account),
+                signedRenewalInfo: try sign(info))
+        }
+    }
+
+    // MARK: - Orders
+
+    /// The transactions of an order: status 0 with them, or 1 when the order is not the app's.
+    func apiLookUpOrder(_ orderID: String, scope: APIScope) async throws -> (status: Int, signed: [String]) {
+        guard (1...64).contains(orderID.utf8.count), orderID.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
+        else { return (1, []) }
+        try await catchUp()
+        let found = try await storage.read { store -> (Account, [StoredTransaction])? in
+            let rows = try store.transactions(orderID: orderID.uppercased()).filter {
+                $0.transaction.bundleID.rawValue == scope.bundleID
+            }
+            guard let first = rows.first, let account = try store.account(first.accountID),
+                account.environment == scope.environment
+            else { return nil }
+            return (account, rows)
+        }
+        guard let (account, rows) = found else { return (1, []) }
+        return (0, try signed(rows, account: account))
+    }
+
+    // MARK: - Renewal-date extensions
+
+    /// What an extension answered, kept so the same request identifier answers the same.
+    struct ExtensionRecord: Sendable, Hashable {
+        var requestIdentifier: String
+        var date: Date
+        var effectiveDate: Date
+        var webOrderLineItemID: String
+
+        var json: JSONValue {
+            .object([
+                "requestIdentifier": .string(requestIdentifier), "date": AppStore.milliseconds(date),
+                "effectiveDate": AppStore.milliseconds(effectiveDate),
+                "webOrderLineItemId": .string(webOrderLineItemID),
+            ])
+        }
+
+        init(requestIdentifier: String, date: Date, effectiveDate: Date, webOrderLineItemID: String) {
+            self.requestIdentifier = requestIdentifier
+            self.date = date
+            self.effectiveDate = effectiveDate
+            self.webOrderLineItemID = webOrderLineItemID
+        }
+
+        init?(json: JSONValue) {
+            guard let id = json["requestIdentifier"]?.stringValue, let date = json["date"]?.doubleValue,
+                let effective = json["effectiveDate"]?.doubleValue, let line = json["webOrderLineItemId"]?.stringValue
+            else { return nil }
+            self.init(
+                requestIdentifier: id, date: Date(timeIntervalSince1970: date / 1000),
+                effectiveDate: Date(timeIntervalSince1970: effective / 1000), webOrderLineItemID: line)
+        }
+    }
+
+    /// Apple's extension request, checked: 1–90 days, a reason 0–3, a request identifier.
+    struct ExtensionRequest: Sendable {
+        var days: Int
+        var reason: Int
+        var requestIdentifier: String
+
+        init(_ body: JSONObject) throws {
+            guard let days = body["extendByDays"]?.int64Value, (1...90).contains(days) else {
+                throw EmulatorError.api(.invalidExtendByDays, "Invalid extend by days value.")
+            }
+            guard let reason = body["extendReasonCode"]?.int64Value, (0...3).contains(reason) else {
+                throw EmulatorError.api(.invalidExtendReasonCode, "Invalid extend reason code.")
+            }
+            guard let identifier = body["requestIdentifier"]?.stringValue, (1...128).contains(identifier.utf8.count)
+            else { throw EmulatorError.api(.invalidRequestIdentifier, "Invalid request identifier.") }
+            self.days = Int(days)
+            self.reason = Int(reason)
+            self.requestIdentifier = identifier
+        }
+    }
+
+    /// Extensions allowed per subscription within a year.
+    static let maxExtensionsPerYear = 2
+
+    /// Extends one subscription's renewal date inside a write (RENEWAL_EXTENDED); the same request identifier
+    /// answers what it answered before.
+    func extendRenewal(
+        _ subscription: StoredSubscription, account: Account, request: ExtensionRequest, in store: any EmulatorStore,
+        now: Date
+    ) throws -> ExtensionRecord {
+        let key = Setting.extensions(subscription.originalTransactionID)
+        let records = ((try store.setting(key)).flatMap { try? JSONParser.parse(Array($0.utf8)) }?.arrayValue ?? [])
+            .compactMap(ExtensionRecord.init(json:))
+        if let earlier = records.first(where: { $0.requestIdentifier == request.requestIdentifier }) { return earlier }
+        guard let latest = try store.transaction(subscription.latestTransactionID),
+            latest.transaction.ownership != .familyShared
+        else {
+            throw EmulatorError.api(
+                .familySharedSubscriptionExtensionIneligible, "Family-shared subscriptions cannot be extended.")
+        }
+        let yearAgoCount = records.filter { rate.end(of: StorePeriod(years: 1), from: $0.date) > now }.count
+        guard yearAgoCount < Self.maxExtensionsPerYear else {
+            throw EmulatorError.api(
+                .subscriptionMaxExtension, "The subscription has been extended twice in the past 365 days.")
+        }
+        var changed = subscription
+        let effects: [LifecycleEffect]
+        do {
+            effects = try lifecycle(for: account).handle(
+                .extendRenewal(days: request.days), to: &changed.state, at: now)
+        } catch {
+            throw EmulatorError.api(.subscriptionExtensionIneligible, "The subscription is not eligible: \(error)")
+        }
+        try apply(effects, to: &changed, account: account, in: store, now: now)
+        let record = ExtensionRecord(
+            requestIdentifier: request.requestIdentifier, date: now, effectiveDate: changed.state.expiresDate ?? now,
+            webOrderLineItemID: latest.transaction.webOrderLineItemID.map { String($0) } ?? "")
+        // The most recent extensions are enough to apply the yearly cap and answer repeats.
+        let kept = (records + [record]).suffix(16).map(\.json)
+        try store.setSetting(key, JSONWriter.string(.array(kept)))
+        return record
+    }
+
+    func apiExtend(originalTransactionID id: String, body: JSONObject, scope: APIScope) async throws -> ExtensionRecord
+    {
+        let request = try ExtensionRequest(body)
+        try await catchUp()
+        let current = now
+        return try await storage.write { store in
+            let (stored, account) = try self.apiTransaction(
+                id, scope: scope, in: store, invalid: .invalidOriginalTransactionId,
+                notFound: .originalTransactionIdNotFound)
+            guard stored.transaction.originalID == stored.id else {
+                throw EmulatorError.api(.originalTransactionIdNotFound, "Original transaction id not found.")
+            }
+            guard stored.transaction.ownership != .familyShared else {
+                throw EmulatorError.api(
+                    .familySharedSubscriptionExtensionIneligible, "Family-shared subscriptions cannot be extended.")
+            }
+            guard stored.transaction.kind == .autoRenewable, let subscription = try store.subscription(stored.id) else {
+                throw EmulatorError.api(.subscriptionExtensionIneligible, "Not an auto-renewable subscription.")
+            }
+            return try self.extendRenewal(subscription, account: account, request: request, in: store, now: current)
+        }
+    }
+
+    // MARK: - Mass extensions
+
+    /// A mass extension's progress.
+    struct MassExtension: Sendable, Hashable {
+        var requestIdentifier: String
+        var productID: String
+        var environment: Environment
+        var storefronts: [String]?
+        var complete: Bool
+        var completeDate: Date?
+        var succeeded: Int64
+        var failed: Int64
+
+        var json: JSONObject {
+            var object: JSONObject = [
+                "requestIdentifier": .string(requestIdentifier), "productId": .string(productID),
+                "environment": .string(environment.rawValue), "complete": .bool(complete),
+                "succeededCount": .integer(succeeded), "failedCount": .integer(failed),
+            ]
+            if let completeDate { object["completeDate"] = AppStore.milliseconds(completeDate) }
+            if let storefronts { object["storefrontCountryCodes"] = .array(storefronts.map(JSONValue.string)) }
+            return object
+        }
+
+        init(
+            requestIdentifier: String, productID: String, environment: Environment, storefronts: [String]?,
+            complete: Bool = false, completeDate: Date? = nil, succeeded: Int64 = 0, failed: Int64 = 0
+        ) {
+            self.requestIdentifier = requestIdentifier
+            self.productID = productID
+            self.environment = environment
+            self.storefronts = storefronts
+            self.complete = complete
+            self.completeDate = completeDate
+            self.succeeded = succeeded
+            self.failed = failed
+        }
+
+        init?(json: JSONValue) {
+            guard let id = json["requestIdentifier"]?.stringValue, let product = json["productId"]?.stringValue,
+                let environment = json["environment"]?.stringValue.flatMap(Environment.init(rawValue:))
+            else { return nil }
+            self.init(
+                requestIdentifier: id, productID: product, environment: environment,
+                storefronts: json["storefrontCountryCodes"]?.arrayValue?.compactMap(\.stringValue),
+                complete: json["complete"]?.boolValue ?? false,
+                completeDate: json["completeDate"]?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) },
+                succeeded: json["succeededCount"]?.int64Value ?? 0, failed: json["failedCount"]?.int64Value ?? 0)
+        }
+    }
+
+    /// Subscriptions one write of a mass extension handles.
+    static let massExtensionBatch = 250
+
+    /// Takes a mass extension and runs it in the background, a batch of subscriptions per write; at the end
+    /// RENEWAL_EXTENSION/SUMMARY says how many succeeded and failed. A request identifier already taken
+    /// answers without starting again.
+    func apiMassExtend(body: JSONObject, scope: APIScope) async throws -> String {
+        let request = try ExtensionRequest(body)
+        guard let productID = body["productId"]?.stringValue, catalog.entry(productID)?.subscription != nil else {
+            throw EmulatorError.api(.invalidProductId, "Invalid product id.")
+        }
+        var storefronts: [String]?
+        if let value = body["storefrontCountryCodes"], value != .null {
+            guard let list = value.arrayValue, !list.isEmpty else {
+                throw EmulatorError.api(.invalidEmptyStorefrontCountryCodeList, "Invalid empty storefront list.")
+            }
+            storefronts = try list.map { item in
+                guard let code = item.stringValue, Storefront(countryCode: code) != nil else {
+                    throw EmulatorError.api(.invalidStorefrontCountryCode, "Invalid storefront country code.")
+                }
+                return code.uppercased()
+            }
+        }
+        let key = Setting.massExtension(productID, request.requestIdentifier)
+        let progress = MassExtension(
+            requestIdentifier: request.requestIdentifier, productID: productID, environment: scope.environment,
+            storefronts: storefronts)
+        let started = try await storage.write { store -> Bool in
+            guard try store.setting(key) == nil else { return false }
+            try store.setSetting(key, JSONWriter.string(.object(progress.json)))
+            return true
+        }
+        if started {
+            Task.detached { [self] in await self.runMassExtension(progress, request: request, scope: scope) }
+        }
+        return request.requestIdentifier
+    }
+
+    func runMassExtension(_ initial: MassExtension, request: ExtensionRequest, scope: APIScope) async {
+        var progress = initial
+        let key = Setting.massExtension(initial.productID, request.requestIdentifier)
+        do {
+            let ids = try await storage.read { try $0.subscriptionIDs(renewingTo: ProductID(initial.productID)) }
+            var start = 0
+            while start < ids.count {
+                let batch = Array(ids[start..<min(ids.count, start + Self.massExtensionBatch)])
+                start += batch.count
+                let current = now
+                let snapshot = progress
+                progress = try await storage.write { store in
+                    var progress = snapshot
+                    for id in batch {
+                        guard let subscription = try store.subscription(id),
+                            subscription.bundleID.rawValue == scope.bundleID,
+                            let account = try store.account(subscription.accountID),
+                            account.environment == scope.environment, subscription.state.status == .active
+                        else { continue }
+                        if let storefronts = progress.storefronts, !storefronts.contains(account.storefront) {
+                            continue
+                        }
+                        // A family member's access follows the purchaser's; only purchasers count.
+                        if try store.transaction(subscription.originalTransactionID)?.transaction.ownership
+                            == .familyShared
+                        {
+                            continue
+                        }
+                        var perSubscription = request
+                        perSubscription.requestIdentifier = "mass:" + request.requestIdentifier
+                        do {
+                            _ = try self.extendRenewal(
+                                subscription, account: account, request: perSubscription, in: store, now: current)
+                            progress.succeeded += 1
+                        } catch is EmulatorError {
+                            progress.failed += 1
+                        }
+                    }
+                    try store.setSetting(key, JSONWriter.string(.object(progress.json)))
+                    return progress
+                }
+            }
+            let current = now
+            let finished = progress
+            try await storage.write { store in
+                var done = finished
+                done.complete = true
+                done.completeDate = current
+                try store.setSetting(key, JSONWriter.string(.object(done.json)))
+                var summary: JSONObject = [
+                    "requestIdentifier": .string(done.requestIdentifier),
+                    "environment": .string(scope.environment.rawValue), "bundleId": .string(scope.bundleID),
+                    "productId": .string(done.productID), "succeededCount": .integer(done.succeeded),
+                    "failedCount": .integer(done.failed),
+                ]
+                if let app = self.apps[scope.bundleID] { summary["appAppleId"] = .integer(app.appAppleID) }
+                if let storefronts = done.storefronts {
+                    summary["storefrontCountryCodes"] = .array(storefronts.map(JSONValue.string))
+                }
+                _ = try self.enqueueAppNotification(
+                    Notice(.renewalExtension, .summary), scope: scope, container: "summary", content: summary,
+                    in: store, now: current)
+            }
+            deliverDue()
+        } catch {
+            logger.error("mass-extension.failed", ["error": String(describing: error)])
+        }
+    }
+
+    func apiMassExtensionStatus(productID: String, requestIdentifier: String, scope: APIScope) async throws
+        -> MassExtension
+    {
+        let key = Setting.massExtension(productID, requestIdentifier)
+        let stored = try await storage.read { try $0.setting(key) }
+        guard let stored, let parsed = (try? JSONParser.parse(Array(stored.utf8))).flatMap(MassExtension.init(json:)),
+            parsed.environment == scope.environment
+        else { throw EmulatorError.api(.statusRequestNotFound, "Status request not found.") }
+        return parsed
+    }
+
+    // MARK: - Notifications
+
+    /// Writes a notification about the app rather than a transaction (TEST, RENEWAL_EXTENSION/SUMMARY) into
+    /// the outbox, one per configured URL; nil when no URL is configured for the environment.
+    func enqueueAppNotification(
+        _ notice: Notice, scope: APIScope, container: String, content: JSONObject, in store: any EmulatorStore,
+        now: Date
+    ) throws -> String? {
+        guard
+            let settings = notificationSettings(bundleID: scope.bundleID, environment: scope.environment, now: now),
+            !settings.urls.isEmpty
+        else { return nil }
+        var first: String?
+        for url in settings.urls {
+            let uuid = newUUID().lowercased()
+            var payload: JSONObject = ["notificationType": .string(notice.type.rawValue)]
+            if let subtype = notice.subtype { payload["subtype"] = .string(subtype.rawValue) }
+            payload["notificationUUID"] = .string(uuid)
+            payload[container] = .object(content)
+            payload["version"] = .string("2.0")
+            payload["signedDate"] = Self.milliseconds(now)
+            let signed = try sign(payload)
+            try store.insert(
+                OutboundNotification(
+                    id: uuid, bundleID: BundleID(scope.bundleID), environment: scope.environment, version: 2, url: url,
+                    body: JSONWriter.bytes(.object(["signedPayload": .string(signed)])), signedPayload: signed,
+                    notice: notice, originalTransactionID: nil, created: now, retryDelays: settings.retryDelays,
+                    retryClientErrors: settings.retryClientErrors, timeoutMilliseconds: settings.timeoutMilliseconds))
+            try schedule(DueEvent(kind: .notificationAttempt, key: uuid, due: now), in: store)
+            first = first ?? uuid
+        }
+        return first
+    }
+
+    /// Sends what the outbox has due now (after a write outside a request).
+    func deliverDue() {
+        Task.detached { [self] in try? await self.runDue(maxEvents: maxEventsPerRequest) }
+    }
+
+    /// Request a Test Notification: a TEST notification to the environment's URL; its token.
+    func apiRequestTestNotification(scope: APIScope) async throws -> String {
+        let app = try apiApp(scope)
+        let current = now
+        var data: JSONObject = [
+            "bundleId": .string(scope.bundleID), "environment": .string(scope.environment.rawValue),
+        ]
+        if scope.environment == .production { data["appAppleId"] = .integer(app.appAppleID) }
+        let content = data
+        let id = try await storage.write { store in
+            try self.enqueueAppNotification(
+                Notice(.test), scope: scope, container: "data", content: content, in: store, now: current)
+        }
+        guard let id else {
+            throw EmulatorError.api(
+                .serverNotificationUrlNotFound, "No server notification URL is configured for this environment.")
+        }
+        try await runDue(maxEvents: maxEventsPerRequest)
+        return "\(id)_\(ReceiptDateMilliseconds.of(current))"
+    }
+
+    /// Get Test Notification Status.
+    func apiTestNotificationStatus(_ token: String, scope: APIScope) async throws -> OutboundNotification {
+        let parts = token.split(separator: "_", maxSplits: 1)
+        guard parts.count == 2, UUID(uuidString: String(parts[0])) != nil, Int64(parts[1]) != nil else {
+            throw EmulatorError.api(.invalidTestNotificationToken, "Invalid test notification token.")
+        }
+        let found = try await storage.read { try $0.notification(String(parts[0]).lowercased()) }
+        guard let found, found.notice.type == .test, found.bundleID.rawValue == scope.bundleID,
+            found.environment == scope.environment
+        else { throw EmulatorError.api(.testNotificationNotFound, "Test notification not found.") }
+        return found
+    }
+
+    /// Get Notification History's body, checked.
+    struct NotificationHistoryQuery: Sendable {
+        var start: Date
+        var end: Date
+        var type: NotificationType?
+        var subtype: NotificationSubtype?
+        var transactionID: String?
+        var onlyFailures: Bool
+    }
+
+    func notificationHistoryQuery(_ body: JSONObject) throws -> NotificationHistoryQuery {
+        guard let startValue = body["startDate"], startValue != .null else {
+            throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
+        }
+        guard let startMs = startValue.doubleValue else {
+            throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
+        }
+        guard let endValue = body["endDate"], endValue != .null, let endMs = endValue.doubleValue else {
+            throw EmulatorError.api(.invalidEndDate, "Invalid end date.")
+        }
+        let current = now
+        let start = Date(timeIntervalSince1970: startMs / 1000)
+        let end = min(Date(timeIntervalSince1970: endMs / 1000), current)
+        guard rate.end(of: StorePeriod(days: 180), from: start) >= current else {
+            throw EmulatorError.api(.startDateTooFarInPast, "Start date too far in the past.")
+        }
+        guard start < Date(timeIntervalSince1970: endMs / 1000) else {
+            throw EmulatorError.api(.startDateAfterEndDate, "Start date after end date.")
+        }
+        func text(_ name: String) -> String? {
+            guard let value = body[name], value != .null else { return nil }
+            return value.stringValue ?? ""
+        }
+        var type: NotificationType?
+        if let name = text("notificationType") {
+            guard let parsed = NotificationType(rawValue: name) else {
+                throw EmulatorError.api(.invalidNotificationType, "Invalid notification type.")
+            }
+            type = parsed
+        }
+        var subtype: NotificationSubtype?
+        if let name = text("notificationSubtype") {
+            guard type != nil, let parsed = NotificationSubtype(rawValue: name) else {
+                throw EmulatorError.api(.invalidNotificationType, "Invalid notification type and subtype.")
+            }
+            subtype = parsed
+        }
+        let transactionID = text("transactionId")
+        if transactionID != nil, type != nil {
+            throw EmulatorError.api(.multipleFiltersSupplied, "Use notificationType or transactionId, not both.")
+        }
+        if let transactionID, transactionID.isEmpty || !transactionID.utf8.allSatisfy({ (48...57).contains($0) }) {
+            throw EmulatorError.api(.invalidTransactionId, "Invalid transaction id.")
+        }
+        var onlyFailures = false
+        if let value = body["onlyFailures"], value != .null {
+            guard let flag = value.boolValue else { throw EmulatorError.api(.generalBadRequest, "Bad request.") }
+            onlyFailures = flag
+        }
+        return NotificationHistoryQuery(
+            start: start, end: max(start, end), type: type, subtype: subtype, transactionID: transactionID,
+            onlyFailures: onlyFailures)
+    }
+
+    /// A page of the app's V2 notifications in the scope's environment, oldest first.
+    func apiNotificationHistory(body: JSONObject, paginationToken: String?, scope: APIScope) async throws -> (
+        notifications: [OutboundNotification], token: String, hasMore: Bool
+    ) {
+        let query = try notificationHistoryQuery(body)
+        var cursor: Int64?
+        if let paginationToken {
+            guard paginationToken.hasPrefix("p"), let value = Int64(paginationToken.dropFirst()), value >= 0 else {
+                throw EmulatorError.api(.invalidPaginationToken, "Invalid pagination token.")
+            }
+            cursor = value
+        }
+        try await catchUp()
+        let start = cursor
+        return try await storage.read { store in
+            var original: TransactionID?
+            if let id = query.transactionID {
+                guard let stored = try store.transaction(TransactionID(id)),
+                    stored.transaction.bundleID.rawValue == scope.bundleID
+                else { return ([], "p\(start ?? 0)", false) }
+                original = stored.transaction.originalID
+            }
+            var matched: [OutboundNotification] = []
+            var position = start
+            var scanned = 0
+            var hasMore = false
+            scan: while scanned < Self.historyScanLimit {
+                let batch = try store.notifications(
+                    bundle: BundleID(scope.bundleID), environment: scope.environment, from: query.start,
+                    to: query.end, after: position, limit: 100)
+                for (rowPosition, notification) in batch {
+                    let accepted =
+                        notification.version == 2 && notification.signedPayload != nil
+                        && (query.type == nil || notification.notice.type == query.type)
+                        && (query.subtype == nil || notification.notice.subtype == query.subtype)
+                        && (original == nil || notification.originalTransactionID == original)
+                        && (!query.onlyFailures || notification.state != .delivered)
+                    if accepted, matched.count == Self.historyPageSize {
+                        hasMore = true
+                        break scan
+                    }
+                    scanned += 1
+                    position = rowPosition
+                    if accepted { matched.append(notification) }
+                }
+                if batch.count < 100 { break }
+            }
+            if !hasMore, scanned >= Self.historyScanLimit { hasMore = true }
+            return (matched, "p\(position ?? 0)", hasMore)
+        }
+    }
+
+    // MARK: - Consumption, app account tokens, app transactions
+
+    /// Send Consumption Information (v2, or v1's integer codes): checked and kept with the transaction.
+    func apiConsumption(_ id: String, body: JSONObject, version: Int, scope: APIScope) async throws {
+        if version == 2 { try Self.checkConsumptionV2(body) } else { try Self.checkConsumptionV1(body) }
+        let text = JSONWriter.string(.object(body))
+        try await storage.write { store in
+            let (stored, _) = try self.apiTransaction(id, scope: scope, in: store)
+            try store.setSetting(Setting.consumption(stored.id), text)
+        }
+    }
+
+    static func checkConsumptionV2(_ body: JSONObject) throws {
+        guard body["customerConsented"]?.boolValue == true else {
+            throw EmulatorError.api(.invalidCustomerConsented, "The customer has not consented.")
+        }
+        let deliveries = [
+            "DELIVERED", "UNDELIVERED_QUALITY_ISSUE", "UNDELIVERED_WRONG_ITEM", "UNDELIVERED_SERVER_OUTAGE",
+            "UNDELIVERED_OTHER",
+        ]
+        guard let delivery = body["deliveryStatus"]?.stringValue, deliveries.contains(delivery) else {
+            throw EmulatorError.api(.invalidDeliveryStatus, "Invalid delivery status.")
+        }
+        guard body["sampleContentProvided"]?.boolValue != nil else {
+            throw EmulatorError.api(.invalidSampleContentProvided, "Invalid sample content provided.")
+        }
+        if let value = body["consumptionPercentage"], value != .null {
+            guard let share = value.int64Value, (0...100_000).contains(share) else {
+                throw EmulatorError.api(.generalBadRequest, "Invalid consumption percentage.")
+            }
+        }
+        if let value = body["refundPreference"], value != .null {
+            guard let preference = value.stringValue, ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"].contains(preference)
+            else { throw EmulatorError.api(.generalBadRequest, "Invalid refund preference.") }
+        }
+    }
+
+    static func checkConsumptionV1(_ body: JSONObject) throws {
+        guard body["customerConsented"]?.boolValue == true else {
+            throw EmulatorError.api(.invalidCustomerConsented, "The customer has not consented.")
+        }
+        guard body["sampleContentProvided"]?.boolValue != nil else {
+            throw EmulatorError.api(.invalidSampleContentProvided, "Invalid sample content provided.")
+        }
+        let ranges: [(String, ClosedRange<Int64>, APIErrorCode)] = [
+            ("consumptionStatus", 0...3, .invalidConsumptionStatus), ("platform", 0...2, .invalidPlatform),
+            ("deliveryStatus", 0...5, .invalidDeliveryStatus), ("accountTenure", 0...7, .invalidAccountTenure),
+            ("playTime", 0...7, .invalidPlayTime), ("lifetimeDollarsRefunded", 0...7, .invalidLifetimeDollarsRefunded),
+            ("lifetimeDollarsPurchased", 0...7, .invalidLifetimeDollarsPurchased),
+            ("userStatus", 0...4, .invalidUserStatus), ("refundPreference", 0...3, .generalBadRequest),
+        ]
+        for (name, range, code) in ranges {
+            guard let value = body[name], value != .null else { continue }
+            guard let number = value.int64Value, range.contains(number) else {
+                throw EmulatorError.api(code, "Invalid \(name).")
+            }
+        }
+        if let value = body["appAccountToken"], value != .null {
+            guard let text = value.stringValue, text.isEmpty || UUID(uuidString: text) != nil else {
+                throw EmulatorError.api(.invalidAppAccountToken, "Invalid app account token.")
+            }
+        }
+    }
+
+    /// Set App Account Token: on the purchase and every transaction of it (renewals carry it on).
+    func apiSetAppAccountToken(originalTransactionID id: String, body: JSONObject, scope: APIScope) async throws {
+        guard let text = body["appAccountToken"]?.stringValue, let token = UUID(uuidString: text) else {
+            throw EmulatorError.api(.invalidAppAccountTokenUUID, "Invalid app account token: not a UUID.")
+        }
+        try await catchUp()
+        try await storage.write { store in
+            let (stored, _) = try self.apiTransaction(
+                id, scope: scope, in: store, invalid: .invalidOriginalTransactionId,
+                notFound: .originalTransactionIdNotFound)
+            guard stored.transaction.originalID == stored.id else {
+                throw EmulatorError.api(
+                    .transactionIdNotOriginalTransactionId, "The transaction id is not an original transaction id.")
+            }
+            guard stored.transaction.ownership != .familyShared else {
+                throw EmulatorError.api(.familyTransactionNotSupported, "Family-shared transactions are not supported.")
+            }
+            for var row in try store.transactions(original: stored.id) {
+                row.transaction.appAccountToken = token.uuidString.lowercased()
+                try store.update(row)
+            }
+        }
+    }
+
+    /// Get App Transaction Info: the customer's app transaction, from their earliest install of the app.
+    func apiAppTransaction(_ id: String, scope: APIScope) async throws -> String {
+        let app = try apiApp(scope)
+        let (account, install) = try await storage.read { store -> (Account, Install?) in
+            let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
+            return (account, try store.installs(account: stored.accountID, bundle: stored.transaction.bundleID).first)
+        }
+        guard let install else {
+            throw EmulatorError.api(.appTransactionDoesNotExist, "No app transaction exists for the customer.")
+        }
+        var payload = AppTransaction(
+            app: app, install: install, environment: account.environment, created: now, deviceVerification: "",
+            nonce: UUID(bytes: randomBytes(16)))
+        // No device asked: nothing to verify it against.
+        payload.json["deviceVerification"] = nil
+        payload.json["deviceVerificationNonce"] = nil
+        return try sign(payload.json)
+    }
+
+    // MARK: - Keys
+
+    /// Mints an API key for an app as App Store Connect does: a new P-256 key whose private half is
+    /// returned once (PKCS#8 PEM) and never kept.
+    public func mintAPIKey(bundleID: String) async throws -> (keyID: String, issuerID: String, privateKey: String) {
+        _ = try app(bundleID)
+        let key = try PrivateKey.generateP256()
+        let publicDER = try key.publicKey.derEncoded
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        let keyID = String(randomBytes(10).map { alphabet[Int($0) % alphabet.count] })
+        let fresh = newUUID().lowercased()
+        let issuerID = try await storage.write { store -> String in
+            let issuer = try store.setting(Setting.apiIssuerID) ?? fresh
+            try store.setSetting(Setting.apiIssuerID, issuer)
+            var list =
+                (try store.setting(Setting.apiKeys)).flatMap { try? JSONParser.parse(Array($0.utf8)) }?
+                .arrayValue ?? []
+            list.append(
+                .object([
+                    "keyId": .string(keyID), "issuerId": .string(issuer), "bundleId": .string(bundleID),
+                    "publicKey": .string(Data(publicDER).base64EncodedString()),
+                ]))
+            try store.setSetting(Setting.apiKeys, JSONWriter.string(.array(list)))
+            return issuer
+        }
+        let publicKey = try key.publicKey
+        serverAPI.keyRing.keys.withLock {
+            $0[keyID] = APIKey(keyID: keyID, issuerID: issuerID, publicKey: publicKey, bundleIDs: [bundleID])
+        }
+        return (keyID, issuerID, try key.pemPKCS8())
+    }
+
+    /// The keys registered for an app (ids and issuers; public halves only).
+    public func apiKeys(bundleID: String) throws -> [(keyID: String, issuerID: String)] {
+        _ = try app(bundleID)
+        return serverAPI.keyRing.keys.withLock { keys in
+            keys.values.filter { $0.bundleIDs.contains(bundleID) }.map { ($0.keyID, $0.issuerID) }.sorted {
+                $0.keyID < $1.keyID
+            }
+        }
+    }
+}
+
+/// Milliseconds since 1970 of a date, rounded down.
+enum ReceiptDateMilliseconds {
+    static func of(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+}

@@ -1,0 +1,384 @@
+import AppStoreEmulator
+import AppStoreServerAPI
+import AppStoreSignedData
+import Foundation
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+
+/// `storekeeper api <endpoint>`: the App Store Server API from the shell, against Apple or the emulator,
+/// printing Apple's JSON with every signed field decoded beside it; and `storekeeper appstore api-key`,
+/// which mints a key on a running emulator.
+enum ServerAPICommands {
+    static let connection: [Arguments.Spec.Option] = [
+        .init(name: "key", valueName: "file.p8", help: "The API key's private key (default: $STOREKEEPER_API_KEY)."),
+        .init(name: "key-id", valueName: "id", help: "The key's id (default: $STOREKEEPER_API_KEY_ID)."),
+        .init(name: "issuer-id", valueName: "uuid", help: "The issuer id (default: $STOREKEEPER_API_ISSUER_ID)."),
+        .init(name: "bundle-id", valueName: "id", help: "The app (default: $STOREKEEPER_BUNDLE_ID)."),
+        .init(
+            name: "environment", valueName: "production|sandbox",
+            help: "Apple's production or sandbox host (default: sandbox)."),
+        .init(
+            name: "url", valueName: "url",
+            help: "Another base URL instead, e.g. the emulator's http://127.0.0.1:8080 (its sandbox: …/sandbox)."),
+        .init(
+            name: "verify-root", valueName: "file",
+            help: "Verify every signed field against this root (the emulator's jws-root.cer, or Apple's)."),
+        AppStoreCommands.fieldOption,
+    ]
+
+    struct Endpoint: Sendable {
+        var name: String
+        var abstract: String
+        var positionals: [(name: String, help: String)] = []
+        var options: [Arguments.Spec.Option] = []
+        var flags: [(name: String, help: String)] = []
+        var run: @Sendable (AppStoreServerAPIClient, Arguments) async throws(AppStoreServerAPIError) -> JSONValue
+    }
+
+    static func id(_ arguments: Arguments, _ what: String = "transaction id") throws(AppStoreServerAPIError) -> String {
+        guard let value = arguments.positional(0) else {
+            throw AppStoreServerAPIError(kind: .invalidRequest, message: "give the \(what) as the argument")
+        }
+        return value
+    }
+
+    static func int(_ arguments: Arguments, _ name: String, default value: Int? = nil)
+        throws(AppStoreServerAPIError) -> Int
+    {
+        guard let text = arguments.value(name) ?? value.map(String.init), let number = Int(text) else {
+            throw AppStoreServerAPIError(kind: .invalidRequest, message: "--\(name) must be a whole number")
+        }
+        return number
+    }
+
+    static func date(_ arguments: Arguments, _ name: String) throws(AppStoreServerAPIError) -> Date? {
+        guard let text = arguments.value(name) else { return nil }
+        if let milliseconds = Double(text) { return Date(timeIntervalSince1970: milliseconds / 1000) }
+        guard let date = try? arguments.date(name) else {
+            throw AppStoreServerAPIError(
+                kind: .invalidRequest, message: "--\(name) must be an RFC 3339 date or UNIX milliseconds")
+        }
+        return date
+    }
+
+    static let endpoints: [Endpoint] = [
+        Endpoint(
+            name: "transaction", abstract: "Get Transaction Info.", positionals: [("id", "A transaction id.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                .object(try await client.transactionInfo(try id(arguments)).json)
+            }),
+        Endpoint(
+            name: "history", abstract: "Get Transaction History (v2; --version 1 for v1).",
+            positionals: [("id", "Any transaction id of the customer.")],
+            options: [
+                .init(name: "revision", valueName: "token", help: "Continue from a page's revision."),
+                .init(name: "version", valueName: "1|2", help: "The endpoint's version (default 2)."),
+                .init(name: "product-id", valueName: "id", help: "Only this product.", repeatable: true),
+                .init(
+                    name: "product-type", valueName: "type",
+                    help: "AUTO_RENEWABLE, NON_RENEWABLE, CONSUMABLE or NON_CONSUMABLE.", repeatable: true),
+                .init(name: "sort", valueName: "ASCENDING|DESCENDING", help: "By last change (default ASCENDING)."),
+                .init(name: "start", valueName: "date", help: "Purchased at or after (RFC 3339 or ms)."),
+                .init(name: "end", valueName: "date", help: "Purchased before (RFC 3339 or ms)."),
+                .init(name: "revoked", valueName: "true|false", help: "Only refunded, or only not refunded."),
+                .init(name: "ownership", valueName: "PURCHASED|FAMILY_SHARED", help: "Only this ownership."),
+                .init(name: "group", valueName: "id", help: "Only this subscription group.", repeatable: true),
+            ],
+            flags: [("all", "Follow revision while hasMore and print every page.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                var query = TransactionHistoryQuery()
+                query.productIDs = arguments.all("product-id")
+                query.productTypes = arguments.all("product-type")
+                query.subscriptionGroupIdentifiers = arguments.all("group")
+                query.sort = arguments.value("sort").flatMap(TransactionHistoryQuery.Sort.init(rawValue:))
+                query.startDate = try date(arguments, "start")
+                query.endDate = try date(arguments, "end")
+                query.revoked = arguments.value("revoked").map { $0.lowercased() == "true" }
+                query.inAppOwnershipType = arguments.value("ownership")
+                let version = try int(arguments, "version", default: 2)
+                if arguments.flag("all") {
+                    let pages = try await client.allTransactionHistory(
+                        try id(arguments), query: query, version: version)
+                    return .object(["pages": .array(pages.map { .object($0.json) })])
+                }
+                return .object(
+                    try await client.transactionHistory(
+                        try id(arguments), query: query, revision: arguments.value("revision"), version: version
+                    ).json)
+            }),
+        Endpoint(
+            name: "statuses", abstract: "Get All Subscription Statuses.",
+            positionals: [("id", "Any transaction id of the customer.")],
+            options: [
+                .init(name: "status", valueName: "1-5", help: "Only subscriptions in this status.", repeatable: true)
+            ],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                var statuses: [Int] = []
+                for text in arguments.all("status") {
+                    guard let status = Int(text) else {
+                        throw AppStoreServerAPIError(kind: .invalidRequest, message: "--status must be 1 to 5")
+                    }
+                    statuses.append(status)
+                }
+                return .object(try await client.subscriptionStatuses(try id(arguments), status: statuses).json)
+            }),
+        Endpoint(
+            name: "refunds", abstract: "Get Refund History.",
+            positionals: [("id", "Any transaction id of the customer.")],
+            options: [.init(name: "revision", valueName: "token", help: "Continue from a page's revision.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                .object(try await client.refundHistory(try id(arguments), revision: arguments.value("revision")).json)
+            }),
+        Endpoint(
+            name: "order", abstract: "Look Up Order ID.", positionals: [("order-id", "The order id of an invoice.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                .object(try await client.lookUpOrder(try id(arguments, "order id")).json)
+            }),
+        Endpoint(
+            name: "extend", abstract: "Extend a Subscription Renewal Date.",
+            positionals: [("original-id", "The subscription's original transaction id.")],
+            options: [
+                .init(name: "days", valueName: "1-90", help: "Days to extend by.", required: true),
+                .init(name: "reason", valueName: "0-3", help: "Extend reason code (default 0, undeclared)."),
+                .init(name: "request-id", valueName: "id", help: "Idempotency key (default: a new UUID)."),
+            ],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                .object(
+                    try await client.extendRenewalDate(
+                        originalTransactionID: try id(arguments, "original transaction id"),
+                        ExtendRenewalDateRequest(
+                            extendByDays: try int(arguments, "days"),
+                            extendReasonCode: try int(arguments, "reason", default: 0),
+                            requestIdentifier: arguments.value("request-id") ?? UUID().uuidString.lowercased())
+                    ).json)
+            }),
+        Endpoint(
+            name: "mass-extend", abstract: "Extend Subscription Renewal Dates for All Active Subscribers.",
+            options: [
+                .init(name: "product-id", valueName: "id", help: "The subscription product.", required: true),
+                .init(name: "days", valueName: "1-90", help: "Days to extend by.", required: true),
+                .init(name: "reason", valueName: "0-3", help: "Extend reason code (default 0)."),
+                .init(name: "request-id", valueName: "id", help: "Request identifier (default: a new UUID)."),
+                .init(name: "storefront", valueName: "ABC", help: "Only this storefront.", repeatable: true),
+            ],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                let storefronts = arguments.all("storefront")
+                return .object(
+                    try await client.extendRenewalDatesForAllActiveSubscribers(
+                        MassExtendRenewalDateRequest(
+                            extendByDays: try int(arguments, "days"),
+                            extendReasonCode: try int(arguments, "reason", default: 0),
+                            requestIdentifier: arguments.value("request-id") ?? UUID().uuidString.lowercased(),
+                            productID: arguments.value("product-id") ?? "",
+                            storefrontCountryCodes: storefronts.isEmpty ? nil : storefronts)
+                    ).json)
+            }),
+        Endpoint(
+            name: "mass-extend-status", abstract: "Get Status of Subscription Renewal Date Extensions.",
+            options: [
+                .init(name: "product-id", valueName: "id", help: "The subscription product.", required: true),
+                .init(name: "request-id", valueName: "id", help: "The mass extension's identifier.", required: true),
+            ],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                .object(
+                    try await client.massExtensionStatus(
+                        productID: arguments.value("product-id") ?? "",
+                        requestIdentifier: arguments.value("request-id") ?? ""
+                    ).json)
+            }),
+        Endpoint(
+            name: "test-notification", abstract: "Request a Test Notification.",
+            run: { client, _ throws(AppStoreServerAPIError) in .object(try await client.requestTestNotification().json)
+            }),
+        Endpoint(
+            name: "test-notification-status", abstract: "Get Test Notification Status.",
+            positionals: [("token", "The testNotificationToken.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                .object(try await client.testNotificationStatus(try id(arguments, "test notification token")).json)
+            }),
+        Endpoint(
+            name: "notification-history", abstract: "Get Notification History.",
+            options: [
+                .init(name: "start", valueName: "date", help: "From (RFC 3339 or ms).", required: true),
+                .init(name: "end", valueName: "date", help: "To (RFC 3339 or ms; default now)."),
+                .init(name: "type", valueName: "type", help: "Only this notificationType."),
+                .init(name: "subtype", valueName: "subtype", help: "Only this subtype (with --type)."),
+                .init(name: "transaction", valueName: "id", help: "Only this customer's (not with --type)."),
+                .init(name: "pagination-token", valueName: "token", help: "Continue from a page's token."),
+            ],
+            flags: [("only-failures", "Only notifications that never reached the server."), ("all", "Every page.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                let request = NotificationHistoryRequest(
+                    startDate: try date(arguments, "start") ?? Date(), endDate: try date(arguments, "end") ?? Date(),
+                    notificationType: arguments.value("type"), notificationSubtype: arguments.value("subtype"),
+                    transactionID: arguments.value("transaction"),
+                    onlyFailures: arguments.flag("only-failures") ? true : nil)
+                if arguments.flag("all") {
+                    let pages = try await client.allNotificationHistory(request)
+                    return .object(["pages": .array(pages.map { .object($0.json) })])
+                }
+                return .object(
+                    try await client.notificationHistory(request, paginationToken: arguments.value("pagination-token"))
+                        .json)
+            }),
+        Endpoint(
+            name: "consumption", abstract: "Send Consumption Information (v2 body; --v1 for the deprecated one).",
+            positionals: [("id", "The transaction id.")],
+            options: [.init(name: "body", valueName: "json", help: "The request body as JSON.", required: true)],
+            flags: [("v1", "Send to the deprecated v1 endpoint (integer-coded body).")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                guard let text = arguments.value("body"),
+                    let body = (try? JSONParser.parse(Array(text.utf8)))?.objectValue
+                else { throw AppStoreServerAPIError(kind: .invalidRequest, message: "--body must be a JSON object") }
+                let _: EmptyResponse = try await client.call(
+                    "PUT",
+                    "/inApps/\(arguments.flag("v1") ? "v1" : "v2")/transactions/consumption/\(try id(arguments))",
+                    body: body)
+                return .object(["accepted": .bool(true)])
+            }),
+        Endpoint(
+            name: "app-account-token", abstract: "Set App Account Token.",
+            positionals: [("original-id", "The purchase's original transaction id.")],
+            options: [.init(name: "token", valueName: "uuid", help: "The app account token.", required: true)],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                guard let token = arguments.value("token").flatMap(UUID.init(uuidString:)) else {
+                    throw AppStoreServerAPIError(kind: .invalidRequest, message: "--token must be a UUID")
+                }
+                try await client.setAppAccountToken(
+                    originalTransactionID: try id(arguments, "original transaction id"), token)
+                return .object(["appAccountToken": .string(token.uuidString.lowercased())])
+            }),
+        Endpoint(
+            name: "app-transaction", abstract: "Get App Transaction Info.",
+            positionals: [("id", "Any transaction id of the customer.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                .object(try await client.appTransactionInfo(try id(arguments)).json)
+            }),
+    ]
+
+    static func spec(_ endpoint: Endpoint) -> Arguments.Spec {
+        Arguments.Spec(
+            command: "storekeeper api \(endpoint.name)", abstract: endpoint.abstract, positionals: endpoint.positionals,
+            options: endpoint.options + connection, flags: endpoint.flags,
+            discussion: """
+                Calls the App Store Server API with a fresh ES256 token from your In-App Purchase key. Point it at
+                Apple (--environment) or at the emulator (--url http://127.0.0.1:8080, whose keys come from
+                'storekeeper appstore api-key'). Signed fields are decoded beside Apple's JSON (not verified
+                unless --verify-root is given).
+                """)
+    }
+
+    static func command(_ endpoint: Endpoint) -> @Sendable (Arguments, Console, Date) throws -> Int32 {
+        { arguments, console, _ in
+            let client = try makeClient(arguments)
+            let answer: JSONValue
+            do {
+                answer = try blocking {
+                    do { return try await endpoint.run(client, arguments) } catch { throw error }
+                }
+            } catch let error as AppStoreServerAPIError {
+                switch error.kind {
+                case .transport: throw UnavailableError(error.description)
+                case .invalidRequest: throw UsageError(error.message)
+                default: throw RuntimeError(error.description)
+                }
+            }
+            try AppStoreCommands.printAnswer(decoded(answer), arguments, console)
+            return 0
+        }
+    }
+
+    static func makeClient(_ arguments: Arguments) throws -> AppStoreServerAPIClient {
+        let environment = ProcessInfo.processInfo.environment
+        guard let keyPath = arguments.value("key") ?? environment["STOREKEEPER_API_KEY"] else {
+            throw UsageError("give the API key's .p8 file with --key (or $STOREKEEPER_API_KEY)")
+        }
+        guard let keyText = FileManager.default.contents(atPath: keyPath).map({ String(decoding: $0, as: UTF8.self) })
+        else { throw InputError("cannot read the key '\(keyPath)'") }
+        let key: PrivateKey
+        do { key = try PrivateKey(pem: keyText) } catch {
+            throw InputError("'\(keyPath)' is not a PEM private key (.p8)")
+        }
+        guard let keyID = arguments.value("key-id") ?? environment["STOREKEEPER_API_KEY_ID"],
+            let issuerID = arguments.value("issuer-id") ?? environment["STOREKEEPER_API_ISSUER_ID"],
+            let bundleID = arguments.value("bundle-id") ?? environment["STOREKEEPER_BUNDLE_ID"]
+        else { throw UsageError("give --key-id, --issuer-id and --bundle-id (or their $STOREKEEPER_… variables)") }
+        let target: AppStoreServerAPIClient.Environment
+        if let url = arguments.value("url") {
+            guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
+                throw UsageError("--url must start with http:// or https://")
+            }
+            target = .custom(url)
+        } else {
+            switch arguments.value("environment")?.lowercased() ?? "sandbox" {
+            case "production": target = .production
+            case "sandbox": target = .sandbox
+            default: throw UsageError("--environment must be production or sandbox")
+            }
+        }
+        var verifier: SignedDataVerifier?
+        if let root = arguments.value("verify-root") {
+            verifier = try SignedDataVerifier(
+                SignedDataVerifier.Configuration(trustedRoots: try loadCertificates([root]), bundleID: bundleID))
+        }
+        return AppStoreServerAPIClient(
+            key: key, keyID: keyID, issuerID: issuerID, bundleID: bundleID, environment: target, verifier: verifier)
+    }
+
+    /// The answer with each `signed…` member's payload decoded beside it (`signedTransactionInfo` →
+    /// `transactionInfo`, `signedTransactions` → `transactions`, `signedPayload` → `payload`), nested
+    /// signed fields too.
+    static func decoded(_ value: JSONValue) -> JSONValue {
+        if let array = value.arrayValue { return .array(array.map(decoded)) }
+        guard let object = value.objectValue else { return value }
+        var result = JSONObject()
+        for member in object.members {
+            result[member.key] = decoded(member.value)
+            guard member.key.hasPrefix("signed"), member.key != "signedDate" else { continue }
+            let rest = member.key.dropFirst("signed".count)
+            guard let first = rest.first else { continue }
+            let name = first.lowercased() + rest.dropFirst()
+            if let jws = member.value.stringValue, let payload = AppStoreServerAPIClient.decodedPayload(jws) {
+                result[name] = decoded(.object(payload))
+            } else if let list = member.value.arrayValue {
+                result[name] = .array(
+                    list.map { item in
+                        item.stringValue.flatMap(AppStoreServerAPIClient.decodedPayload).map { decoded(.object($0)) }
+                            ?? .null
+                    })
+            }
+        }
+        return .object(result)
+    }
+
+    // MARK: - appstore api-key
+
+    static let apiKeySpec = Arguments.Spec(
+        command: "storekeeper appstore api-key",
+        abstract: "Mint an App Store Server API key for an app on a running emulator.",
+        options: [
+            AppStoreCommands.urlOption, AppStoreCommands.tokenOption, AppStoreCommands.bundleOption,
+            .init(
+                name: "out", valueName: "file.p8",
+                help: "Write the private key here (mode 0600) instead of printing it."),
+            AppStoreCommands.fieldOption,
+        ])
+
+    static func apiKey(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let bundle = AppStoreCommands.bundleID(arguments)
+        var answer = try AppStoreCommands.fetch(arguments, "POST", "/_emulator/v1/apps/\(bundle)/api-keys", [:])
+        if let out = arguments.value("out"), let key = answer["privateKey"]?.stringValue {
+            do { try PrivateFiles.create(out, contents: Array(key.utf8)) } catch {
+                throw InputError("cannot write '\(out)' (it must not exist yet): \(error)")
+            }
+            if var object = answer.objectValue {
+                object["privateKey"] = nil
+                object["keyFile"] = .string(out)
+                answer = .object(object)
+            }
+        }
+        try AppStoreCommands.printAnswer(answer, arguments, console)
+        return 0
+    }
+}

@@ -74,7 +74,7 @@ struct EmulatorStorageContractTests {
             #expect(try store.account("A1") == Self.account)
             #expect(try store.device("D1") == Device(id: "D1", accountID: "A1"))
             #expect(try store.install(device: "D1", bundle: "com.example")?.vppRevokedAt == Self.start)
-            #expect(try store.transaction("10") == stored)
+            #expect(try store.transaction("10").map(Self.withoutRevision) == stored)
             #expect(try store.subscription("10") == Self.subscription)
             #expect(try store.subscriptions(account: "A1", bundle: "com.example").count == 1)
             #expect(try store.payment("11")?.reason == .interrupted)
@@ -89,8 +89,73 @@ struct EmulatorStorageContractTests {
         let finished = changed
         try await storage.write { try $0.update(finished) }
         try await storage.read { (store: any EmulatorStore) throws in
-            #expect(try store.transaction("10") == finished)
+            #expect(try store.transaction("10").map(Self.withoutRevision) == finished)
             #expect(try store.unfinishedTransactions(account: "A1", bundle: "com.example").isEmpty)
+        }
+    }
+
+    /// A stored transaction without the revision the storage gave it.
+    static func withoutRevision(_ stored: StoredTransaction) -> StoredTransaction {
+        var copy = stored
+        copy.revision = 0
+        return copy
+    }
+
+    @Test(
+        "Revisions follow changes of the transaction itself (not finishing); orders and installs are found",
+        arguments: Backend.allCases)
+    func revisionsOrdersInstalls(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { store in
+            try store.insert(Self.account)
+            try store.insert(Account(id: "A2", environment: .sandbox, storefront: "USA"))
+            try store.insert(Device(id: "D1", accountID: "A1"))
+            try store.insert(Device(id: "D2", accountID: "A1"))
+            try store.insert(Device(id: "D3", accountID: "A2"))
+            for (device, offset) in [("D2", 60.0), ("D1", 0), ("D3", 0)] {
+                try store.save(
+                    Install(
+                        deviceID: DeviceID(device), bundleID: "com.example", version: "1", originalVersion: "1",
+                        originalPurchaseDate: Self.start.addingTimeInterval(offset)))
+            }
+            for index in 1...5 {
+                var row = Self.transaction(String(index), at: Double(index))
+                row.orderID = index == 2 ? "ORDER2" : nil
+                try store.insert(row)
+            }
+            try store.insert(Self.transaction("6", account: "A2", at: 6))
+        }
+        @Sendable func ids(_ rows: [StoredTransaction]) -> [String] { rows.map(\.id.rawValue) }
+        let (all, newest) = try await storage.read { store in
+            (
+                try store.transactions(
+                    account: "A1", bundle: "com.example", revisionAfter: nil, descending: false, limit: 10),
+                try store.transactions(
+                    account: "A1", bundle: "com.example", revisionAfter: nil, descending: true, limit: 2)
+            )
+        }
+        #expect(ids(all) == ["1", "2", "3", "4", "5"])
+        #expect(ids(newest) == ["5", "4"])
+        let third = all[2].revision
+        try await storage.write { store in
+            var finished = try #require(try store.transaction("1"))
+            finished.finished = true
+            try store.update(finished)
+            var refunded = try #require(try store.transaction("2"))
+            refunded.transaction.revocationDate = Self.start
+            try store.update(refunded)
+        }
+        try await storage.read { (store: any EmulatorStore) throws in
+            let after = try store.transactions(
+                account: "A1", bundle: "com.example", revisionAfter: third, descending: false, limit: 10)
+            #expect(ids(after) == ["4", "5", "2"], "a change moves a transaction to the end; finishing does not")
+            let before = try store.transactions(
+                account: "A1", bundle: "com.example", revisionAfter: third, descending: true, limit: 10)
+            #expect(ids(before) == ["1"])
+            #expect(ids(try store.transactions(orderID: "ORDER2")) == ["2"])
+            #expect(try store.transactions(orderID: "NONE").isEmpty)
+            #expect(try store.installs(account: "A1", bundle: "com.example").map(\.deviceID.rawValue) == ["D1", "D2"])
+            #expect(try store.installs(account: "A1", bundle: "other").isEmpty)
         }
     }
 

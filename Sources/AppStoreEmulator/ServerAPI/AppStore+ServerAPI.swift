@@ -600,7 +600,8 @@ extension AppStore {
         }
         let current = now
         let start = Date(timeIntervalSince1970: startMs / 1000)
-        let end = min(Date(timeIntervalSince1970: endMs / 1000), current)
+        // A future end date reaches now (nothing later exists).
+        let end = Date(timeIntervalSince1970: endMs / 1000)
         guard rate.end(of: StorePeriod(days: 180), from: start) >= current else {
             throw EmulatorError.api(.startDateTooFarInPast, "Start date too far in the past.")
         }

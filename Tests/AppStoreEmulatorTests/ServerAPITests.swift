@@ -1,0 +1,544 @@
+import AppStoreEmulator
+import AppStoreServerAPI
+import AppStoreSignedData
+import Foundation
+import StoreKitCatalog
+import StoreModel
+import StoreTime
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Synchronization
+import Testing
+
+/// The waits a client asked for (its sleep is injected: nothing really waits).
+final class Sleeps: Sendable {
+    let value = Mutex<[Duration]>([])
+    func withLock<T>(_ body: (inout [Duration]) -> T) -> T { value.withLock { body(&$0) } }
+}
+
+/// The emulated App Store Server API, called over HTTP by our client (`AppStoreServerAPIClient`) with a key
+/// minted like App Store Connect's; every signed answer verified against the emulator's root.
+@Suite("App Store Server API on the emulator, through our client")
+struct ServerAPITests {
+    /// An emulator on loopback with a minted key and a client for its sandbox (or production) API.
+    struct API {
+        let harness: AppStoreTests.Harness
+        let server: HTTPServer
+        let time: AppStoreTests.FakeTime
+        let key: PrivateKey
+        let keyID: String
+        let issuerID: String
+        let sleeps = Sleeps()
+
+        static func make() async throws -> API {
+            let time = AppStoreTests.FakeTime()
+            let harness = try await AppStoreTests.Harness.make(time: time, rate: .monthlyRenewalEveryFiveMinutes)
+            let server = try HTTPServer(port: 0, responder: harness.responder)
+            let minted = try await harness.store.mintAPIKey(bundleID: AppStoreTests.bundleID)
+            return API(
+                harness: harness, server: server, time: time, key: try PrivateKey(pem: minted.privateKey),
+                keyID: minted.keyID, issuerID: minted.issuerID)
+        }
+
+        var base: String { "http://127.0.0.1:\(server.port)" }
+
+        func client(
+            production: Bool = false, bundleID: String = AppStoreTests.bundleID, key: PrivateKey? = nil,
+            keyID: String? = nil, retry: AppStoreServerAPIClient.RetryPolicy = .none, verify: Bool = true
+        ) throws -> AppStoreServerAPIClient {
+            let verifier = try SignedDataVerifier(
+                SignedDataVerifier.Configuration(
+                    trustedRoots: [harness.store.pki.signedData.root], bundleID: AppStoreTests.bundleID))
+            let sleeps = self.sleeps
+            let time = self.time
+            return AppStoreServerAPIClient(
+                key: key ?? self.key, keyID: keyID ?? self.keyID, issuerID: issuerID, bundleID: bundleID,
+                environment: .custom(production ? base : base + "/sandbox"), retry: retry,
+                verifier: verify ? verifier : nil, now: { time.now },
+                sleep: { duration in sleeps.withLock { $0.append(duration) } })
+        }
+
+        /// Buys `product` for a new customer (or the one of `app`); the transaction id and the app path.
+        func buy(_ product: String, app: String? = nil, environment: String = "Sandbox") async throws -> (
+            String, String
+        ) {
+            let path: String
+            if let app {
+                path = app
+            } else {
+                path = try await harness.device(environment: environment, deviceID: UUID().uuidString)
+            }
+            let (status, answer) = try await harness.call("POST", path + "/payments", ["productId": .string(product)])
+            #expect(status == 201, "\(answer)")
+            return (try #require(answer["transaction"]?["transactionIdentifier"]?.stringValue), path)
+        }
+
+        func payload(_ jws: String) throws -> JSONObject { try #require(AppStoreServerAPIClient.decodedPayload(jws)) }
+
+        func stop() { server.stop() }
+    }
+
+    static func apiError(_ body: () async throws -> Void) async -> AppStoreServerAPIError? {
+        do {
+            try await body()
+            return nil
+        } catch let error as AppStoreServerAPIError {
+            return error
+        } catch {
+            Issue.record("unexpected \(error)")
+            return nil
+        }
+    }
+
+    @Test("Get Transaction Info answers the transaction signed; other apps' and environments' ids are 4040010")
+    func transactionInfo() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let (id, _) = try await api.buy("monthly")
+        let info = try await api.client().transactionInfo(id)
+        let payload = try api.payload(try #require(info.signedTransactionInfo))
+        #expect(payload["transactionId"]?.stringValue == id)
+        #expect(payload["environment"]?.stringValue == "Sandbox")
+        let wrongEnvironment = await Self.apiError { _ = try await api.client(production: true).transactionInfo(id) }
+        #expect(wrongEnvironment?.code == .transactionIdNotFound && wrongEnvironment?.status == 404)
+        let malformed = await Self.apiError { _ = try await api.client().transactionInfo("12ab") }
+        #expect(malformed?.code == .invalidTransactionId && malformed?.status == 400)
+    }
+
+    @Test("Transaction history pages by 20 in the order transactions last changed; a changed one comes again")
+    func historyPaging() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        var (first, app) = try await api.buy("coins")
+        for _ in 0..<24 { _ = try await api.buy("coins", app: app) }
+        let (pro, _) = try await api.buy("pro", app: app)
+        first = first + ""
+        let client = try api.client()
+        let pages = try await client.allTransactionHistory(first)
+        #expect(pages.map(\.signedTransactions.count) == [20, 6])
+        #expect(pages.map(\.hasMore) == [true, false])
+        let ids = try pages.flatMap(\.signedTransactions).map {
+            try api.payload($0)["transactionId"]?.stringValue ?? ""
+        }
+        #expect(ids.count == 26 && Set(ids).count == 26 && ids.last == pro)
+        #expect(pages[0].environment == "Sandbox" && pages[0].bundleID == AppStoreTests.bundleID)
+
+        // Polling from the last revision: nothing new, until a refund changes an old transaction.
+        let last = try #require(pages.last?.revision)
+        #expect(try await client.transactionHistory(first, revision: last).signedTransactions.isEmpty)
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(first)/refund", [:])
+        let changed = try await client.transactionHistory(first, revision: last)
+        let again = try changed.signedTransactions.map { try api.payload($0) }
+        #expect(again.map { $0["transactionId"]?.stringValue } == [first])
+        #expect(again.first?["revocationDate"] != nil)
+
+        // Filters, sort, and v1 leaving finished consumables out.
+        var query = TransactionHistoryQuery()
+        query.productTypes = ["NON_CONSUMABLE"]
+        let nonConsumables = try await client.transactionHistory(first, query: query)
+        #expect(nonConsumables.signedTransactions.count == 1)
+        query = TransactionHistoryQuery()
+        query.sort = .descending
+        let newest = try await client.transactionHistory(first, query: query)
+        #expect(try api.payload(newest.signedTransactions[0])["transactionId"]?.stringValue == first)
+        query = TransactionHistoryQuery()
+        query.revoked = true
+        #expect(try await client.transactionHistory(first, query: query).signedTransactions.count == 1)
+        _ = try await api.harness.call("POST", app + "/transactions/\(ids[1])/finish", [:])
+        let v1 = try await client.allTransactionHistory(first, version: 1)
+        #expect(v1.reduce(0) { $0 + $1.signedTransactions.count } == 25)
+
+        let badRevision = await Self.apiError { _ = try await client.transactionHistory(first, revision: "garbage") }
+        #expect(badRevision?.code == .invalidRequestRevision)
+        query = TransactionHistoryQuery()
+        query.productTypes = ["SUBSCRIPTION"]
+        let badType = await Self.apiError { _ = try await client.transactionHistory(first, query: query) }
+        #expect(badType?.code == .invalidProductType)
+    }
+
+    @Test("Subscription statuses, refund history and order look-up answer as Apple's do")
+    func statusesRefundsOrders() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let (subscription, app) = try await api.buy("monthly")
+        let (coins, _) = try await api.buy("coins", app: app)
+        let client = try api.client()
+        let statuses = try await client.subscriptionStatuses(coins)
+        let group = try #require(statuses.groups.first)
+        #expect(group.subscriptionGroupIdentifier == "6F3A93AB")
+        #expect(group.lastTransactions.map(\.status) == [1])
+        #expect(group.lastTransactions.first?.originalTransactionID == subscription)
+        let renewal = try api.payload(try #require(group.lastTransactions.first?.signedRenewalInfo))
+        #expect(renewal["autoRenewStatus"]?.int64Value == 1)
+        #expect(try await client.subscriptionStatuses(coins, status: [2]).groups.isEmpty)
+        let badStatus = await Self.apiError { _ = try await client.subscriptionStatuses(coins, status: [9]) }
+        #expect(badStatus?.code == .invalidStatus)
+
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(coins)/refund", [:])
+        let refunds = try await client.allRefundHistory(subscription)
+        #expect(
+            try refunds.flatMap(\.signedTransactions).map { try api.payload($0)["transactionId"]?.stringValue }
+                == [coins])
+
+        let (_, queue) = try await api.harness.call("GET", app + "/transactions")
+        let order = try #require(queue["transactions"]?.arrayValue?.first?["orderId"]?.stringValue)
+        let found = try await client.lookUpOrder(order)
+        #expect(found.status == 0 && found.signedTransactions.count == 1)
+        #expect(try await client.lookUpOrder("NOSUCHORDER").status == 1)
+        #expect(try await api.client(production: true).lookUpOrder(order).status == 1)
+    }
+
+    @Test("A renewal-date extension moves the renewal, sends RENEWAL_EXTENDED, and follows Apple's rules")
+    func extensions() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let sink = try NotificationSink()
+        try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
+        let (id, app) = try await api.buy("monthly")
+        let client = try api.client()
+        let before = try api.payload(try #require(try await client.transactionInfo(id).signedTransactionInfo))
+        let request = ExtendRenewalDateRequest(extendByDays: 30, extendReasonCode: 1, requestIdentifier: "first")
+        let extended = try await client.extendRenewalDate(originalTransactionID: id, request)
+        #expect(extended.success == true && extended.originalTransactionID == id)
+        let effective = try #require(extended.effectiveDate)
+        #expect(effective > (before["expiresDate"]?.doubleValue).map { Date(timeIntervalSince1970: $0 / 1000) }!)
+        let after = try api.payload(try #require(try await client.transactionInfo(id).signedTransactionInfo))
+        let expires = try #require(after["expiresDate"]?.doubleValue)
+        #expect(abs(expires - effective.timeIntervalSince1970 * 1000) <= 1)
+        // The same request identifier answers the same, without extending again.
+        #expect(try await client.extendRenewalDate(originalTransactionID: id, request).effectiveDate == effective)
+        let payloads = try await sink.payloads(atLeast: 2)
+        #expect(try payloads.map { try api.payload($0)["notificationType"]?.stringValue }.contains("RENEWAL_EXTENDED"))
+
+        let tooLong = await Self.apiError {
+            _ = try await client.extendRenewalDate(
+                originalTransactionID: id,
+                ExtendRenewalDateRequest(extendByDays: 91, extendReasonCode: 1, requestIdentifier: "x"))
+        }
+        #expect(tooLong?.code == .invalidExtendByDays)
+        _ = try await client.extendRenewalDate(
+            originalTransactionID: id,
+            ExtendRenewalDateRequest(extendByDays: 1, extendReasonCode: 0, requestIdentifier: "second"))
+        let third = await Self.apiError {
+            _ = try await client.extendRenewalDate(
+                originalTransactionID: id,
+                ExtendRenewalDateRequest(extendByDays: 1, extendReasonCode: 0, requestIdentifier: "third"))
+        }
+        #expect(third?.code == .subscriptionMaxExtension && third?.status == 403)
+        let (coins, _) = try await api.buy("coins", app: app)
+        let notSubscription = await Self.apiError {
+            _ = try await client.extendRenewalDate(
+                originalTransactionID: coins,
+                ExtendRenewalDateRequest(extendByDays: 1, extendReasonCode: 0, requestIdentifier: "c"))
+        }
+        #expect(notSubscription?.code == .subscriptionExtensionIneligible)
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(id)/expire", [:])
+        let (other, _) = try await api.buy("monthly")
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(other)/expire", [:])
+        let expired = await Self.apiError {
+            _ = try await client.extendRenewalDate(
+                originalTransactionID: other,
+                ExtendRenewalDateRequest(extendByDays: 1, extendReasonCode: 0, requestIdentifier: "e"))
+        }
+        #expect(expired?.code == .subscriptionExtensionIneligible)
+    }
+
+    @Test("A mass extension runs in the background, reports its status, and ends with RENEWAL_EXTENSION/SUMMARY")
+    func massExtension() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let sink = try NotificationSink()
+        try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
+        for _ in 0..<3 { _ = try await api.buy("monthly") }
+        let (expired, _) = try await api.buy("monthly")
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(expired)/expire", [:])
+        let client = try api.client()
+        let taken = try await client.extendRenewalDatesForAllActiveSubscribers(
+            MassExtendRenewalDateRequest(
+                extendByDays: 3, extendReasonCode: 3, requestIdentifier: "outage-1", productID: "monthly"))
+        #expect(taken.requestIdentifier == "outage-1")
+        var status = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
+        for _ in 0..<1_000 where status.complete != true {
+            try await Task.sleep(for: .milliseconds(20))
+            status = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
+        }
+        #expect(status.complete == true && status.succeededCount == 3 && status.failedCount == 0)
+        #expect(status.completeDate != nil)
+        let unknown = await Self.apiError {
+            _ = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "nope")
+        }
+        #expect(unknown?.code == .statusRequestNotFound)
+        let payloads = try await sink.payloads(atLeast: 4 + 3 + 1)
+        let decoded = try payloads.map { try api.payload($0) }
+        let summary = try #require(decoded.first { $0["notificationType"]?.stringValue == "RENEWAL_EXTENSION" })
+        #expect(summary["subtype"]?.stringValue == "SUMMARY")
+        #expect(summary["summary"]?["succeededCount"]?.int64Value == 3)
+        #expect(decoded.filter { $0["notificationType"]?.stringValue == "RENEWAL_EXTENDED" }.count == 3)
+        let badProduct = await Self.apiError {
+            _ = try await client.extendRenewalDatesForAllActiveSubscribers(
+                MassExtendRenewalDateRequest(
+                    extendByDays: 3, extendReasonCode: 3, requestIdentifier: "x", productID: "coins"))
+        }
+        #expect(badProduct?.code == .invalidProductId)
+    }
+
+    @Test("Test notifications and the notification history, with its filters and onlyFailures")
+    func notifications() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let client = try api.client()
+        let none = await Self.apiError { _ = try await client.requestTestNotification() }
+        #expect(none?.code == .serverNotificationUrlNotFound)
+        let sink = try NotificationSink(failFirst: [500])
+        try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
+        let token = try #require(try await client.requestTestNotification().testNotificationToken)
+        var status = try await client.testNotificationStatus(token)
+        for _ in 0..<1_000 where status.sendAttempts.isEmpty {
+            try await Task.sleep(for: .milliseconds(10))
+            status = try await client.testNotificationStatus(token)
+        }
+        #expect(status.sendAttempts.map(\.sendAttemptResult) == ["UNSUCCESSFUL_HTTP_RESPONSE_CODE"])
+        #expect(try api.payload(try #require(status.signedPayload))["notificationType"]?.stringValue == "TEST")
+        let badToken = await Self.apiError { _ = try await client.testNotificationStatus("nonsense") }
+        #expect(badToken?.code == .invalidTestNotificationToken)
+
+        let (id, _) = try await api.buy("monthly")
+        _ = try await sink.payloads(atLeast: 2)
+        let now = api.harness.store.now
+        let window = NotificationHistoryRequest(
+            startDate: now.addingTimeInterval(-3600), endDate: now.addingTimeInterval(60))
+        var settled: [NotificationHistoryResponse.Item] = []
+        for _ in 0..<1_000 {
+            settled = try await client.allNotificationHistory(window).flatMap(\.notificationHistory)
+            if settled.count == 2, settled.allSatisfy({ !$0.sendAttempts.isEmpty }) { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(settled.count == 2)
+        var failures = window
+        failures.onlyFailures = true
+        let failed = try await client.notificationHistory(failures).notificationHistory
+        #expect(try failed.map { try api.payload($0.signedPayload ?? "")["notificationType"]?.stringValue } == ["TEST"])
+        var byTransaction = window
+        byTransaction.transactionID = id
+        let forTransaction = try await client.notificationHistory(byTransaction).notificationHistory
+        #expect(
+            try forTransaction.map { try api.payload($0.signedPayload ?? "")["notificationType"]?.stringValue } == [
+                "SUBSCRIBED"
+            ])
+        var both = byTransaction
+        both.notificationType = "SUBSCRIBED"
+        #expect(
+            await Self.apiError { _ = try await client.notificationHistory(both) }?.code == .multipleFiltersSupplied)
+        let old = NotificationHistoryRequest(startDate: now.addingTimeInterval(-400 * 86_400), endDate: now)
+        #expect(await Self.apiError { _ = try await client.notificationHistory(old) }?.code == .startDateTooFarInPast)
+        let reversed = NotificationHistoryRequest(startDate: now, endDate: now.addingTimeInterval(-60))
+        #expect(
+            await Self.apiError { _ = try await client.notificationHistory(reversed) }?.code == .startDateAfterEndDate)
+    }
+
+    @Test("Consumption information, app account tokens and app transactions")
+    func consumptionTokensAppTransactions() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let (subscription, app) = try await api.buy("monthly")
+        let (coins, _) = try await api.buy("coins", app: app)
+        let client = try api.client()
+        try await client.sendConsumptionInformation(
+            transactionID: coins,
+            ConsumptionRequest(
+                customerConsented: true, consumptionPercentage: 25_000, deliveryStatus: "DELIVERED",
+                refundPreference: "GRANT_PRORATED", sampleContentProvided: false))
+        let noConsent = await Self.apiError {
+            try await client.sendConsumptionInformation(
+                transactionID: coins,
+                ConsumptionRequest(customerConsented: false, deliveryStatus: "DELIVERED", sampleContentProvided: false))
+        }
+        #expect(noConsent?.code == .invalidCustomerConsented)
+        try await client.sendConsumptionData(
+            transactionID: coins,
+            [
+                "customerConsented": .bool(true), "consumptionStatus": .integer(2), "platform": .integer(1),
+                "sampleContentProvided": .bool(false), "deliveryStatus": .integer(0), "accountTenure": .integer(3),
+                "playTime": .integer(2), "lifetimeDollarsRefunded": .integer(0),
+                "lifetimeDollarsPurchased": .integer(1),
+                "userStatus": .integer(1),
+            ])
+        let badV1 = await Self.apiError {
+            try await client.sendConsumptionData(
+                transactionID: coins,
+                ["customerConsented": .bool(true), "sampleContentProvided": .bool(true), "playTime": .integer(9)])
+        }
+        #expect(badV1?.code == .invalidPlayTime)
+
+        let token = UUID()
+        try await client.setAppAccountToken(originalTransactionID: subscription, token)
+        let info = try api.payload(try #require(try await client.transactionInfo(subscription).signedTransactionInfo))
+        #expect(info["appAccountToken"]?.stringValue == token.uuidString.lowercased())
+        _ = try await api.harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        let latest = try #require(
+            try await client.subscriptionStatuses(subscription).groups.first?.lastTransactions.first?
+                .signedTransactionInfo)
+        let renewedInfo = try api.payload(latest)
+        #expect(renewedInfo["transactionId"]?.stringValue != subscription, "renewed")
+        #expect(renewedInfo["appAccountToken"]?.stringValue == token.uuidString.lowercased())
+        let notUUID = await Self.apiError {
+            _ =
+                try await client.call(
+                    "PUT", "/inApps/v1/transactions/\(subscription)/appAccountToken",
+                    body: ["appAccountToken": .string("nope")]) as EmptyResponse
+        }
+        #expect(notUUID?.code == .invalidAppAccountTokenUUID)
+
+        let appTransaction = try api.payload(
+            try #require(try await client.appTransactionInfo(coins).signedAppTransactionInfo))
+        #expect(appTransaction["bundleId"]?.stringValue == AppStoreTests.bundleID)
+        #expect(appTransaction["receiptType"]?.stringValue == "Sandbox")
+    }
+
+    @Test("Tokens with a wrong aud, bid, kid, signature, issuer or lifetime are refused with a bare 401")
+    func tokenRules() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let (id, _) = try await api.buy("coins")
+        let url = api.base + "/sandbox/inApps/v1/transactions/\(id)"
+        let now = api.time.now
+        func status(_ token: String?) async throws -> (Int, [UInt8]) {
+            let response = try await HTTPClient().send(
+                "GET", url, headers: token.map { [("Authorization", "Bearer " + $0)] } ?? [])
+            return (response.status, response.body)
+        }
+        func token(_ claims: JSONObject, kid: String? = nil, key: PrivateKey? = nil) throws -> String {
+            try JWSSigner.sign(
+                payload: claims, header: ["kid": .string(kid ?? api.keyID), "typ": .string("JWT")], key: key ?? api.key)
+        }
+        let issued = Int64(now.timeIntervalSince1970)
+        let good: JSONObject = [
+            "iss": .string(api.issuerID), "iat": .integer(issued), "exp": .integer(issued + 300),
+            "aud": .string("appstoreconnect-v1"), "bid": .string(AppStoreTests.bundleID),
+        ]
+        #expect(try await status(try token(good)).0 == 200)
+        var noIssuedAt = good
+        noIssuedAt["iat"] = nil
+        #expect(try await status(try token(noIssuedAt)).0 == 200, "Apple's Python client sends no iat")
+        var cases: [(String, String)] = []
+        var claims = good
+        claims["aud"] = .string("appstoreconnect-v2")
+        cases.append(("aud", try token(claims)))
+        claims = good
+        claims["bid"] = .string("com.example.other")
+        cases.append(("bid", try token(claims)))
+        claims = good
+        claims["iss"] = .string(UUID().uuidString)
+        cases.append(("iss", try token(claims)))
+        claims = good
+        claims["exp"] = .integer(issued + 3_601)
+        cases.append(("lifetime", try token(claims)))
+        claims = good
+        claims["iat"] = .integer(issued - 900)
+        claims["exp"] = .integer(issued - 60)
+        cases.append(("expired", try token(claims)))
+        cases.append(("kid", try token(good, kid: "UNKNOWN123")))
+        cases.append(("signature", try token(good, key: try PrivateKey.generateP256())))
+        cases.append(("not a JWT", "abc.def"))
+        for (name, bad) in cases {
+            let (code, body) = try await status(bad)
+            #expect(code == 401 && body.isEmpty, "\(name)")
+        }
+        #expect(try await status(nil).0 == 401)
+        // A token accepted once is refused after it expires (the cache keeps its expiry).
+        let short = good.merging(["exp": .integer(issued + 2)])
+        let remembered = try token(short)
+        #expect(try await status(remembered).0 == 200)
+        api.time.value.withLock { $0 = $0.addingTimeInterval(5) }
+        #expect(try await status(remembered).0 == 401)
+    }
+
+    @Test("Injected faults are answered as Apple would, and our client retries them as Apple advises")
+    func faultsAndRetries() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let (id, _) = try await api.buy("coins")
+        func fault(_ body: JSONObject) async throws {
+            let (status, answer) = try await api.harness.call("POST", "/_emulator/v1/faults", body)
+            #expect(status == 201, "\(answer)")
+        }
+        let path: JSONValue = .string("/sandbox/inApps/v1/transactions/*")
+        try await fault(["path": path, "status": .integer(429), "retryAfter": .integer(2), "count": .integer(1)])
+        let retrying = try api.client(retry: AppStoreServerAPIClient.RetryPolicy(maxAttempts: 3))
+        // The fault's Retry-After is real time; the client's clock is the fake one: both near enough to wait
+        // what the header says once the fake clock is set to now.
+        api.time.value.withLock { $0 = Date() }
+        let answered = try await retrying.transactionInfo(id)
+        #expect(answered.signedTransactionInfo != nil)
+        let waited = try #require(api.sleeps.withLock { $0 }.first)
+        #expect(waited > .milliseconds(1_000) && waited <= .milliseconds(2_100), "\(waited)")
+
+        // Without retries, Apple's body and header come through.
+        try await fault(["path": path, "status": .integer(429), "retryAfter": .integer(1), "count": .integer(1)])
+        let refused = await Self.apiError { _ = try await api.client().transactionInfo(id) }
+        #expect(refused?.status == 429 && refused?.code == .rateLimitExceeded && refused?.retryAfter != nil)
+
+        // Retryable codes are retried with doubling back-off; the others are not.
+        api.sleeps.withLock { $0 = [] }
+        try await fault(["path": path, "errorCode": .integer(4_040_002), "count": .integer(2)])
+        _ = try await api.client(retry: AppStoreServerAPIClient.RetryPolicy(maxAttempts: 3)).transactionInfo(id)
+        #expect(api.sleeps.withLock { $0 } == [.milliseconds(500), .seconds(1)])
+        try await fault(["path": path, "errorCode": .integer(5_000_001), "count": .integer(1)])
+        _ = try await api.client(retry: AppStoreServerAPIClient.RetryPolicy(maxAttempts: 2)).transactionInfo(id)
+        api.sleeps.withLock { $0 = [] }
+        try await fault(["path": path, "errorCode": .integer(4_040_010), "count": .integer(1)])
+        let final = await Self.apiError {
+            _ = try await api.client(retry: AppStoreServerAPIClient.RetryPolicy(maxAttempts: 3)).transactionInfo(id)
+        }
+        #expect(final?.code == .transactionIdNotFound && api.sleeps.withLock { $0 }.isEmpty)
+
+        // Listed, used up, cleared; a slow answer is slow but correct.
+        try await fault(["path": path, "status": .integer(503)])
+        let (_, listed) = try await api.harness.call("GET", "/_emulator/v1/faults")
+        #expect(listed["faults"]?.arrayValue?.count == 1)
+        let unavailable = await Self.apiError { _ = try await api.client().transactionInfo(id) }
+        #expect(unavailable?.status == 503 && unavailable?.code == nil)
+        let (cleared, _) = try await api.harness.call("DELETE", "/_emulator/v1/faults")
+        #expect(cleared == 204)
+        try await fault(["path": path, "delayMs": .integer(300), "count": .integer(1)])
+        let clock = ContinuousClock()
+        let start = clock.now
+        _ = try await api.client().transactionInfo(id)
+        #expect(clock.now - start >= .milliseconds(300))
+        let (invalid, _) = try await api.harness.call("POST", "/_emulator/v1/faults", ["path": path])
+        #expect(invalid == 400)
+    }
+
+    @Test("Rate limits, when switched on, answer 429 with Retry-After per app, environment and endpoint")
+    func rateLimits() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let (status, settings) = try await api.harness.call(
+            "PUT", "/_emulator/v1/rate-limits", ["enabled": .bool(true), "windowSeconds": .integer(1)])
+        #expect(status == 200 && settings["enabled"] == .bool(true))
+        let sink = try NotificationSink()
+        try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
+        let client = try api.client()
+        // Sandbox: a tenth of one request a second; the bucket holds one.
+        _ = try await client.requestTestNotification()
+        let limited = await Self.apiError { _ = try await client.requestTestNotification() }
+        #expect(limited?.status == 429 && limited?.code == .rateLimitExceeded)
+        // Apple's header is a UNIX time in milliseconds: the next request in ten seconds (the emulator's clock).
+        #expect((limited?.retryAfter).map { $0.timeIntervalSince(api.time.now) > 5 } == true)
+        // Another endpoint has its own budget.
+        let (id, _) = try await api.buy("coins")
+        #expect(try await client.transactionInfo(id).signedTransactionInfo != nil)
+        _ = try await api.harness.call("PUT", "/_emulator/v1/rate-limits", ["enabled": .bool(false)])
+        _ = try await client.requestTestNotification()
+    }
+}
+
+extension JSONObject {
+    func merging(_ other: JSONObject) -> JSONObject {
+        var result = self
+        for member in other.members { result[member.key] = member.value }
+        return result
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Apple's own Python client (`AppStoreServerAPIClient`, `SignedDataVerifier` given the emulator's JWS root)
+/// against the emulated App Store Server API: every endpoint succeeds where it should and receives Apple's
+/// errors where it should (Tests/Interop/apple_api_client.py prints one line per step).
+@Suite("App Store Server API: Apple's Python client against the emulator")
+struct ServerAPIInteropTests {
+    static let enabled = ExecutableTests.binary != nil && PythonInterop.python != nil
+
+    static func run(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) -> String {
+        let result = CapturedConsole.run(arguments)
+        #expect(result.status == 0, "\(arguments): \(result.stderr)", sourceLocation: sourceLocation)
+        return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test(
+        "Every endpoint, in the sandbox and in production, through Apple's client and verifier",
+        .enabled(if: enabled, "needs the storekeeper binary and Apple's Python library (scripts/python-env)"),
+        arguments: ["Sandbox", "Production"])
+    func appleClient(environment: String) async throws {
+        let binary = try #require(ExecutableTests.binary)
+        let python = try #require(PythonInterop.python)
+        let directory = try ExternalTool.temporaryDirectory()
+        let (emulator, base, _) = try AppStoreServeTests.start(
+            binary: binary, data: directory.appendingPathComponent("data"))
+        defer {
+            emulator.terminate()
+            emulator.waitUntilExit()
+        }
+        // A receiver for the test notification.
+        var router = Router()
+        // Inline: answered on the server's thread, while this test's thread waits for the script.
+        router.add("POST", "/notifications", inline: { _, _ in HTTPResponse(status: 200) })
+        let receiver = try HTTPServer(port: 0, responder: router.freeze())
+        defer { receiver.stop() }
+        let receiverURL = "http://127.0.0.1:\(receiver.port)/notifications"
+        _ = Self.run([
+            "appstore", "notifications", "set", "--url", base, "--production-url", receiverURL, "--sandbox-url",
+            receiverURL,
+        ])
+        let keyFile = directory.appendingPathComponent("key.p8").path
+        let minted = try JSONParser.parse(
+            Array(Self.run(["appstore", "api-key", "--url", base, "--out", keyFile]).utf8))
+        var info = stat()
+        #expect(stat(keyFile, &info) == 0 && info.st_mode & 0o777 == 0o600, "the .p8 is readable by its owner only")
+
+        let account = Self.run([
+            "appstore", "account", "--url", base, "--environment", environment, "--field", "accountId",
+        ])
+        let device = Self.run(["appstore", "device", "--url", base, "--account", account, "--field", "deviceId"])
+        _ = Self.run(["appstore", "install", "--url", base, "--device", device])
+        func buy(_ product: String) -> String {
+            Self.run([
+                "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.\(product)",
+                "--field", "transaction.transactionIdentifier",
+            ])
+        }
+        let subscription = buy("monthly")
+        let consumable = buy("coins")
+        let refunded = buy("pro")
+        _ = Self.run(["appstore", "refund", "--url", base, "--transaction", refunded])
+        let order = Self.run([
+            "appstore", "transactions", "--url", base, "--device", device, "--field", "transactions.0.orderId",
+        ])
+        let root = try #require(
+            try JSONParser.parse(try await HTTPClient().send("GET", base + "/_emulator/v1/certificates").body)[
+                "jwsRoot"]?.stringValue)
+
+        let script = URL(fileURLWithPath: PythonInterop.verifierScript).deletingLastPathComponent()
+            .appendingPathComponent("apple_api_client.py").path
+        let result = try ExternalTool.run(
+            python,
+            [
+                script, "--base", environment == "Sandbox" ? base + "/sandbox" : base, "--key-file", keyFile,
+                "--key-id", try #require(minted["keyId"]?.stringValue), "--issuer-id",
+                try #require(minted["issuerId"]?.stringValue), "--bundle-id", "com.example.storekeeper", "--root", root,
+                "--environment", environment, "--app-apple-id", "1234567890", "--subscription", subscription,
+                "--consumable", consumable, "--order", order, "--refunded", refunded,
+            ])
+        let lines = result.stdoutText.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
+        let steps = lines.compactMap { $0["step"]?.stringValue }
+        for expected in [
+            "transaction_info", "history_v2", "history_filtered", "history_revoked", "statuses", "statuses_filtered",
+            "refund_history", "order", "order_invalid", "extend", "extend_too_many_days", "extend_again_same_id",
+            "mass_extend", "test_notification", "notification_history", "notification_history_only_failures",
+            "consumption_v2", "consumption_v2_no_consent", "consumption_v1", "app_account_token", "app_transaction",
+            "not_found", "invalid_id", "bad_revision", "wrong_key", "wrong_bundle", "fault_429", "fault_retryable",
+        ] {
+            #expect(steps.contains(expected), "step \(expected) ran (stderr: \(result.stderrText.suffix(2_000)))")
+        }
+        for line in lines where line["ok"] != .bool(true) {
+            Issue.record("step failed: \(JSONWriter.string(line))")
+        }
+    }
+}

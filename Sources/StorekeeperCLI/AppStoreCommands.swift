@@ -564,11 +564,13 @@ func blocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) thr
 /// A task executor over libdispatch's overcommitting threads, for work that a synchronous caller waits on.
 final class BlockingExecutor: TaskExecutor {
     static let shared = BlockingExecutor()
-    private let queue = DispatchQueue(label: "storekeeper.cli.blocking", attributes: .concurrent)
-
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+        // A serial queue per job: libdispatch runs serial queues on overcommitting threads, while concurrent
+        // queues share the few (one per core) that Swift's cooperative pool runs on.
+        DispatchQueue(label: "storekeeper.cli.blocking").async {
+            job.runSynchronously(on: self.asUnownedTaskExecutor())
+        }
     }
 
     func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }

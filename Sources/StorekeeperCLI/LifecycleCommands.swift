@@ -315,7 +315,8 @@ enum LifecycleCommands {
         }
         console.write("listening for notifications on http://127.0.0.1:\(server.port)/\n")
         if limit != nil {
-            DispatchQueue.global().async {
+            // A serial queue: its thread may block for good without taking one of the cores' threads.
+            DispatchQueue(label: "storekeeper.listen.signals").async {
                 termination.wait()
                 done.signal()
             }

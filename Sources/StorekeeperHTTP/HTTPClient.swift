@@ -38,8 +38,8 @@ public struct HTTPClientError: Error, Hashable, Sendable, CustomStringConvertibl
 }
 
 /// A small HTTP(S) client over libcurl for outbound calls (notifications, webhooks, the App Store Server
-/// API): deadlines, a response-size limit, no redirects, http and https only. Requests run on a dispatch
-/// queue of their own, never on Swift's cooperative pool.
+/// API): deadlines, a response-size limit, no redirects, http and https only. Each request runs on a
+/// dispatch queue of its own (an overcommitting thread), never on Swift's cooperative pool.
 public struct HTTPClient: Sendable {
     public struct Response: Sendable {
         public var status: Int
@@ -59,7 +59,6 @@ public struct HTTPClient: Sendable {
     /// A PEM file of roots to trust instead of the system's.
     public var caFile: String?
 
-    private static let queue = DispatchQueue(label: "storekeeper.http.client", attributes: .concurrent)
     private static let initialised: Void = sk_fetch_global_init()
 
     public init(
@@ -78,7 +77,12 @@ public struct HTTPClient: Sendable {
         _ method: String, _ url: String, headers: [(name: String, value: String)] = [], body: [UInt8] = []
     ) async throws(HTTPClientError) -> Response {
         let result: Result<Response, HTTPClientError> = await withCheckedContinuation { continuation in
-            Self.queue.async { continuation.resume(returning: perform(method, url, headers, body)) }
+            // A serial queue of its own: libdispatch backs serial queues with overcommitting threads, so a
+            // blocking transfer never takes one of the few threads that concurrent queues and Swift's
+            // cooperative pool share (as many as there are cores).
+            DispatchQueue(label: "storekeeper.http.client.request").async {
+                continuation.resume(returning: perform(method, url, headers, body))
+            }
         }
         return try result.get()
     }

@@ -266,8 +266,10 @@ private func handleRequest(
     }
 }
 
-/// A task executor over a dispatch queue of the server's own (libdispatch's overcommitting threads, not
-/// Swift's cooperative pool), preferred by every handler task and the tasks it starts.
+/// A task executor over a concurrent dispatch queue of the server's own, preferred by every handler task
+/// and the tasks it starts. libdispatch runs concurrent queues on as many threads as there are cores (the
+/// threads Swift's cooperative pool also runs on): right for handlers, which compute and await but never
+/// block; blocking work (outbound HTTP, SQLite) runs on serial queues, whose threads overcommit.
 final class HandlerExecutor: TaskExecutor {
     private let queue = DispatchQueue(label: "storekeeper.http.handlers", attributes: .concurrent)
 

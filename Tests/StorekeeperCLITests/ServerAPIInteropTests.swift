@@ -101,3 +101,59 @@ struct ServerAPIInteropTests {
         }
     }
 }
+
+/// `storekeeper api <endpoint>` against a running emulator, with a key from `storekeeper appstore api-key`.
+@Suite("storekeeper api: the App Store Server API from the shell")
+struct APICommandTests {
+    @Test(
+        "Endpoints print Apple's JSON with signed fields decoded; Apple's errors and usage mistakes exit non-zero",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func commands() async throws {
+        let binary = try #require(ExecutableTests.binary)
+        let directory = try ExternalTool.temporaryDirectory()
+        let (emulator, base, _) = try AppStoreServeTests.start(
+            binary: binary, data: directory.appendingPathComponent("data"))
+        defer {
+            emulator.terminate()
+            emulator.waitUntilExit()
+        }
+        let keyFile = directory.appendingPathComponent("key.p8").path
+        let keyID = ServerAPIInteropTests.run([
+            "appstore", "api-key", "--url", base, "--out", keyFile, "--field", "keyId",
+        ])
+        let listed = ServerAPIInteropTests.run([
+            "appstore", "api-key", "--url", base, "--out", directory.appendingPathComponent("second.p8").path,
+            "--field", "issuerId",
+        ])
+        let (_, device) = cliCustomer(base)
+        let bought = ServerAPIInteropTests.run([
+            "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly",
+            "--field", "transaction.transactionIdentifier",
+        ])
+        let common = [
+            "--url", base + "/sandbox", "--key", keyFile, "--key-id", keyID, "--issuer-id", listed, "--bundle-id",
+            "com.example.storekeeper",
+        ]
+        #expect(
+            ServerAPIInteropTests.run(
+                ["api", "transaction", bought] + common + ["--field", "transactionInfo.transactionId"])
+                == bought)
+        let root = directory.appendingPathComponent("roots")
+        _ = ServerAPIInteropTests.run(["appstore", "certs", "--url", base, "--out", root.path])
+        let verified = ServerAPIInteropTests.run(
+            ["api", "history", bought, "--all", "--verify-root", root.appendingPathComponent("jws-root.cer").path]
+                + common + ["--field", "pages.0.transactions.0.productId"])
+        #expect(verified == "com.example.storekeeper.monthly")
+        let statuses = ServerAPIInteropTests.run(
+            ["api", "statuses", bought] + common + ["--field", "data.0.lastTransactions.0.renewalInfo.autoRenewStatus"])
+        #expect(statuses == "1")
+
+        let missing = CapturedConsole.run(["api", "transaction", "9999999999"] + common)
+        #expect(missing.status == 1 && missing.stderr.contains("4040010"), "\(missing.stderr)")
+        let noKey = CapturedConsole.run(["api", "transaction", bought, "--url", base])
+        #expect(noKey.status == 64, "\(noKey.stderr)")
+        let production = CapturedConsole.run(
+            ["api", "transaction", bought] + common.map { $0 == base + "/sandbox" ? base : $0 })
+        #expect(production.status == 1 && production.stderr.contains("404"), "sandbox purchases are not production's")
+    }
+}

@@ -44,6 +44,8 @@ public final class AppStore: Sendable {
     let catalog: Catalog
     let apps: [String: AppConfiguration]
     public let pki: EmulatorPKI
+    /// Signs StoreKit 2 data with the emulator's JWS chain (its header encoded once).
+    let signer: JWSChainSigner
     /// Verifies the emulator's own receipts; one instance, so certificate paths are validated once.
     let receiptVerifier: ReceiptVerifier
     let storage: any EmulatorStorage
@@ -125,6 +127,8 @@ public final class AppStore: Sendable {
         self.offerKeys = try Self.loadOfferKeys(apps: apps, catalogs: catalog)
         self.apps = Dictionary(apps.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))
+        self.signer = try JWSChainSigner(
+            key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
         self.receiptVerifier = ReceiptVerifier(trustedRoots: [pki.receipts.root])
         self.realNow = realNow
         self.randomBytes = randomBytes
@@ -795,9 +799,7 @@ public final class AppStore: Sendable {
         let payload = JWSTransaction(
             stored.transaction, environment: account?.environment ?? .sandbox, signedDate: now,
             storefront: storefront, storefrontID: Self.storefrontID(storefront))
-        return try JWSSigner.sign(
-            payload: payload.json, key: pki.signedData.leafKey,
-            chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
+        return try signer.sign(payload.json)
     }
 
     /// The latest transaction of every product the account is entitled to now, signed.
@@ -832,9 +834,7 @@ public final class AppStore: Sendable {
         let payload = AppTransaction(
             app: app, install: install, environment: production ? .production : .sandbox, created: now,
             deviceVerification: Data(verification).base64EncodedString(), nonce: nonce)
-        return try JWSSigner.sign(
-            payload: payload.json, key: pki.signedData.leafKey,
-            chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
+        return try signer.sign(payload.json)
     }
 
     // MARK: - Look-ups

@@ -81,3 +81,28 @@ public enum OfferSignature {
         ]
     }
 }
+
+/// Signs many payloads with one key and certificate chain, as the App Store does: the protected header
+/// (`{"alg":"ES256","x5c":[…]}`, a few kilobytes) is encoded once, not for every signature.
+public struct JWSChainSigner: Sendable {
+    public let key: PrivateKey
+    private let encodedHeader: String
+
+    public init(key: PrivateKey, chain: [Certificate]) throws {
+        guard key.isEC, key.bits == 256 else {
+            throw CryptoError.make(.unsupportedAlgorithm, "ES256 needs a P-256 key")
+        }
+        self.key = key
+        let header: JSONObject = [
+            "alg": .string("ES256"), "x5c": .array(chain.map { .string(Base64URL.standard($0.derEncoded)) }),
+        ]
+        encodedHeader = Base64URL.encode(JSONWriter.bytes(.object(header)))
+    }
+
+    /// The compact JWS of `payload`, byte for byte what ``JWSSigner/sign(payload:key:chain:)`` makes.
+    public func sign(_ payload: JSONObject) throws -> String {
+        let signingInput = encodedHeader + "." + Base64URL.encode(JSONWriter.bytes(.object(payload)))
+        let signature = try key.signRawECDSA(Array(signingInput.utf8), digest: .sha256)
+        return signingInput + "." + Base64URL.encode(signature)
+    }
+}

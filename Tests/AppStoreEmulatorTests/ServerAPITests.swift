@@ -542,3 +542,40 @@ extension JSONObject {
         return result
     }
 }
+
+@Suite("App Store Server API vocabulary")
+struct ServerAPIVocabularyTests {
+    @Test("Retry-After is read as Apple documents it (UNIX milliseconds) or as seconds from now")
+    func retryAfter() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        #expect(AppStoreServerAPIClient.retryAfter("1800000002500", now: now) == now.addingTimeInterval(2.5))
+        #expect(AppStoreServerAPIClient.retryAfter("3", now: now) == now.addingTimeInterval(3))
+        #expect(AppStoreServerAPIClient.retryAfter("soon", now: now) == nil)
+        #expect(AppStoreServerAPIClient.retryAfter("-1", now: now) == nil)
+        #expect(AppStoreServerAPIClient.retryAfter(nil, now: now) == nil)
+    }
+
+    @Test("Error codes carry their HTTP status and Apple's advice on retrying")
+    func errorCodes() {
+        #expect(APIErrorCode.transactionIdNotFound.httpStatus == 404)
+        #expect(APIErrorCode.subscriptionMaxExtension.httpStatus == 403)
+        #expect(APIErrorCode.rateLimitExceeded.httpStatus == 429)
+        let retryable: [APIErrorCode] = [
+            .accountNotFoundRetryable, .appNotFoundRetryable, .originalTransactionIdNotFoundRetryable,
+            .generalInternalRetryable, .rateLimitExceeded,
+        ]
+        #expect(retryable.allSatisfy { $0.isRetryable })
+        #expect(
+            ![APIErrorCode.transactionIdNotFound, .generalBadRequest, .generalInternal].contains { $0.isRetryable })
+        #expect(APIErrorCode(4_999_999).httpStatus == 499, "an unknown code keeps its raw value")
+    }
+
+    @Test("Every signed field of an answer is found, in arrays and nested objects, signedDate aside")
+    func signedFields() {
+        let answer: JSONValue = .object([
+            "signedTransactions": .array([.string("a"), .string("b")]), "signedDate": .integer(1),
+            "data": .array([.object(["lastTransactions": .array([.object(["signedRenewalInfo": .string("c")])])])]),
+        ])
+        #expect(AppStoreServerAPIClient.signedFields(of: answer) == ["a", "b", "c"])
+    }
+}

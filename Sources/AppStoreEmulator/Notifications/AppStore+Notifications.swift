@@ -162,9 +162,7 @@ extension AppStore {
     }
 
     func sign(_ payload: JSONObject) throws -> String {
-        try JWSSigner.sign(
-            payload: payload, key: pki.signedData.leafKey,
-            chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
+        try signer.sign(payload)
     }
 
     /// `JWSRenewalInfoDecodedPayload` for a subscription's state.

@@ -69,9 +69,13 @@ public enum JSONWriter {
     private static func writeString(_ text: String, into output: inout String) {
         output += "\""
         // Most strings (ids, base64, JWS) need no escaping: append them whole.
-        let plain = text.utf8.allSatisfy { byte in
+        @inline(__always) func needsNoEscape(_ byte: UInt8) -> Bool {
             byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\") && byte < 0xE2
         }
+        // Over the contiguous bytes when the string has them (native strings do): a tight loop.
+        let plain =
+            text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(needsNoEscape) }
+            ?? text.utf8.allSatisfy(needsNoEscape)
         if plain {
             output += text
             output += "\""

@@ -1,6 +1,6 @@
 import AppStoreServerAPI
 import AppStoreSignedData
-public import Foundation
+import Foundation
 import StoreKitCatalog
 public import StoreModel
 import StoreTime

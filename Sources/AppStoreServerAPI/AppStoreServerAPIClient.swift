@@ -102,14 +102,25 @@ public struct AppStoreServerAPIClient: Sendable {
         _ anyTransactionID: String, query: TransactionHistoryQuery = TransactionHistoryQuery(), version: Int = 2,
         maxPages: Int = 10_000
     ) async throws(AppStoreServerAPIError) -> [HistoryResponse] {
-        var pages: [HistoryResponse] = []
-        var revision: String?
-        repeat {
+        try await Self.pages(maxPages: maxPages) { (revision) throws(AppStoreServerAPIError) in
             let page = try await transactionHistory(
                 anyTransactionID, query: query, revision: revision, version: version)
+            return (page, page.hasMore ? page.revision : nil)
+        }
+    }
+
+    /// Pages fetched one after another, each from the token the previous one gave, until one gives none or
+    /// `maxPages` came.
+    static func pages<Page>(
+        maxPages: Int, _ fetch: (String?) async throws(AppStoreServerAPIError) -> (Page, next: String?)
+    ) async throws(AppStoreServerAPIError) -> [Page] {
+        var pages: [Page] = []
+        var token: String?
+        repeat {
+            let (page, next) = try await fetch(token)
             pages.append(page)
-            guard page.hasMore, let next = page.revision else { break }
-            revision = next
+            guard let next else { break }
+            token = next
         } while pages.count < maxPages
         return pages
     }
@@ -135,15 +146,10 @@ public struct AppStoreServerAPIClient: Sendable {
     public func allRefundHistory(_ anyTransactionID: String, maxPages: Int = 10_000)
         async throws(AppStoreServerAPIError) -> [RefundHistoryResponse]
     {
-        var pages: [RefundHistoryResponse] = []
-        var revision: String?
-        repeat {
+        try await Self.pages(maxPages: maxPages) { (revision) throws(AppStoreServerAPIError) in
             let page = try await refundHistory(anyTransactionID, revision: revision)
-            pages.append(page)
-            guard page.hasMore, let next = page.revision else { break }
-            revision = next
-        } while pages.count < maxPages
-        return pages
+            return (page, page.hasMore ? page.revision : nil)
+        }
     }
 
     public func lookUpOrder(_ orderID: String) async throws(AppStoreServerAPIError) -> OrderLookupResponse {
@@ -192,15 +198,10 @@ public struct AppStoreServerAPIClient: Sendable {
     public func allNotificationHistory(_ request: NotificationHistoryRequest, maxPages: Int = 10_000)
         async throws(AppStoreServerAPIError) -> [NotificationHistoryResponse]
     {
-        var pages: [NotificationHistoryResponse] = []
-        var token: String?
-        repeat {
+        try await Self.pages(maxPages: maxPages) { (token) throws(AppStoreServerAPIError) in
             let page = try await notificationHistory(request, paginationToken: token)
-            pages.append(page)
-            guard page.hasMore, let next = page.paginationToken else { break }
-            token = next
-        } while pages.count < maxPages
-        return pages
+            return (page, page.hasMore ? page.paginationToken : nil)
+        }
     }
 
     /// Send Consumption Information (v2).

@@ -248,40 +248,25 @@ enum AppStoreCommands {
                     throw InputError("offerKeys of \(bundleID) in '\(path)' must map key ids to keys")
                 }
                 for (id, value) in object.members {
-                    guard var text = value.stringValue else {
+                    guard let text = value.stringValue else {
                         throw InputError("offer key \(id) of \(bundleID) in '\(path)' must be a PEM key or a file")
                     }
-                    if !text.contains("-----BEGIN") {
-                        // A path to the key file (.p8), relative to the configuration file.
-                        let file = URL(
-                            fileURLWithPath: text, relativeTo: URL(fileURLWithPath: path).deletingLastPathComponent())
-                        guard let contents = FileManager.default.contents(atPath: file.path) else {
-                            throw InputError("cannot read offer key \(id) of \(bundleID) at '\(file.path)'")
-                        }
-                        text = String(decoding: contents, as: UTF8.self)
-                    }
-                    app.offerKeys[id] = text
+                    app.offerKeys[id] = try pem(text, configuration: path, name: "offer key \(id) of \(bundleID)")
                 }
             }
             for (index, value) in ((item["apiKeys"]?.arrayValue ?? []) + (root["apiKeys"]?.arrayValue ?? []))
                 .enumerated()
             {
                 guard let keyID = value["keyId"]?.stringValue, let issuerID = value["issuerId"]?.stringValue,
-                    var key = value["publicKey"]?.stringValue
+                    let key = value["publicKey"]?.stringValue
                 else {
                     throw InputError(
                         "apiKeys entry \(index) of \(bundleID) in '\(path)' needs keyId, issuerId and publicKey")
                 }
-                if !key.contains("-----BEGIN") {
-                    // A path to a PEM file, relative to the configuration file.
-                    let file = URL(
-                        fileURLWithPath: key, relativeTo: URL(fileURLWithPath: path).deletingLastPathComponent())
-                    guard let contents = FileManager.default.contents(atPath: file.path) else {
-                        throw InputError("cannot read API key \(keyID) at '\(file.path)'")
-                    }
-                    key = String(decoding: contents, as: UTF8.self)
-                }
-                app.apiKeys.append(APIKeyConfiguration(keyID: keyID, issuerID: issuerID, publicKey: key))
+                app.apiKeys.append(
+                    APIKeyConfiguration(
+                        keyID: keyID, issuerID: issuerID,
+                        publicKey: try pem(key, configuration: path, name: "API key \(keyID)")))
             }
             if let notifications = item["notifications"] {
                 do { app.notifications = try AppNotifications(json: notifications) } catch let error as EmulatorError {
@@ -290,6 +275,17 @@ enum AppStoreCommands {
             }
             return app
         }
+    }
+
+    /// A key as the configuration gives it: PEM text, or the path of a PEM file (a `.p8`) relative to the
+    /// configuration file.
+    static func pem(_ text: String, configuration path: String, name: String) throws -> String {
+        guard !text.contains("-----BEGIN") else { return text }
+        let file = URL(fileURLWithPath: text, relativeTo: URL(fileURLWithPath: path).deletingLastPathComponent())
+        guard let contents = FileManager.default.contents(atPath: file.path) else {
+            throw InputError("cannot read \(name) at '\(file.path)'")
+        }
+        return String(decoding: contents, as: UTF8.self)
     }
 
     static func dataDirectory(_ arguments: Arguments) -> String {

@@ -93,14 +93,7 @@ extension BenchCommands {
             let made = try await storage.write { store -> [String] in
                 var devices: [String] = []
                 for index in range {
-                    let account = AccountID(String(format: "ACCOUNT-%08d", index))
-                    let device = DeviceID(String(format: "00000000-0000-4000-8000-%012d", index))
-                    try store.insert(Account(id: account, environment: .sandbox, storefront: "USA"))
-                    try store.insert(Device(id: device, accountID: account))
-                    try store.save(
-                        Install(
-                            deviceID: device, bundleID: bundle, version: "1", originalVersion: "1",
-                            originalPurchaseDate: now))
+                    let (account, device) = try seedCustomer(index, bundle: bundle, now: now, in: store)
                     devices.append(device.rawValue)
                     for offset in 0..<min(perAccount, transactions - index * perAccount) {
                         let id = TransactionID(String(1_000_000_000_000_000 + index * perAccount + offset))
@@ -136,6 +129,19 @@ extension BenchCommands {
             catalog: [catalog], apps: [AppConfiguration(bundleID: DefaultCatalog.bundleID)], dataDirectory: directory,
             rate: .realTime, storage: storage)
         return SeededStore(store: store, devices: devices)
+    }
+
+    /// A sandbox account numbered `index`, with one device that has the app installed.
+    static func seedCustomer(_ index: Int, bundle: BundleID, now: Date, in store: any EmulatorStore) throws -> (
+        AccountID, DeviceID
+    ) {
+        let account = AccountID(String(format: "ACCOUNT-%08d", index))
+        let device = DeviceID(String(format: "00000000-0000-4000-8000-%012d", index))
+        try store.insert(Account(id: account, environment: .sandbox, storefront: "USA"))
+        try store.insert(Device(id: device, accountID: account))
+        try store.save(
+            Install(deviceID: device, bundleID: bundle, version: "1", originalVersion: "1", originalPurchaseDate: now))
+        return (account, device)
     }
 
     /// Purchases per second with `clients` concurrent buyers for about `seconds`.

@@ -177,14 +177,7 @@ extension BenchCommands {
             firstIDs += try await storage.write { store -> [String] in
                 var first: [String] = []
                 for index in range {
-                    let account = AccountID(String(format: "ACCOUNT-%08d", index))
-                    let device = DeviceID(String(format: "00000000-0000-4000-8000-%012d", index))
-                    try store.insert(Account(id: account, environment: .sandbox, storefront: "USA"))
-                    try store.insert(Device(id: device, accountID: account))
-                    try store.save(
-                        Install(
-                            deviceID: device, bundleID: bundle, version: "1", originalVersion: "1",
-                            originalPurchaseDate: now))
+                    let (account, _) = try seedCustomer(index, bundle: bundle, now: now, in: store)
                     for offset in 0..<perCustomer {
                         let id = TransactionID(String(1_000_000_000_000_000 + index * perCustomer + offset))
                         if offset == 0 { first.append(id.rawValue) }

@@ -72,6 +72,30 @@ extension AppStore {
     /// Rows one history request looks at, at most (a selective filter gets a short page with `hasMore`).
     static let historyScanLimit = 5_000
 
+    /// One page of rows read in batches of 100 from `start` on (`fetch` answers the rows after a position
+    /// with their positions), keeping those `accepts` takes: at most ``historyPageSize``, looking at no more
+    /// than ``historyScanLimit`` rows. `position` is where the next page starts (after the last row looked
+    /// at); `hasMore` when an accepted row was left for it or the scan was cut short.
+    static func scanPage<Row>(
+        from start: Int64?, fetch: (Int64?, Int) throws -> [(position: Int64, row: Row)], accepts: (Row) -> Bool
+    ) rethrows -> (rows: [Row], position: Int64?, hasMore: Bool) {
+        var rows: [Row] = []
+        var position = start
+        var scanned = 0
+        while scanned < historyScanLimit {
+            let batch = try fetch(position, 100)
+            for (rowPosition, row) in batch {
+                let accepted = accepts(row)
+                if accepted, rows.count == historyPageSize { return (rows, position, true) }
+                scanned += 1
+                position = rowPosition
+                if accepted { rows.append(row) }
+            }
+            if batch.count < 100 { return (rows, position, false) }
+        }
+        return (rows, position, true)
+    }
+
     /// The configured app of a token's `bid`.
     func apiApp(_ scope: APIScope) throws -> AppConfiguration {
         guard let app = apps[scope.bundleID] else {
@@ -123,35 +147,15 @@ extension AppStore {
         let (page, account, next, hasMore) = try await storage.read {
             store -> ([StoredTransaction], Account, Int64, Bool) in
             let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
-            var matched: [StoredTransaction] = []
-            var scanned = 0
-            var position = start
-            var last = start ?? 0
-            var hasMore = false
-            scan: while scanned < Self.historyScanLimit {
-                let batch = try store.transactions(
+            let scan = try Self.scanPage(from: start) { position, limit in
+                try store.transactions(
                     account: stored.accountID, bundle: stored.transaction.bundleID, revisionAfter: position,
-                    descending: descending, limit: 100)
-                for row in batch {
-                    guard filter.accepts(row) else {
-                        scanned += 1
-                        position = row.revision
-                        continue
-                    }
-                    if matched.count == Self.historyPageSize {
-                        hasMore = true
-                        break scan
-                    }
-                    scanned += 1
-                    position = row.revision
-                    matched.append(row)
-                }
-                if batch.count < 100 { break }
+                    descending: descending, limit: limit
+                ).map { ($0.revision, $0) }
+            } accepts: {
+                filter.accepts($0)
             }
-            if !hasMore, scanned >= Self.historyScanLimit { hasMore = true }
-            // A full page continues after its last transaction; otherwise after the last row looked at.
-            last = hasMore && matched.count == Self.historyPageSize ? matched.last!.revision : (position ?? last)
-            return (matched, account, last, hasMore)
+            return (scan.rows, account, scan.position ?? 0, scan.hasMore)
         }
         return HistoryPage(
             signedTransactions: try signed(page, account: account), revision: "r\(next)", hasMore: hasMore)
@@ -665,33 +669,19 @@ extension AppStore {
                 else { return ([], "p\(start ?? 0)", false) }
                 original = stored.transaction.originalID
             }
-            var matched: [OutboundNotification] = []
-            var position = start
-            var scanned = 0
-            var hasMore = false
-            scan: while scanned < Self.historyScanLimit {
-                let batch = try store.notifications(
+            let scan = try Self.scanPage(from: start) { position, limit in
+                try store.notifications(
                     bundle: BundleID(scope.bundleID), environment: scope.environment, from: query.start,
-                    to: query.end, after: position, limit: 100)
-                for (rowPosition, notification) in batch {
-                    let accepted =
-                        notification.version == 2 && notification.signedPayload != nil
-                        && (query.type == nil || notification.notice.type == query.type)
-                        && (query.subtype == nil || notification.notice.subtype == query.subtype)
-                        && (original == nil || notification.originalTransactionID == original)
-                        && (!query.onlyFailures || notification.state != .delivered)
-                    if accepted, matched.count == Self.historyPageSize {
-                        hasMore = true
-                        break scan
-                    }
-                    scanned += 1
-                    position = rowPosition
-                    if accepted { matched.append(notification) }
-                }
-                if batch.count < 100 { break }
+                    to: query.end, after: position, limit: limit
+                ).map { ($0.position, $0.notification) }
+            } accepts: { notification in
+                notification.version == 2 && notification.signedPayload != nil
+                    && (query.type == nil || notification.notice.type == query.type)
+                    && (query.subtype == nil || notification.notice.subtype == query.subtype)
+                    && (original == nil || notification.originalTransactionID == original)
+                    && (!query.onlyFailures || notification.state != .delivered)
             }
-            if !hasMore, scanned >= Self.historyScanLimit { hasMore = true }
-            return (matched, "p\(position ?? 0)", hasMore)
+            return (scan.rows, "p\(scan.position ?? 0)", scan.hasMore)
         }
     }
 

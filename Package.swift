@@ -23,6 +23,7 @@ let package = Package(
         .library(name: "SubscriptionLifecycle", targets: ["SubscriptionLifecycle"]),
         .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
         .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
+        .library(name: "PurchaseServer", targets: ["PurchaseServer"]),
     ],
     targets: [
         // C system libraries (Debian packages, found through pkg-config).
@@ -84,13 +85,23 @@ let package = Package(
             ],
             swiftSettings: upcoming),
 
+        // The purchase server: verified inputs in, subscription state, entitlements and webhooks out.
+        .target(
+            name: "PurchaseServer",
+            dependencies: [
+                "AppStoreReceipts", "AppStoreSignedData", "AppStoreServerAPI", "StorekeeperCrypto", "StorekeeperHTTP",
+                "StorekeeperJSON", "StorekeeperLogging", "StorekeeperSQLite", "StoreModel",
+            ],
+            resources: [.copy("Resources")],
+            swiftSettings: upcoming),
+
         // Command line: a library so it is testable in-process, and a thin executable.
         .target(
             name: "StorekeeperCLI",
             dependencies: [
                 "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON",
                 "AppStoreEmulator", "StoreKitCatalog", "StorekeeperHTTP", "StorekeeperLogging", "StoreTime",
-                "StoreModel", "AppStoreServerAPI",
+                "StoreModel", "AppStoreServerAPI", "PurchaseServer",
             ],
             swiftSettings: upcoming),
         .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),

@@ -45,6 +45,7 @@ public enum Storekeeper {
                                       history, statuses, refunds, order, extend, mass-extend, mass-extend-status,
                                       test-notification, test-notification-status, notification-history,
                                       consumption, app-account-token, app-transaction.
+          serve                       Run the purchase server (receipts, transactions, Apple's notifications; entitlements, webhooks).
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
@@ -126,6 +127,7 @@ public enum Storekeeper {
             (["appstore", "family", "remove"], LifecycleCommands.familyRemoveSpec, LifecycleCommands.familyRemove),
             (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
             (["appstore", "api-key"], ServerAPICommands.apiKeySpec, ServerAPICommands.apiKey),
+        (["serve"], ServeCommands.spec, ServeCommands.run),
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "server-api"], BenchCommands.serverAPISpec, BenchCommands.serverAPI),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),

@@ -86,3 +86,26 @@ public enum Digest {
     public static func sha1(_ bytes: some Collection<UInt8>) -> [UInt8] { hash(.sha1, bytes) }
     public static func sha256(_ bytes: some Collection<UInt8>) -> [UInt8] { hash(.sha256, bytes) }
 }
+
+/// Keyed message authentication (HMAC, RFC 2104) with OpenSSL's EVP MAC.
+public enum HMAC {
+    /// HMAC-SHA256 of `message` under `key` (32 bytes).
+    public static func sha256(key: some Collection<UInt8>, message: some Collection<UInt8>) -> [UInt8] {
+        let key = Array(key)
+        let message = Array(message)
+        var output = [UInt8](repeating: 0, count: 32)
+        var size = 0
+        let result = key.withUnsafeBytes { keyBytes in
+            message.withUnsafeBytes { messageBytes in
+                output.withUnsafeMutableBufferPointer { out in
+                    EVP_Q_mac(
+                        nil, "HMAC", nil, "SHA256", nil, keyBytes.baseAddress, keyBytes.count,
+                        messageBytes.baseAddress?.assumingMemoryBound(to: UInt8.self), messageBytes.count,
+                        out.baseAddress, out.count, &size)
+                }
+            }
+        }
+        precondition(result != nil && size == 32, "EVP_Q_mac failed: \(drainOpenSSLErrors())")
+        return output
+    }
+}

@@ -1,0 +1,43 @@
+import Foundation
+import Synchronization
+
+/// Counters and gauges in Prometheus' text format (`/metrics`).
+final class Metrics: Sendable {
+    private let counters = Mutex<[String: Double]>([:])
+
+    /// Adds `by` to the counter `name` with `labels`.
+    func count(_ name: String, _ labels: [String: String] = [:], by value: Double = 1) {
+        let key = Self.key(name, labels)
+        counters.withLock { $0[key, default: 0] += value }
+    }
+
+    static func key(_ name: String, _ labels: [String: String]) -> String {
+        guard !labels.isEmpty else { return name }
+        let rendered = labels.sorted { $0.key < $1.key }.map { key, value in
+            let escaped = value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+                .replacingOccurrences(of: "\n", with: "\\n")
+            return "\(key)=\"\(escaped)\""
+        }
+        return "\(name){\(rendered.joined(separator: ","))}"
+    }
+
+    /// The exposition text: counters, then the gauges given.
+    func render(gauges: [(name: String, help: String, value: Double)]) -> String {
+        let snapshot = counters.withLock { $0 }
+        var text = ""
+        var typed: Set<String> = []
+        for (key, value) in snapshot.sorted(by: { $0.key < $1.key }) {
+            let name = String(key.prefix { $0 != "{" })
+            if typed.insert(name).inserted { text += "# TYPE \(name) counter\n" }
+            text += "\(key) \(Self.number(value))\n"
+        }
+        for gauge in gauges {
+            text += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.number(gauge.value))\n"
+        }
+        return text
+    }
+
+    static func number(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+}

@@ -1,0 +1,296 @@
+public import Foundation
+public import StoreModel
+
+/// What the server learned, verified: a transaction, renewal facts (with Apple's status), or both, and the
+/// Apple notification that carried them when there was one.
+public struct PurchaseUpdate: Sendable, Hashable {
+    /// `notification`, `app` or `api`.
+    public var source: String
+    public var transaction: PurchaseRecord?
+    public var renewal: RenewalFacts?
+    public var notificationType: String?
+    public var notificationSubtype: String?
+
+    public init(
+        source: String, transaction: PurchaseRecord? = nil, renewal: RenewalFacts? = nil,
+        notificationType: String? = nil, notificationSubtype: String? = nil
+    ) {
+        self.source = source
+        self.transaction = transaction
+        self.renewal = renewal
+        self.notificationType = notificationType
+        self.notificationSubtype = notificationSubtype
+    }
+}
+
+/// The purchase server's one transition: the records before and a verified update in, the records after,
+/// ledger entries and events out. Pure (time is given), so replaying, duplicating or reordering updates is
+/// tested without storage: whatever Apple signed later wins, a change learned twice is one change, and
+/// events come from changes of state — never from the message that told of them.
+public enum PurchaseEngine {
+    public struct Outcome: Sendable, Hashable {
+        public var purchase: PurchaseRecord?
+        public var subscription: SubscriptionRecord?
+        public var ledger: [LedgerEntry] = []
+        public var events: [ServerEvent] = []
+        /// The update was older than what is stored: nothing changed.
+        public var stale = false
+    }
+
+    /// Applies `update` to the stored transaction it names and the stored subscription it belongs to.
+    /// `owner` is the app user the purchase belongs to (nil: unknown yet).
+    public static func apply(
+        _ update: PurchaseUpdate, purchase stored: PurchaseRecord?, subscription storedSubscription: SubscriptionRecord?,
+        owner: String?, now: Date
+    ) -> Outcome {
+        var outcome = Outcome(purchase: stored, subscription: storedSubscription)
+        var context = EventContext(update: update, owner: owner ?? storedSubscription?.owner ?? stored?.owner)
+        var appliedTransaction = false
+        if var transaction = update.transaction {
+            if let stored, transaction.signedDate < stored.signedDate {
+                outcome.stale = true
+            } else {
+                transaction.owner = context.owner
+                applyPurchase(transaction, over: stored, into: &outcome, context: &context)
+                outcome.purchase = transaction
+                appliedTransaction = true
+            }
+        }
+        guard let kind = update.transaction?.kind ?? stored?.kind ?? (storedSubscription != nil ? .autoRenewable : nil),
+            kind == .autoRenewable
+        else { return outcome }
+        var subscription = storedSubscription
+        if appliedTransaction, let transaction = update.transaction {
+            subscription = applyPeriod(transaction, to: storedSubscription, now: now, context: &context, into: &outcome)
+        }
+        if let renewal = update.renewal, var current = subscription {
+            if let applied = current.renewalSignedDate, renewal.signedDate < applied {
+                if !appliedTransaction { outcome.stale = true }
+            } else {
+                applyRenewal(renewal, to: &current)
+                subscription = current
+            }
+        }
+        if var current = subscription {
+            current.owner = context.owner
+            if let before = storedSubscription { diffEvents(before, current, context: context, into: &outcome) }
+            subscription = current
+        }
+        outcome.subscription = subscription
+        return outcome
+    }
+
+    /// Who and what the events are about.
+    struct EventContext {
+        var update: PurchaseUpdate
+        var owner: String?
+
+        func event(_ type: String, id: String, subscription: SubscriptionRecord?, transaction: PurchaseRecord?,
+            date: Date, details: [String: String] = [:]) -> ServerEvent
+        {
+            ServerEvent(
+                id: id, type: type, bundleID: transaction?.bundleID ?? subscription?.bundleID ?? "", appUserID: owner,
+                date: date, environment: transaction?.environment ?? subscription?.environment,
+                productID: transaction?.productID ?? subscription?.productID,
+                transactionID: transaction?.transactionID ?? subscription?.latestTransactionID,
+                originalTransactionID: transaction?.originalTransactionID ?? subscription?.originalTransactionID,
+                expiresDate: transaction?.expiresDate ?? subscription?.expiresDate, source: update.source,
+                appleNotificationType: update.notificationType, appleSubtype: update.notificationSubtype,
+                details: details)
+        }
+    }
+
+    static func milliseconds(_ date: Date?) -> String {
+        date.map { String(Int64(($0.timeIntervalSince1970 * 1000).rounded(.down))) } ?? "-"
+    }
+
+    /// One-time purchases, refunds and their reversal, and the consumable ledger.
+    static func applyPurchase(
+        _ transaction: PurchaseRecord, over stored: PurchaseRecord?, into outcome: inout Outcome,
+        context: inout EventContext
+    ) {
+        let id = transaction.transactionID
+        if stored == nil {
+            if transaction.kind == .consumable {
+                outcome.ledger.append(
+                    LedgerEntry(
+                        transactionID: id, productID: transaction.productID, quantity: transaction.quantity,
+                        reason: .purchase, date: transaction.purchaseDate))
+            }
+            if transaction.kind != .autoRenewable {
+                outcome.events.append(
+                    context.event(
+                        "NON_RENEWING_PURCHASE", id: "NON_RENEWING_PURCHASE:\(id)", subscription: nil,
+                        transaction: transaction, date: transaction.purchaseDate))
+            }
+        }
+        let wasRevoked = stored?.revocationDate != nil
+        let isRevoked = transaction.revocationDate != nil
+        if isRevoked && !wasRevoked {
+            if transaction.kind == .consumable {
+                outcome.ledger.append(
+                    LedgerEntry(
+                        transactionID: id, productID: transaction.productID, quantity: -transaction.quantity,
+                        reason: .refund, date: transaction.revocationDate ?? transaction.signedDate))
+            }
+            outcome.events.append(
+                context.event(
+                    "REFUND", id: "REFUND:\(id)", subscription: nil, transaction: transaction,
+                    date: transaction.revocationDate ?? transaction.signedDate,
+                    details: ["reason": "CUSTOMER_SUPPORT", "revocationReason": String(transaction.revocationReason ?? 0)]))
+        } else if wasRevoked && !isRevoked {
+            if transaction.kind == .consumable {
+                outcome.ledger.append(
+                    LedgerEntry(
+                        transactionID: id, productID: transaction.productID, quantity: transaction.quantity,
+                        reason: .refundReversed, date: transaction.signedDate))
+            }
+            outcome.events.append(
+                context.event(
+                    "REFUND_REVERSED", id: "REFUND_REVERSED:\(id):\(milliseconds(transaction.signedDate))",
+                    subscription: nil, transaction: transaction, date: transaction.signedDate))
+        }
+    }
+
+    /// A subscription period: the first one, a later one, or news about the current one.
+    static func applyPeriod(
+        _ transaction: PurchaseRecord, to stored: SubscriptionRecord?, now: Date, context: inout EventContext,
+        into outcome: inout Outcome
+    ) -> SubscriptionRecord {
+        guard var subscription = stored else {
+            let record = SubscriptionRecord(
+                originalTransactionID: transaction.originalTransactionID, bundleID: transaction.bundleID,
+                environment: transaction.environment, productID: transaction.productID,
+                latestTransactionID: transaction.transactionID, latestPurchaseDate: transaction.purchaseDate,
+                status: inferredStatus(transaction, now: now), autoRenewStatus: transaction.revocationDate == nil,
+                autoRenewProductID: transaction.productID, expiresDate: transaction.expiresDate,
+                ownership: transaction.ownership, revocationDate: transaction.revocationDate,
+                revocationReason: transaction.revocationReason, offerType: transaction.offerType,
+                offerDiscountType: transaction.offerDiscountType, transactionSignedDate: transaction.signedDate,
+                renewalSignedDate: nil, owner: context.owner)
+            outcome.events.append(
+                context.event(
+                    "INITIAL_PURCHASE", id: "INITIAL_PURCHASE:\(transaction.originalTransactionID):\(transaction.transactionID)",
+                    subscription: record, transaction: transaction, date: transaction.purchaseDate,
+                    details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
+            return record
+        }
+        let newPeriod =
+            transaction.transactionID != subscription.latestTransactionID
+            && transaction.purchaseDate >= subscription.latestPurchaseDate
+        let samePeriod = transaction.transactionID == subscription.latestTransactionID
+        guard newPeriod || samePeriod else { return subscription }
+        if newPeriod {
+            let wasEnded = subscription.status == 2 || subscription.status == 5
+            if transaction.productID != subscription.productID && !wasEnded {
+                outcome.events.append(
+                    context.event(
+                        "PRODUCT_CHANGE", id: "PRODUCT_CHANGE:\(transaction.transactionID)", subscription: subscription,
+                        transaction: transaction, date: transaction.purchaseDate,
+                        details: ["newProductId": transaction.productID, "previousProductId": subscription.productID]))
+            }
+            outcome.events.append(
+                context.event(
+                    wasEnded ? "INITIAL_PURCHASE" : "RENEWAL",
+                    id: "\(wasEnded ? "INITIAL_PURCHASE:\(transaction.originalTransactionID)" : "RENEWAL"):\(transaction.transactionID)",
+                    subscription: subscription, transaction: transaction, date: transaction.purchaseDate,
+                    details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
+            subscription.latestTransactionID = transaction.transactionID
+            subscription.latestPurchaseDate = transaction.purchaseDate
+            subscription.productID = transaction.productID
+            subscription.offerType = transaction.offerType
+            subscription.offerDiscountType = transaction.offerDiscountType
+        } else if let expires = transaction.expiresDate, let before = subscription.expiresDate, expires > before,
+            transaction.revocationDate == nil, context.update.notificationType == "RENEWAL_EXTENDED"
+                || transaction.signedDate > subscription.transactionSignedDate
+        {
+            outcome.events.append(
+                context.event(
+                    "SUBSCRIPTION_EXTENDED", id: "SUBSCRIPTION_EXTENDED:\(transaction.transactionID):\(milliseconds(expires))",
+                    subscription: subscription, transaction: transaction, date: transaction.signedDate))
+        }
+        subscription.expiresDate = transaction.expiresDate
+        subscription.revocationDate = transaction.revocationDate
+        subscription.revocationReason = transaction.revocationReason
+        subscription.ownership = transaction.ownership
+        subscription.transactionSignedDate = max(subscription.transactionSignedDate, transaction.signedDate)
+        // Without newer renewal facts, the period itself says where the subscription stands.
+        if subscription.renewalSignedDate.map({ transaction.signedDate > $0 }) ?? true {
+            let inferred = inferredStatus(transaction, now: now)
+            if newPeriod || inferred == 5 || subscription.status == 5 || subscription.renewalSignedDate == nil {
+                subscription.status = inferred
+                if inferred == 1 { subscription.gracePeriodExpiresDate = nil }
+            }
+        }
+        return subscription
+    }
+
+    static func inferredStatus(_ transaction: PurchaseRecord, now: Date) -> Int64 {
+        if transaction.revocationDate != nil { return 5 }
+        return (transaction.expiresDate ?? .distantFuture) > now ? 1 : 2
+    }
+
+    static func applyRenewal(_ renewal: RenewalFacts, to subscription: inout SubscriptionRecord) {
+        if let status = renewal.status { subscription.status = status }
+        if let autoRenew = renewal.autoRenewStatus { subscription.autoRenewStatus = autoRenew }
+        if let product = renewal.autoRenewProductID { subscription.autoRenewProductID = product }
+        subscription.expirationIntent = renewal.expirationIntent
+        subscription.gracePeriodExpiresDate = renewal.gracePeriodExpiresDate
+        subscription.priceIncreaseStatus = renewal.priceIncreaseStatus
+        subscription.renewalSignedDate = renewal.signedDate
+    }
+
+    /// Events that follow from a change of a subscription's state, whatever told of it.
+    static func diffEvents(
+        _ before: SubscriptionRecord, _ after: SubscriptionRecord, context: EventContext, into outcome: inout Outcome
+    ) {
+        let key = after.originalTransactionID
+        let at = after.renewalSignedDate ?? after.transactionSignedDate
+        let stamp = milliseconds(at)
+        let live: Set<Int64> = [1, 3, 4]
+        if before.autoRenewStatus && !after.autoRenewStatus && after.status != 5 && live.contains(after.status) {
+            outcome.events.append(
+                context.event(
+                    "CANCELLATION", id: "CANCELLATION:\(key):\(stamp)", subscription: after, transaction: nil, date: at,
+                    details: ["reason": after.status == 1 ? "UNSUBSCRIBE" : "BILLING_ERROR"]))
+        }
+        if !before.autoRenewStatus && after.autoRenewStatus && live.contains(after.status) && live.contains(before.status) {
+            outcome.events.append(
+                context.event(
+                    "UNCANCELLATION", id: "UNCANCELLATION:\(key):\(stamp)", subscription: after, transaction: nil, date: at))
+        }
+        if before.status == 1 && (after.status == 3 || after.status == 4) {
+            var details: [String: String] = [:]
+            if let grace = after.gracePeriodExpiresDate { details["gracePeriodExpiresDate"] = milliseconds(grace) }
+            outcome.events.append(
+                context.event(
+                    "BILLING_ISSUE", id: "BILLING_ISSUE:\(key):\(milliseconds(after.expiresDate))", subscription: after,
+                    transaction: nil, date: at, details: details))
+        }
+        if live.contains(before.status) && after.status == 2 {
+            let reasons: [Int64: String] = [1: "UNSUBSCRIBE", 2: "BILLING_ERROR", 3: "PRICE_INCREASE", 4: "UNKNOWN"]
+            outcome.events.append(
+                context.event(
+                    "EXPIRATION", id: "EXPIRATION:\(key):\(milliseconds(after.expiresDate))", subscription: after,
+                    transaction: nil, date: at,
+                    details: ["reason": after.expirationIntent.flatMap { reasons[$0] } ?? "UNKNOWN"]))
+        }
+        if let next = after.autoRenewProductID, next != before.autoRenewProductID, next != after.productID,
+            after.productID == before.productID
+        {
+            outcome.events.append(
+                context.event(
+                    "PRODUCT_CHANGE", id: "PRODUCT_CHANGE:\(key):\(next):\(stamp)", subscription: after, transaction: nil,
+                    date: at, details: ["newProductId": next, "previousProductId": after.productID]))
+        }
+    }
+
+    /// RevenueCat's period types: `trial`, `intro`, `promotional` or `normal`.
+    public static func periodType(_ offerType: Int64?, _ discount: String?) -> String {
+        switch offerType {
+        case 1: discount == "FREE_TRIAL" ? "trial" : "intro"
+        case 2, 3, 4: "promotional"
+        default: "normal"
+        }
+    }
+}

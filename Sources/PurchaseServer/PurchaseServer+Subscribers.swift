@@ -1,0 +1,150 @@
+public import Foundation
+import StoreModel
+
+/// What an app user has: entitlements, subscriptions, purchases, consumable balances and flags.
+public struct SubscriberView: Sendable {
+    public struct Entitlement: Sendable, Hashable {
+        public var active: Bool
+        public var productID: String?
+        public var expiresDate: Date?
+        public var willRenew: Bool
+        public var periodType: String
+        public var inGracePeriod: Bool
+        public var inBillingRetry: Bool
+        /// `app_store` or `promotional` (a developer's grant).
+        public var source: String
+    }
+
+    public var appUserID: String
+    public var bundleID: String
+    public var entitlements: [String: Entitlement]
+    public var subscriptions: [SubscriptionRecord]
+    public var purchases: [PurchaseRecord]
+    public var balances: [String: Int]
+    public var flags: [String]
+}
+
+extension PurchaseServer {
+    /// The user's view now; an unknown user is a 404.
+    public func subscriber(bundleID: String, appUserID: String) async throws -> SubscriberView {
+        let app = try app(bundleID)
+        let current = now()
+        let found = try await storage.read { store -> (Subscriber?, [SubscriptionRecord], [PurchaseRecord], [String: Int], [Grant]) in
+            (
+                try store.subscriber(bundle: bundleID, appUserID: appUserID),
+                try store.subscriptions(bundle: bundleID, owner: appUserID),
+                try store.purchases(bundle: bundleID, owner: appUserID),
+                try store.balances(bundle: bundleID, owner: appUserID),
+                try store.grants(bundle: bundleID, owner: appUserID)
+            )
+        }
+        guard let subscriber = found.0 else { throw PurchaseServerError.notFound("no subscriber \(appUserID)") }
+        return Self.view(
+            subscriber, subscriptions: found.1, purchases: found.2, balances: found.3, grants: found.4,
+            entitlements: app.settings.entitlements, now: current)
+    }
+
+    /// Entitlements from the product map: an active or grace-period subscription (until its renewal date,
+    /// or the grace period's end), a one-time purchase not refunded, or a developer's grant.
+    static func view(
+        _ subscriber: Subscriber, subscriptions: [SubscriptionRecord], purchases: [PurchaseRecord],
+        balances: [String: Int], grants: [Grant], entitlements map: [String: [String]], now: Date
+    ) -> SubscriberView {
+        var entitlements: [String: SubscriberView.Entitlement] = [:]
+        for (name, products) in map {
+            var candidates: [SubscriberView.Entitlement] = []
+            for subscription in subscriptions where products.contains(subscription.productID) {
+                let graceActive = subscription.status == 4 && (subscription.gracePeriodExpiresDate ?? .distantPast) > now
+                let periodActive = subscription.status == 1 && (subscription.expiresDate ?? .distantFuture) > now
+                candidates.append(
+                    SubscriberView.Entitlement(
+                        active: periodActive || graceActive, productID: subscription.productID,
+                        expiresDate: subscription.expiresDate,
+                        willRenew: subscription.autoRenewStatus && [1, 3, 4].contains(subscription.status),
+                        periodType: PurchaseEngine.periodType(subscription.offerType, subscription.offerDiscountType),
+                        inGracePeriod: subscription.status == 4, inBillingRetry: subscription.status == 3,
+                        source: "app_store"))
+            }
+            for purchase in purchases
+            where products.contains(purchase.productID) && purchase.kind != .autoRenewable && purchase.kind != .consumable {
+                candidates.append(
+                    SubscriberView.Entitlement(
+                        active: purchase.revocationDate == nil, productID: purchase.productID,
+                        expiresDate: purchase.expiresDate, willRenew: false, periodType: "normal", inGracePeriod: false,
+                        inBillingRetry: false, source: "app_store"))
+            }
+            for grant in grants where grant.entitlement == name {
+                candidates.append(
+                    SubscriberView.Entitlement(
+                        active: grant.revokedAt == nil && (grant.expiresDate ?? .distantFuture) > now, productID: nil,
+                        expiresDate: grant.expiresDate, willRenew: false, periodType: "promotional",
+                        inGracePeriod: false, inBillingRetry: false, source: "promotional"))
+            }
+            // The best: active first, then the one that lasts longest (nil: for good).
+            if let best = candidates.max(by: { a, b in
+                (a.active ? 1 : 0, a.expiresDate ?? .distantFuture) < (b.active ? 1 : 0, b.expiresDate ?? .distantFuture)
+            }) {
+                entitlements[name] = best
+            }
+        }
+        return SubscriberView(
+            appUserID: subscriber.appUserID, bundleID: subscriber.bundleID, entitlements: entitlements,
+            subscriptions: subscriptions, purchases: purchases, balances: balances, flags: subscriber.flags)
+    }
+
+    /// The user's events, oldest first, after `position`.
+    public func events(bundleID: String, appUserID: String, after position: Int64?, limit: Int) async throws -> [(
+        position: Int64, event: ServerEvent
+    )] {
+        _ = try app(bundleID)
+        return try await storage.read { try $0.events(bundle: bundleID, owner: appUserID, after: position, limit: limit) }
+    }
+
+    /// Grants an entitlement until `expiresDate` (nil: for good) — PROMOTIONAL, as hosted backends call it.
+    public func grant(bundleID: String, appUserID: String, entitlement: String, expiresDate: Date?) async throws
+        -> SubscriberView
+    {
+        let app = try app(bundleID)
+        try Self.checkUserID(appUserID)
+        guard app.settings.entitlements[entitlement] != nil else {
+            throw PurchaseServerError.notFound("no entitlement \(entitlement) is configured for \(bundleID)")
+        }
+        let current = now()
+        guard (expiresDate ?? .distantFuture) > current else {
+            throw PurchaseServerError.invalid("the grant would have expired already")
+        }
+        _ = try await write(input: nil) { store in
+            if try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
+                try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
+            }
+            try store.save(
+                Grant(entitlement: entitlement, grantedAt: current, expiresDate: expiresDate, revokedAt: nil),
+                bundle: bundleID, owner: appUserID)
+            return []
+        }
+        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+    }
+
+    /// Ends a grant now.
+    public func revokeGrant(bundleID: String, appUserID: String, entitlement: String) async throws -> SubscriberView {
+        _ = try app(bundleID)
+        let current = now()
+        _ = try await write(input: nil) { store in
+            guard var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: { $0.entitlement == entitlement })
+            else { throw PurchaseServerError.notFound("\(appUserID) has no grant of \(entitlement)") }
+            grant.revokedAt = current
+            try store.save(grant, bundle: bundleID, owner: appUserID)
+            return []
+        }
+        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+    }
+
+    /// Pending deliveries and stored inputs, for `/metrics`.
+    func gauges() async -> [(name: String, help: String, value: Double)] {
+        let counts = try? await storage.read { store in (try store.pendingDeliveryCount(), try store.inputCount()) }
+        return [
+            ("storekeeper_webhook_outbox_pending", "Webhook deliveries waiting to be sent.", Double(counts?.0 ?? 0)),
+            ("storekeeper_inputs_stored", "Inputs stored raw (notifications, transactions, receipts).", Double(counts?.1 ?? 0)),
+        ]
+    }
+}

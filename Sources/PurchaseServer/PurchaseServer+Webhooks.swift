@@ -1,0 +1,196 @@
+public import Foundation
+import StoreModel
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperLogging
+import Synchronization
+
+/// Outbound webhooks: one delivery per event and receiver, written with the change; sent by a task that
+/// sleeps until the next one is due, signed, retried on the configured schedule (RevenueCat's by default),
+/// at least once (receivers dedupe on the event id).
+extension PurchaseServer {
+    /// Deliveries sent at once.
+    static let webhookConcurrency = 8
+
+    func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore, now: Date) throws {
+        guard let app = apps[event.bundleID], !app.settings.webhooks.isEmpty else { return }
+        let body = JSONWriter.string(.object(["api_version": .string("1.0"), "event": .object(webhookEvent(event, app: app.settings))]))
+        for target in app.settings.webhooks {
+            let suffix = Digest.sha256(Array(target.url.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+            _ = try store.insert(
+                WebhookDelivery(
+                    id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type, bundleID: event.bundleID,
+                    url: target.url, body: body, created: now))
+        }
+    }
+
+    /// A webhook's `event`, in RevenueCat's field names, with the Apple notification beside.
+    func webhookEvent(_ event: ServerEvent, app: AppSettings) -> JSONObject {
+        func ms(_ date: Date?) -> JSONValue {
+            date.map { .integer(Int64(($0.timeIntervalSince1970 * 1000).rounded(.down))) } ?? .null
+        }
+        var object: JSONObject = [
+            "id": .string(event.id), "type": .string(event.type), "app_id": .string(event.bundleID),
+            "event_timestamp_ms": ms(event.date), "app_user_id": event.appUserID.map(JSONValue.string) ?? .null,
+            "store": .string("APP_STORE"),
+        ]
+        if let environment = event.environment { object["environment"] = .string(environment.rawValue.uppercased()) }
+        if let product = event.productID {
+            object["product_id"] = .string(product)
+            object["entitlement_ids"] = .array(
+                app.entitlements.filter { $0.value.contains(product) }.map(\.key).sorted().map(JSONValue.string))
+        }
+        if let id = event.transactionID { object["transaction_id"] = .string(id) }
+        if let id = event.originalTransactionID { object["original_transaction_id"] = .string(id) }
+        if event.expiresDate != nil { object["expiration_at_ms"] = ms(event.expiresDate) }
+        if let period = event.details["periodType"] { object["period_type"] = .string(period.uppercased()) }
+        switch event.type {
+        case "CANCELLATION": object["cancel_reason"] = event.details["reason"].map(JSONValue.string) ?? .null
+        case "EXPIRATION": object["expiration_reason"] = event.details["reason"].map(JSONValue.string) ?? .null
+        case "PRODUCT_CHANGE": object["new_product_id"] = event.details["newProductId"].map(JSONValue.string) ?? .null
+        case "TRANSFER":
+            object["transferred_from"] = .array([event.details["transferredFrom"].map(JSONValue.string) ?? .null])
+            object["transferred_to"] = .array([event.details["transferredTo"].map(JSONValue.string) ?? .null])
+        case "BILLING_ISSUE":
+            object["grace_period_expiration_at_ms"] =
+                event.details["gracePeriodExpiresDate"].flatMap { Int64($0) }.map(JSONValue.integer) ?? .null
+        default: break
+        }
+        if let type = event.appleNotificationType { object["apple_notification_type"] = .string(type) }
+        if let subtype = event.appleSubtype { object["apple_notification_subtype"] = .string(subtype) }
+        object["source"] = .string(event.source)
+        return object
+    }
+
+    /// `Storekeeper-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+    public static func signature(body: String, secret: String, at date: Date) -> String {
+        let stamp = String(Int64(date.timeIntervalSince1970.rounded(.down)))
+        let mac = HMAC.sha256(key: Array(secret.utf8), message: Array((stamp + "." + body).utf8))
+        return "t=\(stamp),v1=" + mac.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Starts the task that sends due deliveries (idempotent).
+    public func startDelivery(granularity: Duration = .seconds(1)) {
+        worker.withLock { task in
+            guard task == nil else { return }
+            task = Task { [weak self] in
+                while !Task.isCancelled {
+                    guard let self else { return }
+                    let sent = await self.deliverDue()
+                    if sent == 0 { await self.sleepUntilWoken(atMost: granularity) }
+                }
+            }
+        }
+    }
+
+    public func stopDelivery() {
+        worker.withLock { task in
+            task?.cancel()
+            task = nil
+        }
+        wakeDelivery()
+    }
+
+    func wakeDelivery() {
+        let waiting = wake.withLock { continuation -> CheckedContinuation<Void, Never>? in
+            defer { continuation = nil }
+            return continuation
+        }
+        waiting?.resume()
+    }
+
+    func sleepUntilWoken(atMost duration: Duration) async {
+        let deadline = Task { [weak self] in
+            try? await Task.sleep(for: duration)
+            self?.wakeDelivery()
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let previous = wake.withLock { current -> CheckedContinuation<Void, Never>? in
+                defer { current = continuation }
+                return current
+            }
+            previous?.resume()
+        }
+        deadline.cancel()
+    }
+
+    /// Sends what is due now; answers how many were attempted.
+    @discardableResult
+    func deliverDue() async -> Int {
+        let current = now()
+        let due: [WebhookDelivery]
+        do { due = try await storage.read { try $0.dueDeliveries(until: current, limit: 64) } } catch {
+            logger.error("webhooks.read-failed", ["error": String(describing: error)])
+            return 0
+        }
+        let fresh = inFlight.withLock { set in due.filter { set.insert($0.id).inserted } }
+        guard !fresh.isEmpty else { return 0 }
+        var results: [(WebhookDelivery, Int?, String?)] = []
+        await withTaskGroup(of: (WebhookDelivery, Int?, String?).self) { group in
+            var next = 0
+            func start() {
+                guard next < fresh.count else { return }
+                let delivery = fresh[next]
+                next += 1
+                group.addTask { await self.send(delivery) }
+            }
+            for _ in 0..<Self.webhookConcurrency { start() }
+            while let result = await group.next() {
+                results.append(result)
+                start()
+            }
+        }
+        let schedule = configuration.webhookRetrySchedule
+        let recorded = now()
+        let attempted = results
+        do {
+            try await storage.write { store in
+                for (delivery, status, error) in attempted {
+                    var updated = delivery
+                    updated.attempts.append(.init(date: recorded, status: status, error: error))
+                    if let status, status == 200 {
+                        updated.state = .delivered
+                        updated.nextAttempt = nil
+                    } else if updated.attempts.count - 1 < schedule.count {
+                        updated.nextAttempt = recorded.addingTimeInterval(schedule[updated.attempts.count - 1])
+                    } else {
+                        updated.state = .failed
+                        updated.nextAttempt = nil
+                    }
+                    try store.update(updated)
+                }
+            }
+        } catch {
+            logger.error("webhooks.record-failed", ["error": String(describing: error)])
+        }
+        for (delivery, status, _) in results where status != 200 {
+            metrics.count("storekeeper_webhook_failures_total", ["type": delivery.eventType])
+        }
+        inFlight.withLock { set in for (delivery, _, _) in results { set.remove(delivery.id) } }
+        return results.count
+    }
+
+    func send(_ delivery: WebhookDelivery) async -> (WebhookDelivery, Int?, String?) {
+        guard let target = apps[delivery.bundleID]?.settings.webhooks.first(where: { $0.url == delivery.url }) else {
+            return (delivery, nil, "the receiver is no longer configured")
+        }
+        let headers: [(name: String, value: String)] = [
+            ("Content-Type", "application/json"),
+            ("Storekeeper-Signature", Self.signature(body: delivery.body, secret: target.secret, at: now())),
+            ("Storekeeper-Event-Id", delivery.eventID),
+        ]
+        do {
+            let response = try await HTTPClient(timeout: .seconds(60)).send(
+                "POST", delivery.url, headers: headers, body: Array(delivery.body.utf8))
+            return (delivery, response.status, nil)
+        } catch {
+            return (delivery, nil, error.code.description)
+        }
+    }
+
+    /// Every delivery after `position`, oldest first (`GET /v1/webhooks/deliveries`).
+    public func deliveries(after position: Int64?, limit: Int) async throws -> [(position: Int64, delivery: WebhookDelivery)] {
+        try await storage.read { try $0.deliveries(after: position, limit: limit) }
+    }
+}

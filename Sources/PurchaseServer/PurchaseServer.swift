@@ -1,0 +1,457 @@
+public import AppStoreReceipts
+import AppStoreServerAPI
+public import AppStoreSignedData
+public import Foundation
+public import StoreModel
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+public import StorekeeperLogging
+import Synchronization
+
+/// The purchase server: verified receipts, transactions and Apple's notifications in; subscription state,
+/// a consumable ledger, entitlements and webhooks out.
+///
+/// Every input is verified, then stored raw and applied in one write (the engine decides, ``PurchaseEngine``)
+/// before it is acknowledged; events and their webhook deliveries are written in the same transaction, and
+/// a delivery task sends them with retries.
+public final class PurchaseServer: Sendable {
+    public let configuration: ServerConfiguration
+    let apps: [String: AppRuntime]
+    let storage: any ServerStorage
+    let now: @Sendable () -> Date
+    let logger: Logger
+    let metrics = Metrics()
+    /// Deliveries this process is sending now.
+    let inFlight = Mutex<Set<String>>([])
+    let worker = Mutex<Task<Void, Never>?>(nil)
+    /// Wakes the delivery task when a write adds deliveries.
+    let wake = Mutex<CheckedContinuation<Void, Never>?>(nil)
+
+    /// An app's settings with its verifiers and API clients, made once.
+    struct AppRuntime: Sendable {
+        let settings: AppSettings
+        let signedData: SignedDataVerifier
+        let receipts: ReceiptVerifier
+        let api: [Environment: AppStoreServerAPIClient]
+    }
+
+    public init(
+        configuration: ServerConfiguration, storage: any ServerStorage, logger: Logger = .disabled,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) throws {
+        self.configuration = configuration
+        self.storage = storage
+        self.logger = logger
+        self.now = now
+        var apps: [String: AppRuntime] = [:]
+        for app in configuration.apps {
+            let verifier: SignedDataVerifier
+            do {
+                verifier = try SignedDataVerifier(
+                    SignedDataVerifier.Configuration(
+                        trustedRoots: app.jwsRoots, bundleID: app.bundleID, appAppleID: app.appAppleID))
+            } catch { throw PurchaseServerError.configuration("\(app.bundleID): \(error)") }
+            var clients: [Environment: AppStoreServerAPIClient] = [:]
+            if let api = app.serverAPI {
+                let production = api.productionURL.map(AppStoreServerAPIClient.Environment.custom) ?? .production
+                let sandbox = api.sandboxURL.map(AppStoreServerAPIClient.Environment.custom) ?? .sandbox
+                for (environment, target) in [(Environment.production, production), (.sandbox, sandbox)] {
+                    clients[environment] = AppStoreServerAPIClient(
+                        key: api.privateKey, keyID: api.keyID, issuerID: api.issuerID, bundleID: app.bundleID,
+                        environment: target, retry: .init(maxAttempts: 3, maxRetryAfter: .seconds(5)), verifier: verifier,
+                        now: now)
+                }
+            }
+            apps[app.bundleID] = AppRuntime(
+                settings: app, signedData: verifier, receipts: ReceiptVerifier(trustedRoots: app.receiptRoots),
+                api: clients)
+        }
+        self.apps = apps
+    }
+
+    deinit { worker.withLock { $0?.cancel() } }
+
+    func app(_ bundleID: String) throws -> AppRuntime {
+        guard let app = apps[bundleID] else { throw PurchaseServerError.notFound("no app \(bundleID) is configured") }
+        return app
+    }
+
+    // MARK: - Ingestion
+
+    /// What an input did.
+    public struct Ingested: Sendable {
+        /// The input was seen before: nothing changed.
+        public var duplicate: Bool
+        public var events: [ServerEvent]
+    }
+
+    /// An App Store Server Notification (V2 `{"signedPayload"}`, or V1 with the app's `password`), verified,
+    /// stored and applied; answers once it is durable.
+    public func ingestNotification(bundleID: String, body: [UInt8]) async throws -> Ingested {
+        let app = try app(bundleID)
+        guard let object = (try? JSONParser.parse(body))?.objectValue else {
+            throw PurchaseServerError.invalid("the body is not a JSON object")
+        }
+        if object["notification_type"] != nil { return try await ingestV1(object, body: body, app: app) }
+        guard let signed = object["signedPayload"]?.stringValue else {
+            throw PurchaseServerError.invalid("the body has no signedPayload")
+        }
+        let result = app.signedData.verify(signed, as: .notification, now: now())
+        metrics.count("storekeeper_verifications_total", ["kind": "notification", "outcome": result.status.rawValue])
+        guard result.isOK, let payload = result.payload else {
+            throw PurchaseServerError.verification(
+                "the notification did not verify: \(result.status.rawValue) (\(result.reason ?? ""))")
+        }
+        let notification = NotificationPayload(json: payload)
+        guard let uuid = notification.notificationUUID, let type = notification.notificationType else {
+            throw PurchaseServerError.invalid("the notification has no notificationUUID or notificationType")
+        }
+        let data = payload["data"]?.objectValue ?? [:]
+        if let environment = (data["environment"] ?? payload["summary"]?["environment"])?.stringValue
+            .flatMap(Environment.init(rawValue:)), !app.settings.environments.contains(environment)
+        {
+            throw PurchaseServerError.invalid("notifications from \(environment.rawValue) are not accepted for \(bundleID)")
+        }
+        metrics.count("storekeeper_notifications_total", ["type": type])
+        let signedDate = notification.signedDate ?? now()
+        var parsed = PurchaseUpdate(
+            source: "notification", notificationType: type, notificationSubtype: notification.subtype)
+        if let info = data["transactionInfo"]?.objectValue {
+            parsed.transaction = Self.purchase(JWSTransaction(json: info))
+        }
+        if let info = data["renewalInfo"]?.objectValue {
+            parsed.renewal = Self.renewal(
+                JWSRenewalInfo(json: info), status: data["status"]?.int64Value, signedDate: signedDate)
+        }
+        let current = now()
+        let update = parsed
+        let testEvent =
+            type == "TEST"
+            ? ServerEvent(
+                id: "TEST:\(uuid)", type: "TEST", bundleID: bundleID, appUserID: nil, date: signedDate,
+                source: "notification", appleNotificationType: type) : nil
+        return try await write(input: ("notification:\(uuid)", "notification-v2", body)) { store in
+            var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
+            if let testEvent, try store.append(testEvent) {
+                try self.enqueueWebhooks(for: testEvent, in: store, now: current)
+                events.append(testEvent)
+            }
+            return events
+        }
+    }
+
+    /// V1: only with the app's shared secret, and only what the re-verified `latest_receipt` says.
+    func ingestV1(_ object: JSONObject, body: [UInt8], app: AppRuntime) async throws -> Ingested {
+        guard let secret = app.settings.sharedSecret, let password = object["password"]?.stringValue,
+            Self.constantTimeEquals(Array(password.utf8), Array(secret.utf8))
+        else {
+            metrics.count("storekeeper_verifications_total", ["kind": "notification-v1", "outcome": "BAD_PASSWORD"])
+            throw PurchaseServerError.unauthorized("the V1 notification's password is not the app's shared secret")
+        }
+        guard let latest = object["unified_receipt"]?["latest_receipt"]?.stringValue,
+            let receipt = Data(base64Encoded: latest)
+        else { throw PurchaseServerError.invalid("the V1 notification has no unified_receipt.latest_receipt") }
+        let verified = app.receipts.verify(
+            Array(receipt), expecting: ReceiptExpectations(bundleID: app.settings.bundleID), now: now())
+        metrics.count(
+            "storekeeper_verifications_total",
+            ["kind": "notification-v1", "outcome": verified.isValid ? "OK" : (verified.failure?.code.rawValue ?? "")])
+        guard let parsed = verified.receipt, verified.isValid else {
+            throw PurchaseServerError.verification("the V1 notification's receipt did not verify")
+        }
+        let type = object["notification_type"]?.stringValue ?? "UNKNOWN"
+        metrics.count("storekeeper_notifications_total", ["type": "V1:" + type])
+        var found = Self.purchases(of: parsed).map {
+            PurchaseUpdate(source: "notification", transaction: $0, notificationType: type)
+        }
+        for renewal in object["unified_receipt"]?["pending_renewal_info"]?.arrayValue ?? [] {
+            guard let original = renewal["original_transaction_id"]?.stringValue else { continue }
+            found.append(
+                PurchaseUpdate(
+                    source: "notification",
+                    renewal: RenewalFacts(
+                        originalTransactionID: original,
+                        autoRenewStatus: renewal["auto_renew_status"]?.stringValue.map { $0 == "1" },
+                        autoRenewProductID: renewal["auto_renew_product_id"]?.stringValue,
+                        expirationIntent: renewal["expiration_intent"]?.stringValue.flatMap { Int64($0) },
+                        signedDate: parsed.creationDate), notificationType: type))
+        }
+        let updates = found
+        let key = "notification-v1:" + Digest.sha256(body).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let current = now()
+        let bundleID = app.settings.bundleID
+        return try await write(input: (key, "notification-v1", body)) { store in
+            try updates.flatMap { try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current) }
+        }
+    }
+
+    /// A StoreKit 2 transaction the app posts for its user.
+    public func ingestTransaction(bundleID: String, appUserID: String, signedTransaction: String) async throws
+        -> SubscriberView
+    {
+        let app = try app(bundleID)
+        try Self.checkUserID(appUserID)
+        let result = app.signedData.verify(signedTransaction, as: .transaction, now: now())
+        metrics.count("storekeeper_verifications_total", ["kind": "transaction", "outcome": result.status.rawValue])
+        guard result.isOK, let payload = result.payload, let purchase = Self.purchase(JWSTransaction(json: payload))
+        else {
+            throw PurchaseServerError.verification(
+                "the transaction did not verify: \(result.status.rawValue) (\(result.reason ?? ""))")
+        }
+        guard app.settings.environments.contains(purchase.environment) else {
+            throw PurchaseServerError.invalid("transactions from \(purchase.environment.rawValue) are not accepted")
+        }
+        let key = "transaction:\(purchase.transactionID):\(PurchaseEngine.milliseconds(purchase.signedDate))"
+        let current = now()
+        _ = try await write(input: (key, "transaction", Array(signedTransaction.utf8))) { store in
+            try self.apply(
+                PurchaseUpdate(source: "app", transaction: purchase), bundleID: bundleID, claimant: appUserID, in: store,
+                now: current)
+        }
+        if purchase.kind == .autoRenewable {
+            await refreshFromAPI(app: app, originalTransactionID: purchase.originalTransactionID, environment: purchase.environment)
+        }
+        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+    }
+
+    /// An app receipt the app posts for its user: verified locally (chain, bundle, and the device hash when
+    /// `deviceID` is given); every purchase in it applied.
+    public func ingestReceipt(bundleID: String, appUserID: String, receipt: [UInt8], deviceID: String?) async throws
+        -> SubscriberView
+    {
+        let app = try app(bundleID)
+        try Self.checkUserID(appUserID)
+        var expectations = ReceiptExpectations(bundleID: bundleID)
+        if let deviceID {
+            guard let uuid = UUID(uuidString: deviceID) else {
+                throw PurchaseServerError.invalid("deviceId must be the device's identifierForVendor (a UUID)")
+            }
+            expectations.deviceIdentifier = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+        }
+        let verified = app.receipts.verify(receipt, expecting: expectations, now: now())
+        metrics.count(
+            "storekeeper_verifications_total",
+            ["kind": "receipt", "outcome": verified.isValid ? "OK" : (verified.failure?.code.rawValue ?? "")])
+        guard verified.isValid, let parsed = verified.receipt else {
+            throw PurchaseServerError.verification(
+                "the receipt did not verify: \(verified.failure.map { String(describing: $0.code) } ?? "invalid")")
+        }
+        let environment: Environment = parsed.environment == "Production" ? .production : .sandbox
+        guard app.settings.environments.contains(environment) else {
+            throw PurchaseServerError.invalid("receipts from \(environment.rawValue) are not accepted")
+        }
+        let purchases = Self.purchases(of: parsed)
+        let key = "receipt:" + Digest.sha256(receipt).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let current = now()
+        _ = try await write(input: (key, "receipt", receipt)) { store in
+            try purchases.flatMap {
+                try self.apply(
+                    PurchaseUpdate(source: "app", transaction: $0), bundleID: bundleID, claimant: appUserID, in: store,
+                    now: current)
+            }
+        }
+        for original in Set(purchases.filter { $0.kind == .autoRenewable }.map(\.originalTransactionID)).sorted() {
+            await refreshFromAPI(app: app, originalTransactionID: original, environment: environment)
+        }
+        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+    }
+
+    /// Asks the App Store Server API for the subscription's status (when a key is configured) and applies
+    /// what it says; a failure is logged, not fatal (the notification or the next poll will tell).
+    func refreshFromAPI(app: AppRuntime, originalTransactionID: String, environment: Environment) async {
+        guard let client = app.api[environment] else { return }
+        do {
+            let statuses = try await client.subscriptionStatuses(originalTransactionID)
+            var found: [PurchaseUpdate] = []
+            for group in statuses.groups {
+                for item in group.lastTransactions {
+                    guard let signed = item.signedTransactionInfo,
+                        let payload = AppStoreServerAPIClient.decodedPayload(signed),
+                        let transaction = Self.purchase(JWSTransaction(json: payload))
+                    else { continue }
+                    var update = PurchaseUpdate(source: "api", transaction: transaction)
+                    if let renewal = item.signedRenewalInfo.flatMap(AppStoreServerAPIClient.decodedPayload) {
+                        let info = JWSRenewalInfo(json: renewal)
+                        update.renewal = Self.renewal(info, status: item.status, signedDate: info.signedDate ?? now())
+                    }
+                    found.append(update)
+                }
+            }
+            let updates = found
+            let current = now()
+            let bundleID = app.settings.bundleID
+            _ = try await write(input: nil) { store in
+                try updates.flatMap { try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current) }
+            }
+        } catch {
+            logger.warning("server-api.refresh-failed", ["error": String(describing: error)])
+        }
+    }
+
+    /// Stores the input (when given) and runs `body` in one write; a duplicate input runs nothing.
+    func write(input: (key: String, kind: String, body: [UInt8])?, _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent])
+        async throws -> Ingested
+    {
+        let received = now()
+        let result = try await storage.write { store -> Ingested in
+            if let input, !(try store.recordInput(key: input.key, kind: input.kind, body: input.body, received: received)) {
+                return Ingested(duplicate: true, events: [])
+            }
+            return Ingested(duplicate: false, events: try body(store))
+        }
+        if !result.events.isEmpty { wakeDelivery() }
+        return result
+    }
+
+    /// Applies one update inside a write: ownership (the claimant and the transfer policy), the engine,
+    /// the records, the ledger, events and their webhooks. Answers the new events.
+    func apply(_ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date) throws
+        -> [ServerEvent]
+    {
+        guard let originalID = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID else {
+            return []
+        }
+        if let transaction = update.transaction, transaction.bundleID != bundleID {
+            throw PurchaseServerError.invalid("the transaction is for \(transaction.bundleID), not \(bundleID)")
+        }
+        let storedPurchase = try update.transaction.flatMap { try store.purchase($0.transactionID) }
+        let storedSubscription = try store.subscription(originalID)
+        var owner = storedSubscription?.owner ?? storedPurchase?.owner
+        if owner == nil { owner = try store.purchases(original: originalID).first?.owner }
+        if owner == nil, let token = update.transaction?.appAccountToken {
+            owner = try store.subscriber(bundle: bundleID, appAccountToken: token)?.appUserID
+        }
+        var events: [ServerEvent] = []
+        var transferred = false
+        if let claimant {
+            var subscriber =
+                try store.subscriber(bundle: bundleID, appUserID: claimant)
+                ?? Subscriber(bundleID: bundleID, appUserID: claimant, firstSeen: now)
+            if let token = update.transaction?.appAccountToken?.lowercased(),
+                !subscriber.appAccountTokens.contains(token)
+            {
+                subscriber.appAccountTokens.append(token)
+            }
+            if let current = owner, current != claimant {
+                switch configuration.transferPolicy {
+                case .transfer:
+                    owner = claimant
+                    transferred = true
+                    events.append(
+                        ServerEvent(
+                            id: "TRANSFER:\(originalID):\(claimant):\(PurchaseEngine.milliseconds(update.transaction?.signedDate))",
+                            type: "TRANSFER", bundleID: bundleID, appUserID: claimant, date: now,
+                            environment: update.transaction?.environment, productID: update.transaction?.productID,
+                            transactionID: update.transaction?.transactionID, originalTransactionID: originalID,
+                            source: update.source, details: ["transferredFrom": current, "transferredTo": claimant]))
+                case .keep:
+                    if !subscriber.flags.contains("purchase_kept_by_other_user") {
+                        subscriber.flags.append("purchase_kept_by_other_user")
+                    }
+                }
+            } else {
+                owner = claimant
+            }
+            try store.save(subscriber)
+        }
+        let outcome = PurchaseEngine.apply(
+            update, purchase: storedPurchase, subscription: storedSubscription, owner: owner, now: now)
+        if let purchase = outcome.purchase, purchase != storedPurchase { try store.save(purchase) }
+        if let subscription = outcome.subscription, subscription != storedSubscription {
+            try store.save(subscription)
+        }
+        if transferred, let owner {
+            for var purchase in try store.purchases(original: originalID) where purchase.owner != owner {
+                purchase.owner = owner
+                try store.save(purchase)
+            }
+            if var subscription = try store.subscription(originalID), subscription.owner != owner {
+                subscription.owner = owner
+                try store.save(subscription)
+            }
+        }
+        for entry in outcome.ledger { _ = try store.append(entry) }
+        for event in events + outcome.events where try store.append(event) {
+            try enqueueWebhooks(for: event, in: store, now: now)
+            metrics.count("storekeeper_events_total", ["type": event.type])
+        }
+        if let claimant, let owner, owner == claimant, update.transaction?.kind == .autoRenewable {
+            try flagSeveralAccounts(bundleID: bundleID, user: claimant, in: store)
+        }
+        return (events + outcome.events)
+    }
+
+    /// One Apple account has one original purchase per subscription group: several for one user means
+    /// several Apple accounts feed it (a shared or resold account).
+    func flagSeveralAccounts(bundleID: String, user: String, in store: any ServerStore) throws {
+        let purchases = try store.purchases(bundle: bundleID, owner: user).filter {
+            $0.kind == .autoRenewable && $0.ownership == .purchased
+        }
+        guard Set(purchases.map(\.originalTransactionID)).count > 1,
+            var subscriber = try store.subscriber(bundle: bundleID, appUserID: user),
+            !subscriber.flags.contains("multiple_apple_accounts")
+        else { return }
+        subscriber.flags.append("multiple_apple_accounts")
+        try store.save(subscriber)
+    }
+
+    static func checkUserID(_ id: String) throws {
+        guard (1...256).contains(id.utf8.count), !id.contains(where: { $0.isNewline || $0 == "\u{0}" }) else {
+            throw PurchaseServerError.invalid("appUserId must be 1 to 256 characters")
+        }
+    }
+
+    static func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for index in a.indices { difference |= a[index] ^ b[index] }
+        return difference == 0
+    }
+
+    // MARK: - From Apple's payloads
+
+    static func purchase(_ transaction: JWSTransaction) -> PurchaseRecord? {
+        guard let id = transaction.transactionID, let bundleID = transaction.bundleID,
+            let productID = transaction.productID, let purchaseDate = transaction.purchaseDate,
+            let kind = transaction.type?.known,
+            let environment = transaction.environment?.known
+        else { return nil }
+        return PurchaseRecord(
+            transactionID: id, originalTransactionID: transaction.originalTransactionID ?? id, bundleID: bundleID,
+            productID: productID, kind: kind, quantity: Int(transaction.quantity ?? 1), purchaseDate: purchaseDate,
+            expiresDate: transaction.expiresDate, webOrderLineItemID: transaction.webOrderLineItemID,
+            environment: environment, ownership: transaction.inAppOwnershipType?.known ?? .purchased,
+            revocationDate: transaction.revocationDate, revocationReason: transaction.revocationReason?.rawValue,
+            offerType: transaction.offerType?.rawValue, offerDiscountType: transaction.string("offerDiscountType"),
+            appAccountToken: transaction.appAccountToken?.uuidString.lowercased(), price: transaction.price,
+            currency: transaction.currency, signedDate: transaction.signedDate ?? purchaseDate)
+    }
+
+    static func renewal(_ info: JWSRenewalInfo, status: Int64?, signedDate: Date) -> RenewalFacts? {
+        guard let original = info.originalTransactionID else { return nil }
+        return RenewalFacts(
+            originalTransactionID: original, status: status, autoRenewStatus: info.autoRenewStatus.map { $0 == 1 },
+            autoRenewProductID: info.autoRenewProductID, expirationIntent: info.expirationIntent?.rawValue,
+            gracePeriodExpiresDate: info.gracePeriodExpiresDate, isInBillingRetryPeriod: info.isInBillingRetryPeriod,
+            priceIncreaseStatus: info.priceIncreaseStatus, renewalDate: info.renewalDate,
+            signedDate: info.signedDate ?? signedDate)
+    }
+
+    /// The purchases a receipt holds, as of its creation date.
+    static func purchases(of receipt: Receipt) -> [PurchaseRecord] {
+        let environment: Environment = receipt.environment == "Production" ? .production : .sandbox
+        return receipt.inAppPurchases.map { item in
+            let kind =
+                item.productKind ?? (item.expiresDate != nil || item.webOrderLineItemID != nil ? .autoRenewable : .nonConsumable)
+            return PurchaseRecord(
+                transactionID: item.transactionID, originalTransactionID: item.originalTransactionID ?? item.transactionID,
+                bundleID: receipt.bundleID, productID: item.productID, kind: kind, quantity: Int(item.quantity),
+                purchaseDate: item.purchaseDate, expiresDate: item.expiresDate,
+                webOrderLineItemID: item.webOrderLineItemID.map { String($0) }, environment: environment,
+                revocationDate: item.cancellationDate,
+                offerType: item.isTrialPeriod == true || item.isInIntroOfferPeriod == true ? 1 : nil,
+                offerDiscountType: item.isTrialPeriod == true ? "FREE_TRIAL" : nil, signedDate: receipt.creationDate)
+        }
+    }
+}

@@ -1,0 +1,215 @@
+public import Foundation
+public import StoreModel
+
+/// A customer of the developer's app, by the app's own user id: the ids it was also known by, the app
+/// account tokens seen for it, and what looked unusual about it.
+public struct Subscriber: Codable, Sendable, Hashable {
+    public var bundleID: String
+    public var appUserID: String
+    public var aliases: [String]
+    public var appAccountTokens: [String]
+    public var firstSeen: Date
+    /// Signals worth a look: `multiple_apple_accounts` (more than one original purchase of a subscription
+    /// group, i.e. several Apple accounts feed one user), `purchase_kept_by_other_user`.
+    public var flags: [String]
+
+    public init(bundleID: String, appUserID: String, firstSeen: Date) {
+        self.bundleID = bundleID
+        self.appUserID = appUserID
+        self.aliases = []
+        self.appAccountTokens = []
+        self.firstSeen = firstSeen
+        self.flags = []
+    }
+}
+
+/// One App Store transaction as the server last verified it (a one-time purchase or one subscription
+/// period), with the app user who owns it.
+public struct PurchaseRecord: Codable, Sendable, Hashable {
+    public var transactionID: String
+    public var originalTransactionID: String
+    public var bundleID: String
+    public var productID: String
+    public var kind: ProductKind
+    public var quantity: Int
+    public var purchaseDate: Date
+    public var expiresDate: Date?
+    public var webOrderLineItemID: String?
+    public var environment: Environment
+    public var ownership: OwnershipType
+    public var revocationDate: Date?
+    public var revocationReason: Int64?
+    public var offerType: Int64?
+    public var offerDiscountType: String?
+    public var appAccountToken: String?
+    public var price: Int64?
+    public var currency: String?
+    /// When Apple signed what this record says.
+    public var signedDate: Date
+    public var owner: String?
+
+    public init(
+        transactionID: String, originalTransactionID: String, bundleID: String, productID: String, kind: ProductKind,
+        quantity: Int = 1, purchaseDate: Date, expiresDate: Date? = nil, webOrderLineItemID: String? = nil,
+        environment: Environment, ownership: OwnershipType = .purchased, revocationDate: Date? = nil,
+        revocationReason: Int64? = nil, offerType: Int64? = nil, offerDiscountType: String? = nil,
+        appAccountToken: String? = nil, price: Int64? = nil, currency: String? = nil, signedDate: Date,
+        owner: String? = nil
+    ) {
+        self.transactionID = transactionID
+        self.originalTransactionID = originalTransactionID
+        self.bundleID = bundleID
+        self.productID = productID
+        self.kind = kind
+        self.quantity = quantity
+        self.purchaseDate = purchaseDate
+        self.expiresDate = expiresDate
+        self.webOrderLineItemID = webOrderLineItemID
+        self.environment = environment
+        self.ownership = ownership
+        self.revocationDate = revocationDate
+        self.revocationReason = revocationReason
+        self.offerType = offerType
+        self.offerDiscountType = offerDiscountType
+        self.appAccountToken = appAccountToken
+        self.price = price
+        self.currency = currency
+        self.signedDate = signedDate
+        self.owner = owner
+    }
+}
+
+/// What Apple's renewal info (and a notification's `status`) says of a subscription at its signed date.
+public struct RenewalFacts: Codable, Sendable, Hashable {
+    public var originalTransactionID: String
+    /// Apple's status 1–5, when Apple said it (notifications, Get All Subscription Statuses).
+    public var status: Int64?
+    public var autoRenewStatus: Bool?
+    public var autoRenewProductID: String?
+    public var expirationIntent: Int64?
+    public var gracePeriodExpiresDate: Date?
+    public var isInBillingRetryPeriod: Bool?
+    public var priceIncreaseStatus: Int64?
+    public var renewalDate: Date?
+    public var signedDate: Date
+
+    public init(
+        originalTransactionID: String, status: Int64? = nil, autoRenewStatus: Bool? = nil,
+        autoRenewProductID: String? = nil, expirationIntent: Int64? = nil, gracePeriodExpiresDate: Date? = nil,
+        isInBillingRetryPeriod: Bool? = nil, priceIncreaseStatus: Int64? = nil, renewalDate: Date? = nil,
+        signedDate: Date
+    ) {
+        self.originalTransactionID = originalTransactionID
+        self.status = status
+        self.autoRenewStatus = autoRenewStatus
+        self.autoRenewProductID = autoRenewProductID
+        self.expirationIntent = expirationIntent
+        self.gracePeriodExpiresDate = gracePeriodExpiresDate
+        self.isInBillingRetryPeriod = isInBillingRetryPeriod
+        self.priceIncreaseStatus = priceIncreaseStatus
+        self.renewalDate = renewalDate
+        self.signedDate = signedDate
+    }
+}
+
+/// An auto-renewable subscription (one original transaction) as the server knows it.
+public struct SubscriptionRecord: Codable, Sendable, Hashable {
+    public var originalTransactionID: String
+    public var bundleID: String
+    public var environment: Environment
+    public var productID: String
+    public var latestTransactionID: String
+    /// The purchase date of the latest period (a newer period is one bought later).
+    public var latestPurchaseDate: Date
+    /// Apple's status: 1 active, 2 expired, 3 billing retry, 4 billing grace period, 5 revoked.
+    public var status: Int64
+    public var autoRenewStatus: Bool
+    public var autoRenewProductID: String?
+    public var expiresDate: Date?
+    public var gracePeriodExpiresDate: Date?
+    public var expirationIntent: Int64?
+    public var priceIncreaseStatus: Int64?
+    public var ownership: OwnershipType
+    public var revocationDate: Date?
+    public var revocationReason: Int64?
+    public var offerType: Int64?
+    public var offerDiscountType: String?
+    /// When Apple signed the newest transaction applied.
+    public var transactionSignedDate: Date
+    /// When Apple signed the newest renewal facts applied (nil: none yet; the status is inferred).
+    public var renewalSignedDate: Date?
+    public var owner: String?
+}
+
+/// A change of a consumable balance: a purchase credits, a refund debits (the balance may go negative),
+/// a reversed refund credits again. One entry per (transaction, reason).
+public struct LedgerEntry: Codable, Sendable, Hashable {
+    public enum Reason: String, Codable, Sendable, Hashable { case purchase, refund, refundReversed }
+    public var transactionID: String
+    public var productID: String
+    public var quantity: Int
+    public var reason: Reason
+    public var date: Date
+
+    public init(transactionID: String, productID: String, quantity: Int, reason: Reason, date: Date) {
+        self.transactionID = transactionID
+        self.productID = productID
+        self.quantity = quantity
+        self.reason = reason
+        self.date = date
+    }
+}
+
+/// An entitlement given by the developer (`…/entitlements/{name}/grant`), not bought.
+public struct Grant: Codable, Sendable, Hashable {
+    public var entitlement: String
+    public var grantedAt: Date
+    /// nil: for good.
+    public var expiresDate: Date?
+    public var revokedAt: Date?
+}
+
+/// Something that happened to a subscriber, in the vocabulary of the outbound webhooks
+/// (`INITIAL_PURCHASE`, `RENEWAL`, …), with the Apple notification that told of it when there was one.
+/// `id` is stable: the same change learned twice is one event.
+public struct ServerEvent: Codable, Sendable, Hashable {
+    public var id: String
+    public var type: String
+    public var bundleID: String
+    public var appUserID: String?
+    public var date: Date
+    public var environment: Environment?
+    public var productID: String?
+    public var transactionID: String?
+    public var originalTransactionID: String?
+    public var expiresDate: Date?
+    /// Where it was learned: `notification`, `app` (a posted transaction or receipt), `api` (the App Store
+    /// Server API), `developer` (a grant).
+    public var source: String
+    public var appleNotificationType: String?
+    public var appleSubtype: String?
+    /// More about it: `reason` (cancellation, expiration), `newProductId`, `transferredFrom`, …
+    public var details: [String: String]
+
+    public init(
+        id: String, type: String, bundleID: String, appUserID: String?, date: Date, environment: Environment? = nil,
+        productID: String? = nil, transactionID: String? = nil, originalTransactionID: String? = nil,
+        expiresDate: Date? = nil, source: String, appleNotificationType: String? = nil, appleSubtype: String? = nil,
+        details: [String: String] = [:]
+    ) {
+        self.id = id
+        self.type = type
+        self.bundleID = bundleID
+        self.appUserID = appUserID
+        self.date = date
+        self.environment = environment
+        self.productID = productID
+        self.transactionID = transactionID
+        self.originalTransactionID = originalTransactionID
+        self.expiresDate = expiresDate
+        self.source = source
+        self.appleNotificationType = appleNotificationType
+        self.appleSubtype = appleSubtype
+        self.details = details
+    }
+}

@@ -1,0 +1,238 @@
+public import Foundation
+public import StoreModel
+public import StorekeeperCrypto
+import StorekeeperJSON
+
+/// What to do when a purchase arrives for another app user than the one that has it.
+public enum TransferPolicy: String, Sendable, Hashable, CaseIterable {
+    /// The newest poster gets it (a TRANSFER event says so).
+    case transfer
+    /// The first owner keeps it; the other user is flagged.
+    case keep
+}
+
+/// A receiver of the server's webhooks.
+public struct WebhookTarget: Sendable, Hashable {
+    public var url: String
+    /// Signs each body: `Storekeeper-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`.
+    public var secret: String
+    public init(url: String, secret: String) {
+        self.url = url
+        self.secret = secret
+    }
+}
+
+/// The App Store Server API key of an app, and where the API is (Apple's hosts by default).
+public struct ServerAPISettings: Sendable {
+    public var keyID: String
+    public var issuerID: String
+    public var privateKey: PrivateKey
+    public var productionURL: String?
+    public var sandboxURL: String?
+}
+
+/// One app the server serves.
+public struct AppSettings: Sendable {
+    public var bundleID: String
+    public var appAppleID: Int64?
+    public var environments: Set<Environment>
+    /// The key the app's requests carry (`Authorization: Bearer pk_…`).
+    public var publicKey: String
+    public var sharedSecret: String?
+    public var receiptRoots: [Certificate]
+    public var jwsRoots: [Certificate]
+    public var serverAPI: ServerAPISettings?
+    /// Entitlement name → the products that give it.
+    public var entitlements: [String: [String]]
+    public var webhooks: [WebhookTarget]
+
+    public init(
+        bundleID: String, appAppleID: Int64? = nil, environments: Set<Environment> = [.production, .sandbox],
+        publicKey: String, sharedSecret: String? = nil, receiptRoots: [Certificate], jwsRoots: [Certificate],
+        serverAPI: ServerAPISettings? = nil, entitlements: [String: [String]] = [:], webhooks: [WebhookTarget] = []
+    ) {
+        self.bundleID = bundleID
+        self.appAppleID = appAppleID
+        self.environments = environments
+        self.publicKey = publicKey
+        self.sharedSecret = sharedSecret
+        self.receiptRoots = receiptRoots
+        self.jwsRoots = jwsRoots
+        self.serverAPI = serverAPI
+        self.entitlements = entitlements
+        self.webhooks = webhooks
+    }
+}
+
+/// `storekeeper serve --config server.json`: the secret key, the apps, and how purchases move between
+/// users. String values may name environment variables as `"${NAME}"`; paths are relative to the file.
+public struct ServerConfiguration: Sendable {
+    public var secretKey: String
+    public var apps: [AppSettings]
+    public var transferPolicy: TransferPolicy
+    /// Seconds between webhook attempts (RevenueCat's: 5, 10, 20, 40 and 80 minutes).
+    public var webhookRetrySchedule: [TimeInterval]
+
+    public init(
+        secretKey: String, apps: [AppSettings], transferPolicy: TransferPolicy = .transfer,
+        webhookRetrySchedule: [TimeInterval] = [300, 600, 1_200, 2_400, 4_800]
+    ) {
+        self.secretKey = secretKey
+        self.apps = apps
+        self.transferPolicy = transferPolicy
+        self.webhookRetrySchedule = webhookRetrySchedule
+    }
+
+    /// Reads the configuration file; `variables` resolve `"${NAME}"`.
+    public static func load(path: String, variables: [String: String]) throws -> ServerConfiguration {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw PurchaseServerError.configuration("cannot read '\(path)'")
+        }
+        guard data.count <= 1 << 20, let parsed = try? JSONParser.parse(Array(data)), var root = parsed.objectValue
+        else { throw PurchaseServerError.configuration("'\(path)' is not a JSON object") }
+        root = try substitute(.object(root), variables).objectValue ?? root
+        let base = URL(fileURLWithPath: path).deletingLastPathComponent()
+        func file(_ relative: String) throws -> [UInt8] {
+            let url = URL(fileURLWithPath: relative, relativeTo: base)
+            guard let contents = FileManager.default.contents(atPath: url.path) else {
+                throw PurchaseServerError.configuration("cannot read '\(url.path)'")
+            }
+            return Array(contents)
+        }
+        guard let secret = root["secretKey"]?.stringValue, secret.utf8.count >= 16 else {
+            throw PurchaseServerError.configuration("secretKey is required (at least 16 characters)")
+        }
+        guard let list = root["apps"]?.arrayValue, !list.isEmpty else {
+            throw PurchaseServerError.configuration("apps is required (at least one)")
+        }
+        var apps: [AppSettings] = []
+        for item in list {
+            guard let bundleID = item["bundleId"]?.stringValue, !bundleID.isEmpty else {
+                throw PurchaseServerError.configuration("an app has no bundleId")
+            }
+            guard let publicKey = item["publicKey"]?.stringValue, publicKey.utf8.count >= 8 else {
+                throw PurchaseServerError.configuration("\(bundleID): publicKey is required (at least 8 characters)")
+            }
+            var environments: Set<Environment> = [.production, .sandbox]
+            if let names = item["environments"]?.arrayValue {
+                environments = try Set(
+                    names.map { name in
+                        guard let text = name.stringValue, let environment = Environment(rawValue: text),
+                            [.production, .sandbox].contains(environment)
+                        else {
+                            throw PurchaseServerError.configuration("\(bundleID): environments are Production, Sandbox")
+                        }
+                        return environment
+                    })
+            }
+            func roots(_ name: String) throws -> [Certificate] {
+                guard let paths = item[name]?.arrayValue else { return try AppleRoots.certificates() }
+                return try paths.flatMap { value -> [Certificate] in
+                    guard let path = value.stringValue else {
+                        throw PurchaseServerError.configuration("\(bundleID): \(name) holds file paths")
+                    }
+                    do { return try Certificate.load(try file(path)) } catch let error as PurchaseServerError {
+                        throw error
+                    } catch { throw PurchaseServerError.configuration("\(bundleID): '\(path)' is not a certificate") }
+                }
+            }
+            var serverAPI: ServerAPISettings?
+            if let api = item["appStoreServerAPI"]?.objectValue {
+                guard let keyID = api["keyId"]?.stringValue, let issuerID = api["issuerId"]?.stringValue,
+                    let keyFile = api["privateKeyFile"]?.stringValue
+                else {
+                    throw PurchaseServerError.configuration(
+                        "\(bundleID): appStoreServerAPI needs keyId, issuerId and privateKeyFile")
+                }
+                let key: PrivateKey
+                do { key = try PrivateKey(pem: String(decoding: try file(keyFile), as: UTF8.self)) } catch {
+                    throw PurchaseServerError.configuration("\(bundleID): '\(keyFile)' is not a PEM private key")
+                }
+                serverAPI = ServerAPISettings(
+                    keyID: keyID, issuerID: issuerID, privateKey: key, productionURL: api["productionURL"]?.stringValue,
+                    sandboxURL: api["sandboxURL"]?.stringValue)
+            }
+            var entitlements: [String: [String]] = [:]
+            for member in item["entitlements"]?.objectValue?.members ?? [] {
+                entitlements[member.key] = member.value.arrayValue?.compactMap(\.stringValue) ?? []
+            }
+            let webhooks = try (item["webhooks"]?.arrayValue ?? []).map { hook in
+                guard let url = hook["url"]?.stringValue, url.hasPrefix("http://") || url.hasPrefix("https://"),
+                    let secret = hook["secret"]?.stringValue, secret.utf8.count >= 8
+                else {
+                    throw PurchaseServerError.configuration(
+                        "\(bundleID): a webhook needs an http(s) url and a secret of at least 8 characters")
+                }
+                return WebhookTarget(url: url, secret: secret)
+            }
+            apps.append(
+                AppSettings(
+                    bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value, environments: environments,
+                    publicKey: publicKey, sharedSecret: item["sharedSecret"]?.stringValue,
+                    receiptRoots: try roots("receiptRoots"), jwsRoots: try roots("jwsRoots"), serverAPI: serverAPI,
+                    entitlements: entitlements, webhooks: webhooks))
+        }
+        var configuration = ServerConfiguration(secretKey: secret, apps: apps)
+        if let policy = root["transferPolicy"]?.stringValue {
+            guard let parsed = TransferPolicy(rawValue: policy) else {
+                throw PurchaseServerError.configuration("transferPolicy is transfer or keep")
+            }
+            configuration.transferPolicy = parsed
+        }
+        if let schedule = root["webhookRetrySchedule"]?.arrayValue {
+            configuration.webhookRetrySchedule = schedule.compactMap(\.doubleValue).filter { $0 >= 0 }
+        }
+        return configuration
+    }
+
+    /// `"${NAME}"` inside string values, replaced by the variable (an unknown one is an error).
+    static func substitute(_ value: JSONValue, _ variables: [String: String]) throws -> JSONValue {
+        switch value {
+        case .string(let text):
+            guard text.contains("${") else { return value }
+            var result = ""
+            var rest = Substring(text)
+            while let start = rest.range(of: "${") {
+                result += rest[..<start.lowerBound]
+                guard let end = rest[start.upperBound...].firstIndex(of: "}") else {
+                    throw PurchaseServerError.configuration("an unclosed ${ in a value")
+                }
+                let name = String(rest[start.upperBound..<end])
+                guard let replacement = variables[name] else {
+                    throw PurchaseServerError.configuration("the environment variable \(name) is not set")
+                }
+                result += replacement
+                rest = rest[rest.index(after: end)...]
+            }
+            return .string(result + rest)
+        case .array(let items): return .array(try items.map { try substitute($0, variables) })
+        case .object(let object):
+            var result = JSONObject()
+            for member in object.members { result[member.key] = try substitute(member.value, variables) }
+            return .object(result)
+        default: return value
+        }
+    }
+}
+
+/// Apple's two public roots, shipped as resources and checked against their SHA-256 fingerprints: Apple
+/// Inc. Root (receipts) and Apple Root CA - G3 (signed data).
+public enum AppleRoots {
+    static let fingerprints = [
+        "AppleIncRootCertificate": "b0b1730ecbc7ff4505142c49f1295e6eda6bcaed7e2c68c5be91b5a11001f024",
+        "AppleRootCA-G3": "63343abfb89a6a03ebb57e9b3f5fa7be7c4f5c756f3017b3a8c488c3653e9179",
+    ]
+
+    public static func certificates() throws -> [Certificate] {
+        try fingerprints.keys.sorted().map { name in
+            guard let url = Bundle.module.url(forResource: name, withExtension: "cer"),
+                let data = FileManager.default.contents(atPath: url.path)
+            else { throw PurchaseServerError.configuration("the resource \(name).cer is missing") }
+            let hex = Digest.sha256(Array(data)).map { String(format: "%02x", $0) }.joined()
+            guard hex == fingerprints[name] else {
+                throw PurchaseServerError.configuration("\(name).cer does not have Apple's fingerprint")
+            }
+            return try Certificate(derEncoded: Array(data))
+        }
+    }
+}

@@ -1,0 +1,155 @@
+import Foundation
+import Synchronization
+
+/// The purchase server's state in memory (tests, throw-away servers): one write at a time; a write that
+/// throws leaves the state as it was.
+public final class InMemoryServerStorage: ServerStorage {
+    private let tables = Mutex(Tables())
+
+    public init() {}
+
+    struct Tables {
+        var subscribers: [String: Subscriber] = [:]
+        var tokens: [String: String] = [:]
+        var purchases: [String: PurchaseRecord] = [:]
+        var subscriptions: [String: SubscriptionRecord] = [:]
+        var ledger: [String: LedgerEntry] = [:]
+        var grants: [String: Grant] = [:]
+        var events: [(position: Int64, event: ServerEvent)] = []
+        var eventIDs: Set<String> = []
+        var inputs: Set<String> = []
+        var deliveries: [(position: Int64, delivery: WebhookDelivery)] = []
+        var deliveryIndex: [String: Int] = [:]
+    }
+
+    public func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
+        try tables.withLock { tables in try body(Store(tables: tables)) }
+    }
+
+    public func write<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
+        try tables.withLock { tables in
+            let store = Store(tables: tables)
+            let result = try body(store)
+            tables = store.tables
+            return result
+        }
+    }
+
+    final class Store: ServerStore {
+        var tables: Tables
+        init(tables: Tables) { self.tables = tables }
+
+        static func key(_ parts: String...) -> String { parts.joined(separator: "\u{1F}") }
+
+        func subscriber(bundle: String, appUserID: String) -> Subscriber? {
+            tables.subscribers[Self.key(bundle, appUserID)]
+        }
+        func subscriber(bundle: String, appAccountToken: String) -> Subscriber? {
+            tables.tokens[Self.key(bundle, appAccountToken.lowercased())].flatMap {
+                subscriber(bundle: bundle, appUserID: $0)
+            }
+        }
+        func save(_ subscriber: Subscriber) {
+            tables.subscribers[Self.key(subscriber.bundleID, subscriber.appUserID)] = subscriber
+            for token in subscriber.appAccountTokens {
+                tables.tokens[Self.key(subscriber.bundleID, token.lowercased())] = subscriber.appUserID
+            }
+        }
+
+        func purchase(_ transactionID: String) -> PurchaseRecord? { tables.purchases[transactionID] }
+        func save(_ purchase: PurchaseRecord) { tables.purchases[purchase.transactionID] = purchase }
+        func purchases(bundle: String, owner: String) -> [PurchaseRecord] {
+            tables.purchases.values.filter { $0.bundleID == bundle && $0.owner == owner }.sorted {
+                ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID)
+            }
+        }
+
+        func purchases(original: String) -> [PurchaseRecord] {
+            tables.purchases.values.filter { $0.originalTransactionID == original }.sorted {
+                ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID)
+            }
+        }
+
+        func subscription(_ originalTransactionID: String) -> SubscriptionRecord? {
+            tables.subscriptions[originalTransactionID]
+        }
+        func save(_ subscription: SubscriptionRecord) {
+            tables.subscriptions[subscription.originalTransactionID] = subscription
+        }
+        func subscriptions(bundle: String, owner: String) -> [SubscriptionRecord] {
+            tables.subscriptions.values.filter { $0.bundleID == bundle && $0.owner == owner }.sorted {
+                $0.originalTransactionID < $1.originalTransactionID
+            }
+        }
+
+        func append(_ entry: LedgerEntry) -> Bool {
+            let key = Self.key(entry.transactionID, entry.reason.rawValue)
+            guard tables.ledger[key] == nil else { return false }
+            tables.ledger[key] = entry
+            return true
+        }
+        func balances(bundle: String, owner: String) -> [String: Int] {
+            var result: [String: Int] = [:]
+            for entry in tables.ledger.values {
+                guard let purchase = tables.purchases[entry.transactionID], purchase.bundleID == bundle,
+                    purchase.owner == owner
+                else { continue }
+                result[entry.productID, default: 0] += entry.quantity
+            }
+            return result
+        }
+        func grants(bundle: String, owner: String) -> [Grant] {
+            tables.grants.filter { $0.key.hasPrefix(Self.key(bundle, owner) + "\u{1F}") }.map(\.value).sorted {
+                $0.entitlement < $1.entitlement
+            }
+        }
+        func save(_ grant: Grant, bundle: String, owner: String) {
+            tables.grants[Self.key(bundle, owner, grant.entitlement)] = grant
+        }
+
+        func append(_ event: ServerEvent) -> Bool {
+            guard tables.eventIDs.insert(event.id).inserted else { return false }
+            tables.events.append(((tables.events.last?.position ?? 0) + 1, event))
+            return true
+        }
+        func events(bundle: String, owner: String, after position: Int64?, limit: Int) -> [(
+            position: Int64, event: ServerEvent
+        )] {
+            let owned = Set(
+                tables.purchases.values.filter { $0.bundleID == bundle && $0.owner == owner }.map(
+                    \.originalTransactionID))
+            return Array(
+                tables.events.filter { item in
+                    item.position > (position ?? 0) && item.event.bundleID == bundle
+                        && (item.event.appUserID == owner || item.event.originalTransactionID.map(owned.contains) == true)
+                }.prefix(limit))
+        }
+        func recordInput(key: String, kind: String, body: [UInt8], received: Date) -> Bool {
+            tables.inputs.insert(key).inserted
+        }
+        func inputCount() -> Int { tables.inputs.count }
+
+        func insert(_ delivery: WebhookDelivery) -> Bool {
+            guard tables.deliveryIndex[delivery.id] == nil else { return false }
+            tables.deliveryIndex[delivery.id] = tables.deliveries.count
+            tables.deliveries.append(((tables.deliveries.last?.position ?? 0) + 1, delivery))
+            return true
+        }
+        func update(_ delivery: WebhookDelivery) throws {
+            guard let index = tables.deliveryIndex[delivery.id] else { throw ServerStorageError.missing("delivery") }
+            tables.deliveries[index].delivery = delivery
+        }
+        func dueDeliveries(until time: Date, limit: Int) -> [WebhookDelivery] {
+            Array(
+                tables.deliveries.map(\.delivery).filter { $0.state == .pending && ($0.nextAttempt ?? .distantFuture) <= time }
+                    .sorted { ($0.nextAttempt ?? .distantFuture) < ($1.nextAttempt ?? .distantFuture) }.prefix(limit))
+        }
+        func nextDeliveryDue() -> Date? {
+            tables.deliveries.map(\.delivery).filter { $0.state == .pending }.compactMap(\.nextAttempt).min()
+        }
+        func deliveries(after position: Int64?, limit: Int) -> [(position: Int64, delivery: WebhookDelivery)] {
+            Array(tables.deliveries.filter { $0.position > (position ?? 0) }.prefix(limit))
+        }
+        func pendingDeliveryCount() -> Int { tables.deliveries.filter { $0.delivery.state == .pending }.count }
+    }
+}

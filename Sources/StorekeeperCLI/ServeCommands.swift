@@ -1,0 +1,70 @@
+import Foundation
+import PurchaseServer
+import StorekeeperHTTP
+import StorekeeperLogging
+
+/// `storekeeper serve`: the purchase server.
+enum ServeCommands {
+    static let spec = Arguments.Spec(
+        command: "storekeeper serve",
+        abstract: "Run the purchase server: receipts, transactions and Apple's notifications in; entitlements out.",
+        options: [
+            .init(
+                name: "config", valueName: "file",
+                help: "The server's JSON configuration (secretKey, apps; \"${NAME}\" reads the environment).",
+                required: true),
+            .init(
+                name: "data", valueName: "dir",
+                help: "Where the SQLite database is kept (default: $STOREKEEPER_SERVER_DATA or storekeeper-server-data)."),
+            .init(
+                name: "host", valueName: "address", help: "Address to listen on (default: 127.0.0.1; 0.0.0.0 for all)."),
+            .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8090)."),
+            LoggingOptions.level, LoggingOptions.format,
+        ],
+        discussion: """
+            Prints the address it listens on, then serves until SIGINT or SIGTERM, finishing requests in \
+            flight. Routes: POST /v1/receipts and /v1/transactions (the app's public key), POST \
+            /v1/notifications/apple/{bundleId} (Apple's, verified by signature), GET /v1/subscribers/{appUserId} \
+            and …/events, POST …/entitlements/{name}/grant|revoke, GET /v1/webhooks/deliveries (the secret key), \
+            GET /healthz and /metrics.
+            """)
+
+    static func run(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        let termination = TerminationSignals()
+        let port = Int(arguments.value("port") ?? "8090") ?? -1
+        guard (0...65_535).contains(port) else { throw UsageError("--port must be 0 to 65535") }
+        let configuration: ServerConfiguration
+        do {
+            configuration = try ServerConfiguration.load(
+                path: arguments.value("config")!, variables: ProcessInfo.processInfo.environment)
+        } catch let error as PurchaseServerError {
+            throw InputError(error.message)
+        }
+        let logger = try LoggingOptions.logger(arguments, label: "serve")
+        let data = URL(
+            fileURLWithPath: arguments.value("data") ?? ProcessInfo.processInfo.environment["STOREKEEPER_SERVER_DATA"]
+                ?? "storekeeper-server-data")
+        do {
+            try FileManager.default.createDirectory(
+                at: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch { throw InputError("cannot create '\(data.path)'") }
+        let path = data.appendingPathComponent("server.sqlite").path
+        let storage = try blocking { try await SQLiteServerStorage(path: path) }
+        let server = try PurchaseServer(configuration: configuration, storage: storage, logger: logger)
+        let http: HTTPServer
+        do {
+            http = try HTTPServer(
+                host: arguments.value("host") ?? "127.0.0.1", port: port, responder: server.responder(), logger: logger)
+        } catch let error as HTTPError {
+            throw RuntimeError(error.message)
+        }
+        server.startDelivery()
+        console.write("purchase server listening on http://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
+        console.write("  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
+        termination.wait()
+        server.stopDelivery()
+        http.stop()
+        console.write("stopped\n")
+        return 0
+    }
+}

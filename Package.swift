@@ -143,6 +143,14 @@ let package = Package(
             ],
             swiftSettings: upcoming),
         .testTarget(
+            name: "PurchaseServerTests",
+            dependencies: [
+                "PurchaseServer", "AppStoreEmulator", "AppStoreServerAPI", "AppStoreSignedData", "AppStoreReceipts",
+                "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StoreModel", "StoreTime",
+                "StorekeeperTestSupport", "SubscriptionLifecycle",
+            ],
+            swiftSettings: upcoming),
+        .testTarget(
             name: "StoreKitCatalogTests",
             dependencies: ["StoreKitCatalog", "StorekeeperJSON", "StoreTime", "StoreModel", "StorekeeperTestSupport"],
             swiftSettings: upcoming),

@@ -14,8 +14,10 @@ final class Metrics: Sendable {
     static func key(_ name: String, _ labels: [String: String]) -> String {
         guard !labels.isEmpty else { return name }
         let rendered = labels.sorted { $0.key < $1.key }.map { key, value in
-            let escaped = value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-                .replacingOccurrences(of: "\n", with: "\\n")
+            let escaped = value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(
+                of: "\"", with: "\\\""
+            )
+            .replacingOccurrences(of: "\n", with: "\\n")
             return "\(key)=\"\(escaped)\""
         }
         return "\(name){\(rendered.joined(separator: ","))}"
@@ -32,7 +34,8 @@ final class Metrics: Sendable {
             text += "\(key) \(Self.number(value))\n"
         }
         for gauge in gauges {
-            text += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.number(gauge.value))\n"
+            text +=
+                "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.number(gauge.value))\n"
         }
         return text
     }

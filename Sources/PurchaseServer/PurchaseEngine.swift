@@ -40,7 +40,8 @@ public enum PurchaseEngine {
     /// Applies `update` to the stored transaction it names and the stored subscription it belongs to.
     /// `owner` is the app user the purchase belongs to (nil: unknown yet).
     public static func apply(
-        _ update: PurchaseUpdate, purchase stored: PurchaseRecord?, subscription storedSubscription: SubscriptionRecord?,
+        _ update: PurchaseUpdate, purchase stored: PurchaseRecord?,
+        subscription storedSubscription: SubscriptionRecord?,
         owner: String?, now: Date
     ) -> Outcome {
         var outcome = Outcome(purchase: stored, subscription: storedSubscription)
@@ -85,9 +86,10 @@ public enum PurchaseEngine {
         var update: PurchaseUpdate
         var owner: String?
 
-        func event(_ type: String, id: String, subscription: SubscriptionRecord?, transaction: PurchaseRecord?,
-            date: Date, details: [String: String] = [:]) -> ServerEvent
-        {
+        func event(
+            _ type: String, id: String, subscription: SubscriptionRecord?, transaction: PurchaseRecord?,
+            date: Date, details: [String: String] = [:]
+        ) -> ServerEvent {
             ServerEvent(
                 id: id, type: type, bundleID: transaction?.bundleID ?? subscription?.bundleID ?? "", appUserID: owner,
                 date: date, environment: transaction?.environment ?? subscription?.environment,
@@ -137,7 +139,9 @@ public enum PurchaseEngine {
                 context.event(
                     "REFUND", id: "REFUND:\(id)", subscription: nil, transaction: transaction,
                     date: transaction.revocationDate ?? transaction.signedDate,
-                    details: ["reason": "CUSTOMER_SUPPORT", "revocationReason": String(transaction.revocationReason ?? 0)]))
+                    details: [
+                        "reason": "CUSTOMER_SUPPORT", "revocationReason": String(transaction.revocationReason ?? 0),
+                    ]))
         } else if wasRevoked && !isRevoked {
             if transaction.kind == .consumable {
                 outcome.ledger.append(
@@ -170,7 +174,8 @@ public enum PurchaseEngine {
                 renewalSignedDate: nil, owner: context.owner)
             outcome.events.append(
                 context.event(
-                    "INITIAL_PURCHASE", id: "INITIAL_PURCHASE:\(transaction.originalTransactionID):\(transaction.transactionID)",
+                    "INITIAL_PURCHASE",
+                    id: "INITIAL_PURCHASE:\(transaction.originalTransactionID):\(transaction.transactionID)",
                     subscription: record, transaction: transaction, date: transaction.purchaseDate,
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             return record
@@ -181,8 +186,16 @@ public enum PurchaseEngine {
         let samePeriod = transaction.transactionID == subscription.latestTransactionID
         guard newPeriod || samePeriod else { return subscription }
         if newPeriod {
-            let wasEnded = subscription.status == 2 || subscription.status == 5
-            if transaction.productID != subscription.productID && !wasEnded {
+            // Apple's reason says what a new period is: a renewal, or bought — an upgrade while subscribed, or a
+            // resubscription. Without one (receipts), the stored status decides.
+            let wasEnded =
+                switch transaction.reason {
+                case "RENEWAL": false
+                case "PURCHASE":
+                    transaction.productID == subscription.productID || [2, 5].contains(subscription.status)
+                default: [2, 5].contains(subscription.status)
+                }
+            if transaction.productID != subscription.productID && !wasEnded && transaction.reason != "RENEWAL" {
                 outcome.events.append(
                     context.event(
                         "PRODUCT_CHANGE", id: "PRODUCT_CHANGE:\(transaction.transactionID)", subscription: subscription,
@@ -192,7 +205,8 @@ public enum PurchaseEngine {
             outcome.events.append(
                 context.event(
                     wasEnded ? "INITIAL_PURCHASE" : "RENEWAL",
-                    id: "\(wasEnded ? "INITIAL_PURCHASE:\(transaction.originalTransactionID)" : "RENEWAL"):\(transaction.transactionID)",
+                    id:
+                        "\(wasEnded ? "INITIAL_PURCHASE:\(transaction.originalTransactionID)" : "RENEWAL"):\(transaction.transactionID)",
                     subscription: subscription, transaction: transaction, date: transaction.purchaseDate,
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             subscription.latestTransactionID = transaction.transactionID
@@ -201,12 +215,14 @@ public enum PurchaseEngine {
             subscription.offerType = transaction.offerType
             subscription.offerDiscountType = transaction.offerDiscountType
         } else if let expires = transaction.expiresDate, let before = subscription.expiresDate, expires > before,
-            transaction.revocationDate == nil, context.update.notificationType == "RENEWAL_EXTENDED"
+            transaction.revocationDate == nil,
+            context.update.notificationType == "RENEWAL_EXTENDED"
                 || transaction.signedDate > subscription.transactionSignedDate
         {
             outcome.events.append(
                 context.event(
-                    "SUBSCRIPTION_EXTENDED", id: "SUBSCRIPTION_EXTENDED:\(transaction.transactionID):\(milliseconds(expires))",
+                    "SUBSCRIPTION_EXTENDED",
+                    id: "SUBSCRIPTION_EXTENDED:\(transaction.transactionID):\(milliseconds(expires))",
                     subscription: subscription, transaction: transaction, date: transaction.signedDate))
         }
         subscription.expiresDate = transaction.expiresDate
@@ -254,10 +270,13 @@ public enum PurchaseEngine {
                     "CANCELLATION", id: "CANCELLATION:\(key):\(stamp)", subscription: after, transaction: nil, date: at,
                     details: ["reason": after.status == 1 ? "UNSUBSCRIBE" : "BILLING_ERROR"]))
         }
-        if !before.autoRenewStatus && after.autoRenewStatus && live.contains(after.status) && live.contains(before.status) {
+        if !before.autoRenewStatus && after.autoRenewStatus && live.contains(after.status)
+            && live.contains(before.status)
+        {
             outcome.events.append(
                 context.event(
-                    "UNCANCELLATION", id: "UNCANCELLATION:\(key):\(stamp)", subscription: after, transaction: nil, date: at))
+                    "UNCANCELLATION", id: "UNCANCELLATION:\(key):\(stamp)", subscription: after, transaction: nil,
+                    date: at))
         }
         if before.status == 1 && (after.status == 3 || after.status == 4) {
             var details: [String: String] = [:]
@@ -280,7 +299,8 @@ public enum PurchaseEngine {
         {
             outcome.events.append(
                 context.event(
-                    "PRODUCT_CHANGE", id: "PRODUCT_CHANGE:\(key):\(next):\(stamp)", subscription: after, transaction: nil,
+                    "PRODUCT_CHANGE", id: "PRODUCT_CHANGE:\(key):\(next):\(stamp)", subscription: after,
+                    transaction: nil,
                     date: at, details: ["newProductId": next, "previousProductId": after.productID]))
         }
     }

@@ -50,7 +50,8 @@ extension PurchaseServer {
                 return .json(
                     .object(
                         Self.render(
-                            try await server.ingestTransaction(bundleID: bundleID, appUserID: user, signedTransaction: signed)
+                            try await server.ingestTransaction(
+                                bundleID: bundleID, appUserID: user, signedTransaction: signed)
                         )))
             })
         router.post(
@@ -104,7 +105,10 @@ extension PurchaseServer {
                     let name = try context.parameter("name")
                     if action == "revoke" {
                         return .json(
-                            .object(Self.render(try await server.revokeGrant(bundleID: bundleID, appUserID: user, entitlement: name))))
+                            .object(
+                                Self.render(
+                                    try await server.revokeGrant(bundleID: bundleID, appUserID: user, entitlement: name)
+                                )))
                     }
                     var expires: Date?
                     if let days = body["durationDays"]?.int64Value {
@@ -118,7 +122,8 @@ extension PurchaseServer {
                     return .json(
                         .object(
                             Self.render(
-                                try await server.grant(bundleID: bundleID, appUserID: user, entitlement: name, expiresDate: expires))))
+                                try await server.grant(
+                                    bundleID: bundleID, appUserID: user, entitlement: name, expiresDate: expires))))
                 })
         }
         router.get(
@@ -126,7 +131,8 @@ extension PurchaseServer {
             handle { request, _ in
                 try server.authorizeSecret(request)
                 let limit = min(max(Int(request.query["limit"] ?? "") ?? 50, 1), 500)
-                let list = try await server.deliveries(after: request.query["cursor"].flatMap { Int64($0) }, limit: limit)
+                let list = try await server.deliveries(
+                    after: request.query["cursor"].flatMap { Int64($0) }, limit: limit)
                 var object: JSONObject = [
                     "deliveries": .array(
                         list.map { item in
@@ -226,14 +232,16 @@ extension PurchaseServer {
             balances[product] = .integer(Int64(balance))
         }
         return [
-            "appUserId": .string(view.appUserID), "bundleId": .string(view.bundleID), "entitlements": .object(entitlements),
+            "appUserId": .string(view.appUserID), "bundleId": .string(view.bundleID),
+            "entitlements": .object(entitlements),
             "subscriptions": .object(subscriptions),
             "purchases": .array(
                 view.purchases.map { purchase in
                     .object([
                         "transactionId": .string(purchase.transactionID), "productId": .string(purchase.productID),
                         "type": .string(purchase.kind.rawValue), "purchaseDate": ms(purchase.purchaseDate),
-                        "quantity": .integer(Int64(purchase.quantity)), "revoked": .bool(purchase.revocationDate != nil),
+                        "quantity": .integer(Int64(purchase.quantity)),
+                        "revoked": .bool(purchase.revocationDate != nil),
                     ])
                 }),
             "balances": .object(balances), "flags": .array(view.flags.map(JSONValue.string)),
@@ -242,7 +250,8 @@ extension PurchaseServer {
 
     static func render(_ event: ServerEvent) -> JSONObject {
         var object: JSONObject = [
-            "id": .string(event.id), "type": .string(event.type), "date": ms(event.date), "source": .string(event.source),
+            "id": .string(event.id), "type": .string(event.type), "date": ms(event.date),
+            "source": .string(event.source),
         ]
         if let product = event.productID { object["productId"] = .string(product) }
         if let id = event.transactionID { object["transactionId"] = .string(id) }

@@ -29,7 +29,8 @@ extension PurchaseServer {
     public func subscriber(bundleID: String, appUserID: String) async throws -> SubscriberView {
         let app = try app(bundleID)
         let current = now()
-        let found = try await storage.read { store -> (Subscriber?, [SubscriptionRecord], [PurchaseRecord], [String: Int], [Grant]) in
+        let found = try await storage.read {
+            store -> (Subscriber?, [SubscriptionRecord], [PurchaseRecord], [String: Int], [Grant]) in
             (
                 try store.subscriber(bundle: bundleID, appUserID: appUserID),
                 try store.subscriptions(bundle: bundleID, owner: appUserID),
@@ -54,7 +55,8 @@ extension PurchaseServer {
         for (name, products) in map {
             var candidates: [SubscriberView.Entitlement] = []
             for subscription in subscriptions where products.contains(subscription.productID) {
-                let graceActive = subscription.status == 4 && (subscription.gracePeriodExpiresDate ?? .distantPast) > now
+                let graceActive =
+                    subscription.status == 4 && (subscription.gracePeriodExpiresDate ?? .distantPast) > now
                 let periodActive = subscription.status == 1 && (subscription.expiresDate ?? .distantFuture) > now
                 candidates.append(
                     SubscriberView.Entitlement(
@@ -66,7 +68,9 @@ extension PurchaseServer {
                         source: "app_store"))
             }
             for purchase in purchases
-            where products.contains(purchase.productID) && purchase.kind != .autoRenewable && purchase.kind != .consumable {
+            where products.contains(purchase.productID) && purchase.kind != .autoRenewable
+                && purchase.kind != .consumable
+            {
                 candidates.append(
                     SubscriberView.Entitlement(
                         active: purchase.revocationDate == nil, productID: purchase.productID,
@@ -82,7 +86,9 @@ extension PurchaseServer {
             }
             // The best: active first, then the one that lasts longest (nil: for good).
             if let best = candidates.max(by: { a, b in
-                (a.active ? 1 : 0, a.expiresDate ?? .distantFuture) < (b.active ? 1 : 0, b.expiresDate ?? .distantFuture)
+                (a.active ? 1 : 0, a.expiresDate ?? .distantFuture) < (
+                    b.active ? 1 : 0, b.expiresDate ?? .distantFuture
+                )
             }) {
                 entitlements[name] = best
             }
@@ -97,7 +103,9 @@ extension PurchaseServer {
         position: Int64, event: ServerEvent
     )] {
         _ = try app(bundleID)
-        return try await storage.read { try $0.events(bundle: bundleID, owner: appUserID, after: position, limit: limit) }
+        return try await storage.read {
+            try $0.events(bundle: bundleID, owner: appUserID, after: position, limit: limit)
+        }
     }
 
     /// Grants an entitlement until `expiresDate` (nil: for good) — PROMOTIONAL, as hosted backends call it.
@@ -130,7 +138,10 @@ extension PurchaseServer {
         _ = try app(bundleID)
         let current = now()
         _ = try await write(input: nil) { store in
-            guard var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: { $0.entitlement == entitlement })
+            guard
+                var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: {
+                    $0.entitlement == entitlement
+                })
             else { throw PurchaseServerError.notFound("\(appUserID) has no grant of \(entitlement)") }
             grant.revokedAt = current
             try store.save(grant, bundle: bundleID, owner: appUserID)
@@ -144,7 +155,10 @@ extension PurchaseServer {
         let counts = try? await storage.read { store in (try store.pendingDeliveryCount(), try store.inputCount()) }
         return [
             ("storekeeper_webhook_outbox_pending", "Webhook deliveries waiting to be sent.", Double(counts?.0 ?? 0)),
-            ("storekeeper_inputs_stored", "Inputs stored raw (notifications, transactions, receipts).", Double(counts?.1 ?? 0)),
+            (
+                "storekeeper_inputs_stored", "Inputs stored raw (notifications, transactions, receipts).",
+                Double(counts?.1 ?? 0)
+            ),
         ]
     }
 }

@@ -15,7 +15,8 @@ extension PurchaseServer {
 
     func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore, now: Date) throws {
         guard let app = apps[event.bundleID], !app.settings.webhooks.isEmpty else { return }
-        let body = JSONWriter.string(.object(["api_version": .string("1.0"), "event": .object(webhookEvent(event, app: app.settings))]))
+        let body = JSONWriter.string(
+            .object(["api_version": .string("1.0"), "event": .object(webhookEvent(event, app: app.settings))]))
         for target in app.settings.webhooks {
             let suffix = Digest.sha256(Array(target.url.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
             _ = try store.insert(
@@ -190,7 +191,9 @@ extension PurchaseServer {
     }
 
     /// Every delivery after `position`, oldest first (`GET /v1/webhooks/deliveries`).
-    public func deliveries(after position: Int64?, limit: Int) async throws -> [(position: Int64, delivery: WebhookDelivery)] {
+    public func deliveries(after position: Int64?, limit: Int) async throws -> [(
+        position: Int64, delivery: WebhookDelivery
+    )] {
         try await storage.read { try $0.deliveries(after: position, limit: limit) }
     }
 }

@@ -59,7 +59,8 @@ public final class PurchaseServer: Sendable {
                 for (environment, target) in [(Environment.production, production), (.sandbox, sandbox)] {
                     clients[environment] = AppStoreServerAPIClient(
                         key: api.privateKey, keyID: api.keyID, issuerID: api.issuerID, bundleID: app.bundleID,
-                        environment: target, retry: .init(maxAttempts: 3, maxRetryAfter: .seconds(5)), verifier: verifier,
+                        environment: target, retry: .init(maxAttempts: 3, maxRetryAfter: .seconds(5)),
+                        verifier: verifier,
                         now: now)
                 }
             }
@@ -111,7 +112,8 @@ public final class PurchaseServer: Sendable {
         if let environment = (data["environment"] ?? payload["summary"]?["environment"])?.stringValue
             .flatMap(Environment.init(rawValue:)), !app.settings.environments.contains(environment)
         {
-            throw PurchaseServerError.invalid("notifications from \(environment.rawValue) are not accepted for \(bundleID)")
+            throw PurchaseServerError.invalid(
+                "notifications from \(environment.rawValue) are not accepted for \(bundleID)")
         }
         metrics.count("storekeeper_notifications_total", ["type": type])
         let signedDate = notification.signedDate ?? now()
@@ -202,15 +204,19 @@ public final class PurchaseServer: Sendable {
         guard app.settings.environments.contains(purchase.environment) else {
             throw PurchaseServerError.invalid("transactions from \(purchase.environment.rawValue) are not accepted")
         }
-        let key = "transaction:\(purchase.transactionID):\(PurchaseEngine.milliseconds(purchase.signedDate))"
+        // Per user: the same transaction posted by another user is a claim of its own (transfer or keep).
+        let key =
+            "transaction:\(purchase.transactionID):\(PurchaseEngine.milliseconds(purchase.signedDate)):\(appUserID)"
         let current = now()
         _ = try await write(input: (key, "transaction", Array(signedTransaction.utf8))) { store in
             try self.apply(
-                PurchaseUpdate(source: "app", transaction: purchase), bundleID: bundleID, claimant: appUserID, in: store,
+                PurchaseUpdate(source: "app", transaction: purchase), bundleID: bundleID, claimant: appUserID,
+                in: store,
                 now: current)
         }
         if purchase.kind == .autoRenewable {
-            await refreshFromAPI(app: app, originalTransactionID: purchase.originalTransactionID, environment: purchase.environment)
+            await refreshFromAPI(
+                app: app, originalTransactionID: purchase.originalTransactionID, environment: purchase.environment)
         }
         return try await subscriber(bundleID: bundleID, appUserID: appUserID)
     }
@@ -242,7 +248,8 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.invalid("receipts from \(environment.rawValue) are not accepted")
         }
         let purchases = Self.purchases(of: parsed)
-        let key = "receipt:" + Digest.sha256(receipt).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let key =
+            "receipt:" + Digest.sha256(receipt).prefix(16).map { String(format: "%02x", $0) }.joined() + ":\(appUserID)"
         let current = now()
         _ = try await write(input: (key, "receipt", receipt)) { store in
             try purchases.flatMap {
@@ -290,12 +297,17 @@ public final class PurchaseServer: Sendable {
     }
 
     /// Stores the input (when given) and runs `body` in one write; a duplicate input runs nothing.
-    func write(input: (key: String, kind: String, body: [UInt8])?, _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent])
+    func write(
+        input: (key: String, kind: String, body: [UInt8])?,
+        _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent]
+    )
         async throws -> Ingested
     {
         let received = now()
         let result = try await storage.write { store -> Ingested in
-            if let input, !(try store.recordInput(key: input.key, kind: input.kind, body: input.body, received: received)) {
+            if let input,
+                !(try store.recordInput(key: input.key, kind: input.kind, body: input.body, received: received))
+            {
                 return Ingested(duplicate: true, events: [])
             }
             return Ingested(duplicate: false, events: try body(store))
@@ -306,7 +318,8 @@ public final class PurchaseServer: Sendable {
 
     /// Applies one update inside a write: ownership (the claimant and the transfer policy), the engine,
     /// the records, the ledger, events and their webhooks. Answers the new events.
-    func apply(_ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date) throws
+    func apply(_ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date)
+        throws
         -> [ServerEvent]
     {
         guard let originalID = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID else {
@@ -340,7 +353,8 @@ public final class PurchaseServer: Sendable {
                     transferred = true
                     events.append(
                         ServerEvent(
-                            id: "TRANSFER:\(originalID):\(claimant):\(PurchaseEngine.milliseconds(update.transaction?.signedDate))",
+                            id:
+                                "TRANSFER:\(originalID):\(claimant):\(PurchaseEngine.milliseconds(update.transaction?.signedDate))",
                             type: "TRANSFER", bundleID: bundleID, appUserID: claimant, date: now,
                             environment: update.transaction?.environment, productID: update.transaction?.productID,
                             transactionID: update.transaction?.transactionID, originalTransactionID: originalID,
@@ -425,7 +439,8 @@ public final class PurchaseServer: Sendable {
             revocationDate: transaction.revocationDate, revocationReason: transaction.revocationReason?.rawValue,
             offerType: transaction.offerType?.rawValue, offerDiscountType: transaction.string("offerDiscountType"),
             appAccountToken: transaction.appAccountToken?.uuidString.lowercased(), price: transaction.price,
-            currency: transaction.currency, signedDate: transaction.signedDate ?? purchaseDate)
+            currency: transaction.currency, reason: transaction.transactionReason?.rawValue,
+            signedDate: transaction.signedDate ?? purchaseDate)
     }
 
     static func renewal(_ info: JWSRenewalInfo, status: Int64?, signedDate: Date) -> RenewalFacts? {
@@ -443,9 +458,11 @@ public final class PurchaseServer: Sendable {
         let environment: Environment = receipt.environment == "Production" ? .production : .sandbox
         return receipt.inAppPurchases.map { item in
             let kind =
-                item.productKind ?? (item.expiresDate != nil || item.webOrderLineItemID != nil ? .autoRenewable : .nonConsumable)
+                item.productKind
+                ?? (item.expiresDate != nil || item.webOrderLineItemID != nil ? .autoRenewable : .nonConsumable)
             return PurchaseRecord(
-                transactionID: item.transactionID, originalTransactionID: item.originalTransactionID ?? item.transactionID,
+                transactionID: item.transactionID,
+                originalTransactionID: item.originalTransactionID ?? item.transactionID,
                 bundleID: receipt.bundleID, productID: item.productID, kind: kind, quantity: Int(item.quantity),
                 purchaseDate: item.purchaseDate, expiresDate: item.expiresDate,
                 webOrderLineItemID: item.webOrderLineItemID.map { String($0) }, environment: environment,

@@ -44,6 +44,9 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var appAccountToken: String?
     public var price: Int64?
     public var currency: String?
+    /// Apple's `transactionReason`: `PURCHASE` (bought by the customer: a first purchase, a resubscription,
+    /// an upgrade) or `RENEWAL`; nil when unknown (receipts).
+    public var reason: String?
     /// When Apple signed what this record says.
     public var signedDate: Date
     public var owner: String?
@@ -53,8 +56,8 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
         quantity: Int = 1, purchaseDate: Date, expiresDate: Date? = nil, webOrderLineItemID: String? = nil,
         environment: Environment, ownership: OwnershipType = .purchased, revocationDate: Date? = nil,
         revocationReason: Int64? = nil, offerType: Int64? = nil, offerDiscountType: String? = nil,
-        appAccountToken: String? = nil, price: Int64? = nil, currency: String? = nil, signedDate: Date,
-        owner: String? = nil
+        appAccountToken: String? = nil, price: Int64? = nil, currency: String? = nil, reason: String? = nil,
+        signedDate: Date, owner: String? = nil
     ) {
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
@@ -74,6 +77,7 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
         self.appAccountToken = appAccountToken
         self.price = price
         self.currency = currency
+        self.reason = reason
         self.signedDate = signedDate
         self.owner = owner
     }

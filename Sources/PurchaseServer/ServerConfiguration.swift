@@ -29,6 +29,16 @@ public struct ServerAPISettings: Sendable {
     public var privateKey: PrivateKey
     public var productionURL: String?
     public var sandboxURL: String?
+
+    public init(
+        keyID: String, issuerID: String, privateKey: PrivateKey, productionURL: String? = nil, sandboxURL: String? = nil
+    ) {
+        self.keyID = keyID
+        self.issuerID = issuerID
+        self.privateKey = privateKey
+        self.productionURL = productionURL
+        self.sandboxURL = sandboxURL
+    }
 }
 
 /// One app the server serves.

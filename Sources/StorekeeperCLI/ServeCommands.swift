@@ -15,7 +15,8 @@ enum ServeCommands {
                 required: true),
             .init(
                 name: "data", valueName: "dir",
-                help: "Where the SQLite database is kept (default: $STOREKEEPER_SERVER_DATA or storekeeper-server-data)."),
+                help:
+                    "Where the SQLite database is kept (default: $STOREKEEPER_SERVER_DATA or storekeeper-server-data)."),
             .init(
                 name: "host", valueName: "address", help: "Address to listen on (default: 127.0.0.1; 0.0.0.0 for all)."),
             .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8090)."),

@@ -127,7 +127,7 @@ public enum Storekeeper {
             (["appstore", "family", "remove"], LifecycleCommands.familyRemoveSpec, LifecycleCommands.familyRemove),
             (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
             (["appstore", "api-key"], ServerAPICommands.apiKeySpec, ServerAPICommands.apiKey),
-        (["serve"], ServeCommands.spec, ServeCommands.run),
+            (["serve"], ServeCommands.spec, ServeCommands.run),
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "server-api"], BenchCommands.serverAPISpec, BenchCommands.serverAPI),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),

@@ -121,7 +121,8 @@ public final class InMemoryServerStorage: ServerStorage {
             return Array(
                 tables.events.filter { item in
                     item.position > (position ?? 0) && item.event.bundleID == bundle
-                        && (item.event.appUserID == owner || item.event.originalTransactionID.map(owned.contains) == true)
+                        && (item.event.appUserID == owner
+                            || item.event.originalTransactionID.map(owned.contains) == true)
                 }.prefix(limit))
         }
         func recordInput(key: String, kind: String, body: [UInt8], received: Date) -> Bool {
@@ -141,8 +142,10 @@ public final class InMemoryServerStorage: ServerStorage {
         }
         func dueDeliveries(until time: Date, limit: Int) -> [WebhookDelivery] {
             Array(
-                tables.deliveries.map(\.delivery).filter { $0.state == .pending && ($0.nextAttempt ?? .distantFuture) <= time }
-                    .sorted { ($0.nextAttempt ?? .distantFuture) < ($1.nextAttempt ?? .distantFuture) }.prefix(limit))
+                tables.deliveries.map(\.delivery).filter {
+                    $0.state == .pending && ($0.nextAttempt ?? .distantFuture) <= time
+                }
+                .sorted { ($0.nextAttempt ?? .distantFuture) < ($1.nextAttempt ?? .distantFuture) }.prefix(limit))
         }
         func nextDeliveryDue() -> Date? {
             tables.deliveries.map(\.delivery).filter { $0.state == .pending }.compactMap(\.nextAttempt).min()

@@ -275,7 +275,8 @@ public struct SQLiteServerStorage: ServerStorage {
             try connection.execute(
                 "UPDATE deliveries SET state = ?, next_attempt = ?, document = ? WHERE id = ?",
                 [
-                    .text(delivery.state.rawValue), delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null,
+                    .text(delivery.state.rawValue),
+                    delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null,
                     try Self.encode(delivery), .text(delivery.id),
                 ])
             guard connection.changes > 0 else { throw ServerStorageError.missing("delivery") }
@@ -304,7 +305,9 @@ public struct SQLiteServerStorage: ServerStorage {
         }
 
         func pendingDeliveryCount() throws -> Int {
-            Int(try connection.execute("SELECT count(*) AS n FROM deliveries WHERE state = 'pending'").first?["n"].int64 ?? 0)
+            Int(
+                try connection.execute("SELECT count(*) AS n FROM deliveries WHERE state = 'pending'").first?["n"].int64
+                    ?? 0)
         }
     }
 }

@@ -1,0 +1,177 @@
+import Foundation
+import PurchaseServer
+import StoreModel
+import Testing
+
+/// The purchase server's one transition, without storage: later-signed facts win, a change learned twice
+/// is one change, events follow from changes of state.
+@Suite("Purchase engine")
+struct PurchaseEngineTests {
+    static let start = Date(timeIntervalSince1970: 1_800_000_000)
+    static let month: TimeInterval = 300
+
+    static func period(
+        _ index: Int, product: String = "monthly", signed: TimeInterval? = nil, revoked: Bool = false,
+        reason: String? = nil
+    ) -> PurchaseRecord {
+        let begins = start.addingTimeInterval(Double(index) * month)
+        return PurchaseRecord(
+            transactionID: String(1000 + index), originalTransactionID: "1000", bundleID: "app", productID: product,
+            kind: .autoRenewable, purchaseDate: begins, expiresDate: begins.addingTimeInterval(month),
+            environment: .sandbox, revocationDate: revoked ? begins.addingTimeInterval(10) : nil,
+            reason: reason ?? (index == 0 ? "PURCHASE" : "RENEWAL"), signedDate: begins.addingTimeInterval(signed ?? 1))
+    }
+
+    static func renewal(
+        _ signed: TimeInterval, status: Int64, autoRenew: Bool = true, next: String = "monthly",
+        intent: Int64? = nil
+    ) -> RenewalFacts {
+        RenewalFacts(
+            originalTransactionID: "1000", status: status, autoRenewStatus: autoRenew, autoRenewProductID: next,
+            expirationIntent: intent, signedDate: start.addingTimeInterval(signed))
+    }
+
+    /// Applies updates in order, keeping the records between them; answers the last records and every event.
+    static func run(_ updates: [PurchaseUpdate], now: Date = start) -> (
+        purchases: [String: PurchaseRecord], subscription: SubscriptionRecord?, events: [String], ledger: [LedgerEntry]
+    ) {
+        var purchases: [String: PurchaseRecord] = [:]
+        var subscription: SubscriptionRecord?
+        var events: [String] = []
+        var seen: Set<String> = []
+        var ledger: [LedgerEntry] = []
+        for update in updates {
+            let outcome = PurchaseEngine.apply(
+                update, purchase: update.transaction.flatMap { purchases[$0.transactionID] },
+                subscription: subscription,
+                owner: "user", now: now)
+            if let purchase = outcome.purchase { purchases[purchase.transactionID] = purchase }
+            subscription = outcome.subscription ?? subscription
+            for event in outcome.events where seen.insert(event.id).inserted { events.append(event.type) }
+            ledger += outcome.ledger
+        }
+        return (purchases, subscription, events, ledger)
+    }
+
+    @Test("A purchase, its renewals and a replay: INITIAL_PURCHASE, RENEWAL once each, nothing for the replay")
+    func purchaseAndRenewals() {
+        let first = PurchaseUpdate(source: "app", transaction: Self.period(0))
+        let renewed = PurchaseUpdate(
+            source: "notification", transaction: Self.period(1), renewal: Self.renewal(Self.month + 1, status: 1),
+            notificationType: "DID_RENEW")
+        let result = Self.run([first, renewed, renewed, first], now: Self.start.addingTimeInterval(Self.month + 5))
+        #expect(result.events == ["INITIAL_PURCHASE", "RENEWAL"])
+        #expect(result.subscription?.latestTransactionID == "1001")
+        #expect(result.subscription?.status == 1 && result.subscription?.autoRenewStatus == true)
+    }
+
+    @Test("Renewal facts signed earlier than what is stored change nothing")
+    func staleRenewal() {
+        let bought = PurchaseUpdate(source: "app", transaction: Self.period(0), renewal: Self.renewal(50, status: 1))
+        let off = PurchaseUpdate(source: "notification", renewal: Self.renewal(100, status: 1, autoRenew: false))
+        let stale = PurchaseUpdate(source: "notification", renewal: Self.renewal(60, status: 1, autoRenew: true))
+        let result = Self.run([bought, off, stale])
+        #expect(result.subscription?.autoRenewStatus == false)
+        #expect(result.events == ["INITIAL_PURCHASE", "CANCELLATION"])
+        let outcome = PurchaseEngine.apply(
+            stale, purchase: nil, subscription: result.subscription, owner: "user", now: Self.start)
+        #expect(outcome.stale && outcome.events.isEmpty && outcome.subscription == result.subscription)
+    }
+
+    @Test("Auto-renew off and on, billing trouble, expiry: CANCELLATION, UNCANCELLATION, BILLING_ISSUE, EXPIRATION")
+    func stateChanges() {
+        let updates = [
+            PurchaseUpdate(source: "app", transaction: Self.period(0), renewal: Self.renewal(1, status: 1)),
+            PurchaseUpdate(source: "notification", renewal: Self.renewal(10, status: 1, autoRenew: false)),
+            PurchaseUpdate(source: "notification", renewal: Self.renewal(20, status: 1, autoRenew: true)),
+            PurchaseUpdate(source: "notification", renewal: Self.renewal(Self.month + 1, status: 4)),
+            PurchaseUpdate(source: "notification", renewal: Self.renewal(Self.month + 50, status: 3)),
+            PurchaseUpdate(
+                source: "notification", renewal: Self.renewal(Self.month * 3, status: 2, autoRenew: false, intent: 2)),
+        ]
+        let result = Self.run(updates)
+        #expect(result.events == ["INITIAL_PURCHASE", "CANCELLATION", "UNCANCELLATION", "BILLING_ISSUE", "EXPIRATION"])
+        #expect(result.subscription?.status == 2 && result.subscription?.expirationIntent == 2)
+    }
+
+    @Test("A plan change at renewal is PRODUCT_CHANGE now; an upgrade bought now is PRODUCT_CHANGE and RENEWAL")
+    func productChanges() {
+        let pending = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0), renewal: Self.renewal(1, status: 1)),
+            PurchaseUpdate(source: "notification", renewal: Self.renewal(10, status: 1, next: "basic")),
+        ])
+        #expect(pending.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE"])
+        let upgrade = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(source: "notification", transaction: Self.period(1, product: "premium", reason: "PURCHASE")),
+        ])
+        #expect(upgrade.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
+        #expect(upgrade.subscription?.productID == "premium")
+    }
+
+    @Test("Consumables: a purchase credits, a refund debits (below zero), a reversal credits again, each once")
+    func ledger() {
+        func coins(revoked: Bool, signed: TimeInterval) -> PurchaseUpdate {
+            PurchaseUpdate(
+                source: "notification",
+                transaction: PurchaseRecord(
+                    transactionID: "77", originalTransactionID: "77", bundleID: "app", productID: "coins",
+                    kind: .consumable, quantity: 3, purchaseDate: Self.start, environment: .sandbox,
+                    revocationDate: revoked ? Self.start.addingTimeInterval(5) : nil,
+                    signedDate: Self.start.addingTimeInterval(signed)))
+        }
+        let result = Self.run([
+            coins(revoked: false, signed: 1), coins(revoked: true, signed: 5), coins(revoked: true, signed: 5),
+            coins(revoked: false, signed: 2), coins(revoked: false, signed: 9),
+        ])
+        #expect(result.ledger.map(\.quantity) == [3, -3, 3])
+        #expect(result.events == ["NON_RENEWING_PURCHASE", "REFUND", "REFUND_REVERSED"])
+        // A refund of coins already spent leaves the balance below zero.
+        let refundedFirst = Self.run([coins(revoked: true, signed: 5)])
+        #expect(refundedFirst.ledger.map(\.quantity) == [3, -3])
+    }
+
+    @Test("A refunded subscription is revoked (5); an extension moves the renewal date (SUBSCRIPTION_EXTENDED)")
+    func refundAndExtension() {
+        var extended = Self.period(0, signed: 20)
+        extended.expiresDate = extended.expiresDate?.addingTimeInterval(50)
+        let result = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(source: "notification", transaction: extended, notificationType: "RENEWAL_EXTENDED"),
+            PurchaseUpdate(source: "notification", transaction: Self.period(0, signed: 30, revoked: true)),
+        ])
+        #expect(result.events == ["INITIAL_PURCHASE", "SUBSCRIPTION_EXTENDED", "REFUND"])
+        #expect(result.subscription?.status == 5)
+    }
+
+    @Test("Whatever order notifications arrive in, the subscription ends as the newest facts say", arguments: 0..<24)
+    func orderIndependence(permutation: Int) {
+        let updates = [
+            PurchaseUpdate(source: "notification", transaction: Self.period(0), renewal: Self.renewal(1, status: 1)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(1), renewal: Self.renewal(Self.month + 1, status: 1)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(1, signed: 40),
+                renewal: Self.renewal(Self.month + 40, status: 1, autoRenew: false)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(1, signed: Self.month),
+                renewal: Self.renewal(Self.month * 2, status: 2, autoRenew: false, intent: 1)),
+        ]
+        var remaining = updates
+        var order: [PurchaseUpdate] = []
+        var index = permutation
+        for base in stride(from: remaining.count, to: 0, by: -1) {
+            order.append(remaining.remove(at: index % base))
+            index /= base
+        }
+        let inOrder = Self.run(updates).subscription
+        var shuffled = Self.run(order).subscription
+        // What was first seen with the update that happened to come first is not state.
+        shuffled?.renewalSignedDate = inOrder?.renewalSignedDate
+        #expect(shuffled?.status == inOrder?.status)
+        #expect(shuffled?.autoRenewStatus == inOrder?.autoRenewStatus)
+        #expect(shuffled?.latestTransactionID == inOrder?.latestTransactionID)
+        #expect(shuffled?.expiresDate == inOrder?.expiresDate)
+        #expect(shuffled?.expirationIntent == inOrder?.expirationIntent)
+    }
+}

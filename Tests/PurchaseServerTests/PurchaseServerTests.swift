@@ -1,0 +1,238 @@
+import AppStoreEmulator
+import Foundation
+import PurchaseServer
+import StoreModel
+import StoreTime
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import SubscriptionLifecycle
+import Synchronization
+import Testing
+
+/// The purchase server against the App Store emulator: the emulator's notifications and the app's posted
+/// transactions in; the subscriber view, events and signed webhooks out.
+@Suite("Purchase server against the emulator")
+struct PurchaseServerTests {
+    @Test("A subscription's story: the server's view follows the emulator's truth, with the expected webhooks")
+    func subscriptionStory() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (account, device) = try await harness.customer()
+        let token = UUID()
+        let (id, jws) = try await harness.buy("monthly", device: device, token: token)
+        let (status, posted) = try await harness.post(jws, user: "alice")
+        #expect(status == 200, "\(posted)")
+        #expect(posted["entitlements"]?["plus"]?["active"] == .bool(true))
+
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        _ = try await harness.store.subscriptionVerb(.setAutoRenew(false), transactionID: id)
+        _ = try await harness.store.configureBilling(account.rawValue, retryOnRenewal: nil, gracePeriod: nil)
+        try await harness.settleNotifications()
+        let view = try await harness.subscriber("alice") { body in
+            body["subscriptions"]?[id]?["autoRenewStatus"] == .bool(false)
+        }
+        let truth = try #require(try await harness.store.subscriptionState(originalTransactionID: id))
+        let server = try #require(view["subscriptions"]?[id])
+        #expect(server["status"]?.int64Value == truth.status.rawValue)
+        #expect(server["autoRenewStatus"] == .bool(truth.autoRenew))
+        #expect(
+            server["expiresDate"]?.doubleValue
+                == truth.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) })
+        #expect(view["entitlements"]?["plus"]?["willRenew"] == .bool(false))
+
+        _ = try await harness.store.subscriptionVerb(.expireNow, transactionID: id)
+        try await harness.settleNotifications()
+        let expired = try await harness.subscriber("alice") { $0["subscriptions"]?[id]?["status"]?.int64Value == 2 }
+        #expect(expired["entitlements"]?["plus"]?["active"] == .bool(false))
+        let types = try await harness.sink.types { $0.contains("EXPIRATION") }
+        #expect(types == ["INITIAL_PURCHASE", "RENEWAL", "CANCELLATION", "EXPIRATION"])
+        #expect(harness.sink.state.received.withLock { $0.allSatisfy(\.signatureValid) })
+        #expect(
+            harness.sink.state.received.withLock { $0.allSatisfy { $0.event["app_user_id"]?.stringValue == "alice" } })
+    }
+
+    @Test("Billing trouble: BILLING_ISSUE in the grace period (still entitled), then EXPIRATION when retry ends")
+    func billingTrouble() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (account, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device, token: UUID())
+        _ = try await harness.post(jws, user: "bob")
+        _ = try await harness.store.configureBilling(account.rawValue, retryOnRenewal: true, gracePeriod: true)
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        try await harness.settleNotifications()
+        let grace = try await harness.subscriber("bob") { $0["subscriptions"]?[id]?["status"]?.int64Value == 4 }
+        #expect(grace["entitlements"]?["plus"]?["inGracePeriod"] == .bool(true))
+        #expect(grace["entitlements"]?["plus"]?["active"] == .bool(true))
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 3), rate: nil)
+        try await harness.settleNotifications()
+        let over = try await harness.subscriber("bob") { $0["subscriptions"]?[id]?["status"]?.int64Value == 2 }
+        #expect(over["entitlements"]?["plus"]?["active"] == .bool(false))
+        #expect(over["subscriptions"]?[id]?["expirationIntent"]?.int64Value == 2)
+        let types = try await harness.sink.types { $0.contains("EXPIRATION") }
+        #expect(types.starts(with: ["INITIAL_PURCHASE", "BILLING_ISSUE"]) && types.last == "EXPIRATION", "\(types)")
+    }
+
+    @Test("Consumables credit the ledger; a refund debits it below zero; non-consumables entitle until refunded")
+    func ledgerAndRefunds() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let token = UUID()
+        var coins: [String] = []
+        for _ in 0..<2 {
+            let (id, jws) = try await harness.buy("coins", device: device, token: token)
+            coins.append(id)
+            _ = try await harness.post(jws, user: "carol")
+        }
+        let (pro, proJWS) = try await harness.buy("pro", device: device, token: token)
+        _ = try await harness.post(proJWS, user: "carol")
+        var view = try await harness.subscriber("carol")
+        #expect(view["balances"]?["com.example.storekeeper.coins"]?.int64Value == 2)
+        #expect(view["entitlements"]?["pro"]?["active"] == .bool(true))
+        for id in coins + [pro] { _ = try await harness.store.refund(transactionID: id, reason: .other) }
+        try await harness.settleNotifications()
+        view = try await harness.subscriber("carol") { $0["entitlements"]?["pro"]?["active"] == .bool(false) }
+        #expect(view["balances"]?["com.example.storekeeper.coins"]?.int64Value == 0)
+        let types = try await harness.sink.types { $0.filter { $0 == "REFUND" }.count == 3 }
+        #expect(types.filter { $0 == "REFUND" }.count == 3 && types.filter { $0 == "NON_RENEWING_PURCHASE" }.count == 3)
+    }
+
+    @Test("Duplicated and replayed notifications change nothing twice; forged and tampered ones change nothing")
+    func duplicatesAndForgeries() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device, token: UUID())
+        _ = try await harness.post(jws, user: "dave")
+        _ = try await harness.store.subscriptionVerb(.setAutoRenew(false), transactionID: id)
+        try await harness.settleNotifications()
+        let history = try await harness.store.notificationHistory(
+            bundleID: ServerHarness.bundleID, environment: .sandbox, from: .distantPast, to: .distantFuture, after: nil,
+            limit: 100)
+        let before = try await harness.subscriber("dave") {
+            $0["subscriptions"]?[id]?["autoRenewStatus"] == .bool(false)
+        }
+        let (_, eventsBefore) = try await harness.call("GET", "/v1/subscribers/dave/events")
+        let path = "/v1/notifications/apple/\(ServerHarness.bundleID)"
+        // Replayed in reverse order, twice.
+        for entry in (history + history).reversed() {
+            let (status, answer) = try await harness.call(
+                "POST", path, try JSONParser.parse(entry.notification.body).objectValue, key: nil)
+            #expect(status == 200 && answer["duplicate"] == .bool(true), "\(answer)")
+        }
+        // Forged: a payload signed by another key; tampered: a payload byte changed.
+        let signed = try #require(history.last?.notification.signedPayload)
+        var parts = signed.split(separator: ".").map(String.init)
+        let decoded = try #require(Data(base64Encoded: Self.padded(parts[1])))
+        let payload = try #require(try JSONParser.parse(Array(decoded)).objectValue)
+        let forged = try JWSFixtures.sign(payload)
+        parts[1] = String(parts[1].dropLast()) + (parts[1].hasSuffix("A") ? "B" : "A")
+        for bad in [parts.joined(separator: "."), forged, "not.a.jws"] {
+            let (status, answer) = try await harness.call("POST", path, ["signedPayload": .string(bad)], key: nil)
+            #expect(status == 422 || status == 400, "\(answer)")
+        }
+        let after = try await harness.subscriber("dave")
+        #expect(after == before)
+        let (_, eventsAfter) = try await harness.call("GET", "/v1/subscribers/dave/events")
+        #expect(eventsAfter == eventsBefore)
+    }
+
+    static func padded(_ base64url: String) -> String {
+        var text = base64url.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        return text
+    }
+
+    @Test(
+        "The same purchase posted by another user moves to it (transfer) or stays (keep), and is recorded",
+        arguments: [TransferPolicy.transfer, .keep])
+    func transfers(policy: TransferPolicy) async throws {
+        let harness = try await ServerHarness.make(transferPolicy: policy, withAPI: false)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(jws, user: "erin")
+        let (_, second) = try await harness.post(jws, user: "frank")
+        let erin = try await harness.subscriber("erin")
+        if policy == .transfer {
+            #expect(second["subscriptions"]?[id] != nil && erin["subscriptions"]?[id] == nil)
+            let types = try await harness.sink.types { $0.contains("TRANSFER") }
+            #expect(types.contains("TRANSFER"))
+        } else {
+            #expect(second["subscriptions"]?[id] == nil && erin["subscriptions"]?[id] != nil)
+            #expect(second["flags"]?.arrayValue?.contains(.string("purchase_kept_by_other_user")) == true)
+        }
+    }
+
+    @Test("Receipts are verified (bundle, device) and their purchases applied; V1 notifications need the password")
+    func receiptsAndV1() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        _ = try await harness.buy("pro", device: device)
+        let receipt = try await harness.store.receipt(deviceID: device, bundleID: ServerHarness.bundleID)
+        let body: JSONObject = [
+            "bundleId": .string(ServerHarness.bundleID), "appUserId": .string("gina"),
+            "receipt": .string(Data(receipt).base64EncodedString()), "deviceId": .string(device),
+        ]
+        let (status, view) = try await harness.call("POST", "/v1/receipts", body, key: ServerHarness.publicKey)
+        #expect(status == 200 && view["entitlements"]?["pro"]?["active"] == .bool(true), "\(view)")
+        var wrongDevice = body
+        wrongDevice["deviceId"] = .string(UUID().uuidString)
+        let (refused, _) = try await harness.call("POST", "/v1/receipts", wrongDevice, key: ServerHarness.publicKey)
+        #expect(refused == 422)
+        let (unauthorized, _) = try await harness.call("POST", "/v1/receipts", body, key: "pk_wrong_key")
+        #expect(unauthorized == 401)
+        let v1: JSONObject = [
+            "notification_type": .string("DID_RENEW"), "password": .string("wrong"),
+            "unified_receipt": .object(["latest_receipt": .string(Data(receipt).base64EncodedString())]),
+        ]
+        let (badPassword, _) = try await harness.call(
+            "POST", "/v1/notifications/apple/\(ServerHarness.bundleID)", v1, key: nil)
+        #expect(badPassword == 401)
+    }
+
+    @Test("Grants give an entitlement until they end or are revoked; the routes need the secret key")
+    func grantsAndAuth() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let (status, granted) = try await harness.call(
+            "POST", "/v1/subscribers/hank/entitlements/plus/grant", ["durationDays": .integer(7)])
+        #expect(status == 200 && granted["entitlements"]?["plus"]?["source"] == .string("promotional"))
+        #expect(granted["entitlements"]?["plus"]?["active"] == .bool(true))
+        let (_, revoked) = try await harness.call("POST", "/v1/subscribers/hank/entitlements/plus/revoke")
+        #expect(revoked["entitlements"]?["plus"]?["active"] == .bool(false))
+        let (unknown, _) = try await harness.call("POST", "/v1/subscribers/hank/entitlements/gold/grant", [:])
+        #expect(unknown == 404)
+        let (noKey, _) = try await harness.call("GET", "/v1/subscribers/hank", key: ServerHarness.publicKey)
+        #expect(noKey == 401)
+        let (missing, _) = try await harness.call("GET", "/v1/subscribers/nobody")
+        #expect(missing == 404)
+        let (health, _) = try await harness.call("GET", "/healthz", key: nil)
+        #expect(health == 200)
+        let metrics = try await HTTPClient().send("GET", harness.base + "/metrics")
+        #expect(String(decoding: metrics.body, as: UTF8.self).contains("storekeeper_webhook_outbox_pending"))
+    }
+
+    @Test("Webhooks refused at first are retried until delivered; their history shows every attempt")
+    func webhookRetries() async throws {
+        let harness = try await ServerHarness.make(withAPI: false, failFirstWebhooks: [500, 503])
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (_, jws) = try await harness.buy("pro", device: device)
+        _ = try await harness.post(jws, user: "ivan")
+        let types = try await harness.sink.types { !$0.isEmpty }
+        #expect(types == ["NON_RENEWING_PURCHASE"])
+        var deliveries: [JSONValue] = []
+        for _ in 0..<500 {
+            let (_, body) = try await harness.call("GET", "/v1/webhooks/deliveries")
+            deliveries = body["deliveries"]?.arrayValue ?? []
+            if deliveries.allSatisfy({ $0["state"] == .string("delivered") }) { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let attempts = deliveries.first?["attempts"]?.arrayValue?.compactMap { $0["status"]?.int64Value }
+        #expect(attempts == [500, 503, 200])
+    }
+}

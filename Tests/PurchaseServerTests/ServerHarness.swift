@@ -1,0 +1,216 @@
+import AppStoreEmulator
+import Foundation
+import PurchaseServer
+import StoreKitCatalog
+import StoreModel
+import StoreTime
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Synchronization
+import Testing
+
+/// Receives the purchase server's webhooks: records each body with its signature check, answers 200 (or
+/// the statuses it is told to first).
+final class WebhookSink: Sendable {
+    struct Received: Sendable {
+        var event: JSONObject
+        var signatureValid: Bool
+    }
+
+    final class State: Sendable {
+        let received = Mutex<[Received]>([])
+        let failFirst: Mutex<[Int]>
+        init(_ failFirst: [Int]) { self.failFirst = Mutex(failFirst) }
+    }
+
+    let state: State
+    let server: HTTPServer
+
+    init(secret: String, failFirst: [Int] = []) throws {
+        let state = State(failFirst)
+        self.state = state
+        var router = Router()
+        router.add(
+            "POST", "/hooks",
+            inline: { request, _ in
+                let body = String(decoding: request.body, as: UTF8.self)
+                var valid = false
+                if let header = request.header("Storekeeper-Signature"),
+                    let stamp = header.split(separator: ",").first?.dropFirst(2),
+                    let seconds = Double(stamp)
+                {
+                    valid =
+                        header
+                        == PurchaseServer.signature(
+                            body: body, secret: secret, at: Date(timeIntervalSince1970: seconds))
+                }
+                let status = state.failFirst.withLock { $0.isEmpty ? 200 : $0.removeFirst() }
+                if status == 200, let event = (try? JSONParser.parse(request.body))?["event"]?.objectValue {
+                    state.received.withLock { $0.append(Received(event: event, signatureValid: valid)) }
+                }
+                return HTTPResponse(status: status)
+            })
+        server = try HTTPServer(port: 0, responder: router.freeze())
+    }
+
+    var url: String { "http://127.0.0.1:\(server.port)/hooks" }
+
+    /// Event types received, once `until` holds (or after about ten seconds).
+    func types(until done: @Sendable ([String]) -> Bool = { _ in true }) async throws -> [String] {
+        var types: [String] = []
+        for _ in 0..<1_000 {
+            types = state.received.withLock { $0.map { $0.event["type"]?.stringValue ?? "?" } }
+            if done(types) { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return types
+    }
+
+    deinit { server.stop() }
+}
+
+/// An App Store emulator and a purchase server on loopback, the emulator's notifications pointed at the
+/// server, the server's webhooks at a sink; the test plays the app (buys, posts transactions).
+struct ServerHarness {
+    static let bundleID = DefaultCatalog.bundleID
+    static let secret = "sk_test_0123456789abcdef"
+    static let publicKey = "pk_test_abcdefgh"
+    static let webhookSecret = "whsec_0123456789"
+
+    let store: AppStore
+    let emulator: HTTPServer
+    let server: PurchaseServer
+    let http: HTTPServer
+    let sink: WebhookSink
+    let directory: URL
+
+    static func make(
+        storage: (any ServerStorage)? = nil, transferPolicy: TransferPolicy = .transfer, withAPI: Bool = true,
+        failFirstWebhooks: [Int] = []
+    ) async throws -> ServerHarness {
+        let directory = try ExternalTool.temporaryDirectory()
+        let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID, sharedSecret: "s3cret")],
+            dataDirectory: directory.appendingPathComponent("emulator"), rate: .monthlyRenewalEveryFiveMinutes)
+        store.startScheduler(granularity: .milliseconds(20))
+        let emulator = try HTTPServer(port: 0, responder: store.responder())
+        let sink = try WebhookSink(secret: webhookSecret, failFirst: failFirstWebhooks)
+        var api: ServerAPISettings?
+        if withAPI {
+            let minted = try await store.mintAPIKey(bundleID: bundleID)
+            api = ServerAPISettings(
+                keyID: minted.keyID, issuerID: minted.issuerID, privateKey: try PrivateKey(pem: minted.privateKey),
+                productionURL: "http://127.0.0.1:\(emulator.port)",
+                sandboxURL: "http://127.0.0.1:\(emulator.port)/sandbox")
+        }
+        let app = AppSettings(
+            bundleID: bundleID, appAppleID: 1_234_567_890, publicKey: publicKey, sharedSecret: "s3cret",
+            receiptRoots: [store.pki.receipts.root], jwsRoots: [store.pki.signedData.root], serverAPI: api,
+            entitlements: [
+                "plus": ["com.example.storekeeper.monthly", "com.example.storekeeper.yearly"],
+                "pro": ["com.example.storekeeper.pro"],
+            ],
+            webhooks: [WebhookTarget(url: sink.url, secret: webhookSecret)])
+        let configuration = ServerConfiguration(
+            secretKey: secret, apps: [app], transferPolicy: transferPolicy, webhookRetrySchedule: [0.05, 0.05, 0.05])
+        let chosen: any ServerStorage
+        if let storage {
+            chosen = storage
+        } else {
+            chosen = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
+        }
+        let server = try PurchaseServer(configuration: configuration, storage: chosen)
+        server.startDelivery(granularity: .milliseconds(20))
+        let http = try HTTPServer(port: 0, responder: server.responder())
+        let notificationsURL = "http://127.0.0.1:\(http.port)/v1/notifications/apple/\(bundleID)"
+        try await store.setNotifications(
+            bundleID: bundleID,
+            AppNotifications(
+                productionURLs: [notificationsURL], sandboxURLs: [notificationsURL], retrySchedule: [0.1, 0.1, 0.1]))
+        return ServerHarness(
+            store: store, emulator: emulator, server: server, http: http, sink: sink, directory: directory)
+    }
+
+    func stop() {
+        server.stopDelivery()
+        store.stopScheduler()
+        http.stop()
+        emulator.stop()
+    }
+
+    var base: String { "http://127.0.0.1:\(http.port)" }
+
+    /// A customer with the app installed: the device id.
+    func customer(environment: Environment = .sandbox) async throws -> (account: AccountID, device: String) {
+        let account = try await store.createAccount(environment: environment, storefront: "USA")
+        let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
+        _ = try await store.install(deviceID: device, bundleID: Self.bundleID, version: "1")
+        return (account.id, device)
+    }
+
+    /// Buys on the emulator (with the user's app account token): the transaction id and its JWS.
+    func buy(_ product: String, device: String, token: UUID? = nil) async throws -> (id: String, jws: String) {
+        let outcome = try await store.pay(
+            deviceID: device, bundleID: Self.bundleID, productID: "com.example.storekeeper.\(product)", quantity: 1,
+            applicationUsername: nil, appAccountToken: token?.uuidString)
+        guard case .purchased(let stored, let jws) = outcome else {
+            throw HarnessError("the payment did not go through")
+        }
+        return (stored.id.rawValue, jws)
+    }
+
+    struct HarnessError: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// A request to the server; answers the status and the JSON body.
+    func call(_ method: String, _ path: String, _ body: JSONObject? = nil, key: String? = ServerHarness.secret)
+        async throws -> (Int, JSONValue)
+    {
+        var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
+        if let key { headers.append(("Authorization", "Bearer " + key)) }
+        let response = try await HTTPClient().send(
+            method, base + path, headers: headers, body: body.map { JSONWriter.bytes(.object($0)) } ?? [])
+        return (response.status, response.body.isEmpty ? .null : try JSONParser.parse(response.body))
+    }
+
+    /// The app posts its user's transaction.
+    func post(_ jws: String, user: String) async throws -> (Int, JSONValue) {
+        try await call(
+            "POST", "/v1/transactions",
+            ["bundleId": .string(Self.bundleID), "appUserId": .string(user), "signedTransaction": .string(jws)],
+            key: Self.publicKey)
+    }
+
+    func subscriber(_ user: String) async throws -> JSONValue {
+        let (status, body) = try await call("GET", "/v1/subscribers/\(user)")
+        #expect(status == 200, "\(body)")
+        return body
+    }
+
+    /// The subscriber once `done` holds (or after about ten seconds).
+    func subscriber(_ user: String, until done: (JSONValue) -> Bool) async throws -> JSONValue {
+        var body: JSONValue = .null
+        for _ in 0..<500 {
+            body = try await subscriber(user)
+            if done(body) { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return body
+    }
+
+    /// Every notification the emulator has delivered (or failed) so far, once none is pending.
+    func settleNotifications() async throws {
+        for _ in 0..<500 {
+            let history = try await store.notificationHistory(
+                bundleID: Self.bundleID, environment: .sandbox, from: .distantPast, to: .distantFuture, after: nil,
+                limit: 1_000)
+            if history.allSatisfy({ $0.notification.state != .pending }) { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}

@@ -371,9 +371,14 @@ public final class PurchaseServer: Sendable {
         }
         let outcome = PurchaseEngine.apply(
             update, purchase: storedPurchase, subscription: storedSubscription, owner: owner, now: now)
-        if let purchase = outcome.purchase, purchase != storedPurchase { try store.save(purchase) }
-        if let subscription = outcome.subscription, subscription != storedSubscription {
-            try store.save(subscription)
+        // An owner known now holds even when the facts were stale (a receipt signed before the notification).
+        if var purchase = outcome.purchase {
+            if let owner { purchase.owner = owner }
+            if purchase != storedPurchase { try store.save(purchase) }
+        }
+        if var subscription = outcome.subscription {
+            if let owner { subscription.owner = owner }
+            if subscription != storedSubscription { try store.save(subscription) }
         }
         if transferred, let owner {
             for var purchase in try store.purchases(original: originalID) where purchase.owner != owner {
@@ -386,8 +391,16 @@ public final class PurchaseServer: Sendable {
             }
         }
         for entry in outcome.ledger { _ = try store.append(entry) }
+        // Events of a purchase no user has claimed yet wait for one: their webhooks go out with the user.
+        if let owner, claimant == owner {
+            for event in try store.claimOwnerlessEvents(original: originalID, owner: owner) {
+                try enqueueWebhooks(for: event, in: store, now: now)
+            }
+        }
         for event in events + outcome.events where try store.append(event) {
-            try enqueueWebhooks(for: event, in: store, now: now)
+            if event.appUserID != nil || event.originalTransactionID == nil {
+                try enqueueWebhooks(for: event, in: store, now: now)
+            }
             metrics.count("storekeeper_events_total", ["type": event.type])
         }
         if let claimant, let owner, owner == claimant, update.transaction?.kind == .autoRenewable {

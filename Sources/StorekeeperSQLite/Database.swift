@@ -62,6 +62,53 @@ public actor Database {
         }
     }
 
+    /// Writes waiting for the next group commit.
+    private var group: [GroupedWrite] = []
+
+    private struct GroupedWrite {
+        let body: (Connection) throws -> any Sendable
+        let resume: (Result<any Sendable, any Error>) -> Void
+    }
+
+    /// Runs `body` in a transaction shared with the other grouped writes waiting at the moment it runs (a
+    /// group commit: one fsync for many). Each body is all or nothing on its own — a savepoint rolls back
+    /// one that throws — and a write returns only after the group committed, so it is durable.
+    public func writeGrouped<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        let result: any Sendable = try await withCheckedThrowingContinuation { continuation in
+            group.append(
+                GroupedWrite(body: { try body($0) }, resume: { continuation.resume(with: $0) }))
+            if group.count == 1 { Task { await self.commitGroup() } }
+        }
+        return result as! T
+    }
+
+    /// Runs every waiting write in one transaction and answers them once it committed.
+    private func commitGroup() {
+        let writes = group
+        group = []
+        guard !writes.isEmpty else { return }
+        var results: [Result<any Sendable, any Error>] = []
+        do {
+            try connection.executeScript("BEGIN IMMEDIATE")
+            for write in writes {
+                try connection.executeScript("SAVEPOINT grouped")
+                do {
+                    results.append(.success(try write.body(connection)))
+                    try connection.executeScript("RELEASE grouped")
+                } catch {
+                    try connection.executeScript("ROLLBACK TO grouped; RELEASE grouped")
+                    results.append(.failure(error))
+                }
+            }
+            try connection.executeScript("COMMIT")
+        } catch {
+            try? connection.executeScript("ROLLBACK")
+            for write in writes { write.resume(.failure(error)) }
+            return
+        }
+        for (write, result) in zip(writes, results) { write.resume(result) }
+    }
+
     /// Applies the migrations not yet recorded in `schema_migrations`, in order, each in its own transaction;
     /// returns the ids applied. Refuses a database that has a migration this list does not start with
     /// (a newer build's, or an edited list).

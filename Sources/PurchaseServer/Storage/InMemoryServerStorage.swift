@@ -26,7 +26,7 @@ public final class InMemoryServerStorage: ServerStorage {
         try tables.withLock { tables in try body(Store(tables: tables)) }
     }
 
-    public func write<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
         try tables.withLock { tables in
             let store = Store(tables: tables)
             let result = try body(store)
@@ -124,6 +124,17 @@ public final class InMemoryServerStorage: ServerStorage {
                         && (item.event.appUserID == owner
                             || item.event.originalTransactionID.map(owned.contains) == true)
                 }.prefix(limit))
+        }
+        func claimOwnerlessEvents(original: String, owner: String) -> [ServerEvent] {
+            var claimed: [ServerEvent] = []
+            for index in tables.events.indices
+            where tables.events[index].event.originalTransactionID == original
+                && tables.events[index].event.appUserID == nil
+            {
+                tables.events[index].event.appUserID = owner
+                claimed.append(tables.events[index].event)
+            }
+            return claimed
         }
         func recordInput(key: String, kind: String, body: [UInt8], received: Date) -> Bool {
             tables.inputs.insert(key).inserted

@@ -67,8 +67,9 @@ public struct SQLiteServerStorage: ServerStorage {
         try await database.read { try body(Store(connection: $0)) }
     }
 
-    public func write<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
-        try await database.write { try body(Store(connection: $0)) }
+    /// Writes wait for one another's commit: concurrent inputs share one fsync (group commit).
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
+        try await database.writeGrouped { try body(Store(connection: $0)) }
     }
 
     struct Store: ServerStore {
@@ -246,6 +247,22 @@ public struct SQLiteServerStorage: ServerStorage {
                     .integer(Int64(limit)),
                 ]
             ).map { ($0["position"].int64 ?? 0, try Self.decode(ServerEvent.self, $0["document"])) }
+        }
+
+        func claimOwnerlessEvents(original: String, owner: String) throws -> [ServerEvent] {
+            var claimed: [ServerEvent] = []
+            for row in try connection.execute(
+                "SELECT position, document FROM events WHERE original_id = ? AND owner IS NULL ORDER BY position",
+                [.text(original)])
+            {
+                var event = try Self.decode(ServerEvent.self, row["document"])
+                event.appUserID = owner
+                try connection.execute(
+                    "UPDATE events SET owner = ?, document = ? WHERE position = ?",
+                    [.text(owner), try Self.encode(event), row["position"]])
+                claimed.append(event)
+            }
+            return claimed
         }
 
         func recordInput(key: String, kind: String, body: [UInt8], received: Date) throws -> Bool {

@@ -46,6 +46,8 @@ public protocol EventRepository {
     func events(bundle: String, owner: String, after position: Int64?, limit: Int) throws -> [(
         position: Int64, event: ServerEvent
     )]
+    /// Gives the events of `original` that had no owner to `owner`; answers them as they are now.
+    func claimOwnerlessEvents(original: String, owner: String) throws -> [ServerEvent]
     /// Keeps an input exactly as received; false when one with this key was kept before (a duplicate).
     func recordInput(key: String, kind: String, body: [UInt8], received: Date) throws -> Bool
     func inputCount() throws -> Int
@@ -73,7 +75,8 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
 /// run one at a time. One contract suite holds for every backend.
 public protocol ServerStorage: Sendable {
     func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T
-    func write<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T
+    /// `body` may be held until the write commits (SQLite commits concurrent writes together).
+    func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T
 }
 
 /// A webhook to send: the event, the URL, the exact body, and every attempt.

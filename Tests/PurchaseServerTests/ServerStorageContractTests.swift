@@ -1,0 +1,166 @@
+import Foundation
+import PurchaseServer
+import StoreModel
+import StorekeeperTestSupport
+import Testing
+
+/// One contract for every ``ServerStorage`` backend.
+@Suite("Purchase server storage contract")
+struct ServerStorageContractTests {
+    enum Backend: String, CaseIterable, CustomStringConvertible {
+        case memory, sqlite
+        var description: String { rawValue }
+        func make() async throws -> any ServerStorage {
+            switch self {
+            case .memory: InMemoryServerStorage()
+            case .sqlite:
+                try await SQLiteServerStorage(
+                    path: try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path)
+            }
+        }
+    }
+
+    static let start = Date(timeIntervalSince1970: 1_800_000_000)
+
+    static func purchase(_ id: String, original: String? = nil, owner: String?, kind: ProductKind = .consumable)
+        -> PurchaseRecord
+    {
+        PurchaseRecord(
+            transactionID: id, originalTransactionID: original ?? id, bundleID: "app", productID: "coins", kind: kind,
+            quantity: 2, purchaseDate: start.addingTimeInterval(Double(id) ?? 0), environment: .sandbox,
+            appAccountToken: "0f4b8f3e-0000-4000-8000-000000000001", signedDate: start, owner: owner)
+    }
+
+    @Test("Records round-trip; owners, tokens and originals find them", arguments: Backend.allCases)
+    func roundTrip(backend: Backend) async throws {
+        let storage = try await backend.make()
+        var subscriber = Subscriber(bundleID: "app", appUserID: "u1", firstSeen: Self.start)
+        subscriber.appAccountTokens = ["0f4b8f3e-0000-4000-8000-000000000001"]
+        subscriber.flags = ["multiple_apple_accounts"]
+        let saved = subscriber
+        try await storage.write { store in
+            try store.save(saved)
+            try store.save(Self.purchase("1", owner: "u1"))
+            try store.save(Self.purchase("2", original: "1", owner: "u1"))
+            try store.save(Self.purchase("3", owner: "u2"))
+        }
+        try await storage.read { (store: any ServerStore) throws in
+            #expect(try store.subscriber(bundle: "app", appUserID: "u1") == saved)
+            #expect(
+                try store.subscriber(bundle: "app", appAccountToken: "0F4B8F3E-0000-4000-8000-000000000001")?.appUserID
+                    == "u1")
+            #expect(try store.subscriber(bundle: "other", appUserID: "u1") == nil)
+            #expect(try store.purchase("1") == Self.purchase("1", owner: "u1"))
+            #expect(try store.purchases(bundle: "app", owner: "u1").map(\.transactionID) == ["1", "2"])
+            #expect(try store.purchases(original: "1").map(\.transactionID) == ["1", "2"])
+        }
+    }
+
+    @Test(
+        "The ledger keeps one entry per transaction and reason; balances follow ownership", arguments: Backend.allCases)
+    func ledger(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let added = try await storage.write { store -> [Bool] in
+            try store.save(Self.purchase("1", owner: "u1"))
+            let credit = LedgerEntry(
+                transactionID: "1", productID: "coins", quantity: 2, reason: .purchase, date: Self.start)
+            let debit = LedgerEntry(
+                transactionID: "1", productID: "coins", quantity: -2, reason: .refund, date: Self.start)
+            return [try store.append(credit), try store.append(credit), try store.append(debit)]
+        }
+        #expect(added == [true, false, true])
+        #expect(try await storage.read { try $0.balances(bundle: "app", owner: "u1") } == ["coins": 0])
+        try await storage.write { store in
+            var moved = Self.purchase("1", owner: "u2")
+            moved.owner = "u2"
+            try store.save(moved)
+        }
+        #expect(try await storage.read { try $0.balances(bundle: "app", owner: "u1") }.isEmpty)
+    }
+
+    @Test(
+        "Events are unique by id and found by owner or by the purchases the owner owns now", arguments: Backend.allCases
+    )
+    func events(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let appended = try await storage.write { store -> [Bool] in
+            try store.save(Self.purchase("9", owner: "u1"))
+            let mine = ServerEvent(
+                id: "a", type: "RENEWAL", bundleID: "app", appUserID: "u1", date: Self.start, source: "app")
+            let ownerless = ServerEvent(
+                id: "b", type: "REFUND", bundleID: "app", appUserID: nil, date: Self.start, originalTransactionID: "9",
+                source: "notification")
+            let other = ServerEvent(
+                id: "c", type: "RENEWAL", bundleID: "app", appUserID: "u2", date: Self.start, source: "app")
+            return [
+                try store.append(mine), try store.append(mine), try store.append(ownerless), try store.append(other),
+            ]
+        }
+        #expect(appended == [true, false, true, true])
+        let events = try await storage.read { try $0.events(bundle: "app", owner: "u1", after: nil, limit: 10) }
+        #expect(events.map(\.event.id) == ["a", "b"])
+        let after = try await storage.read {
+            try $0.events(bundle: "app", owner: "u1", after: events[0].position, limit: 10)
+        }
+        #expect(after.map(\.event.id) == ["b"])
+        // An ownerless event goes to the user who claims its purchase, once.
+        let claimed = try await storage.write { store in
+            [
+                try store.claimOwnerlessEvents(original: "9", owner: "u3"),
+                try store.claimOwnerlessEvents(original: "9", owner: "u4"),
+            ]
+        }
+        #expect(claimed.map { $0.map(\.appUserID) } == [["u3"], []])
+    }
+
+    @Test("Inputs are kept once; deliveries are due in order and updated", arguments: Backend.allCases)
+    func inputsAndDeliveries(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let kept = try await storage.write { store -> [Bool] in
+            [
+                try store.recordInput(key: "n:1", kind: "notification", body: [1], received: Self.start),
+                try store.recordInput(key: "n:1", kind: "notification", body: [1], received: Self.start),
+            ]
+        }
+        #expect(kept == [true, false])
+        var first = WebhookDelivery(
+            id: "e1@x", eventID: "e1", eventType: "RENEWAL", bundleID: "app", url: "http://x", body: "{}",
+            created: Self.start)
+        let second = WebhookDelivery(
+            id: "e2@x", eventID: "e2", eventType: "RENEWAL", bundleID: "app", url: "http://x", body: "{}",
+            created: Self.start.addingTimeInterval(5))
+        let pending = first
+        let inserted = try await storage.write { store in
+            [try store.insert(pending), try store.insert(second), try store.insert(pending)]
+        }
+        #expect(inserted == [true, true, false])
+        #expect(try await storage.read { try $0.dueDeliveries(until: Self.start, limit: 10) }.map(\.id) == ["e1@x"])
+        first.state = .delivered
+        first.nextAttempt = nil
+        let delivered = first
+        try await storage.write { try $0.update(delivered) }
+        try await storage.read { (store: any ServerStore) throws in
+            #expect(try store.dueDeliveries(until: Self.start.addingTimeInterval(10), limit: 10).map(\.id) == ["e2@x"])
+            #expect(try store.nextDeliveryDue() == Self.start.addingTimeInterval(5))
+            #expect(try store.pendingDeliveryCount() == 1)
+            #expect(try store.deliveries(after: nil, limit: 10).map(\.delivery.state) == [.delivered, .pending])
+        }
+    }
+
+    @Test("A write that throws leaves nothing behind", arguments: Backend.allCases)
+    func rollback(backend: Backend) async throws {
+        let storage = try await backend.make()
+        struct Boom: Error {}
+        await #expect(throws: Boom.self) {
+            try await storage.write { store in
+                try store.save(Self.purchase("1", owner: "u1"))
+                _ = try store.recordInput(key: "k", kind: "x", body: [], received: Self.start)
+                throw Boom()
+            }
+        }
+        try await storage.read { (store: any ServerStore) throws in
+            #expect(try store.purchase("1") == nil)
+            #expect(try store.inputCount() == 0)
+        }
+    }
+}

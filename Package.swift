@@ -174,7 +174,7 @@ let package = Package(
             name: "StorekeeperCLITests",
             dependencies: [
                 "StorekeeperCLI", "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperJSON", "StorekeeperHTTP",
-                "StorekeeperTestSupport",
+                "StorekeeperTestSupport", "AppStoreEmulator", "AppStoreSignedData",
             ],
             swiftSettings: upcoming),
     ]

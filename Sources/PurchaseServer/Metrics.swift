@@ -13,14 +13,23 @@ final class Metrics: Sendable {
 
     static func key(_ name: String, _ labels: [String: String]) -> String {
         guard !labels.isEmpty else { return name }
-        let rendered = labels.sorted { $0.key < $1.key }.map { key, value in
-            let escaped = value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(
-                of: "\"", with: "\\\""
-            )
-            .replacingOccurrences(of: "\n", with: "\\n")
-            return "\(key)=\"\(escaped)\""
-        }
+        let rendered = labels.sorted { $0.key < $1.key }.map { key, value in "\(key)=\"\(escape(value))\"" }
         return "\(name){\(rendered.joined(separator: ","))}"
+    }
+
+    /// A label value with backslash, quote and newline escaped (nearly always none: then as it is).
+    static func escape(_ value: String) -> String {
+        guard value.utf8.contains(where: { $0 == 0x5C || $0 == 0x22 || $0 == 0x0A }) else { return value }
+        var result = ""
+        for character in value {
+            switch character {
+            case "\\": result += "\\\\"
+            case "\"": result += "\\\""
+            case "\n": result += "\\n"
+            default: result.append(character)
+            }
+        }
+        return result
     }
 
     /// The exposition text: counters, then the gauges given.

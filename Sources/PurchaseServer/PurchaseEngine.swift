@@ -1,5 +1,5 @@
 public import Foundation
-public import StoreModel
+import StoreModel
 
 /// What the server learned, verified: a transaction, renewal facts (with Apple's status), or both, and the
 /// Apple notification that carried them when there was one.

@@ -70,9 +70,24 @@ extension PurchaseServer {
                                 bundleID: bundleID, appUserID: user, receipt: Array(receipt),
                                 deviceID: body["deviceId"]?.stringValue))))
             })
-        router.get(
-            "/v1/subscribers/{user}",
-            handle { request, context in
+        router.add(
+            "GET", "/v1/subscribers/{user}",
+            inline: { request, context in
+                // From memory when the user's records are cached: answered on the server's thread.
+                do {
+                    try server.authorizeSecret(request)
+                    guard
+                        let view = try server.cachedSubscriber(
+                            bundleID: try server.bundleID(request.query["bundleId"]),
+                            appUserID: try context.parameter("user"))
+                    else { return nil }
+                    server.metrics.count("storekeeper_http_requests_total", ["route": "subscribers"])
+                    return .json(.object(Self.render(view)))
+                } catch let error as PurchaseServerError {
+                    throw HTTPError(status: error.status, code: error.code.rawValue, message: error.message)
+                }
+            },
+            otherwise: handle { request, context in
                 try server.authorizeSecret(request)
                 return .json(
                     .object(

@@ -27,22 +27,33 @@ public struct SubscriberView: Sendable {
 extension PurchaseServer {
     /// The user's view now; an unknown user is a 404.
     public func subscriber(bundleID: String, appUserID: String) async throws -> SubscriberView {
+        if let view = try cachedSubscriber(bundleID: bundleID, appUserID: appUserID) { return view }
         let app = try app(bundleID)
-        let current = now()
-        let found = try await storage.read {
-            store -> (Subscriber?, [SubscriptionRecord], [PurchaseRecord], [String: Int], [Grant]) in
-            (
-                try store.subscriber(bundle: bundleID, appUserID: appUserID),
-                try store.subscriptions(bundle: bundleID, owner: appUserID),
-                try store.purchases(bundle: bundleID, owner: appUserID),
-                try store.balances(bundle: bundleID, owner: appUserID),
-                try store.grants(bundle: bundleID, owner: appUserID)
-            )
+        let generation = cache.generation(bundleID, appUserID)
+        let found = try await storage.read { store -> SubscriberCache.Entry? in
+            guard let subscriber = try store.subscriber(bundle: bundleID, appUserID: appUserID) else { return nil }
+            return SubscriberCache.Entry(
+                subscriber: subscriber, subscriptions: try store.subscriptions(bundle: bundleID, owner: appUserID),
+                purchases: try store.purchases(bundle: bundleID, owner: appUserID),
+                balances: try store.balances(bundle: bundleID, owner: appUserID),
+                grants: try store.grants(bundle: bundleID, owner: appUserID))
         }
-        guard let subscriber = found.0 else { throw PurchaseServerError.notFound("no subscriber \(appUserID)") }
-        return Self.view(
-            subscriber, subscriptions: found.1, purchases: found.2, balances: found.3, grants: found.4,
-            entitlements: app.settings.entitlements, now: current)
+        guard let found else { throw PurchaseServerError.notFound("no subscriber \(appUserID)") }
+        cache.store(found, bundleID, appUserID, since: generation)
+        return Self.view(found, entitlements: app.settings.entitlements, now: now())
+    }
+
+    /// The view from memory, when the user's records are cached (no database, no suspension).
+    func cachedSubscriber(bundleID: String, appUserID: String) throws -> SubscriberView? {
+        let app = try app(bundleID)
+        guard let entry = cache.entry(bundleID, appUserID) else { return nil }
+        return Self.view(entry, entitlements: app.settings.entitlements, now: now())
+    }
+
+    static func view(_ entry: SubscriberCache.Entry, entitlements: [String: [String]], now: Date) -> SubscriberView {
+        view(
+            entry.subscriber, subscriptions: entry.subscriptions, purchases: entry.purchases, balances: entry.balances,
+            grants: entry.grants, entitlements: entitlements, now: now)
     }
 
     /// Entitlements from the product map: an active or grace-period subscription (until its renewal date,
@@ -122,6 +133,7 @@ extension PurchaseServer {
             throw PurchaseServerError.invalid("the grant would have expired already")
         }
         _ = try await write(input: nil) { store in
+            self.cache.invalidate(bundleID, appUserID)
             if try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
             }
@@ -138,6 +150,7 @@ extension PurchaseServer {
         _ = try app(bundleID)
         let current = now()
         _ = try await write(input: nil) { store in
+            self.cache.invalidate(bundleID, appUserID)
             guard
                 var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: {
                     $0.entitlement == entitlement

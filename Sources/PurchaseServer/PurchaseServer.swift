@@ -1,8 +1,8 @@
-public import AppStoreReceipts
+import AppStoreReceipts
 import AppStoreServerAPI
-public import AppStoreSignedData
+import AppStoreSignedData
 public import Foundation
-public import StoreModel
+import StoreModel
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -22,6 +22,7 @@ public final class PurchaseServer: Sendable {
     let now: @Sendable () -> Date
     let logger: Logger
     let metrics = Metrics()
+    let cache = SubscriberCache()
     /// Deliveries this process is sending now.
     let inFlight = Mutex<Set<String>>([])
     let worker = Mutex<Task<Void, Never>?>(nil)
@@ -368,6 +369,9 @@ public final class PurchaseServer: Sendable {
                 owner = claimant
             }
             try store.save(subscriber)
+        }
+        for user in Set([owner, claimant, storedSubscription?.owner, storedPurchase?.owner].compactMap { $0 }) {
+            cache.invalidate(bundleID, user)
         }
         let outcome = PurchaseEngine.apply(
             update, purchase: storedPurchase, subscription: storedSubscription, owner: owner, now: now)

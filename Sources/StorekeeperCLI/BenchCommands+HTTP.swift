@@ -275,10 +275,11 @@ extension BenchCommands {
         return seen
     }
 
-    static func runWrk(_ wrk: String, url: String, seconds: Int, connections: Int = 16, body: URL? = nil) throws
-        -> WrkResult
-    {
+    static func runWrk(
+        _ wrk: String, url: String, seconds: Int, connections: Int = 16, body: URL? = nil, headers: [String] = []
+    ) throws -> WrkResult {
         var arguments = ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency"]
+        for header in headers { arguments += ["-H", header] }
         if let body {
             let script = body.deletingPathExtension().appendingPathExtension("lua")
             try """

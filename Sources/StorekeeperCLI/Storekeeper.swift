@@ -51,6 +51,7 @@ public enum Storekeeper {
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
           bench http                  Measure the HTTP layer against bare libmicrohttpd, and under idle and slow clients.
           bench lifecycle             Simulate subscriber-years of subscriptions with notifications delivered locally.
+          bench serve                 Measure the purchase server: notification ingestion, receipts, subscriber reads.
           bench server-api            Page through a 1,000-transaction history over loopback; the bearer-token check.
           fuzz                        Feed mutated receipts, JWS, JSON, .storekit and HTTP to their parsers.
           completion                  Print a bash or zsh completion script.
@@ -130,6 +131,7 @@ public enum Storekeeper {
             (["serve"], ServeCommands.spec, ServeCommands.run),
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "server-api"], BenchCommands.serverAPISpec, BenchCommands.serverAPI),
+            (["bench", "serve"], BenchCommands.serveSpec, BenchCommands.serve),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
             (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
             (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),

@@ -77,7 +77,8 @@ public actor Database {
         let result: any Sendable = try await withCheckedThrowingContinuation { continuation in
             group.append(
                 GroupedWrite(body: { try body($0) }, resume: { continuation.resume(with: $0) }))
-            if group.count == 1 { Task { await self.commitGroup() } }
+            // A task on this actor: it runs after the jobs already waiting, so their writes join the group.
+            if group.count == 1 { Task { self.commitGroup() } }
         }
         return result as! T
     }

@@ -63,8 +63,9 @@ enum ServeCommands {
         console.write("purchase server listening on http://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
         console.write("  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
         termination.wait()
+        // Requests in flight finish (up to ten seconds) before the server stops.
+        try blocking { await http.stop(waitingUpTo: .seconds(10)) }
         server.stopDelivery()
-        http.stop()
         console.write("stopped\n")
         return 0
     }

@@ -35,6 +35,8 @@ public final class HTTPServer: Sendable {
     public let host: String
     private let server: ServerHandle
     private let box: Unmanaged<HandlerBox>
+    /// The same box, held strongly for what outlives the C server (the in-flight count).
+    private let handlers: HandlerBox
 
     /// Starts serving `responder` on `host:port` ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::").
     public init(
@@ -42,6 +44,7 @@ public final class HTTPServer: Sendable {
         logger: Logger = .disabled
     ) throws {
         let handlerBox = HandlerBox(responder: responder, limits: limits, logger: logger)
+        handlers = handlerBox
         let box = Unmanaged.passRetained(handlerBox)
         var error = [CChar](repeating: 0, count: 256)
         let started = host.withCString { hostPointer in
@@ -71,6 +74,16 @@ public final class HTTPServer: Sendable {
     /// Stops accepting connections; requests still running are answered 503. Idempotent.
     public func stop() {
         if server.stop() { box.release() }
+    }
+
+    /// Requests whose handlers are still running.
+    public var requestsInFlight: Int { handlers.inFlight }
+
+    /// A graceful stop: waits until no handler is running (or `grace` passed), then stops.
+    public func stop(waitingUpTo grace: Duration) async {
+        let deadline = ContinuousClock.now + grace
+        while handlers.inFlight > 0, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+        stop()
     }
 
     deinit { stop() }
@@ -204,6 +217,8 @@ private final class HandlerBox: Sendable {
     }
 
     func finish(_ exchange: Exchange) { _ = pending.withLock { $0.open.removeValue(forKey: exchange.id) } }
+
+    var inFlight: Int { pending.withLock { $0.open.count } }
 
     /// Claims every pending exchange (the C server answers them 503 as it stops); returns the ones won,
     /// which the caller abandons once the server has stopped.

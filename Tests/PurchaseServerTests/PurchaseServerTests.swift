@@ -1,4 +1,5 @@
 import AppStoreEmulator
+import AppStoreSignedData
 import Foundation
 import PurchaseServer
 import StoreModel
@@ -234,5 +235,26 @@ struct PurchaseServerTests {
         }
         let attempts = deliveries.first?["attempts"]?.arrayValue?.compactMap { $0["status"]?.int64Value }
         #expect(attempts == [500, 503, 200])
+    }
+
+    @Test("Apple's TEST notification becomes a TEST webhook; /metrics counts it")
+    func testNotification() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let pki = harness.store.pki.signedData
+        let signer = try JWSChainSigner(key: pki.leafKey, chain: [pki.leaf, pki.intermediate, pki.root])
+        let payload = try signer.sign([
+            "notificationType": .string("TEST"), "notificationUUID": .string(UUID().uuidString.lowercased()),
+            "data": .object(["bundleId": .string(ServerHarness.bundleID), "environment": .string("Sandbox")]),
+            "version": .string("2.0"), "signedDate": .integer(Int64(Date().timeIntervalSince1970 * 1000)),
+        ])
+        let (status, answer) = try await harness.call(
+            "POST", "/v1/notifications/apple/\(ServerHarness.bundleID)", ["signedPayload": .string(payload)], key: nil)
+        #expect(status == 200 && answer["events"] == .integer(1), "\(answer)")
+        #expect(try await harness.sink.types { $0.contains("TEST") } == ["TEST"])
+        let metrics = String(
+            decoding: try await HTTPClient().send("GET", harness.base + "/metrics").body, as: UTF8.self)
+        #expect(metrics.contains("storekeeper_notifications_total{type=\"TEST\"} 1"), "\(metrics)")
+        #expect(metrics.contains("storekeeper_verifications_total{kind=\"notification\",outcome=\"OK\"} 1"))
     }
 }

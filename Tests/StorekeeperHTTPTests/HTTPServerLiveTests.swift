@@ -324,3 +324,24 @@ struct HTTPServerShutdownTests {
         }
     }
 }
+
+@Suite("HTTP server: graceful stop")
+struct GracefulStopTests {
+    @Test("A graceful stop lets a running handler answer; a plain stop would answer it 503")
+    func gracefulStop() async throws {
+        var router = Router()
+        router.get("/slow") { _, _ in
+            try await Task.sleep(for: .milliseconds(400))
+            return .json(.object(["done": .bool(true)]))
+        }
+        let server = try HTTPServer(port: 0, responder: router.freeze())
+        let url = "http://127.0.0.1:\(server.port)/slow"
+        let answer = Task { try await HTTPClient(timeout: .seconds(20)).send("GET", url) }
+        for _ in 0..<2_000 where server.requestsInFlight == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(server.requestsInFlight == 1)
+        await server.stop(waitingUpTo: .seconds(20))
+        let response = try await answer.value
+        #expect(response.status == 200)
+        #expect(server.requestsInFlight == 0)
+    }
+}

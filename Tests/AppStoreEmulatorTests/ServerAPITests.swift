@@ -260,7 +260,7 @@ struct ServerAPITests {
                 extendByDays: 3, extendReasonCode: 3, requestIdentifier: "outage-1", productID: "monthly"))
         #expect(taken.requestIdentifier == "outage-1")
         var status = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
-        for _ in 0..<1_000 where status.complete != true {
+        for _ in 0..<6_000 where status.complete != true {
             try await Task.sleep(for: .milliseconds(20))
             status = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
         }
@@ -295,7 +295,7 @@ struct ServerAPITests {
         try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
         let token = try #require(try await client.requestTestNotification().testNotificationToken)
         var status = try await client.testNotificationStatus(token)
-        for _ in 0..<1_000 where status.sendAttempts.isEmpty {
+        for _ in 0..<6_000 where status.sendAttempts.isEmpty {
             try await Task.sleep(for: .milliseconds(10))
             status = try await client.testNotificationStatus(token)
         }
@@ -310,7 +310,7 @@ struct ServerAPITests {
         let window = NotificationHistoryRequest(
             startDate: now.addingTimeInterval(-3600), endDate: now.addingTimeInterval(60))
         var settled: [NotificationHistoryResponse.Item] = []
-        for _ in 0..<1_000 {
+        for _ in 0..<6_000 {
             settled = try await client.allNotificationHistory(window).flatMap(\.notificationHistory)
             if settled.count == 2, settled.allSatisfy({ !$0.sendAttempts.isEmpty }) { break }
             try await Task.sleep(for: .milliseconds(10))

@@ -227,7 +227,7 @@ struct PurchaseServerTests {
         let types = try await harness.sink.types { !$0.isEmpty }
         #expect(types == ["NON_RENEWING_PURCHASE"])
         var deliveries: [JSONValue] = []
-        for _ in 0..<500 {
+        for _ in 0..<3_000 {
             let (_, body) = try await harness.call("GET", "/v1/webhooks/deliveries")
             deliveries = body["deliveries"]?.arrayValue ?? []
             if deliveries.allSatisfy({ $0["state"] == .string("delivered") }) { break }

@@ -60,7 +60,7 @@ final class WebhookSink: Sendable {
     /// Event types received, once `until` holds (or after about ten seconds).
     func types(until done: @Sendable ([String]) -> Bool = { _ in true }) async throws -> [String] {
         var types: [String] = []
-        for _ in 0..<1_000 {
+        for _ in 0..<6_000 {
             types = state.received.withLock { $0.map { $0.event["type"]?.stringValue ?? "?" } }
             if done(types) { break }
             try await Task.sleep(for: .milliseconds(10))
@@ -195,7 +195,7 @@ struct ServerHarness {
     /// The subscriber once `done` holds (or after about ten seconds).
     func subscriber(_ user: String, until done: (JSONValue) -> Bool) async throws -> JSONValue {
         var body: JSONValue = .null
-        for _ in 0..<500 {
+        for _ in 0..<3_000 {
             body = try await subscriber(user)
             if done(body) { break }
             try await Task.sleep(for: .milliseconds(20))
@@ -205,7 +205,7 @@ struct ServerHarness {
 
     /// Every notification the emulator has delivered (or failed) so far, once none is pending.
     func settleNotifications() async throws {
-        for _ in 0..<500 {
+        for _ in 0..<3_000 {
             let history = try await store.notificationHistory(
                 bundleID: Self.bundleID, environment: .sandbox, from: .distantPast, to: .distantFuture, after: nil,
                 limit: 1_000)

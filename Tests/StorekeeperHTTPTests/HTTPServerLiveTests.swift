@@ -2,6 +2,7 @@ import Foundation
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -327,19 +328,34 @@ struct HTTPServerShutdownTests {
 
 @Suite("HTTP server: graceful stop")
 struct GracefulStopTests {
-    @Test("A graceful stop lets a running handler answer; a plain stop would answer it 503")
+    final class Gate: Sendable {
+        let open = Atomic<Bool>(false)
+    }
+
+    @Test("A graceful stop waits for a running handler to answer before stopping")
     func gracefulStop() async throws {
+        let gate = Gate()
         var router = Router()
         router.get("/slow") { _, _ in
-            try await Task.sleep(for: .milliseconds(400))
+            // Held until the test opens the gate (a minute at most).
+            for _ in 0..<6_000 where !gate.open.load(ordering: .acquiring) {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             return .json(.object(["done": .bool(true)]))
         }
         let server = try HTTPServer(port: 0, responder: router.freeze())
         let url = "http://127.0.0.1:\(server.port)/slow"
-        let answer = Task { try await HTTPClient(timeout: .seconds(20)).send("GET", url) }
-        for _ in 0..<2_000 where server.requestsInFlight == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        let answer = Task { try await HTTPClient(timeout: .seconds(120)).send("GET", url) }
+        for _ in 0..<6_000 {
+            if server.requestsInFlight == 1 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
         #expect(server.requestsInFlight == 1)
-        await server.stop(waitingUpTo: .seconds(20))
+        let stopping = Task { await server.stop(waitingUpTo: .seconds(120)) }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(server.requestsInFlight == 1, "the stop waits")
+        gate.open.store(true, ordering: .releasing)
+        await stopping.value
         let response = try await answer.value
         #expect(response.status == 200)
         #expect(server.requestsInFlight == 0)

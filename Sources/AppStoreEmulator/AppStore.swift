@@ -789,7 +789,7 @@ public final class AppStore: Sendable {
     // MARK: - Signed data
 
     /// The transaction's JWS, signed now by the emulator's chain.
-    func signedTransaction(_ stored: StoredTransaction) async throws -> String {
+    public func signedTransaction(_ stored: StoredTransaction) async throws -> String {
         let account = try await storage.read { try $0.account(stored.accountID) }
         return try signedTransaction(stored, account: account)
     }

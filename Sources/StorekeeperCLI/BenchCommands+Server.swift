@@ -17,6 +17,7 @@ extension BenchCommands {
             .init(name: "receipts", valueName: "n", help: "Receipts to post (default: 2000)."),
             .init(name: "clients", valueName: "n", help: "Concurrent in-process clients (default: 64)."),
             .init(name: "seconds", valueName: "s", help: "Seconds of wrk per read measurement (default: 5)."),
+            .init(name: "connections", valueName: "n", help: "wrk connections for the reads (default: 64)."),
         ],
         discussion: """
             A purchase server on SQLite (WAL, synchronous=FULL, group commit) in a scratch directory, trusting a \
@@ -24,7 +25,7 @@ extension BenchCommands {
             subscribers, three ES256 signatures each), ingested by --clients concurrent callers, each acknowledged \
             only once stored; baseline: verifying the same notifications alone, on both cores. (2) --receipts \
             receipts of three purchases each posted for distinct users; baseline: bare receipt verification on \
-            both cores. (3) GET /v1/subscribers/{id} over HTTP with wrk (2 threads, 64 connections), req/s and \
+            both cores. (3) GET /v1/subscribers/{id} over HTTP with wrk (2 threads, --connections), req/s and \
             p99 (targets: ≥ 5,000 notifications/s, ≥ 20,000 reads/s with p99 < 5 ms).
             """)
 
@@ -33,6 +34,8 @@ extension BenchCommands {
         let receiptCount = Int(arguments.value("receipts") ?? "2000") ?? 0
         let clients = Int(arguments.value("clients") ?? "64") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
+        let connections = Int(arguments.value("connections") ?? "64") ?? 0
+        guard (1...10_000).contains(connections) else { throw UsageError("--connections must be 1 to 10000") }
         guard count > 0, receiptCount > 0, (1...1024).contains(clients), seconds > 0 else {
             throw UsageError("--notifications, --receipts, --clients and --seconds must be positive")
         }
@@ -153,7 +156,7 @@ extension BenchCommands {
                 wrk, url: url, seconds: seconds, connections: 64,
                 headers: ["Authorization: Bearer sk_bench_secret_0123"])
             readLine =
-                "  GET /v1/subscribers/{id}, wrk -t2 -c64 (same 2 cores)  \(rate(result.requestsPerSecond)) req/s, p99 \(latency(result.p99Milliseconds))   (target ≥ 20,000 req/s, p99 < 5 ms)\(errors(result))"
+                "  GET /v1/subscribers/{id}, wrk -t2 -c\(connections) (same 2 cores)  \(rate(result.requestsPerSecond)) req/s, p99 \(latency(result.p99Milliseconds))   (target ≥ 20,000 req/s, p99 < 5 ms)\(errors(result))"
         }
         console.write(
             """

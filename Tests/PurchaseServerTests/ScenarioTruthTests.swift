@@ -3,7 +3,9 @@ import Foundation
 import PurchaseServer
 import StoreModel
 import StorekeeperHTTP
+import StorekeeperJSON
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// Every lifecycle scenario (examples/scenarios) run against an emulator whose notifications go to a
@@ -56,5 +58,36 @@ struct ScenarioTruthTests {
         }
         let oneTime = path.hasSuffix("one-time-charge.json")
         #expect(compared > 0 || oneTime, "the scenario had subscriptions to compare")
+
+        // The app then syncs each purchase for its user (as at launch): the subscriber view says what the
+        // emulator says, and the events the server kept go out as signed webhooks for that user.
+        var users: Set<String> = []
+        for original in originals.sorted() {
+            let (stored, truth) = try await harness.store.transactionAndSubscription(original)
+            guard let truth else { continue }
+            let user = "user-" + stored.accountID.rawValue
+            users.insert(user)
+            let jws = try await harness.store.signedTransaction(stored)
+            let (status, view) = try await harness.post(jws, user: user)
+            #expect(status == 200, "\(view)")
+            let subscription = view["subscriptions"]?[original]
+            #expect(subscription?["status"]?.int64Value == truth.status.rawValue, "\(original): the view's status")
+            #expect(subscription?["autoRenewStatus"] == .bool(truth.autoRenew), "\(original): the view's auto-renew")
+            let entitled =
+                [.active, .billingGracePeriod].contains(truth.status)
+                && (truth.expiresDate ?? .distantFuture) > Date()
+                || (truth.status == .billingGracePeriod && (truth.gracePeriodExpiresDate ?? .distantPast) > Date())
+            if ["com.example.storekeeper.monthly", "com.example.storekeeper.yearly"].contains(truth.productID.rawValue)
+            {
+                #expect(view["entitlements"]?["plus"]?["active"] == .bool(entitled), "\(original): entitled")
+            }
+        }
+        if !users.isEmpty {
+            let received = try await harness.sink.types { !$0.isEmpty }
+            #expect(!received.isEmpty, "webhooks went out")
+            let events = harness.sink.state.received.withLock { $0 }
+            #expect(events.allSatisfy { $0.signatureValid })
+            #expect(events.allSatisfy { users.contains($0.event["app_user_id"]?.stringValue ?? "") })
+        }
     }
 }

@@ -109,6 +109,22 @@ extension PurchaseServer {
                 object["nextCursor"] = events.count == limit ? .string(String(events.last!.position)) : .null
                 return .json(.object(object))
             })
+        router.post(
+            "/v1/subscribers/{user}/aliases",
+            handle { request, context in
+                try server.authorizeSecret(request)
+                let body = try Self.object(request)
+                guard let alias = body["alias"]?.stringValue else {
+                    throw PurchaseServerError.invalid("alias is required (the other id of this user)")
+                }
+                return .json(
+                    .object(
+                        Self.render(
+                            try await server.alias(
+                                bundleID: try server.bundleID(
+                                    body["bundleId"]?.stringValue ?? request.query["bundleId"]),
+                                appUserID: try context.parameter("user"), alias: alias))))
+            })
         for action in ["grant", "revoke"] {
             router.post(
                 "/v1/subscribers/{user}/entitlements/{name}/" + action,
@@ -247,7 +263,8 @@ extension PurchaseServer {
             balances[product] = .integer(Int64(balance))
         }
         return [
-            "appUserId": .string(view.appUserID), "bundleId": .string(view.bundleID),
+            "appUserId": .string(view.appUserID), "aliases": .array(view.aliases.map(JSONValue.string)),
+            "bundleId": .string(view.bundleID),
             "entitlements": .object(entitlements),
             "subscriptions": .object(subscriptions),
             "purchases": .array(

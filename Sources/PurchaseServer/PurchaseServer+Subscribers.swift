@@ -16,6 +16,8 @@ public struct SubscriberView: Sendable {
     }
 
     public var appUserID: String
+    /// Other ids of the same user.
+    public var aliases: [String]
     public var bundleID: String
     public var entitlements: [String: Entitlement]
     public var subscriptions: [SubscriptionRecord]
@@ -26,9 +28,10 @@ public struct SubscriberView: Sendable {
 
 extension PurchaseServer {
     /// The user's view now; an unknown user is a 404.
-    public func subscriber(bundleID: String, appUserID: String) async throws -> SubscriberView {
-        if let view = try cachedSubscriber(bundleID: bundleID, appUserID: appUserID) { return view }
+    public func subscriber(bundleID: String, appUserID requested: String) async throws -> SubscriberView {
+        if let view = try cachedSubscriber(bundleID: bundleID, appUserID: requested) { return view }
         let app = try app(bundleID)
+        let appUserID = try await user(bundleID: bundleID, requested)
         let generation = cache.generation(bundleID, appUserID)
         let found = try await storage.read { store -> SubscriberCache.Entry? in
             guard let subscriber = try store.subscriber(bundle: bundleID, appUserID: appUserID) else { return nil }
@@ -38,8 +41,9 @@ extension PurchaseServer {
                 balances: try store.balances(bundle: bundleID, owner: appUserID),
                 grants: try store.grants(bundle: bundleID, owner: appUserID))
         }
-        guard let found else { throw PurchaseServerError.notFound("no subscriber \(appUserID)") }
-        cache.store(found, bundleID, appUserID, since: generation)
+        guard let found else { throw PurchaseServerError.notFound("no subscriber \(requested)") }
+        // Only under the user's own id: an alias's answer is not cached (its user's writes invalidate the user).
+        if requested == appUserID { cache.store(found, bundleID, appUserID, since: generation) }
         return Self.view(found, entitlements: app.settings.entitlements, now: now())
     }
 
@@ -105,26 +109,84 @@ extension PurchaseServer {
             }
         }
         return SubscriberView(
-            appUserID: subscriber.appUserID, bundleID: subscriber.bundleID, entitlements: entitlements,
+            appUserID: subscriber.appUserID, aliases: subscriber.aliases, bundleID: subscriber.bundleID,
+            entitlements: entitlements,
             subscriptions: subscriptions, purchases: purchases, balances: balances, flags: subscriber.flags)
     }
 
+    /// The user an id stands for: itself, or the user it is an alias of.
+    func user(bundleID: String, _ id: String) async throws -> String {
+        try await storage.read { try $0.user(bundle: bundleID, alias: id) } ?? id
+    }
+
     /// The user's events, oldest first, after `position`.
-    public func events(bundleID: String, appUserID: String, after position: Int64?, limit: Int) async throws -> [(
-        position: Int64, event: ServerEvent
-    )] {
+    public func events(bundleID: String, appUserID requested: String, after position: Int64?, limit: Int) async throws
+        -> [(position: Int64, event: ServerEvent)]
+    {
         _ = try app(bundleID)
+        let appUserID = try await user(bundleID: bundleID, requested)
         return try await storage.read {
             try $0.events(bundle: bundleID, owner: appUserID, after: position, limit: limit)
         }
     }
 
+    /// Makes `alias` another id of `appUserID` (an anonymous id the app used before the user signed in):
+    /// the alias's purchases, subscriptions, grants and tokens move to the user, and requests naming the
+    /// alias answer for the user from now on.
+    public func alias(bundleID: String, appUserID requested: String, alias: String) async throws -> SubscriberView {
+        _ = try app(bundleID)
+        try Self.checkUserID(requested)
+        try Self.checkUserID(alias)
+        let current = now()
+        _ = try await write(input: nil) { store in
+            let user = try store.user(bundle: bundleID, alias: requested) ?? requested
+            let existing = try store.user(bundle: bundleID, alias: alias)
+            guard alias != user, existing != user else { return [] }
+            guard existing == nil else {
+                throw PurchaseServerError.invalid("\(alias) is already an alias of another user")
+            }
+            self.cache.invalidate(bundleID, user)
+            self.cache.invalidate(bundleID, alias)
+            var main =
+                try store.subscriber(bundle: bundleID, appUserID: user)
+                ?? Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current)
+            if let merged = try store.subscriber(bundle: bundleID, appUserID: alias) {
+                for var purchase in try store.purchases(bundle: bundleID, owner: alias) {
+                    purchase.owner = user
+                    try store.save(purchase)
+                }
+                for var subscription in try store.subscriptions(bundle: bundleID, owner: alias) {
+                    subscription.owner = user
+                    try store.save(subscription)
+                }
+                for grant in try store.grants(bundle: bundleID, owner: alias) {
+                    try store.save(grant, bundle: bundleID, owner: user)
+                }
+                for token in merged.appAccountTokens where !main.appAccountTokens.contains(token) {
+                    main.appAccountTokens.append(token)
+                }
+                for flag in merged.flags where !main.flags.contains(flag) { main.flags.append(flag) }
+                for earlier in merged.aliases where earlier != user {
+                    try store.saveAlias(bundle: bundleID, alias: earlier, user: user)
+                    if !main.aliases.contains(earlier) { main.aliases.append(earlier) }
+                }
+                main.firstSeen = min(main.firstSeen, merged.firstSeen)
+            }
+            if !main.aliases.contains(alias) { main.aliases.append(alias) }
+            try store.saveAlias(bundle: bundleID, alias: alias, user: user)
+            try store.save(main)
+            return []
+        }
+        return try await subscriber(bundleID: bundleID, appUserID: requested)
+    }
+
     /// Grants an entitlement until `expiresDate` (nil: for good) — PROMOTIONAL, as hosted backends call it.
-    public func grant(bundleID: String, appUserID: String, entitlement: String, expiresDate: Date?) async throws
-        -> SubscriberView
+    public func grant(bundleID: String, appUserID requested: String, entitlement: String, expiresDate: Date?)
+        async throws -> SubscriberView
     {
         let app = try app(bundleID)
-        try Self.checkUserID(appUserID)
+        try Self.checkUserID(requested)
+        let appUserID = try await user(bundleID: bundleID, requested)
         guard app.settings.entitlements[entitlement] != nil else {
             throw PurchaseServerError.notFound("no entitlement \(entitlement) is configured for \(bundleID)")
         }
@@ -146,8 +208,11 @@ extension PurchaseServer {
     }
 
     /// Ends a grant now.
-    public func revokeGrant(bundleID: String, appUserID: String, entitlement: String) async throws -> SubscriberView {
+    public func revokeGrant(bundleID: String, appUserID requested: String, entitlement: String) async throws
+        -> SubscriberView
+    {
         _ = try app(bundleID)
+        let appUserID = try await user(bundleID: bundleID, requested)
         let current = now()
         _ = try await write(input: nil) { store in
             self.cache.invalidate(bundleID, appUserID)

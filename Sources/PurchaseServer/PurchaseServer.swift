@@ -326,6 +326,8 @@ public final class PurchaseServer: Sendable {
         guard let originalID = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID else {
             return []
         }
+        // A user the app knows by another id (an alias) is that user.
+        let claimant = try claimant.map { try store.user(bundle: bundleID, alias: $0) ?? $0 }
         if let transaction = update.transaction, transaction.bundleID != bundleID {
             throw PurchaseServerError.invalid("the transaction is for \(transaction.bundleID), not \(bundleID)")
         }

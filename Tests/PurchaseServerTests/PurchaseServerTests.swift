@@ -257,4 +257,33 @@ struct PurchaseServerTests {
         #expect(metrics.contains("storekeeper_notifications_total{type=\"TEST\"} 1"), "\(metrics)")
         #expect(metrics.contains("storekeeper_verifications_total{kind=\"notification\",outcome=\"OK\"} 1"))
     }
+
+    @Test("An alias merges an anonymous id's purchases into the user; requests by either id answer for the user")
+    func aliases() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(jws, user: "anonymous-7f3a")
+        let (_, granted) = try await harness.call(
+            "POST", "/v1/subscribers/jane/entitlements/pro/grant", ["durationDays": .integer(3)])
+        #expect(granted["entitlements"]?["pro"]?["active"] == .bool(true))
+        let (status, merged) = try await harness.call(
+            "POST", "/v1/subscribers/jane/aliases", ["alias": .string("anonymous-7f3a")])
+        #expect(status == 200, "\(merged)")
+        #expect(merged["appUserId"] == .string("jane") && merged["aliases"] == .array([.string("anonymous-7f3a")]))
+        #expect(merged["subscriptions"]?[id] != nil && merged["entitlements"]?["plus"]?["active"] == .bool(true))
+        let byAlias = try await harness.subscriber("anonymous-7f3a")
+        #expect(byAlias["appUserId"] == .string("jane") && byAlias["subscriptions"]?[id] != nil)
+        // A purchase posted under the alias now goes to the user.
+        let (coins, coinsJWS) = try await harness.buy("coins", device: device)
+        _ = try await harness.post(coinsJWS, user: "anonymous-7f3a")
+        let after = try await harness.subscriber("jane")
+        #expect(
+            after["purchases"]?.arrayValue?.contains { $0["transactionId"] == .string(coins) } == true,
+            "the alias's new purchase belongs to the user")
+        let (taken, _) = try await harness.call(
+            "POST", "/v1/subscribers/kim/aliases", ["alias": .string("anonymous-7f3a")])
+        #expect(taken == 400, "an alias belongs to one user")
+    }
 }

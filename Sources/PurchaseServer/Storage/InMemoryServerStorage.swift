@@ -11,6 +11,7 @@ public final class InMemoryServerStorage: ServerStorage {
     struct Tables {
         var subscribers: [String: Subscriber] = [:]
         var tokens: [String: String] = [:]
+        var aliases: [String: String] = [:]
         var purchases: [String: PurchaseRecord] = [:]
         var subscriptions: [String: SubscriptionRecord] = [:]
         var ledger: [String: LedgerEntry] = [:]
@@ -54,6 +55,11 @@ public final class InMemoryServerStorage: ServerStorage {
             for token in subscriber.appAccountTokens {
                 tables.tokens[Self.key(subscriber.bundleID, token.lowercased())] = subscriber.appUserID
             }
+        }
+
+        func user(bundle: String, alias: String) -> String? { tables.aliases[Self.key(bundle, alias)] }
+        func saveAlias(bundle: String, alias: String, user: String) {
+            tables.aliases[Self.key(bundle, alias)] = user
         }
 
         func purchase(_ transactionID: String) -> PurchaseRecord? { tables.purchases[transactionID] }

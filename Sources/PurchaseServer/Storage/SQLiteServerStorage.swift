@@ -51,7 +51,14 @@ public struct SQLiteServerStorage: ServerStorage {
                 next_attempt REAL, document BLOB NOT NULL
             );
             CREATE INDEX deliveries_due ON deliveries (next_attempt) WHERE state = 'pending';
-            """)
+            """),
+        Migration(
+            "002-aliases",
+            """
+            CREATE TABLE aliases (
+                bundle_id TEXT NOT NULL, alias TEXT NOT NULL, app_user_id TEXT NOT NULL, PRIMARY KEY (bundle_id, alias)
+            );
+            """),
     ]
 
     public init(path: String) async throws {
@@ -123,6 +130,18 @@ public struct SQLiteServerStorage: ServerStorage {
                     "INSERT OR REPLACE INTO account_tokens (bundle_id, token, app_user_id) VALUES (?, ?, ?)",
                     [.text(subscriber.bundleID), .text(token.lowercased()), .text(subscriber.appUserID)])
             }
+        }
+
+        func user(bundle: String, alias: String) throws -> String? {
+            try connection.execute(
+                "SELECT app_user_id FROM aliases WHERE bundle_id = ? AND alias = ?", [.text(bundle), .text(alias)]
+            ).first?["app_user_id"].string
+        }
+
+        func saveAlias(bundle: String, alias: String, user: String) throws {
+            try connection.execute(
+                "INSERT OR REPLACE INTO aliases (bundle_id, alias, app_user_id) VALUES (?, ?, ?)",
+                [.text(bundle), .text(alias), .text(user)])
         }
 
         // MARK: Purchases and subscriptions

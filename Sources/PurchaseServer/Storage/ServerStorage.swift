@@ -6,6 +6,10 @@ public protocol SubscriberRepository {
     func subscriber(bundle: String, appAccountToken: String) throws -> Subscriber?
     /// Inserts or replaces.
     func save(_ subscriber: Subscriber) throws
+    /// The user an alias stands for, if it is one.
+    func user(bundle: String, alias: String) throws -> String?
+    /// Records that `alias` stands for `user` from now on.
+    func saveAlias(bundle: String, alias: String, user: String) throws
 }
 
 /// Transactions by id, and an owner's.

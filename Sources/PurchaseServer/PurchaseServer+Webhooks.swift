@@ -85,8 +85,13 @@ extension PurchaseServer {
         }
     }
 
+    /// Stops the delivery and reconciliation tasks.
     public func stopDelivery() {
         worker.withLock { task in
+            task?.cancel()
+            task = nil
+        }
+        reconciler.withLock { task in
             task?.cancel()
             task = nil
         }

@@ -26,6 +26,8 @@ public final class PurchaseServer: Sendable {
     /// Deliveries this process is sending now.
     let inFlight = Mutex<Set<String>>([])
     let worker = Mutex<Task<Void, Never>?>(nil)
+    /// The polling task (``startReconciliation(every:)``).
+    let reconciler = Mutex<Task<Void, Never>?>(nil)
     /// Wakes the delivery task when a write adds deliveries.
     let wake = Mutex<CheckedContinuation<Void, Never>?>(nil)
 
@@ -61,8 +63,8 @@ public final class PurchaseServer: Sendable {
                     clients[environment] = AppStoreServerAPIClient(
                         key: api.privateKey, keyID: api.keyID, issuerID: api.issuerID, bundleID: app.bundleID,
                         environment: target, retry: .init(maxAttempts: 3, maxRetryAfter: .seconds(5)),
-                        verifier: verifier,
-                        now: now)
+                        // Tokens carry real time, whatever clock the server's state runs on.
+                        verifier: verifier)
                 }
             }
             apps[app.bundleID] = AppRuntime(
@@ -72,7 +74,10 @@ public final class PurchaseServer: Sendable {
         self.apps = apps
     }
 
-    deinit { worker.withLock { $0?.cancel() } }
+    deinit {
+        worker.withLock { $0?.cancel() }
+        reconciler.withLock { $0?.cancel() }
+    }
 
     func app(_ bundleID: String) throws -> AppRuntime {
         guard let app = apps[bundleID] else { throw PurchaseServerError.notFound("no app \(bundleID) is configured") }

@@ -82,6 +82,8 @@ public struct ServerConfiguration: Sendable {
     public var transferPolicy: TransferPolicy
     /// Seconds between webhook attempts (RevenueCat's: 5, 10, 20, 40 and 80 minutes).
     public var webhookRetrySchedule: [TimeInterval]
+    /// Seconds between reconciliation passes (apps with an App Store Server API key); 0 turns them off.
+    public var reconcileEverySeconds: TimeInterval = 3_600
 
     public init(
         secretKey: String, apps: [AppSettings], transferPolicy: TransferPolicy = .transfer,
@@ -188,6 +190,12 @@ public struct ServerConfiguration: Sendable {
                 throw PurchaseServerError.configuration("transferPolicy is transfer or keep")
             }
             configuration.transferPolicy = parsed
+        }
+        if let every = root["reconcileEverySeconds"] {
+            guard let seconds = every.doubleValue, seconds >= 0 else {
+                throw PurchaseServerError.configuration("reconcileEverySeconds is a number of seconds (0: off)")
+            }
+            configuration.reconcileEverySeconds = seconds
         }
         if let schedule = root["webhookRetrySchedule"]?.arrayValue {
             configuration.webhookRetrySchedule = schedule.compactMap(\.doubleValue).filter { $0 >= 0 }

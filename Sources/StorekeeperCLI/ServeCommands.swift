@@ -60,6 +60,9 @@ enum ServeCommands {
             throw RuntimeError(error.message)
         }
         server.startDelivery()
+        if configuration.reconcileEverySeconds > 0, configuration.apps.contains(where: { $0.serverAPI != nil }) {
+            server.startReconciliation(every: .milliseconds(Int64(configuration.reconcileEverySeconds * 1000)))
+        }
         console.write("purchase server listening on http://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
         console.write("  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
         termination.wait()

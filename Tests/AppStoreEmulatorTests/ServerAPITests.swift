@@ -270,8 +270,11 @@ struct ServerAPITests {
             _ = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "nope")
         }
         #expect(unknown?.code == .statusRequestNotFound)
-        let payloads = try await sink.payloads(atLeast: 4 + 3 + 1)
-        let decoded = try payloads.map { try api.payload($0) }
+        var decoded: [JSONObject] = []
+        for _ in 0..<60 {
+            decoded = try await sink.payloads(atLeast: 4 + 3 + 1).map { try api.payload($0) }
+            if decoded.contains(where: { $0["notificationType"]?.stringValue == "RENEWAL_EXTENSION" }) { break }
+        }
         let summary = try #require(decoded.first { $0["notificationType"]?.stringValue == "RENEWAL_EXTENSION" })
         #expect(summary["subtype"]?.stringValue == "SUMMARY")
         #expect(summary["summary"]?["succeededCount"]?.int64Value == 3)

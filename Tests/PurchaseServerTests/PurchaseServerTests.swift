@@ -286,4 +286,55 @@ struct PurchaseServerTests {
             "POST", "/v1/subscribers/kim/aliases", ["alias": .string("anonymous-7f3a")])
         #expect(taken == 400, "an alias belongs to one user")
     }
+
+    @Test("Notifications that never arrived are recovered by polling: the history's failures and overdue renewals")
+    func reconciliation() async throws {
+        // Apple cannot reach the server: the emulator's notifications go to a port nobody listens on.
+        let harness = try await ServerHarness.make(notificationsTo: "http://127.0.0.1:9/unreachable")
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device)
+        // The app posts its purchase; then the renewal comes, and no notification reaches the server.
+        _ = try await harness.post(jws, user: "lena")
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        try await harness.settleNotifications()
+        let truth = try #require(try await harness.store.subscriptionState(originalTransactionID: id))
+        let stale = try await harness.subscriber("lena")
+        #expect(
+            stale["subscriptions"]?[id]?["expiresDate"]?.doubleValue
+                != truth.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) })
+        let report = await harness.server.reconcile()
+        #expect(report.failures.isEmpty, "\(report.failures)")
+        #expect(report.notificationsRecovered >= 2, "SUBSCRIBED and DID_RENEW from the history")
+        let view = try await harness.subscriber("lena")
+        #expect(
+            view["subscriptions"]?[id]?["expiresDate"]?.doubleValue
+                == truth.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) })
+        #expect(try await harness.sink.types { $0.contains("RENEWAL") }.contains("RENEWAL"))
+        // A second pass finds nothing new.
+        let again = await harness.server.reconcile()
+        #expect(again.notificationsRecovered == 0)
+    }
+
+    @Test("A renewal date passed without news: the subscription is asked for (Get All Subscription Statuses)")
+    func overdueRefresh() async throws {
+        let harness = try await ServerHarness.make(notificationsTo: "http://127.0.0.1:9/unreachable")
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(jws, user: "mia")
+        // Notifications stop being recorded at all (no URL), then a month passes.
+        try await harness.store.setNotifications(bundleID: ServerHarness.bundleID, AppNotifications())
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        // Well past the old renewal date (more than the server's one-minute margin of store time).
+        _ = try await harness.store.setClock(advance: StorePeriod(days: 10), rate: nil)
+        let report = await harness.server.reconcile()
+        #expect(report.subscriptionsRefreshed == 1, "\(report)")
+        let truth = try #require(try await harness.store.subscriptionState(originalTransactionID: id))
+        let view = try await harness.subscriber("mia")
+        #expect(
+            view["subscriptions"]?[id]?["expiresDate"]?.doubleValue
+                == truth.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) })
+        #expect(await harness.server.reconcile().subscriptionsRefreshed == 0, "no longer overdue")
+    }
 }

@@ -88,7 +88,7 @@ struct ServerHarness {
 
     static func make(
         storage: (any ServerStorage)? = nil, transferPolicy: TransferPolicy = .transfer, withAPI: Bool = true,
-        failFirstWebhooks: [Int] = []
+        failFirstWebhooks: [Int] = [], notificationsTo deadEnd: String? = nil
     ) async throws -> ServerHarness {
         let directory = try ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
@@ -122,10 +122,11 @@ struct ServerHarness {
         } else {
             chosen = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
         }
-        let server = try PurchaseServer(configuration: configuration, storage: chosen)
+        // The server's clock is the store's, so that renewal dates compare as the emulator sees them.
+        let server = try PurchaseServer(configuration: configuration, storage: chosen, now: { store.now })
         server.startDelivery(granularity: .milliseconds(20))
         let http = try HTTPServer(port: 0, responder: server.responder())
-        let notificationsURL = "http://127.0.0.1:\(http.port)/v1/notifications/apple/\(bundleID)"
+        let notificationsURL = deadEnd ?? "http://127.0.0.1:\(http.port)/v1/notifications/apple/\(bundleID)"
         try await store.setNotifications(
             bundleID: bundleID,
             AppNotifications(

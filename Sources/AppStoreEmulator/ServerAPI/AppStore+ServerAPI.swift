@@ -606,7 +606,8 @@ extension AppStore {
         let start = Date(timeIntervalSince1970: startMs / 1000)
         // A future end date reaches now (nothing later exists).
         let end = Date(timeIntervalSince1970: endMs / 1000)
-        guard rate.end(of: StorePeriod(days: 180), from: start) >= current else {
+        // Apple keeps 180 days; store time runs at real speed between advances, so these are plain days.
+        guard start >= current.addingTimeInterval(-180 * 86_400) else {
             throw EmulatorError.api(.startDateTooFarInPast, "Start date too far in the past.")
         }
         guard start < Date(timeIntervalSince1970: endMs / 1000) else {

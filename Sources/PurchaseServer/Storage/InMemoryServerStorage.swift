@@ -12,6 +12,7 @@ public final class InMemoryServerStorage: ServerStorage {
         var subscribers: [String: Subscriber] = [:]
         var tokens: [String: String] = [:]
         var aliases: [String: String] = [:]
+        var checkpoints: [String: String] = [:]
         var purchases: [String: PurchaseRecord] = [:]
         var subscriptions: [String: SubscriptionRecord] = [:]
         var ledger: [String: LedgerEntry] = [:]
@@ -87,6 +88,18 @@ public final class InMemoryServerStorage: ServerStorage {
                 $0.originalTransactionID < $1.originalTransactionID
             }
         }
+
+        func overdueSubscriptions(bundle: String, before date: Date, limit: Int) -> [SubscriptionRecord] {
+            Array(
+                tables.subscriptions.values.filter { subscription in
+                    guard subscription.bundleID == bundle, subscription.status == 1,
+                        let expires = subscription.expiresDate, expires < date
+                    else { return false }
+                    return subscription.renewalSignedDate.map { $0 < expires } ?? true
+                }.sorted { ($0.expiresDate ?? .distantPast) < ($1.expiresDate ?? .distantPast) }.prefix(limit))
+        }
+        func checkpoint(_ key: String) -> String? { tables.checkpoints[key] }
+        func setCheckpoint(_ key: String, _ value: String) { tables.checkpoints[key] = value }
 
         func append(_ entry: LedgerEntry) -> Bool {
             let key = Self.key(entry.transactionID, entry.reason.rawValue)

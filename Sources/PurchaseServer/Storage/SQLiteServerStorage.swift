@@ -59,6 +59,15 @@ public struct SQLiteServerStorage: ServerStorage {
                 bundle_id TEXT NOT NULL, alias TEXT NOT NULL, app_user_id TEXT NOT NULL, PRIMARY KEY (bundle_id, alias)
             );
             """),
+        Migration(
+            "003-reconciliation",
+            """
+            ALTER TABLE subscriptions ADD COLUMN status INTEGER;
+            ALTER TABLE subscriptions ADD COLUMN expires REAL;
+            ALTER TABLE subscriptions ADD COLUMN renewal_signed REAL;
+            CREATE INDEX subscriptions_overdue ON subscriptions (bundle_id, expires) WHERE status = 1;
+            CREATE TABLE checkpoints (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """),
     ]
 
     public init(path: String) async throws {
@@ -185,10 +194,15 @@ public struct SQLiteServerStorage: ServerStorage {
 
         func save(_ subscription: SubscriptionRecord) throws {
             try connection.execute(
-                "INSERT OR REPLACE INTO subscriptions (original_id, bundle_id, owner, document) VALUES (?, ?, ?, ?)",
+                """
+                INSERT OR REPLACE INTO subscriptions (original_id, bundle_id, owner, document, status, expires,
+                    renewal_signed) VALUES (?, ?, ?, ?, ?, ?, ?)
+                """,
                 [
                     .text(subscription.originalTransactionID), .text(subscription.bundleID), text(subscription.owner),
-                    try Self.encode(subscription),
+                    try Self.encode(subscription), .integer(subscription.status),
+                    subscription.expiresDate.map { .real($0.timeIntervalSince1970) } ?? .null,
+                    subscription.renewalSignedDate.map { .real($0.timeIntervalSince1970) } ?? .null,
                 ])
         }
 
@@ -197,6 +211,24 @@ public struct SQLiteServerStorage: ServerStorage {
                 "SELECT document FROM subscriptions WHERE bundle_id = ? AND owner = ? ORDER BY original_id",
                 [.text(bundle), .text(owner)]
             ).map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
+        }
+
+        func overdueSubscriptions(bundle: String, before date: Date, limit: Int) throws -> [SubscriptionRecord] {
+            try connection.execute(
+                """
+                SELECT document FROM subscriptions WHERE bundle_id = ? AND status = 1 AND expires < ?
+                AND (renewal_signed IS NULL OR renewal_signed < expires) ORDER BY expires LIMIT ?
+                """, [.text(bundle), .real(date.timeIntervalSince1970), .integer(Int64(limit))]
+            ).map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
+        }
+
+        func checkpoint(_ key: String) throws -> String? {
+            try connection.execute("SELECT value FROM checkpoints WHERE key = ?", [.text(key)]).first?["value"].string
+        }
+
+        func setCheckpoint(_ key: String, _ value: String) throws {
+            try connection.execute(
+                "INSERT OR REPLACE INTO checkpoints (key, value) VALUES (?, ?)", [.text(key), .text(value)])
         }
 
         // MARK: Ledger and grants

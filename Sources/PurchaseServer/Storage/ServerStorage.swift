@@ -29,6 +29,12 @@ public protocol SubscriptionRecordRepository {
     /// Inserts or replaces.
     func save(_ subscription: SubscriptionRecord) throws
     func subscriptions(bundle: String, owner: String) throws -> [SubscriptionRecord]
+    /// Active subscriptions of the app whose renewal date passed before `date` with no newer renewal facts
+    /// (a renewal or an expiry the server should have heard of), oldest first.
+    func overdueSubscriptions(bundle: String, before date: Date, limit: Int) throws -> [SubscriptionRecord]
+    /// A named position of a background task (the notification-history checkpoint).
+    func checkpoint(_ key: String) throws -> String?
+    func setCheckpoint(_ key: String, _ value: String) throws
 }
 
 /// The consumable ledger and the developer's grants.

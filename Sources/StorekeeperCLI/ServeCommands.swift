@@ -26,7 +26,8 @@ enum ServeCommands {
             Prints the address it listens on, then serves until SIGINT or SIGTERM, finishing requests in \
             flight. Routes: POST /v1/receipts and /v1/transactions (the app's public key), POST \
             /v1/notifications/apple/{bundleId} (Apple's, verified by signature), GET /v1/subscribers/{appUserId} \
-            and …/events, POST …/entitlements/{name}/grant|revoke, GET /v1/webhooks/deliveries (the secret key), \
+            and …/events, POST …/entitlements/{name}/grant|revoke and …/aliases, GET /v1/webhooks/deliveries (the \
+            secret key), \
             GET /healthz and /metrics.
             """)
 

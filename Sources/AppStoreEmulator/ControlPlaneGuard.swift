@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperCrypto
 public import StorekeeperHTTP
 import Synchronization
 
@@ -74,7 +75,7 @@ public final class ControlPlaneGuard: InlineMiddleware {
         }
         if let token {
             guard let header = request.header("Authorization"), header.hasPrefix("Bearer "),
-                Self.constantTimeEquals(Array(header.utf8.dropFirst(7)), token)
+                ConstantTime.equals(Array(header.utf8.dropFirst(7)), token)
             else {
                 throw HTTPError(
                     status: 401, code: "unauthorized", message: "the control plane needs Authorization: Bearer <token>",
@@ -93,13 +94,6 @@ public final class ControlPlaneGuard: InlineMiddleware {
             return String(host[..<colon])
         }
         return host
-    }
-
-    static func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count else { return false }
-        var difference: UInt8 = 0
-        for index in a.indices { difference |= a[index] ^ b[index] }
-        return difference == 0
     }
 
     /// Whether an address is a loopback one (binding it exposes nothing beyond this machine).

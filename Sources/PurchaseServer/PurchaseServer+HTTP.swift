@@ -1,5 +1,6 @@
 import Foundation
 import StoreModel
+import StorekeeperCrypto
 public import StorekeeperHTTP
 import StorekeeperJSON
 public import StorekeeperLogging
@@ -217,7 +218,7 @@ extension PurchaseServer {
     }
 
     func authorizeSecret(_ request: HTTPRequest) throws {
-        guard let token = bearer(request), Self.constantTimeEquals(token, Array(configuration.secretKey.utf8)) else {
+        guard let token = bearer(request), ConstantTime.equals(token, Array(configuration.secretKey.utf8)) else {
             throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <secret key>")
         }
     }
@@ -226,8 +227,8 @@ extension PurchaseServer {
     func authorizeApp(_ request: HTTPRequest, bundleID: String) throws {
         let app = try app(bundleID)
         guard let token = bearer(request),
-            Self.constantTimeEquals(token, Array(app.settings.publicKey.utf8))
-                || Self.constantTimeEquals(token, Array(configuration.secretKey.utf8))
+            ConstantTime.equals(token, Array(app.settings.publicKey.utf8))
+                || ConstantTime.equals(token, Array(configuration.secretKey.utf8))
         else { throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <the app's public key>") }
     }
 

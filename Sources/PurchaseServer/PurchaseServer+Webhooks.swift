@@ -18,7 +18,7 @@ extension PurchaseServer {
         let body = JSONWriter.string(
             .object(["api_version": .string("1.0"), "event": .object(webhookEvent(event, app: app.settings))]))
         for target in app.settings.webhooks {
-            let suffix = Digest.sha256(Array(target.url.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+            let suffix = Digest.hex(Digest.sha256(Array(target.url.utf8)).prefix(6))
             _ = try store.insert(
                 WebhookDelivery(
                     id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type, bundleID: event.bundleID,
@@ -68,7 +68,7 @@ extension PurchaseServer {
     public static func signature(body: String, secret: String, at date: Date) -> String {
         let stamp = String(Int64(date.timeIntervalSince1970.rounded(.down)))
         let mac = HMAC.sha256(key: Array(secret.utf8), message: Array((stamp + "." + body).utf8))
-        return "t=\(stamp),v1=" + mac.map { String(format: "%02x", $0) }.joined()
+        return "t=\(stamp),v1=" + Digest.hex(mac)
     }
 
     /// Starts the task that sends due deliveries (idempotent).

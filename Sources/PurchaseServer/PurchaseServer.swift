@@ -152,7 +152,7 @@ public final class PurchaseServer: Sendable {
     /// V1: only with the app's shared secret, and only what the re-verified `latest_receipt` says.
     func ingestV1(_ object: JSONObject, body: [UInt8], app: AppRuntime) async throws -> Ingested {
         guard let secret = app.settings.sharedSecret, let password = object["password"]?.stringValue,
-            Self.constantTimeEquals(Array(password.utf8), Array(secret.utf8))
+            ConstantTime.equals(Array(password.utf8), Array(secret.utf8))
         else {
             metrics.count("storekeeper_verifications_total", ["kind": "notification-v1", "outcome": "BAD_PASSWORD"])
             throw PurchaseServerError.unauthorized("the V1 notification's password is not the app's shared secret")
@@ -186,7 +186,7 @@ public final class PurchaseServer: Sendable {
                         signedDate: parsed.creationDate), notificationType: type))
         }
         let updates = found
-        let key = "notification-v1:" + Digest.sha256(body).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
         let current = now()
         let bundleID = app.settings.bundleID
         return try await write(input: (key, "notification-v1", body)) { store in
@@ -255,7 +255,7 @@ public final class PurchaseServer: Sendable {
         }
         let purchases = Self.purchases(of: parsed)
         let key =
-            "receipt:" + Digest.sha256(receipt).prefix(16).map { String(format: "%02x", $0) }.joined() + ":\(appUserID)"
+            "receipt:" + Digest.hex(Digest.sha256(receipt).prefix(16)) + ":\(appUserID)"
         let current = now()
         _ = try await write(input: (key, "receipt", receipt)) { store in
             try purchases.flatMap {
@@ -438,13 +438,6 @@ public final class PurchaseServer: Sendable {
         guard (1...256).contains(id.utf8.count), !id.contains(where: { $0.isNewline || $0 == "\u{0}" }) else {
             throw PurchaseServerError.invalid("appUserId must be 1 to 256 characters")
         }
-    }
-
-    static func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count else { return false }
-        var difference: UInt8 = 0
-        for index in a.indices { difference |= a[index] ^ b[index] }
-        return difference == 0
     }
 
     // MARK: - From Apple's payloads

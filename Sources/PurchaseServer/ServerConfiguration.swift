@@ -246,7 +246,7 @@ public enum AppleRoots {
             guard let url = Bundle.module.url(forResource: name, withExtension: "cer"),
                 let data = FileManager.default.contents(atPath: url.path)
             else { throw PurchaseServerError.configuration("the resource \(name).cer is missing") }
-            let hex = Digest.sha256(Array(data)).map { String(format: "%02x", $0) }.joined()
+            let hex = Digest.hex(Digest.sha256(Array(data)))
             guard hex == fingerprints[name] else {
                 throw PurchaseServerError.configuration("\(name).cer does not have Apple's fingerprint")
             }

@@ -84,6 +84,18 @@ public enum Digest {
     }
 
     public static func sha1(_ bytes: some Collection<UInt8>) -> [UInt8] { hash(.sha1, bytes) }
+
+    /// Lower-case hexadecimal of `bytes` (digests in keys, fingerprints, signature headers).
+    public static func hex(_ bytes: some Collection<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
     public static func sha256(_ bytes: some Collection<UInt8>) -> [UInt8] { hash(.sha256, bytes) }
 }
 

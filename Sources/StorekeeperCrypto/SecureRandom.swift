@@ -8,3 +8,14 @@ public enum SecureRandom {
         return output
     }
 }
+
+/// Comparisons of secrets that take the same time whatever bytes differ (shared secrets, bearer tokens).
+public enum ConstantTime {
+    /// Whether `a` and `b` are equal; the time depends only on their lengths.
+    public static func equals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for index in a.indices { difference |= a[index] ^ b[index] }
+        return difference == 0
+    }
+}

@@ -1,3 +1,4 @@
+import AppStoreReceipts
 import AppStoreServerAPI
 import AppStoreSignedData
 import Foundation
@@ -566,7 +567,7 @@ extension AppStore {
                 .serverNotificationUrlNotFound, "No server notification URL is configured for this environment.")
         }
         try await runDue(maxEvents: maxEventsPerRequest)
-        return "\(id)_\(ReceiptDateMilliseconds.of(current))"
+        return "\(id)_\(ReceiptDate.milliseconds(current))"
     }
 
     /// Get Test Notification Status.
@@ -834,9 +835,4 @@ extension AppStore {
             }
         }
     }
-}
-
-/// Milliseconds since 1970 of a date, rounded down.
-enum ReceiptDateMilliseconds {
-    static func of(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
 }

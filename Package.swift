@@ -33,6 +33,7 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(name: "CStorekeeperSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CStorekeeperPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         // libmicrohttpd (libmicrohttpd-dev) behind a small C facade; its types stay in server.c.
         .target(name: "CStorekeeperHTTPServer", linkerSettings: [.linkedLibrary("microhttpd")]),
         // libcurl (libcurl4-openssl-dev) behind a small synchronous C facade for outbound requests.
@@ -43,7 +44,12 @@ let package = Package(
         .target(name: "StorekeeperJSON", swiftSettings: upcoming),
         .target(name: "StorekeeperLogging", swiftSettings: upcoming),
         .target(name: "StoreTime", swiftSettings: upcoming),
-        .target(name: "StorekeeperSQLite", dependencies: ["CStorekeeperSQLite"], swiftSettings: upcoming),
+        .target(name: "StorekeeperSQL", swiftSettings: upcoming),
+        .target(
+            name: "StorekeeperSQLite", dependencies: ["CStorekeeperSQLite", "StorekeeperSQL"], swiftSettings: upcoming),
+        .target(
+            name: "StorekeeperPostgres", dependencies: ["CStorekeeperPostgres", "StorekeeperSQL"],
+            swiftSettings: upcoming),
         .target(
             name: "StorekeeperHTTP",
             dependencies: ["CStorekeeperHTTPServer", "CStorekeeperCurl", "StorekeeperJSON", "StorekeeperLogging"],
@@ -81,7 +87,8 @@ let package = Package(
             dependencies: [
                 "SubscriptionLifecycle", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
                 "StorekeeperLogging", "AppStoreServerAPI",
-                "AppStoreReceipts", "AppStoreSignedData", "StorekeeperSQLite", "StoreTime", "StoreModel",
+                "AppStoreReceipts", "AppStoreSignedData", "StorekeeperSQL", "StorekeeperSQLite", "StoreTime",
+                "StoreModel",
             ],
             swiftSettings: upcoming),
 
@@ -90,7 +97,8 @@ let package = Package(
             name: "PurchaseServer",
             dependencies: [
                 "AppStoreReceipts", "AppStoreSignedData", "AppStoreServerAPI", "StorekeeperCrypto", "StorekeeperHTTP",
-                "StorekeeperJSON", "StorekeeperLogging", "StorekeeperSQLite", "StoreModel",
+                "StorekeeperJSON", "StorekeeperLogging", "StorekeeperSQL", "StorekeeperSQLite", "StorekeeperPostgres",
+                "StoreModel",
             ],
             resources: [.copy("Resources")],
             swiftSettings: upcoming),
@@ -128,7 +136,8 @@ let package = Package(
             name: "SubscriptionLifecycleTests", dependencies: ["SubscriptionLifecycle", "StoreModel", "StoreTime"],
             swiftSettings: upcoming),
         .testTarget(
-            name: "StorekeeperSQLiteTests", dependencies: ["StorekeeperSQLite", "StorekeeperTestSupport"],
+            name: "StorekeeperSQLiteTests",
+            dependencies: ["StorekeeperSQL", "StorekeeperSQLite", "StorekeeperTestSupport"],
             swiftSettings: upcoming),
         .testTarget(
             name: "StorekeeperHTTPTests",
@@ -138,7 +147,8 @@ let package = Package(
             name: "AppStoreEmulatorTests",
             dependencies: [
                 "AppStoreEmulator", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
-                "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperSQLite",
+                "AppStoreReceipts", "AppStoreSignedData", "StoreTime", "StoreModel", "StorekeeperSQL",
+                "StorekeeperSQLite",
                 "StorekeeperTestSupport", "AppStoreServerAPI",
             ],
             swiftSettings: upcoming),
@@ -147,7 +157,7 @@ let package = Package(
             dependencies: [
                 "PurchaseServer", "AppStoreEmulator", "AppStoreServerAPI", "AppStoreSignedData", "AppStoreReceipts",
                 "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StoreModel", "StoreTime",
-                "StorekeeperTestSupport", "SubscriptionLifecycle",
+                "StorekeeperTestSupport", "SubscriptionLifecycle", "StorekeeperPostgres",
             ],
             swiftSettings: upcoming),
         .testTarget(

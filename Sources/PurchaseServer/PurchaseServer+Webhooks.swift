@@ -12,6 +12,9 @@ import Synchronization
 extension PurchaseServer {
     /// Deliveries sent at once.
     static let webhookConcurrency = 8
+    /// How long a claimed delivery is this process's: longer than a send may take (60 s), after which
+    /// another process sends it if this one died.
+    static let deliveryLease: TimeInterval = 180
 
     func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore, now: Date) throws {
         guard let app = apps[event.bundleID], !app.settings.webhooks.isEmpty else { return }
@@ -125,12 +128,16 @@ extension PurchaseServer {
     @discardableResult
     func deliverDue() async -> Int {
         let current = now()
-        let due: [WebhookDelivery]
-        do { due = try await storage.read { try $0.dueDeliveries(until: current, limit: 64) } } catch {
-            logger.error("webhooks.read-failed", ["error": String(describing: error)])
+        let fresh: [WebhookDelivery]
+        do {
+            // A cheap look first; then a claim, so that no other process (or pass) sends the same ones.
+            guard try await !storage.read({ try $0.dueDeliveries(until: current, limit: 1) }).isEmpty else { return 0 }
+            fresh = try await storage.claimDueDeliveries(
+                until: current, lease: current.addingTimeInterval(Self.deliveryLease), limit: 64)
+        } catch {
+            logger.error("webhooks.claim-failed", ["error": String(describing: error)])
             return 0
         }
-        let fresh = inFlight.withLock { set in due.filter { set.insert($0.id).inserted } }
         guard !fresh.isEmpty else { return 0 }
         var results: [(WebhookDelivery, Int?, String?)] = []
         await withTaskGroup(of: (WebhookDelivery, Int?, String?).self) { group in
@@ -173,7 +180,6 @@ extension PurchaseServer {
         for (delivery, status, _) in results where status != 200 {
             metrics.count("storekeeper_webhook_failures_total", ["type": delivery.eventType])
         }
-        inFlight.withLock { set in for (delivery, _, _) in results { set.remove(delivery.id) } }
         return results.count
     }
 

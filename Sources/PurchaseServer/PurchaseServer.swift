@@ -22,9 +22,7 @@ public final class PurchaseServer: Sendable {
     let now: @Sendable () -> Date
     let logger: Logger
     let metrics = Metrics()
-    let cache = SubscriberCache()
-    /// Deliveries this process is sending now.
-    let inFlight = Mutex<Set<String>>([])
+    let cache: SubscriberCache
     let worker = Mutex<Task<Void, Never>?>(nil)
     /// The polling task (``startReconciliation(every:)``).
     let reconciler = Mutex<Task<Void, Never>?>(nil)
@@ -47,6 +45,7 @@ public final class PurchaseServer: Sendable {
         self.storage = storage
         self.logger = logger
         self.now = now
+        self.cache = SubscriberCache(enabled: !storage.isShared)
         var apps: [String: AppRuntime] = [:]
         for app in configuration.apps {
             let verifier: SignedDataVerifier

@@ -22,13 +22,18 @@ final class SubscriberCache: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Off when other processes write the same storage: their commits would not invalidate this memory.
+    let enabled: Bool
+
+    init(enabled: Bool = true) { self.enabled = enabled }
     /// Users kept at most; when full, the cache starts afresh.
     static let capacity = 100_000
 
     static func key(_ bundleID: String, _ user: String) -> String { bundleID + "\u{1F}" + user }
 
     func entry(_ bundleID: String, _ user: String) -> Entry? {
-        state.withLock { $0.entries[Self.key(bundleID, user)] }
+        guard enabled else { return nil }
+        return state.withLock { $0.entries[Self.key(bundleID, user)] }
     }
 
     /// The generation to hand back to ``store(_:_:_:since:)``.
@@ -37,6 +42,7 @@ final class SubscriberCache: Sendable {
     }
 
     func store(_ entry: Entry, _ bundleID: String, _ user: String, since generation: UInt64) {
+        guard enabled else { return }
         let key = Self.key(bundleID, user)
         state.withLock { state in
             guard (state.generations[key] ?? 0) == generation else { return }

@@ -1,4 +1,5 @@
 internal import CStorekeeperSQLite
+public import StorekeeperSQL
 
 /// One SQLite connection. Not thread-safe: ``Database`` confines it to its own serial executor.
 public final class Connection {

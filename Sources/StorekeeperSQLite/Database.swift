@@ -1,29 +1,4 @@
-import Dispatch
-
-/// Runs actor jobs on one private dispatch queue, so blocking SQLite calls never occupy the cooperative pool.
-final class DispatchSerialExecutor: SerialExecutor {
-    private let queue: DispatchQueue
-
-    init(label: String) { queue = DispatchQueue(label: label) }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        queue.async { job.runSynchronously(on: self.asUnownedSerialExecutor()) }
-    }
-
-    func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
-}
-
-/// An append-only schema step, identified by a string and applied once, in order, in its own transaction.
-public struct Migration: Sendable, Hashable {
-    public let id: String
-    public let sql: String
-
-    public init(_ id: String, _ sql: String) {
-        self.id = id
-        self.sql = sql
-    }
-}
+public import StorekeeperSQL
 
 /// A SQLite database reached only through ``read(_:)`` and transactional ``write(_:)`` closures, each run on
 /// the database's own serial executor (GRDB's model). Opened in WAL mode with `synchronous=FULL`, so a write

@@ -3,6 +3,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StorekeeperJSON
+import StorekeeperSQL
 import StorekeeperSQLite
 import StorekeeperTestSupport
 import Synchronization

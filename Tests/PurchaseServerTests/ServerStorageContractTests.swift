@@ -7,17 +7,27 @@ import Testing
 /// One contract for every ``ServerStorage`` backend.
 @Suite("Purchase server storage contract")
 struct ServerStorageContractTests {
-    enum Backend: String, CaseIterable, CustomStringConvertible {
-        case memory, sqlite
+    enum Backend: String, CustomStringConvertible {
+        case memory, sqlite, postgres
         var description: String { rawValue }
+        /// Every backend this machine has (PostgreSQL when the test script started one).
+        static let allCases: [Backend] = [.memory, .sqlite] + (PostgresTesting.url == nil ? [] : [.postgres])
         func make() async throws -> any ServerStorage {
             switch self {
             case .memory: InMemoryServerStorage()
             case .sqlite:
                 try await SQLiteServerStorage(
                     path: try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path)
+            case .postgres: try await PostgresServerStorage(url: try PostgresTesting.freshDatabase(), poolSize: 4)
             }
         }
+    }
+
+    @Test("PostgreSQL is among the backends", .enabled(if: PostgresTesting.url != nil, PostgresTesting.skipMessage))
+    func postgresIsHere() async throws {
+        #expect(Backend.allCases.contains(.postgres))
+        let storage = try await Backend.postgres.make()
+        #expect(storage.isShared)
     }
 
     static let start = Date(timeIntervalSince1970: 1_800_000_000)
@@ -162,5 +172,94 @@ struct ServerStorageContractTests {
             #expect(try store.purchase("1") == nil)
             #expect(try store.inputCount() == 0)
         }
+    }
+
+    @Test("A claimed delivery is not due again until its lease ends", arguments: Backend.allCases)
+    func claims(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let deliveries = (1...5).map {
+            WebhookDelivery(
+                id: "e\($0)@x", eventID: "e\($0)", eventType: "RENEWAL", bundleID: "app", url: "http://x", body: "{}",
+                created: Self.start.addingTimeInterval(Double($0)))
+        }
+        _ = try await storage.write { store in try deliveries.map { try store.insert($0) } }
+        let now = Self.start.addingTimeInterval(10)
+        let lease = now.addingTimeInterval(60)
+        let first = try await storage.claimDueDeliveries(until: now, lease: lease, limit: 3)
+        let second = try await storage.claimDueDeliveries(until: now, lease: lease, limit: 3)
+        let third = try await storage.claimDueDeliveries(until: now, lease: lease, limit: 3)
+        #expect(first.map(\.id) == ["e1@x", "e2@x", "e3@x"])
+        #expect(second.map(\.id) == ["e4@x", "e5@x"])
+        #expect(third.isEmpty)
+        // After the lease, a process that died is replaced: they are due again.
+        let again = try await storage.claimDueDeliveries(until: lease, lease: lease.addingTimeInterval(60), limit: 10)
+        #expect(Set(again.map(\.id)) == Set(deliveries.map(\.id)))
+    }
+
+    @Test("Concurrent claims never hand out one delivery twice", arguments: Backend.allCases)
+    func concurrentClaims(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let deliveries = (1...200).map {
+            WebhookDelivery(
+                id: "e\($0)@x", eventID: "e\($0)", eventType: "RENEWAL", bundleID: "app", url: "http://x", body: "{}",
+                created: Self.start)
+        }
+        _ = try await storage.write { store in try deliveries.map { try store.insert($0) } }
+        let lease = Self.start.addingTimeInterval(600)
+        let claimed = try await withThrowingTaskGroup(of: [String].self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    var mine: [String] = []
+                    while true {
+                        let batch = try await storage.claimDueDeliveries(until: Self.start, lease: lease, limit: 7)
+                        if batch.isEmpty { return mine }
+                        mine += batch.map(\.id)
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(claimed.count == 200)
+        #expect(Set(claimed).count == 200)
+    }
+
+    @Test("A request budget refills at its rate and can be emptied until a date", arguments: Backend.allCases)
+    func budgets(backend: Backend) async throws {
+        let storage = try await backend.make()
+        var taken = 0
+        for _ in 0..<10 where try await storage.takeRequest(from: "k", rate: 1, burst: 3, now: Self.start) {
+            taken += 1
+        }
+        #expect(taken == 3)
+        #expect(try await storage.takeRequest(from: "k", rate: 1, burst: 3, now: Self.start.addingTimeInterval(1.5)))
+        #expect(try await !storage.takeRequest(from: "k", rate: 1, burst: 3, now: Self.start.addingTimeInterval(1.6)))
+        try await storage.blockRequests(to: "k", until: Self.start.addingTimeInterval(100))
+        #expect(try await !storage.takeRequest(from: "k", rate: 1, burst: 3, now: Self.start.addingTimeInterval(50)))
+        #expect(try await storage.takeRequest(from: "k", rate: 1, burst: 3, now: Self.start.addingTimeInterval(102)))
+        // Another budget is its own.
+        #expect(try await storage.takeRequest(from: "other", rate: 1, burst: 3, now: Self.start))
+    }
+
+    @Test("Concurrent writes to one record are applied one after the other", arguments: Backend.allCases)
+    func noLostUpdate(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { try $0.save(Subscriber(bundleID: "app", appUserID: "u1", firstSeen: Self.start)) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<40 {
+                group.addTask {
+                    try await storage.write { store in
+                        struct Missing: Error {}
+                        guard var subscriber = try store.subscriber(bundle: "app", appUserID: "u1") else {
+                            throw Missing()
+                        }
+                        subscriber.flags.append("f\(index)")
+                        try store.save(subscriber)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let flags = try await storage.read { try $0.subscriber(bundle: "app", appUserID: "u1")?.flags ?? [] }
+        #expect(Set(flags) == Set((0..<40).map { "f\($0)" }))
     }
 }

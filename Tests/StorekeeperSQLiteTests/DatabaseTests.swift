@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperSQL
 import StorekeeperSQLite
 import StorekeeperTestSupport
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import StoreModel
+import StorekeeperSQL
 import StorekeeperSQLite
 
 /// The emulator's state in SQLite tables (WAL, `synchronous=FULL`): one row per account, device, install,

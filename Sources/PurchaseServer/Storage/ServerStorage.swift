@@ -85,8 +85,89 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
 /// run one at a time. One contract suite holds for every backend.
 public protocol ServerStorage: Sendable {
     func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T
-    /// `body` may be held until the write commits (SQLite commits concurrent writes together).
+    /// `body` may be held until the write commits (SQLite commits concurrent writes together), and may run
+    /// more than once (PostgreSQL runs a write again that lost to a concurrent one): it must not have
+    /// effects outside the store that matter when repeated.
     func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T
+
+    /// Whether other processes write the same state (then nothing read may be kept in memory).
+    var isShared: Bool { get }
+
+    /// Claims up to `limit` pending deliveries due at `time` for this process until `lease` (their next
+    /// attempt moves to it): other processes skip them, and they are due again if this one dies.
+    func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery]
+
+    /// Whether this process leads `task` now: one process at a time, taken over when it dies.
+    func lead(_ task: String) async -> Bool
+
+    /// Takes one request from the budget `key` (a token bucket holding at most `burst`, refilled at `rate`
+    /// a second, shared by every process); false when it is empty.
+    func takeRequest(from key: String, rate: Double, burst: Double, now: Date) async throws -> Bool
+
+    /// Empties the budget `key` until `date` (Apple's `Retry-After`).
+    func blockRequests(to key: String, until date: Date) async throws
+}
+
+/// One process owns the state: leading is always true, and claims and budgets are ordinary writes.
+extension ServerStorage {
+    public var isShared: Bool { false }
+
+    public func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery] {
+        try await write { store in
+            try store.dueDeliveries(until: time, limit: limit).map { delivery in
+                var claimed = delivery
+                claimed.nextAttempt = lease
+                try store.update(claimed)
+                return delivery
+            }
+        }
+    }
+
+    public func lead(_ task: String) async -> Bool { true }
+
+    public func takeRequest(from key: String, rate: Double, burst: Double, now: Date) async throws -> Bool {
+        try await write { store in
+            var budget =
+                RequestBudget(try store.checkpoint("budget:" + key)) ?? RequestBudget(tokens: burst, updated: now)
+            let taken = budget.take(rate: rate, burst: burst, now: now)
+            try store.setCheckpoint("budget:" + key, budget.text)
+            return taken
+        }
+    }
+
+    public func blockRequests(to key: String, until date: Date) async throws {
+        try await write { store in
+            try store.setCheckpoint("budget:" + key, RequestBudget(tokens: 0, updated: date).text)
+        }
+    }
+}
+
+/// A token bucket as stored: tokens left at `updated` (a time in the future holds it empty until then).
+struct RequestBudget: Hashable, Sendable {
+    var tokens: Double
+    var updated: Date
+
+    init(tokens: Double, updated: Date) {
+        self.tokens = tokens
+        self.updated = updated
+    }
+
+    init?(_ text: String?) {
+        guard let parts = text?.split(separator: " "), parts.count == 2, let tokens = Double(parts[0]),
+            let seconds = Double(parts[1])
+        else { return nil }
+        self.init(tokens: tokens, updated: Date(timeIntervalSince1970: seconds))
+    }
+
+    var text: String { "\(tokens) \(updated.timeIntervalSince1970)" }
+
+    mutating func take(rate: Double, burst: Double, now: Date) -> Bool {
+        let available = min(burst, tokens + max(0, now.timeIntervalSince(updated)) * rate)
+        guard now >= updated, available >= 1 else { return false }
+        tokens = available - 1
+        updated = now
+        return true
+    }
 }
 
 /// A webhook to send: the event, the URL, the exact body, and every attempt.

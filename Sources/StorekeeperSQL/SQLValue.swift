@@ -1,4 +1,5 @@
-/// A value SQLite stores: one of its five storage classes.
+/// A value a SQL database stores or binds: SQLite's five storage classes, which PostgreSQL's columns map onto
+/// (bigint, double precision, text, bytea).
 public enum SQLValue: Hashable, Sendable {
     case null
     case integer(Int64)
@@ -42,6 +43,11 @@ extension SQLValue: ExpressibleByIntegerLiteral, ExpressibleByStringLiteral, Exp
 public struct Row: Sendable, Hashable {
     public let columns: [String]
     public let values: [SQLValue]
+
+    public init(columns: [String], values: [SQLValue]) {
+        self.columns = columns
+        self.values = values
+    }
 
     public subscript(_ column: String) -> SQLValue {
         guard let index = columns.firstIndex(of: column) else { return .null }

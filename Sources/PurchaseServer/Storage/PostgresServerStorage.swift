@@ -1,0 +1,138 @@
+public import Foundation
+import StorekeeperPostgres
+import StorekeeperSQL
+
+/// The purchase server's state in PostgreSQL, shared by any number of server processes.
+///
+/// Writes are serializable transactions, run again when they lose to a concurrent one, so processes
+/// applying inputs for the same subscription give the result of one after the other; inputs, events,
+/// ledger entries and deliveries are deduplicated by unique keys. Deliveries are claimed with
+/// `FOR UPDATE SKIP LOCKED`; background tasks are led by whoever holds their advisory lock.
+public final class PostgresServerStorage: ServerStorage {
+    private let database: PostgresDatabase
+
+    static let migrations = [
+        Migration(
+            "001-purchase-server",
+            """
+            CREATE TABLE subscribers (
+                bundle_id TEXT NOT NULL, app_user_id TEXT NOT NULL, document BYTEA NOT NULL,
+                PRIMARY KEY (bundle_id, app_user_id)
+            );
+            CREATE TABLE account_tokens (
+                bundle_id TEXT NOT NULL, token TEXT NOT NULL, app_user_id TEXT NOT NULL, PRIMARY KEY (bundle_id, token)
+            );
+            CREATE TABLE aliases (
+                bundle_id TEXT NOT NULL, alias TEXT NOT NULL, app_user_id TEXT NOT NULL, PRIMARY KEY (bundle_id, alias)
+            );
+            CREATE TABLE purchases (
+                transaction_id TEXT PRIMARY KEY, original_id TEXT NOT NULL, bundle_id TEXT NOT NULL, owner TEXT,
+                purchase_date DOUBLE PRECISION NOT NULL, document BYTEA NOT NULL
+            );
+            CREATE INDEX purchases_by_owner ON purchases (bundle_id, owner, purchase_date);
+            CREATE INDEX purchases_by_original ON purchases (original_id);
+            CREATE TABLE subscriptions (
+                original_id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, owner TEXT, document BYTEA NOT NULL,
+                status BIGINT, expires DOUBLE PRECISION, renewal_signed DOUBLE PRECISION
+            );
+            CREATE INDEX subscriptions_by_owner ON subscriptions (bundle_id, owner);
+            CREATE INDEX subscriptions_overdue ON subscriptions (bundle_id, expires) WHERE status = 1;
+            CREATE TABLE checkpoints (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE ledger (
+                transaction_id TEXT NOT NULL, reason TEXT NOT NULL, product_id TEXT NOT NULL,
+                quantity BIGINT NOT NULL, date DOUBLE PRECISION NOT NULL, PRIMARY KEY (transaction_id, reason)
+            );
+            CREATE TABLE grants (
+                bundle_id TEXT NOT NULL, owner TEXT NOT NULL, entitlement TEXT NOT NULL, document BYTEA NOT NULL,
+                PRIMARY KEY (bundle_id, owner, entitlement)
+            );
+            CREATE TABLE events (
+                position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+                bundle_id TEXT NOT NULL, owner TEXT, original_id TEXT, document BYTEA NOT NULL
+            );
+            CREATE INDEX events_by_owner ON events (bundle_id, owner, position);
+            CREATE INDEX events_by_original ON events (original_id, position);
+            CREATE TABLE inputs (
+                position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL UNIQUE,
+                kind TEXT NOT NULL, received DOUBLE PRECISION NOT NULL, body BYTEA NOT NULL
+            );
+            CREATE TABLE deliveries (
+                position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+                state TEXT NOT NULL, next_attempt DOUBLE PRECISION, document BYTEA NOT NULL
+            );
+            CREATE INDEX deliveries_due ON deliveries (next_attempt) WHERE state = 'pending';
+            CREATE TABLE request_budgets (
+                key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL
+            );
+            """)
+    ]
+
+    /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.
+    public init(url: String, poolSize: Int = 8) async throws {
+        database = try PostgresDatabase(url: url, poolSize: poolSize)
+        try await database.migrate(Self.migrations)
+    }
+
+    public var isShared: Bool { true }
+
+    /// Serializable writes run again after a serialization failure, so far in this process.
+    public var retries: Int { database.retries }
+
+    public func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
+        try await database.read { try body(SQLServerStore(connection: $0)) }
+    }
+
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
+        try await database.write { try body(SQLServerStore(connection: $0)) }
+    }
+
+    public func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery] {
+        try await database.lockingWrite { connection in
+            try connection.execute(
+                """
+                UPDATE deliveries SET next_attempt = ? WHERE position IN (
+                    SELECT position FROM deliveries WHERE state = 'pending' AND next_attempt <= ?
+                    ORDER BY next_attempt, position LIMIT ? FOR UPDATE SKIP LOCKED)
+                RETURNING document
+                """,
+                [.real(lease.timeIntervalSince1970), .real(time.timeIntervalSince1970), .integer(Int64(limit))]
+            ).map { try SQLServerStore<PostgresConnection>.decode(WebhookDelivery.self, $0["document"]) }
+                .sorted { ($0.nextAttempt ?? .distantPast, $0.created) < ($1.nextAttempt ?? .distantPast, $1.created) }
+        }
+    }
+
+    public func lead(_ task: String) async -> Bool {
+        await database.tryLock("storekeeper:" + task)
+    }
+
+    public func takeRequest(from key: String, rate: Double, burst: Double, now: Date) async throws -> Bool {
+        let time = now.timeIntervalSince1970
+        return try await database.lockingWrite { connection in
+            // One statement: the row lock orders processes taking from the same budget.
+            try !connection.execute(
+                """
+                INSERT INTO request_budgets AS b (key, tokens, updated) VALUES (?, ?, ?)
+                ON CONFLICT (key) DO UPDATE
+                SET tokens = LEAST(?, b.tokens + GREATEST(0, excluded.updated - b.updated) * ?) - 1,
+                    updated = excluded.updated
+                WHERE b.updated <= excluded.updated
+                    AND LEAST(?, b.tokens + GREATEST(0, excluded.updated - b.updated) * ?) >= 1
+                RETURNING tokens
+                """,
+                [.text(key), .real(burst - 1), .real(time), .real(burst), .real(rate), .real(burst), .real(rate)]
+            ).isEmpty
+        }
+    }
+
+    public func blockRequests(to key: String, until date: Date) async throws {
+        try await database.lockingWrite { connection in
+            try connection.execute(
+                """
+                INSERT INTO request_budgets (key, tokens, updated) VALUES (?, 0, ?)
+                ON CONFLICT (key) DO UPDATE SET tokens = 0, updated = GREATEST(request_budgets.updated, excluded.updated)
+                """, [.text(key), .real(date.timeIntervalSince1970)])
+        }
+    }
+}
+
+extension PostgresConnection: SQLStatementRunner {}

@@ -1,0 +1,334 @@
+import Foundation
+import StorekeeperSQL
+
+/// What the SQL store needs of a connection: SQLite's and PostgreSQL's both have it.
+protocol SQLStatementRunner {
+    @discardableResult func execute(_ sql: String, _ values: [SQLValue]) throws -> [Row]
+    /// Rows the last statement changed.
+    var changes: Int { get }
+}
+
+extension SQLStatementRunner {
+    @discardableResult func execute(_ sql: String) throws -> [Row] { try execute(sql, []) }
+}
+
+/// The purchase server's records over SQL, in the dialect SQLite and PostgreSQL share (upserts with
+/// `ON CONFLICT`): one row per subscriber, transaction, subscription, ledger entry, grant, event, raw input
+/// and webhook delivery, each record kept as JSON beside the columns its queries use. The schemas are each
+/// backend's own (``SQLiteServerStorage``, ``PostgresServerStorage``).
+struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
+    let connection: Connection
+
+    static func encode<T: Encodable>(_ value: T) throws -> SQLValue {
+        .blob(Array(try SQLDocuments.encoder.encode(value)))
+    }
+    static func decode<T: Decodable>(_ type: T.Type, _ value: SQLValue) throws -> T {
+        guard let bytes = value.bytes else { throw ServerStorageError(message: "a stored record is missing") }
+        return try SQLDocuments.decoder.decode(type, from: Data(bytes))
+    }
+
+    private func text(_ value: String?) -> SQLValue { value.map(SQLValue.text) ?? .null }
+
+    // MARK: Subscribers
+
+    func subscriber(bundle: String, appUserID: String) throws -> Subscriber? {
+        try connection.execute(
+            "SELECT document FROM subscribers WHERE bundle_id = ? AND app_user_id = ?",
+            [.text(bundle), .text(appUserID)]
+        ).first.map { try Self.decode(Subscriber.self, $0["document"]) }
+    }
+
+    func subscriber(bundle: String, appAccountToken: String) throws -> Subscriber? {
+        guard
+            let user = try connection.execute(
+                "SELECT app_user_id FROM account_tokens WHERE bundle_id = ? AND token = ?",
+                [.text(bundle), .text(appAccountToken.lowercased())]
+            ).first?["app_user_id"].string
+        else { return nil }
+        return try subscriber(bundle: bundle, appUserID: user)
+    }
+
+    func save(_ subscriber: Subscriber) throws {
+        try connection.execute(
+            """
+            INSERT INTO subscribers (bundle_id, app_user_id, document) VALUES (?, ?, ?)
+            ON CONFLICT (bundle_id, app_user_id) DO UPDATE SET document = excluded.document
+            """,
+            [.text(subscriber.bundleID), .text(subscriber.appUserID), try Self.encode(subscriber)])
+        for token in subscriber.appAccountTokens {
+            try connection.execute(
+                """
+                INSERT INTO account_tokens (bundle_id, token, app_user_id) VALUES (?, ?, ?)
+                ON CONFLICT (bundle_id, token) DO UPDATE SET app_user_id = excluded.app_user_id
+                """,
+                [.text(subscriber.bundleID), .text(token.lowercased()), .text(subscriber.appUserID)])
+        }
+    }
+
+    func user(bundle: String, alias: String) throws -> String? {
+        try connection.execute(
+            "SELECT app_user_id FROM aliases WHERE bundle_id = ? AND alias = ?", [.text(bundle), .text(alias)]
+        ).first?["app_user_id"].string
+    }
+
+    func saveAlias(bundle: String, alias: String, user: String) throws {
+        try connection.execute(
+            """
+            INSERT INTO aliases (bundle_id, alias, app_user_id) VALUES (?, ?, ?)
+            ON CONFLICT (bundle_id, alias) DO UPDATE SET app_user_id = excluded.app_user_id
+            """,
+            [.text(bundle), .text(alias), .text(user)])
+    }
+
+    // MARK: Purchases and subscriptions
+
+    func purchase(_ transactionID: String) throws -> PurchaseRecord? {
+        try connection.execute("SELECT document FROM purchases WHERE transaction_id = ?", [.text(transactionID)])
+            .first.map { try Self.decode(PurchaseRecord.self, $0["document"]) }
+    }
+
+    func save(_ purchase: PurchaseRecord) throws {
+        try connection.execute(
+            """
+            INSERT INTO purchases (transaction_id, original_id, bundle_id, owner, purchase_date, document)
+            VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (transaction_id) DO UPDATE SET original_id = excluded.original_id,
+            bundle_id = excluded.bundle_id, owner = excluded.owner, purchase_date = excluded.purchase_date,
+            document = excluded.document
+            """,
+            [
+                .text(purchase.transactionID), .text(purchase.originalTransactionID), .text(purchase.bundleID),
+                text(purchase.owner), .real(purchase.purchaseDate.timeIntervalSince1970), try Self.encode(purchase),
+            ])
+    }
+
+    func purchases(bundle: String, owner: String) throws -> [PurchaseRecord] {
+        try connection.execute(
+            "SELECT document FROM purchases WHERE bundle_id = ? AND owner = ? ORDER BY purchase_date, transaction_id",
+            [.text(bundle), .text(owner)]
+        ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
+    }
+
+    func purchases(original: String) throws -> [PurchaseRecord] {
+        try connection.execute(
+            "SELECT document FROM purchases WHERE original_id = ? ORDER BY purchase_date, transaction_id",
+            [.text(original)]
+        ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
+    }
+
+    func subscription(_ originalTransactionID: String) throws -> SubscriptionRecord? {
+        try connection.execute(
+            "SELECT document FROM subscriptions WHERE original_id = ?", [.text(originalTransactionID)]
+        ).first.map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
+    }
+
+    func save(_ subscription: SubscriptionRecord) throws {
+        try connection.execute(
+            """
+            INSERT INTO subscriptions (original_id, bundle_id, owner, document, status, expires, renewal_signed)
+            VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (original_id) DO UPDATE SET bundle_id = excluded.bundle_id,
+            owner = excluded.owner, document = excluded.document, status = excluded.status,
+            expires = excluded.expires, renewal_signed = excluded.renewal_signed
+            """,
+            [
+                .text(subscription.originalTransactionID), .text(subscription.bundleID), text(subscription.owner),
+                try Self.encode(subscription), .integer(subscription.status),
+                subscription.expiresDate.map { .real($0.timeIntervalSince1970) } ?? .null,
+                subscription.renewalSignedDate.map { .real($0.timeIntervalSince1970) } ?? .null,
+            ])
+    }
+
+    func subscriptions(bundle: String, owner: String) throws -> [SubscriptionRecord] {
+        try connection.execute(
+            "SELECT document FROM subscriptions WHERE bundle_id = ? AND owner = ? ORDER BY original_id",
+            [.text(bundle), .text(owner)]
+        ).map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
+    }
+
+    func overdueSubscriptions(bundle: String, before date: Date, limit: Int) throws -> [SubscriptionRecord] {
+        try connection.execute(
+            """
+            SELECT document FROM subscriptions WHERE bundle_id = ? AND status = 1 AND expires < ?
+            AND (renewal_signed IS NULL OR renewal_signed < expires) ORDER BY expires LIMIT ?
+            """, [.text(bundle), .real(date.timeIntervalSince1970), .integer(Int64(limit))]
+        ).map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
+    }
+
+    func checkpoint(_ key: String) throws -> String? {
+        try connection.execute("SELECT value FROM checkpoints WHERE key = ?", [.text(key)]).first?["value"].string
+    }
+
+    func setCheckpoint(_ key: String, _ value: String) throws {
+        try connection.execute(
+            """
+            INSERT INTO checkpoints (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value
+            """, [.text(key), .text(value)])
+    }
+
+    // MARK: Ledger and grants
+
+    func append(_ entry: LedgerEntry) throws -> Bool {
+        try connection.execute(
+            """
+            INSERT INTO ledger (transaction_id, reason, product_id, quantity, date) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT DO NOTHING
+            """,
+            [
+                .text(entry.transactionID), .text(entry.reason.rawValue), .text(entry.productID),
+                .integer(Int64(entry.quantity)), .real(entry.date.timeIntervalSince1970),
+            ])
+        return connection.changes > 0
+    }
+
+    func balances(bundle: String, owner: String) throws -> [String: Int] {
+        var result: [String: Int] = [:]
+        for row in try connection.execute(
+            """
+            SELECT ledger.product_id AS product, CAST(sum(ledger.quantity) AS BIGINT) AS total FROM ledger
+            JOIN purchases ON purchases.transaction_id = ledger.transaction_id
+            WHERE purchases.bundle_id = ? AND purchases.owner = ? GROUP BY ledger.product_id
+            """, [.text(bundle), .text(owner)])
+        {
+            if let product = row["product"].string { result[product] = Int(row["total"].int64 ?? 0) }
+        }
+        return result
+    }
+
+    func grants(bundle: String, owner: String) throws -> [Grant] {
+        try connection.execute(
+            "SELECT document FROM grants WHERE bundle_id = ? AND owner = ? ORDER BY entitlement",
+            [.text(bundle), .text(owner)]
+        ).map { try Self.decode(Grant.self, $0["document"]) }
+    }
+
+    func save(_ grant: Grant, bundle: String, owner: String) throws {
+        try connection.execute(
+            """
+            INSERT INTO grants (bundle_id, owner, entitlement, document) VALUES (?, ?, ?, ?)
+            ON CONFLICT (bundle_id, owner, entitlement) DO UPDATE SET document = excluded.document
+            """,
+            [.text(bundle), .text(owner), .text(grant.entitlement), try Self.encode(grant)])
+    }
+
+    // MARK: Events and inputs
+
+    func append(_ event: ServerEvent) throws -> Bool {
+        try connection.execute(
+            """
+            INSERT INTO events (id, bundle_id, owner, original_id, document) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT DO NOTHING
+            """,
+            [
+                .text(event.id), .text(event.bundleID), text(event.appUserID), text(event.originalTransactionID),
+                try Self.encode(event),
+            ])
+        return connection.changes > 0
+    }
+
+    func events(bundle: String, owner: String, after position: Int64?, limit: Int) throws -> [(
+        position: Int64, event: ServerEvent
+    )] {
+        try connection.execute(
+            """
+            SELECT position, document FROM events WHERE bundle_id = ? AND position > ? AND (owner = ? OR original_id IN
+                (SELECT original_id FROM purchases WHERE bundle_id = ? AND owner = ?))
+            ORDER BY position LIMIT ?
+            """,
+            [
+                .text(bundle), .integer(position ?? 0), .text(owner), .text(bundle), .text(owner),
+                .integer(Int64(limit)),
+            ]
+        ).map { ($0["position"].int64 ?? 0, try Self.decode(ServerEvent.self, $0["document"])) }
+    }
+
+    func claimOwnerlessEvents(original: String, owner: String) throws -> [ServerEvent] {
+        var claimed: [ServerEvent] = []
+        for row in try connection.execute(
+            "SELECT position, document FROM events WHERE original_id = ? AND owner IS NULL ORDER BY position",
+            [.text(original)])
+        {
+            var event = try Self.decode(ServerEvent.self, row["document"])
+            event.appUserID = owner
+            try connection.execute(
+                "UPDATE events SET owner = ?, document = ? WHERE position = ?",
+                [.text(owner), try Self.encode(event), row["position"]])
+            claimed.append(event)
+        }
+        return claimed
+    }
+
+    func recordInput(key: String, kind: String, body: [UInt8], received: Date) throws -> Bool {
+        try connection.execute(
+            "INSERT INTO inputs (key, kind, received, body) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [.text(key), .text(kind), .real(received.timeIntervalSince1970), .blob(body)])
+        return connection.changes > 0
+    }
+
+    func inputCount() throws -> Int {
+        Int(try connection.execute("SELECT count(*) AS n FROM inputs").first?["n"].int64 ?? 0)
+    }
+
+    // MARK: Deliveries
+
+    func insert(_ delivery: WebhookDelivery) throws -> Bool {
+        try connection.execute(
+            "INSERT INTO deliveries (id, state, next_attempt, document) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [
+                .text(delivery.id), .text(delivery.state.rawValue),
+                delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null, try Self.encode(delivery),
+            ])
+        return connection.changes > 0
+    }
+
+    func update(_ delivery: WebhookDelivery) throws {
+        try connection.execute(
+            "UPDATE deliveries SET state = ?, next_attempt = ?, document = ? WHERE id = ?",
+            [
+                .text(delivery.state.rawValue),
+                delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null,
+                try Self.encode(delivery), .text(delivery.id),
+            ])
+        guard connection.changes > 0 else { throw ServerStorageError.missing("delivery") }
+    }
+
+    func dueDeliveries(until time: Date, limit: Int) throws -> [WebhookDelivery] {
+        try connection.execute(
+            """
+            SELECT document FROM deliveries WHERE state = 'pending' AND next_attempt <= ?
+            ORDER BY next_attempt, position LIMIT ?
+            """, [.real(time.timeIntervalSince1970), .integer(Int64(limit))]
+        ).map { try Self.decode(WebhookDelivery.self, $0["document"]) }
+    }
+
+    func nextDeliveryDue() throws -> Date? {
+        try connection.execute("SELECT min(next_attempt) AS due FROM deliveries WHERE state = 'pending'").first?[
+            "due"
+        ].double.map(Date.init(timeIntervalSince1970:))
+    }
+
+    func deliveries(after position: Int64?, limit: Int) throws -> [(position: Int64, delivery: WebhookDelivery)] {
+        try connection.execute(
+            "SELECT position, document FROM deliveries WHERE position > ? ORDER BY position LIMIT ?",
+            [.integer(position ?? 0), .integer(Int64(limit))]
+        ).map { ($0["position"].int64 ?? 0, try Self.decode(WebhookDelivery.self, $0["document"])) }
+    }
+
+    func pendingDeliveryCount() throws -> Int {
+        Int(
+            try connection.execute("SELECT count(*) AS n FROM deliveries WHERE state = 'pending'").first?["n"].int64
+                ?? 0)
+    }
+}
+
+/// Records as JSON documents, dates in epoch milliseconds.
+enum SQLDocuments {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .millisecondsSince1970
+        return encoder
+    }()
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .millisecondsSince1970
+        return decoder
+    }()
+}

@@ -1,0 +1,236 @@
+import Foundation
+public import StorekeeperSQL
+import Synchronization
+
+/// A small pool of PostgreSQL connections, each on its own thread (blocking libpq calls never occupy the
+/// cooperative pool), reached through transactional closures.
+///
+/// Reads run in one `REPEATABLE READ READ ONLY` snapshot. Writes run `SERIALIZABLE`: PostgreSQL refuses one
+/// of two writes that could not have run one after the other (SQLSTATE 40001 or a deadlock, 40P01), and the
+/// write runs again, so a write body must be safe to run more than once. A connection lost before `COMMIT`
+/// is reopened and the transaction run again; one lost during `COMMIT` is an error (it may have committed).
+public final class PostgresDatabase: Sendable {
+    private let sessions: [PostgresSession]
+    private let pool: Mutex<Pool>
+    /// Holds session-level advisory locks: they last as long as its connection.
+    private let locks: PostgresSession
+
+    private struct Pool {
+        var free: [Int]
+        var waiters: [CheckedContinuation<Int, Never>] = []
+    }
+
+    /// Retries of a write that lost to a concurrent one, at most.
+    public static let maxAttempts = 30
+    private let counter: RetryCounter
+
+    /// Transactions run again (after a serialization failure or a lost connection) so far.
+    public var retries: Int { counter.value.load(ordering: .relaxed) }
+
+    /// Connects once (so a wrong URL fails here), then keeps up to `poolSize` connections.
+    public init(url: String, poolSize: Int = 8) throws(PostgresError) {
+        let size = max(1, poolSize)
+        _ = try PostgresConnection(url: url)
+        let counter = RetryCounter()
+        self.counter = counter
+        sessions = (0..<size).map {
+            PostgresSession(url: url, label: "storekeeper.postgres.\($0)", counter: counter)
+        }
+        pool = Mutex(Pool(free: Array((0..<size).reversed())))
+        locks = PostgresSession(url: url, label: "storekeeper.postgres.locks", counter: counter)
+    }
+
+    /// Runs `body` in a read-only snapshot.
+    public func read<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let index = await acquire()
+        defer { release(index) }
+        return try await sessions[index].transaction(.read, body)
+    }
+
+    /// Runs `body` in a serializable transaction, again after a serialization failure; committed when it
+    /// returns, rolled back when it throws.
+    public func write<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let index = await acquire()
+        defer { release(index) }
+        return try await sessions[index].transaction(.write, body)
+    }
+
+    /// Runs `body` in a `READ COMMITTED` transaction: for statements that lock the rows they change and
+    /// skip rows others hold (`FOR UPDATE SKIP LOCKED` claims, counters updated in one statement).
+    public func lockingWrite<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let index = await acquire()
+        defer { release(index) }
+        return try await sessions[index].transaction(.plain, body)
+    }
+
+    /// Applies the migrations not yet recorded in `schema_migrations`, in order, in one transaction that
+    /// holds an advisory lock (processes starting together apply them once). Refuses a database whose
+    /// applied list this list does not start with. Answers the ids applied.
+    @discardableResult
+    public func migrate(_ migrations: [Migration]) async throws -> [String] {
+        let index = await acquire()
+        defer { release(index) }
+        return try await sessions[index].transaction(.plain) { connection in
+            try connection.execute("SELECT pg_advisory_xact_lock(hashtextextended('storekeeper-migrations', 0))")
+            try connection.executeScript(
+                """
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    position INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+                )
+                """)
+            let applied = try connection.execute("SELECT id FROM schema_migrations ORDER BY position").compactMap {
+                $0["id"].string
+            }
+            guard applied.count <= migrations.count, zip(applied, migrations).allSatisfy({ $0 == $1.id }) else {
+                throw PostgresError(.misuse, "the database's migrations \(applied) do not start this build's list")
+            }
+            var done: [String] = []
+            for (position, migration) in migrations.enumerated().dropFirst(applied.count) {
+                try connection.executeScript(migration.sql)
+                try connection.execute(
+                    "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",
+                    [.integer(Int64(position)), .text(migration.id)])
+                done.append(migration.id)
+            }
+            return done
+        }
+    }
+
+    /// Takes (or confirms this process still holds) the session-level advisory lock `name`; false when
+    /// another connection holds it or the database cannot be reached. The lock ends with its connection,
+    /// so a process that dies lets another take it.
+    public func tryLock(_ name: String) async -> Bool {
+        await locks.tryLock(name)
+    }
+
+    /// Gives up the advisory lock `name` when this process holds it.
+    public func unlock(_ name: String) async {
+        await locks.unlock(name)
+    }
+
+    private func acquire() async -> Int {
+        if let index = pool.withLock({ $0.free.popLast() }) { return index }
+        return await withCheckedContinuation { continuation in
+            let index = pool.withLock { pool -> Int? in
+                if let index = pool.free.popLast() { return index }
+                pool.waiters.append(continuation)
+                return nil
+            }
+            if let index { continuation.resume(returning: index) }
+        }
+    }
+
+    private func release(_ index: Int) {
+        let waiter = pool.withLock { pool -> CheckedContinuation<Int, Never>? in
+            guard !pool.waiters.isEmpty else {
+                pool.free.append(index)
+                return nil
+            }
+            return pool.waiters.removeFirst()
+        }
+        waiter?.resume(returning: index)
+    }
+}
+
+/// One connection, reopened when lost, confined to its own serial executor.
+actor PostgresSession {
+    enum Mode {
+        case read, write, plain
+        var begin: String {
+            switch self {
+            case .read: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+            case .write: "BEGIN ISOLATION LEVEL SERIALIZABLE"
+            case .plain: "BEGIN"
+            }
+        }
+    }
+
+    private let executor: DispatchSerialExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    private let url: String
+    private var connection: PostgresConnection?
+    private var held: Set<String> = []
+    private let counter: RetryCounter
+
+    init(url: String, label: String, counter: RetryCounter) {
+        self.url = url
+        self.counter = counter
+        self.executor = DispatchSerialExecutor(label: label)
+    }
+
+    private func connected() throws -> PostgresConnection {
+        if let connection, connection.isOpen { return connection }
+        connection = nil
+        held = []
+        let fresh = try PostgresConnection(url: url)
+        connection = fresh
+        return fresh
+    }
+
+    func transaction<T>(_ mode: Mode, _ body: (PostgresConnection) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let connection: PostgresConnection
+            do { connection = try connected() } catch {
+                guard attempt < 3 else { throw error }
+                Self.pause(attempt)
+                continue
+            }
+            var committing = false
+            do {
+                try connection.executeScript(mode.begin)
+                let result = try body(connection)
+                committing = true
+                try connection.executeScript("COMMIT")
+                return result
+            } catch let error as PostgresError {
+                if connection.isOpen { try? connection.executeScript("ROLLBACK") } else { self.connection = nil }
+                let again =
+                    error.isSerializationFailure || (error.isConnectionFailure && !committing && attempt < 3)
+                guard again, attempt < PostgresDatabase.maxAttempts else { throw error }
+                counter.value.add(1, ordering: .relaxed)
+                Self.pause(attempt)
+            } catch {
+                if connection.isOpen { try? connection.executeScript("ROLLBACK") } else { self.connection = nil }
+                throw error
+            }
+        }
+    }
+
+    func tryLock(_ name: String) -> Bool {
+        do {
+            let connection = try connected()
+            if held.contains(name) {
+                // Still ours while the connection lives.
+                try connection.execute("SELECT 1")
+                return true
+            }
+            let row = try connection.execute(
+                "SELECT pg_try_advisory_lock(hashtextextended(?, 0)) AS locked", [.text(name)]
+            ).first
+            guard row?["locked"].int64 == 1 else { return false }
+            held.insert(name)
+            return true
+        } catch {
+            connection = nil
+            held = []
+            return false
+        }
+    }
+
+    func unlock(_ name: String) {
+        guard held.remove(name) != nil, let connection else { return }
+        _ = try? connection.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", [.text(name)])
+    }
+
+    /// A short random pause, longer with each attempt (at most ~100 ms).
+    private static func pause(_ attempt: Int) {
+        let ceiling = min(100_000, 1_000 << min(attempt, 7))
+        usleep(UInt32.random(in: UInt32(ceiling / 4)...UInt32(ceiling)))
+    }
+}
+
+final class RetryCounter: Sendable {
+    let value = Atomic<Int>(0)
+}

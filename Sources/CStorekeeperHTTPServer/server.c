@@ -47,6 +47,8 @@
 
 struct sk_server {
     struct MHD_Daemon *daemon;
+    char *tls_certificate;  // copies of the PEM texts, kept while the daemon runs; the key is wiped on free
+    char *tls_key;
     int listen_fd;  // ours: created here and closed after MHD_stop_daemon; libmicrohttpd gets a dup
                     // of it (which it closes in MHD_stop_daemon unless quiesced)
     sk_handler handler;
@@ -160,11 +162,22 @@ static void exchange_release_locked(sk_exchange *exchange) {
 }
 
 // Drops one owner of the server; called with server->lock held, which it releases. Frees it if last.
+static void free_tls(sk_server *server) {
+    if (server->tls_key) {
+        explicit_bzero(server->tls_key, strlen(server->tls_key));
+        free(server->tls_key);
+        server->tls_key = NULL;
+    }
+    free(server->tls_certificate);
+    server->tls_certificate = NULL;
+}
+
 static void server_release_locked(sk_server *server) {
     bool last = --server->refs == 0;
     pthread_mutex_unlock(&server->lock);
     if (last) {
         pthread_mutex_destroy(&server->lock);
+        free_tls(server);
         free(server);
     }
 }
@@ -705,11 +718,30 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
     server->context = context;
     server->limits = *options;
     server->limits.host = NULL;  // not kept: the caller owns the string
+    server->limits.tls_certificate_pem = NULL;
+    server->limits.tls_key_pem = NULL;
+    bool tls = options->tls_certificate_pem && options->tls_key_pem;
+    if (tls) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            set_error(error, error_size, "%s%s", "this libmicrohttpd has no TLS support", "");
+            free(server);
+            return NULL;
+        }
+        server->tls_certificate = strdup(options->tls_certificate_pem);
+        server->tls_key = strdup(options->tls_key_pem);
+        if (!server->tls_certificate || !server->tls_key) {
+            free_tls(server);
+            free(server);
+            set_error(error, error_size, "%s%s", "out of memory", "");
+            return NULL;
+        }
+    }
     pthread_mutex_init(&server->lock, NULL);
     bool ipv6 = false;
     server->listen_fd = open_listener(options->host, options->port, &server->port, &ipv6, error, error_size);
     if (server->listen_fd < 0) {
         pthread_mutex_destroy(&server->lock);
+        free_tls(server);
         free(server);
         return NULL;
     }
@@ -726,6 +758,13 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
     size_t memory = sk_server_connection_memory(options->max_header_bytes, options->max_url_bytes);
     unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;  // no MHD_USE_ERROR_LOG
     if (ipv6) flags |= MHD_USE_DUAL_STACK;
+    if (tls) flags |= MHD_USE_TLS;
+    struct MHD_OptionItem tls_items[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, server->tls_certificate},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, server->tls_key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    struct MHD_OptionItem no_items[] = {{MHD_OPTION_END, 0, NULL}};
     // libmicrohttpd gets its own descriptor for the socket: whether it closes it on a failed start is
     // not documented, and a double close could hit a descriptor another thread just opened.
     int daemon_fd = fcntl(server->listen_fd, F_DUPFD_CLOEXEC, 0);
@@ -739,15 +778,20 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape_nothing, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, server,
         MHD_OPTION_NOTIFY_CONNECTION, connection_changed, server,
+        MHD_OPTION_ARRAY, tls ? tls_items : no_items,
         // Last, so that 0 can leave libmicrohttpd's default (the descriptor limit) instead of refusing all.
         options->connection_limit ? MHD_OPTION_CONNECTION_LIMIT : MHD_OPTION_END, options->connection_limit,
         MHD_OPTION_END);
     if (!server->daemon) {
         int saved = errno;
+        char detail[192];
+        snprintf(detail, sizeof detail, "%s%s", tls ? "the TLS certificate or key was refused, or " : "",
+                 strerror(saved));
         set_error(error, error_size, "cannot start the HTTP daemon on %s: %s",
-                  options->host ? options->host : "127.0.0.1", strerror(saved));
+                  options->host ? options->host : "127.0.0.1", detail);
         close(server->listen_fd);
         pthread_mutex_destroy(&server->lock);
+        free_tls(server);
         free(server);
         return NULL;
     }

@@ -74,6 +74,11 @@ public enum PurchaseEngine {
         }
         if var current = subscription {
             current.owner = context.owner
+            switch update.notificationType {
+            case "CONSUMPTION_REQUEST": current.refundRequestDate = current.refundRequestDate ?? now
+            case "REFUND", "REFUND_DECLINED", "REFUND_REVERSED": current.refundRequestDate = nil
+            default: if current.revocationDate != nil { current.refundRequestDate = nil }
+            }
             if let before = storedSubscription { diffEvents(before, current, context: context, into: &outcome) }
             subscription = current
         }

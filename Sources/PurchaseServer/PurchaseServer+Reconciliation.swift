@@ -6,82 +6,206 @@ import StorekeeperLogging
 import Synchronization
 
 /// Reconciliation by polling, for the notifications that never arrive: Apple's notification history
-/// (`onlyFailures`) since the last checkpoint is fed through the same verified, deduplicated path as a
-/// notification; and every active subscription whose renewal date passed without news is asked for with Get
-/// All Subscription Statuses. Needs the app's App Store Server API key.
+/// (`onlyFailures`) from a stored checkpoint is fed through the same verified, deduplicated path as a
+/// notification; and every subscription whose expected news is overdue (``SubscriptionRecord/
+/// reconciliationDue``) is asked for with Get All Subscription Statuses and applied through the same engine.
+/// Needs the app's App Store Server API key. With several processes on one database, one leads the
+/// passes (``ServerStorage/lead(_:)``); all share each endpoint's request budget.
 extension PurchaseServer {
     /// What one pass found.
     public struct ReconciliationReport: Sendable, Hashable {
         /// Notifications from the history that the server had not received.
         public var notificationsRecovered = 0
-        /// Subscriptions asked for because their renewal date passed without news.
+        /// Subscriptions asked for because their expected news was overdue.
         public var subscriptionsRefreshed = 0
+        /// Events the pass created: changes the notifications had not brought.
+        public var repairs = 0
+        /// The pass stopped early because an endpoint's request budget was spent (the rest waits).
+        public var budgetExhausted = false
+        /// Another process leads reconciliation: this one did nothing.
+        public var notLeader = false
         public var failures: [String] = []
     }
 
-    /// How long after a renewal date a subscription without news is asked for.
+    /// How long after a due date a subscription without news is asked for.
     public static let overdueMargin: TimeInterval = 60
     /// How far back the first pass reads the history (Apple keeps 180 days).
     public static let firstHistoryWindow: TimeInterval = 86_400
+    /// Subscriptions asked for in one pass, at most.
+    public static let overduePerPass = 500
 
-    /// One pass over every app with an API key.
+    /// One pass over every app with an API key, when this process leads reconciliation.
     public func reconcile() async -> ReconciliationReport {
         var report = ReconciliationReport()
+        guard await storage.lead("reconciliation") else {
+            report.notLeader = true
+            return report
+        }
         for app in apps.values.sorted(by: { $0.settings.bundleID < $1.settings.bundleID }) where !app.api.isEmpty {
-            let bundleID = app.settings.bundleID
             for environment in app.settings.environments.sorted(by: { $0.rawValue < $1.rawValue }) {
                 guard let client = app.api[environment] else { continue }
-                let key = "notification-history:\(bundleID):\(environment.rawValue)"
-                let current = now()
-                do {
-                    let stored = try await storage.read { try $0.checkpoint(key) }
-                    var start =
-                        stored.flatMap(Double.init).map(Date.init(timeIntervalSince1970:))
-                        ?? current.addingTimeInterval(-Self.firstHistoryWindow)
-                    start = max(start, current.addingTimeInterval(-179 * 86_400))
-                    let pages = try await client.allNotificationHistory(
-                        NotificationHistoryRequest(
-                            startDate: start, endDate: current.addingTimeInterval(1), onlyFailures: true),
-                        maxPages: 500)
-                    for item in pages.flatMap(\.notificationHistory) {
-                        guard let signed = item.signedPayload else { continue }
-                        let body = JSONWriter.bytes(.object(["signedPayload": .string(signed)]))
-                        if try await !ingestNotification(bundleID: bundleID, body: body).duplicate {
-                            report.notificationsRecovered += 1
-                        }
-                    }
-                    // The next pass starts a little before this one ended: an attempt failing late is seen.
-                    let next = String(current.addingTimeInterval(-300).timeIntervalSince1970)
-                    _ = try await storage.write { store in
-                        try store.setCheckpoint(key, next)
-                        return 0
-                    }
-                } catch {
-                    report.failures.append("\(bundleID) \(environment.rawValue) history: \(error)")
-                }
+                await recoverHistory(app: app, environment: environment, client: client, into: &report)
             }
-            do {
-                let overdue = try await storage.read {
-                    try $0.overdueSubscriptions(
-                        bundle: bundleID, before: self.now().addingTimeInterval(-Self.overdueMargin), limit: 200)
-                }
-                for subscription in overdue {
-                    await refreshFromAPI(
-                        app: app, originalTransactionID: subscription.originalTransactionID,
-                        environment: subscription.environment)
-                    report.subscriptionsRefreshed += 1
-                }
-            } catch {
-                report.failures.append("\(bundleID) overdue: \(error)")
-            }
+            await refreshOverdue(app: app, into: &report)
         }
         metrics.count("storekeeper_reconciled_notifications_total", by: Double(report.notificationsRecovered))
         metrics.count("storekeeper_reconciled_subscriptions_total", by: Double(report.subscriptionsRefreshed))
+        metrics.count("storekeeper_reconciliation_repairs_total", by: Double(report.repairs))
+        if report.budgetExhausted { metrics.count("storekeeper_reconciliation_budget_exhausted_total") }
         for failure in report.failures { logger.warning("reconcile.failed", ["reason": failure]) }
         return report
     }
 
-    /// Starts polling every `interval` (idempotent; stopped with ``stopDelivery()``).
+    /// Where the history pass stands: the window it reads and the page it reached.
+    struct HistoryCheckpoint: Hashable {
+        var start: Date
+        var end: Date?
+        var paginationToken: String?
+
+        init(start: Date, end: Date? = nil, paginationToken: String? = nil) {
+            self.start = start
+            self.end = end
+            self.paginationToken = paginationToken
+        }
+
+        init?(_ text: String?) {
+            guard let text else { return nil }
+            if let seconds = Double(text) {  // the first format: the next start, in seconds
+                self.init(start: Date(timeIntervalSince1970: seconds))
+                return
+            }
+            guard let object = (try? JSONParser.parse(Array(text.utf8)))?.objectValue,
+                let start = object["start"]?.doubleValue
+            else { return nil }
+            self.init(
+                start: Date(timeIntervalSince1970: start / 1000),
+                end: object["end"]?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) },
+                paginationToken: object["paginationToken"]?.stringValue)
+        }
+
+        var text: String {
+            var object: JSONObject = ["start": .integer(Int64(start.timeIntervalSince1970 * 1000))]
+            if let end { object["end"] = .integer(Int64(end.timeIntervalSince1970 * 1000)) }
+            if let paginationToken { object["paginationToken"] = .string(paginationToken) }
+            return JSONWriter.string(.object(object))
+        }
+    }
+
+    /// Reads the history's failures page by page from the checkpoint, storing the page token after each
+    /// page: a pass cut short (budget, crash) goes on from there, and the history is never read again from
+    /// its start.
+    func recoverHistory(
+        app: AppRuntime, environment: Environment, client: AppStoreServerAPIClient,
+        into report: inout ReconciliationReport
+    ) async {
+        let bundleID = app.settings.bundleID
+        let key = "notification-history:\(bundleID):\(environment.rawValue)"
+        let current = now()
+        do {
+            var checkpoint =
+                HistoryCheckpoint(try await storage.read { try $0.checkpoint(key) })
+                ?? HistoryCheckpoint(start: current.addingTimeInterval(-Self.firstHistoryWindow))
+            checkpoint.start = max(checkpoint.start, current.addingTimeInterval(-179 * 86_400))
+            if checkpoint.end == nil || checkpoint.paginationToken == nil {
+                checkpoint.end = current.addingTimeInterval(1)
+                checkpoint.paginationToken = nil
+            }
+            for _ in 0..<500 {
+                guard await takeAPIRequest("notificationHistory", app: app, environment: environment) else {
+                    report.budgetExhausted = true
+                    return
+                }
+                let page: NotificationHistoryResponse
+                do {
+                    page = try await client.notificationHistory(
+                        NotificationHistoryRequest(
+                            startDate: checkpoint.start, endDate: checkpoint.end ?? current, onlyFailures: true),
+                        paginationToken: checkpoint.paginationToken)
+                } catch {
+                    await noteRateLimit(error, "notificationHistory", app: app, environment: environment)
+                    throw error
+                }
+                for item in page.notificationHistory {
+                    guard let signed = item.signedPayload else { continue }
+                    let body = JSONWriter.bytes(.object(["signedPayload": .string(signed)]))
+                    let ingested = try await ingestNotification(bundleID: bundleID, body: body)
+                    if !ingested.duplicate {
+                        report.notificationsRecovered += 1
+                        report.repairs += ingested.events.count
+                    }
+                }
+                if page.hasMore, let token = page.paginationToken {
+                    checkpoint.paginationToken = token
+                } else {
+                    // The next pass starts a little before this one ended: an attempt failing late is seen.
+                    checkpoint = HistoryCheckpoint(start: (checkpoint.end ?? current).addingTimeInterval(-300))
+                }
+                let saved = checkpoint.text
+                try await storage.write { store in try store.setCheckpoint(key, saved) }
+                if checkpoint.paginationToken == nil { return }
+            }
+        } catch {
+            report.failures.append("\(bundleID) \(environment.rawValue) history: \(error)")
+        }
+    }
+
+    /// Asks for the subscriptions whose news is overdue, the longest overdue first, within the budget.
+    func refreshOverdue(app: AppRuntime, into report: inout ReconciliationReport) async {
+        let bundleID = app.settings.bundleID
+        do {
+            let overdue = try await storage.read {
+                try $0.overdueSubscriptions(
+                    bundle: bundleID, before: self.now().addingTimeInterval(-Self.overdueMargin),
+                    limit: Self.overduePerPass)
+            }
+            for subscription in overdue where app.api[subscription.environment] != nil {
+                guard
+                    let events = await refreshFromAPI(
+                        app: app, originalTransactionID: subscription.originalTransactionID,
+                        environment: subscription.environment, polled: true)
+                else {
+                    report.budgetExhausted = true
+                    break
+                }
+                report.subscriptionsRefreshed += 1
+                report.repairs += events
+            }
+        } catch {
+            report.failures.append("\(bundleID) overdue: \(error)")
+        }
+    }
+
+    /// Takes one request from the shared budget of `endpoint` for the app: Apple's published hourly limit
+    /// (50 a second for the endpoints used here, a tenth in Sandbox) spread over the hour, unless the
+    /// configuration sets `maxRequestsPerHour`.
+    func takeAPIRequest(_ endpoint: String, app: AppRuntime, environment: Environment) async -> Bool {
+        let perHour =
+            configuration.maxAPIRequestsPerHour ?? (environment == .sandbox ? 0.1 : 1) * 50 * 3_600
+        let rate = perHour / 3_600
+        do {
+            // Apple counts in real time, whatever clock the server's state runs on (as API tokens do).
+            let taken = try await storage.takeRequest(
+                from: "\(app.settings.bundleID):\(environment.rawValue):\(endpoint)", rate: rate,
+                burst: max(1, rate * 60), now: Date())
+            if !taken { metrics.count("storekeeper_api_budget_refusals_total", ["endpoint": endpoint]) }
+            return taken
+        } catch {
+            logger.warning("server-api.budget-failed", ["error": String(describing: error)])
+            return false
+        }
+    }
+
+    /// A 429 that outlasted the client's retries empties the endpoint's budget until Apple's `Retry-After`,
+    /// for every process.
+    func noteRateLimit(_ error: any Error, _ endpoint: String, app: AppRuntime, environment: Environment) async {
+        guard let error = error as? AppStoreServerAPIError, error.status == 429 else { return }
+        let until = error.retryAfter ?? Date().addingTimeInterval(60)
+        try? await storage.blockRequests(
+            to: "\(app.settings.bundleID):\(environment.rawValue):\(endpoint)", until: until)
+    }
+
+    /// Starts polling every `interval` (idempotent; stopped with ``stopDelivery()``). Every process may
+    /// run it: the one that leads does the passes, another takes over when it dies.
     public func startReconciliation(every interval: Duration) {
         reconciler.withLock { task in
             guard task == nil else { return }

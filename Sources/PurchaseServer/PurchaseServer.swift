@@ -269,12 +269,23 @@ public final class PurchaseServer: Sendable {
         return try await subscriber(bundleID: bundleID, appUserID: appUserID)
     }
 
-    /// Asks the App Store Server API for the subscription's status (when a key is configured) and applies
-    /// what it says; a failure is logged, not fatal (the notification or the next poll will tell).
-    func refreshFromAPI(app: AppRuntime, originalTransactionID: String, environment: Environment) async {
-        guard let client = app.api[environment] else { return }
+    /// Asks the App Store Server API for the subscription's status (when a key is configured and the
+    /// endpoint's budget allows) and applies what it says; answers the events it made, or nil when it did
+    /// not ask. A failure is logged, not fatal (the notification or the next poll will tell). `polled`
+    /// records the ask on the subscription (the reconciler's).
+    @discardableResult
+    func refreshFromAPI(app: AppRuntime, originalTransactionID: String, environment: Environment, polled: Bool = false)
+        async -> Int?
+    {
+        guard let client = app.api[environment],
+            await takeAPIRequest("subscriptionStatuses", app: app, environment: environment)
+        else { return nil }
         do {
-            let statuses = try await client.subscriptionStatuses(originalTransactionID)
+            let statuses: StatusResponse
+            do { statuses = try await client.subscriptionStatuses(originalTransactionID) } catch {
+                await noteRateLimit(error, "subscriptionStatuses", app: app, environment: environment)
+                throw error
+            }
             var found: [PurchaseUpdate] = []
             for group in statuses.groups {
                 for item in group.lastTransactions {
@@ -293,11 +304,20 @@ public final class PurchaseServer: Sendable {
             let updates = found
             let current = now()
             let bundleID = app.settings.bundleID
-            _ = try await write(input: nil) { store in
-                try updates.flatMap { try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current) }
+            let result = try await write(input: nil) { store in
+                let events = try updates.flatMap {
+                    try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
+                }
+                if polled, var subscription = try store.subscription(originalTransactionID) {
+                    subscription.lastPolled = current
+                    try store.save(subscription)
+                }
+                return events
             }
+            return result.events.count
         } catch {
             logger.warning("server-api.refresh-failed", ["error": String(describing: error)])
+            return 0
         }
     }
 

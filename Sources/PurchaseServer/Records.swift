@@ -143,6 +143,34 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
     /// When Apple signed the newest renewal facts applied (nil: none yet; the status is inferred).
     public var renewalSignedDate: Date?
     public var owner: String?
+    /// When Apple asked for consumption information (a refund request), until its decision arrives.
+    public var refundRequestDate: Date?
+    /// When the reconciler last asked Apple about it.
+    public var lastPolled: Date?
+
+    /// When the reconciler should ask Apple about this subscription if nothing is heard before (nil: no
+    /// news is expected): a renewal or expiry at the end of an active period or of a grace period, a
+    /// recovery during billing retry (daily), a decision two days after a refund request. Asked once
+    /// with nothing new, it is asked again an hour (in billing retry, a day) later.
+    public var reconciliationDue: Date? {
+        var due: Date?
+        var again: TimeInterval = 3_600
+        switch status {
+        case 1: due = expiresDate
+        case 4: due = gracePeriodExpiresDate ?? expiresDate
+        case 3:
+            due = expiresDate.map { $0.addingTimeInterval(86_400) }
+            again = 86_400
+        default: due = nil
+        }
+        if let requested = refundRequestDate {
+            let decision = requested.addingTimeInterval(2 * 86_400)
+            due = min(due ?? decision, decision)
+        }
+        guard let due else { return nil }
+        if let polled = lastPolled, polled >= due { return polled.addingTimeInterval(again) }
+        return due
+    }
 }
 
 /// A change of a consumable balance: a purchase credits, a refund debits (the balance may go negative),

@@ -83,7 +83,15 @@ public struct ServerConfiguration: Sendable {
     /// Seconds between webhook attempts (RevenueCat's: 5, 10, 20, 40 and 80 minutes).
     public var webhookRetrySchedule: [TimeInterval]
     /// Seconds between reconciliation passes (apps with an App Store Server API key); 0 turns them off.
+    /// Config: `"reconciliation": {"intervalSeconds": n}` (or the older `"reconcileEverySeconds"`).
     public var reconcileEverySeconds: TimeInterval = 3_600
+    /// Requests an hour the server allows itself per App Store Server API endpoint and app, shared by every
+    /// process (nil: Apple's published limits, a tenth of them in Sandbox). Config:
+    /// `"reconciliation": {"maxRequestsPerHour": n}`.
+    public var maxAPIRequestsPerHour: Double?
+    /// Where the state is kept: a `postgres://` URL, or nil for SQLite in the data folder. Config:
+    /// `"database"`; `serve --database` overrides it.
+    public var database: String?
 
     public init(
         secretKey: String, apps: [AppSettings], transferPolicy: TransferPolicy = .transfer,
@@ -191,16 +199,34 @@ public struct ServerConfiguration: Sendable {
             }
             configuration.transferPolicy = parsed
         }
-        if let every = root["reconcileEverySeconds"] {
+        if let every = root["reconciliation"]?["intervalSeconds"] ?? root["reconcileEverySeconds"] {
             guard let seconds = every.doubleValue, seconds >= 0 else {
-                throw PurchaseServerError.configuration("reconcileEverySeconds is a number of seconds (0: off)")
+                throw PurchaseServerError.configuration(
+                    "reconciliation.intervalSeconds is a number of seconds (0: off)")
             }
             configuration.reconcileEverySeconds = seconds
+        }
+        if let limit = root["reconciliation"]?["maxRequestsPerHour"] {
+            guard let perHour = limit.doubleValue, perHour >= 1 else {
+                throw PurchaseServerError.configuration("reconciliation.maxRequestsPerHour is at least 1")
+            }
+            configuration.maxAPIRequestsPerHour = perHour
+        }
+        if let database = root["database"] {
+            guard let url = database.stringValue, Self.isPostgresURL(url) else {
+                throw PurchaseServerError.configuration("database is a postgres:// URL (leave it out for SQLite)")
+            }
+            configuration.database = url
         }
         if let schedule = root["webhookRetrySchedule"]?.arrayValue {
             configuration.webhookRetrySchedule = schedule.compactMap(\.doubleValue).filter { $0 >= 0 }
         }
         return configuration
+    }
+
+    /// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
+    public static func isPostgresURL(_ url: String) -> Bool {
+        url.hasPrefix("postgres://") || url.hasPrefix("postgresql://")
     }
 
     /// `"${NAME}"` inside string values, replaced by the variable (an unknown one is an error).

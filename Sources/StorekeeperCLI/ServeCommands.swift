@@ -18,12 +18,23 @@ enum ServeCommands {
                 help:
                     "Where the SQLite database is kept (default: $STOREKEEPER_SERVER_DATA or storekeeper-server-data)."),
             .init(
+                name: "database", valueName: "url",
+                help:
+                    "A postgres:// URL: the state in PostgreSQL, shared by every server process on it (default: the "
+                    + "config's \"database\", else SQLite in --data)."),
+            .init(
                 name: "host", valueName: "address", help: "Address to listen on (default: 127.0.0.1; 0.0.0.0 for all)."),
+            .init(
+                name: "tls-cert", valueName: "file",
+                help: "Serve HTTPS with this PEM certificate chain (Apple sends notifications to https URLs only)."),
+            .init(name: "tls-key", valueName: "file", help: "The certificate's PEM private key (with --tls-cert)."),
             .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8090)."),
             LoggingOptions.level, LoggingOptions.format,
         ],
         discussion: """
-            Prints the address it listens on, then serves until SIGINT or SIGTERM, finishing requests in \
+            Several processes started with one --database behave as one: each input is applied once, each \
+            webhook is sent by one process, and one process at a time runs reconciliation. Prints the address \
+            it listens on, then serves until SIGINT or SIGTERM, finishing requests in \
             flight. Routes: POST /v1/receipts and /v1/transactions (the app's public key), POST \
             /v1/notifications/apple/{bundleId} (Apple's, verified by signature), GET /v1/subscribers/{appUserId} \
             and …/events, POST …/entitlements/{name}/grant|revoke and …/aliases, GET /v1/webhooks/deliveries (the \
@@ -43,20 +54,41 @@ enum ServeCommands {
             throw InputError(error.message)
         }
         let logger = try LoggingOptions.logger(arguments, label: "serve")
-        let data = URL(
-            fileURLWithPath: arguments.value("data") ?? ProcessInfo.processInfo.environment["STOREKEEPER_SERVER_DATA"]
-                ?? "storekeeper-server-data")
-        do {
-            try FileManager.default.createDirectory(
-                at: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        } catch { throw InputError("cannot create '\(data.path)'") }
-        let path = data.appendingPathComponent("server.sqlite").path
-        let storage = try blocking { try await SQLiteServerStorage(path: path) }
+        let storage: any ServerStorage
+        let database = arguments.value("database") ?? configuration.database
+        if let database {
+            guard ServerConfiguration.isPostgresURL(database) else {
+                throw UsageError("--database is a postgres:// URL (leave it out for SQLite in --data)")
+            }
+            do { storage = try blocking { try await PostgresServerStorage(url: database) } } catch {
+                throw RuntimeError("cannot open the PostgreSQL database: \(error)")
+            }
+        } else {
+            let data = URL(
+                fileURLWithPath: arguments.value("data")
+                    ?? ProcessInfo.processInfo.environment["STOREKEEPER_SERVER_DATA"] ?? "storekeeper-server-data")
+            do {
+                try FileManager.default.createDirectory(
+                    at: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            } catch { throw InputError("cannot create '\(data.path)'") }
+            let path = data.appendingPathComponent("server.sqlite").path
+            storage = try blocking { try await SQLiteServerStorage(path: path) }
+        }
+        var tls: TLSCredentials?
+        switch (arguments.value("tls-cert"), arguments.value("tls-key")) {
+        case (nil, nil): tls = nil
+        case (let certificate?, let key?):
+            do { tls = try TLSCredentials(certificateFile: certificate, keyFile: key) } catch let error as HTTPError {
+                throw InputError(error.message)
+            }
+        default: throw UsageError("--tls-cert and --tls-key go together")
+        }
         let server = try PurchaseServer(configuration: configuration, storage: storage, logger: logger)
         let http: HTTPServer
         do {
             http = try HTTPServer(
-                host: arguments.value("host") ?? "127.0.0.1", port: port, responder: server.responder(), logger: logger)
+                host: arguments.value("host") ?? "127.0.0.1", port: port, tls: tls, responder: server.responder(),
+                logger: logger)
         } catch let error as HTTPError {
             throw RuntimeError(error.message)
         }
@@ -64,8 +96,11 @@ enum ServeCommands {
         if configuration.reconcileEverySeconds > 0, configuration.apps.contains(where: { $0.serverAPI != nil }) {
             server.startReconciliation(every: .milliseconds(Int64(configuration.reconcileEverySeconds * 1000)))
         }
-        console.write("purchase server listening on http://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
-        console.write("  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
+        let scheme = tls == nil ? "http" : "https"
+        console.write(
+            "purchase server listening on \(scheme)://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
+        console.write(
+            "  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(storage.location)\n")
         termination.wait()
         // Requests in flight finish (up to ten seconds) before the server stops.
         try blocking { await http.stop(waitingUpTo: .seconds(10)) }

@@ -27,6 +27,30 @@ public struct HTTPLimits: Sendable {
     public var connectionMemory: Int { sk_server_connection_memory(maxHeader, maxURL) }
 }
 
+/// A certificate chain and its private key, both PEM, for an HTTPS server (libmicrohttpd's GnuTLS).
+public struct TLSCredentials: Sendable {
+    public var certificateChainPEM: String
+    public var privateKeyPEM: String
+
+    public init(certificateChainPEM: String, privateKeyPEM: String) {
+        self.certificateChainPEM = certificateChainPEM
+        self.privateKeyPEM = privateKeyPEM
+    }
+
+    /// Reads both files; an error names the file, never its contents.
+    public init(certificateFile: String, keyFile: String) throws {
+        guard let certificate = FileManager.default.contents(atPath: certificateFile) else {
+            throw HTTPError(status: 0, code: "tls_files", message: "cannot read the certificate '\(certificateFile)'")
+        }
+        guard let key = FileManager.default.contents(atPath: keyFile) else {
+            throw HTTPError(status: 0, code: "tls_files", message: "cannot read the private key '\(keyFile)'")
+        }
+        self.init(
+            certificateChainPEM: String(decoding: certificate, as: UTF8.self),
+            privateKeyPEM: String(decoding: key, as: UTF8.self))
+    }
+}
+
 /// An HTTP/1.1 server on libmicrohttpd (through the small `CStorekeeperHTTPServer` C target): its own
 /// epoll loop and a pool of threads. Each request's handler runs as a Swift task while the connection is
 /// suspended, holding no thread; the answer resumes it. Bind port 0 to get a free port (``port``).
@@ -38,22 +62,33 @@ public final class HTTPServer: Sendable {
     /// The same box, held strongly for what outlives the C server (the in-flight count).
     private let handlers: HandlerBox
 
-    /// Starts serving `responder` on `host:port` ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::").
+    /// Starts serving `responder` on `host:port` ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::"), over
+    /// HTTPS when `tls` is given.
     public init(
-        host: String = "127.0.0.1", port: Int = 0, limits: HTTPLimits = HTTPLimits(), responder: Responder,
-        logger: Logger = .disabled
+        host: String = "127.0.0.1", port: Int = 0, limits: HTTPLimits = HTTPLimits(), tls: TLSCredentials? = nil,
+        responder: Responder, logger: Logger = .disabled
     ) throws {
         let handlerBox = HandlerBox(responder: responder, limits: limits, logger: logger)
         handlers = handlerBox
         let box = Unmanaged.passRetained(handlerBox)
         var error = [CChar](repeating: 0, count: 256)
+        let certificate = tls.map { strdup($0.certificateChainPEM) } ?? nil
+        let key = tls.map { strdup($0.privateKeyPEM) } ?? nil
+        defer {
+            free(certificate)
+            if let key {
+                memset(key, 0, strlen(key))
+                free(key)
+            }
+        }
         let started = host.withCString { hostPointer in
             var options = sk_server_options(
                 host: hostPointer, port: UInt16(clamping: port), max_body: limits.maxBody,
                 max_header_bytes: limits.maxHeader, max_url_bytes: limits.maxURL,
                 max_query_parameters: UInt32(clamping: limits.maxQueryParameters),
                 connection_limit: UInt32(clamping: limits.maxConnections),
-                idle_timeout_seconds: UInt32(clamping: limits.idleTimeout), threads: UInt32(clamping: limits.threads))
+                idle_timeout_seconds: UInt32(clamping: limits.idleTimeout), threads: UInt32(clamping: limits.threads),
+                tls_certificate_pem: certificate, tls_key_pem: key)
             return sk_server_start(&options, handleRequest, box.toOpaque(), &error, error.count)
         }
         guard let started else {

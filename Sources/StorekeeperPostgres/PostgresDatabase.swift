@@ -40,6 +40,17 @@ public final class PostgresDatabase: Sendable {
         locks = PostgresSession(url: url, label: "storekeeper.postgres.locks", counter: counter)
     }
 
+    /// `url` without its password (`postgres://user:secret@host/db` → `postgres://user:***@host/db`), for
+    /// logs and messages.
+    public static func redacted(_ url: String) -> String {
+        guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@") else {
+            return url.contains("password") ? "(a libpq connection string)" : url
+        }
+        let userinfo = url[scheme.upperBound..<at]
+        guard let colon = userinfo.firstIndex(of: ":") else { return url }
+        return String(url[..<colon]) + ":***" + String(url[at...])
+    }
+
     /// Runs `body` in a read-only snapshot.
     public func read<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let index = await acquire()

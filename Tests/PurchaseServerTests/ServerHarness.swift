@@ -68,6 +68,19 @@ final class WebhookSink: Sendable {
         return types
     }
 
+    /// Every event id received, once nothing new has arrived for a second (or after about a minute).
+    func settledEventIDs() async throws -> [String] {
+        var ids = state.received.withLock { $0.map { $0.event["id"]?.stringValue ?? "?" } }
+        var quiet = 0
+        for _ in 0..<600 where quiet < 10 {
+            try await Task.sleep(for: .milliseconds(100))
+            let now = state.received.withLock { $0.map { $0.event["id"]?.stringValue ?? "?" } }
+            quiet = now.count == ids.count ? quiet + 1 : 0
+            ids = now
+        }
+        return ids
+    }
+
     deinit { server.stop() }
 }
 
@@ -81,14 +94,25 @@ struct ServerHarness {
 
     let store: AppStore
     let emulator: HTTPServer
+    /// The first server instance (the only one unless the harness runs several).
     let server: PurchaseServer
+    /// What clients reach: the server's HTTP server, or the balancer in front of several instances.
     let http: HTTPServer
     let sink: WebhookSink
     let directory: URL
+    /// Every instance with its own HTTP server (several share one PostgreSQL database).
+    var instances: [(server: PurchaseServer, http: HTTPServer)] = []
+    var balancer: Balancer?
 
+    /// An emulator and a purchase server: by default one instance on SQLite; with `postgres`, `instances`
+    /// server instances on that database (each its own pool, cache, webhook sender and leader election,
+    /// as separate processes would have) behind a round-robin ``Balancer`` that injects `faults` into
+    /// Apple's notifications; with `reconcileEvery`, each instance polls as `serve` does.
     static func make(
         storage: (any ServerStorage)? = nil, transferPolicy: TransferPolicy = .transfer, withAPI: Bool = true,
-        failFirstWebhooks: [Int] = [], notificationsTo deadEnd: String? = nil
+        failFirstWebhooks: [Int] = [], notificationsTo deadEnd: String? = nil, postgres: String? = nil,
+        instances count: Int = 1, faults: NotificationFaults = .none, reconcileEvery: Duration? = nil,
+        maxAPIRequestsPerHour: Double? = nil
     ) async throws -> ServerHarness {
         let directory = try ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
@@ -114,31 +138,50 @@ struct ServerHarness {
                 "pro": ["com.example.storekeeper.pro"],
             ],
             webhooks: [WebhookTarget(url: sink.url, secret: webhookSecret)])
-        let configuration = ServerConfiguration(
+        var configuration = ServerConfiguration(
             secretKey: secret, apps: [app], transferPolicy: transferPolicy, webhookRetrySchedule: [0.05, 0.05, 0.05])
-        let chosen: any ServerStorage
-        if let storage {
-            chosen = storage
-        } else {
-            chosen = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
+        configuration.maxAPIRequestsPerHour = maxAPIRequestsPerHour
+        var instances: [(server: PurchaseServer, http: HTTPServer)] = []
+        for _ in 0..<max(1, count) {
+            let chosen: any ServerStorage
+            if let postgres {
+                chosen = try await PostgresServerStorage(url: postgres, poolSize: 4)
+            } else if let storage {
+                chosen = storage
+            } else {
+                chosen = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
+            }
+            // The server's clock is the store's, so that renewal dates compare as the emulator sees them.
+            let server = try PurchaseServer(configuration: configuration, storage: chosen, now: { store.now })
+            server.startDelivery(granularity: .milliseconds(20))
+            if let reconcileEvery { server.startReconciliation(every: reconcileEvery) }
+            instances.append((server, try HTTPServer(port: 0, responder: server.responder())))
         }
-        // The server's clock is the store's, so that renewal dates compare as the emulator sees them.
-        let server = try PurchaseServer(configuration: configuration, storage: chosen, now: { store.now })
-        server.startDelivery(granularity: .milliseconds(20))
-        let http = try HTTPServer(port: 0, responder: server.responder())
-        let notificationsURL = deadEnd ?? "http://127.0.0.1:\(http.port)/v1/notifications/apple/\(bundleID)"
+        var balancer: Balancer?
+        if instances.count > 1 || faults != .none {
+            balancer = try Balancer(ports: instances.map(\.http.port), faults: faults)
+        }
+        let front = balancer?.server ?? instances[0].http
+        let notificationsURL = deadEnd ?? "http://127.0.0.1:\(front.port)/v1/notifications/apple/\(bundleID)"
         try await store.setNotifications(
             bundleID: bundleID,
             AppNotifications(
                 productionURLs: [notificationsURL], sandboxURLs: [notificationsURL], retrySchedule: [0.1, 0.1, 0.1]))
-        return ServerHarness(
-            store: store, emulator: emulator, server: server, http: http, sink: sink, directory: directory)
+        var harness = ServerHarness(
+            store: store, emulator: emulator, server: instances[0].server, http: front, sink: sink,
+            directory: directory)
+        harness.instances = instances
+        harness.balancer = balancer
+        return harness
     }
 
     func stop() {
-        server.stopDelivery()
+        for instance in instances {
+            instance.server.stopDelivery()
+            instance.http.stop()
+        }
+        balancer?.server.stop()
         store.stopScheduler()
-        http.stop()
         emulator.stop()
     }
 
@@ -204,14 +247,23 @@ struct ServerHarness {
         return body
     }
 
-    /// Every notification the emulator has delivered (or failed) so far, once none is pending.
+    /// Every notification the emulator has delivered (or failed) so far, once none is pending (and the
+    /// balancer has passed on every one it delayed).
     func settleNotifications() async throws {
+        for _ in 0..<3_000 {
+            if try await allSent(), (balancer?.delayedInFlight ?? 0) == 0 { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    private func allSent() async throws -> Bool {
         for _ in 0..<3_000 {
             let history = try await store.notificationHistory(
                 bundleID: Self.bundleID, environment: .sandbox, from: .distantPast, to: .distantFuture, after: nil,
                 limit: 1_000)
-            if history.allSatisfy({ $0.notification.state != .pending }) { return }
+            if history.allSatisfy({ $0.notification.state != .pending }) { return true }
             try await Task.sleep(for: .milliseconds(20))
         }
+        return false
     }
 }

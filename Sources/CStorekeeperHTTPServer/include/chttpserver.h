@@ -52,6 +52,8 @@ typedef struct sk_server_options {
     unsigned int idle_timeout_seconds;  // a connection with no traffic this long is closed (0: never;
                                         // a connection waiting for an answer is never timed out)
     unsigned int threads;               // pool size (0: number of cores)
+    const char *tls_certificate_pem;    // with tls_key_pem: HTTPS (GnuTLS) with this chain, PEM; NULL: HTTP
+    const char *tls_key_pem;            // the certificate's private key, PEM (copied; not kept by the caller)
 } sk_server_options;
 // Client errors answered before the handler (JSON, Connection: close): 413 payload_too_large, 400
 // ambiguous_framing (several Content-Length, or Content-Length with Transfer-Encoding), 501

@@ -91,12 +91,10 @@ public final class InMemoryServerStorage: ServerStorage {
 
         func overdueSubscriptions(bundle: String, before date: Date, limit: Int) -> [SubscriptionRecord] {
             Array(
-                tables.subscriptions.values.filter { subscription in
-                    guard subscription.bundleID == bundle, subscription.status == 1,
-                        let expires = subscription.expiresDate, expires < date
-                    else { return false }
-                    return subscription.renewalSignedDate.map { $0 < expires } ?? true
-                }.sorted { ($0.expiresDate ?? .distantPast) < ($1.expiresDate ?? .distantPast) }.prefix(limit))
+                tables.subscriptions.values.filter {
+                    $0.bundleID == bundle && ($0.reconciliationDue.map { $0 < date } ?? false)
+                }.sorted { ($0.reconciliationDue ?? .distantPast) < ($1.reconciliationDue ?? .distantPast) }
+                    .prefix(limit))
         }
         func checkpoint(_ key: String) -> String? { tables.checkpoints[key] }
         func setCheckpoint(_ key: String, _ value: String) { tables.checkpoints[key] = value }

@@ -10,6 +10,7 @@ import StorekeeperSQL
 /// `FOR UPDATE SKIP LOCKED`; background tasks are led by whoever holds their advisory lock.
 public final class PostgresServerStorage: ServerStorage {
     private let database: PostgresDatabase
+    public let location: String
 
     static let migrations = [
         Migration(
@@ -33,10 +34,10 @@ public final class PostgresServerStorage: ServerStorage {
             CREATE INDEX purchases_by_original ON purchases (original_id);
             CREATE TABLE subscriptions (
                 original_id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, owner TEXT, document BYTEA NOT NULL,
-                status BIGINT, expires DOUBLE PRECISION, renewal_signed DOUBLE PRECISION
+                status BIGINT, expires DOUBLE PRECISION, renewal_signed DOUBLE PRECISION, check_due DOUBLE PRECISION
             );
             CREATE INDEX subscriptions_by_owner ON subscriptions (bundle_id, owner);
-            CREATE INDEX subscriptions_overdue ON subscriptions (bundle_id, expires) WHERE status = 1;
+            CREATE INDEX subscriptions_check_due ON subscriptions (bundle_id, check_due) WHERE check_due IS NOT NULL;
             CREATE TABLE checkpoints (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             CREATE TABLE ledger (
                 transaction_id TEXT NOT NULL, reason TEXT NOT NULL, product_id TEXT NOT NULL,
@@ -69,6 +70,7 @@ public final class PostgresServerStorage: ServerStorage {
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.
     public init(url: String, poolSize: Int = 8) async throws {
+        location = PostgresDatabase.redacted(url)
         database = try PostgresDatabase(url: url, poolSize: poolSize)
         try await database.migrate(Self.migrations)
     }

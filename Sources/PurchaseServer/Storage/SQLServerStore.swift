@@ -124,16 +124,18 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func save(_ subscription: SubscriptionRecord) throws {
         try connection.execute(
             """
-            INSERT INTO subscriptions (original_id, bundle_id, owner, document, status, expires, renewal_signed)
-            VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (original_id) DO UPDATE SET bundle_id = excluded.bundle_id,
+            INSERT INTO subscriptions (original_id, bundle_id, owner, document, status, expires, renewal_signed,
+                check_due)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (original_id) DO UPDATE SET bundle_id = excluded.bundle_id,
             owner = excluded.owner, document = excluded.document, status = excluded.status,
-            expires = excluded.expires, renewal_signed = excluded.renewal_signed
+            expires = excluded.expires, renewal_signed = excluded.renewal_signed, check_due = excluded.check_due
             """,
             [
                 .text(subscription.originalTransactionID), .text(subscription.bundleID), text(subscription.owner),
                 try Self.encode(subscription), .integer(subscription.status),
                 subscription.expiresDate.map { .real($0.timeIntervalSince1970) } ?? .null,
                 subscription.renewalSignedDate.map { .real($0.timeIntervalSince1970) } ?? .null,
+                subscription.reconciliationDue.map { .real($0.timeIntervalSince1970) } ?? .null,
             ])
     }
 
@@ -146,10 +148,8 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
 
     func overdueSubscriptions(bundle: String, before date: Date, limit: Int) throws -> [SubscriptionRecord] {
         try connection.execute(
-            """
-            SELECT document FROM subscriptions WHERE bundle_id = ? AND status = 1 AND expires < ?
-            AND (renewal_signed IS NULL OR renewal_signed < expires) ORDER BY expires LIMIT ?
-            """, [.text(bundle), .real(date.timeIntervalSince1970), .integer(Int64(limit))]
+            "SELECT document FROM subscriptions WHERE bundle_id = ? AND check_due < ? ORDER BY check_due LIMIT ?",
+            [.text(bundle), .real(date.timeIntervalSince1970), .integer(Int64(limit))]
         ).map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
     }
 

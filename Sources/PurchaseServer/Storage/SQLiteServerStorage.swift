@@ -7,6 +7,7 @@ import StorekeeperSQLite
 /// the columns its queries use. A write touches only its rows, in one transaction.
 public struct SQLiteServerStorage: ServerStorage {
     private let database: Database
+    public let location: String
 
     static let migrations = [
         Migration(
@@ -69,6 +70,14 @@ public struct SQLiteServerStorage: ServerStorage {
             CREATE INDEX subscriptions_overdue ON subscriptions (bundle_id, expires) WHERE status = 1;
             CREATE TABLE checkpoints (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             """),
+        Migration(
+            "004-reconciliation-due",
+            """
+            ALTER TABLE subscriptions ADD COLUMN check_due REAL;
+            UPDATE subscriptions SET check_due = expires WHERE status = 1;
+            UPDATE subscriptions SET check_due = expires + 86400 WHERE status IN (3, 4);
+            CREATE INDEX subscriptions_check_due ON subscriptions (bundle_id, check_due) WHERE check_due IS NOT NULL;
+            """),
     ]
 
     public init(path: String) async throws {
@@ -76,6 +85,7 @@ public struct SQLiteServerStorage: ServerStorage {
             let descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
             if descriptor >= 0 { close(descriptor) }
         }
+        location = path
         database = try Database(path: path)
         try await database.migrate(Self.migrations)
     }

@@ -29,8 +29,8 @@ public protocol SubscriptionRecordRepository {
     /// Inserts or replaces.
     func save(_ subscription: SubscriptionRecord) throws
     func subscriptions(bundle: String, owner: String) throws -> [SubscriptionRecord]
-    /// Active subscriptions of the app whose renewal date passed before `date` with no newer renewal facts
-    /// (a renewal or an expiry the server should have heard of), oldest first.
+    /// Subscriptions of the app whose ``SubscriptionRecord/reconciliationDue`` passed before `date` (news the
+    /// server should have heard of), the longest overdue first.
     func overdueSubscriptions(bundle: String, before date: Date, limit: Int) throws -> [SubscriptionRecord]
     /// A named position of a background task (the notification-history checkpoint).
     func checkpoint(_ key: String) throws -> String?
@@ -93,6 +93,9 @@ public protocol ServerStorage: Sendable {
     /// Whether other processes write the same state (then nothing read may be kept in memory).
     var isShared: Bool { get }
 
+    /// Where the state is, for people (a path, or a database URL without its password).
+    var location: String { get }
+
     /// Claims up to `limit` pending deliveries due at `time` for this process until `lease` (their next
     /// attempt moves to it): other processes skip them, and they are due again if this one dies.
     func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery]
@@ -111,6 +114,8 @@ public protocol ServerStorage: Sendable {
 /// One process owns the state: leading is always true, and claims and budgets are ordinary writes.
 extension ServerStorage {
     public var isShared: Bool { false }
+
+    public var location: String { "memory" }
 
     public func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery] {
         try await write { store in

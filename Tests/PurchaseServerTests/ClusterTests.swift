@@ -1,0 +1,121 @@
+import AppStoreEmulator
+import Foundation
+import PurchaseServer
+import StoreModel
+import StoreTime
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Testing
+
+/// Several purchase servers on one PostgreSQL database behave as one: the end-to-end scenarios against the
+/// emulator, with Apple's notifications spread over the servers and duplicated, delayed (so reordered)
+/// or dropped on the way; what was dropped is repaired by reconciliation, which one server leads.
+@Suite(
+    "Purchase server: several servers on one PostgreSQL", .serialized,
+    .enabled(if: PostgresTesting.url != nil, PostgresTesting.skipMessage))
+struct ClusterTests {
+    /// How often each server polls: the repair is awaited for one interval and the pass it takes.
+    static let interval: Duration = .seconds(2)
+
+    static let cases: [(Int, String)] = [2, 4].flatMap { count in ScenarioTruthTests.scenarios.map { (count, $0) } }
+
+    @Test(
+        "Every lifecycle scenario ends as the emulator's truth with 2 and 4 servers and rough notifications",
+        arguments: cases)
+    func scenario(instances: Int, path: String) async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let harness = try await ServerHarness.make(
+            postgres: url, instances: instances, faults: .rough, reconcileEvery: Self.interval)
+        defer { harness.stop() }
+        let reader = try await PostgresServerStorage(url: url, poolSize: 1)
+        try await ScenarioTruthTests.check(
+            path, harness: harness, storage: reader, allDelivered: false, repairWithin: Self.interval * 2 + .seconds(5))
+        let fates = ["passed", "duplicated", "delayed", "dropped"].map { harness.balancer?.count($0) ?? 0 }
+        #expect(fates.reduce(0, +) > 0, "notifications went through the balancer")
+        // Each event reached the receiver once, though several servers send webhooks.
+        let ids = try await harness.sink.settledEventIDs()
+        #expect(Set(ids).count == ids.count, "an event was delivered twice: \(ids.sorted())")
+    }
+
+    @Test("One server leads reconciliation; another takes over when it stops")
+    func leadership() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let first = try await PostgresServerStorage(url: url, poolSize: 1)
+        var second: PostgresServerStorage? = try await PostgresServerStorage(url: url, poolSize: 1)
+        #expect(await second!.lead("reconciliation"))
+        #expect(await !first.lead("reconciliation"))
+        second = nil  // its connections close, as when its process dies
+        var taken = false
+        for _ in 0..<200 where !taken {
+            taken = await first.lead("reconciliation")
+            if !taken { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(taken)
+    }
+
+    @Test("A notification dropped on every attempt is repaired by the leader's next pass")
+    func repairAndBudget() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        // Every notification dropped: only reconciliation can tell the servers.
+        let harness = try await ServerHarness.make(
+            postgres: url, instances: 2, faults: NotificationFaults(dropped: 100))
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(jws, user: "ola")
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        try await harness.settleNotifications()
+        let reports = await [harness.instances[0].server.reconcile(), harness.instances[1].server.reconcile()]
+        #expect(reports.filter(\.notLeader).count == 1, "one server leads")
+        let led = try #require(reports.first { !$0.notLeader })
+        #expect(led.failures.isEmpty, "\(led.failures)")
+        #expect(led.notificationsRecovered >= 1)
+        #expect(led.repairs >= 1)
+        let truth = try #require(try await harness.store.subscriptionState(originalTransactionID: id))
+        let view = try await harness.subscriber("ola")
+        #expect(
+            view["subscriptions"]?[id]?["expiresDate"]?.doubleValue
+                == truth.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) })
+        #expect(harness.balancer?.count("dropped") ?? 0 >= 2)
+    }
+
+    @Test("Every server takes from one request budget: a spent budget stops the pass until it refills")
+    func sharedBudget() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        // One request a minute, per endpoint: the first overdue subscription is asked for, the second waits.
+        let harness = try await ServerHarness.make(
+            postgres: url, instances: 2, faults: NotificationFaults(dropped: 100), maxAPIRequestsPerHour: 60)
+        defer { harness.stop() }
+        for user in ["pia", "raf"] {
+            let (_, device) = try await harness.customer()
+            let (_, jws) = try await harness.buy("monthly", device: device)
+            // Posting spends the budget of Get All Subscription Statuses (one) on the first purchase.
+            _ = try await harness.post(jws, user: user)
+        }
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        _ = try await harness.store.setClock(advance: StorePeriod(days: 3), rate: nil)
+        try await harness.settleNotifications()
+        var first: [PurchaseServer.ReconciliationReport] = []
+        for instance in harness.instances { first.append(await instance.server.reconcile()) }
+        #expect(first.filter(\.notLeader).count == 1, "one server leads")
+        let led = try #require(first.first { !$0.notLeader })
+        #expect(led.notificationsRecovered >= 2, "one history page fits the budget: \(led)")
+        // The leader's next pass finds the history's budget spent: it stops and leaves the rest for later.
+        let leader = harness.instances[try #require(first.firstIndex { !$0.notLeader })].server
+        let second = await leader.reconcile()
+        #expect(second.budgetExhausted, "\(second)")
+        #expect(second.notificationsRecovered == 0)
+        // The two posts went to different servers: the second found the budget the first had spent.
+        var refusals = 0
+        for instance in harness.instances {
+            let metrics = try await HTTPClient().send("GET", "http://127.0.0.1:\(instance.http.port)/metrics")
+            let text = String(decoding: metrics.body, as: UTF8.self)
+            refusals +=
+                text.split(separator: "\n").filter {
+                    $0.hasPrefix("storekeeper_api_budget_refusals_total{endpoint=\"subscriptionStatuses\"}")
+                }.count
+        }
+        #expect(refusals >= 1, "a server was refused the statuses budget the other had spent")
+    }
+}

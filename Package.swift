@@ -119,6 +119,7 @@ let package = Package(
             name: "StorekeeperTestSupport",
             dependencies: [
                 "StorekeeperASN1", "StorekeeperCrypto", "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCLI",
+                "StorekeeperPostgres",
             ],
             swiftSettings: upcoming
         ),

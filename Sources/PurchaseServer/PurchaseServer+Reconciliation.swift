@@ -186,7 +186,7 @@ extension PurchaseServer {
             // Apple counts in real time, whatever clock the server's state runs on (as API tokens do).
             let taken = try await storage.takeRequest(
                 from: "\(app.settings.bundleID):\(environment.rawValue):\(endpoint)", rate: rate,
-                burst: max(1, rate * 60), now: Date())
+                burst: max(1, rate * 60), now: wallClock())
             if !taken { metrics.count("storekeeper_api_budget_refusals_total", ["endpoint": endpoint]) }
             return taken
         } catch {
@@ -199,7 +199,7 @@ extension PurchaseServer {
     /// for every process.
     func noteRateLimit(_ error: any Error, _ endpoint: String, app: AppRuntime, environment: Environment) async {
         guard let error = error as? AppStoreServerAPIError, error.status == 429 else { return }
-        let until = error.retryAfter ?? Date().addingTimeInterval(60)
+        let until = error.retryAfter ?? wallClock().addingTimeInterval(60)
         try? await storage.blockRequests(
             to: "\(app.settings.bundleID):\(environment.rawValue):\(endpoint)", until: until)
     }

@@ -12,9 +12,9 @@ import Synchronization
 extension PurchaseServer {
     /// Deliveries sent at once.
     static let webhookConcurrency = 8
-    /// How long a claimed delivery is this process's: longer than a send may take (60 s), after which
-    /// another process sends it if this one died.
-    static let deliveryLease: TimeInterval = 180
+    /// How long a claimed delivery is this process's: longer than a send may take, after which another
+    /// process sends it if this one died.
+    var deliveryLease: TimeInterval { configuration.webhookTimeoutSeconds * 2 + 10 }
 
     func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore, now: Date) throws {
         guard let app = apps[event.bundleID], !app.settings.webhooks.isEmpty else { return }
@@ -25,7 +25,7 @@ extension PurchaseServer {
             _ = try store.insert(
                 WebhookDelivery(
                     id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type, bundleID: event.bundleID,
-                    url: target.url, body: body, created: now))
+                    url: target.url, body: body, created: wallClock()))
         }
     }
 
@@ -127,13 +127,13 @@ extension PurchaseServer {
     /// Sends what is due now; answers how many were attempted.
     @discardableResult
     func deliverDue() async -> Int {
-        let current = now()
+        let current = wallClock()
         let fresh: [WebhookDelivery]
         do {
             // A cheap look first; then a claim, so that no other process (or pass) sends the same ones.
             guard try await !storage.read({ try $0.dueDeliveries(until: current, limit: 1) }).isEmpty else { return 0 }
             fresh = try await storage.claimDueDeliveries(
-                until: current, lease: current.addingTimeInterval(Self.deliveryLease), limit: 64)
+                until: current, lease: current.addingTimeInterval(deliveryLease), limit: 64)
         } catch {
             logger.error("webhooks.claim-failed", ["error": String(describing: error)])
             return 0
@@ -155,7 +155,7 @@ extension PurchaseServer {
             }
         }
         let schedule = configuration.webhookRetrySchedule
-        let recorded = now()
+        let recorded = wallClock()
         let attempted = results
         do {
             try await storage.write { store in
@@ -189,11 +189,12 @@ extension PurchaseServer {
         }
         let headers: [(name: String, value: String)] = [
             ("Content-Type", "application/json"),
-            ("Storekeeper-Signature", Self.signature(body: delivery.body, secret: target.secret, at: now())),
+            ("Storekeeper-Signature", Self.signature(body: delivery.body, secret: target.secret, at: wallClock())),
             ("Storekeeper-Event-Id", delivery.eventID),
         ]
         do {
-            let response = try await HTTPClient(timeout: .seconds(60)).send(
+            let timeout = Duration.milliseconds(Int64(configuration.webhookTimeoutSeconds * 1000))
+            let response = try await HTTPClient(timeout: timeout).send(
                 "POST", delivery.url, headers: headers, body: Array(delivery.body.utf8))
             return (delivery, response.status, nil)
         } catch {

@@ -19,7 +19,11 @@ public final class PurchaseServer: Sendable {
     public let configuration: ServerConfiguration
     let apps: [String: AppRuntime]
     let storage: any ServerStorage
+    /// The clock of purchase state (renewal dates, events): the emulator's in tests.
     let now: @Sendable () -> Date
+    /// Real time, for what happens in the world whatever the state's clock says: webhook schedules and
+    /// leases, their signatures' timestamps, and Apple's rate limits.
+    let wallClock: @Sendable () -> Date
     let logger: Logger
     let metrics = Metrics()
     let cache: SubscriberCache
@@ -39,9 +43,10 @@ public final class PurchaseServer: Sendable {
 
     public init(
         configuration: ServerConfiguration, storage: any ServerStorage, logger: Logger = .disabled,
-        now: @escaping @Sendable () -> Date = { Date() }
+        now: @escaping @Sendable () -> Date = { Date() }, wallClock: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         self.configuration = configuration
+        self.wallClock = wallClock
         self.storage = storage
         self.logger = logger
         self.now = now

@@ -82,6 +82,9 @@ public struct ServerConfiguration: Sendable {
     public var transferPolicy: TransferPolicy
     /// Seconds between webhook attempts (RevenueCat's: 5, 10, 20, 40 and 80 minutes).
     public var webhookRetrySchedule: [TimeInterval]
+    /// Seconds a receiver has to answer a webhook (RevenueCat's: 60). A delivery claimed by a process that
+    /// died is sent by another after twice this and ten seconds. Config: `"webhookTimeoutSeconds"`.
+    public var webhookTimeoutSeconds: TimeInterval = 60
     /// Seconds between reconciliation passes (apps with an App Store Server API key); 0 turns them off.
     /// Config: `"reconciliation": {"intervalSeconds": n}` (or the older `"reconcileEverySeconds"`).
     public var reconcileEverySeconds: TimeInterval = 3_600
@@ -217,6 +220,12 @@ public struct ServerConfiguration: Sendable {
                 throw PurchaseServerError.configuration("database is a postgres:// URL (leave it out for SQLite)")
             }
             configuration.database = url
+        }
+        if let timeout = root["webhookTimeoutSeconds"] {
+            guard let seconds = timeout.doubleValue, (1...300).contains(seconds) else {
+                throw PurchaseServerError.configuration("webhookTimeoutSeconds is 1 to 300")
+            }
+            configuration.webhookTimeoutSeconds = seconds
         }
         if let schedule = root["webhookRetrySchedule"]?.arrayValue {
             configuration.webhookRetrySchedule = schedule.compactMap(\.doubleValue).filter { $0 >= 0 }

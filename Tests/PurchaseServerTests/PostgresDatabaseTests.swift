@@ -1,6 +1,7 @@
 import Foundation
 import StorekeeperPostgres
 import StorekeeperSQL
+import StorekeeperTestSupport
 import Testing
 
 /// The libpq wrapper on a real server: values both ways, SQLSTATE in errors, retried serialization

@@ -62,13 +62,16 @@ struct ServeCommandTests {
         }
     }
 
-    static func start(_ binary: String, _ setup: Setup) throws -> (Process, String) {
+    static func start(_ binary: String, _ setup: Setup, extra: [String] = [], scheme: String = "http") throws
+        -> (Process, String)
+    {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = [
-            "serve", "--config", setup.config.path, "--port", "0", "--data",
-            setup.directory.appendingPathComponent("data").path,
-        ]
+        process.arguments =
+            [
+                "serve", "--config", setup.config.path, "--port", "0", "--data",
+                setup.directory.appendingPathComponent("data").path,
+            ] + extra
         process.environment = ProcessInfo.processInfo.environment.merging(["TEST_SECRET_KEY": "sk_test_secret_0123456"])
         { $1 }
         let output = Pipe()
@@ -76,7 +79,7 @@ struct ServeCommandTests {
         process.standardError = FileHandle.nullDevice
         try process.run()
         let line = output.firstLine()
-        guard let range = line.range(of: "http://[^ \n]+:[0-9]+", options: .regularExpression) else {
+        guard let range = line.range(of: scheme + "://[^ \n]+:[0-9]+", options: .regularExpression) else {
             process.terminate()
             throw StartFailure(output: line)
         }
@@ -150,5 +153,164 @@ struct ServeCommandTests {
         #expect(
             process.stderrText.contains("secretKey") || process.stderrText.contains("TEST_SECRET_KEY"),
             "\(process.stderrText)")
+    }
+
+    /// The app's post of one user's subscription purchase, signed by the test chain.
+    static func transactionPost(_ setup: Setup, _ index: Int) throws -> [UInt8] {
+        let ms = Int64(Date().timeIntervalSince1970 * 1000) - 60_000 + Int64(index)
+        let id = String(6_000_000_000_000_000 + index)
+        let transaction = try setup.signer.sign([
+            "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string("com.example.app"),
+            "productId": .string("monthly"), "purchaseDate": .integer(ms), "expiresDate": .integer(ms + 3_600_000),
+            "type": .string("Auto-Renewable Subscription"), "signedDate": .integer(ms),
+            "environment": .string("Sandbox"), "transactionReason": .string("PURCHASE"),
+        ])
+        return JSONWriter.bytes(
+            .object([
+                "bundleId": .string("com.example.app"), "appUserId": .string("user-\(index)"),
+                "signedTransaction": .string(transaction),
+            ]))
+    }
+
+    @Test(
+        "Three servers on one PostgreSQL, one killed -9 under load: nothing acknowledged is lost; webhooks go once",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"),
+        .enabled(if: PostgresTesting.url != nil, PostgresTesting.skipMessage))
+    func killOneOfThree() async throws {
+        let binary = try #require(ExecutableTests.binary)
+        let setup = try Setup()
+        // Webhooks to a receiver that counts every event id; a short timeout so that what the killed
+        // server had claimed is sent by another within seconds.
+        final class Received: Sendable { let ids = Mutex<[String]>([]) }
+        let received = Received()
+        var router = Router()
+        router.add(
+            "POST", "/hooks",
+            inline: { request, _ in
+                if let id = (try? JSONParser.parse(request.body))?["event"]?["id"]?.stringValue {
+                    received.ids.withLock { $0.append(id) }
+                }
+                return HTTPResponse(status: 200)
+            })
+        let sink = try HTTPServer(port: 0, responder: router.freeze())
+        defer { sink.stop() }
+        try Data(
+            """
+            {"secretKey": "${TEST_SECRET_KEY}", "webhookTimeoutSeconds": 2,
+             "apps": [{"bundleId": "com.example.app", "publicKey": "pk_test_app1",
+              "receiptRoots": ["receipt-root.pem"], "jwsRoots": ["jws-root.pem"], "entitlements": {"plus": ["monthly"]},
+              "webhooks": [{"url": "http://127.0.0.1:\(sink.port)/hooks", "secret": "whsec_multi_0001"}]}]}
+            """.utf8
+        ).write(to: setup.config)
+        let database = try PostgresTesting.freshDatabase()
+        var servers: [(Process, String)] = []
+        for _ in 0..<3 { servers.append(try Self.start(binary, setup, extra: ["--database", database])) }
+        defer {
+            for (process, _) in servers where process.isRunning {
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            }
+        }
+        let bodies = try (0..<240).map { try Self.transactionPost(setup, $0) }
+        final class Acknowledged: Sendable { let indexes = Mutex<[Int]>([]) }
+        let acknowledged = Acknowledged()
+        let bases = servers.map(\.1)
+        let senders = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for client in 0..<6 {
+                    group.addTask {
+                        for index in stride(from: client, to: bodies.count, by: 6) {
+                            // A server that does not answer is replaced by the next, as a load balancer does.
+                            for attempt in 0..<3 {
+                                let base = bases[(index + attempt) % bases.count]
+                                guard
+                                    let response = try? await HTTPClient(timeout: .seconds(20)).send(
+                                        "POST", base + "/v1/transactions",
+                                        headers: [
+                                            ("Content-Type", "application/json"), ("Authorization", "Bearer pk_test_app1"),
+                                        ], body: bodies[index])
+                                else { continue }
+                                if response.status == 200 {
+                                    acknowledged.indexes.withLock { $0.append(index) }
+                                    break
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for _ in 0..<3_000 where acknowledged.indexes.withLock({ $0.count }) < 60 {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        kill(servers[0].0.processIdentifier, SIGKILL)
+        servers[0].0.waitUntilExit()
+        await senders.value
+        let indexes = acknowledged.indexes.withLock { $0 }
+        #expect(Set(indexes).count == bodies.count, "every post was acknowledged by some server")
+        // Every acknowledged purchase is stored: the survivors answer for each user.
+        for index in indexes.sorted() {
+            let response = try await HTTPClient().send(
+                "GET", bases[1 + index % 2] + "/v1/subscribers/user-\(index)",
+                headers: [("Authorization", "Bearer sk_test_secret_0123456")])
+            let view = try JSONParser.parse(response.body)
+            #expect(
+                view["subscriptions"]?[String(6_000_000_000_000_000 + index)] != nil,
+                "user-\(index)'s acknowledged purchase was lost")
+        }
+        // Each purchase's webhook arrives; a second copy only for one the killed server was sending.
+        var ids: [String] = []
+        for _ in 0..<600 {
+            ids = received.ids.withLock { $0 }
+            if Set(ids).count >= bodies.count { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        try await Task.sleep(for: .seconds(1))
+        ids = received.ids.withLock { $0 }
+        #expect(Set(ids).count == bodies.count, "every event's webhook arrived")
+        let twice = ids.count - Set(ids).count
+        #expect(twice <= 8, "\(twice) webhooks sent twice: more than the killed server could have had in flight")
+    }
+
+    @Test(
+        "serve --tls-cert --tls-key answers over HTTPS to a real TLS client",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"),
+        .enabled(if: ExternalTool.find("openssl") != nil && ExternalTool.find("curl") != nil, "openssl and curl"))
+    func tls() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let setup = try Setup()
+        let certificate = setup.directory.appendingPathComponent("tls.pem").path
+        let key = setup.directory.appendingPathComponent("tls.key").path
+        let made = try ExternalTool.run(
+            ExternalTool.find("openssl")!,
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+                "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key,
+                "-out", certificate,
+            ])
+        #expect(made.status == 0, "\(made.stderrText)")
+        let (server, base) = try Self.start(
+            binary, setup, extra: ["--tls-cert", certificate, "--tls-key", key], scheme: "https")
+        defer {
+            kill(server.processIdentifier, SIGKILL)
+            server.waitUntilExit()
+        }
+        #expect(base.hasPrefix("https://"))
+        let curl = ExternalTool.find("curl")!
+        let verified = try ExternalTool.run(curl, ["-sS", "--cacert", certificate, base + "/healthz"])
+        #expect(verified.status == 0, "\(verified.stderrText)")
+        #expect(String(decoding: verified.stdout, as: UTF8.self).contains("ok"))
+        // A client that does not trust the certificate is refused; plain HTTP gets no answer.
+        let untrusted = try ExternalTool.run(curl, ["-sS", base + "/healthz"])
+        #expect(untrusted.status != 0)
+        let plain = try ExternalTool.run(
+            curl, ["-sS", "--max-time", "5", base.replacingOccurrences(of: "https://", with: "http://") + "/healthz"])
+        #expect(plain.status != 0)
+        // A key that is not the certificate's is refused at start, naming no secret.
+        let refused = try ExternalTool.run(
+            binary,
+            ["serve", "--config", setup.config.path, "--port", "0", "--tls-cert", certificate, "--tls-key", certificate],
+            environment: ["TEST_SECRET_KEY": "sk_test_secret_0123456"])
+        #expect(refused.status != 0)
     }
 }

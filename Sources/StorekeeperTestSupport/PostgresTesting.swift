@@ -1,19 +1,19 @@
 import Foundation
 import StorekeeperPostgres
-import Testing
+public import Testing
 
 /// The throw-away PostgreSQL that `scripts/test` starts (`scripts/test-postgres`), named by
 /// `STOREKEEPER_TEST_POSTGRES_URL`; each test gets a database of its own.
-enum PostgresTesting {
-    static let url = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"].flatMap {
+public enum PostgresTesting {
+    public static let url = ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"].flatMap {
         $0.isEmpty ? nil : $0
     }
 
-    static let skipMessage: Comment =
+    public static let skipMessage: Comment =
         "no PostgreSQL: scripts/test starts one (scripts/test-postgres), or set STOREKEEPER_TEST_POSTGRES_URL"
 
     /// A new, empty database on the test server; answers its URL.
-    static func freshDatabase() throws -> String {
+    public static func freshDatabase() throws -> String {
         guard let url else { throw PostgresError(.connection, "STOREKEEPER_TEST_POSTGRES_URL is not set") }
         let name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(20)
         let admin = try PostgresConnection(url: url)

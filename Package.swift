@@ -109,7 +109,7 @@ let package = Package(
             dependencies: [
                 "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON",
                 "AppStoreEmulator", "StoreKitCatalog", "StorekeeperHTTP", "StorekeeperLogging", "StoreTime",
-                "StoreModel", "AppStoreServerAPI", "PurchaseServer",
+                "StoreModel", "AppStoreServerAPI", "PurchaseServer", "StorekeeperPostgres",
             ],
             swiftSettings: upcoming),
         .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),

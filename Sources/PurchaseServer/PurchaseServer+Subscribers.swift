@@ -139,7 +139,11 @@ extension PurchaseServer {
         try Self.checkUserID(alias)
         let current = now()
         _ = try await write(input: nil) { store in
+            // Both ids first: two requests making one alias cannot both find it free.
+            try store.lock(user: requested, bundle: bundleID)
+            try store.lock(user: alias, bundle: bundleID)
             let user = try store.user(bundle: bundleID, alias: requested) ?? requested
+            if user != requested { try store.lock(user: user, bundle: bundleID) }
             let existing = try store.user(bundle: bundleID, alias: alias)
             guard alias != user, existing != user else { return [] }
             guard existing == nil else {
@@ -151,11 +155,20 @@ extension PurchaseServer {
                 try store.subscriber(bundle: bundleID, appUserID: user)
                 ?? Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current)
             if let merged = try store.subscriber(bundle: bundleID, appUserID: alias) {
-                for var purchase in try store.purchases(bundle: bundleID, owner: alias) {
+                // Each purchase is read again under its subscription's lock before it moves.
+                for listed in try store.purchases(bundle: bundleID, owner: alias) {
+                    try store.lock(original: listed.originalTransactionID)
+                    guard var purchase = try store.purchase(listed.transactionID), purchase.owner == alias else {
+                        continue
+                    }
                     purchase.owner = user
                     try store.save(purchase)
                 }
-                for var subscription in try store.subscriptions(bundle: bundleID, owner: alias) {
+                for listed in try store.subscriptions(bundle: bundleID, owner: alias) {
+                    try store.lock(original: listed.originalTransactionID)
+                    guard var subscription = try store.subscription(listed.originalTransactionID),
+                        subscription.owner == alias
+                    else { continue }
                     subscription.owner = user
                     try store.save(subscription)
                 }
@@ -195,6 +208,7 @@ extension PurchaseServer {
             throw PurchaseServerError.invalid("the grant would have expired already")
         }
         _ = try await write(input: nil) { store in
+            try store.lock(user: appUserID, bundle: bundleID)
             self.cache.invalidate(bundleID, appUserID)
             if try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
@@ -215,6 +229,7 @@ extension PurchaseServer {
         let appUserID = try await user(bundleID: bundleID, requested)
         let current = now()
         _ = try await write(input: nil) { store in
+            try store.lock(user: appUserID, bundle: bundleID)
             self.cache.invalidate(bundleID, appUserID)
             guard
                 var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: {

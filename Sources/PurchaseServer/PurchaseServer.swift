@@ -357,6 +357,9 @@ public final class PurchaseServer: Sendable {
         }
         // A user the app knows by another id (an alias) is that user.
         let claimant = try claimant.map { try store.user(bundle: bundleID, alias: $0) ?? $0 }
+        // The subscription, then the user: what follows reads them as the last writer left them.
+        try store.lock(original: originalID)
+        if let claimant { try store.lock(user: claimant, bundle: bundleID) }
         if let transaction = update.transaction, transaction.bundleID != bundleID {
             throw PurchaseServerError.invalid("the transaction is for \(transaction.bundleID), not \(bundleID)")
         }

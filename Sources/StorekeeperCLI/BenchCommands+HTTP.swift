@@ -276,9 +276,11 @@ extension BenchCommands {
     }
 
     static func runWrk(
-        _ wrk: String, url: String, seconds: Int, connections: Int = 16, body: URL? = nil, headers: [String] = []
+        _ wrk: String, url: String, seconds: Int, connections: Int = 16, body: URL? = nil, headers: [String] = [],
+        script: URL? = nil, threads: Int = 2
     ) throws -> WrkResult {
-        var arguments = ["-t2", "-c\(connections)", "-d\(seconds)s", "--latency"]
+        var arguments = ["-t\(threads)", "-c\(max(connections, threads))", "-d\(seconds)s", "--latency"]
+        if let script { arguments += ["-s", script.path] }
         for header in headers { arguments += ["-H", header] }
         if let body {
             let script = body.deletingPathExtension().appendingPathExtension("lua")

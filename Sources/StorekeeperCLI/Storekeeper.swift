@@ -132,6 +132,7 @@ public enum Storekeeper {
             (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
             (["bench", "server-api"], BenchCommands.serverAPISpec, BenchCommands.serverAPI),
             (["bench", "serve"], BenchCommands.serveSpec, BenchCommands.serve),
+            (["bench", "serve-cluster"], BenchCommands.clusterSpec, BenchCommands.cluster),
             (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
             (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
             (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),

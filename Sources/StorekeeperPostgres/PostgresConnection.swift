@@ -32,6 +32,8 @@ public final class PostgresConnection {
             throw PostgresError(.connection, message)
         }
         handle = connection
+        // The server's notices (NOTICE, WARNING) are not errors: libpq would print them on stderr.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
     }
 
     deinit { PQfinish(handle) }

@@ -240,7 +240,7 @@ struct ServerStorageContractTests {
         #expect(try await storage.takeRequest(from: "other", rate: 1, burst: 3, now: Self.start))
     }
 
-    @Test("Concurrent writes to one record are applied one after the other", arguments: Backend.allCases)
+    @Test("Concurrent writes holding one lock are applied one after the other", arguments: Backend.allCases)
     func noLostUpdate(backend: Backend) async throws {
         let storage = try await backend.make()
         try await storage.write { try $0.save(Subscriber(bundleID: "app", appUserID: "u1", firstSeen: Self.start)) }
@@ -248,6 +248,7 @@ struct ServerStorageContractTests {
             for index in 0..<40 {
                 group.addTask {
                     try await storage.write { store in
+                        try store.lock(user: "u1", bundle: "app")
                         struct Missing: Error {}
                         guard var subscriber = try store.subscriber(bundle: "app", appUserID: "u1") else {
                             throw Missing()

@@ -89,6 +89,9 @@ public final class InMemoryServerStorage: ServerStorage {
             }
         }
 
+        /// Writes run one at a time already.
+        func lock(_ key: String) {}
+
         func overdueSubscriptions(bundle: String, before date: Date, limit: Int) -> [SubscriptionRecord] {
             Array(
                 tables.subscriptions.values.filter {

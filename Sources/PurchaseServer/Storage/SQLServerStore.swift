@@ -6,6 +6,8 @@ protocol SQLStatementRunner {
     @discardableResult func execute(_ sql: String, _ values: [SQLValue]) throws -> [Row]
     /// Rows the last statement changed.
     var changes: Int { get }
+    /// Holds `key` until the transaction ends (nothing where transactions run one at a time).
+    func lockForTransaction(_ key: String) throws
 }
 
 extension SQLStatementRunner {
@@ -152,6 +154,8 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             [.text(bundle), .real(date.timeIntervalSince1970), .integer(Int64(limit))]
         ).map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
     }
+
+    func lock(_ key: String) throws { try connection.lockForTransaction(key) }
 
     func checkpoint(_ key: String) throws -> String? {
         try connection.execute("SELECT value FROM checkpoints WHERE key = ?", [.text(key)]).first?["value"].string

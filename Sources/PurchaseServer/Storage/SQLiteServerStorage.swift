@@ -100,4 +100,7 @@ public struct SQLiteServerStorage: ServerStorage {
     }
 }
 
-extension Connection: SQLStatementRunner {}
+extension Connection: SQLStatementRunner {
+    /// SQLite writes run one at a time: there is nothing more to hold.
+    func lockForTransaction(_ key: String) {}
+}

@@ -79,10 +79,23 @@ public protocol DeliveryRepository {
 /// Everything one read or write reaches.
 public protocol ServerStore: SubscriberRepository, PurchaseRepository, SubscriptionRecordRepository,
     LedgerRepository, EventRepository, DeliveryRepository
-{}
+{
+    /// Holds `key` until the write ends: writes that lock the same key run one after the other, and what a
+    /// write reads after taking its lock is what the last holder committed. Records read to be changed
+    /// must be read after their lock (a subscription's: `"o:" + original id`; a user's: ``userKey(_:_:)``).
+    func lock(_ key: String) throws
+}
 
-/// Where the purchase server keeps its state. A write is all or nothing and durable when it returns; writes
-/// run one at a time. One contract suite holds for every backend.
+extension ServerStore {
+    /// The lock of one app user's records.
+    public func lock(user: String, bundle: String) throws { try lock("u:" + bundle + "\u{1F}" + user) }
+    /// The lock of one purchase and its subscription (its original transaction's).
+    public func lock(original: String) throws { try lock("o:" + original) }
+}
+
+/// Where the purchase server keeps its state. A write is all or nothing and durable when it returns. On
+/// SQLite and in memory writes run one at a time; on PostgreSQL, writes holding the same lock
+/// (``ServerStore/lock(_:)``) do, and the rest run side by side. One contract suite holds for every backend.
 public protocol ServerStorage: Sendable {
     func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T
     /// `body` may be held until the write commits (SQLite commits concurrent writes together), and may run

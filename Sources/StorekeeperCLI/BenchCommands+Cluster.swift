@@ -1,0 +1,259 @@
+import AppStoreEmulator
+import AppStoreSignedData
+import Foundation
+import PurchaseServer
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperPostgres
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `storekeeper bench serve-cluster`: real `serve` processes on one PostgreSQL.
+extension BenchCommands {
+    static let clusterSpec = Arguments.Spec(
+        command: "storekeeper bench serve-cluster",
+        abstract: "Measure purchase servers on PostgreSQL: ingestion with 1, 2 and 4 processes, and reads.",
+        options: [
+            .init(
+                name: "database", valueName: "url",
+                help:
+                    "A PostgreSQL server URL whose user may create databases (default: $STOREKEEPER_TEST_POSTGRES_URL, "
+                    + "which scripts/test-postgres start prints)."),
+            .init(name: "processes", valueName: "list", help: "Server process counts to measure (default: 1,2,4)."),
+            .init(name: "notifications", valueName: "n", help: "Notifications per count (default: 20000)."),
+            .init(name: "subscribers", valueName: "n", help: "Subscribers stored before the reads (default: 100000)."),
+            .init(name: "clients", valueName: "n", help: "Concurrent HTTP clients (default: 64)."),
+            .init(name: "seconds", valueName: "s", help: "Seconds of wrk for the reads (default: 5)."),
+        ],
+        discussion: """
+            For each process count, a scratch database is created on the server and that many `storekeeper serve \
+            --database` processes are started on loopback; --notifications distinct V2 notifications (DID_RENEW, \
+            three ES256 signatures each) are posted round-robin by --clients concurrent HTTP clients, each answered \
+            only once committed; then the stored inputs are counted. Baseline, same run: verifying the same \
+            notifications alone on both cores. Then, with the largest count, --subscribers users each post a \
+            transaction (POST /v1/transactions), and wrk reads random subscribers from every process at once \
+            (GET /v1/subscribers/{id}). The scratch databases are dropped at the end. PostgreSQL runs on the same \
+            cores as the servers and the clients.
+            """)
+
+    static func cluster(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+        guard
+            let url = arguments.value("database") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]
+        else { throw UsageError("--database is needed (eval \"$(scripts/test-postgres start)\" gives one)") }
+        let counts = (arguments.value("processes") ?? "1,2,4").split(separator: ",").compactMap { Int($0) }
+        let count = Int(arguments.value("notifications") ?? "20000") ?? 0
+        let subscriberCount = Int(arguments.value("subscribers") ?? "100000") ?? 0
+        let clients = Int(arguments.value("clients") ?? "64") ?? 0
+        let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
+        guard !counts.isEmpty, counts.allSatisfy({ (1...16).contains($0) }), count > 0, subscriberCount > 0,
+            (1...1024).contains(clients), seconds > 0
+        else { throw UsageError("--processes is 1 to 16 each; the other numbers are positive") }
+        let binary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        let root = try FileManager.default.url(
+            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
+            create: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let pki = try EmulatorPKI.loadOrCreate(in: root.appendingPathComponent("pki"))
+        let bundleID = "com.example.bench"
+        try Data(pki.signedData.root.pemEncoded.utf8).write(to: root.appendingPathComponent("jws.pem"))
+        try Data(pki.receipts.root.pemEncoded.utf8).write(to: root.appendingPathComponent("receipts.pem"))
+        let config = root.appendingPathComponent("server.json")
+        try Data(
+            """
+            {"secretKey": "sk_bench_secret_0123", "apps": [{"bundleId": "\(bundleID)", "publicKey": "pk_bench_key",
+              "receiptRoots": ["receipts.pem"], "jwsRoots": ["jws.pem"], "entitlements": {"plus": ["monthly"]}}]}
+            """.utf8
+        ).write(to: config)
+        let admin: PostgresConnection
+        do { admin = try PostgresConnection(url: url) } catch {
+            throw RuntimeError("cannot reach \(PostgresDatabase.redacted(url)): \(error)")
+        }
+        var scratch: [String] = []
+        defer { for name in scratch { try? admin.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") } }
+        func freshDatabase() throws -> String {
+            let name = "sk_bench_\(UInt32.random(in: 0...UInt32.max))"
+            try admin.executeScript("CREATE DATABASE \(name)")
+            scratch.append(name)
+            guard let slash = url.lastIndex(of: "/") else { return url }
+            return String(url[..<slash]) + "/" + name
+        }
+
+        progress(console, "signing \(count) notifications and \(subscriberCount) transactions…")
+        let signer = try JWSChainSigner(
+            key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
+        let start = now.addingTimeInterval(-3_600)
+        let bodies = try (0..<count).map { try benchNotification($0, signer: signer, bundleID: bundleID, start: start) }
+        let verifier = try SignedDataVerifier(
+            SignedDataVerifier.Configuration(trustedRoots: [pki.signedData.root], bundleID: bundleID))
+        let payloads = bodies.map { (try? JSONParser.parse($0))?["signedPayload"]?.stringValue ?? "" }
+        let clock = ContinuousClock()
+        let verifyStart = clock.now
+        DispatchQueue.concurrentPerform(iterations: 2) { half in
+            for index in stride(from: half, to: payloads.count, by: 2) {
+                _ = verifier.verify(payloads[index], as: .notification, now: now)
+            }
+        }
+        let verifyRate = Double(count) / (clock.now - verifyStart).seconds
+
+        var lines: [String] = []
+        var firstRate: Double?
+        for processes in counts {
+            progress(console, "\(processes) process(es): ingesting \(count) notifications…")
+            let database = try freshDatabase()
+            let servers = try (0..<processes).map { _ in
+                try startServer(binary, config: config, database: database, data: root)
+            }
+            defer { stopServers(servers) }
+            let targets = servers.map { $0.base + "/v1/notifications/apple/\(bundleID)" }
+            let ingest = try blocking {
+                try await concurrentRate(count, clients: clients) { index in
+                    try await postAcknowledged(targets[index % targets.count], body: bodies[index])
+                }
+            }
+            let stored = try blocking {
+                try await PostgresServerStorage(url: database, poolSize: 1).read { try $0.inputCount() }
+            }
+            guard stored == count else { throw RuntimeError("stored \(stored) notifications, expected \(count)") }
+            let baseline = firstRate ?? ingest
+            firstRate = firstRate ?? ingest
+            lines.append(
+                "  \(processes) process\(processes == 1 ? "  " : "es")  \(rate(ingest)) /s   ×\(format(ingest / baseline)) of 1 process   ratio \(format(ingest / verifyRate)) of verification alone"
+            )
+        }
+
+        // Reads, with the largest count, over 100,000 stored subscribers.
+        let processes = counts.max() ?? 1
+        progress(console, "\(processes) processes: storing \(subscriberCount) subscribers…")
+        let database = try freshDatabase()
+        let servers = try (0..<processes).map { _ in
+            try startServer(binary, config: config, database: database, data: root)
+        }
+        defer { stopServers(servers) }
+        let posts: [[UInt8]] = try (0..<subscriberCount).map { index in
+            let ms = Int64((start.timeIntervalSince1970 * 1000).rounded()) + Int64(index)
+            let id = String(5_000_000_000_000_000 + index)
+            let transaction = try signer.sign([
+                "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string(bundleID),
+                "productId": .string("monthly"), "purchaseDate": .integer(ms), "expiresDate": .integer(ms + 2_592_000_000),
+                "type": .string("Auto-Renewable Subscription"), "signedDate": .integer(ms),
+                "environment": .string("Sandbox"), "transactionReason": .string("PURCHASE"),
+            ])
+            return JSONWriter.bytes(
+                .object([
+                    "bundleId": .string(bundleID), "appUserId": .string("user-\(index)"),
+                    "signedTransaction": .string(transaction),
+                ]))
+        }
+        let postRate = try blocking {
+            try await concurrentRate(subscriberCount, clients: clients) { index in
+                try await postAcknowledged(
+                    servers[index % servers.count].base + "/v1/transactions", body: posts[index],
+                    authorization: "Bearer pk_bench_key")
+            }
+        }
+        var readLine = "  GET /v1/subscribers/{id}: wrk not found (scripts/bootstrap installs it)"
+        if let wrk = findExecutable("wrk") {
+            progress(console, "wrk against every process at once…")
+            let script = root.appendingPathComponent("random-subscriber.lua")
+            try """
+            wrk.headers["Authorization"] = "Bearer sk_bench_secret_0123"
+            request = function()
+              return wrk.format("GET", "/v1/subscribers/user-" .. math.random(0, \(subscriberCount - 1)))
+            end
+            """.write(to: script, atomically: true, encoding: .utf8)
+            let results = try runWrkEverywhere(
+                wrk, bases: servers.map(\.base), script: script, seconds: seconds,
+                connections: max(1, 64 / servers.count))
+            let total = results.reduce(0) { $0 + $1.requestsPerSecond }
+            let p99 = results.compactMap(\.p99Milliseconds).max()
+            let non2xx = results.reduce(0) { $0 + $1.non2xx }
+            readLine =
+                "  GET /v1/subscribers/{random of \(subscriberCount)}, \(processes) wrk -t1 at once, 64 connections in all   \(rate(total)) req/s, p99 \(latency(p99))\(non2xx > 0 ? "  (\(non2xx) non-2xx!)" : "")"
+        }
+        console.write(
+            """
+            Purchase servers on one PostgreSQL (\(PostgresDatabase.redacted(url))), \(clients) concurrent HTTP clients, same 2 cores
+              V2 notifications, each committed before it is acknowledged (\(count) per count, three ES256 signatures each)
+              verification alone, 2 cores   \(rate(verifyRate)) /s
+            \(lines.joined(separator: "\n"))
+              POST /v1/transactions of \(subscriberCount) users over \(processes) processes   \(rate(postRate)) /s
+            \(readLine)
+
+            """)
+        return 0
+    }
+
+    struct RunningServer {
+        let process: Process
+        let base: String
+    }
+
+    static func startServer(_ binary: String, config: URL, database: String, data: URL) throws -> RunningServer {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = [
+            "serve", "--config", config.path, "--port", "0", "--database", database, "--data", data.path,
+            "--log-level", "error",
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var bytes: [UInt8] = []
+        while !bytes.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            bytes += chunk
+        }
+        let line = String(decoding: bytes, as: UTF8.self)
+        guard let range = line.range(of: "http://[^ \n]+:[0-9]+", options: .regularExpression) else {
+            process.terminate()
+            throw RuntimeError("storekeeper serve did not start: \(line)")
+        }
+        return RunningServer(process: process, base: String(line[range]))
+    }
+
+    static func stopServers(_ servers: [RunningServer]) {
+        for server in servers where server.process.isRunning { kill(server.process.processIdentifier, SIGTERM) }
+        for server in servers { server.process.waitUntilExit() }
+    }
+
+    /// Posts until the server acknowledges (a 200), retrying a refused or failed post a few times.
+    static func postAcknowledged(_ url: String, body: [UInt8], authorization: String? = nil) async throws {
+        var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
+        if let authorization { headers.append(("Authorization", authorization)) }
+        var last = "no answer"
+        for _ in 0..<5 {
+            do {
+                let response = try await HTTPClient(timeout: .seconds(30)).send(
+                    "POST", url, headers: headers, body: body)
+                if response.status == 200 { return }
+                last = "HTTP \(response.status): \(String(decoding: response.body.prefix(200), as: UTF8.self))"
+            } catch { last = "\(error)" }
+        }
+        throw RuntimeError("\(url): \(last)")
+    }
+
+    /// One wrk (one thread) against each base at the same time.
+    static func runWrkEverywhere(_ wrk: String, bases: [String], script: URL, seconds: Int, connections: Int) throws
+        -> [WrkResult]
+    {
+        let results = Mutex<[Int: WrkResult]>([:])
+        let failure = Mutex<String?>(nil)
+        DispatchQueue.concurrentPerform(iterations: bases.count) { index in
+            do {
+                let result = try runWrk(
+                    wrk, url: bases[index] + "/", seconds: seconds, connections: connections, script: script,
+                    threads: 1)
+                results.withLock { $0[index] = result }
+            } catch { failure.withLock { $0 = "\(error)" } }
+        }
+        if let failure = failure.withLock({ $0 }) { throw RuntimeError(failure) }
+        let collected = results.withLock { $0 }
+        return collected.keys.sorted().compactMap { collected[$0] }
+    }
+}

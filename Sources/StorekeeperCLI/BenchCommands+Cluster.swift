@@ -30,7 +30,7 @@ extension BenchCommands {
             .init(name: "seconds", valueName: "s", help: "Seconds of wrk for the reads (default: 5)."),
         ],
         discussion: """
-            For each process count, a scratch database is created on the server and that many `storekeeper serve \
+            Baseline, same run and path: one process on SQLite. For each process count, a scratch database is created on the server and that many `storekeeper serve \
             --database` processes are started on loopback; --notifications distinct V2 notifications (DID_RENEW, \
             three ES256 signatures each) are posted round-robin by --clients concurrent HTTP clients, each answered \
             only once committed; then the stored inputs are counted. Baseline, same run: verifying the same \
@@ -42,7 +42,8 @@ extension BenchCommands {
 
     static func cluster(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         guard
-            let url = arguments.value("database") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]
+            let url = arguments.value("database")
+                ?? ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]
         else { throw UsageError("--database is needed (eval \"$(scripts/test-postgres start)\" gives one)") }
         let counts = (arguments.value("processes") ?? "1,2,4").split(separator: ",").compactMap { Int($0) }
         let count = Int(arguments.value("notifications") ?? "20000") ?? 0
@@ -99,7 +100,23 @@ extension BenchCommands {
         }
         let verifyRate = Double(count) / (clock.now - verifyStart).seconds
 
-        var lines: [String] = []
+        // Baseline, same run and path: one process on SQLite (its group commit), over HTTP.
+        progress(console, "1 process on SQLite: ingesting \(count) notifications…")
+        let sqliteRate: Double
+        do {
+            let sqlite = try startServer(
+                binary, config: config, database: nil, data: root.appendingPathComponent("sqlite"))
+            defer { stopServers([sqlite]) }
+            let target = sqlite.base + "/v1/notifications/apple/\(bundleID)"
+            sqliteRate = try blocking {
+                try await concurrentRate(count, clients: clients) { index in
+                    try await postAcknowledged(target, body: bodies[index])
+                }
+            }
+        }
+        var lines: [String] = [
+            "  1 process, SQLite   \(rate(sqliteRate)) /s   ratio \(format(sqliteRate / verifyRate)) of verification alone"
+        ]
         var firstRate: Double?
         for processes in counts {
             progress(console, "\(processes) process(es): ingesting \(count) notifications…")
@@ -121,7 +138,7 @@ extension BenchCommands {
             let baseline = firstRate ?? ingest
             firstRate = firstRate ?? ingest
             lines.append(
-                "  \(processes) process\(processes == 1 ? "  " : "es")  \(rate(ingest)) /s   ×\(format(ingest / baseline)) of 1 process   ratio \(format(ingest / verifyRate)) of verification alone"
+                "  \(processes) process\(processes == 1 ? "  " : "es")  \(rate(ingest)) /s   ×\(format(ingest / baseline)) of 1 process   ratio \(format(ingest / verifyRate)) of verification alone, \(format(ingest / sqliteRate)) of SQLite"
             )
         }
 
@@ -138,7 +155,8 @@ extension BenchCommands {
             let id = String(5_000_000_000_000_000 + index)
             let transaction = try signer.sign([
                 "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string(bundleID),
-                "productId": .string("monthly"), "purchaseDate": .integer(ms), "expiresDate": .integer(ms + 2_592_000_000),
+                "productId": .string("monthly"), "purchaseDate": .integer(ms),
+                "expiresDate": .integer(ms + 2_592_000_000),
                 "type": .string("Auto-Renewable Subscription"), "signedDate": .integer(ms),
                 "environment": .string("Sandbox"), "transactionReason": .string("PURCHASE"),
             ])
@@ -192,13 +210,12 @@ extension BenchCommands {
         let base: String
     }
 
-    static func startServer(_ binary: String, config: URL, database: String, data: URL) throws -> RunningServer {
+    static func startServer(_ binary: String, config: URL, database: String?, data: URL) throws -> RunningServer {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = [
-            "serve", "--config", config.path, "--port", "0", "--database", database, "--data", data.path,
-            "--log-level", "error",
-        ]
+        process.arguments =
+            ["serve", "--config", config.path, "--port", "0", "--data", data.path, "--log-level", "error"]
+            + (database.map { ["--database", $0] } ?? [])
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice

@@ -169,31 +169,31 @@ extension BenchCommands {
     static func benchNotification(_ index: Int, signer: JWSChainSigner, bundleID: String, start: Date) throws
         -> [UInt8]
     {
-            let ms = Int64((start.timeIntervalSince1970 * 1000).rounded()) + Int64(index)
-            let id = String(3_000_000_000_000_000 + index)
-            let transaction: JSONObject = [
-                "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string(bundleID),
-                "productId": .string("monthly"), "purchaseDate": .integer(ms), "originalPurchaseDate": .integer(ms),
-                "expiresDate": .integer(ms + 2_592_000_000), "quantity": .integer(1),
-                "type": .string("Auto-Renewable Subscription"), "inAppOwnershipType": .string("PURCHASED"),
-                "signedDate": .integer(ms), "environment": .string("Sandbox"), "transactionReason": .string("RENEWAL"),
-                "appAccountToken": .string(
-                    UUID(uuidString: String(format: "00000000-0000-4000-8000-%012d", index))!.uuidString.lowercased()),
-            ]
-            let renewal: JSONObject = [
-                "originalTransactionId": .string(id), "autoRenewProductId": .string("monthly"),
-                "productId": .string("monthly"), "autoRenewStatus": .integer(1), "signedDate": .integer(ms),
-                "environment": .string("Sandbox"),
-            ]
-            let payload: JSONObject = [
-                "notificationType": .string("DID_RENEW"), "notificationUUID": .string(UUID().uuidString.lowercased()),
-                "data": .object([
-                    "bundleId": .string(bundleID), "environment": .string("Sandbox"),
-                    "signedTransactionInfo": .string(try signer.sign(transaction)),
-                    "signedRenewalInfo": .string(try signer.sign(renewal)), "status": .integer(1),
-                ]),
-                "version": .string("2.0"), "signedDate": .integer(ms),
-            ]
-            return JSONWriter.bytes(.object(["signedPayload": .string(try signer.sign(payload))]))
-        }
+        let ms = Int64((start.timeIntervalSince1970 * 1000).rounded()) + Int64(index)
+        let id = String(3_000_000_000_000_000 + index)
+        let transaction: JSONObject = [
+            "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string(bundleID),
+            "productId": .string("monthly"), "purchaseDate": .integer(ms), "originalPurchaseDate": .integer(ms),
+            "expiresDate": .integer(ms + 2_592_000_000), "quantity": .integer(1),
+            "type": .string("Auto-Renewable Subscription"), "inAppOwnershipType": .string("PURCHASED"),
+            "signedDate": .integer(ms), "environment": .string("Sandbox"), "transactionReason": .string("RENEWAL"),
+            "appAccountToken": .string(
+                UUID(uuidString: String(format: "00000000-0000-4000-8000-%012d", index))!.uuidString.lowercased()),
+        ]
+        let renewal: JSONObject = [
+            "originalTransactionId": .string(id), "autoRenewProductId": .string("monthly"),
+            "productId": .string("monthly"), "autoRenewStatus": .integer(1), "signedDate": .integer(ms),
+            "environment": .string("Sandbox"),
+        ]
+        let payload: JSONObject = [
+            "notificationType": .string("DID_RENEW"), "notificationUUID": .string(UUID().uuidString.lowercased()),
+            "data": .object([
+                "bundleId": .string(bundleID), "environment": .string("Sandbox"),
+                "signedTransactionInfo": .string(try signer.sign(transaction)),
+                "signedRenewalInfo": .string(try signer.sign(renewal)), "status": .integer(1),
+            ]),
+            "version": .string("2.0"), "signedDate": .integer(ms),
+        ]
+        return JSONWriter.bytes(.object(["signedPayload": .string(try signer.sign(payload))]))
+    }
 }

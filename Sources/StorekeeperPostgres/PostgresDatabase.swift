@@ -52,6 +52,7 @@ public final class PostgresDatabase: Sendable {
     }
 
     /// Runs `body` in a read-only snapshot.
+    @discardableResult
     public func read<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let index = await acquire()
         defer { release(index) }
@@ -60,6 +61,7 @@ public final class PostgresDatabase: Sendable {
 
     /// Runs `body` in a serializable transaction, again after a serialization failure; committed when it
     /// returns, rolled back when it throws.
+    @discardableResult
     public func write<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let index = await acquire()
         defer { release(index) }
@@ -68,6 +70,7 @@ public final class PostgresDatabase: Sendable {
 
     /// Runs `body` in a `READ COMMITTED` transaction: for statements that lock the rows they change and
     /// skip rows others hold (`FOR UPDATE SKIP LOCKED` claims, counters updated in one statement).
+    @discardableResult
     public func lockingWrite<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let index = await acquire()
         defer { release(index) }

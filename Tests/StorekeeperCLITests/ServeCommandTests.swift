@@ -227,7 +227,8 @@ struct ServeCommandTests {
                                     let response = try? await HTTPClient(timeout: .seconds(20)).send(
                                         "POST", base + "/v1/transactions",
                                         headers: [
-                                            ("Content-Type", "application/json"), ("Authorization", "Bearer pk_test_app1"),
+                                            ("Content-Type", "application/json"),
+                                            ("Authorization", "Bearer pk_test_app1"),
                                         ], body: bodies[index])
                                 else { continue }
                                 if response.status == 200 {
@@ -309,7 +310,10 @@ struct ServeCommandTests {
         // A key that is not the certificate's is refused at start, naming no secret.
         let refused = try ExternalTool.run(
             binary,
-            ["serve", "--config", setup.config.path, "--port", "0", "--tls-cert", certificate, "--tls-key", certificate],
+            [
+                "serve", "--config", setup.config.path, "--port", "0", "--tls-cert", certificate, "--tls-key",
+                certificate,
+            ],
             environment: ["TEST_SECRET_KEY": "sk_test_secret_0123456"])
         #expect(refused.status != 0)
     }

@@ -131,7 +131,7 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public func blockRequests(to key: String, until date: Date) async throws {
-        try await database.lockingWrite { connection in
+        _ = try await database.lockingWrite { connection in
             try connection.execute(
                 """
                 INSERT INTO request_budgets (key, tokens, updated) VALUES (?, 0, ?)

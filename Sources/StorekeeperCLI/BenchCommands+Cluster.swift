@@ -88,17 +88,8 @@ extension BenchCommands {
             key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
         let start = now.addingTimeInterval(-3_600)
         let bodies = try (0..<count).map { try benchNotification($0, signer: signer, bundleID: bundleID, start: start) }
-        let verifier = try SignedDataVerifier(
-            SignedDataVerifier.Configuration(trustedRoots: [pki.signedData.root], bundleID: bundleID))
-        let payloads = bodies.map { (try? JSONParser.parse($0))?["signedPayload"]?.stringValue ?? "" }
-        let clock = ContinuousClock()
-        let verifyStart = clock.now
-        DispatchQueue.concurrentPerform(iterations: 2) { half in
-            for index in stride(from: half, to: payloads.count, by: 2) {
-                _ = verifier.verify(payloads[index], as: .notification, now: now)
-            }
-        }
-        let verifyRate = Double(count) / (clock.now - verifyStart).seconds
+        let verifyRate = try notificationVerificationRate(
+            bodies, root: pki.signedData.root, bundleID: bundleID, now: now)
 
         // Baseline, same run and path: one process on SQLite (its group commit), over HTTP.
         progress(console, "1 process on SQLite: ingesting \(count) notifications…")

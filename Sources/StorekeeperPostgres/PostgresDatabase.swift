@@ -95,11 +95,11 @@ public final class PostgresDatabase: Sendable {
             let applied = try connection.execute("SELECT id FROM schema_migrations ORDER BY position").compactMap {
                 $0["id"].string
             }
-            guard applied.count <= migrations.count, zip(applied, migrations).allSatisfy({ $0 == $1.id }) else {
+            guard let pending = Migration.pending(migrations, applied: applied) else {
                 throw PostgresError(.misuse, "the database's migrations \(applied) do not start this build's list")
             }
             var done: [String] = []
-            for (position, migration) in migrations.enumerated().dropFirst(applied.count) {
+            for (position, migration) in pending {
                 try connection.executeScript(migration.sql)
                 try connection.execute(
                     "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",

@@ -23,4 +23,11 @@ public struct Migration: Sendable, Hashable {
         self.id = id
         self.sql = sql
     }
+
+    /// The migrations of `list` still to apply, with their positions, after those a database recorded as
+    /// `applied`; nil when `applied` is not the start of `list` (a newer build's database, or an edited list).
+    public static func pending(_ list: [Migration], applied: [String]) -> [(position: Int, migration: Migration)]? {
+        guard applied.count <= list.count, zip(applied, list).allSatisfy({ $0 == $1.id }) else { return nil }
+        return list.enumerated().dropFirst(applied.count).map { ($0.offset, $0.element) }
+    }
 }

@@ -16,7 +16,7 @@ extension PurchaseServer {
     /// process sends it if this one died.
     var deliveryLease: TimeInterval { configuration.webhookTimeoutSeconds * 2 + 10 }
 
-    func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore, now: Date) throws {
+    func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore) throws {
         guard let app = apps[event.bundleID], !app.settings.webhooks.isEmpty else { return }
         let body = JSONWriter.string(
             .object(["api_version": .string("1.0"), "event": .object(webhookEvent(event, app: app.settings))]))

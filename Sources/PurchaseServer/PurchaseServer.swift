@@ -146,7 +146,7 @@ public final class PurchaseServer: Sendable {
         return try await write(input: ("notification:\(uuid)", "notification-v2", body)) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
             if let testEvent, try store.append(testEvent) {
-                try self.enqueueWebhooks(for: testEvent, in: store, now: current)
+                try self.enqueueWebhooks(for: testEvent, in: store)
                 events.append(testEvent)
             }
             return events
@@ -432,12 +432,12 @@ public final class PurchaseServer: Sendable {
         // Events of a purchase no user has claimed yet wait for one: their webhooks go out with the user.
         if let owner, claimant == owner {
             for event in try store.claimOwnerlessEvents(original: originalID, owner: owner) {
-                try enqueueWebhooks(for: event, in: store, now: now)
+                try enqueueWebhooks(for: event, in: store)
             }
         }
         for event in events + outcome.events where try store.append(event) {
             if event.appUserID != nil || event.originalTransactionID == nil {
-                try enqueueWebhooks(for: event, in: store, now: now)
+                try enqueueWebhooks(for: event, in: store)
             }
             metrics.count("storekeeper_events_total", ["type": event.type])
         }

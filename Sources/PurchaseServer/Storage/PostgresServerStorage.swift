@@ -38,7 +38,7 @@ public final class PostgresServerStorage: ServerStorage {
             CREATE INDEX purchases_by_original ON purchases (original_id);
             CREATE TABLE subscriptions (
                 original_id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, owner TEXT, document BYTEA NOT NULL,
-                status BIGINT, expires DOUBLE PRECISION, renewal_signed DOUBLE PRECISION, check_due DOUBLE PRECISION
+                check_due DOUBLE PRECISION
             );
             CREATE INDEX subscriptions_by_owner ON subscriptions (bundle_id, owner);
             CREATE INDEX subscriptions_check_due ON subscriptions (bundle_id, check_due) WHERE check_due IS NOT NULL;

@@ -126,17 +126,13 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func save(_ subscription: SubscriptionRecord) throws {
         try connection.execute(
             """
-            INSERT INTO subscriptions (original_id, bundle_id, owner, document, status, expires, renewal_signed,
-                check_due)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (original_id) DO UPDATE SET bundle_id = excluded.bundle_id,
-            owner = excluded.owner, document = excluded.document, status = excluded.status,
-            expires = excluded.expires, renewal_signed = excluded.renewal_signed, check_due = excluded.check_due
+            INSERT INTO subscriptions (original_id, bundle_id, owner, document, check_due) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT (original_id) DO UPDATE SET bundle_id = excluded.bundle_id, owner = excluded.owner,
+            document = excluded.document, check_due = excluded.check_due
             """,
             [
                 .text(subscription.originalTransactionID), .text(subscription.bundleID), text(subscription.owner),
-                try Self.encode(subscription), .integer(subscription.status),
-                subscription.expiresDate.map { .real($0.timeIntervalSince1970) } ?? .null,
-                subscription.renewalSignedDate.map { .real($0.timeIntervalSince1970) } ?? .null,
+                try Self.encode(subscription),
                 subscription.reconciliationDue.map { .real($0.timeIntervalSince1970) } ?? .null,
             ])
     }

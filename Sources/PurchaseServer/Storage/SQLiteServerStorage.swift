@@ -74,6 +74,7 @@ public struct SQLiteServerStorage: ServerStorage {
             "004-reconciliation-due",
             """
             ALTER TABLE subscriptions ADD COLUMN check_due REAL;
+            -- The columns 003 added (status, expires, renewal_signed) are read here once, then no more.
             UPDATE subscriptions SET check_due = expires WHERE status = 1;
             UPDATE subscriptions SET check_due = expires + 86400 WHERE status IN (3, 4);
             CREATE INDEX subscriptions_check_due ON subscriptions (bundle_id, check_due) WHERE check_due IS NOT NULL;

@@ -60,6 +60,10 @@ let package = Package(
 
         // Domain: one vocabulary, then the formats rendered and verified against it.
         .target(name: "StoreModel", swiftSettings: upcoming),
+        // Server-rendered HTML for the dashboards: escaping, the page frame, action buttons, SVG charts.
+        .target(
+            name: "StorekeeperDashboard", dependencies: ["StorekeeperCrypto", "StorekeeperHTTP"],
+            swiftSettings: upcoming),
         .target(
             name: "AppStoreReceipts",
             dependencies: ["StorekeeperASN1", "StorekeeperCrypto", "StorekeeperJSON", "StoreModel"],
@@ -88,7 +92,7 @@ let package = Package(
                 "SubscriptionLifecycle", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON",
                 "StorekeeperLogging", "AppStoreServerAPI",
                 "AppStoreReceipts", "AppStoreSignedData", "StorekeeperSQL", "StorekeeperSQLite", "StoreTime",
-                "StoreModel",
+                "StoreModel", "StorekeeperDashboard",
             ],
             swiftSettings: upcoming),
 
@@ -98,7 +102,7 @@ let package = Package(
             dependencies: [
                 "AppStoreReceipts", "AppStoreSignedData", "AppStoreServerAPI", "StorekeeperCrypto", "StorekeeperHTTP",
                 "StorekeeperJSON", "StorekeeperLogging", "StorekeeperSQL", "StorekeeperSQLite", "StorekeeperPostgres",
-                "StoreModel",
+                "StoreModel", "StorekeeperDashboard",
             ],
             resources: [.copy("Resources")],
             swiftSettings: upcoming),

@@ -1,22 +1,27 @@
 import Foundation
 import StorekeeperCrypto
+import StorekeeperDashboard
 public import StorekeeperHTTP
 import Synchronization
 
-/// Protects the emulator's own control plane (`/_emulator/…`) from web pages and other hosts, while
+/// Protects the emulator's own control plane (`/_emulator/…`, and the dashboard at `/` and `/dashboard/…`)
+/// from web pages and other hosts, while
 /// Apple's endpoints (`/verifyReceipt`, `/sandbox/verifyReceipt`) keep Apple's behaviour:
 ///
 /// - the `Host` header must name one of the addresses the emulator answers to (DNS rebinding);
 /// - an `Origin` header must be the emulator's own (a page elsewhere cannot drive it);
 /// - state-changing requests must be `Content-Type: application/json` (which a browser cannot send
 ///   cross-origin without a preflight the emulator never grants);
-/// - with a token, `Authorization: Bearer <token>` is required.
+/// - with a token, `Authorization: Bearer <token>` is required, or the dashboard's session cookie (signed in
+///   at `/dashboard/login` with the token); a signed-out dashboard page is sent to the form.
 public final class ControlPlaneGuard: InlineMiddleware {
     /// Host names (without port) the control plane answers to.
     public let allowedHosts: Set<String>
-    private let token: [UInt8]?
+    let login: DashboardLogin
     private let port = Atomic<Int>(0)
-    static let prefixes = ["/_emulator/"]
+    static let prefixes = ["/_emulator/", "/dashboard/"]
+    /// Reachable without the token: the sign-in form (a form post) and the stylesheet and script.
+    static let open = ["/dashboard/login", "/dashboard/logout", "/dashboard/assets/"]
 
     /// `extraHosts` adds names (a reverse proxy's, say) to the loopback ones; `token` requires a bearer
     /// token.
@@ -25,7 +30,8 @@ public final class ControlPlaneGuard: InlineMiddleware {
         if !["0.0.0.0", "::", ""].contains(host) { hosts.insert(Self.bare(host).lowercased()) }
         for extra in extraHosts { hosts.insert(Self.bare(extra).lowercased()) }
         allowedHosts = hosts
-        self.token = token.map { Array($0.utf8) }
+        login = DashboardLogin(
+            root: "/dashboard", product: "App Store emulator", assets: "/dashboard/assets", secret: token)
     }
 
     /// The port the server bound (known after it starts); until set, any port is accepted in `Origin`.
@@ -44,7 +50,8 @@ public final class ControlPlaneGuard: InlineMiddleware {
     }
 
     func check(_ request: HTTPRequest) throws(HTTPError) {
-        guard Self.prefixes.contains(where: { request.path.hasPrefix($0) }) else { return }
+        guard request.path == "/" || Self.prefixes.contains(where: { request.path.hasPrefix($0) }) else { return }
+        let open = Self.open.contains { request.path.hasPrefix($0) }
         guard let host = request.header("Host"), allowedHosts.contains(Self.bare(host).lowercased()) else {
             throw HTTPError(
                 status: 403, code: "forbidden_host",
@@ -64,7 +71,7 @@ public final class ControlPlaneGuard: InlineMiddleware {
                     status: 403, code: "forbidden_origin", message: "requests from other origins are refused")
             }
         }
-        if !["GET", "HEAD", "OPTIONS"].contains(request.method) {
+        if !["GET", "HEAD", "OPTIONS"].contains(request.method), !open {
             let type = request.header("Content-Type")?.split(separator: ";").first?
                 .trimmingCharacters(in: .whitespaces).lowercased()
             guard type == "application/json" else {
@@ -73,14 +80,15 @@ public final class ControlPlaneGuard: InlineMiddleware {
                     message: "state-changing requests must be Content-Type: application/json")
             }
         }
-        if let token {
-            guard let header = request.header("Authorization"), header.hasPrefix("Bearer "),
-                ConstantTime.equals(Array(header.utf8.dropFirst(7)), token)
-            else {
+        if !open, !login.isSignedIn(request) {
+            if request.method == "GET", !request.path.hasPrefix("/_emulator/") {
                 throw HTTPError(
-                    status: 401, code: "unauthorized", message: "the control plane needs Authorization: Bearer <token>",
-                    headers: ["WWW-Authenticate": "Bearer"])
+                    status: 303, code: "sign_in", message: "sign in at /dashboard/login",
+                    headers: ["Location": "/dashboard/login"])
             }
+            throw HTTPError(
+                status: 401, code: "unauthorized", message: "the control plane needs Authorization: Bearer <token>",
+                headers: ["WWW-Authenticate": "Bearer"])
         }
     }
 

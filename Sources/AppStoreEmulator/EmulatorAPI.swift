@@ -31,7 +31,8 @@ extension AppStore {
     public func responder(logger: Logger? = nil, guard controlPlane: ControlPlaneGuard? = nil) -> Responder {
         var router = Router()
         router.use(AccessLogMiddleware())
-        router.use(controlPlane ?? ControlPlaneGuard(listeningOn: "127.0.0.1"))
+        let controlPlane = controlPlane ?? ControlPlaneGuard(listeningOn: "127.0.0.1")
+        router.use(controlPlane)
         router.use(serverAPI.faults)
         let store = self
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
@@ -328,6 +329,7 @@ extension AppStore {
             })
         addLifecycleRoutes(to: &router, base: base, guarded: guarded)
         addServerAPIRoutes(to: &router, base: base, guarded: guarded)
+        addDashboardRoutes(to: &router, login: controlPlane.login)
         return router.freeze(logger: logger ?? self.logger)
     }
 }

@@ -32,8 +32,25 @@ extension PurchaseServer {
         router.post(
             "/v1/notifications/apple/{bundle}",
             handle { request, context in
-                let ingested = try await server.ingestNotification(
-                    bundleID: try context.parameter("bundle"), body: request.body)
+                let bundleID = try context.parameter("bundle")
+                let ingested: Ingested
+                do {
+                    ingested = try await server.ingestNotification(bundleID: bundleID, body: request.body)
+                } catch let error as PurchaseServerError {
+                    server.notificationLog.record(
+                        NotificationLogEntry(
+                            received: server.wallClock(), bundleID: bundleID, outcome: "rejected", type: nil, events: 0,
+                            error: error.message))
+                    throw error
+                }
+                let type = ingested.events.lazy.compactMap { event in
+                    event.appleNotificationType.map { type in event.appleSubtype.map { "\(type) / \($0)" } ?? type }
+                }.first
+                server.notificationLog.record(
+                    NotificationLogEntry(
+                        received: server.wallClock(), bundleID: bundleID,
+                        outcome: ingested.duplicate ? "duplicate" : "stored", type: type, events: ingested.events.count,
+                        error: nil))
                 return .json(
                     .object([
                         "received": .bool(true), "duplicate": .bool(ingested.duplicate),
@@ -187,12 +204,38 @@ extension PurchaseServer {
                 object["nextCursor"] = list.count == limit ? .string(String(list.last!.position)) : .null
                 return .json(.object(object))
             })
+        router.get(
+            "/v1/metrics",
+            handle { request, _ in
+                try server.authorizeSecret(request)
+                return .json(
+                    .object([
+                        "charts": .array(SubscriptionCharts.Chart.allCases.map { .string($0.rawValue) }),
+                        "resolutions": .array(SubscriptionCharts.Resolution.allCases.map { .string($0.rawValue) }),
+                    ]))
+            })
+        router.get(
+            "/v1/metrics/{chart}",
+            handle { request, context in
+                try server.authorizeSecret(request)
+                let name = try context.parameter("chart")
+                guard let chart = SubscriptionCharts.Chart(rawValue: name) else {
+                    throw PurchaseServerError.notFound(
+                        "no chart \(name) (charts: \(SubscriptionCharts.Chart.allCases.map(\.rawValue).joined(separator: ", ")))"
+                    )
+                }
+                let query = try server.chartQuery { request.query[$0] }
+                let result = try await server.charts([chart], query)[0]
+                return .json(.object(Self.render(result, query: query)))
+            })
+        addDashboardRoutes(to: &router)
         return router.freeze(logger: logger ?? self.logger)
     }
 
     static func routeName(_ path: String) -> String {
         if path.hasPrefix("/v1/notifications/") { return "notifications" }
         if path.hasPrefix("/v1/subscribers/") { return path.contains("/entitlements/") ? "grants" : "subscribers" }
+        if path.hasPrefix("/dashboard") { return "dashboard" }
         return path.split(separator: "/").prefix(2).joined(separator: "/")
     }
 
@@ -275,6 +318,8 @@ extension PurchaseServer {
                         "type": .string(purchase.kind.rawValue), "purchaseDate": ms(purchase.purchaseDate),
                         "quantity": .integer(Int64(purchase.quantity)),
                         "revoked": .bool(purchase.revocationDate != nil),
+                        "expiresDate": ms(purchase.expiresDate), "revocationDate": ms(purchase.revocationDate),
+                        "originalTransactionId": .string(purchase.originalTransactionID),
                     ])
                 }),
             "balances": .object(balances), "flags": .array(view.flags.map(JSONValue.string)),

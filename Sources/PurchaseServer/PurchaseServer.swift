@@ -26,6 +26,7 @@ public final class PurchaseServer: Sendable {
     let wallClock: @Sendable () -> Date
     let logger: Logger
     let metrics = Metrics()
+    let notificationLog = NotificationLog()
     let cache: SubscriberCache
     let worker = Mutex<Task<Void, Never>?>(nil)
     /// The polling task (``startReconciliation(every:)``).

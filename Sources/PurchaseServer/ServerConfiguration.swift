@@ -55,6 +55,11 @@ public struct AppSettings: Sendable {
     /// Entitlement name → the products that give it.
     public var entitlements: [String: [String]]
     public var webhooks: [WebhookTarget]
+    /// The currency charts count money in (ISO 4217; transactions in others are left out). Config:
+    /// `"currency"` (default `USD`).
+    public var currency = "USD"
+    /// Each subscription product's period (`P1M`, `P1Y`, …) for MRR. Config: `"subscriptionPeriods"`.
+    public var subscriptionPeriods: [String: String] = [:]
 
     public init(
         bundleID: String, appAppleID: Int64? = nil, environments: Set<Environment> = [.production, .sandbox],
@@ -194,6 +199,21 @@ public struct ServerConfiguration: Sendable {
                     publicKey: publicKey, sharedSecret: item["sharedSecret"]?.stringValue,
                     receiptRoots: try roots("receiptRoots"), jwsRoots: try roots("jwsRoots"), serverAPI: serverAPI,
                     entitlements: entitlements, webhooks: webhooks))
+            if let currency = item["currency"] {
+                guard let code = currency.stringValue, code.count == 3,
+                    code.allSatisfy({ $0.isASCII && $0.isUppercase })
+                else {
+                    throw PurchaseServerError.configuration("\(bundleID): currency is an ISO 4217 code such as USD")
+                }
+                apps[apps.count - 1].currency = code
+            }
+            for member in item["subscriptionPeriods"]?.objectValue?.members ?? [] {
+                guard let period = member.value.stringValue, SubscriptionCharts.days(ofPeriod: period) != nil else {
+                    throw PurchaseServerError.configuration(
+                        "\(bundleID): subscriptionPeriods.\(member.key) is a period such as P1M or P1Y")
+                }
+                apps[apps.count - 1].subscriptionPeriods[member.key] = period
+            }
         }
         var configuration = ServerConfiguration(secretKey: secret, apps: apps)
         if let policy = root["transferPolicy"]?.stringValue {

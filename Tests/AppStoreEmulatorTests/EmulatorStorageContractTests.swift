@@ -81,6 +81,10 @@ struct EmulatorStorageContractTests {
             #expect(try store.resolvablePayments(account: "A1").map(\.id) == ["11"])
             #expect(try store.setting("k") == "v")
             #expect(try store.transactionCount() == 1)
+            #expect(try store.accounts(after: nil, limit: 10) == [Self.account])
+            #expect(try store.accounts(after: "A1", limit: 10).isEmpty)
+            #expect(try store.devices(account: "A1") == [Device(id: "D1", accountID: "A1")])
+            #expect(try store.devices(account: "A2").isEmpty)
         }
         var changed = stored
         changed.finished = true
@@ -156,6 +160,23 @@ struct EmulatorStorageContractTests {
             #expect(try store.transactions(orderID: "NONE").isEmpty)
             #expect(try store.installs(account: "A1", bundle: "com.example").map(\.deviceID.rawValue) == ["D1", "D2"])
             #expect(try store.installs(account: "A1", bundle: "other").isEmpty)
+            // Every account's, most recently changed first, filtered and paged (the dashboard's listing).
+            let everyone = try store.transactions(matching: TransactionFilter(), revisionBefore: nil, limit: 10)
+            #expect(ids(everyone) == ["2", "6", "5", "4", "3", "1"])
+            #expect(
+                ids(try store.transactions(matching: TransactionFilter(account: "A2"), revisionBefore: nil, limit: 10))
+                    == ["6"])
+            #expect(
+                ids(
+                    try store.transactions(
+                        matching: TransactionFilter(account: "A1", bundle: "com.example", product: "p"),
+                        revisionBefore: everyone[1].revision, limit: 2)) == ["5", "4"])
+            #expect(
+                try store.transactions(matching: TransactionFilter(product: "q"), revisionBefore: nil, limit: 10)
+                    .isEmpty)
+            #expect(try store.devices(account: "A1").map(\.id.rawValue) == ["D1", "D2"])
+            #expect(try store.accounts(after: nil, limit: 1).map(\.id.rawValue) == ["A1"])
+            #expect(try store.accounts(after: "A1", limit: 5).map(\.id.rawValue) == ["A2"])
         }
     }
 
@@ -302,6 +323,13 @@ struct EmulatorStorageContractTests {
                 bundle: "com.example", environment: .sandbox, from: Self.start.addingTimeInterval(1),
                 to: Self.start.addingTimeInterval(3), after: nil, limit: 10)
             #expect(window.map(\.notification.id) == ["y", "x"])
+            // One subscription's notifications, in creation order, across apps and environments.
+            #expect(
+                try store.notifications(original: "7", limit: 10).map(\.id) == [
+                    "z", "y", "x", "w", "other", "production",
+                ])
+            #expect(try store.notifications(original: "7", limit: 2).map(\.id) == ["z", "y"])
+            #expect(try store.notifications(original: "8", limit: 10).isEmpty)
         }
     }
 

@@ -63,6 +63,18 @@ struct ServerStorageContractTests {
             #expect(try store.purchase("1") == Self.purchase("1", owner: "u1"))
             #expect(try store.purchases(bundle: "app", owner: "u1").map(\.transactionID) == ["1", "2"])
             #expect(try store.purchases(original: "1").map(\.transactionID) == ["1", "2"])
+            // The app's purchases by date, in [from, to), for charts.
+            #expect(
+                try store.purchases(
+                    bundle: "app", from: Self.start.addingTimeInterval(2), to: Self.start.addingTimeInterval(10),
+                    limit: 10
+                ).map(\.transactionID) == ["2", "3"])
+            #expect(
+                try store.purchases(bundle: "app", from: Self.start, to: Self.start.addingTimeInterval(10), limit: 2)
+                    .map(\.transactionID) == ["1", "2"])
+            #expect(
+                try store.purchases(bundle: "other", from: Self.start, to: Self.start.addingTimeInterval(10), limit: 9)
+                    .isEmpty)
         }
     }
 
@@ -154,6 +166,8 @@ struct ServerStorageContractTests {
             #expect(try store.nextDeliveryDue() == Self.start.addingTimeInterval(5))
             #expect(try store.pendingDeliveryCount() == 1)
             #expect(try store.deliveries(after: nil, limit: 10).map(\.delivery.state) == [.delivered, .pending])
+            #expect(try store.latestDeliveries(limit: 10).map(\.id) == ["e2@x", "e1@x"])
+            #expect(try store.latestDeliveries(limit: 1).map(\.id) == ["e2@x"])
         }
     }
 

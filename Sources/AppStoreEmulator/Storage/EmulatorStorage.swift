@@ -6,12 +6,16 @@ public protocol AccountRepository {
     func account(_ id: AccountID) throws -> Account?
     func insert(_ account: Account) throws
     func update(_ account: Account) throws
+    /// Accounts by id, after `id` (a paging cursor), at most `limit`.
+    func accounts(after id: AccountID?, limit: Int) throws -> [Account]
 }
 
 /// Devices by id (ids are upper-case UUID strings).
 public protocol DeviceRepository {
     func device(_ id: DeviceID) throws -> Device?
     func insert(_ device: Device) throws
+    /// The account's devices, by id.
+    func devices(account: AccountID) throws -> [Device]
 }
 
 /// Installs by (device, app).
@@ -39,10 +43,31 @@ public protocol TransactionRepository {
         account: AccountID, bundle: BundleID, revisionAfter revision: Int64?, descending: Bool, limit: Int
     )
         throws -> [StoredTransaction]
+    /// Transactions of every account that match `filter`, most recently changed first, before `revision`
+    /// (a paging cursor), at most `limit`.
+    func transactions(matching filter: TransactionFilter, revisionBefore revision: Int64?, limit: Int) throws
+        -> [StoredTransaction]
     /// The transactions of one order (Look Up Order ID).
     func transactions(orderID: String) throws -> [StoredTransaction]
     /// Every transaction of one original transaction (a purchase and its renewals), by renewal number.
     func transactions(original: TransactionID) throws -> [StoredTransaction]
+}
+
+/// Which transactions a listing shows: every given member must match (nil: any).
+public struct TransactionFilter: Sendable, Hashable {
+    public var account: AccountID?
+    public var bundle: BundleID?
+    public var product: ProductID?
+    public init(account: AccountID? = nil, bundle: BundleID? = nil, product: ProductID? = nil) {
+        self.account = account
+        self.bundle = bundle
+        self.product = product
+    }
+
+    func matches(_ stored: StoredTransaction) -> Bool {
+        (account == nil || stored.accountID == account) && (bundle == nil || stored.transaction.bundleID == bundle)
+            && (product == nil || stored.transaction.productID == product)
+    }
 }
 
 /// Auto-renewable subscriptions by original transaction id.
@@ -86,6 +111,8 @@ public protocol NotificationRepository {
     /// Replaces the state and attempts of a stored notification.
     func update(_ notification: OutboundNotification) throws
     func notification(_ id: String) throws -> OutboundNotification?
+    /// The notifications about one subscription (original transaction), oldest first, at most `limit`.
+    func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification]
     /// The app's notifications in `environment` created in `from..<to`, in creation order, after position
     /// `after` (a paging cursor), at most `limit`; each with its position.
     func notifications(

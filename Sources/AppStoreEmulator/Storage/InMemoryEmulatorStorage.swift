@@ -93,7 +93,16 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             change(\.accounts, account.id, account)
         }
 
+        func accounts(after id: AccountID?, limit: Int) -> [Account] {
+            Array(
+                tables.accounts.values.filter { id == nil || $0.id.rawValue > id!.rawValue }
+                    .sorted { $0.id.rawValue < $1.id.rawValue }.prefix(max(0, limit)))
+        }
+
         func device(_ id: DeviceID) -> Device? { tables.devices[id] }
+        func devices(account: AccountID) -> [Device] {
+            tables.devices.values.filter { $0.accountID == account }.sorted { $0.id.rawValue < $1.id.rawValue }
+        }
         func insert(_ device: Device) throws {
             guard tables.devices[device.id] == nil else { throw EmulatorStorageError.duplicate("device") }
             guard tables.accounts[device.accountID] != nil else { throw EmulatorStorageError.missing("account") }
@@ -154,6 +163,13 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
                     guard let revision else { return true }
                     return descending ? stored.revision < revision : stored.revision > revision
                 }.prefix(max(0, limit)))
+        }
+        func transactions(matching filter: TransactionFilter, revisionBefore revision: Int64?, limit: Int)
+            -> [StoredTransaction]
+        {
+            Array(
+                tables.transactions.values.filter { filter.matches($0) && (revision == nil || $0.revision < revision!) }
+                    .sorted { $0.revision > $1.revision }.prefix(max(0, limit)))
         }
         func transactions(orderID: String) -> [StoredTransaction] {
             tables.transactions.values.filter { $0.orderID == orderID }.sorted(by: Self.purchaseOrder)
@@ -273,6 +289,13 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             bySource[share.memberAccountID] = share
             change(\.shares, share.sourceOriginalID, bySource)
         }
+        func notifications(original: TransactionID, limit: Int) -> [OutboundNotification] {
+            Array(
+                tables.notifications.values.filter { $0.originalTransactionID == original }
+                    .sorted { (tables.notificationPositions[$0.id] ?? 0) < (tables.notificationPositions[$1.id] ?? 0) }
+                    .prefix(max(0, limit)))
+        }
+
         func notifications(
             bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
         ) -> [(position: Int64, notification: OutboundNotification)] {

@@ -108,6 +108,13 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             CREATE INDEX transactions_by_owner_revision ON transactions (account_id, bundle_id, revision);
             CREATE INDEX transactions_by_order ON transactions (order_id) WHERE order_id IS NOT NULL;
             """),
+        Migration(
+            "006-dashboard",
+            """
+            CREATE INDEX devices_by_account ON devices (account_id);
+            CREATE INDEX notifications_by_original ON notifications (original_transaction_id, position);
+            CREATE INDEX transactions_by_product_revision ON transactions (product_id, revision);
+            """),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
@@ -158,15 +165,18 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         // MARK: Accounts
 
+        private func accountRow(_ row: Row) -> Account {
+            Account(
+                id: AccountID(row["id"].string ?? ""),
+                environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
+                storefront: row["storefront"].string ?? "USA", askToBuy: row["ask_to_buy"].int64 == 1,
+                purchaseFailure: row["purchase_failure"].string.flatMap(PurchaseFailure.init(rawValue:)),
+                billingRetryOnRenewal: row["billing_retry_on_renewal"].int64 == 1,
+                billingGracePeriod: row["billing_grace_period"].int64 == 1)
+        }
+
         func account(_ id: AccountID) throws -> Account? {
-            try connection.execute("SELECT * FROM accounts WHERE id = ?", [.text(id.rawValue)]).first.map { row in
-                Account(
-                    id: id, environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
-                    storefront: row["storefront"].string ?? "USA", askToBuy: row["ask_to_buy"].int64 == 1,
-                    purchaseFailure: row["purchase_failure"].string.flatMap(PurchaseFailure.init(rawValue:)),
-                    billingRetryOnRenewal: row["billing_retry_on_renewal"].int64 == 1,
-                    billingGracePeriod: row["billing_grace_period"].int64 == 1)
-            }
+            try connection.execute("SELECT * FROM accounts WHERE id = ?", [.text(id.rawValue)]).first.map(accountRow)
         }
 
         func insert(_ account: Account) throws {
@@ -199,6 +209,19 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         }
 
         // MARK: Devices
+
+        func accounts(after id: AccountID?, limit: Int) throws -> [Account] {
+            try connection.execute(
+                "SELECT * FROM accounts WHERE id > ? ORDER BY id LIMIT ?",
+                [.text(id?.rawValue ?? ""), .integer(Int64(max(0, limit)))]
+            ).map(accountRow)
+        }
+
+        func devices(account: AccountID) throws -> [Device] {
+            try connection.execute(
+                "SELECT * FROM devices WHERE account_id = ? ORDER BY id", [.text(account.rawValue)]
+            ).map { Device(id: DeviceID($0["id"].string ?? ""), accountID: AccountID($0["account_id"].string ?? "")) }
+        }
 
         func device(_ id: DeviceID) throws -> Device? {
             try connection.execute("SELECT account_id FROM devices WHERE id = ?", [.text(id.rawValue)]).first.map {
@@ -377,6 +400,24 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 values.append(.integer(revision))
             }
             sql += descending ? " ORDER BY revision DESC LIMIT ?" : " ORDER BY revision LIMIT ?"
+            values.append(.integer(Int64(max(0, limit))))
+            return try connection.execute(sql, values).map(storedTransaction)
+        }
+
+        func transactions(matching filter: TransactionFilter, revisionBefore revision: Int64?, limit: Int) throws
+            -> [StoredTransaction]
+        {
+            var sql = "SELECT * FROM transactions WHERE revision < ?"
+            var values: [SQLValue] = [.integer(revision ?? .max)]
+            for (column, value) in [
+                ("account_id", filter.account?.rawValue), ("bundle_id", filter.bundle?.rawValue),
+                ("product_id", filter.product?.rawValue),
+            ] {
+                guard let value else { continue }
+                sql += " AND \(column) = ?"
+                values.append(.text(value))
+            }
+            sql += " ORDER BY revision DESC LIMIT ?"
             values.append(.integer(Int64(max(0, limit))))
             return try connection.execute(sql, values).map(storedTransaction)
         }
@@ -649,6 +690,13 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         func notification(_ id: String) throws -> OutboundNotification? {
             try connection.execute("SELECT * FROM notifications WHERE id = ?", [.text(id)]).first.map(outbound)
+        }
+
+        func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification] {
+            try connection.execute(
+                "SELECT * FROM notifications WHERE original_transaction_id = ? ORDER BY position LIMIT ?",
+                [.text(original.rawValue), .integer(Int64(max(0, limit)))]
+            ).map(outbound)
         }
 
         func notifications(

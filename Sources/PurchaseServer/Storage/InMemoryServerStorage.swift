@@ -77,6 +77,14 @@ public final class InMemoryServerStorage: ServerStorage {
             }
         }
 
+        func purchases(bundle: String, from: Date, to: Date, limit: Int) -> [PurchaseRecord] {
+            Array(
+                tables.purchases.values.filter {
+                    $0.bundleID == bundle && $0.purchaseDate >= from && $0.purchaseDate < to
+                }
+                .sorted { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }.prefix(limit))
+        }
+
         func subscription(_ originalTransactionID: String) -> SubscriptionRecord? {
             tables.subscriptions[originalTransactionID]
         }
@@ -180,6 +188,9 @@ public final class InMemoryServerStorage: ServerStorage {
         }
         func nextDeliveryDue() -> Date? {
             tables.deliveries.map(\.delivery).filter { $0.state == .pending }.compactMap(\.nextAttempt).min()
+        }
+        func latestDeliveries(limit: Int) -> [WebhookDelivery] {
+            Array(tables.deliveries.suffix(limit).reversed().map(\.delivery))
         }
         func deliveries(after position: Int64?, limit: Int) -> [(position: Int64, delivery: WebhookDelivery)] {
             Array(tables.deliveries.filter { $0.position > (position ?? 0) }.prefix(limit))

@@ -69,7 +69,8 @@ public final class PostgresServerStorage: ServerStorage {
             CREATE TABLE request_budgets (
                 key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL
             );
-            """)
+            """),
+        Migration("002-charts", "CREATE INDEX purchases_by_date ON purchases (bundle_id, purchase_date);"),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.

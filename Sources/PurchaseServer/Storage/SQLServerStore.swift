@@ -117,6 +117,16 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
     }
 
+    func purchases(bundle: String, from: Date, to: Date, limit: Int) throws -> [PurchaseRecord] {
+        try connection.execute(
+            """
+            SELECT document FROM purchases WHERE bundle_id = ? AND purchase_date >= ? AND purchase_date < ?
+            ORDER BY purchase_date LIMIT ?
+            """,
+            [.text(bundle), .real(from.timeIntervalSince1970), .real(to.timeIntervalSince1970), .integer(Int64(limit))]
+        ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
+    }
+
     func subscription(_ originalTransactionID: String) throws -> SubscriptionRecord? {
         try connection.execute(
             "SELECT document FROM subscriptions WHERE original_id = ?", [.text(originalTransactionID)]
@@ -303,6 +313,12 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         try connection.execute("SELECT min(next_attempt) AS due FROM deliveries WHERE state = 'pending'").first?[
             "due"
         ].double.map(Date.init(timeIntervalSince1970:))
+    }
+
+    func latestDeliveries(limit: Int) throws -> [WebhookDelivery] {
+        try connection.execute(
+            "SELECT document FROM deliveries ORDER BY position DESC LIMIT ?", [.integer(Int64(limit))]
+        ).map { try Self.decode(WebhookDelivery.self, $0["document"]) }
     }
 
     func deliveries(after position: Int64?, limit: Int) throws -> [(position: Int64, delivery: WebhookDelivery)] {

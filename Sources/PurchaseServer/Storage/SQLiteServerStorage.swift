@@ -79,6 +79,7 @@ public struct SQLiteServerStorage: ServerStorage {
             UPDATE subscriptions SET check_due = expires + 86400 WHERE status IN (3, 4);
             CREATE INDEX subscriptions_check_due ON subscriptions (bundle_id, check_due) WHERE check_due IS NOT NULL;
             """),
+        Migration("005-charts", "CREATE INDEX purchases_by_date ON purchases (bundle_id, purchase_date);"),
     ]
 
     public init(path: String) async throws {

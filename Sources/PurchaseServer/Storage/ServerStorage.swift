@@ -21,6 +21,8 @@ public protocol PurchaseRepository {
     func purchases(bundle: String, owner: String) throws -> [PurchaseRecord]
     /// The transactions of one original transaction (a purchase and its renewals), by purchase date.
     func purchases(original: String) throws -> [PurchaseRecord]
+    /// The app's transactions bought in `[from, to)`, by purchase date, at most `limit` (for charts).
+    func purchases(bundle: String, from: Date, to: Date, limit: Int) throws -> [PurchaseRecord]
 }
 
 /// Subscriptions by original transaction id, and an owner's.
@@ -71,6 +73,8 @@ public protocol DeliveryRepository {
     /// Pending deliveries whose next attempt is due at `time`, earliest first.
     func dueDeliveries(until time: Date, limit: Int) throws -> [WebhookDelivery]
     func nextDeliveryDue() throws -> Date?
+    /// The newest deliveries, newest first.
+    func latestDeliveries(limit: Int) throws -> [WebhookDelivery]
     /// Every delivery after `position`, oldest first.
     func deliveries(after position: Int64?, limit: Int) throws -> [(position: Int64, delivery: WebhookDelivery)]
     func pendingDeliveryCount() throws -> Int

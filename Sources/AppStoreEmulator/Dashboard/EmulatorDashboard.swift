@@ -1,0 +1,558 @@
+import Foundation
+import StoreKitCatalog
+import StoreModel
+import StoreTime
+import StorekeeperCrypto
+import StorekeeperDashboard
+import StorekeeperHTTP
+import SubscriptionLifecycle
+
+/// The emulator's web dashboard at `/` (Xcode's Transaction Manager, for the whole store): the clock,
+/// accounts and devices, every transaction (filterable), one subscription's timeline with a button for
+/// every control verb, the notification outbox and the certificates. Pages are server-rendered HTML behind
+/// the control plane's guard; buttons send the control plane's own JSON requests (see `dashboard.js`).
+extension AppStore {
+    static let dashboardRoot = "/dashboard"
+    static let dashboardAssets = "/dashboard/assets"
+
+    func addDashboardRoutes(to router: inout Router, login: DashboardLogin) {
+        let store = self
+        func page(_ build: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> Page) -> Handler {
+            { request, context in
+                do {
+                    try await store.catchUp()
+                    return DashboardLogin.page(try await build(request, context))
+                } catch let error as EmulatorError {
+                    let body: HTML = "<p class=\"badge bad\" role=\"alert\">\(error.message)</p>"
+                    return DashboardLogin.page(store.dashboardPage("Not found", body: body), status: error.status)
+                }
+            }
+        }
+        router.get("/", page { request, _ in try await store.overviewPage(request.query) })
+        router.get(Self.dashboardRoot, { _, _ in HTTPResponse(status: 303, headers: [("Location", "/")]) })
+        router.get(
+            Self.dashboardAssets + "/{file}", { _, context in DashboardLogin.asset(try context.parameter("file")) })
+        router.get(Self.dashboardRoot + "/login", { _, _ in login.form(secretName: "Control-plane token") })
+        router.post(
+            Self.dashboardRoot + "/login",
+            { request, _ in login.signIn(request, home: "/", secretName: "Control-plane token") })
+        router.post(Self.dashboardRoot + "/logout", { _, _ in login.signOut() })
+        router.get(
+            Self.dashboardRoot + "/accounts/{account}",
+            page { _, context in try await store.accountPage(AccountID(try context.parameter("account"))) })
+        router.get(
+            Self.dashboardRoot + "/transactions/{transaction}",
+            { request, context in
+                let id = TransactionID(try context.parameter("transaction"))
+                do {
+                    try await store.catchUp()
+                    // A payment that is not a transaction (yet): its account's page lists it.
+                    if let account = try await store.storage.read({ store in
+                        try store.transaction(id) == nil ? try store.payment(id)?.accountID : nil
+                    }) {
+                        return HTTPResponse(
+                            status: 303,
+                            headers: [
+                                ("Location", Self.dashboardRoot + "/accounts/" + HTML.component(account.rawValue))
+                            ])
+                    }
+                    return DashboardLogin.page(try await store.transactionPage(id))
+                } catch let error as EmulatorError {
+                    let body: HTML = "<p class=\"badge bad\" role=\"alert\">\(error.message)</p>"
+                    return DashboardLogin.page(store.dashboardPage("Not found", body: body), status: error.status)
+                }
+            })
+        for (name, root) in [("receipt-root.cer", true), ("jws-root.cer", false)] {
+            router.get(
+                Self.dashboardRoot + "/certificates/" + name,
+                { _, _ in
+                    HTTPResponse(
+                        status: 200,
+                        headers: [
+                            ("Content-Type", "application/pkix-cert"),
+                            ("Content-Disposition", "attachment; filename=\"\(name)\""),
+                        ],
+                        body: root ? store.pki.receipts.root.derEncoded : store.pki.signedData.root.derEncoded)
+                })
+        }
+    }
+
+    func dashboardPage(_ title: String, current: String = "", body: HTML) -> Page {
+        Page(
+            title: title, product: "App Store emulator",
+            navigation: [("Overview", "/"), ("Outbox", "/#outbox"), ("Certificates", "/#certificates")],
+            current: current, assets: Self.dashboardAssets, body: body)
+    }
+
+    // MARK: Pages
+
+    func overviewPage(_ query: HTTPQuery) async throws -> Page {
+        let filter = TransactionFilter(
+            account: query["account"].flatMap { $0.isEmpty ? nil : AccountID($0) },
+            bundle: query["app"].flatMap { $0.isEmpty ? nil : BundleID($0) },
+            product: query["product"].flatMap { $0.isEmpty ? nil : ProductID($0) })
+        let before = query["before"].flatMap { Int64($0) }
+        let (accounts, transactions, outbox, deviceCounts) = try await storage.read { store in
+            let accounts = try store.accounts(after: nil, limit: 200)
+            let transactions = try store.transactions(matching: filter, revisionBefore: before, limit: 50)
+            let pending = try store.events(kind: .notificationAttempt, limit: 200).sorted { $0.due < $1.due }
+            let outbox = try pending.prefix(50).compactMap { event in
+                try store.notification(event.key).map { ($0, event.due) }
+            }
+            let counts = try accounts.map { try store.devices(account: $0.id).count }
+            return (accounts, transactions, outbox, counts)
+        }
+        var body: HTML = "<section aria-labelledby=\"clock-heading\"><h2 id=\"clock-heading\">Clock</h2>"
+        body += clockSection()
+        body += "</section><section aria-labelledby=\"accounts-heading\"><h2 id=\"accounts-heading\">Accounts</h2>"
+        body += HTML.table(
+            id: "accounts", caption: "Accounts (first 200 by id)",
+            columns: ["Account", "Environment", "Storefront", "Devices", "Ask to Buy", "Billing retry", "Grace"],
+            rows: accounts.enumerated().map { index, account in
+                [
+                    HTML.link(account.id.rawValue, to: Self.dashboardRoot + "/accounts/" + account.id.rawValue),
+                    "\(account.environment.rawValue)", "\(account.storefront)", "\(deviceCounts[index])",
+                    Self.yesNo(account.askToBuy), Self.yesNo(account.billingRetryOnRenewal),
+                    Self.yesNo(account.billingGracePeriod),
+                ]
+            }, empty: "no account yet; create one below.")
+        body +=
+            ActionForm(
+                "Create account", action: "/_emulator/v1/accounts",
+                fields: [
+                    .select(
+                        name: "environment", label: "Environment",
+                        options: [("Sandbox", "Sandbox"), ("Production", "Production")]),
+                    .text(name: "storefront", label: "Storefront", placeholder: "USA"),
+                ], next: Self.dashboardRoot + "/accounts/{accountId}", id: "create-account"
+            ).html
+        body += "</section><section aria-labelledby=\"transactions-heading\">"
+        body += "<h2 id=\"transactions-heading\">Transactions</h2>"
+        body += """
+            <form method="get" action="/" id="transaction-filter">\
+            <label>Account <input name="account" value="\(filter.account?.rawValue)"></label> \
+            <label>App <select name="app"><option value="">Any</option>\(HTML.join(apps.keys.sorted().map { bundle in
+                "<option value=\"\(bundle)\"\(filter.bundle?.rawValue == bundle ? HTML(raw: " selected") : "")>\(bundle)</option>"
+            }))</select></label> \
+            <label>Product <select name="product"><option value="">Any</option>\(HTML.join(catalog.all.map(\.productID).sorted().map { product in
+                "<option value=\"\(product)\"\(filter.product?.rawValue == product ? HTML(raw: " selected") : "")>\(product)</option>"
+            }))</select></label> <button type="submit">Filter</button></form>
+            """
+        body += transactionTable(transactions, caption: "Most recently changed first")
+        if transactions.count == 50, let last = transactions.last {
+            var older = query.parameters.filter { $0.name != "before" }.map { "\($0.name)=\(HTML.component($0.value))" }
+            older.append("before=\(last.revision)")
+            body += "<p>" + HTML.link("Older transactions", to: "/?" + older.joined(separator: "&")) + "</p>"
+        }
+        body += "</section><section aria-labelledby=\"outbox-heading\" id=\"outbox\">"
+        body += "<h2 id=\"outbox-heading\">Notification outbox</h2>"
+        body += HTML.table(
+            id: "outbox-table", caption: "Notifications waiting for an attempt (soonest first)",
+            columns: ["Notification", "Type", "To", "Attempts", "Next attempt"],
+            rows: outbox.map { notification, due in
+                [
+                    "<code>\(notification.id)</code>", Self.notice(notification), "<code>\(notification.url)</code>",
+                    Self.attempts(notification), HTML.date(due),
+                ]
+            }, empty: "nothing waiting.")
+        body += "</section><section aria-labelledby=\"certificates-heading\" id=\"certificates\">"
+        body += "<h2 id=\"certificates-heading\">Certificates</h2>"
+        body += """
+            <p>Trust these roots in the app or server under test instead of Apple's.</p><ul>\
+            <li>\(HTML.link("Receipt root (DER)", to: Self.dashboardRoot + "/certificates/receipt-root.cer"))</li>\
+            <li>\(HTML.link("Signed-data (JWS) root (DER)", to: Self.dashboardRoot + "/certificates/jws-root.cer"))</li>\
+            <li>\(HTML.link("Both, base64 in JSON", to: "/_emulator/v1/certificates"))</li></ul></section>
+            """
+        return dashboardPage("App Store emulator", current: "/", body: body)
+    }
+
+    func clockSection() -> HTML {
+        let (now, rate) = (self.now, self.rate)
+        var html = HTML.facts([("Store time", HTML.date(now)), ("Time rate", "<span id=\"rate\">\(rate.name)</span>")])
+        html +=
+            ActionForm(
+                "Advance the clock", action: "/_emulator/v1/clock",
+                fields: [
+                    .select(
+                        name: "advance", label: "By",
+                        options: [
+                            ("PT1H", "an hour"), ("P1D", "a day"), ("P1W", "a week"), ("P1M", "a month"),
+                            ("P1Y", "a year"),
+                        ])
+                ], id: "advance-clock"
+            ).html
+        html +=
+            ActionForm(
+                "Set the rate", action: "/_emulator/v1/clock",
+                fields: [
+                    .select(
+                        name: "rate", label: "Rate",
+                        options: TimeRate.all.map { ($0.name, $0.name) }.sorted {
+                            ($0.0 != rate.name ? 1 : 0) < ($1.0 != rate.name ? 1 : 0)
+                        })
+                ], id: "set-rate"
+            ).html
+        return html
+    }
+
+    func accountPage(_ id: AccountID) async throws -> Page {
+        let bundles = apps.keys.sorted().map(BundleID.init)
+        let loaded = try await storage.read {
+            store -> (
+                Account, [Device], [StoredSubscription], [PendingPayment], [PendingPayment], [StoredTransaction],
+                Family?
+            )? in
+            guard let account = try store.account(id) else { return nil }
+            var subscriptions: [StoredSubscription] = []
+            var payments: [PendingPayment] = []
+            for bundle in bundles {
+                subscriptions += try store.subscriptions(account: id, bundle: bundle)
+                payments += try store.unfinishedPayments(account: id, bundle: bundle)
+            }
+            return (
+                account, try store.devices(account: id), subscriptions, payments,
+                try store.resolvablePayments(account: id),
+                try store.transactions(matching: TransactionFilter(account: id), revisionBefore: nil, limit: 100),
+                try store.family(member: id)
+            )
+        }
+        guard let (account, devices, subscriptions, payments, resolvable, transactions, family) = loaded else {
+            throw EmulatorError.notFound("no account \(id.rawValue)")
+        }
+        let settings = "/_emulator/v1/accounts/\(HTML.component(id.rawValue))/settings"
+        var body = HTML.facts(
+            [
+                ("Account", "<code>\(id.rawValue)</code>"), ("Environment", "\(account.environment.rawValue)"),
+                ("Storefront", "\(account.storefront)"), ("Ask to Buy", Self.yesNo(account.askToBuy)),
+                ("Renewals fail (billing retry)", Self.yesNo(account.billingRetryOnRenewal)),
+                ("Billing grace period", Self.yesNo(account.billingGracePeriod)),
+                ("Family", family.map { "<code>\($0.id)</code> (\($0.members.count) members)" } ?? "—"),
+            ], id: "account-facts")
+        body += "<h2>Settings</h2>"
+        for (member, label, current) in [
+            ("billingRetryOnRenewal", "renewals fail", account.billingRetryOnRenewal),
+            ("billingGracePeriod", "grace period", account.billingGracePeriod),
+            ("askToBuy", "Ask to Buy", account.askToBuy),
+        ] {
+            body +=
+                ActionForm(
+                    current ? "Turn \(label) off" : "Turn \(label) on", action: settings,
+                    fields: [.hidden(name: member, value: current ? "false" : "true", type: "bool")],
+                    id: "toggle-\(member)"
+                ).html
+        }
+        body += "<h2>Devices</h2>"
+        body += HTML.table(
+            id: "devices", caption: "Devices", columns: ["Device"],
+            rows: devices.map { ["<code>\($0.id.rawValue)</code>"] }, empty: "none; add one to buy.")
+        body +=
+            ActionForm(
+                "Add a device", action: "/_emulator/v1/devices",
+                fields: [.hidden(name: "accountId", value: id.rawValue)],
+                id: "add-device"
+            ).html
+        if !devices.isEmpty, !bundles.isEmpty {
+            body += "<h2>Buy</h2>"
+            let products = catalog.all.sorted { $0.productID < $1.productID }.map { entry in
+                (
+                    entry.productID,
+                    "\(entry.name ?? entry.productID) (\(entry.kind.rawValue), \(entry.displayPrice ?? "—"))"
+                )
+            }
+            body +=
+                ActionForm(
+                    "Buy", action: "/_emulator/v1/devices/{device}/apps/{app}/payments",
+                    fields: [
+                        .select(
+                            name: "device", label: "Device", options: devices.map { ($0.id.rawValue, $0.id.rawValue) }),
+                        .select(name: "app", label: "App", options: bundles.map { ($0.rawValue, $0.rawValue) }),
+                        .select(name: "productId", label: "Product", options: products),
+                        .text(name: "offerCode", label: "Offer code (optional)"),
+                    ], next: Self.dashboardRoot + "/transactions/{transaction.transactionIdentifier}",
+                    before: ["/_emulator/v1/devices/{device}/apps/{app}/install"], id: "buy"
+                ).html
+        }
+        let waiting = payments.filter { $0.state == .deferred }
+        body += "<h2>Ask to Buy requests</h2>"
+        body += HTML.table(
+            id: "requests", caption: "Waiting for a parent", columns: ["Request", "Product", "Date", "Decide"],
+            rows: waiting.map { payment in
+                let base =
+                    "/_emulator/v1/accounts/\(HTML.component(id.rawValue))/requests/\(HTML.component(payment.id.rawValue))"
+                return [
+                    "<code>\(payment.id.rawValue)</code>", "\(payment.productID.rawValue)", HTML.date(payment.date),
+                    ActionForm("Approve", action: base + "/approve", id: "approve-\(payment.id.rawValue)").html
+                        + ActionForm(
+                            "Decline", action: base + "/decline", id: "decline-\(payment.id.rawValue)", style: "danger"
+                        ).html,
+                ]
+            }, empty: "none.")
+        if !resolvable.isEmpty {
+            body +=
+                ActionForm(
+                    "Resolve \(resolvable.count) interrupted purchase(s)",
+                    action: "/_emulator/v1/accounts/\(HTML.component(id.rawValue))/interruptions/resolve",
+                    id: "resolve-interruptions"
+                ).html
+        }
+        body += "<h2>Subscriptions</h2>"
+        body += HTML.table(
+            id: "subscriptions", caption: "Auto-renewable subscriptions",
+            columns: ["Original transaction", "Product", "Status", "Expires", "Auto-renew"],
+            rows: subscriptions.map { subscription in
+                [
+                    HTML.link(
+                        subscription.originalTransactionID.rawValue,
+                        to: Self.dashboardRoot + "/transactions/" + subscription.originalTransactionID.rawValue),
+                    "\(subscription.state.productID.rawValue)", Self.status(subscription.state.status),
+                    HTML.date(subscription.state.expiresDate), Self.yesNo(subscription.state.autoRenew),
+                ]
+            }, empty: "none.")
+        body += "<h2>Transactions</h2>"
+        body += transactionTable(transactions, caption: "This account's, most recently changed first")
+        body += "<h2>Family Sharing</h2>"
+        body +=
+            ActionForm(
+                "Start a family with this account as organizer", action: "/_emulator/v1/families",
+                fields: [
+                    .hidden(name: "organizer", value: id.rawValue),
+                    .text(
+                        name: "members", label: "Members (JSON list of account ids)", placeholder: "[\"…\"]",
+                        type: "json"),
+                ], id: "create-family"
+            ).html
+        return dashboardPage("Account", body: body)
+    }
+
+    func transactionPage(_ id: TransactionID) async throws -> Page {
+        let loaded = try await storage.read {
+            store -> (StoredTransaction, [StoredTransaction], StoredSubscription?, [OutboundNotification], Account?)? in
+            guard let stored = try store.transaction(id) else { return nil }
+            let original = stored.transaction.originalID
+            return (
+                stored, try store.transactions(original: original), try store.subscription(original),
+                try store.notifications(original: original, limit: 500), try store.account(stored.accountID)
+            )
+        }
+        guard let (stored, history, subscription, notifications, account) = loaded else {
+            throw EmulatorError.notFound("no transaction \(id.rawValue)")
+        }
+        let transaction = stored.transaction
+        var body = HTML.facts(
+            [
+                ("Transaction", "<code id=\"transaction-id\">\(transaction.id.rawValue)</code>"),
+                (
+                    "Original",
+                    HTML.link(
+                        transaction.originalID.rawValue,
+                        to: Self.dashboardRoot + "/transactions/" + transaction.originalID.rawValue)
+                ),
+                ("Product", "\(transaction.productID.rawValue)"), ("Type", "\(transaction.kind.rawValue)"),
+                (
+                    "Account",
+                    HTML.link(
+                        stored.accountID.rawValue, to: Self.dashboardRoot + "/accounts/" + stored.accountID.rawValue)
+                ),
+                ("App", "\(transaction.bundleID.rawValue)"), ("Purchased", HTML.date(transaction.purchaseDate)),
+                ("Expires", HTML.date(transaction.expiresDate)), ("Price", Self.money(transaction.price)),
+                ("Offer", transaction.offer.map { "\($0.type.rawValue) \($0.identifier ?? "")" } ?? "—"),
+                ("Ownership", "\(transaction.ownership.rawValue)"),
+                (
+                    "Revoked",
+                    transaction.revocationDate.map {
+                        HTML.date($0) + " (reason \(transaction.revocationReason?.rawValue ?? 0))"
+                    } ?? "no"
+                ),
+                ("Finished", Self.yesNo(stored.finished)),
+            ], id: "transaction-facts")
+        if let state = subscription?.state {
+            body += "<h2>Subscription</h2>"
+            body += HTML.facts(
+                [
+                    ("Status", Self.status(state.status)), ("Product", "\(state.productID.rawValue)"),
+                    ("Renews to", "\(state.autoRenewProductID.rawValue)"), ("Auto-renew", Self.yesNo(state.autoRenew)),
+                    ("Expires", HTML.date(state.expiresDate)),
+                    ("Grace period ends", HTML.date(state.gracePeriodExpiresDate)),
+                    ("Billing retry ends", HTML.date(state.billingRetryEndsDate)),
+                    ("Expiration intent", state.expirationIntent.map { "\($0.rawValue)" } ?? "—"),
+                    ("Price increase", state.priceIncreaseStatus.map { "\($0.rawValue)" } ?? "—"),
+                    ("Renewals", "\(state.renewalCount)"),
+                ], id: "subscription-facts")
+        }
+        body += "<h2>Actions</h2>"
+        body += verbButtons(stored, subscription: subscription?.state, account: account)
+        body += "<h2>Timeline</h2>"
+        var entries: [(date: Date, what: HTML, detail: HTML, bad: Bool)] = []
+        for item in history {
+            let t = item.transaction
+            let kind =
+                item.renewalNumber == 0
+                ? (t.reason == .purchase ? "Purchase" : "Renewal") : "Renewal \(item.renewalNumber)"
+            entries.append(
+                (
+                    t.purchaseDate, HTML.link(kind, to: Self.dashboardRoot + "/transactions/" + t.id.rawValue),
+                    "\(t.productID.rawValue), \(Self.money(t.price).text == "—" ? "no price" : Self.money(t.price).text)\(t.isUpgraded ? " (upgraded)" : "")"
+                        as HTML, false
+                ))
+            if let revoked = t.revocationDate {
+                entries.append(
+                    (
+                        revoked, "Refunded",
+                        "transaction \(t.id.rawValue), reason \(t.revocationReason?.rawValue ?? 0)", true
+                    ))
+            }
+        }
+        for notification in notifications {
+            let failed = notification.state == .failed
+            entries.append(
+                (
+                    notification.created, "Notification " + Self.notice(notification),
+                    "V\(notification.version) to <code>\(notification.url)</code>: \(notification.state.rawValue); "
+                        + Self.attempts(notification),
+                    failed || notification.notice.type.rawValue == "DID_FAIL_TO_RENEW"
+                ))
+        }
+        entries.sort { $0.date < $1.date }
+        body += HTML.table(
+            id: "timeline", caption: "What happened, oldest first", columns: ["When", "What", "Detail"],
+            rows: entries.map { [HTML.date($0.date), $0.what, $0.detail] },
+            rowClasses: entries.map { $0.bad ? "bad" : nil })
+        return dashboardPage("Transaction \(transaction.id.rawValue)", body: body)
+    }
+
+    /// A button per control verb that applies to the transaction.
+    func verbButtons(_ stored: StoredTransaction, subscription: SubscriptionState?, account: Account?) -> HTML {
+        let base = "/_emulator/v1/transactions/\(HTML.component(stored.id.rawValue))"
+        var html = HTML(raw: "")
+        let refundReasons = RefundReason.allCases.map { ($0.rawValue, $0.rawValue) }
+        if stored.transaction.revocationDate == nil {
+            html +=
+                ActionForm(
+                    "Refund", action: base + "/refund",
+                    fields: [.select(name: "reason", label: "Reason", options: refundReasons)], id: "refund",
+                    style: "danger"
+                ).html
+            html += ActionForm("Refund request", action: base + "/refund-request", id: "refund-request").html
+            html +=
+                ActionForm(
+                    "Approve refund request", action: base + "/refund-decision",
+                    fields: [.hidden(name: "approved", value: "true", type: "bool")], id: "refund-approve"
+                ).html
+            html +=
+                ActionForm(
+                    "Decline refund request", action: base + "/refund-decision",
+                    fields: [.hidden(name: "approved", value: "false", type: "bool")], id: "refund-decline"
+                ).html
+        } else {
+            html += ActionForm("Reverse the refund", action: base + "/refund-reversal", id: "refund-reversal").html
+        }
+        if let state = subscription {
+            html += ActionForm("Renew now", action: base + "/renew", id: "renew").html
+            html += ActionForm("Expire now", action: base + "/expire", id: "expire", style: "danger").html
+            html +=
+                ActionForm(
+                    state.autoRenew ? "Turn auto-renew off" : "Turn auto-renew on", action: base + "/auto-renew",
+                    fields: [.hidden(name: "enabled", value: state.autoRenew ? "false" : "true", type: "bool")],
+                    id: "auto-renew"
+                ).html
+            html += ActionForm("Resolve billing issue", action: base + "/resolve-issue", id: "resolve-issue").html
+            html +=
+                ActionForm(
+                    "Consent to price increase", action: base + "/price-consent",
+                    fields: [.hidden(name: "consent", value: "true", type: "bool")], id: "price-consent"
+                ).html
+            html +=
+                ActionForm(
+                    "Decline price increase", action: base + "/price-consent",
+                    fields: [.hidden(name: "consent", value: "false", type: "bool")], id: "price-decline"
+                ).html
+            html +=
+                ActionForm(
+                    "Price increase for all subscribers",
+                    action: "/_emulator/v1/products/\(HTML.component(state.productID.rawValue))/price-increase",
+                    fields: [.hidden(name: "requiresConsent", value: "true", type: "bool")], id: "price-increase"
+                ).html
+            if let account {
+                html +=
+                    ActionForm(
+                        account.billingRetryOnRenewal ? "Renewals succeed again" : "Make renewals fail (billing retry)",
+                        action: "/_emulator/v1/accounts/\(HTML.component(account.id.rawValue))/settings",
+                        fields: [
+                            .hidden(
+                                name: "billingRetryOnRenewal", value: account.billingRetryOnRenewal ? "false" : "true",
+                                type: "bool")
+                        ], id: "billing-retry"
+                    ).html
+            }
+            let period = catalog.entry(state.productID.rawValue)?.subscription?.period?.description ?? "P1M"
+            html +=
+                ActionForm(
+                    "Advance the clock one period (\(period))", action: "/_emulator/v1/clock",
+                    fields: [.hidden(name: "advance", value: period)], id: "advance-period"
+                ).html
+        }
+        return html
+    }
+
+    // MARK: Pieces
+
+    func transactionTable(_ transactions: [StoredTransaction], caption: String) -> HTML {
+        HTML.table(
+            id: "transactions", caption: caption,
+            columns: ["Transaction", "Account", "Product", "Type", "Purchased", "Expires", "Price", "State"],
+            rows: transactions.map { stored in
+                let t = stored.transaction
+                return [
+                    HTML.link(t.id.rawValue, to: Self.dashboardRoot + "/transactions/" + t.id.rawValue),
+                    HTML.link(
+                        String(stored.accountID.rawValue.prefix(8)) + "…",
+                        to: Self.dashboardRoot + "/accounts/" + stored.accountID.rawValue),
+                    "\(t.productID.rawValue)", "\(t.kind.rawValue)", HTML.date(t.purchaseDate),
+                    HTML.date(t.expiresDate),
+                    Self.money(t.price), Self.state(stored),
+                ]
+            }, empty: "none match.", rowClasses: transactions.map { $0.transaction.revocationDate != nil ? "bad" : nil }
+        )
+    }
+
+    static func yesNo(_ value: Bool) -> HTML {
+        value ? "<span class=\"badge good\">on</span>" : "<span class=\"badge\">off</span>"
+    }
+
+    static func money(_ money: Money?) -> HTML {
+        guard let money else { return "—" }
+        return "\(money.decimalString) \(money.currency)"
+    }
+
+    static func state(_ stored: StoredTransaction) -> HTML {
+        let t = stored.transaction
+        if t.revocationDate != nil { return "<span class=\"badge bad\">refunded</span>" }
+        if t.isUpgraded { return "<span class=\"badge\">upgraded</span>" }
+        return stored.finished
+            ? "<span class=\"badge good\">finished</span>" : "<span class=\"badge\">unfinished</span>"
+    }
+
+    static func status(_ status: SubscriptionStatus) -> HTML {
+        let (text, style): (String, String) =
+            switch status {
+            case .active: ("active", "good")
+            case .expired: ("expired", "")
+            case .billingRetry: ("billing retry", "bad")
+            case .billingGracePeriod: ("billing grace period", "bad")
+            case .revoked: ("revoked", "bad")
+            }
+        return "<span class=\"badge \(style)\" data-status=\"\(status.rawValue)\">\(text)</span>"
+    }
+
+    static func notice(_ notification: OutboundNotification) -> HTML {
+        let type = notification.notice.type.rawValue
+        guard let subtype = notification.notice.subtype?.rawValue else { return "\(type)" }
+        return "\(type) / \(subtype)"
+    }
+
+    static func attempts(_ notification: OutboundNotification) -> HTML {
+        guard !notification.attempts.isEmpty else { return "no attempt yet" }
+        return HTML.join(
+            notification.attempts.map { "\(HTML.date($0.date)) \($0.result.rawValue)" }, separator: "; ")
+    }
+}

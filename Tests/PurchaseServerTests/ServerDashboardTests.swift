@@ -1,0 +1,124 @@
+import AppStoreEmulator
+import Foundation
+import PurchaseServer
+import StorekeeperHTTP
+import StorekeeperJSON
+import Testing
+
+/// The server's dashboard and `GET /v1/metrics/{chart}`: behind the secret key, escaped, and drawing the
+/// numbers the JSON answers.
+@Suite("Purchase server: dashboard and metrics")
+struct ServerDashboardTests {
+    static func get(_ responder: Responder, _ path: String, query: HTTPQuery = [:], headers: [(String, String)] = [])
+        async -> HTTPResponse
+    {
+        await responder.respond(
+            to: HTTPRequest(method: "GET", path: path, query: query, headers: headers.map { (name: $0.0, value: $0.1) })
+        )
+    }
+
+    static func cookie(_ responder: Responder, secret: String) async -> String? {
+        let response = await responder.respond(
+            to: HTTPRequest(
+                method: "POST", path: "/dashboard/login",
+                headers: [(name: "Content-Type", value: "application/x-www-form-urlencoded")],
+                body: Array("secret=\(secret)".utf8)))
+        return response.header("Set-Cookie")?.split(separator: ";").first.map(String.init)
+    }
+
+    @Test("Signed out, every page goes to the form; a wrong key is refused; the right one opens the pages")
+    func signIn() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let responder = harness.server.responder()
+        for path in ["/dashboard", "/dashboard/subscribers", "/dashboard/charts"] {
+            let response = await Self.get(responder, path)
+            #expect(response.status == 303, "\(path)")
+            #expect(response.header("Location") == "/dashboard/login", "\(path)")
+        }
+        #expect(await Self.cookie(responder, secret: "wrong") == nil)
+        let wrong = await responder.respond(
+            to: HTTPRequest(method: "POST", path: "/dashboard/login", body: Array("secret=wrong".utf8)))
+        #expect(wrong.status == 401)
+        let cookie = try #require(await Self.cookie(responder, secret: ServerHarness.secret))
+        #expect(!cookie.contains(ServerHarness.secret), "the cookie does not hold the key")
+        let page = await Self.get(responder, "/dashboard", headers: [("Cookie", cookie)])
+        #expect(page.status == 200)
+        #expect(page.header("Content-Security-Policy")?.contains("script-src 'self'") == true)
+        #expect(String(decoding: page.body, as: UTF8.self).contains("id=\"lookup\""))
+        // The bearer secret key works as well; the public key does not.
+        #expect(
+            await Self.get(responder, "/dashboard", headers: [("Authorization", "Bearer \(ServerHarness.secret)")])
+                .status == 200)
+        #expect(
+            await Self.get(responder, "/dashboard", headers: [("Authorization", "Bearer \(ServerHarness.publicKey)")])
+                .status == 303)
+    }
+
+    @Test("A subscriber's page shows the purchase and its events, with what the user typed escaped")
+    func subscriberPage() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let customer = try await harness.customer()
+        let bought = try await harness.buy("monthly", device: customer.device)
+        let user = "<script>alert(1)</script>"
+        #expect(try await harness.post(bought.jws, user: user).0 == 200)
+        let responder = harness.server.responder()
+        let cookie = try #require(await Self.cookie(responder, secret: ServerHarness.secret))
+        let page = await Self.get(
+            responder, "/dashboard/subscribers", query: ["user": user], headers: [("Cookie", cookie)])
+        let html = String(decoding: page.body, as: UTF8.self)
+        #expect(page.status == 200)
+        #expect(!html.contains("<script>alert"))
+        #expect(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"))
+        #expect(html.contains(bought.id))
+        #expect(html.contains("INITIAL_PURCHASE"))
+        let missing = await Self.get(
+            responder, "/dashboard/subscribers", query: ["user": "nobody"], headers: [("Cookie", cookie)])
+        #expect(missing.status == 404)
+    }
+
+    @Test(
+        "GET /v1/metrics/{chart}: secret key only, known charts, bounded ranges; the charts page draws the same numbers"
+    )
+    func metrics() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let customer = try await harness.customer()
+        let bought = try await harness.buy("monthly", device: customer.device)
+        #expect(try await harness.post(bought.jws, user: "u1").0 == 200)
+        #expect(try await harness.call("GET", "/v1/metrics/actives", key: ServerHarness.publicKey).0 == 401)
+        #expect(try await harness.call("GET", "/v1/metrics/nonsense").0 == 404)
+        #expect(try await harness.call("GET", "/v1/metrics/actives?resolution=hour").0 == 400)
+        #expect(try await harness.call("GET", "/v1/metrics/actives?from=0&to=999999999999").0 == 400)
+        let list = try await harness.call("GET", "/v1/metrics").1
+        #expect(list["charts"]?.arrayValue?.count == 6)
+
+        let now = harness.store.now
+        let from = Int64(now.timeIntervalSince1970 * 1000) - 86_400_000
+        let to = Int64(now.timeIntervalSince1970 * 1000) + 86_400_000
+        let responder = harness.server.responder()
+        let cookie = try #require(await Self.cookie(responder, secret: ServerHarness.secret))
+        for chart in ["actives", "trials", "actives_new", "churn", "revenue", "mrr"] {
+            let (status, body) = try await harness.call(
+                "GET", "/v1/metrics/\(chart)?from=\(from)&to=\(to)&resolution=day")
+            #expect(status == 200, "\(body)")
+            #expect(body["currency"]?.stringValue == "USD")
+            let values = body["values"]?.arrayValue?.compactMap { $0["value"]?.doubleValue } ?? []
+            #expect(values.count >= 2, "\(chart)")
+            if chart == "actives_new" { #expect(values.reduce(0, +) == 1) }
+            if chart == "revenue" { #expect(values.reduce(0, +) == 2.99) }
+        }
+        let dayStart = Date(timeIntervalSince1970: Double(from) / 1000).ISO8601Format().prefix(10)
+        let dayEnd = Date(timeIntervalSince1970: Double(to) / 1000 - 1).ISO8601Format().prefix(10)
+        let page = await Self.get(
+            responder, "/dashboard/charts", query: ["from": String(dayStart), "to": String(dayEnd)],
+            headers: [("Cookie", cookie)])
+        let html = String(decoding: page.body, as: UTF8.self)
+        #expect(page.status == 200)
+        for chart in ["actives", "trials", "actives_new", "churn", "revenue", "mrr"] {
+            #expect(html.contains("id=\"chart-\(chart)-svg\""), "\(chart)")
+        }
+        #expect(html.contains("<span class=\"value\">2.99</span>"), "revenue and MRR drawn in dollars")
+    }
+}

@@ -138,6 +138,7 @@ public enum Storekeeper {
             (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
             (["bench", "lifecycle"], BenchCommands.lifecycleSpec, BenchCommands.lifecycle),
             (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
+            (["bench", "dashboard"], BenchCommands.dashboardSpec, BenchCommands.dashboard),
             (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
         ] + apiCommands + [
             (["completion"], CompletionCommands.spec, CompletionCommands.run)

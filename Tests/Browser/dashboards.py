@@ -108,8 +108,6 @@ try:
         [arguments.storekeeper, "serve", "--config", f"{work}/server.json", "--port", "0", "--data", f"{work}/server"],
         f"{work}/server.log")
     processes.append(server)
-    request("PUT", f"{emulator_url}/_emulator/v1/apps/{BUNDLE}/notifications",
-            {"sandboxURL": f"{server_url}/v1/notifications/apple/{BUNDLE}", "version": 2}, TOKEN)
 
     options = Options()
     for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"]:
@@ -148,6 +146,11 @@ try:
     wait.until(lambda d: d.find_elements(By.ID, "clock-heading"))
     check(driver.title.startswith("App Store emulator"), "signed in, the overview shows")
     shot("emulator-overview")
+    # Where the sandbox's notifications go: the purchase server.
+    driver.find_element(By.CSS_SELECTOR, "form#notifications-form input[name=sandboxURL]").send_keys(
+        f"{server_url}/v1/notifications/apple/{BUNDLE}")
+    press("notifications-form")
+    check(server_url in text(f"notifications-{BUNDLE}"), "the app's sandbox notifications go to the server")
     press("create-account")
     check("/dashboard/accounts/" in driver.current_url, "creating an account opens its page")
     account = driver.current_url.rsplit("/", 1)[1]
@@ -160,6 +163,9 @@ try:
     transaction = driver.current_url.rsplit("/", 1)[1]
     check("active" in text("subscription-facts"), "the new subscription is active")
     shot("emulator-transaction-bought")
+    press("finish")
+    check(len(driver.find_elements(By.ID, "finish")) == 0 and "on" in text("transaction-facts"),
+          "finishing it (as the app would) marks it finished")
 
     # The app posts its purchase to the server for its user (what an app does; not a dashboard step).
     signed = request("GET", f"{emulator_url}/_emulator/v1/transactions/{transaction}", token=TOKEN)["jwsRepresentation"]
@@ -181,6 +187,13 @@ try:
     press("refund")
     check("Refunded" in text("timeline") and "REFUND" in text("timeline"), "the refund is on the timeline")
     shot("emulator-transaction-refunded")
+    driver.set_window_size(390, 1400)
+    driver.refresh()
+    wait.until(lambda d: d.find_elements(By.ID, "timeline"))
+    width = driver.execute_script("return document.documentElement.scrollWidth")
+    check(width <= 400, f"the transaction page fits a phone's width ({width}px)")
+    shot("emulator-transaction-phone")
+    driver.set_window_size(1280, 1600)
     driver.get(emulator_url + "/")
     check(transaction in text("transactions"), "the overview lists the transaction")
     shot("emulator-overview-after")

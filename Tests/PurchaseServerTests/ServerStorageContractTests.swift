@@ -41,6 +41,13 @@ struct ServerStorageContractTests {
             appAccountToken: "0f4b8f3e-0000-4000-8000-000000000001", signedDate: start, owner: owner)
     }
 
+    /// A refunded free-trial period bought before `start`, expiring after it.
+    static let period = PurchaseRecord(
+        transactionID: "9", originalTransactionID: "9", bundleID: "app", productID: "monthly", kind: .autoRenewable,
+        purchaseDate: start.addingTimeInterval(-100), expiresDate: start.addingTimeInterval(5), environment: .sandbox,
+        revocationDate: start.addingTimeInterval(4), offerType: 1, offerDiscountType: "FREE_TRIAL", price: 0,
+        currency: "EUR", signedDate: start, owner: "u3")
+
     @Test("Records round-trip; owners, tokens and originals find them", arguments: Backend.allCases)
     func roundTrip(backend: Backend) async throws {
         let storage = try await backend.make()
@@ -53,6 +60,7 @@ struct ServerStorageContractTests {
             try store.save(Self.purchase("1", owner: "u1"))
             try store.save(Self.purchase("2", original: "1", owner: "u1"))
             try store.save(Self.purchase("3", owner: "u2"))
+            try store.save(Self.period)
         }
         try await storage.read { (store: any ServerStore) throws in
             #expect(try store.subscriber(bundle: "app", appUserID: "u1") == saved)
@@ -63,18 +71,30 @@ struct ServerStorageContractTests {
             #expect(try store.purchase("1") == Self.purchase("1", owner: "u1"))
             #expect(try store.purchases(bundle: "app", owner: "u1").map(\.transactionID) == ["1", "2"])
             #expect(try store.purchases(original: "1").map(\.transactionID) == ["1", "2"])
-            // The app's purchases by date, in [from, to), for charts.
+            // What charts read: bought before `to`, last needed (expiry, refund, purchase) at or after `from`.
+            func chart(_ from: Double, _ to: Double, limit: Int = 10) throws -> [Date] {
+                try store.chartRecords(
+                    bundle: "app", from: Self.start.addingTimeInterval(from), to: Self.start.addingTimeInterval(to),
+                    limit: limit
+                ).map(\.purchaseDate)
+            }
             #expect(
-                try store.purchases(
-                    bundle: "app", from: Self.start.addingTimeInterval(2), to: Self.start.addingTimeInterval(10),
-                    limit: 10
-                ).map(\.transactionID) == ["2", "3"])
+                try chart(2, 10) == [
+                    Self.start.addingTimeInterval(-100), Self.start.addingTimeInterval(2),
+                    Self.start.addingTimeInterval(3),
+                ])
             #expect(
-                try store.purchases(bundle: "app", from: Self.start, to: Self.start.addingTimeInterval(10), limit: 2)
-                    .map(\.transactionID) == ["1", "2"])
+                try chart(0, 10, limit: 2) == [Self.start.addingTimeInterval(-100), Self.start.addingTimeInterval(1)])
+            #expect(try chart(6, 10) == [])
+            let record = try #require(
+                try store.chartRecords(bundle: "app", from: Self.start, to: Self.start.addingTimeInterval(1), limit: 1)
+                    .first)
+            #expect(record == SubscriptionCharts.Record(Self.period))
             #expect(
-                try store.purchases(bundle: "other", from: Self.start, to: Self.start.addingTimeInterval(10), limit: 9)
-                    .isEmpty)
+                try store.chartRecords(
+                    bundle: "other", from: Self.start, to: Self.start.addingTimeInterval(10), limit: 9
+                )
+                .isEmpty)
         }
     }
 
@@ -133,6 +153,29 @@ struct ServerStorageContractTests {
             ]
         }
         #expect(claimed.map { $0.map(\.appUserID) } == [["u3"], []])
+    }
+
+    @Test(
+        "SQLite: purchases stored before the chart columns existed get them when the database is opened",
+        .enabled(if: ExternalTool.find("sqlite3") != nil, "needs the sqlite3 command"))
+    func chartColumnsBackfill() async throws {
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+        let storage = try await SQLiteServerStorage(path: path)
+        try await storage.write { store in
+            for index in 0..<7 { try store.save(Self.purchase(String(index + 1), owner: "u1")) }
+            try store.save(Self.period)
+        }
+        // As a database written by the previous build has them: no chart columns filled in.
+        let sqlite = try #require(ExternalTool.find("sqlite3"))
+        let cleared = try ExternalTool.run(
+            sqlite, [path, "UPDATE purchases SET product_id = NULL, kind = NULL, last_date = NULL, trial = NULL"])
+        #expect(cleared.status == 0, "\(cleared.stderrText)")
+        let reopened = try await SQLiteServerStorage(path: path)
+        let records = try await reopened.read { store in
+            try store.chartRecords(bundle: "app", from: .distantPast, to: .distantFuture, limit: 100)
+        }
+        #expect(records.count == 8)
+        #expect(records.first == SubscriptionCharts.Record(Self.period))
     }
 
     @Test("Inputs are kept once; deliveries are due in order and updated", arguments: Backend.allCases)

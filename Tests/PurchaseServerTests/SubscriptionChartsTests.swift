@@ -29,7 +29,8 @@ struct SubscriptionChartsTests {
         -> [Double]
     {
         charts.compute(
-            chart, records: records, from: Self.at(0), to: Self.at(Double(days)), resolution: .day, now: Self.at(now)
+            chart, records: records.map(SubscriptionCharts.Record.init), from: Self.at(0), to: Self.at(Double(days)),
+            resolution: .day, now: Self.at(now)
         ).points.map(\.value)
     }
 
@@ -96,7 +97,8 @@ struct SubscriptionChartsTests {
             Self.period("e", "e1", from: 0.5, to: 1.5, price: 8_000, currency: "EUR"),
         ]
         let result = charts.compute(
-            .revenue, records: records, from: Self.at(0), to: Self.at(4), resolution: .day, now: Self.at(100))
+            .revenue, records: records.map(SubscriptionCharts.Record.init), from: Self.at(0), to: Self.at(4),
+            resolution: .day, now: Self.at(100))
         #expect(result.points.map(\.value) == [9_990, 9_990, 4_990, -9_990])
         #expect(result.otherCurrencies == 1)
     }

@@ -6,6 +6,7 @@ import StorekeeperCrypto
 import StorekeeperDashboard
 import StorekeeperHTTP
 import SubscriptionLifecycle
+import Synchronization
 
 /// The emulator's web dashboard at `/` (Xcode's Transaction Manager, for the whole store): the clock,
 /// accounts and devices, every transaction (filterable), one subscription's timeline with a button for
@@ -144,7 +145,8 @@ extension AppStore {
             older.append("before=\(last.revision)")
             body += "<p>" + HTML.link("Older transactions", to: "/?" + older.joined(separator: "&")) + "</p>"
         }
-        body += "</section><section aria-labelledby=\"outbox-heading\" id=\"outbox\">"
+        body += "</section>" + appsSection() + productsSection()
+        body += "<section aria-labelledby=\"outbox-heading\" id=\"outbox\">"
         body += "<h2 id=\"outbox-heading\">Notification outbox</h2>"
         body += HTML.table(
             id: "outbox-table", caption: "Notifications waiting for an attempt (soonest first)",
@@ -164,6 +166,60 @@ extension AppStore {
             <li>\(HTML.link("Both, base64 in JSON", to: "/_emulator/v1/certificates"))</li></ul></section>
             """
         return dashboardPage("App Store emulator", current: "/", body: body)
+    }
+
+    /// Where each app's notifications go, with a form to change it (`PUT …/apps/{bundleId}/notifications`).
+    func appsSection() -> HTML {
+        var html: HTML =
+            "<section aria-labelledby=\"apps-heading\"><h2 id=\"apps-heading\">Apps and notifications</h2>"
+        for bundle in apps.keys.sorted() {
+            let settings = notificationSettings.withLock { $0[bundle] } ?? AppNotifications()
+            func urls(_ list: [String]) -> HTML {
+                list.isEmpty ? "nowhere" : "<code>\(list.joined(separator: ", "))</code>"
+            }
+            html += "<h3>\(bundle)</h3>"
+            html += HTML.facts(
+                [
+                    ("Sandbox notifications to", urls(settings.sandboxURLs)),
+                    ("Production notifications to", urls(settings.productionURLs)),
+                    ("Version", "V\(settings.version)"),
+                ], id: "notifications-\(bundle)")
+            html +=
+                ActionForm(
+                    "Send notifications there", method: "PUT",
+                    action: "/_emulator/v1/apps/\(HTML.component(bundle))/notifications",
+                    fields: [
+                        .text(
+                            name: "sandboxURL", label: "Sandbox URL",
+                            placeholder: "http://127.0.0.1:8090/v1/notifications/apple/\(bundle)"),
+                        .text(name: "productionURL", label: "Production URL"),
+                        .select(name: "version", label: "Version", options: [("2", "V2"), ("1", "V1")], type: "int"),
+                    ], id: "notifications-form"
+                ).html
+        }
+        return html + "</section>"
+    }
+
+    /// The catalogue, with each product's availability (a product off sale cannot renew).
+    func productsSection() -> HTML {
+        let offSale = productsNotForSale.withLock { $0 }
+        let products = catalog.all.sorted { $0.productID < $1.productID }
+        let rows = products.map { entry -> [HTML] in
+            let forSale = !offSale.contains(ProductID(entry.productID))
+            let toggle = ActionForm(
+                forSale ? "Remove from sale" : "Put on sale",
+                action: "/_emulator/v1/products/\(HTML.component(entry.productID))/availability",
+                fields: [.hidden(name: "forSale", value: forSale ? "false" : "true", type: "bool")],
+                id: "availability-\(entry.productID.replacingOccurrences(of: ".", with: "-"))")
+            return [
+                "<code>\(entry.productID)</code>", "\(entry.name ?? "—")", "\(entry.kind.rawValue)",
+                "\(entry.displayPrice ?? "—")", "\(entry.subscription?.period?.description ?? "—")", toggle.html,
+            ]
+        }
+        return "<section aria-labelledby=\"products-heading\"><h2 id=\"products-heading\">Products</h2>"
+            + HTML.table(
+                id: "products", caption: "The catalogue",
+                columns: ["Product", "Name", "Type", "Price", "Period", "For sale"], rows: rows) + "</section>"
     }
 
     func clockSection() -> HTML {
@@ -241,6 +297,16 @@ extension AppStore {
                     id: "toggle-\(member)"
                 ).html
         }
+        body +=
+            ActionForm(
+                "Set purchase outcome", action: settings,
+                fields: [
+                    .select(
+                        name: "purchaseFailure", label: "Purchases",
+                        options: [("null", "succeed"), ("\"failed\"", "fail"), ("\"interrupted\"", "are interrupted")],
+                        type: "json")
+                ], id: "purchase-failure"
+            ).html
         body += "<h2>Devices</h2>"
         body += HTML.table(
             id: "devices", caption: "Devices", columns: ["Device"],
@@ -311,6 +377,15 @@ extension AppStore {
         body += "<h2>Transactions</h2>"
         body += transactionTable(transactions, caption: "This account's, most recently changed first")
         body += "<h2>Family Sharing</h2>"
+        if let family {
+            body +=
+                ActionForm(
+                    "Leave the family (its shared purchases are revoked)", method: "DELETE",
+                    action:
+                        "/_emulator/v1/families/\(HTML.component(family.id))/members/\(HTML.component(id.rawValue))",
+                    id: "leave-family", style: "danger"
+                ).html
+        }
         body +=
             ActionForm(
                 "Start a family with this account as organizer", action: "/_emulator/v1/families",
@@ -326,15 +401,18 @@ extension AppStore {
 
     func transactionPage(_ id: TransactionID) async throws -> Page {
         let loaded = try await storage.read {
-            store -> (StoredTransaction, [StoredTransaction], StoredSubscription?, [OutboundNotification], Account?)? in
+            store -> (
+                StoredTransaction, [StoredTransaction], StoredSubscription?, [OutboundNotification], Account?, Install?
+            )? in
             guard let stored = try store.transaction(id) else { return nil }
             let original = stored.transaction.originalID
             return (
                 stored, try store.transactions(original: original), try store.subscription(original),
-                try store.notifications(original: original, limit: 500), try store.account(stored.accountID)
+                try store.notifications(original: original, limit: 500), try store.account(stored.accountID),
+                try store.installs(account: stored.accountID, bundle: stored.transaction.bundleID).first
             )
         }
-        guard let (stored, history, subscription, notifications, account) = loaded else {
+        guard let (stored, history, subscription, notifications, account, install) = loaded else {
             throw EmulatorError.notFound("no transaction \(id.rawValue)")
         }
         let transaction = stored.transaction
@@ -381,6 +459,18 @@ extension AppStore {
         }
         body += "<h2>Actions</h2>"
         body += verbButtons(stored, subscription: subscription?.state, account: account)
+        if !stored.finished, let install {
+            // What the app does once it has delivered the content.
+            let device = HTML.component(install.deviceID.rawValue)
+            let app = HTML.component(install.bundleID.rawValue)
+            body +=
+                ActionForm(
+                    "Finish (as the app would)",
+                    action:
+                        "/_emulator/v1/devices/\(device)/apps/\(app)/transactions/\(HTML.component(stored.id.rawValue))/finish",
+                    id: "finish"
+                ).html
+        }
         body += "<h2>Timeline</h2>"
         var entries: [(date: Date, what: HTML, detail: HTML, bad: Bool)] = []
         for item in history {

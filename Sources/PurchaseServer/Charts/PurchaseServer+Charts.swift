@@ -69,9 +69,7 @@ extension PurchaseServer {
         }
         let limit = Self.maxChartRecords
         let records = try await storage.read { store in
-            try store.purchases(
-                bundle: query.bundleID, from: query.from.addingTimeInterval(-SubscriptionCharts.lookBack), to: query.to,
-                limit: limit + 1)
+            try store.chartRecords(bundle: query.bundleID, from: query.from, to: query.to, limit: limit + 1)
         }
         guard records.count <= limit else {
             throw PurchaseServerError.invalid("more than \(limit) transactions in the range; ask for a shorter one")

@@ -1,5 +1,5 @@
 public import Foundation
-import StoreModel
+public import StoreModel
 
 /// The charts a developer reads (RevenueCat's definitions, shared/spec/backends.md §1.5), computed from the
 /// stored transactions of one app: a pure function of the records, the range and the clock.
@@ -53,6 +53,54 @@ public struct SubscriptionCharts: Sendable {
         public var otherCurrencies: Int
     }
 
+    /// What a chart needs of one transaction (the storage keeps these as columns beside the document).
+    public struct Record: Sendable, Hashable {
+        public var originalTransactionID: String
+        public var productID: String
+        public var kind: ProductKind
+        public var environment: Environment
+        public var purchaseDate: Date
+        public var expiresDate: Date?
+        public var revocationDate: Date?
+        /// Milliunits.
+        public var price: Int64?
+        public var currency: String?
+        public var isTrial: Bool
+
+        public init(_ purchase: PurchaseRecord) {
+            originalTransactionID = purchase.originalTransactionID
+            productID = purchase.productID
+            kind = purchase.kind
+            environment = purchase.environment
+            purchaseDate = purchase.purchaseDate
+            expiresDate = purchase.expiresDate
+            revocationDate = purchase.revocationDate
+            price = purchase.price
+            currency = purchase.currency
+            isTrial = SubscriptionCharts.isTrial(purchase)
+        }
+
+        public init(
+            originalTransactionID: String, productID: String, kind: ProductKind, environment: Environment,
+            purchaseDate: Date, expiresDate: Date?, revocationDate: Date?, price: Int64?, currency: String?,
+            isTrial: Bool
+        ) {
+            self.originalTransactionID = originalTransactionID
+            self.productID = productID
+            self.kind = kind
+            self.environment = environment
+            self.purchaseDate = purchaseDate
+            self.expiresDate = expiresDate
+            self.revocationDate = revocationDate
+            self.price = price
+            self.currency = currency
+            self.isTrial = isTrial
+        }
+
+        /// The last date a chart may need it on: its purchase, its expiry or its refund, whichever is latest.
+        public var lastDate: Date { max(purchaseDate, expiresDate ?? purchaseDate, revocationDate ?? purchaseDate) }
+    }
+
     public var currency: String
     /// The subscription period of each product (`P1M`, …) for MRR; products missing here are normalised by
     /// the length of the period bought (wrong for accelerated sandbox time, so configure them).
@@ -65,9 +113,6 @@ public struct SubscriptionCharts: Sendable {
 
     /// At most this many periods per chart.
     public static let maxPoints = 400
-    /// How far back of the range a transaction may have been bought and still count (a year's period and
-    /// its grace): storage is asked for transactions bought from `from - lookBack`.
-    public static let lookBack: TimeInterval = 400 * 86_400
 
     /// The periods of `[from, to)` at `resolution` in UTC: whole days, weeks from Monday, calendar months.
     public static func periods(from: Date, to: Date, resolution: Resolution) -> [(Date, Date)] {
@@ -91,14 +136,14 @@ public struct SubscriptionCharts: Sendable {
     }
 
     /// Whether a transaction is a free trial: an introductory offer with a free-trial discount (or no price).
-    static func isTrial(_ record: PurchaseRecord) -> Bool {
+    public static func isTrial(_ record: PurchaseRecord) -> Bool {
         guard record.offerType == 1 else { return false }
         if let discount = record.offerDiscountType { return discount == "FREE_TRIAL" }
         return (record.price ?? 0) == 0
     }
 
     /// The monthly value of one period's price (milliunits).
-    func monthly(_ record: PurchaseRecord) -> Double {
+    func monthly(_ record: Record) -> Double {
         let price = Double(record.price ?? 0)
         let days: Double
         if let period = periods[record.productID] {
@@ -124,6 +169,14 @@ public struct SubscriptionCharts: Sendable {
         case ..<135: 1.0 / 3
         case ..<270: 1.0 / 6
         default: 1.0 / 12
+        }
+    }
+
+    /// Records grouped by original transaction, each group by purchase date.
+    static func byOriginal(_ records: [Record]) -> [[Record]] {
+        var groups: [String: [Record]] = [:]
+        for record in records { groups[record.originalTransactionID, default: []].append(record) }
+        return groups.values.map { group in group.count < 2 ? group : group.sorted { $0.purchaseDate < $1.purchaseDate }
         }
     }
 
@@ -161,9 +214,9 @@ public struct SubscriptionCharts: Sendable {
     }
 
     /// The chart over `[from, to)`; snapshots at a period's end are taken at `min(end, now)`.
-    /// `records` are the app's transactions bought before `to` (and from `from - lookBack`).
+    /// `records` are the app's transactions whose span (purchase to ``Record/lastDate``) meets `[from, to)`.
     public func compute(
-        _ chart: Chart, records: [PurchaseRecord], from: Date, to: Date, resolution: Resolution, now: Date
+        _ chart: Chart, records: [Record], from: Date, to: Date, resolution: Resolution, now: Date
     ) -> Result {
         let buckets = Self.periods(from: from, to: to, resolution: resolution)
         var values = [Double](repeating: 0, count: buckets.count)
@@ -171,7 +224,7 @@ public struct SubscriptionCharts: Sendable {
         let subscriptions = records.filter { $0.kind == .autoRenewable }
         // Snapshot instants: the start of the first period, then each period's end (capped at now).
         let instants = [min(buckets.first?.0 ?? from, now)] + buckets.map { min($0.1, now) }
-        func activeInstants(_ record: PurchaseRecord) -> Range<Int> {
+        func activeInstants(_ record: Record) -> Range<Int> {
             // Active at t when purchase <= t < min(expires, revocation).
             let start = record.purchaseDate
             var end = record.expiresDate ?? record.purchaseDate
@@ -190,22 +243,38 @@ public struct SubscriptionCharts: Sendable {
         }
         switch chart {
         case .actives, .trials, .mrr:
-            var seen = [Set<String>](repeating: [], count: instants.count)
+            // Per subscription, the instants its periods cover (counted once where periods overlap), added
+            // through a difference array: linear in the records and the periods.
+            var difference = [Double](repeating: 0, count: instants.count + 1)
+            var chosen: [Record] = []
             for record in subscriptions {
-                let trial = Self.isTrial(record)
-                guard chart == .trials ? trial : !trial else { continue }
+                guard chart == .trials ? record.isTrial : !record.isTrial else { continue }
                 if chart == .mrr, record.currency != nil, record.currency != currency {
                     other += 1
                     continue
                 }
-                for index in activeInstants(record) where index > 0 {
-                    guard seen[index].insert(record.originalTransactionID).inserted else { continue }
-                    values[index - 1] += chart == .mrr ? monthly(record) : 1
+                chosen.append(record)
+            }
+            for group in Self.byOriginal(chosen) {
+                var covered = 0
+                for record in group {
+                    let range = activeInstants(record)
+                    let lower = max(range.lowerBound, covered)
+                    guard lower < range.upperBound else { continue }
+                    let value = chart == .mrr ? monthly(record) : 1
+                    difference[lower] += value
+                    difference[range.upperBound] -= value
+                    covered = range.upperBound
                 }
+            }
+            var running = 0.0
+            for index in instants.indices {
+                running += difference[index]
+                if index > 0 { values[index - 1] = running }
             }
         case .activesNew:
             var firstPaid: [String: Date] = [:]
-            for record in subscriptions where !Self.isTrial(record) {
+            for record in subscriptions where !record.isTrial {
                 let known = firstPaid[record.originalTransactionID]
                 if known == nil || record.purchaseDate < known! {
                     firstPaid[record.originalTransactionID] = record.purchaseDate
@@ -215,17 +284,32 @@ public struct SubscriptionCharts: Sendable {
                 if let index = bucket(date) { values[index] += 1 }
             }
         case .churn:
-            var active: [String: Set<Int>] = [:]
-            for record in subscriptions where !Self.isTrial(record) {
-                active[record.originalTransactionID, default: []].formUnion(activeInstants(record))
+            // Per subscription, the merged runs of instants it is active at: active at a period's start when
+            // the run holds its index; churned in it when the run ends right after.
+            var atStartDifference = [Double](repeating: 0, count: instants.count + 1)
+            var churned = [Double](repeating: 0, count: buckets.count)
+            for group in Self.byOriginal(subscriptions.filter { !$0.isTrial }) {
+                var runs: [Range<Int>] = []
+                for record in group {
+                    let range = activeInstants(record)
+                    guard !range.isEmpty else { continue }
+                    if let last = runs.last, range.lowerBound <= last.upperBound {
+                        runs[runs.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+                    } else {
+                        runs.append(range)
+                    }
+                }
+                for run in runs {
+                    atStartDifference[run.lowerBound] += 1
+                    atStartDifference[run.upperBound] -= 1
+                    if run.upperBound - 1 < buckets.count { churned[run.upperBound - 1] += 1 }
+                }
             }
             var atStart = [Double](repeating: 0, count: buckets.count)
-            var churned = [Double](repeating: 0, count: buckets.count)
-            for instantsActive in active.values {
-                for index in instantsActive where index < buckets.count {
-                    atStart[index] += 1
-                    if !instantsActive.contains(index + 1) { churned[index] += 1 }
-                }
+            var running = 0.0
+            for index in buckets.indices {
+                running += atStartDifference[index]
+                atStart[index] = running
             }
             for index in buckets.indices where atStart[index] > 0 && instants[index + 1] > instants[index] {
                 values[index] = (churned[index] / atStart[index] * 10_000).rounded() / 100

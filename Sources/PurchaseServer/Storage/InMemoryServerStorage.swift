@@ -77,12 +77,12 @@ public final class InMemoryServerStorage: ServerStorage {
             }
         }
 
-        func purchases(bundle: String, from: Date, to: Date, limit: Int) -> [PurchaseRecord] {
+        func chartRecords(bundle: String, from: Date, to: Date, limit: Int) -> [SubscriptionCharts.Record] {
             Array(
-                tables.purchases.values.filter {
-                    $0.bundleID == bundle && $0.purchaseDate >= from && $0.purchaseDate < to
-                }
-                .sorted { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }.prefix(limit))
+                tables.purchases.values.map { ($0, SubscriptionCharts.Record($0)) }
+                    .filter { $0.0.bundleID == bundle && $0.1.purchaseDate < to && $0.1.lastDate >= from }
+                    .sorted { ($0.0.purchaseDate, $0.0.transactionID) < ($1.0.purchaseDate, $1.0.transactionID) }
+                    .prefix(limit).map(\.1))
         }
 
         func subscription(_ originalTransactionID: String) -> SubscriptionRecord? {

@@ -1,4 +1,5 @@
 import Foundation
+import StoreModel
 import StorekeeperSQL
 
 /// What the SQL store needs of a connection: SQLite's and PostgreSQL's both have it.
@@ -92,15 +93,66 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func save(_ purchase: PurchaseRecord) throws {
         try connection.execute(
             """
-            INSERT INTO purchases (transaction_id, original_id, bundle_id, owner, purchase_date, document)
-            VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (transaction_id) DO UPDATE SET original_id = excluded.original_id,
-            bundle_id = excluded.bundle_id, owner = excluded.owner, purchase_date = excluded.purchase_date,
-            document = excluded.document
+            INSERT INTO purchases (transaction_id, original_id, bundle_id, owner, purchase_date, document,
+                product_id, kind, environment, expires, revoked, last_date, price, currency, trial)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (transaction_id) DO UPDATE SET
+            original_id = excluded.original_id, bundle_id = excluded.bundle_id, owner = excluded.owner,
+            purchase_date = excluded.purchase_date, document = excluded.document, product_id = excluded.product_id,
+            kind = excluded.kind, environment = excluded.environment, expires = excluded.expires,
+            revoked = excluded.revoked, last_date = excluded.last_date, price = excluded.price,
+            currency = excluded.currency, trial = excluded.trial
             """,
             [
                 .text(purchase.transactionID), .text(purchase.originalTransactionID), .text(purchase.bundleID),
                 text(purchase.owner), .real(purchase.purchaseDate.timeIntervalSince1970), try Self.encode(purchase),
-            ])
+            ] + Self.chartColumns(purchase))
+    }
+
+    /// The chart columns of a purchase: product, kind, environment, expiry, refund, last date, price,
+    /// currency, trial.
+    static func chartColumns(_ purchase: PurchaseRecord) -> [SQLValue] {
+        let record = SubscriptionCharts.Record(purchase)
+        func real(_ date: Date?) -> SQLValue { date.map { .real($0.timeIntervalSince1970) } ?? .null }
+        return [
+            .text(record.productID), .text(record.kind.rawValue), .text(record.environment.rawValue),
+            real(record.expiresDate), real(record.revocationDate), real(record.lastDate),
+            record.price.map(SQLValue.integer) ?? .null, record.currency.map(SQLValue.text) ?? .null,
+            .integer(record.isTrial ? 1 : 0),
+        ]
+    }
+
+    /// Fills the chart columns of up to `limit` purchases stored before they existed; how many it filled.
+    func backfillChartColumns(limit: Int) throws -> Int {
+        let rows = try connection.execute(
+            "SELECT document FROM purchases WHERE last_date IS NULL LIMIT ?", [.integer(Int64(limit))])
+        for row in rows {
+            let purchase = try Self.decode(PurchaseRecord.self, row["document"])
+            try connection.execute(
+                """
+                UPDATE purchases SET product_id = ?, kind = ?, environment = ?, expires = ?, revoked = ?,
+                last_date = ?, price = ?, currency = ?, trial = ? WHERE transaction_id = ?
+                """, Self.chartColumns(purchase) + [.text(purchase.transactionID)])
+        }
+        return rows.count
+    }
+
+    func chartRecords(bundle: String, from: Date, to: Date, limit: Int) throws -> [SubscriptionCharts.Record] {
+        try connection.execute(
+            """
+            SELECT original_id, product_id, kind, environment, purchase_date, expires, revoked, price, currency, trial
+            FROM purchases WHERE bundle_id = ? AND last_date >= ? AND purchase_date < ? ORDER BY purchase_date LIMIT ?
+            """,
+            [.text(bundle), .real(from.timeIntervalSince1970), .real(to.timeIntervalSince1970), .integer(Int64(limit))]
+        ).map { row in
+            // By position, in the order selected (a name lookup per column costs more than the rest).
+            func date(_ index: Int) -> Date? { row[index].double.map(Date.init(timeIntervalSince1970:)) }
+            return SubscriptionCharts.Record(
+                originalTransactionID: row[0].string ?? "", productID: row[1].string ?? "",
+                kind: ProductKind(rawValue: row[2].string ?? "") ?? .consumable,
+                environment: Environment(rawValue: row[3].string ?? "") ?? .production,
+                purchaseDate: date(4) ?? .distantPast, expiresDate: date(5), revocationDate: date(6),
+                price: row[7].int64, currency: row[8].string, isTrial: row[9].int64 == 1)
+        }
     }
 
     func purchases(bundle: String, owner: String) throws -> [PurchaseRecord] {
@@ -114,16 +166,6 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         try connection.execute(
             "SELECT document FROM purchases WHERE original_id = ? ORDER BY purchase_date, transaction_id",
             [.text(original)]
-        ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
-    }
-
-    func purchases(bundle: String, from: Date, to: Date, limit: Int) throws -> [PurchaseRecord] {
-        try connection.execute(
-            """
-            SELECT document FROM purchases WHERE bundle_id = ? AND purchase_date >= ? AND purchase_date < ?
-            ORDER BY purchase_date LIMIT ?
-            """,
-            [.text(bundle), .real(from.timeIntervalSince1970), .real(to.timeIntervalSince1970), .integer(Int64(limit))]
         ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
     }
 

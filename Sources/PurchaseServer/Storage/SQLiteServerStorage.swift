@@ -80,6 +80,26 @@ public struct SQLiteServerStorage: ServerStorage {
             CREATE INDEX subscriptions_check_due ON subscriptions (bundle_id, check_due) WHERE check_due IS NOT NULL;
             """),
         Migration("005-charts", "CREATE INDEX purchases_by_date ON purchases (bundle_id, purchase_date);"),
+        // What charts read, as columns (the documents of rows stored before are read once at open).
+        Migration(
+            "006-chart-columns",
+            """
+            ALTER TABLE purchases ADD COLUMN product_id TEXT;
+            ALTER TABLE purchases ADD COLUMN kind TEXT;
+            ALTER TABLE purchases ADD COLUMN environment TEXT;
+            ALTER TABLE purchases ADD COLUMN expires REAL;
+            ALTER TABLE purchases ADD COLUMN revoked REAL;
+            ALTER TABLE purchases ADD COLUMN last_date REAL;
+            ALTER TABLE purchases ADD COLUMN price INTEGER;
+            ALTER TABLE purchases ADD COLUMN currency TEXT;
+            ALTER TABLE purchases ADD COLUMN trial INTEGER;
+            DROP INDEX purchases_by_date;
+            -- Covering: a chart reads the index alone, never the documents beside it.
+            CREATE INDEX purchases_by_last_date ON purchases (
+                bundle_id, last_date, purchase_date, original_id, product_id, kind, environment, expires, revoked,
+                price, currency, trial
+            );
+            """),
     ]
 
     public init(path: String) async throws {
@@ -90,6 +110,7 @@ public struct SQLiteServerStorage: ServerStorage {
         location = path
         database = try Database(path: path)
         try await database.migrate(Self.migrations)
+        while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}
     }
 
     public func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {

@@ -21,8 +21,9 @@ public protocol PurchaseRepository {
     func purchases(bundle: String, owner: String) throws -> [PurchaseRecord]
     /// The transactions of one original transaction (a purchase and its renewals), by purchase date.
     func purchases(original: String) throws -> [PurchaseRecord]
-    /// The app's transactions bought in `[from, to)`, by purchase date, at most `limit` (for charts).
-    func purchases(bundle: String, from: Date, to: Date, limit: Int) throws -> [PurchaseRecord]
+    /// What charts need of the app's transactions bought before `to` whose last date (expiry, refund or
+    /// purchase) is at or after `from`, by purchase date, at most `limit`.
+    func chartRecords(bundle: String, from: Date, to: Date, limit: Int) throws -> [SubscriptionCharts.Record]
 }
 
 /// Subscriptions by original transaction id, and an owner's.

@@ -1,9 +1,10 @@
 // A synchronous facade over libcurl's easy interface (see storekeeper_curl.h).
 //
-// Each sk_fetch call owns a fresh easy handle; calls on different threads share libcurl's global state,
-// which sk_fetch_global_init sets up exactly once, and a share object (connection cache and DNS, behind
-// one mutex per kind of data) so that consecutive requests to the same server reuse a kept-alive
-// connection instead of opening a new one each time. Redirects are never followed, only http and
+// Each sk_fetch call borrows an easy handle from a small pool (one thread at a time per handle) and
+// resets it; a handle keeps its own cache of kept-alive connections across resets, so consecutive
+// requests to the same server reuse a connection instead of opening a new one each time. libcurl's
+// global state is set up exactly once (sk_fetch_global_init); the DNS cache is shared between handles
+// behind a mutex. (libcurl's shared connection cache is not safe across threads, so it is not used.) Redirects are never followed, only http and
 // https are allowed, and the response body can be capped. Error text comes from libcurl only: the request's
 // headers and body (which may carry credentials) are never copied into it.
 
@@ -41,8 +42,7 @@ static void sk_init_curl(void) {
     if (!share) return;
     if (curl_share_setopt(share, CURLSHOPT_LOCKFUNC, sk_share_lock) != CURLSHE_OK
         || curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, sk_share_unlock) != CURLSHE_OK
-        || curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK
-        || curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK) {
+        || curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK) {
         curl_share_cleanup(share);
         return;
     }
@@ -51,6 +51,42 @@ static void sk_init_curl(void) {
 
 void sk_fetch_global_init(void) {
     pthread_once(&sk_init_once, sk_init_curl);
+}
+
+// MARK: - The handle pool
+
+// Idle handles kept at most; a transfer finding none makes one, and one returned to a full pool is freed.
+#define SK_POOL_SIZE 32
+
+static pthread_mutex_t sk_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static CURL *sk_pool[SK_POOL_SIZE];
+static size_t sk_pool_count = 0;
+
+// A handle with no options set (its connection cache kept), or NULL when none can be made.
+static CURL *sk_handle_take(void) {
+    CURL *curl = NULL;
+    pthread_mutex_lock(&sk_pool_lock);
+    if (sk_pool_count > 0) curl = sk_pool[--sk_pool_count];
+    pthread_mutex_unlock(&sk_pool_lock);
+    if (curl) {
+        curl_easy_reset(curl);  // options back to defaults; live connections and the DNS share stay
+        return curl;
+    }
+    return curl_easy_init();
+}
+
+static void sk_handle_give_back(CURL *curl) {
+    // Nothing of the request may outlive it in the handle: the header list and the body are the caller's.
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, NULL);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, NULL);
+    pthread_mutex_lock(&sk_pool_lock);
+    bool kept = sk_pool_count < SK_POOL_SIZE;
+    if (kept) sk_pool[sk_pool_count++] = curl;
+    pthread_mutex_unlock(&sk_pool_lock);
+    if (!kept) curl_easy_cleanup(curl);
 }
 
 // MARK: - Per-transfer state
@@ -278,7 +314,7 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
         }
     }
 
-    CURL *curl = curl_easy_init();
+    CURL *curl = sk_handle_take();
     if (!curl) {
         sk_fail(result, SK_FETCH_OTHER, "curl_easy_init failed");
         return;
@@ -304,14 +340,14 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
     }
     if (!ok) {
         curl_slist_free_all(header_list);
-        curl_easy_cleanup(curl);
+        sk_handle_give_back(curl);
         sk_fail(result, SK_FETCH_OTHER, "out of memory");
         return;
     }
 
     curl_easy_setopt(curl, CURLOPT_URL, request->url);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for timeouts: required with threads
-    if (sk_share) curl_easy_setopt(curl, CURLOPT_SHARE, sk_share);  // kept-alive connections are reused
+    if (sk_share) curl_easy_setopt(curl, CURLOPT_SHARE, sk_share);  // the DNS cache
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075500  // 7.85.0
@@ -386,8 +422,8 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
         free(transfer.body);
     }
 
+    sk_handle_give_back(curl);
     curl_slist_free_all(header_list);
-    curl_easy_cleanup(curl);
 }
 
 void sk_fetch_result_free(sk_fetch_result *result) {

@@ -395,4 +395,50 @@ struct EmulatorStorageContractTests {
         }
         #expect(try await storage.read { try $0.setting("n") } == "100")
     }
+
+    @Test(
+        "SQLite: notifications stored with their payload in the row (before migration 007) keep it after opening",
+        .enabled(if: ExternalTool.find("sqlite3") != nil, "needs the sqlite3 command"))
+    func notificationPayloadMigration() async throws {
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("store.sqlite").path
+        let v2 = OutboundNotification(
+            id: "v2", bundleID: "com.example", environment: .sandbox, version: 2, url: "http://r.example/n",
+            body: Array("{\"signedPayload\":\"a.b.c\"}".utf8), signedPayload: "a.b.c",
+            notice: Notice(.didRenew, nil, v1: "DID_RENEW"), originalTransactionID: "7", created: Self.start,
+            retryDelays: [60], retryClientErrors: true, timeoutMilliseconds: 5_000)
+        let v1 = {
+            var v1 = v2
+            v1.id = "v1"
+            v1.version = 1
+            v1.body = Array("{\"notification_type\":\"DID_RENEW\",\"password\":\"s\"}".utf8)
+            v1.signedPayload = nil
+            return v1
+        }()
+        let storage = try await SQLiteEmulatorStorage(path: path)
+        try await storage.write { store in
+            try store.insert(v2)
+            try store.insert(v1)
+        }
+        // As the previous build kept them: the payload in the row, no payload table, migration 007 not run.
+        let sqlite = try #require(ExternalTool.find("sqlite3"))
+        let undone = try ExternalTool.run(
+            sqlite,
+            [
+                path,
+                """
+                UPDATE notifications SET body = CAST('{"signedPayload":"a.b.c"}' AS BLOB), signed_payload = 'a.b.c'
+                    WHERE id = 'v2';
+                UPDATE notifications SET body = CAST('{"notification_type":"DID_RENEW","password":"s"}' AS BLOB)
+                    WHERE id = 'v1';
+                DROP TABLE notification_payloads;
+                DELETE FROM schema_migrations WHERE id = '007-notification-payloads';
+                """,
+            ])
+        #expect(undone.status == 0, "\(undone.stderrText)")
+        let reopened = try await SQLiteEmulatorStorage(path: path)
+        try await reopened.read { (store: any EmulatorStore) throws in
+            #expect(try store.notification("v2") == v2)
+            #expect(try store.notification("v1") == v1)
+        }
+    }
 }

@@ -327,6 +327,30 @@ static void test_bad_input(void) {
 }
 
 // MARK: - Concurrency
+static void test_reuse(void) {
+    // One thread, one request after another: the second goes over the first one's kept-alive connection,
+    // and a request after an error (a timeout closes its connection) still works.
+    char first[32] = "", second[32] = "";
+    for (int i = 0; i < 2; i++) {
+        sk_fetch_request q = simple("GET", "/peer");
+        sk_fetch_result r;
+        sk_fetch(&q, &r);
+        CHECK(r.outcome == SK_FETCH_OK && r.status == 200, "peer: outcome %d status %ld", r.outcome, r.status);
+        snprintf(i == 0 ? first : second, sizeof first, "%s", body_text(&r));
+        sk_fetch_result_free(&r);
+    }
+    CHECK(first[0] != '\0' && strcmp(first, second) == 0, "connection not reused: ports %s then %s", first, second);
+    sk_fetch_request slow = simple("GET", "/slow");
+    slow.timeout_ms = 200;
+    sk_fetch_result r;
+    sk_fetch(&slow, &r);
+    CHECK(r.outcome == SK_FETCH_TIMED_OUT, "slow: outcome %d", r.outcome);
+    sk_fetch_result_free(&r);
+    sk_fetch_request again = simple("GET", "/peer");
+    sk_fetch(&again, &r);
+    CHECK(r.outcome == SK_FETCH_OK && r.status == 200, "after a timeout: outcome %d status %ld", r.outcome, r.status);
+    sk_fetch_result_free(&r);
+}
 
 enum { THREADS = 8, PER_THREAD = 25 };
 
@@ -381,6 +405,7 @@ int main(int argc, char **argv) {
         {"size limit", test_size_limit},
         {"response headers", test_response_headers},
         {"bad input", test_bad_input},
+        {"kept-alive connections reused", test_reuse},
         {"concurrency", test_threads},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {

@@ -34,6 +34,8 @@ class Handler(BaseHTTPRequestHandler):
             lines += [f"{k}: {v}" for k, v in self.headers.items()]
             lines += ["", ""]
             self.send(200, "\n".join(lines).encode() + body, [("Content-Type", "text/plain")])
+        elif path == "/peer":  # the client's port: the same on a reused connection
+            self.send(200, str(self.client_address[1]).encode())
         elif path == "/body":  # the request body only
             self.send(200, body, [("X-Method", self.command)])
         elif path.startswith("/status/"):

@@ -202,11 +202,16 @@ extension AppStore {
     /// Claims an attempt inside a write: the lease is scheduled, and the notification is sent after the
     /// commit.
     func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
+        let lease = DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease))
+        // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews,
+        // and the notification (its payload is the largest row there is) is not read. Its result, recorded
+        // when the send ends, cancels the lease.
+        if notificationsInFlight.withLock({ $0.contains(id) }) {
+            try schedule(lease, in: store)
+            return .nothing
+        }
         guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
-        try schedule(
-            DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
-        // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews.
-        if notificationsInFlight.withLock({ $0.contains(id) }) { return .nothing }
+        try schedule(lease, in: store)
         return .send(notification)
     }
 

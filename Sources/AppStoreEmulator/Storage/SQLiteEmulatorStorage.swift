@@ -2,6 +2,7 @@ import Foundation
 import StoreModel
 import StorekeeperSQL
 import StorekeeperSQLite
+import StorekeeperJSON
 
 /// The emulator's state in SQLite tables (WAL, `synchronous=FULL`): one row per account, device, install,
 /// transaction, subscription, pending payment and due event, each with the indexes its queries need. A
@@ -114,6 +115,17 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             CREATE INDEX devices_by_account ON devices (account_id);
             CREATE INDEX notifications_by_original ON notifications (original_transaction_id, position);
             CREATE INDEX transactions_by_product_revision ON transactions (product_id, revision);
+            """),
+        // A notification's signed payload (V2) or body (V1) is written once, beside the row whose state and
+        // attempts change: recording an attempt then rewrites a small row, not 14 KB of JWS.
+        Migration(
+            "007-notification-payloads",
+            """
+            CREATE TABLE notification_payloads (position INTEGER PRIMARY KEY, payload BLOB NOT NULL);
+            INSERT INTO notification_payloads (position, payload)
+                SELECT position, CASE WHEN version = 2 AND signed_payload IS NOT NULL
+                    THEN CAST(signed_payload AS BLOB) ELSE body END FROM notifications;
+            UPDATE notifications SET body = x'', signed_payload = NULL;
             """),
     ]
 
@@ -637,12 +649,20 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             }
         }
 
+        /// The columns of a notification with its payload.
+        private static let notificationColumns =
+            "n.*, p.payload FROM notifications n JOIN notification_payloads p ON p.position = n.position"
+
         private func outbound(_ row: Row) -> OutboundNotification {
-            OutboundNotification(
+            let version = Int(row["version"].int64 ?? 2)
+            let payload = row["payload"].bytes ?? []
+            // V2 posts {"signedPayload": …}, derived again from the payload; V1 posts the stored body.
+            let signedPayload = version == 2 ? String(decoding: payload, as: UTF8.self) : nil
+            let body = signedPayload.map { JSONWriter.bytes(.object(["signedPayload": .string($0)])) } ?? payload
+            return OutboundNotification(
                 id: row["id"].string ?? "", bundleID: BundleID(row["bundle_id"].string ?? ""),
                 environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
-                version: Int(row["version"].int64 ?? 2), url: row["url"].string ?? "", body: row["body"].bytes ?? [],
-                signedPayload: row["signed_payload"].string,
+                version: version, url: row["url"].string ?? "", body: body, signedPayload: signedPayload,
                 notice: Notice(
                     NotificationType(rawValue: row["type"].string ?? "") ?? .test,
                     row["subtype"].string.flatMap(NotificationSubtype.init(rawValue:)), v1: row["v1_type"].string),
@@ -667,7 +687,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     [
                         .text(notification.id), .text(notification.bundleID.rawValue),
                         .text(notification.environment.rawValue), .integer(Int64(notification.version)),
-                        .text(notification.url), .blob(notification.body), text(notification.signedPayload),
+                        .text(notification.url), .blob([]), .null,
                         .text(notification.notice.type.rawValue), text(notification.notice.subtype?.rawValue),
                         text(notification.notice.v1Type), text(notification.originalTransactionID?.rawValue),
                         real(notification.created), .text(notification.state.rawValue),
@@ -675,6 +695,11 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         .text(notification.retryDelays.map { String($0) }.joined(separator: ",")),
                         flag(notification.retryClientErrors), .integer(Int64(notification.timeoutMilliseconds)),
                     ])
+                let payload =
+                    notification.version == 2 ? Array((notification.signedPayload ?? "").utf8) : notification.body
+                try connection.execute(
+                    "INSERT INTO notification_payloads (position, payload) VALUES (last_insert_rowid(), ?)",
+                    [.blob(payload)])
             }
         }
 
@@ -689,12 +714,12 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         }
 
         func notification(_ id: String) throws -> OutboundNotification? {
-            try connection.execute("SELECT * FROM notifications WHERE id = ?", [.text(id)]).first.map(outbound)
+            try connection.execute("SELECT \(Self.notificationColumns) WHERE n.id = ?", [.text(id)]).first.map(outbound)
         }
 
         func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification] {
             try connection.execute(
-                "SELECT * FROM notifications WHERE original_transaction_id = ? ORDER BY position LIMIT ?",
+                "SELECT \(Self.notificationColumns) WHERE n.original_transaction_id = ? ORDER BY n.position LIMIT ?",
                 [.text(original.rawValue), .integer(Int64(max(0, limit)))]
             ).map(outbound)
         }
@@ -704,8 +729,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         ) throws -> [(position: Int64, notification: OutboundNotification)] {
             try connection.execute(
                 """
-                SELECT * FROM notifications WHERE bundle_id = ? AND environment = ? AND created >= ? AND created < ?
-                    AND position > ? ORDER BY position LIMIT ?
+                SELECT \(Self.notificationColumns) WHERE n.bundle_id = ? AND n.environment = ? AND n.created >= ?
+                    AND n.created < ? AND n.position > ? ORDER BY n.position LIMIT ?
                 """,
                 [
                     .text(bundle.rawValue), .text(environment.rawValue), real(from), real(to), .integer(after ?? 0),

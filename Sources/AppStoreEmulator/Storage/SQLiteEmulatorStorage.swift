@@ -1,8 +1,8 @@
 import Foundation
 import StoreModel
+import StorekeeperJSON
 import StorekeeperSQL
 import StorekeeperSQLite
-import StorekeeperJSON
 
 /// The emulator's state in SQLite tables (WAL, `synchronous=FULL`): one row per account, device, install,
 /// transaction, subscription, pending payment and due event, each with the indexes its queries need. A

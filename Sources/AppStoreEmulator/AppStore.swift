@@ -249,15 +249,20 @@ public final class AppStore: Sendable {
             let batchWork = try await storage.write { store -> DueWork in
                 var batchWork = DueWork()
                 var earliestNew: Date?
-                for event in try store.due(until: current, limit: limit) {
-                    // An event scheduled by this batch may come before the rest of it: fetch again.
-                    if let earliestNew, event.due > earliestNew { break }
-                    let outcome = try self.handle(event, in: store, now: current)
-                    if case .renewed(let scheduled) = outcome {
-                        earliestNew = min(earliestNew ?? scheduled, scheduled)
+                // The batch's V2 notifications are signed together, on every core, before it commits.
+                let signing = V2Signing.Batch()
+                try V2Signing.$batch.withValue(signing) {
+                    for event in try store.due(until: current, limit: limit) {
+                        // An event scheduled by this batch may come before the rest of it: fetch again.
+                        if let earliestNew, event.due > earliestNew { break }
+                        let outcome = try self.handle(event, in: store, now: current)
+                        if case .renewed(let scheduled) = outcome {
+                            earliestNew = min(earliestNew ?? scheduled, scheduled)
+                        }
+                        batchWork.record(outcome)
                     }
-                    batchWork.record(outcome)
                 }
+                try self.insert(try signing.sign(), in: store)
                 let next = try store.nextDue()
                 self.nextDue.withLock { $0 = next }
                 return batchWork
@@ -795,11 +800,16 @@ public final class AppStore: Sendable {
     }
 
     func signedTransaction(_ stored: StoredTransaction, account: Account?) throws -> String {
+        try signer.sign(transactionPayload(stored, account: account))
+    }
+
+    /// `JWSTransactionDecodedPayload` of a transaction, signed now.
+    func transactionPayload(_ stored: StoredTransaction, account: Account?) -> JSONObject {
         let storefront = account?.storefront ?? "USA"
-        let payload = JWSTransaction(
+        return JWSTransaction(
             stored.transaction, environment: account?.environment ?? .sandbox, signedDate: now,
-            storefront: storefront, storefrontID: Self.storefrontID(storefront))
-        return try signer.sign(payload.json)
+            storefront: storefront, storefrontID: Self.storefrontID(storefront)
+        ).json
     }
 
     /// The latest transaction of every product the account is entitled to now, signed.

@@ -404,6 +404,15 @@ struct NotificationTests {
         #expect(reversal["data"]?["transactionInfo"]?["revocationDate"] == nil)
     }
 
+    @Test("A V2 body is {\"signedPayload\": …} exactly as the JSON writer writes it, for a JWS and for anything else")
+    func v2Body() throws {
+        for payload in ["eyJhbGciOiJFUzI1NiJ9.eyJhIjoxfQ.c2ln-_0", "", "not \"a\" JWS\n\u{2028}é"] {
+            let body = OutboundNotification.v2Body(signedPayload: payload)
+            #expect(body == JSONWriter.bytes(.object(["signedPayload": .string(payload)])), "\(payload)")
+            #expect(try JSONParser.parse(body)["signedPayload"] == .string(payload))
+        }
+    }
+
     @Test("Notification settings are checked member by member")
     func settings() async throws {
         let harness = try await Self.harness()

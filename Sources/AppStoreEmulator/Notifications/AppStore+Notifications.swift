@@ -70,35 +70,48 @@ extension AppStore {
             }
             return
         }
+        // Everything is read and rendered here; the three ES256 signatures are made by ``V2Signing`` (at once,
+        // or with the rest of a batch of due events, on every core, before the batch commits).
         var data: JSONObject = [
             "bundleId": .string(bundleID), "bundleVersion": .string(app?.version ?? "1.0"),
             "environment": .string(account.environment.rawValue),
-            "signedTransactionInfo": .string(try signedTransaction(transaction, account: account)),
         ]
         if account.environment == .production { data["appAppleId"] = .integer(app?.appAppleID ?? 0) }
         for (key, value) in extra.members { data[key] = value }
+        var info: JSONObject?
         if let (state, started) = renewal {
-            let info = renewalInfo(state, environment: account.environment, signedDate: now, started: started)
-            data["signedRenewalInfo"] = .string(try sign(info))
+            info = renewalInfo(state, environment: account.environment, signedDate: now, started: started)
             data["status"] = .integer(state.status.rawValue)
         }
-        for url in settings.urls {
-            let uuid = newUUID().lowercased()
-            var payload: JSONObject = ["notificationType": .string(notice.type.rawValue)]
-            if let subtype = notice.subtype { payload["subtype"] = .string(subtype.rawValue) }
-            payload["notificationUUID"] = .string(uuid)
-            payload["data"] = .object(data)
-            payload["version"] = .string("2.0")
-            payload["signedDate"] = Self.milliseconds(now)
-            let signed = try sign(payload)
-            let notification = OutboundNotification(
-                id: uuid, bundleID: BundleID(bundleID), environment: account.environment, version: 2, url: url,
-                body: JSONWriter.bytes(.object(["signedPayload": .string(signed)])), signedPayload: signed,
-                notice: notice, originalTransactionID: transaction.transaction.originalID, created: now,
-                retryDelays: settings.retryDelays, retryClientErrors: settings.retryClientErrors,
-                timeoutMilliseconds: settings.timeoutMilliseconds)
+        let work = V2Signing(
+            signer: signer, transaction: transactionPayload(transaction, account: account), renewalInfo: info,
+            data: data,
+            notifications: settings.urls.map { url in
+                let uuid = newUUID().lowercased()
+                var payload: JSONObject = ["notificationType": .string(notice.type.rawValue)]
+                if let subtype = notice.subtype { payload["subtype"] = .string(subtype.rawValue) }
+                payload["notificationUUID"] = .string(uuid)
+                let unsigned = OutboundNotification(
+                    id: uuid, bundleID: BundleID(bundleID), environment: account.environment, version: 2, url: url,
+                    body: [], signedPayload: nil, notice: notice,
+                    originalTransactionID: transaction.transaction.originalID, created: now,
+                    retryDelays: settings.retryDelays, retryClientErrors: settings.retryClientErrors,
+                    timeoutMilliseconds: settings.timeoutMilliseconds)
+                return (unsigned, payload)
+            }, signedDate: Self.milliseconds(now))
+        if let batch = V2Signing.batch {
+            batch.add(work)
+        } else {
+            try insert(try work.sign(), in: store)
+        }
+    }
+
+    /// Writes signed notifications into the outbox, each with its first attempt due when it was made.
+    func insert(_ notifications: [OutboundNotification], in store: any EmulatorStore) throws {
+        for notification in notifications {
             try store.insert(notification)
-            try schedule(DueEvent(kind: .notificationAttempt, key: uuid, due: now), in: store)
+            let attempt = DueEvent(kind: .notificationAttempt, key: notification.id, due: notification.created)
+            try schedule(attempt, in: store)
         }
     }
 

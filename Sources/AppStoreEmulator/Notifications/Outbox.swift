@@ -1,5 +1,6 @@
 public import Foundation
 public import StoreModel
+import StorekeeperJSON
 
 /// How notifications are delivered for one app and environment: where, which version, the retry schedule
 /// (store time after the previous attempt), the receiver's time limit and whether a 4xx answer is retried.
@@ -91,6 +92,24 @@ public struct OutboundNotification: Sendable, Hashable {
         self.retryDelays = retryDelays
         self.retryClientErrors = retryClientErrors
         self.timeoutMilliseconds = timeoutMilliseconds
+    }
+}
+
+extension OutboundNotification {
+    /// V2's body, `{"signedPayload":"…"}`. A JWS in compact form is base64url and dots, which JSON takes as
+    /// they are, so the 14 KB payload is copied rather than scanned by the JSON writer (anything else is).
+    public static func v2Body(signedPayload: String) -> [UInt8] {
+        let payload = Array(signedPayload.utf8)
+        let plain = payload.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
+                true
+            default: false
+            }
+        }
+        guard plain else { return JSONWriter.bytes(.object(["signedPayload": .string(signedPayload)])) }
+        return Array("{\"signedPayload\":\"".utf8) + payload + Array("\"}".utf8)
     }
 }
 

@@ -1,6 +1,5 @@
 import Foundation
 import StoreModel
-import StorekeeperJSON
 import StorekeeperSQL
 import StorekeeperSQLite
 
@@ -658,7 +657,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             let payload = row["payload"].bytes ?? []
             // V2 posts {"signedPayload": …}, derived again from the payload; V1 posts the stored body.
             let signedPayload = version == 2 ? String(decoding: payload, as: UTF8.self) : nil
-            let body = signedPayload.map { JSONWriter.bytes(.object(["signedPayload": .string($0)])) } ?? payload
+            let body = signedPayload.map(OutboundNotification.v2Body(signedPayload:)) ?? payload
             return OutboundNotification(
                 id: row["id"].string ?? "", bundleID: BundleID(row["bundle_id"].string ?? ""),
                 environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,

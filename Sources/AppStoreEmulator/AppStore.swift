@@ -262,7 +262,16 @@ public final class AppStore: Sendable {
                         batchWork.record(outcome)
                     }
                 }
-                try self.insert(try signing.sign(), in: store)
+                // Their first attempts are due now: claimed in this same transaction (a lease, not an attempt
+                // to claim in the next one), sent once it has committed.
+                for notification in try signing.sign() {
+                    try store.insert(notification)
+                    try self.schedule(
+                        DueEvent(
+                            kind: .notificationLease, key: notification.id,
+                            due: current.addingTimeInterval(Self.attemptLease)), in: store)
+                    batchWork.claimed(notification)
+                }
                 let next = try store.nextDue()
                 self.nextDue.withLock { $0 = next }
                 return batchWork

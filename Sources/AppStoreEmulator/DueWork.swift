@@ -30,6 +30,9 @@ public struct DueWork: Sendable {
         }
     }
 
+    /// A notification made and claimed by the run itself, to send after it commits.
+    mutating func claimed(_ notification: OutboundNotification) { sends.append(notification) }
+
     mutating func add(_ other: DueWork) {
         renewals += other.renewals
         expirations += other.expirations

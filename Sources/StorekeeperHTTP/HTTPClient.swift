@@ -87,6 +87,15 @@ public struct HTTPClient: Sendable {
         return try result.get()
     }
 
+    /// Sends one request on the calling thread, blocking it until the answer (or the deadline): for callers
+    /// that run many requests one after another on a thread of their own. Never call it from a Swift task
+    /// on the cooperative pool; use ``send(_:_:headers:body:)`` there.
+    public func sendBlocking(
+        _ method: String, _ url: String, headers: [(name: String, value: String)] = [], body: [UInt8] = []
+    ) -> Result<Response, HTTPClientError> {
+        perform(method, url, headers, body)
+    }
+
     private func perform(_ method: String, _ url: String, _ headers: [(name: String, value: String)], _ body: [UInt8])
         -> Result<Response, HTTPClientError>
     {

@@ -311,6 +311,12 @@ struct EmulatorStorageContractTests {
                         ]
                         return expected
                     }())
+            // Its delivery alone (no payload read): the same state and attempts.
+            let delivery = try #require(try store.delivery("y"))
+            #expect(delivery.state == y.state && delivery.attempts == y.attempts)
+            #expect(try store.delivery("z")?.state == .pending)
+            #expect(try store.delivery("z")?.attempts == [])
+            #expect(try store.delivery("missing") == nil)
             let page = try store.notifications(
                 bundle: "com.example", environment: .sandbox, from: .distantPast, to: .distantFuture, after: nil,
                 limit: 3)

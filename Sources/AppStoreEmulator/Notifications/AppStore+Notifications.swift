@@ -233,12 +233,15 @@ extension AppStore {
 
     /// Sends claimed notifications in the background and records the results of the batch in one write.
     /// One subscription's notifications go one after another, in the order they were written; different
-    /// subscriptions' go side by side (Apple promises no order; receivers order by signedDate).
+    /// subscriptions' go side by side (Apple promises no order; receivers order by signedDate), on up to
+    /// ``deliveryConcurrency`` threads of their own, each sending its share of the batch one request after
+    /// another (a thread hop per share, not per notification).
     func deliver(_ notifications: [OutboundNotification]) {
         guard !notifications.isEmpty else { return }
         let fresh = notificationsInFlight.withLock { inFlight in
             notifications.filter { inFlight.insert($0.id).inserted }
         }
+        guard !fresh.isEmpty else { return }
         var chains: [[OutboundNotification]] = []
         var chainOf: [String: Int] = [:]
         for notification in fresh {
@@ -250,30 +253,28 @@ extension AppStore {
                 chains.append([notification])
             }
         }
-        let work = chains
-        Task.detached { [self] in
-            var results: [Attempted] = []
-            await withTaskGroup(of: [Attempted].self) { group in
-                var next = 0
-                func startChain() {
-                    guard next < work.count else { return }
-                    let chain = work[next]
-                    next += 1
-                    group.addTask {
-                        var done: [Attempted] = []
-                        for notification in chain { done.append(await self.send(notification)) }
-                        return done
-                    }
-                }
-                for _ in 0..<Self.deliveryConcurrency { startChain() }
-                while let finished = await group.next() {
-                    results += finished
-                    startChain()
-                }
+        // Whole chains per lane, so a subscription's notifications keep their order.
+        let laneCount = min(Self.deliveryConcurrency, chains.count)
+        var lanes = [[OutboundNotification]](repeating: [], count: laneCount)
+        for (index, chain) in chains.enumerated() { lanes[index % laneCount] += chain }
+        let results = Mutex<[Attempted]>([])
+        let group = DispatchGroup()
+        for lane in lanes {
+            group.enter()
+            // A serial queue of its own: an overcommitting thread, never one of the cooperative pool's.
+            DispatchQueue(label: "storekeeper.notifications.delivery").async {
+                let done = lane.map { self.sendBlocking($0) }
+                results.withLock { $0 += done }
+                group.leave()
             }
-            await self.record(results)
-            notificationsInFlight.withLock { inFlight in
-                for result in results { inFlight.remove(result.notification.id) }
+        }
+        group.notify(queue: DispatchQueue(label: "storekeeper.notifications.recorded")) { [self] in
+            let attempted = results.withLock { $0 }
+            Task.detached { [self] in
+                await self.record(attempted)
+                notificationsInFlight.withLock { inFlight in
+                    for result in attempted { inFlight.remove(result.notification.id) }
+                }
             }
         }
     }
@@ -286,16 +287,18 @@ extension AppStore {
         var at: Date
     }
 
-    func send(_ notification: OutboundNotification) async -> Attempted {
+    /// One attempt, on the calling thread (a delivery lane's).
+    func sendBlocking(_ notification: OutboundNotification) -> Attempted {
         let client = HTTPClient(timeout: .milliseconds(Int64(notification.timeoutMilliseconds)))
         var status: Int?
         let result: SendAttemptResult
-        do {
-            let response = try await client.send(
-                "POST", notification.url, headers: [("Content-Type", "application/json")], body: notification.body)
+        switch client.sendBlocking(
+            "POST", notification.url, headers: [("Content-Type", "application/json")], body: notification.body)
+        {
+        case .success(let response):
             status = response.status
             result = Outbox.isSuccess(status: response.status) ? .success : .unsuccessfulHTTPResponseCode
-        } catch {
+        case .failure(let error):
             result =
                 switch error.code {
                 case .timedOut: .timedOut
@@ -314,8 +317,12 @@ extension AppStore {
         do {
             try await storage.write { store in
                 for attempt in attempts {
-                    guard var stored = try store.notification(attempt.notification.id), stored.state == .pending
+                    // The notification as claimed, with its state and attempts as stored now (its payload,
+                    // written once, is not read again).
+                    guard let delivery = try store.delivery(attempt.notification.id), delivery.state == .pending
                     else { continue }
+                    var stored = attempt.notification
+                    (stored.state, stored.attempts) = (delivery.state, delivery.attempts)
                     switch Outbox.record(attempt.result, status: attempt.status, at: attempt.at, in: &stored) {
                     case .delivered, .failed: break
                     case .retry(let date):

@@ -99,17 +99,28 @@ extension OutboundNotification {
     /// V2's body, `{"signedPayload":"…"}`. A JWS in compact form is base64url and dots, which JSON takes as
     /// they are, so the 14 KB payload is copied rather than scanned by the JSON writer (anything else is).
     public static func v2Body(signedPayload: String) -> [UInt8] {
-        let payload = Array(signedPayload.utf8)
-        let plain = payload.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
-                true
-            default: false
-            }
+        let prefix = Array("{\"signedPayload\":\"".utf8)
+        var body = [UInt8]()
+        body.reserveCapacity(prefix.count + signedPayload.utf8.count + 2)
+        body += prefix
+        body += signedPayload.utf8
+        let table = compactJWSBytes  // once: a static read in the loop would check its initialisation per byte
+        let plain = table.withUnsafeBufferPointer { allowed in
+            body.withUnsafeBufferPointer { bytes in bytes[prefix.count...].allSatisfy { allowed[Int($0)] } }
         }
         guard plain else { return JSONWriter.bytes(.object(["signedPayload": .string(signedPayload)])) }
-        return Array("{\"signedPayload\":\"".utf8) + payload + Array("\"}".utf8)
+        body += Array("\"}".utf8)
+        return body
+    }
+
+    /// The bytes of a JWS in compact form: base64url's alphabet and the dot.
+    private static let compactJWSBytes: [Bool] = (0..<256).map { value in
+        switch UInt8(value) {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
+            true
+        default: false
+        }
     }
 }
 

@@ -263,6 +263,9 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             change(\.notifications, notification.id, notification)
         }
         func notification(_ id: String) -> OutboundNotification? { tables.notifications[id] }
+        func delivery(_ id: String) -> (state: OutboxState, attempts: [SendAttempt])? {
+            tables.notifications[id].map { ($0.state, $0.attempts) }
+        }
 
         func family(_ id: String) -> Family? { tables.families[id] }
         func family(member account: AccountID) -> Family? {

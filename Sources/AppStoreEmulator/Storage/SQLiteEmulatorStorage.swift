@@ -716,6 +716,14 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             try connection.execute("SELECT \(Self.notificationColumns) WHERE n.id = ?", [.text(id)]).first.map(outbound)
         }
 
+        func delivery(_ id: String) throws -> (state: OutboxState, attempts: [SendAttempt])? {
+            try connection.execute("SELECT state, attempts FROM notifications WHERE id = ?", [.text(id)]).first.map {
+                row in
+                let state = OutboxState(rawValue: row["state"].string ?? "") ?? .pending
+                return (state, Self.attempts(row["attempts"].string ?? ""))
+            }
+        }
+
         func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification] {
             try connection.execute(
                 "SELECT \(Self.notificationColumns) WHERE n.original_transaction_id = ? ORDER BY n.position LIMIT ?",

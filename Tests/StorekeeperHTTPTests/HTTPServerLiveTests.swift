@@ -265,6 +265,30 @@ struct HTTPClientTests {
         #expect(missing.status == 404)
     }
 
+    @Test("sendBlocking, on a thread of its own, answers as send does, errors included")
+    func blocking() async throws {
+        let server = try HTTPServer(port: 0, responder: exampleRouter())
+        defer { server.stop() }
+        let base = "http://127.0.0.1:\(server.port)"
+        let (created, late) = await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                let created = HTTPClient(timeout: .seconds(5)).sendBlocking(
+                    "POST", base + "/_emulator/v1/devices/D/apps/b/payments?ids=1",
+                    headers: [("Content-Type", "application/json")], body: Array(#"{"productId":"p"}"#.utf8))
+                let late = HTTPClient(timeout: .milliseconds(200)).sendBlocking("GET", base + "/slow?ms=3000")
+                continuation.resume(returning: (created, late))
+            }
+        }
+        let response = try created.get()
+        #expect(response.status == 201)
+        #expect(try JSONParser.parse(response.body)["ids"] == .array([.string("1")]))
+        guard case .failure(let error) = late else {
+            Issue.record("a deadline of 200 ms must pass before a 3 s answer")
+            return
+        }
+        #expect(error.code == .timedOut)
+    }
+
     @Test("Deadlines, refused connections, bad URLs and oversized answers are errors of their kind")
     func failures() async throws {
         let server = try HTTPServer(port: 0, responder: exampleRouter())

@@ -253,17 +253,20 @@ extension AppStore {
                 chains.append([notification])
             }
         }
-        // Whole chains per lane, so a subscription's notifications keep their order.
-        let laneCount = min(Self.deliveryConcurrency, chains.count)
-        var lanes = [[OutboundNotification]](repeating: [], count: laneCount)
-        for (index, chain) in chains.enumerated() { lanes[index % laneCount] += chain }
+        // Each lane takes the next whole chain when it is free (a subscription's notifications keep their
+        // order; a slow receiver holds up one lane, not the chains behind it).
+        let work = chains
+        let next = Atomic<Int>(0)
         let results = Mutex<[Attempted]>([])
         let group = DispatchGroup()
-        for lane in lanes {
+        for _ in 0..<min(Self.deliveryConcurrency, work.count) {
             group.enter()
             // A serial queue of its own: an overcommitting thread, never one of the cooperative pool's.
             DispatchQueue(label: "storekeeper.notifications.delivery").async {
-                let done = lane.map { self.sendBlocking($0) }
+                var done: [Attempted] = []
+                while case let index = next.add(1, ordering: .relaxed).oldValue, index < work.count {
+                    for notification in work[index] { done.append(self.sendBlocking(notification)) }
+                }
                 results.withLock { $0 += done }
                 group.leave()
             }

@@ -43,6 +43,19 @@ public final class Connection {
         return statement
     }
 
+    /// Result column names by SQL text, made once per statement rather than per call (a `SELECT *` of a
+    /// wide table made a string per column per call); made again when the count changes (a statement
+    /// SQLite prepared again after a schema change; no migration renames a column).
+    private var columnNameCache: [String: [String]] = [:]
+
+    private func columnNames(_ statement: OpaquePointer, sql: String, count: Int32) -> [String] {
+        if let names = columnNameCache[sql], names.count == Int(count) { return names }
+        let names = (0..<count).map { String(cString: sqlite3_column_name(statement, $0)) }
+        if columnNameCache.count >= 256 { columnNameCache.removeAll() }
+        columnNameCache[sql] = names
+        return names
+    }
+
     /// Runs one statement with bound values and returns every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(SQLiteError) -> [Row] {
@@ -78,13 +91,19 @@ public final class Connection {
             }
             guard status == SQLITE_OK else { throw error(status, sql) }
         }
-        let columnCount = sqlite3_column_count(statement)
-        let columns = (0..<columnCount).map { String(cString: sqlite3_column_name(statement, $0)) }
         var rows: [Row] = []
+        // Read after the first step: a statement SQLite prepares again there (the schema changed since it
+        // was cached, `SELECT *` after `ALTER TABLE … ADD COLUMN`) may have other columns than before it.
+        var columnCount: Int32 = 0
+        var columns: [String] = []
         while true {
             let step = sqlite3_step(statement)
             if step == SQLITE_DONE { break }
             guard step == SQLITE_ROW else { throw error(step, sql) }
+            if rows.isEmpty {
+                columnCount = sqlite3_column_count(statement)
+                columns = columnNames(statement, sql: sql, count: columnCount)
+            }
             var values: [SQLValue] = []
             values.reserveCapacity(Int(columnCount))
             for column in 0..<columnCount {

@@ -37,6 +37,21 @@ struct DatabaseTests {
         #expect(rows[0][5] == .blob([]) || rows[0][5] == .null)
     }
 
+    @Test("A statement run again after the schema changed answers the new columns")
+    func columnsAfterSchemaChange() async throws {
+        let database = try Database(path: ":memory:")
+        try await database.migrate(Self.schema)
+        let rows = try await database.write { connection -> ([Row], [Row]) in
+            try connection.execute("INSERT INTO accounts (id, storefront) VALUES ('a', 'USA')")
+            let before = try connection.execute("SELECT * FROM accounts")
+            try connection.executeScript("ALTER TABLE accounts ADD COLUMN email TEXT DEFAULT 'x@example.com'")
+            return (before, try connection.execute("SELECT * FROM accounts"))
+        }
+        #expect(rows.0.first?.columns == ["id", "storefront"])
+        #expect(rows.1.first?.columns == ["id", "storefront", "email"])
+        #expect(rows.1.first?["email"] == .text("x@example.com"))
+    }
+
     @Test("Migrations apply once, in order, and are recorded")
     func migrations() async throws {
         let path = try Self.temporaryPath()

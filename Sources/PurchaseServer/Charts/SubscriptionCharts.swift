@@ -67,36 +67,6 @@ public struct SubscriptionCharts: Sendable {
         public var currency: String?
         public var isTrial: Bool
 
-        public init(_ purchase: PurchaseRecord) {
-            originalTransactionID = purchase.originalTransactionID
-            productID = purchase.productID
-            kind = purchase.kind
-            environment = purchase.environment
-            purchaseDate = purchase.purchaseDate
-            expiresDate = purchase.expiresDate
-            revocationDate = purchase.revocationDate
-            price = purchase.price
-            currency = purchase.currency
-            isTrial = SubscriptionCharts.isTrial(purchase)
-        }
-
-        public init(
-            originalTransactionID: String, productID: String, kind: ProductKind, environment: Environment,
-            purchaseDate: Date, expiresDate: Date?, revocationDate: Date?, price: Int64?, currency: String?,
-            isTrial: Bool
-        ) {
-            self.originalTransactionID = originalTransactionID
-            self.productID = productID
-            self.kind = kind
-            self.environment = environment
-            self.purchaseDate = purchaseDate
-            self.expiresDate = expiresDate
-            self.revocationDate = revocationDate
-            self.price = price
-            self.currency = currency
-            self.isTrial = isTrial
-        }
-
         /// The last date a chart may need it on: its purchase, its expiry or its refund, whichever is latest.
         public var lastDate: Date { max(purchaseDate, expiresDate ?? purchaseDate, revocationDate ?? purchaseDate) }
     }
@@ -330,5 +300,22 @@ public struct SubscriptionCharts: Sendable {
             chart: chart,
             points: buckets.indices.map { Point(start: buckets[$0].0, end: buckets[$0].1, value: values[$0]) },
             currency: currency, otherCurrencies: other)
+    }
+}
+
+// In an extension, so the record keeps Swift's memberwise initialiser (storage reads columns into it).
+extension SubscriptionCharts.Record {
+    /// What charts need of a stored purchase.
+    public init(_ purchase: PurchaseRecord) {
+        originalTransactionID = purchase.originalTransactionID
+        productID = purchase.productID
+        kind = purchase.kind
+        environment = purchase.environment
+        purchaseDate = purchase.purchaseDate
+        expiresDate = purchase.expiresDate
+        revocationDate = purchase.revocationDate
+        price = purchase.price
+        currency = purchase.currency
+        isTrial = SubscriptionCharts.isTrial(purchase)
     }
 }

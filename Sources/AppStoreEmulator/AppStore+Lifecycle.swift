@@ -36,10 +36,16 @@ extension AppStore {
     ) throws {
         var notices: [Notice] = []
         let key = subscription.originalTransactionID.rawValue
+        // The latest transaction as last read or written here (the notifications read it otherwise).
+        var latestKnown: StoredTransaction?
+        var originalKnown: StoredTransaction?
         for effect in effects {
             switch effect {
             case .startPeriod(let productID, let start, let expires, let reason, let offer):
-                guard var next = try store.transaction(subscription.latestTransactionID) else { continue }
+                guard var next = try latestKnown ?? store.transaction(subscription.latestTransactionID) else {
+                    continue
+                }
+                let original = next.renewalNumber == 0 ? next : nil
                 next.transaction.id = try newTransactionID(in: store)
                 next.transaction.productID = productID
                 next.transaction.purchaseDate = start
@@ -58,8 +64,12 @@ extension AppStore {
                 next.orderID = newOrderID()
                 try store.insert(next)
                 subscription.latestTransactionID = next.id
+                latestKnown = next
+                originalKnown = originalKnown ?? original
             case .endLatestPeriod(let date, let refundUnused):
-                guard var latest = try store.transaction(subscription.latestTransactionID) else { continue }
+                guard var latest = try latestKnown ?? store.transaction(subscription.latestTransactionID) else {
+                    continue
+                }
                 latest.transaction.expiresDate = date
                 if refundUnused {
                     // The upgraded period ends now; its unused part is refunded.
@@ -68,11 +78,15 @@ extension AppStore {
                     latest.transaction.revocationReason = .other
                 }
                 try store.update(latest)
+                latestKnown = latest
             case .revokeLatest(let reason, let date):
-                guard var latest = try store.transaction(subscription.latestTransactionID) else { continue }
+                guard var latest = try latestKnown ?? store.transaction(subscription.latestTransactionID) else {
+                    continue
+                }
                 latest.transaction.revocationDate = reason == nil ? nil : date
                 latest.transaction.revocationReason = reason
                 try store.update(latest)
+                latestKnown = latest
             case .schedule(let kind, let date):
                 try schedule(DueEvent(kind: Self.dueKind(kind), key: key, due: date), in: store)
             case .unschedule(let kind):
@@ -83,7 +97,9 @@ extension AppStore {
         }
         try store.save(subscription)
         for notice in notices {
-            try enqueue(notice, subscription: subscription, account: account, in: store, now: now)
+            try enqueue(
+                notice, subscription: subscription, account: account, in: store, now: now, latest: latestKnown,
+                original: originalKnown)
         }
         try shareSubscription(subscription, account: account, notices: notices, in: store, now: now)
     }

@@ -61,6 +61,10 @@ public final class AppStore: Sendable {
     let productsNotForSale: Mutex<Set<ProductID>>
     /// Notifications this process is sending now: a lease that falls due meanwhile does not send again.
     let notificationsInFlight = Mutex<Set<String>>([])
+    /// The next identifiers to give, read from their settings at first use. Writes run one at a time, so
+    /// the cache follows the stored counters; a write rolled back leaves it ahead of them (a gap, as
+    /// Apple's identifiers have), never behind, since each identifier given stores its successor.
+    private let counters = Mutex<[String: Int64]>([:])
     /// Notification settings per app and environment, from `--config` and `PUT …/notifications`.
     let notificationSettings: Mutex<[String: AppNotifications]>
     /// The keys that sign each app's promotional offers, by key id.
@@ -354,14 +358,19 @@ public final class AppStore: Sendable {
     // MARK: - Identifiers
 
     func newTransactionID(in store: any EmulatorStore) throws -> TransactionID {
-        let next = try store.setting(Setting.nextTransactionID).flatMap(Int64.init) ?? 2_000_000_000_000_001
-        try store.setSetting(Setting.nextTransactionID, String(next + 1))
-        return TransactionID(String(next))
+        TransactionID(String(try next(Setting.nextTransactionID, from: 2_000_000_000_000_001, in: store)))
     }
 
     func newWebOrderLineItemID(in store: any EmulatorStore) throws -> Int64 {
-        let next = try store.setting(Setting.nextWebOrderLineItemID).flatMap(Int64.init) ?? 2_000_000_100_000_001
-        try store.setSetting(Setting.nextWebOrderLineItemID, String(next + 1))
+        try next(Setting.nextWebOrderLineItemID, from: 2_000_000_100_000_001, in: store)
+    }
+
+    /// The counter's next value (within a write); its successor is stored.
+    private func next(_ setting: String, from first: Int64, in store: any EmulatorStore) throws -> Int64 {
+        let cached = counters.withLock { $0[setting] }
+        let next = try cached ?? store.setting(setting).flatMap(Int64.init) ?? first
+        try store.setSetting(setting, String(next + 1))
+        counters.withLock { $0[setting] = next + 1 }
         return next
     }
 

@@ -65,9 +65,9 @@ extension BenchCommands {
         let start = clock.now
         try blocking {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                for slice in 0..<4 {
+                for slice in 0..<Self.subscribingClients {
                     group.addTask {
-                        for index in stride(from: slice, to: subscribers, by: 4) {
+                        for index in stride(from: slice, to: subscribers, by: Self.subscribingClients) {
                             try await subscribe(store, index: index, bundleID: bundleID)
                         }
                     }
@@ -112,6 +112,9 @@ extension BenchCommands {
             """)
         return 0
     }
+
+    /// Customers subscribing at once (the emulator's group commit joins their writes).
+    static let subscribingClients = 32
 
     /// One subscriber: a production account, a device, the app, a monthly subscription and its story.
     static func subscribe(_ store: AppStore, index: Int, bundleID: String) async throws {

@@ -32,12 +32,23 @@ extension AppStore {
         notificationSettings.withLock { $0[bundleID] = settings }
     }
 
+    /// `latest` and `original`, when the caller has them as stored, spare reading them again.
     func enqueue(
         _ notice: Notice, subscription: StoredSubscription, account: Account, in store: any EmulatorStore, now: Date,
-        extra: JSONObject = [:]
+        extra: JSONObject = [:], latest known: StoredTransaction? = nil, original: StoredTransaction? = nil
     ) throws {
-        guard let latest = try store.transaction(subscription.latestTransactionID) else { return }
-        let first = try store.transaction(subscription.originalTransactionID)
+        guard
+            notificationSettings(
+                bundleID: subscription.bundleID.rawValue, environment: account.environment, now: now) != nil
+        else { return }
+        guard
+            let latest = try known.flatMap({ $0.id == subscription.latestTransactionID ? $0 : nil })
+                ?? store.transaction(subscription.latestTransactionID)
+        else { return }
+        let first =
+            try original.flatMap({ $0.id == subscription.originalTransactionID ? $0 : nil })
+            ?? (latest.id == subscription.originalTransactionID
+                ? latest : store.transaction(subscription.originalTransactionID))
         try enqueue(
             notice, transaction: latest, renewal: (subscription.state, first?.transaction.purchaseDate),
             account: account, in: store, now: now, extra: extra)

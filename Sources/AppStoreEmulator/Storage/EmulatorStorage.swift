@@ -154,5 +154,5 @@ public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepos
 /// durable. One contract suite (`EmulatorStorageContractTests`) holds for every backend.
 public protocol EmulatorStorage: Sendable {
     func read<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T
-    func write<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T
+    func write<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T) async throws -> T
 }

@@ -16,7 +16,7 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         }
     }
 
-    public func write<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T) async throws -> T {
         try tables.withLock { tables in
             // Hand the tables over so the store holds the only reference: a change copies nothing.
             var taken = Tables()

@@ -149,8 +149,11 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         try await database.read { try body(Store(connection: $0)) }
     }
 
-    public func write<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
-        try await database.write { try body(Store(connection: $0)) }
+    /// A group commit: writes waiting at the same moment share one transaction and one fsync, each all or
+    /// nothing on its own (a savepoint), in the order they were submitted; each returns once the group is
+    /// on disk.
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+        try await database.writeGrouped { try body(Store(connection: $0)) }
     }
 
     /// The repositories over one connection (inside a read or a write).

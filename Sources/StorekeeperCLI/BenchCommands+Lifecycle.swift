@@ -1,8 +1,10 @@
 import AppStoreEmulator
+import Dispatch
 import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCrypto
 import StorekeeperHTTP
 import SubscriptionLifecycle
 import Synchronization
@@ -24,7 +26,9 @@ extension BenchCommands {
             plan at once, one is refunded at once; the rest renew every month. Store time advances a month per \
             step; every change writes V2 notifications (three ES256 signatures each) to the outbox, which sends \
             them to a receiver on 127.0.0.1. Reports subscriber-years per second (time until the last \
-            notification was received) and peak resident memory.
+            notification was received) and peak resident memory, and, as a baseline measured first in the \
+            same run, bare ES256 signatures per second on every core: the ceiling those signatures alone put \
+            on subscriber-years per second with this run's notifications.
             """)
 
     static func lifecycle(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
@@ -33,6 +37,7 @@ extension BenchCommands {
         guard subscribers > 0, (1...20).contains(years) else {
             throw UsageError("--subscribers must be positive and --years 1 to 20")
         }
+        let signaturesPerSecond = arguments.flag("no-notifications") ? 0 : try bareSignaturesPerSecond()
         let received = Atomic<Int>(0)
         var router = Router()
         router.post("/notifications") { _, _ in
@@ -110,6 +115,19 @@ extension BenchCommands {
               peak resident memory \(peakResidentKilobytes() / 1024) MiB
 
             """)
+        if signaturesPerSecond > 0, last > 0 {
+            // Three signatures a notification: the most notifications per second signing alone allows, and
+            // the subscriber-years per second that makes with this run's notifications per subscriber-year.
+            let ceiling = signaturesPerSecond / 3 / (Double(last) / subscriberYears)
+            let share = String(format: "%.2f", subscriberYears / elapsed / ceiling)
+            console.write(
+                """
+                  baseline, same run: bare ES256 on \(ProcessInfo.processInfo.activeProcessorCount) cores, \
+                \(rate(signaturesPerSecond)) signatures/s: at most \(rate(ceiling)) subscriber-years/s \
+                if signing were all the work; this run \(share)× that
+
+                """)
+        }
         return 0
     }
 
@@ -137,6 +155,25 @@ extension BenchCommands {
             _ = try await store.refund(transactionID: stored.id.rawValue, reason: .other)
         default: break
         }
+    }
+
+    /// ES256 signatures per second on every core over a notification-sized message, for a second: the
+    /// primitive alone (OpenSSL through ``PrivateKey``), no JSON, no encoding.
+    static func bareSignaturesPerSecond() throws -> Double {
+        let key = try PrivateKey.generateP256()
+        let message = [UInt8](repeating: 0x61, count: 2_048)
+        let lanes = ProcessInfo.processInfo.activeProcessorCount
+        let counts = Mutex([Int](repeating: 0, count: lanes))
+        let clock = ContinuousClock()
+        let start = clock.now
+        DispatchQueue.concurrentPerform(iterations: lanes) { lane in
+            var signed = 0
+            while clock.now - start < .seconds(1) {
+                for _ in 0..<50 where (try? key.signRawECDSA(message, digest: .sha256)) != nil { signed += 1 }
+            }
+            counts.withLock { $0[lane] = signed }
+        }
+        return Double(counts.withLock { $0.reduce(0, +) }) / (clock.now - start).seconds
     }
 
     /// The process's peak resident set (VmHWM), in KiB.

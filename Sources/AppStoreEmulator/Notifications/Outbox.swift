@@ -98,12 +98,17 @@ public struct OutboundNotification: Sendable, Hashable {
 extension OutboundNotification {
     /// V2's body, `{"signedPayload":"…"}`. A JWS in compact form is base64url and dots, which JSON takes as
     /// they are, so the 14 KB payload is copied rather than scanned by the JSON writer (anything else is).
-    public static func v2Body(signedPayload: String) -> [UInt8] {
+    /// `signed`: the payload is one this process's signer just made (so compact; not checked again).
+    public static func v2Body(signedPayload: String, signed: Bool = false) -> [UInt8] {
         let prefix = Array("{\"signedPayload\":\"".utf8)
         var body = [UInt8]()
         body.reserveCapacity(prefix.count + signedPayload.utf8.count + 2)
         body += prefix
         body += signedPayload.utf8
+        if signed {
+            body += Array("\"}".utf8)
+            return body
+        }
         let table = compactJWSBytes  // once: a static read in the loop would check its initialisation per byte
         let plain = table.withUnsafeBufferPointer { allowed in
             body.withUnsafeBufferPointer { bytes in bytes[prefix.count...].allSatisfy { allowed[Int($0)] } }

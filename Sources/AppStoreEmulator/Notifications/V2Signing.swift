@@ -5,10 +5,10 @@ import StorekeeperJSON
 import Synchronization
 
 /// The signatures of one change's V2 notifications, rendered but not yet signed: the transaction, the
-/// renewal info, then each URL's payload around them (three ES256 signatures for one URL). Signing is
-/// most of a renewal's cost, so a run of due events collects its notifications in a ``Batch`` and signs
-/// them on every core just before the run's transaction commits (what is stored is the same as signing
-/// each at once).
+/// renewal info, then each URL's payload around them (three ES256 signatures for one URL). Signing costs
+/// as much as the rest of a renewal, so a run of due events hands each change's notifications to a
+/// ``Batch``, which signs them on other threads while the run goes on, and waits for them before the run's
+/// transaction commits (what is stored is the same as signing each at once).
 struct V2Signing: Sendable {
     let signer: JWSChainSigner
     let transaction: JSONObject
@@ -33,7 +33,7 @@ struct V2Signing: Sendable {
             let signed = try signer.sign(payload)
             var notification = unsigned
             notification.signedPayload = signed
-            notification.body = OutboundNotification.v2Body(signedPayload: signed)
+            notification.body = OutboundNotification.v2Body(signedPayload: signed, signed: true)
             return notification
         }
     }
@@ -42,28 +42,32 @@ struct V2Signing: Sendable {
     /// is signed when it is made).
     @TaskLocal static var batch: Batch?
 
-    /// The notifications a run of due events made, in order.
+    /// The notifications a run of due events made, in order. Each is signed on a background thread as soon
+    /// as it is added, while the run goes on with the next event; ``sign()`` waits for the last.
     final class Batch: Sendable {
-        private let work = Mutex<[V2Signing]>([])
+        private let results = Mutex<[Result<[OutboundNotification], any Error>?]>([])
+        private let group = DispatchGroup()
+        private static let queue = DispatchQueue(label: "storekeeper.notifications.signing", attributes: .concurrent)
 
-        func add(_ signing: V2Signing) { work.withLock { $0.append(signing) } }
+        func add(_ signing: V2Signing) {
+            let index = results.withLock { results in
+                results.append(nil)
+                return results.count - 1
+            }
+            Self.queue.async(group: group) { [self] in
+                let result = Result { try signing.sign() }
+                results.withLock { $0[index] = result }
+            }
+        }
 
-        /// Every notification, signed on as many threads as there are cores, in the order they were made.
+        /// Every notification added, signed, in the order they were added.
         func sign() throws -> [OutboundNotification] {
-            let jobs = work.withLock { jobs in
-                defer { jobs = [] }
-                return jobs
+            group.wait()
+            let done = results.withLock { results in
+                defer { results = [] }
+                return results
             }
-            guard jobs.count > 1 else { return try jobs.flatMap { try $0.sign() } }
-            let lanes = min(jobs.count, max(1, ProcessInfo.processInfo.activeProcessorCount))
-            let results = Mutex([Result<[OutboundNotification], any Error>?](repeating: nil, count: jobs.count))
-            DispatchQueue.concurrentPerform(iterations: lanes) { lane in
-                for index in stride(from: lane, to: jobs.count, by: lanes) {
-                    let result = Result { try jobs[index].sign() }
-                    results.withLock { $0[index] = result }
-                }
-            }
-            return try results.withLock { $0 }.flatMap { try $0!.get() }
+            return try done.flatMap { try $0!.get() }
         }
     }
 }

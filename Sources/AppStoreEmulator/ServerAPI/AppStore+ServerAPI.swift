@@ -535,7 +535,7 @@ extension AppStore {
             try store.insert(
                 OutboundNotification(
                     id: uuid, bundleID: BundleID(scope.bundleID), environment: scope.environment, version: 2, url: url,
-                    body: OutboundNotification.v2Body(signedPayload: signed), signedPayload: signed,
+                    body: OutboundNotification.v2Body(signedPayload: signed, signed: true), signedPayload: signed,
                     notice: notice, originalTransactionID: nil, created: now, retryDelays: settings.retryDelays,
                     retryClientErrors: settings.retryClientErrors, timeoutMilliseconds: settings.timeoutMilliseconds))
             try schedule(DueEvent(kind: .notificationAttempt, key: uuid, due: now), in: store)

@@ -660,7 +660,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             let payload = row["payload"].bytes ?? []
             // V2 posts {"signedPayload": …}, derived again from the payload; V1 posts the stored body.
             let signedPayload = version == 2 ? String(decoding: payload, as: UTF8.self) : nil
-            let body = signedPayload.map(OutboundNotification.v2Body(signedPayload:)) ?? payload
+            let body = signedPayload.map { OutboundNotification.v2Body(signedPayload: $0) } ?? payload
             return OutboundNotification(
                 id: row["id"].string ?? "", bundleID: BundleID(row["bundle_id"].string ?? ""),
                 environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,

@@ -108,6 +108,8 @@ public final class AppStore: Sendable {
         /// Consumption information sent for a transaction.
         static func consumption(_ transactionID: TransactionID) -> String { "consumption.\(transactionID.rawValue)" }
         static func notifications(_ bundleID: String) -> String { "notifications.\(bundleID)" }
+        /// A JWS protected header the outbox's stored payloads name by fingerprint (``StoredJWS``).
+        static func jwsHeader(_ fingerprint: String) -> String { "jwsHeader.\(fingerprint)" }
         /// A customer's refund request waiting for Apple's decision: its reason, or "" when there is none.
         static func refundRequest(_ transactionID: TransactionID) -> String {
             "refundRequest.\(transactionID.rawValue)"
@@ -146,8 +148,12 @@ public final class AppStore: Sendable {
         }
         self.storage = opened
         let configured = apps
+        let header = signer.encodedHeader
         let (clock, due, notForSale, notifications, families, mintedKeys) = try await opened.write { store in
             if let rate { try store.setSetting(Setting.rate, rate.name) }
+            // Registered before any notification is written, so the outbox may keep its payloads short.
+            let headerKey = Setting.jwsHeader(StoredJWS.fingerprint(header: Array(header.utf8)))
+            if try store.setting(headerKey) != header { try store.setSetting(headerKey, header) }
             let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
             let offset = try store.setting(Setting.clockOffset).flatMap(TimeInterval.init) ?? 0
             let notForSale = Set(

@@ -86,7 +86,8 @@ public enum OfferSignature {
 /// (`{"alg":"ES256","x5c":[…]}`, a few kilobytes) is encoded once, not for every signature.
 public struct JWSChainSigner: Sendable {
     public let key: PrivateKey
-    private let encodedHeader: String
+    /// The protected header, base64url-encoded: what every JWS this signer makes starts with.
+    public let encodedHeader: String
 
     public init(key: PrivateKey, chain: [Certificate]) throws {
         guard key.isEC, key.bits == 256 else {

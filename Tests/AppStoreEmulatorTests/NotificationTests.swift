@@ -404,6 +404,76 @@ struct NotificationTests {
         #expect(reversal["data"]?["transactionInfo"]?["revocationDate"] == nil)
     }
 
+    @Test(
+        "The outbox keeps a V2 payload at a fraction of its size and gives back exactly the bytes delivered",
+        .enabled(if: ExternalTool.find("sqlite3") != nil, "needs the sqlite3 command"))
+    func compactPayloads() async throws {
+        let harness = try await Self.harness()
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["sandboxURL": .string(sink.url)])
+        let app = try await harness.device()
+        _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        _ = try await sink.payloads(atLeast: 1)
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        let delivered = try await sink.payloads(atLeast: 2)
+        let history = try await Self.settledHistory(harness).compactMap { $0["signedPayload"]?.stringValue }
+        #expect(delivered.count == 2)
+        #expect(Set(history) == Set(delivered), "the history answers the delivered bytes")
+        let path = harness.directory.appendingPathComponent("store.sqlite").path
+        let sqlite = try #require(ExternalTool.find("sqlite3"))
+        let stored = try ExternalTool.run(
+            sqlite, [path, "SELECT substr(payload, 1, 1), length(payload) FROM notification_payloads"])
+        let rows = stored.stdoutText.split(separator: "\n").map { $0.split(separator: "|") }
+        #expect(rows.count == 2, "\(stored.stdoutText) \(stored.stderrText)")
+        let smallest = delivered.map(\.utf8.count).min() ?? 0
+        for row in rows {
+            #expect(row.first == "~", "kept short: \(row)")
+            #expect((Int(row.last ?? "") ?? .max) * 3 < smallest, "under a third of \(smallest) bytes: \(row)")
+        }
+
+        // Payloads it cannot keep short are kept whole: one holding the marker, one signed under another header.
+        harness.store.close()
+        let pki = harness.store.pki.signedData
+        let ours = try JWSChainSigner(key: pki.leafKey, chain: [pki.leaf, pki.intermediate, pki.root])
+        let other = try JWSChainSigner(key: pki.leafKey, chain: [pki.leaf, pki.intermediate])
+        let nested = try ours.sign(["a": .string("b")])
+        let marked = try ours.sign(["inner": .string(nested), "note": .string("\"~.\(nested)")])
+        let foreign = try other.sign(["inner": .string(try other.sign(["a": .string("b")]))])
+        let plain = try ours.sign(["inner": .string(nested), "n": .integer(1)])
+        let storage = try await SQLiteEmulatorStorage(path: path)
+        let notifications = [marked, foreign, plain].enumerated().map { index, signed in
+            OutboundNotification(
+                id: "extra-\(index)", bundleID: BundleID(AppStoreTests.bundleID), environment: .sandbox, version: 2,
+                url: sink.url, body: OutboundNotification.v2Body(signedPayload: signed), signedPayload: signed,
+                notice: Notice(.test, nil, v1: nil), originalTransactionID: TransactionID("extra-\(index)"),
+                created: Date(timeIntervalSince1970: 1_704_067_200),
+                retryDelays: [], retryClientErrors: true, timeoutMilliseconds: 1_000)
+        }
+        try await storage.write { store in for notification in notifications { try store.insert(notification) } }
+        for notification in notifications {
+            #expect(try await storage.read { try $0.notification(notification.id) } == notification)
+        }
+        let kinds = try ExternalTool.run(
+            sqlite,
+            [
+                path,
+                """
+                SELECT substr(p.payload, 1, 1) FROM notification_payloads p JOIN notifications n USING (position)
+                WHERE n.id LIKE 'extra-%' ORDER BY n.id
+                """,
+            ])
+        #expect(kinds.stdoutText.split(separator: "\n") == ["e", "e", "~"], "\(kinds.stdoutText)")
+
+        // A short payload whose header the database no longer holds is an error, not a wrong payload.
+        let removed = try ExternalTool.run(sqlite, [path, "DELETE FROM settings WHERE key LIKE 'jwsHeader.%'"])
+        #expect(removed.status == 0)
+        let reopened = try await SQLiteEmulatorStorage(path: path)
+        await #expect(throws: EmulatorStorageError.self) {
+            try await reopened.read { try $0.notification("extra-2") }
+        }
+        #expect(try await reopened.read { try $0.notification("extra-0") } == notifications[0])
+    }
+
     @Test("A V2 body is {\"signedPayload\": …} exactly as the JSON writer writes it, for a JWS and for anything else")
     func v2Body() throws {
         for payload in ["eyJhbGciOiJFUzI1NiJ9.eyJhIjoxfQ.c2ln-_0", "", "not \"a\" JWS\n\u{2028}é"] {

@@ -2,6 +2,7 @@ import Foundation
 import StoreModel
 import StorekeeperSQL
 import StorekeeperSQLite
+import Synchronization
 
 /// The emulator's state in SQLite tables (WAL, `synchronous=FULL`): one row per account, device, install,
 /// transaction, subscription, pending payment and due event, each with the indexes its queries need. A
@@ -9,6 +10,7 @@ import StorekeeperSQLite
 /// own serial executor, in the order they were submitted.
 public struct SQLiteEmulatorStorage: EmulatorStorage {
     private let database: Database
+    private let headers = JWSHeaders()
 
     static let migrations = [
         // 001 kept the whole state as one JSON document; 002 moves it into tables (imported at open).
@@ -135,30 +137,34 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         if path != ":memory:" { try PrivateFiles.touch(path) }
         database = try Database(path: path)
         try await database.migrate(Self.migrations)
+        let headers = headers
         try await database.write { connection in
             guard
                 let document = try connection.execute("SELECT document FROM state WHERE id = 1").first?["document"]
                     .bytes
             else { return }
-            try LegacyStateImport.importDocument(document, into: Store(connection: connection))
+            try LegacyStateImport.importDocument(document, into: Store(connection: connection, headers: headers))
             try connection.execute("DELETE FROM state")
         }
     }
 
     public func read<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
-        try await database.read { try body(Store(connection: $0)) }
+        let headers = headers
+        return try await database.read { try body(Store(connection: $0, headers: headers)) }
     }
 
     /// A group commit: writes waiting at the same moment share one transaction and one fsync, each all or
     /// nothing on its own (a savepoint), in the order they were submitted; each returns once the group is
     /// on disk.
     public func write<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T) async throws -> T {
-        try await database.writeGrouped { try body(Store(connection: $0)) }
+        let headers = headers
+        return try await database.writeGrouped { try body(Store(connection: $0, headers: headers)) }
     }
 
     /// The repositories over one connection (inside a read or a write).
     struct Store: EmulatorStore {
         let connection: Connection
+        let headers: JWSHeaders
 
         private func date(_ value: SQLValue) -> Date? { value.double.map(Date.init(timeIntervalSince1970:)) }
         private func real(_ date: Date?) -> SQLValue { date.map { .real($0.timeIntervalSince1970) } ?? .null }
@@ -655,11 +661,33 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         private static let notificationColumns =
             "n.*, p.payload FROM notifications n JOIN notification_payloads p ON p.position = n.position"
 
-        private func outbound(_ row: Row) -> OutboundNotification {
+        /// What the outbox keeps of a V2 signed payload: short when its header is registered.
+        private func storedPayload(_ jws: [UInt8]) throws -> [UInt8] {
+            let header = Array(jws.prefix { $0 != UInt8(ascii: ".") })
+            guard let fingerprint = try headers.fingerprint(of: header, in: self),
+                let stored = StoredJWS.compact(jws, header: header, fingerprint: fingerprint)
+            else { return jws }
+            return stored
+        }
+
+        /// A V2 signed payload as it was signed.
+        private func signedPayload(_ stored: [UInt8]) throws -> String {
+            guard let fingerprint = StoredJWS.fingerprint(of: stored) else {
+                return String(decoding: stored, as: UTF8.self)
+            }
+            guard let header = try headers.header(fingerprint, in: self),
+                let jws = StoredJWS.expand(stored, header: header)
+            else {
+                throw EmulatorStorageError.invalid("a stored notification names an unknown JWS header \(fingerprint)")
+            }
+            return String(decoding: jws, as: UTF8.self)
+        }
+
+        private func outbound(_ row: Row) throws -> OutboundNotification {
             let version = Int(row["version"].int64 ?? 2)
             let payload = row["payload"].bytes ?? []
             // V2 posts {"signedPayload": …}, derived again from the payload; V1 posts the stored body.
-            let signedPayload = version == 2 ? String(decoding: payload, as: UTF8.self) : nil
+            let signedPayload = try version == 2 ? self.signedPayload(payload) : nil
             let body = signedPayload.map { OutboundNotification.v2Body(signedPayload: $0) } ?? payload
             return OutboundNotification(
                 id: row["id"].string ?? "", bundleID: BundleID(row["bundle_id"].string ?? ""),
@@ -698,7 +726,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         flag(notification.retryClientErrors), .integer(Int64(notification.timeoutMilliseconds)),
                     ])
                 let payload =
-                    notification.version == 2 ? Array((notification.signedPayload ?? "").utf8) : notification.body
+                    try notification.version == 2
+                    ? storedPayload(Array((notification.signedPayload ?? "").utf8)) : notification.body
                 try connection.execute(
                     "INSERT INTO notification_payloads (position, payload) VALUES (last_insert_rowid(), ?)",
                     [.blob(payload)])
@@ -716,7 +745,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         }
 
         func notification(_ id: String) throws -> OutboundNotification? {
-            try connection.execute("SELECT \(Self.notificationColumns) WHERE n.id = ?", [.text(id)]).first.map(outbound)
+            try connection.execute("SELECT \(Self.notificationColumns) WHERE n.id = ?", [.text(id)]).first.map {
+                try outbound($0)
+            }
         }
 
         func delivery(_ id: String) throws -> (state: OutboxState, attempts: [SendAttempt])? {
@@ -731,7 +762,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             try connection.execute(
                 "SELECT \(Self.notificationColumns) WHERE n.original_transaction_id = ? ORDER BY n.position LIMIT ?",
                 [.text(original.rawValue), .integer(Int64(max(0, limit)))]
-            ).map(outbound)
+            ).map { try outbound($0) }
         }
 
         func notifications(
@@ -746,7 +777,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     .text(bundle.rawValue), .text(environment.rawValue), real(from), real(to), .integer(after ?? 0),
                     .integer(Int64(limit)),
                 ]
-            ).map { (position: $0["position"].int64 ?? 0, notification: outbound($0)) }
+            ).map { (position: $0["position"].int64 ?? 0, notification: try outbound($0)) }
         }
 
         // MARK: Families
@@ -828,5 +859,33 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             try connection.execute(
                 "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [.text(key), .text(value)])
         }
+    }
+}
+
+/// The JWS headers the outbox's stored payloads name (``StoredJWS``), as registered in `settings` by the
+/// emulator when it opens the store. Only a header read from there is used, so a payload is never kept
+/// short under a header the database does not hold.
+final class JWSHeaders: Sendable {
+    private let known = Mutex<[(header: [UInt8], fingerprint: String)]>([])
+
+    /// The fingerprint of a registered header; nil when it is not registered.
+    func fingerprint(of header: [UInt8], in store: SQLiteEmulatorStorage.Store) throws -> String? {
+        if let found = known.withLock({ $0.first { $0.header == header } }) { return found.fingerprint }
+        let fingerprint = StoredJWS.fingerprint(header: header)
+        guard try store.setting(AppStore.Setting.jwsHeader(fingerprint)).map({ Array($0.utf8) }) == header else {
+            return nil
+        }
+        known.withLock { $0.append((header, fingerprint)) }
+        return fingerprint
+    }
+
+    /// The registered header with this fingerprint.
+    func header(_ fingerprint: String, in store: SQLiteEmulatorStorage.Store) throws -> [UInt8]? {
+        if let found = known.withLock({ $0.first { $0.fingerprint == fingerprint } }) { return found.header }
+        guard let header = try store.setting(AppStore.Setting.jwsHeader(fingerprint)).map({ Array($0.utf8) }) else {
+            return nil
+        }
+        known.withLock { $0.append((header, fingerprint)) }
+        return header
     }
 }

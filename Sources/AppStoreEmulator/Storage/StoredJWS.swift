@@ -1,0 +1,99 @@
+import AppStoreSignedData
+
+/// How the SQLite outbox keeps a V2 `signedPayload` small. Each of its three JWS (the payload and, inside
+/// it, `signedTransactionInfo` and `signedRenewalInfo`) starts with the same protected header, whose
+/// `x5c` chain is ~4.5 KB of the ~14 KB. The stored form names the header by a fingerprint, keeps the
+/// outer signature and the outer payload decoded, with each nested `"<header>.` written `"~.`:
+///
+///     ~<fingerprint>~<signature>.<payload JSON, nested headers replaced>
+///
+/// ``expand(_:header:)`` rebuilds the exact bytes: the payload segment was canonical base64url, so encoding
+/// it again gives it back, and ``compact(_:header:fingerprint:)`` declines a payload that already holds a
+/// `"~.` (every one in the stored form is then a replaced header). A stored payload that does not start
+/// with `~` is a whole JWS (what older builds stored, or what was declined).
+enum StoredJWS {
+    static let marker = UInt8(ascii: "~")
+
+    /// The stored form of `jws`, or nil when it is not signed under `header` or cannot be kept this way.
+    static func compact(_ jws: [UInt8], header: [UInt8], fingerprint: String) -> [UInt8]? {
+        let dot = UInt8(ascii: ".")
+        guard jws.count > header.count + 2, jws[header.count] == dot, jws.starts(with: header),
+            let last = jws.lastIndex(of: dot), last > header.count
+        else { return nil }
+        let segment = jws[(header.count + 1)..<last]
+        guard !segment.contains(dot), let payload = Base64URL.decode(segment) else { return nil }
+        let nested = [UInt8(ascii: "\"")] + header + [dot]
+        let short: [UInt8] = [UInt8(ascii: "\""), marker, dot]
+        guard firstRange(of: short, in: payload) == nil else { return nil }
+        var stored = [marker] + Array(fingerprint.utf8) + [marker]
+        stored += jws[(last + 1)...]
+        stored.append(dot)
+        stored += replacing(nested, with: short, in: payload)
+        return stored
+    }
+
+    /// The fingerprint a stored form names (nil for a whole JWS).
+    static func fingerprint(of stored: [UInt8]) -> String? {
+        guard stored.first == marker, let end = stored.dropFirst().firstIndex(of: marker) else { return nil }
+        return String(decoding: stored[1..<end], as: UTF8.self)
+    }
+
+    /// The JWS a stored form was made from, given the header its fingerprint names; nil when malformed.
+    static func expand(_ stored: [UInt8], header: [UInt8]) -> [UInt8]? {
+        let dot = UInt8(ascii: ".")
+        guard stored.first == marker, let end = stored.dropFirst().firstIndex(of: marker),
+            let split = stored[(end + 1)...].firstIndex(of: dot)
+        else { return nil }
+        let nested = [UInt8(ascii: "\"")] + header + [dot]
+        let short: [UInt8] = [UInt8(ascii: "\""), marker, dot]
+        let payload = replacing(short, with: nested, in: stored[(split + 1)...])
+        var jws = header
+        jws.append(dot)
+        jws += Base64URL.encode(payload).utf8
+        jws.append(dot)
+        jws += stored[(end + 1)..<split]
+        return jws
+    }
+
+    /// A stable fingerprint of a header (FNV-1a, 64 bits, in hex): the same in every process.
+    static func fingerprint(header: [UInt8]) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in header {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    /// Every occurrence of `pattern` (which starts with a quote) replaced, left to right.
+    static func replacing(_ pattern: [UInt8], with replacement: [UInt8], in bytes: some Collection<UInt8>)
+        -> [UInt8]
+    {
+        let input = Array(bytes)
+        var output: [UInt8] = []
+        output.reserveCapacity(input.count + 2 * max(0, replacement.count - pattern.count))
+        var start = 0
+        while let range = firstRange(of: pattern, in: input, from: start) {
+            output += input[start..<range]
+            output += replacement
+            start = range + pattern.count
+        }
+        output += input[start...]
+        return output
+    }
+
+    /// Where `pattern` first occurs in `bytes` at or after `from` (a scan for its first byte, then a
+    /// comparison).
+    static func firstRange(of pattern: [UInt8], in bytes: [UInt8], from: Int = 0) -> Int? {
+        guard let first = pattern.first, bytes.count >= pattern.count else { return nil }
+        var index = from
+        let lastStart = bytes.count - pattern.count
+        while index <= lastStart {
+            guard let found = bytes[index...lastStart].firstIndex(of: first) else { return nil }
+            if bytes[found..<(found + pattern.count)].elementsEqual(pattern) { return found }
+            index = found + 1
+        }
+        return nil
+    }
+}

@@ -155,12 +155,21 @@ public enum Base64URL {
     /// the unused low bits of the last character zero, so that each byte string has exactly one encoding.
     /// Nil for anything else.
     public static func decode(_ segment: some Collection<UInt8>) -> [UInt8]? {
+        let input = Array(segment)
+        return input.withUnsafeBufferPointer { bytes in
+            decodeTable.withUnsafeBufferPointer { table in decode(bytes, table: table) }
+        }
+    }
+
+    /// The loop over raw buffers (a generic collection walked element by element through its witness table
+    /// cost ~10 ns a byte).
+    private static func decode(_ segment: UnsafeBufferPointer<UInt8>, table: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         var output: [UInt8] = []
         output.reserveCapacity(segment.count * 3 / 4 + 2)
         var accumulator: UInt32 = 0
         var bits = 0
         for byte in segment {
-            let value = decodeTable[Int(byte)]
+            let value = table[Int(byte)]
             guard value != 0xff else { return nil }
             accumulator = accumulator << 6 | UInt32(value)
             bits += 6

@@ -1,5 +1,9 @@
 import AppStoreSignedData
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// How the SQLite outbox keeps a V2 `signedPayload` small. Each of its three JWS (the payload and, inside
 /// it, `signedTransactionInfo` and `signedRenewalInfo`) starts with the same protected header, whose
 /// `x5c` chain is ~4.5 KB of the ~14 KB. The stored form names the header by a fingerprint, keeps the
@@ -66,7 +70,7 @@ enum StoredJWS {
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
-    /// Every occurrence of `pattern` (which starts with a quote) replaced, left to right.
+    /// Every occurrence of `pattern` replaced, left to right.
     static func replacing(_ pattern: [UInt8], with replacement: [UInt8], in bytes: some Collection<UInt8>)
         -> [UInt8]
     {
@@ -83,17 +87,24 @@ enum StoredJWS {
         return output
     }
 
-    /// Where `pattern` first occurs in `bytes` at or after `from` (a scan for its first byte, then a
-    /// comparison).
+    /// Where `pattern` first occurs in `bytes` at or after `from`: `memchr` for its first byte, then `memcmp`.
     static func firstRange(of pattern: [UInt8], in bytes: [UInt8], from: Int = 0) -> Int? {
-        guard let first = pattern.first, bytes.count >= pattern.count else { return nil }
-        var index = from
-        let lastStart = bytes.count - pattern.count
-        while index <= lastStart {
-            guard let found = bytes[index...lastStart].firstIndex(of: first) else { return nil }
-            if bytes[found..<(found + pattern.count)].elementsEqual(pattern) { return found }
-            index = found + 1
+        guard !pattern.isEmpty, bytes.count >= pattern.count, from <= bytes.count - pattern.count else { return nil }
+        return bytes.withUnsafeBufferPointer { haystack in
+            pattern.withUnsafeBufferPointer { needle in
+                guard let base = haystack.baseAddress, let first = needle.baseAddress else { return nil }
+                var index = from
+                let lastStart = haystack.count - needle.count
+                while index <= lastStart {
+                    guard let hit = memchr(base + index, Int32(first.pointee), lastStart - index + 1) else {
+                        return nil
+                    }
+                    let found = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                    if memcmp(base + found, first, needle.count) == 0 { return found }
+                    index = found + 1
+                }
+                return nil
+            }
         }
-        return nil
     }
 }

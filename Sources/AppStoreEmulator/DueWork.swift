@@ -33,11 +33,12 @@ public struct DueWork: Sendable {
     /// A notification made and claimed by the run itself, to send after it commits.
     mutating func claimed(_ notification: OutboundNotification) { sends.append(notification) }
 
+    /// Adds another run's counts (not its sends: each run's are sent when it commits, and a long catch-up
+    /// kept every payload it had sent until it returned).
     mutating func add(_ other: DueWork) {
         renewals += other.renewals
         expirations += other.expirations
         events += other.events
-        sends += other.sends
     }
 }
 

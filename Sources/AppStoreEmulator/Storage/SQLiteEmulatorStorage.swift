@@ -499,11 +499,22 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             try inserting("subscription") {
                 try connection.execute(
                     """
-                    INSERT OR REPLACE INTO subscriptions (original_id, account_id, bundle_id, product_id,
+                    INSERT INTO subscriptions (original_id, account_id, bundle_id, product_id,
                         auto_renew_product_id, status, auto_renew, expires_date, expiration_intent,
                         grace_period_expires_date, billing_retry_ends_date, renewal_count, latest_transaction_id,
                         price_increase_status, offer_type, offer_id, offer_discount, offer_period, offer_periods_left)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (original_id) DO UPDATE SET account_id = excluded.account_id,
+                        bundle_id = excluded.bundle_id, product_id = excluded.product_id,
+                        auto_renew_product_id = excluded.auto_renew_product_id, status = excluded.status,
+                        auto_renew = excluded.auto_renew, expires_date = excluded.expires_date,
+                        expiration_intent = excluded.expiration_intent,
+                        grace_period_expires_date = excluded.grace_period_expires_date,
+                        billing_retry_ends_date = excluded.billing_retry_ends_date,
+                        renewal_count = excluded.renewal_count, latest_transaction_id = excluded.latest_transaction_id,
+                        price_increase_status = excluded.price_increase_status, offer_type = excluded.offer_type,
+                        offer_id = excluded.offer_id, offer_discount = excluded.offer_discount,
+                        offer_period = excluded.offer_period, offer_periods_left = excluded.offer_periods_left
                     """,
                     [
                         .text(state.originalTransactionID.rawValue), .text(subscription.accountID.rawValue),
@@ -605,7 +616,10 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         func schedule(_ event: DueEvent) throws {
             try connection.execute(
-                "INSERT OR REPLACE INTO due_events (kind, key, due) VALUES (?, ?, ?)",
+                """
+                INSERT INTO due_events (kind, key, due) VALUES (?, ?, ?)
+                ON CONFLICT (kind, key) DO UPDATE SET due = excluded.due
+                """,
                 [.text(event.kind.rawValue), .text(event.key), real(event.due)])
         }
 
@@ -857,7 +871,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         func setSetting(_ key: String, _ value: String) throws {
             try connection.execute(
-                "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+                "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [.text(key), .text(value)])
         }
     }
 }

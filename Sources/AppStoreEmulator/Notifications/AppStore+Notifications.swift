@@ -345,6 +345,12 @@ extension AppStore {
                     try store.cancel(kind: .notificationLease, key: stored.id)
                     try store.update(stored)
                 }
+                // No longer in flight for any write after this one (a retry falling due at once must be
+                // claimed, not taken for the send still in progress); the caller removes them again if the
+                // write fails.
+                self.notificationsInFlight.withLock { inFlight in
+                    for attempt in attempts { inFlight.remove(attempt.notification.id) }
+                }
             }
             for attempt in attempts {
                 logger.info(

@@ -163,17 +163,14 @@ extension BenchCommands {
         let key = try PrivateKey.generateP256()
         let message = [UInt8](repeating: 0x61, count: 2_048)
         let lanes = ProcessInfo.processInfo.activeProcessorCount
-        let counts = Mutex([Int](repeating: 0, count: lanes))
-        let clock = ContinuousClock()
-        let start = clock.now
+        let rates = Mutex([Double](repeating: 0, count: lanes))
         DispatchQueue.concurrentPerform(iterations: lanes) { lane in
-            var signed = 0
-            while clock.now - start < .seconds(1) {
-                for _ in 0..<50 where (try? key.signRawECDSA(message, digest: .sha256)) != nil { signed += 1 }
+            let perSecond = measure(seconds: 1) { count in
+                for _ in 0..<count { _ = try? key.signRawECDSA(message, digest: .sha256) }
             }
-            counts.withLock { $0[lane] = signed }
+            rates.withLock { $0[lane] = perSecond }
         }
-        return Double(counts.withLock { $0.reduce(0, +) }) / (clock.now - start).seconds
+        return rates.withLock { $0.reduce(0, +) }
     }
 
     /// The process's peak resident set (VmHWM), in KiB.

@@ -17,22 +17,25 @@ import AppStoreSignedData
 /// with `~` is a whole JWS (what older builds stored, or what was declined).
 enum StoredJWS {
     static let marker = UInt8(ascii: "~")
+    static let dot = UInt8(ascii: ".")
+    /// What a nested header becomes in the stored form: `"~.`.
+    static let shortNested: [UInt8] = [UInt8(ascii: "\""), marker, dot]
+
+    /// A nested JWS's start inside the payload JSON: `"<header>.`.
+    static func nested(_ header: [UInt8]) -> [UInt8] { [UInt8(ascii: "\"")] + header + [dot] }
 
     /// The stored form of `jws`, or nil when it is not signed under `header` or cannot be kept this way.
     static func compact(_ jws: [UInt8], header: [UInt8], fingerprint: String) -> [UInt8]? {
-        let dot = UInt8(ascii: ".")
         guard jws.count > header.count + 2, jws[header.count] == dot, jws.starts(with: header),
             let last = jws.lastIndex(of: dot), last > header.count
         else { return nil }
         let segment = jws[(header.count + 1)..<last]
         guard !segment.contains(dot), let payload = Base64URL.decode(segment) else { return nil }
-        let nested = [UInt8(ascii: "\"")] + header + [dot]
-        let short: [UInt8] = [UInt8(ascii: "\""), marker, dot]
-        guard firstRange(of: short, in: payload) == nil else { return nil }
+        guard firstRange(of: shortNested, in: payload) == nil else { return nil }
         var stored = [marker] + Array(fingerprint.utf8) + [marker]
         stored += jws[(last + 1)...]
         stored.append(dot)
-        stored += replacing(nested, with: short, in: payload)
+        stored += replacing(nested(header), with: shortNested, in: payload)
         return stored
     }
 
@@ -44,13 +47,10 @@ enum StoredJWS {
 
     /// The JWS a stored form was made from, given the header its fingerprint names; nil when malformed.
     static func expand(_ stored: [UInt8], header: [UInt8]) -> [UInt8]? {
-        let dot = UInt8(ascii: ".")
         guard stored.first == marker, let end = stored.dropFirst().firstIndex(of: marker),
             let split = stored[(end + 1)...].firstIndex(of: dot)
         else { return nil }
-        let nested = [UInt8(ascii: "\"")] + header + [dot]
-        let short: [UInt8] = [UInt8(ascii: "\""), marker, dot]
-        let payload = replacing(short, with: nested, in: stored[(split + 1)...])
+        let payload = replacing(shortNested, with: nested(header), in: stored[(split + 1)...])
         var jws = header
         jws.append(dot)
         jws += Base64URL.encode(payload).utf8

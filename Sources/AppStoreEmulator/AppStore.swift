@@ -59,8 +59,14 @@ public final class AppStore: Sendable {
     private let scheduler = Mutex<Task<Void, Never>?>(nil)
     /// Products taken off sale (`POST …/products/{id}/availability`); renewals to them expire.
     let productsNotForSale: Mutex<Set<ProductID>>
-    /// Notifications this process is sending now: a lease that falls due meanwhile does not send again.
+    /// Notifications this process has claimed and not yet recorded a result for (each holds a delivery
+    /// slot): a lease that falls due meanwhile does not send again.
     let notificationsInFlight = Mutex<Set<String>>([])
+    /// Notifications sent at once at most; the rest wait in the outbox's delivery queue.
+    public let maxNotificationsInFlight: Int
+    /// False only once a claim found the delivery queue empty and nothing was queued since.
+    let deliveryQueueMayHaveWork = Atomic<Bool>(true)
+    let deliveryLanes = DeliveryLanes(lanes: AppStore.deliveryConcurrency)
     /// The next identifiers to give, read from their settings at first use. Writes run one at a time, so
     /// the cache follows the stored counters; a write rolled back leaves it ahead of them (a gap, as
     /// Apple's identifiers have), never behind, since each identifier given stores its successor.
@@ -123,6 +129,7 @@ public final class AppStore: Sendable {
         catalog: [StoreKitConfiguration], apps: [AppConfiguration], dataDirectory: URL, rate: TimeRate? = nil,
         storage: (any EmulatorStorage)? = nil, logger: Logger = .disabled,
         maxEventsPerRequest: Int = AppStore.defaultMaxEventsPerRequest,
+        maxNotificationsInFlight: Int = AppStore.defaultMaxNotificationsInFlight,
         realNow: @escaping @Sendable () -> Date = { Date() },
         randomBytes: @escaping @Sendable (Int) -> [UInt8] = {
             (try? SecureRandom.bytes($0)) ?? [UInt8](repeating: 0, count: $0)
@@ -140,6 +147,7 @@ public final class AppStore: Sendable {
         self.randomBytes = randomBytes
         self.logger = logger
         self.maxEventsPerRequest = max(1, maxEventsPerRequest)
+        self.maxNotificationsInFlight = max(1, maxNotificationsInFlight)
         let opened: any EmulatorStorage
         if let storage {
             opened = storage
@@ -240,7 +248,10 @@ public final class AppStore: Sendable {
     /// Runs what already fell due, if anything did: every request calls this first, so a receipt fetched
     /// after a renewal date carries the renewal even between scheduler wake-ups.
     public func catchUp() async throws {
-        guard let due = nextDue.withLock({ $0 }), due <= now else { return }
+        guard let due = nextDue.withLock({ $0 }), due <= now else {
+            try await sendQueued()
+            return
+        }
         try await runDue(maxEvents: maxEventsPerRequest)
     }
 
@@ -256,35 +267,56 @@ public final class AppStore: Sendable {
             }
             let limit = min(batch, maxEvents - work.events)
             let current = now
-            let batchWork = try await storage.write { store -> DueWork in
-                var batchWork = DueWork()
-                var earliestNew: Date?
-                // The batch's V2 notifications are signed together, on every core, before it commits.
-                let signing = V2Signing.Batch()
-                try V2Signing.$batch.withValue(signing) {
-                    for event in try store.due(until: current, limit: limit) {
-                        // An event scheduled by this batch may come before the rest of it: fetch again.
-                        if let earliestNew, event.due > earliestNew { break }
-                        let outcome = try self.handle(event, in: store, now: current)
-                        if case .renewed(let scheduled) = outcome {
-                            earliestNew = min(earliestNew ?? scheduled, scheduled)
-                        }
-                        batchWork.record(outcome)
+            // Slots this batch takes, given back if its write does not commit.
+            let claimed = Mutex<[String]>([])
+            let batchWork: DueWork
+            do {
+                batchWork = try await storage.write { store -> DueWork in
+                    var batchWork = DueWork()
+                    // Notifications waiting for a slot go first (the queue keeps the outbox's order).
+                    for notification in try self.claimQueued(in: store, now: current) {
+                        batchWork.claimed(notification)
                     }
+                    var earliestNew: Date?
+                    // The batch's V2 notifications are signed together, on every core, before it commits.
+                    let signing = V2Signing.Batch()
+                    try V2Signing.$batch.withValue(signing) {
+                        for event in try store.due(until: current, limit: limit) {
+                            // An event scheduled by this batch may come before the rest of it: fetch again.
+                            if let earliestNew, event.due > earliestNew { break }
+                            let outcome = try self.handle(event, in: store, now: current)
+                            if case .renewed(let scheduled) = outcome {
+                                earliestNew = min(earliestNew ?? scheduled, scheduled)
+                            }
+                            batchWork.record(outcome)
+                        }
+                    }
+                    // Their first attempts are due now: claimed in this same transaction (a lease, not an
+                    // attempt to claim in the next one), sent once it has committed; with no slot free, or
+                    // others waiting for one, queued behind them.
+                    let signed = try signing.sign()
+                    var queueing = try !signed.isEmpty && store.hasQueued()
+                    for notification in signed {
+                        try store.insert(notification)
+                        if !queueing, self.takeDeliverySlot(notification.id) {
+                            try self.schedule(
+                                DueEvent(
+                                    kind: .notificationLease, key: notification.id,
+                                    due: current.addingTimeInterval(Self.attemptLease)), in: store)
+                            batchWork.claimed(notification)
+                        } else {
+                            queueing = true
+                            try self.queueForDelivery(notification.id, in: store)
+                        }
+                    }
+                    claimed.withLock { $0 = batchWork.sends.map(\.id) }
+                    let next = try store.nextDue()
+                    self.nextDue.withLock { $0 = next }
+                    return batchWork
                 }
-                // Their first attempts are due now: claimed in this same transaction (a lease, not an attempt
-                // to claim in the next one), sent once it has committed.
-                for notification in try signing.sign() {
-                    try store.insert(notification)
-                    try self.schedule(
-                        DueEvent(
-                            kind: .notificationLease, key: notification.id,
-                            due: current.addingTimeInterval(Self.attemptLease)), in: store)
-                    batchWork.claimed(notification)
-                }
-                let next = try store.nextDue()
-                self.nextDue.withLock { $0 = next }
-                return batchWork
+            } catch {
+                releaseDeliverySlots(claimed.withLock { $0 })
+                throw error
             }
             deliver(batchWork.sends)
             if batchWork.events == 0 { return work }
@@ -311,6 +343,10 @@ public final class AppStore: Sendable {
                             continue
                         }
                         wait = min(wait, .milliseconds(Int64(delay * 1000) + 1))
+                    }
+                    // Queued notifications move as results free slots; after a restart, this starts them.
+                    do { try await self.sendQueued() } catch {
+                        self.logger.error("scheduler.failed", ["error": String(describing: error)])
                     }
                     try? await Task.sleep(for: wait)
                 }

@@ -18,6 +18,9 @@ extension BenchCommands {
         options: [
             .init(name: "subscribers", valueName: "n", help: "Subscribers (default: 1000)."),
             .init(name: "years", valueName: "n", help: "Years of store time (default: 10; at most 20)."),
+            .init(
+                name: "receiver-pause", valueName: "seconds",
+                help: "The receiver holds every request this long after the start, then answers (default: 0)."),
         ],
         flags: [("no-notifications", "Configure no receiver: the lifecycle, scheduler and storage alone.")],
         discussion: """
@@ -28,19 +31,27 @@ extension BenchCommands {
             them to a receiver on 127.0.0.1. Reports subscriber-years per second (time until the last \
             notification was received) and peak resident memory, and, as a baseline measured first in the \
             same run, bare ES256 signatures per second on every core: the ceiling those signatures alone put \
-            on subscriber-years per second with this run's notifications.
+            on subscriber-years per second with this run's notifications. With --receiver-pause the receiver \
+            answers nothing for that long (the sends' time limit is longer): the emulator holds at most its \
+            in-flight limit of notifications and queues the rest in the outbox, and the report says how many \
+            waited when advancing ended.
             """)
 
     static func lifecycle(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         let subscribers = Int(arguments.value("subscribers") ?? "1000") ?? 0
         let years = Int(arguments.value("years") ?? "10") ?? 0
-        guard subscribers > 0, (1...20).contains(years) else {
-            throw UsageError("--subscribers must be positive and --years 1 to 20")
+        let pause = Double(arguments.value("receiver-pause") ?? "0") ?? -1
+        guard subscribers > 0, (1...20).contains(years), (0...3_600).contains(pause) else {
+            throw UsageError("--subscribers must be positive, --years 1 to 20 and --receiver-pause 0 to 3600")
         }
         let signaturesPerSecond = arguments.flag("no-notifications") ? 0 : try bareSignaturesPerSecond()
         let received = Atomic<Int>(0)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let answerFrom = start + .milliseconds(Int64(pause * 1000))
         var router = Router()
         router.post("/notifications") { _, _ in
+            if clock.now < answerFrom { try await Task.sleep(until: answerFrom, clock: clock) }
             received.add(1, ordering: .relaxed)
             return HTTPResponse(status: 200)
         }
@@ -62,12 +73,11 @@ extension BenchCommands {
             try blocking {
                 try await store.setNotifications(
                     bundleID: bundleID,
-                    AppNotifications(productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"]))
+                    AppNotifications(
+                        productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"], timeoutSeconds: 10 + pause))
             }
         }
         progress(console, "subscribing \(subscribers) customers…")
-        let clock = ContinuousClock()
-        let start = clock.now
         try blocking {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for slice in 0..<Self.subscribingClients {
@@ -90,6 +100,7 @@ extension BenchCommands {
             expirations += change.ran.expirations
         }
         let advanced = clock.now
+        let queued = pause > 0 ? try blocking { try await store.deliveryQueueDepth() } : 0
         // Wait for the outbox to drain: nothing new arrives for a second.
         progress(console, "waiting for the last notifications…")
         var last = -1
@@ -115,6 +126,14 @@ extension BenchCommands {
               peak resident memory \(peakResidentKilobytes() / 1024) MiB
 
             """)
+        if pause > 0 {
+            console.write(
+                """
+                  receiver paused for the first \(format(pause)) s: \(queued) notifications waited in the outbox's \
+                delivery queue when advancing ended (at most \(store.maxNotificationsInFlight) in flight)
+
+                """)
+        }
         if signaturesPerSecond > 0, last > 0 {
             // Three signatures a notification: the most notifications per second signing alone allows, and
             // the subscriber-years per second that makes with this run's notifications per subscriber-year.

@@ -385,6 +385,47 @@ struct EmulatorStorageContractTests {
         }
     }
 
+    @Test(
+        "The delivery queue: notifications in outbox order, each once, taken a few at a time; a rolled-back take keeps them",
+        arguments: Backend.allCases)
+    func deliveryQueue(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { store in
+            for (index, id) in ["c", "a", "d", "b"].enumerated() {
+                try store.insert(
+                    OutboundNotification(
+                        id: id, bundleID: "com.example", environment: .production, version: 1, url: "http://r/n",
+                        body: Array(id.utf8), signedPayload: nil, notice: Notice(.subscribed, .initialBuy),
+                        originalTransactionID: "7", created: Self.start.addingTimeInterval(Double(index)),
+                        retryDelays: [], retryClientErrors: true, timeoutMilliseconds: 1_000))
+            }
+            #expect(try !store.hasQueued())
+            #expect(try store.takeQueued(limit: 10).isEmpty)
+            // Queued in another order than written: taken in the outbox's (creation) order.
+            for id in ["b", "c", "d"] { try store.queueForDelivery(id) }
+            try store.queueForDelivery("c")
+            #expect(throws: EmulatorStorageError.self) { try store.queueForDelivery("missing") }
+            #expect(try store.hasQueued())
+            #expect(try store.queuedCount() == 3)
+        }
+        struct RolledBack: Error {}
+        await #expect(throws: RolledBack.self) {
+            try await storage.write { store in
+                #expect(try store.takeQueued(limit: 10).map(\.id) == ["c", "d", "b"])
+                throw RolledBack()
+            }
+        }
+        let taken = try await storage.write { store in
+            (try store.takeQueued(limit: 2), try store.hasQueued(), try store.takeQueued(limit: 2))
+        }
+        #expect(taken.0.map(\.id) == ["c", "d"])
+        #expect(taken.0.first?.body == Array("c".utf8), "taken whole")
+        #expect(taken.1)
+        #expect(taken.2.map(\.id) == ["b"])
+        #expect(try await storage.read { try $0.hasQueued() } == false)
+        #expect(try await storage.read { try $0.queuedCount() } == 0)
+    }
+
     @Test("Concurrent writers are applied one at a time: no update is lost", arguments: Backend.allCases)
     func serialised(backend: Backend) async throws {
         let storage = try await backend.make()
@@ -425,7 +466,8 @@ struct EmulatorStorageContractTests {
             try store.insert(v2)
             try store.insert(v1)
         }
-        // As the previous build kept them: the payload in the row, no payload table, migration 007 not run.
+        // As the build before 007 kept them: the payload in the row, no payload table, migrations from 007 on
+        // not run.
         let sqlite = try #require(ExternalTool.find("sqlite3"))
         let undone = try ExternalTool.run(
             sqlite,
@@ -437,7 +479,8 @@ struct EmulatorStorageContractTests {
                 UPDATE notifications SET body = CAST('{"notification_type":"DID_RENEW","password":"s"}' AS BLOB)
                     WHERE id = 'v1';
                 DROP TABLE notification_payloads;
-                DELETE FROM schema_migrations WHERE id = '007-notification-payloads';
+                DROP TABLE notification_queue;
+                DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
         #expect(undone.status == 0, "\(undone.stderrText)")

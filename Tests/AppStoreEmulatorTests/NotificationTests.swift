@@ -55,6 +55,62 @@ final class NotificationSink: Sendable {
     deinit { server.stop() }
 }
 
+/// A receiver that holds the first `hold` requests unanswered until ``release()`` (or until it stops),
+/// answering the rest at once, and counts how many it holds at a time.
+final class GatedSink: Sendable {
+    struct State {
+        var holdLeft: Int
+        var open = false
+        var inside = 0
+        var mostInside = 0
+        var received: [String] = []
+    }
+
+    final class Box: Sendable {
+        let state: Mutex<State>
+        init(_ state: State) { self.state = Mutex(state) }
+    }
+
+    let box: Box
+    let server: HTTPServer
+
+    init(hold: Int) throws {
+        let box = Box(State(holdLeft: hold))
+        self.box = box
+        var router = Router()
+        router.post("/notifications") { request, _ in
+            let payload = try JSONParser.parse(request.body)["signedPayload"]?.stringValue ?? ""
+            let held = box.state.withLock { state in
+                state.received.append(payload)
+                state.inside += 1
+                state.mostInside = max(state.mostInside, state.inside)
+                guard !state.open, state.holdLeft > 0 else { return false }
+                state.holdLeft -= 1
+                return true
+            }
+            while held, !box.state.withLock({ $0.open }) { try await Task.sleep(for: .milliseconds(5)) }
+            box.state.withLock { $0.inside -= 1 }
+            return HTTPResponse(status: 200)
+        }
+        server = try HTTPServer(port: 0, responder: router.freeze())
+    }
+
+    var url: String { "http://127.0.0.1:\(server.port)/notifications" }
+    var received: [String] { box.state.withLock { $0.received } }
+    var mostInside: Int { box.state.withLock { $0.mostInside } }
+    func release() { box.state.withLock { $0.open = true } }
+
+    /// Waits (at most ten seconds) until `condition` holds of the state.
+    func wait(until condition: (State) -> Bool) async throws {
+        for _ in 0..<1_000 where !box.state.withLock({ condition($0) }) { try await Task.sleep(for: .milliseconds(10)) }
+    }
+
+    deinit {
+        release()
+        server.stop()
+    }
+}
+
 @Suite("App Store Server Notifications V2 from the emulator")
 struct NotificationTests {
     static let catalogText = """
@@ -70,14 +126,17 @@ struct NotificationTests {
            "recurringSubscriptionPeriod":"P1M","introductoryOffer":null,"adHocOffers":[],"codeOffers":[],"localizations":[]}]}]}
         """
 
-    static func harness(secret: String? = nil) async throws -> AppStoreTests.Harness {
-        let directory = try ExternalTool.temporaryDirectory()
+    static func harness(
+        secret: String? = nil, directory: URL? = nil,
+        maxNotificationsInFlight: Int = AppStore.defaultMaxNotificationsInFlight
+    ) async throws -> AppStoreTests.Harness {
+        let directory = try directory ?? ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(catalogText.utf8))
         let time = AppStoreTests.FakeTime()
         let store = try await AppStore(
             catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)],
-            dataDirectory: directory,
-            rate: .monthlyRenewalEveryFiveMinutes, realNow: { time.now })
+            dataDirectory: directory, rate: .monthlyRenewalEveryFiveMinutes,
+            maxNotificationsInFlight: maxNotificationsInFlight, realNow: { time.now })
         store.startScheduler(granularity: .milliseconds(10))
         return AppStoreTests.Harness(store: store, responder: store.responder(), directory: directory)
     }
@@ -110,11 +169,13 @@ struct NotificationTests {
     }
 
     /// The history once every notification in it has at least one recorded attempt (or after ten seconds).
-    static func settledHistory(_ harness: AppStoreTests.Harness) async throws -> [JSONValue] {
+    static func settledHistory(_ harness: AppStoreTests.Harness, environment: String = "Sandbox") async throws
+        -> [JSONValue]
+    {
         var entries: [JSONValue] = []
         for _ in 0..<1_000 {
             let (_, history) = try await harness.call(
-                "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
+                "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history?environment=\(environment)")
             entries = history["notificationHistory"]?.arrayValue ?? []
             if entries.allSatisfy({ $0["sendAttempts"]?.arrayValue?.isEmpty == false }) { break }
             try await Task.sleep(for: .milliseconds(10))
@@ -257,6 +318,59 @@ struct NotificationTests {
         }
         #expect(attempts == ["UNSUCCESSFUL_HTTP_RESPONSE_CODE", "UNSUCCESSFUL_HTTP_RESPONSE_CODE", "SUCCESS"])
         #expect(history["notificationHistory"]?.arrayValue?.first?["state"] == .string("delivered"))
+    }
+
+    /// Buys the monthly plan on `count` new production devices (one subscription and notification each).
+    static func subscribe(_ harness: AppStoreTests.Harness, count: Int) async throws {
+        for _ in 0..<count {
+            let app = try await harness.device(environment: "Production", deviceID: UUID().uuidString)
+            let (status, _) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+            #expect(status == 200 || status == 201)
+        }
+    }
+
+    @Test("A receiver that does not answer holds at most the in-flight limit; the rest wait in the queue, none lost")
+    func boundedInFlight() async throws {
+        let harness = try await Self.harness(maxNotificationsInFlight: 3)
+        let sink = try GatedSink(hold: .max)
+        try await Self.configure(harness, ["productionURL": .string(sink.url)])
+        try await Self.subscribe(harness, count: 8)
+        try await sink.wait { $0.received.count >= 3 }
+        // Time for any send beyond the limit to arrive (none may).
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(sink.received.count == 3)
+        #expect(sink.mostInside == 3)
+        sink.release()
+        try await sink.wait { $0.received.count >= 8 }
+        #expect(Set(sink.received).count == 8, "each of the eight, once")
+        #expect(sink.mostInside <= 3)
+        let history = try await Self.settledHistory(harness, environment: "Production")
+        #expect(history.count == 8)
+        #expect(history.allSatisfy { $0["state"] == .string("delivered") })
+        #expect(history.allSatisfy { $0["sendAttempts"]?.arrayValue?.count == 1 }, "none sent twice")
+    }
+
+    @Test("Notifications waiting for a delivery slot when the emulator stops are sent when it starts again")
+    func queueSurvivesRestart() async throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        let first = try await Self.harness(directory: directory, maxNotificationsInFlight: 1)
+        // The first send is never answered (the receiver holds it past the test): the stopped emulator's.
+        let sink = try GatedSink(hold: 1)
+        try await Self.configure(first, ["productionURL": .string(sink.url), "timeoutSeconds": .integer(60)])
+        try await Self.subscribe(first, count: 3)
+        try await sink.wait { $0.received.count >= 1 }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(sink.received.count == 1, "two wait in the queue")
+        first.store.close()
+        let second = try await Self.harness(directory: directory)
+        defer { second.store.close() }
+        // The claimed one again (at least once) and the two queued.
+        try await sink.wait { $0.received.count >= 4 }
+        #expect(sink.received.count == 4)
+        #expect(Set(sink.received.dropFirst()).count == 3, "each notification after the restart")
+        let history = try await Self.settledHistory(second, environment: "Production")
+        #expect(history.count == 3)
+        #expect(history.allSatisfy { $0["state"] == .string("delivered") })
     }
 
     @Test("The sandbox makes one attempt; an unreachable receiver is a SOCKET_ISSUE and the notification fails")

@@ -224,7 +224,7 @@ extension AppStore {
     }
 
     /// Claims an attempt inside a write: the lease is scheduled, and the notification is sent after the
-    /// commit.
+    /// commit. With every delivery slot taken, or others waiting for one, it joins the queue instead.
     func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
         let lease = DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease))
         // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews,
@@ -235,27 +235,106 @@ extension AppStore {
             return .nothing
         }
         guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
+        guard try !store.hasQueued(), takeDeliverySlot(id) else {
+            try queueForDelivery(id, in: store)
+            return .nothing
+        }
         try schedule(lease, in: store)
         return .send(notification)
     }
 
-    /// Receivers sent to at once by one batch of claimed notifications.
-    static let deliveryConcurrency = 8
+    /// Takes one of the ``maxNotificationsInFlight`` delivery slots for `id` (within the write that claims
+    /// it), if one is free. The slot is given back when the attempt's result is recorded, or by the
+    /// claiming write's caller if that write fails.
+    func takeDeliverySlot(_ id: String) -> Bool {
+        notificationsInFlight.withLock { inFlight in
+            guard inFlight.count < maxNotificationsInFlight else { return false }
+            return inFlight.insert(id).inserted
+        }
+    }
 
-    /// Sends claimed notifications in the background and records the results of the batch in one write.
-    /// One subscription's notifications go one after another, in the order they were written; different
-    /// subscriptions' go side by side (Apple promises no order; receivers order by signedDate), on up to
-    /// ``deliveryConcurrency`` threads of their own, each sending its share of the batch one request after
-    /// another (a thread hop per share, not per notification).
+    /// Gives back the slots of notifications claimed by a write that did not commit.
+    func releaseDeliverySlots(_ ids: some Sequence<String>) {
+        notificationsInFlight.withLock { inFlight in
+            for id in ids { inFlight.remove(id) }
+        }
+    }
+
+    /// Puts a stored notification in the queue of those waiting for a delivery slot (within a write).
+    func queueForDelivery(_ id: String, in store: any EmulatorStore) throws {
+        try store.queueForDelivery(id)
+        deliveryQueueMayHaveWork.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// Within a write: takes as many queued notifications as there are free slots (oldest first, at most
+    /// a batch), each claimed with its lease, to send after the commit.
+    func claimQueued(in store: any EmulatorStore, now: Date) throws -> [OutboundNotification] {
+        guard deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent) else { return [] }
+        let free = maxNotificationsInFlight - notificationsInFlight.withLock { $0.count }
+        guard free > 0 else { return [] }
+        let taken = try store.takeQueued(limit: min(free, 256))
+        if taken.isEmpty { deliveryQueueMayHaveWork.store(false, ordering: .sequentiallyConsistent) }
+        var claimed: [OutboundNotification] = []
+        for notification in taken where notification.state == .pending {
+            // Writes run one at a time and only they take slots, so the free ones counted above are still
+            // free; a notification already in flight is left to its lease.
+            guard takeDeliverySlot(notification.id) else { continue }
+            try schedule(
+                DueEvent(
+                    kind: .notificationLease, key: notification.id, due: now.addingTimeInterval(Self.attemptLease)),
+                in: store)
+            claimed.append(notification)
+        }
+        return claimed
+    }
+
+    /// Whether queued notifications may be waiting for slots that are free now (a cheap check before a
+    /// write).
+    var deliveryQueueCanMove: Bool {
+        deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent)
+            && notificationsInFlight.withLock { $0.count } < maxNotificationsInFlight
+    }
+
+    /// Claims and sends queued notifications while slots are free (after a restart, or when a recorded
+    /// result did not find the queue's next).
+    func sendQueued() async throws {
+        guard deliveryQueueCanMove else { return }
+        let current = now
+        let claimed = Mutex<[String]>([])
+        do {
+            let sends = try await storage.write { store in
+                let sends = try self.claimQueued(in: store, now: current)
+                claimed.withLock { $0 = sends.map(\.id) }
+                return sends
+            }
+            deliver(sends)
+        } catch {
+            releaseDeliverySlots(claimed.withLock { $0 })
+            throw error
+        }
+    }
+
+    /// Notifications waiting in the outbox for a delivery slot now (counted: for reports, not requests).
+    public func deliveryQueueDepth() async throws -> Int {
+        try await storage.read { try $0.queuedCount() }
+    }
+
+    /// Notifications sent at once at most (each holds its payload in memory until its result is recorded);
+    /// the rest wait in the outbox's delivery queue, in order.
+    public static let defaultMaxNotificationsInFlight = 1_024
+
+    /// Threads sending notifications, shared by every batch (``DeliveryLanes``).
+    static let deliveryConcurrency = 16
+
+    /// Sends claimed notifications (their slots taken) in the background and records the results of the
+    /// batch in one write. One subscription's notifications go one after another, in the order they were
+    /// written; different subscriptions' go side by side (Apple promises no order; receivers order by
+    /// signedDate) on the shared delivery lanes, a whole chain per lane at a time.
     func deliver(_ notifications: [OutboundNotification]) {
         guard !notifications.isEmpty else { return }
-        let fresh = notificationsInFlight.withLock { inFlight in
-            notifications.filter { inFlight.insert($0.id).inserted }
-        }
-        guard !fresh.isEmpty else { return }
         var chains: [[OutboundNotification]] = []
         var chainOf: [String: Int] = [:]
-        for notification in fresh {
+        for notification in notifications {
             let key = notification.originalTransactionID?.rawValue ?? notification.id
             if let index = chainOf[key] {
                 chains[index].append(notification)
@@ -264,31 +343,10 @@ extension AppStore {
                 chains.append([notification])
             }
         }
-        // Each lane takes the next whole chain when it is free (a subscription's notifications keep their
-        // order; a slow receiver holds up one lane, not the chains behind it).
-        let work = chains
-        let next = Atomic<Int>(0)
-        let results = Mutex<[Attempted]>([])
-        let group = DispatchGroup()
-        for _ in 0..<min(Self.deliveryConcurrency, work.count) {
-            group.enter()
-            // A serial queue of its own: an overcommitting thread, never one of the cooperative pool's.
-            DispatchQueue(label: "storekeeper.notifications.delivery").async {
-                var done: [Attempted] = []
-                while case let index = next.add(1, ordering: .relaxed).oldValue, index < work.count {
-                    for notification in work[index] { done.append(self.sendBlocking(notification)) }
-                }
-                results.withLock { $0 += done }
-                group.leave()
-            }
-        }
-        group.notify(queue: DispatchQueue(label: "storekeeper.notifications.recorded")) { [self] in
-            let attempted = results.withLock { $0 }
+        deliveryLanes.submit(chains, send: { [self] in sendBlocking($0) }) { [self] attempted in
             Task.detached { [self] in
                 await self.record(attempted)
-                notificationsInFlight.withLock { inFlight in
-                    for result in attempted { inFlight.remove(result.notification.id) }
-                }
+                releaseDeliverySlots(attempted.map(\.notification.id))
             }
         }
     }
@@ -325,11 +383,14 @@ extension AppStore {
         return Attempted(notification: notification, result: result, status: status, at: now)
     }
 
-    /// Records attempts, each with its next step (delivered, retry at, failed), in one write.
+    /// Records attempts, each with its next step (delivered, retry at, failed), in one write, which also
+    /// claims the queued notifications the freed slots make room for.
     func record(_ attempts: [Attempted]) async {
         guard !attempts.isEmpty else { return }
+        let current = now
+        let claimed = Mutex<[String]>([])
         do {
-            try await storage.write { store in
+            let queued = try await storage.write { store in
                 for attempt in attempts {
                     // The notification as claimed, with its state and attempts as stored now (its payload,
                     // written once, is not read again).
@@ -348,10 +409,12 @@ extension AppStore {
                 // No longer in flight for any write after this one (a retry falling due at once must be
                 // claimed, not taken for the send still in progress); the caller removes them again if the
                 // write fails.
-                self.notificationsInFlight.withLock { inFlight in
-                    for attempt in attempts { inFlight.remove(attempt.notification.id) }
-                }
+                self.releaseDeliverySlots(attempts.map(\.notification.id))
+                let queued = try self.claimQueued(in: store, now: current)
+                claimed.withLock { $0 = queued.map(\.id) }
+                return queued
             }
+            deliver(queued)
             for attempt in attempts {
                 logger.info(
                     "notification.attempt",
@@ -362,6 +425,7 @@ extension AppStore {
                     ])
             }
         } catch {
+            releaseDeliverySlots(claimed.withLock { $0 })
             logger.error("notification.record-failed", ["error": String(describing: error)])
         }
     }

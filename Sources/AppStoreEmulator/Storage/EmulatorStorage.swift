@@ -121,6 +121,14 @@ public protocol NotificationRepository {
     func notifications(
         bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
     ) throws -> [(position: Int64, notification: OutboundNotification)]
+    /// Puts a stored notification at the back of the queue of those waiting for a free delivery slot.
+    func queueForDelivery(_ id: String) throws
+    /// Takes the `limit` notifications that have waited longest off the queue, oldest first.
+    func takeQueued(limit: Int) throws -> [OutboundNotification]
+    /// Whether any notification waits in the queue.
+    func hasQueued() throws -> Bool
+    /// How many wait (counted one by one).
+    func queuedCount() throws -> Int
 }
 
 /// Family Sharing: families and the access their members have to one another's purchases.

@@ -57,6 +57,8 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         var lastRevision: Int64 = 0
         var notifications: [String: OutboundNotification] = [:]
         var notificationPositions: [String: Int64] = [:]
+        /// Notifications waiting for a delivery slot, by id, each with its outbox position (the queue's order).
+        var deliveryQueue: [String: Int64] = [:]
         var families: [String: Family] = [:]
         var familyOfMember: [AccountID: String] = [:]
         var shares: [TransactionID: [AccountID: FamilyShare]] = [:]
@@ -263,6 +265,19 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             change(\.notifications, notification.id, notification)
         }
         func notification(_ id: String) -> OutboundNotification? { tables.notifications[id] }
+        func queueForDelivery(_ id: String) throws {
+            guard let position = tables.notificationPositions[id] else {
+                throw EmulatorStorageError.missing("notification")
+            }
+            change(\.deliveryQueue, id, position)
+        }
+        func takeQueued(limit: Int) -> [OutboundNotification] {
+            let taken = tables.deliveryQueue.sorted { $0.value < $1.value }.prefix(max(0, limit))
+            for (id, _) in taken { change(\.deliveryQueue, id, nil) }
+            return taken.compactMap { tables.notifications[$0.key] }
+        }
+        func hasQueued() -> Bool { !tables.deliveryQueue.isEmpty }
+        func queuedCount() -> Int { tables.deliveryQueue.count }
         func delivery(_ id: String) -> (state: OutboxState, attempts: [SendAttempt])? {
             tables.notifications[id].map { ($0.state, $0.attempts) }
         }

@@ -128,6 +128,10 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     THEN CAST(signed_payload AS BLOB) ELSE body END FROM notifications;
             UPDATE notifications SET body = x'', signed_payload = NULL;
             """),
+        // Notifications waiting for a delivery slot (the process sends a bounded number at once), in
+        // outbox order.
+        Migration(
+            "008-delivery-queue", "CREATE TABLE notification_queue (position INTEGER PRIMARY KEY)"),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
@@ -770,6 +774,37 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 let state = OutboxState(rawValue: row["state"].string ?? "") ?? .pending
                 return (state, Self.attempts(row["attempts"].string ?? ""))
             }
+        }
+
+        func queueForDelivery(_ id: String) throws {
+            try connection.execute(
+                "INSERT OR IGNORE INTO notification_queue (position) SELECT position FROM notifications WHERE id = ?",
+                [.text(id)])
+            if connection.changes == 0 {
+                // Already queued, or no such notification.
+                guard try !connection.execute("SELECT 1 FROM notifications WHERE id = ?", [.text(id)]).isEmpty else {
+                    throw EmulatorStorageError.missing("notification")
+                }
+            }
+        }
+
+        func takeQueued(limit: Int) throws -> [OutboundNotification] {
+            let rows = try connection.execute(
+                """
+                SELECT \(Self.notificationColumns) JOIN notification_queue q ON q.position = n.position
+                    ORDER BY q.position LIMIT ?
+                """, [.integer(Int64(max(0, limit)))])
+            guard let last = rows.last?["position"].int64 else { return [] }
+            try connection.execute("DELETE FROM notification_queue WHERE position <= ?", [.integer(last)])
+            return try rows.map { try outbound($0) }
+        }
+
+        func hasQueued() throws -> Bool {
+            try !connection.execute("SELECT 1 FROM notification_queue LIMIT 1").isEmpty
+        }
+
+        func queuedCount() throws -> Int {
+            Int(try connection.execute("SELECT count(*) AS n FROM notification_queue").first?["n"].int64 ?? 0)
         }
 
         func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification] {

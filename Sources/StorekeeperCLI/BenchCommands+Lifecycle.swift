@@ -50,12 +50,24 @@ extension BenchCommands {
         let start = clock.now
         let answerFrom = start + .milliseconds(Int64(pause * 1000))
         var router = Router()
-        router.post("/notifications") { _, _ in
-            if clock.now < answerFrom { try await Task.sleep(until: answerFrom, clock: clock) }
-            received.add(1, ordering: .relaxed)
-            return HTTPResponse(status: 200)
-        }
-        let sink = try HTTPServer(port: 0, responder: router.freeze())
+        // Answered on the server's thread (no task a request) unless the receiver is still paused.
+        router.add(
+            "POST", "/notifications",
+            inline: { _, _ in
+                guard clock.now >= answerFrom else { return nil }
+                received.add(1, ordering: .relaxed)
+                return HTTPResponse(status: 200)
+            },
+            otherwise: { _, _ in
+                try await Task.sleep(until: answerFrom, clock: clock)
+                received.add(1, ordering: .relaxed)
+                return HTTPResponse(status: 200)
+            })
+        // A held request is neither answered 503 nor dropped as idle before the pause ends.
+        var limits = HTTPLimits()
+        limits.requestTimeout = .seconds(pause + 30)
+        limits.idleTimeout = Int(pause) + 30
+        let sink = try HTTPServer(port: 0, limits: limits, responder: router.freeze())
         defer { sink.stop() }
         let directory = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
@@ -101,11 +113,11 @@ extension BenchCommands {
         }
         let advanced = clock.now
         let queued = pause > 0 ? try blocking { try await store.deliveryQueueDepth() } : 0
-        // Wait for the outbox to drain: nothing new arrives for a second.
+        // Wait for the outbox to drain: the receiver answers, then nothing new arrives for a second.
         progress(console, "waiting for the last notifications…")
         var last = -1
         var lastChange = clock.now
-        while clock.now - lastChange < .seconds(1) {
+        while clock.now - max(lastChange, answerFrom) < .seconds(1) {
             let count = received.load(ordering: .relaxed)
             if count != last {
                 last = count

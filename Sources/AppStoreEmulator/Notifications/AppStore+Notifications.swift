@@ -380,7 +380,12 @@ extension AppStore {
                 default: .other
                 }
         }
-        return Attempted(notification: notification, result: result, status: status, at: now)
+        // Recording needs the notification's identity, attempts and schedule, not its payload: the largest
+        // part of it is not kept while the result waits for the writer.
+        var sent = notification
+        sent.body = []
+        sent.signedPayload = nil
+        return Attempted(notification: sent, result: result, status: status, at: now)
     }
 
     /// Records attempts, each with its next step (delivered, retry at, failed), in one write, which also

@@ -32,8 +32,9 @@ final class DeliveryLanes: Sendable {
     }
 
     private struct State {
-        /// Chains waiting for a lane, first come first served (`head` is the next one).
-        var waiting: [(Batch, [OutboundNotification])] = []
+        /// Chains waiting for a lane, first come first served (`head` is the next one; those before it are
+        /// taken, and nil so that their payloads are not kept).
+        var waiting: [(Batch, [OutboundNotification])?] = []
         var head = 0
         var running = 0
     }
@@ -78,6 +79,7 @@ final class DeliveryLanes: Sendable {
                 return nil
             }
             let item = state.waiting[state.head]
+            state.waiting[state.head] = nil
             state.head += 1
             // Drop what was taken once it is most of the array (amortised O(1) a chain).
             if state.head > 1_024, state.head * 2 > state.waiting.count {

@@ -259,10 +259,11 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             change(\.notificationPositions, notification.id, Int64(tables.notificationPositions.count + 1))
         }
         func update(_ notification: OutboundNotification) throws {
-            guard tables.notifications[notification.id] != nil else {
+            guard var stored = tables.notifications[notification.id] else {
                 throw EmulatorStorageError.missing("notification")
             }
-            change(\.notifications, notification.id, notification)
+            (stored.state, stored.attempts) = (notification.state, notification.attempts)
+            change(\.notifications, notification.id, stored)
         }
         func notification(_ id: String) -> OutboundNotification? { tables.notifications[id] }
         func queueForDelivery(_ id: String) throws {

@@ -37,6 +37,9 @@ enum AppStoreCommands {
             .init(
                 name: "max-connections", valueName: "n", help: "Concurrent connections to accept (default: 16384)."),
             .init(
+                name: "max-notifications-in-flight", valueName: "n",
+                help: "Notifications sent at once at most; the rest wait in the outbox's queue (default: 1024)."),
+            .init(
                 name: "token", valueName: "secret",
                 help: "Require Authorization: Bearer <secret> on /_emulator (default: $STOREKEEPER_TOKEN)."),
             .init(
@@ -179,6 +182,13 @@ enum AppStoreCommands {
             }
             limits.maxConnections = value
         }
+        let inFlight = try arguments.value("max-notifications-in-flight").map { text in
+            guard let value = Int(text), (1...100_000).contains(value) else {
+                throw UsageError("--max-notifications-in-flight must be 1 to 100000")
+            }
+            return value
+        }
+        let maxInFlight = inFlight ?? AppStore.defaultMaxNotificationsInFlight
         let logger = try LoggingOptions.logger(arguments, label: "appstore")
         let host = arguments.value("host") ?? "127.0.0.1"
         let token = arguments.value("token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"]
@@ -200,7 +210,8 @@ enum AppStoreCommands {
         do {
             store = try blocking {
                 try await AppStore(
-                    catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate, logger: logger)
+                    catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate, logger: logger,
+                    maxNotificationsInFlight: maxInFlight)
             }
         } catch let error as EmulatorError {
             throw RuntimeError(error.message)

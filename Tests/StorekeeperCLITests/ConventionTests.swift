@@ -132,6 +132,11 @@ struct ConventionTests {
         let url = CapturedConsole.run(["appstore", "products", "--url", "localhost:8080"])
         #expect(url.status == 64)
         #expect(url.stderr.contains("http://"))
+        for value in ["0", "many"] {
+            let inFlight = CapturedConsole.run(["appstore", "serve", "--max-notifications-in-flight", value])
+            #expect(inFlight.status == 64)
+            #expect(inFlight.stderr.contains("--max-notifications-in-flight must be 1 to 100000"))
+        }
     }
 
     @Test("Exit 2 for files that cannot be read or are not certificates or keys; 1 for what does not parse")

@@ -61,7 +61,7 @@ public final class AppStore: Sendable {
     let productsNotForSale: Mutex<Set<ProductID>>
     /// Notifications this process has claimed and not yet recorded a result for (each holds a delivery
     /// slot): a lease that falls due meanwhile does not send again.
-    let notificationsInFlight = Mutex<Set<String>>([])
+    let notificationsInFlight = Mutex(InFlight())
     /// Notifications sent at once at most; the rest wait in the outbox's delivery queue.
     public let maxNotificationsInFlight: Int
     /// False only once a claim found the delivery queue empty and nothing was queued since.
@@ -268,13 +268,13 @@ public final class AppStore: Sendable {
             let limit = min(batch, maxEvents - work.events)
             let current = now
             // Slots this batch takes, given back if its write does not commit.
-            let claimed = Mutex<[String]>([])
+            let claims = SlotClaims()
             let batchWork: DueWork
             do {
                 batchWork = try await storage.write { store -> DueWork in
                     var batchWork = DueWork()
                     // Notifications waiting for a slot go first (the queue keeps the outbox's order).
-                    for notification in try self.claimQueued(in: store, now: current) {
+                    for notification in try self.claimQueued(in: store, now: current, claims: claims) {
                         batchWork.claimed(notification)
                     }
                     var earliestNew: Date?
@@ -284,7 +284,7 @@ public final class AppStore: Sendable {
                         for event in try store.due(until: current, limit: limit) {
                             // An event scheduled by this batch may come before the rest of it: fetch again.
                             if let earliestNew, event.due > earliestNew { break }
-                            let outcome = try self.handle(event, in: store, now: current)
+                            let outcome = try self.handle(event, in: store, now: current, claims: claims)
                             if case .renewed(let scheduled) = outcome {
                                 earliestNew = min(earliestNew ?? scheduled, scheduled)
                             }
@@ -298,7 +298,7 @@ public final class AppStore: Sendable {
                     var queueing = try !signed.isEmpty && store.hasQueued()
                     for notification in signed {
                         try store.insert(notification)
-                        if !queueing, self.takeDeliverySlot(notification.id) {
+                        if !queueing, self.takeDeliverySlot(notification.id, claims: claims) {
                             try self.schedule(
                                 DueEvent(
                                     kind: .notificationLease, key: notification.id,
@@ -309,13 +309,15 @@ public final class AppStore: Sendable {
                             try self.queueForDelivery(notification.id, in: store)
                         }
                     }
-                    claimed.withLock { $0 = batchWork.sends.map(\.id) }
                     let next = try store.nextDue()
                     self.nextDue.withLock { $0 = next }
                     return batchWork
                 }
             } catch {
-                releaseDeliverySlots(claimed.withLock { $0 })
+                releaseDeliverySlots(claims)
+                // The body may have moved the cached next due time past events its rollback kept: look again
+                // at the next run.
+                nextDue.withLock { $0 = min($0 ?? current, current) }
                 throw error
             }
             deliver(batchWork.sends)
@@ -376,7 +378,9 @@ public final class AppStore: Sendable {
     }
 
     /// Applies one due event and says what it did.
-    private func handle(_ event: DueEvent, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
+    private func handle(_ event: DueEvent, in store: any EmulatorStore, now: Date, claims: SlotClaims) throws
+        -> DueWork.Outcome
+    {
         try store.cancel(kind: event.kind, key: event.key)
         let originalID = TransactionID(event.key)
         switch event.kind {
@@ -387,7 +391,7 @@ public final class AppStore: Sendable {
         case .billingRetryEnd:
             return try runLifecycle(.billingRetryEnded, originalID: originalID, in: store, now: event.due) ?? .nothing
         case .notificationAttempt, .notificationLease:
-            return try claimAttempt(event.key, in: store, now: now)
+            return try claimAttempt(event.key, in: store, now: now, claims: claims)
         default:
             logger.warning("scheduler.unknown-event", ["event.kind": event.kind.rawValue])
             return .nothing

@@ -350,6 +350,57 @@ struct NotificationTests {
         #expect(history.allSatisfy { $0["sendAttempts"]?.arrayValue?.count == 1 }, "none sent twice")
     }
 
+    /// Storage whose next write runs its body and then fails, as a failed COMMIT does (the body's changes
+    /// are rolled back).
+    final class FailingStorage: EmulatorStorage {
+        let inner = InMemoryEmulatorStorage()
+        let failNext = Atomic<Bool>(false)
+        struct Failed: Error {}
+
+        func read<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+            try await inner.read(body)
+        }
+
+        func write<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T) async throws -> T {
+            let fail = failNext.exchange(false, ordering: .sequentiallyConsistent)
+            return try await inner.write { store in
+                let result = try body(store)
+                if fail { throw Failed() }
+                return result
+            }
+        }
+    }
+
+    @Test("A write that claimed a send and did not commit gives its slot back: the send is made by the next one")
+    func failedClaimReleasesSlot() async throws {
+        let storage = FailingStorage()
+        let catalog = try StoreKitConfiguration(data: Array(Self.catalogText.utf8))
+        let time = AppStoreTests.FakeTime()
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID)],
+            dataDirectory: try ExternalTool.temporaryDirectory(), rate: .monthlyRenewalEveryFiveMinutes,
+            storage: storage, maxNotificationsInFlight: 1, realNow: { time.now })
+        defer { store.close() }
+        let harness = AppStoreTests.Harness(
+            store: store, responder: store.responder(), directory: URL(fileURLWithPath: "/"))
+        let sink = try GatedSink(hold: 0)
+        try await Self.configure(harness, ["productionURL": .string(sink.url)])
+        // Each purchase writes its notification with an attempt due now, which the next catch-up claims.
+        for round in 1...2 {
+            let app = try await harness.device(environment: "Production", deviceID: UUID().uuidString)
+            _ = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+            storage.failNext.store(true, ordering: .sequentiallyConsistent)
+            await #expect(throws: FailingStorage.Failed.self) { try await store.catchUp() }
+            try await store.catchUp()
+            try await sink.wait { $0.received.count >= round }
+            #expect(sink.received.count == round, "the one slot was given back, then freed by the result")
+            // Its result recorded (the slot free again) before the next round.
+            let history = try await Self.settledHistory(harness, environment: "Production")
+            #expect(history.count == round)
+            #expect(history.allSatisfy { $0["state"] == .string("delivered") })
+        }
+    }
+
     @Test("Notifications waiting for a delivery slot when the emulator stops are sent when it starts again")
     func queueSurvivesRestart() async throws {
         let directory = try ExternalTool.temporaryDirectory()

@@ -7,6 +7,18 @@ import StorekeeperJSON
 import StorekeeperLogging
 import Synchronization
 
+/// The notifications this process has claimed and not yet recorded a result for, each with the token of
+/// its claim (a slot given back by a write that did not commit is given back only if no later claim took it).
+struct InFlight: Sendable {
+    var claims: [String: UInt64] = [:]
+    var nextToken: UInt64 = 0
+}
+
+/// The delivery slots one write takes, with their claims' tokens: given back if the write does not commit.
+final class SlotClaims: Sendable {
+    let taken = Mutex<[(id: String, token: UInt64)]>([])
+}
+
 /// App Store Server Notifications V2: rendered and signed when the change that causes them is written (so
 /// they say what was true then), kept in the outbox in the same transaction, and sent by the scheduler
 /// with Apple's success rule and retry schedule. At least once: an attempt claimed before a crash is made
@@ -225,17 +237,19 @@ extension AppStore {
 
     /// Claims an attempt inside a write: the lease is scheduled, and the notification is sent after the
     /// commit. With every delivery slot taken, or others waiting for one, it joins the queue instead.
-    func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date) throws -> DueWork.Outcome {
+    func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date, claims: SlotClaims) throws
+        -> DueWork.Outcome
+    {
         let lease = DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease))
         // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews,
         // and the notification (its payload is the largest row there is) is not read. Its result, recorded
         // when the send ends, cancels the lease.
-        if notificationsInFlight.withLock({ $0.contains(id) }) {
+        if notificationsInFlight.withLock({ $0.claims[id] != nil }) {
             try schedule(lease, in: store)
             return .nothing
         }
         guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
-        guard try !store.hasQueued(), takeDeliverySlot(id) else {
+        guard try !store.hasQueued(), takeDeliverySlot(id, claims: claims) else {
             try queueForDelivery(id, in: store)
             return .nothing
         }
@@ -243,21 +257,33 @@ extension AppStore {
         return .send(notification)
     }
 
-    /// Takes one of the ``maxNotificationsInFlight`` delivery slots for `id` (within the write that claims
-    /// it), if one is free. The slot is given back when the attempt's result is recorded, or by the
-    /// claiming write's caller if that write fails.
-    func takeDeliverySlot(_ id: String) -> Bool {
+    /// Takes one of the ``maxNotificationsInFlight`` delivery slots for `id` within the write that claims
+    /// it, if one is free, noting the claim in `claims`. The slot is given back when the attempt's result is
+    /// recorded, or by the claiming write's caller if that write does not commit.
+    func takeDeliverySlot(_ id: String, claims: SlotClaims) -> Bool {
+        let token: UInt64? = notificationsInFlight.withLock { inFlight in
+            guard inFlight.claims.count < maxNotificationsInFlight, inFlight.claims[id] == nil else { return nil }
+            inFlight.nextToken += 1
+            inFlight.claims[id] = inFlight.nextToken
+            return inFlight.nextToken
+        }
+        guard let token else { return false }
+        claims.taken.withLock { $0.append((id, token)) }
+        return true
+    }
+
+    /// Gives back slots, each only if it is still held by the claim given (not by a later one).
+    func releaseDeliverySlots(_ claims: some Sequence<(id: String, token: UInt64)>) {
         notificationsInFlight.withLock { inFlight in
-            guard inFlight.count < maxNotificationsInFlight else { return false }
-            return inFlight.insert(id).inserted
+            for (id, token) in claims where inFlight.claims[id] == token { inFlight.claims[id] = nil }
         }
     }
 
-    /// Gives back the slots of notifications claimed by a write that did not commit.
-    func releaseDeliverySlots(_ ids: some Sequence<String>) {
-        notificationsInFlight.withLock { inFlight in
-            for id in ids { inFlight.remove(id) }
-        }
+    /// Gives back the slots a write took, when it did not commit; the delivery queue may hold again what
+    /// that write took from it.
+    func releaseDeliverySlots(_ claims: SlotClaims) {
+        releaseDeliverySlots(claims.taken.withLock { $0 })
+        deliveryQueueMayHaveWork.store(true, ordering: .sequentiallyConsistent)
     }
 
     /// Puts a stored notification in the queue of those waiting for a delivery slot (within a write).
@@ -268,17 +294,23 @@ extension AppStore {
 
     /// Within a write: takes as many queued notifications as there are free slots (oldest first, at most
     /// a batch), each claimed with its lease, to send after the commit.
-    func claimQueued(in store: any EmulatorStore, now: Date) throws -> [OutboundNotification] {
+    func claimQueued(in store: any EmulatorStore, now: Date, claims: SlotClaims) throws -> [OutboundNotification] {
         guard deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent) else { return [] }
-        let free = maxNotificationsInFlight - notificationsInFlight.withLock { $0.count }
+        let free = maxNotificationsInFlight - notificationsInFlight.withLock { $0.claims.count }
         guard free > 0 else { return [] }
         let taken = try store.takeQueued(limit: min(free, 256))
         if taken.isEmpty { deliveryQueueMayHaveWork.store(false, ordering: .sequentiallyConsistent) }
         var claimed: [OutboundNotification] = []
         for notification in taken where notification.state == .pending {
             // Writes run one at a time and only they take slots, so the free ones counted above are still
-            // free; a notification already in flight is left to its lease.
-            guard takeDeliverySlot(notification.id) else { continue }
+            // free. One in flight all the same is left to its lease; one that found no slot goes back to its
+            // place in the queue (its outbox position).
+            guard takeDeliverySlot(notification.id, claims: claims) else {
+                if notificationsInFlight.withLock({ $0.claims[notification.id] == nil }) {
+                    try queueForDelivery(notification.id, in: store)
+                }
+                continue
+            }
             try schedule(
                 DueEvent(
                     kind: .notificationLease, key: notification.id, due: now.addingTimeInterval(Self.attemptLease)),
@@ -292,7 +324,7 @@ extension AppStore {
     /// write).
     var deliveryQueueCanMove: Bool {
         deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent)
-            && notificationsInFlight.withLock { $0.count } < maxNotificationsInFlight
+            && notificationsInFlight.withLock { $0.claims.count } < maxNotificationsInFlight
     }
 
     /// Claims and sends queued notifications while slots are free (after a restart, or when a recorded
@@ -300,16 +332,14 @@ extension AppStore {
     func sendQueued() async throws {
         guard deliveryQueueCanMove else { return }
         let current = now
-        let claimed = Mutex<[String]>([])
+        let claims = SlotClaims()
         do {
             let sends = try await storage.write { store in
-                let sends = try self.claimQueued(in: store, now: current)
-                claimed.withLock { $0 = sends.map(\.id) }
-                return sends
+                try self.claimQueued(in: store, now: current, claims: claims)
             }
             deliver(sends)
         } catch {
-            releaseDeliverySlots(claimed.withLock { $0 })
+            releaseDeliverySlots(claims)
             throw error
         }
     }
@@ -343,24 +373,28 @@ extension AppStore {
                 chains.append([notification])
             }
         }
-        deliveryLanes.submit(chains, send: { [self] in sendBlocking($0) }) { [self] attempted in
-            Task.detached { [self] in
-                await self.record(attempted)
-                releaseDeliverySlots(attempted.map(\.notification.id))
-            }
+        // Each send's claim, so that recording it gives back that slot and no later claim's.
+        let tokens = notificationsInFlight.withLock { inFlight in
+            Dictionary(notifications.map { ($0.id, inFlight.claims[$0.id] ?? 0) }, uniquingKeysWith: { a, _ in a })
+        }
+        deliveryLanes.submit(chains, send: { [self] in sendBlocking($0, claim: tokens[$0.id] ?? 0) }) {
+            [self] attempted in
+            Task.detached { [self] in await self.record(attempted) }
         }
     }
 
     /// One attempt's outcome, waiting to be recorded.
     struct Attempted: Sendable {
         var notification: OutboundNotification
+        /// The claim the send was made under (its slot's token).
+        var claim: UInt64
         var result: SendAttemptResult
         var status: Int?
         var at: Date
     }
 
     /// One attempt, on the calling thread (a delivery lane's).
-    func sendBlocking(_ notification: OutboundNotification) -> Attempted {
+    func sendBlocking(_ notification: OutboundNotification, claim: UInt64) -> Attempted {
         let client = HTTPClient(timeout: .milliseconds(Int64(notification.timeoutMilliseconds)))
         var status: Int?
         let result: SendAttemptResult
@@ -385,7 +419,7 @@ extension AppStore {
         var sent = notification
         sent.body = []
         sent.signedPayload = nil
-        return Attempted(notification: sent, result: result, status: status, at: now)
+        return Attempted(notification: sent, claim: claim, result: result, status: status, at: now)
     }
 
     /// Records attempts, each with its next step (delivered, retry at, failed), in one write, which also
@@ -393,7 +427,8 @@ extension AppStore {
     func record(_ attempts: [Attempted]) async {
         guard !attempts.isEmpty else { return }
         let current = now
-        let claimed = Mutex<[String]>([])
+        let claims = SlotClaims()
+        let recorded = attempts.map { (id: $0.notification.id, token: $0.claim) }
         do {
             let queued = try await storage.write { store in
                 for attempt in attempts {
@@ -412,12 +447,10 @@ extension AppStore {
                     try store.update(stored)
                 }
                 // No longer in flight for any write after this one (a retry falling due at once must be
-                // claimed, not taken for the send still in progress); the caller removes them again if the
-                // write fails.
-                self.releaseDeliverySlots(attempts.map(\.notification.id))
-                let queued = try self.claimQueued(in: store, now: current)
-                claimed.withLock { $0 = queued.map(\.id) }
-                return queued
+                // claimed, not taken for the send still in progress); given back here, whether or not the
+                // write commits (if not, their leases send them again).
+                self.releaseDeliverySlots(recorded)
+                return try self.claimQueued(in: store, now: current, claims: claims)
             }
             deliver(queued)
             for attempt in attempts {
@@ -430,7 +463,8 @@ extension AppStore {
                     ])
             }
         } catch {
-            releaseDeliverySlots(claimed.withLock { $0 })
+            releaseDeliverySlots(recorded)
+            releaseDeliverySlots(claims)
             logger.error("notification.record-failed", ["error": String(describing: error)])
         }
     }

@@ -294,19 +294,10 @@ public final class AppStore: Sendable {
                     // Their first attempts are due now: claimed in this same transaction (a lease, not an
                     // attempt to claim in the next one), sent once it has committed; with no slot free, or
                     // others waiting for one, queued behind them.
-                    let signed = try signing.sign()
-                    var queueing = try !signed.isEmpty && store.hasQueued()
-                    for notification in signed {
+                    for notification in try signing.sign() {
                         try store.insert(notification)
-                        if !queueing, self.takeDeliverySlot(notification.id, claims: claims) {
-                            try self.schedule(
-                                DueEvent(
-                                    kind: .notificationLease, key: notification.id,
-                                    due: current.addingTimeInterval(Self.attemptLease)), in: store)
+                        if try self.claimOrQueue(notification.id, in: store, now: current, claims: claims) {
                             batchWork.claimed(notification)
-                        } else {
-                            queueing = true
-                            try self.queueForDelivery(notification.id, in: store)
                         }
                     }
                     let next = try store.nextDue()

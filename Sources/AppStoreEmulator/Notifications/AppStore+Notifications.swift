@@ -240,21 +240,33 @@ extension AppStore {
     func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date, claims: SlotClaims) throws
         -> DueWork.Outcome
     {
-        let lease = DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease))
         // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews,
         // and the notification (its payload is the largest row there is) is not read. Its result, recorded
         // when the send ends, cancels the lease.
         if notificationsInFlight.withLock({ $0.claims[id] != nil }) {
-            try schedule(lease, in: store)
+            try scheduleLease(id, in: store, now: now)
             return .nothing
         }
         guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
-        guard try !store.hasQueued(), takeDeliverySlot(id, claims: claims) else {
+        return try claimOrQueue(id, in: store, now: now, claims: claims) ? .send(notification) : .nothing
+    }
+
+    /// Within a write: claims `id` (a slot and its lease) to send after the commit, or, with no slot free or
+    /// others waiting for one, puts it in the queue behind them. True when claimed.
+    func claimOrQueue(_ id: String, in store: any EmulatorStore, now: Date, claims: SlotClaims) throws -> Bool {
+        let waiting = try deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent) && store.hasQueued()
+        guard !waiting, takeDeliverySlot(id, claims: claims) else {
             try queueForDelivery(id, in: store)
-            return .nothing
+            return false
         }
-        try schedule(lease, in: store)
-        return .send(notification)
+        try scheduleLease(id, in: store, now: now)
+        return true
+    }
+
+    /// A claimed send's lease: made again if no result is recorded by then.
+    func scheduleLease(_ id: String, in store: any EmulatorStore, now: Date) throws {
+        try schedule(
+            DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
     }
 
     /// Takes one of the ``maxNotificationsInFlight`` delivery slots for `id` within the write that claims
@@ -311,10 +323,7 @@ extension AppStore {
                 }
                 continue
             }
-            try schedule(
-                DueEvent(
-                    kind: .notificationLease, key: notification.id, due: now.addingTimeInterval(Self.attemptLease)),
-                in: store)
+            try scheduleLease(notification.id, in: store, now: now)
             claimed.append(notification)
         }
         return claimed

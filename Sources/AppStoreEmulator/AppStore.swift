@@ -64,9 +64,15 @@ public final class AppStore: Sendable {
     let notificationsInFlight = Mutex(InFlight())
     /// Notifications sent at once at most; the rest wait in the outbox's delivery queue.
     public let maxNotificationsInFlight: Int
-    /// False only once a claim found the delivery queue empty and nothing was queued since.
-    let deliveryQueueMayHaveWork = Atomic<Bool>(true)
-    let deliveryLanes = DeliveryLanes(lanes: AppStore.deliveryConcurrency)
+    /// Bumped whenever the delivery queue may have become able to move (something queued, a slot given
+    /// back); a claim that found nothing it could take notes the value it started with in
+    /// `deliveryQueueSettled`, so that no write asks the queue again until the next bump.
+    let deliveryQueueEpoch = Atomic<UInt64>(1)
+    let deliveryQueueSettled = Atomic<UInt64>(0)
+    /// Where the next claim from the queue starts among the receivers waiting (each pass, the next one).
+    let deliveryQueueTurn = Atomic<Int>(0)
+    let deliveryLanes = DeliveryLanes(
+        lanes: AppStore.deliveryLanes, perReceiver: AppStore.deliveryLanesPerReceiver)
     /// The next identifiers to give, read from their settings at first use. Writes run one at a time, so
     /// the cache follows the stored counters; a write rolled back leaves it ahead of them (a gap, as
     /// Apple's identifiers have), never behind, since each identifier given stores its successor.
@@ -296,7 +302,7 @@ public final class AppStore: Sendable {
                     // others waiting for one, queued behind them.
                     for notification in try signing.sign() {
                         try store.insert(notification)
-                        if try self.claimOrQueue(notification.id, in: store, now: current, claims: claims) {
+                        if try self.claimOrQueue(notification, in: store, now: current, claims: claims) {
                             batchWork.claimed(notification)
                         }
                     }

@@ -386,44 +386,57 @@ struct EmulatorStorageContractTests {
     }
 
     @Test(
-        "The delivery queue: notifications in outbox order, each once, taken a few at a time; a rolled-back take keeps them",
+        "The delivery queue: a line per receiver in outbox order, each once, taken a few at a time; a rolled-back take keeps them",
         arguments: Backend.allCases)
     func deliveryQueue(backend: Backend) async throws {
         let storage = try await backend.make()
         try await storage.write { store in
-            for (index, id) in ["c", "a", "d", "b"].enumerated() {
+            for (index, id) in ["c", "a", "d", "b", "e", "f"].enumerated() {
                 try store.insert(
                     OutboundNotification(
-                        id: id, bundleID: "com.example", environment: .production, version: 1, url: "http://r/n",
-                        body: Array(id.utf8), signedPayload: nil, notice: Notice(.subscribed, .initialBuy),
-                        originalTransactionID: "7", created: Self.start.addingTimeInterval(Double(index)),
-                        retryDelays: [], retryClientErrors: true, timeoutMilliseconds: 1_000))
+                        id: id, bundleID: "com.example", environment: .production, version: 1,
+                        url: index < 4 ? "http://r/n" : "http://q/n", body: Array(id.utf8), signedPayload: nil,
+                        notice: Notice(.subscribed, .initialBuy), originalTransactionID: "7",
+                        created: Self.start.addingTimeInterval(Double(index)), retryDelays: [],
+                        retryClientErrors: true, timeoutMilliseconds: 1_000))
             }
             #expect(try !store.hasQueued())
-            #expect(try store.takeQueued(limit: 10).isEmpty)
+            #expect(try store.queuedURLs().isEmpty)
+            #expect(try store.takeQueued(url: "http://r/n", limit: 10).isEmpty)
             // Queued in another order than written: taken in the outbox's (creation) order.
-            for id in ["b", "c", "d"] { try store.queueForDelivery(id) }
+            for id in ["b", "f", "c", "d", "e"] { try store.queueForDelivery(id) }
             try store.queueForDelivery("c")
             #expect(throws: EmulatorStorageError.self) { try store.queueForDelivery("missing") }
             #expect(try store.hasQueued())
-            #expect(try store.queuedCount() == 3)
+            #expect(try store.hasQueued(url: "http://q/n"))
+            #expect(try !store.hasQueued(url: "http://elsewhere/n"))
+            #expect(try store.queuedURLs() == ["http://q/n", "http://r/n"])
+            #expect(try store.queuedCount() == 5)
         }
         struct RolledBack: Error {}
         await #expect(throws: RolledBack.self) {
             try await storage.write { store in
-                #expect(try store.takeQueued(limit: 10).map(\.id) == ["c", "d", "b"])
+                #expect(try store.takeQueued(url: "http://r/n", limit: 10).map(\.id) == ["c", "d", "b"])
                 throw RolledBack()
             }
         }
         let taken = try await storage.write { store in
-            (try store.takeQueued(limit: 2), try store.hasQueued(), try store.takeQueued(limit: 2))
+            (
+                try store.takeQueued(url: "http://r/n", limit: 2), try store.hasQueued(url: "http://r/n"),
+                try store.takeQueued(url: "http://r/n", limit: 2), try store.queuedURLs()
+            )
         }
         #expect(taken.0.map(\.id) == ["c", "d"])
         #expect(taken.0.first?.body == Array("c".utf8), "taken whole")
         #expect(taken.1)
         #expect(taken.2.map(\.id) == ["b"])
+        #expect(taken.3 == ["http://q/n"], "the other receiver's line is untouched")
+        #expect(try await storage.read { try $0.hasQueued(url: "http://r/n") } == false)
+        #expect(try await storage.read { try $0.queuedCount() } == 2)
+        let rest = try await storage.write { store in try store.takeQueued(url: "http://q/n", limit: 10) }
+        #expect(rest.map(\.id) == ["e", "f"])
         #expect(try await storage.read { try $0.hasQueued() } == false)
-        #expect(try await storage.read { try $0.queuedCount() } == 0)
+        #expect(try await storage.read { try $0.queuedURLs() } == [])
     }
 
     @Test("Concurrent writers are applied one at a time: no update is lost", arguments: Backend.allCases)

@@ -350,6 +350,33 @@ struct NotificationTests {
         #expect(history.allSatisfy { $0["sendAttempts"]?.arrayValue?.count == 1 }, "none sent twice")
     }
 
+    @Test(
+        "A receiver that does not answer holds at most its share of the delivery slots and lanes; another receiver gets everything meanwhile",
+        arguments: [(4, 6, 3), (AppStore.defaultMaxNotificationsInFlight, 30, 16)])
+    func receiversShare(inFlight: Int, subscribers: Int, held: Int) async throws {
+        let harness = try await Self.harness(maxNotificationsInFlight: inFlight)
+        let stuck = try GatedSink(hold: .max)
+        let answering = try GatedSink(hold: 0)
+        try await Self.configure(
+            harness,
+            ["productionURL": .array([.string(stuck.url), .string(answering.url)]), "timeoutSeconds": .integer(60)])
+        try await Self.subscribe(harness, count: subscribers)
+        try await answering.wait { $0.received.count >= subscribers }
+        #expect(answering.received.count == subscribers, "none waits behind the receiver that does not answer")
+        try await stuck.wait { $0.received.count >= held }
+        // Time for any send beyond its share to arrive (none may): three quarters of the slots, 16 of the lanes.
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(stuck.received.count == held)
+        #expect(stuck.mostInside == held)
+        stuck.release()
+        try await stuck.wait { $0.received.count >= subscribers }
+        #expect(Set(stuck.received).count == subscribers, "each once")
+        let history = try await Self.settledHistory(harness, environment: "Production")
+        #expect(history.count == 2 * subscribers)
+        #expect(history.allSatisfy { $0["state"] == .string("delivered") })
+        #expect(history.allSatisfy { $0["sendAttempts"]?.arrayValue?.count == 1 }, "none sent twice")
+    }
+
     /// Storage whose next write runs its body and then fails, as a failed COMMIT does (the body's changes
     /// are rolled back).
     final class FailingStorage: EmulatorStorage {

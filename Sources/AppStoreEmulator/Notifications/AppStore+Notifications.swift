@@ -8,10 +8,29 @@ import StorekeeperLogging
 import Synchronization
 
 /// The notifications this process has claimed and not yet recorded a result for, each with the token of
-/// its claim (a slot given back by a write that did not commit is given back only if no later claim took it).
+/// its claim (a slot given back by a write that did not commit is given back only if no later claim took it)
+/// and its receiver (URL), and how many slots each receiver holds.
 struct InFlight: Sendable {
-    var claims: [String: UInt64] = [:]
+    var claims: [String: (token: UInt64, url: String)] = [:]
+    var perReceiver: [String: Int] = [:]
     var nextToken: UInt64 = 0
+
+    /// Claims a slot for `id`, sent to `url`, if the limits allow one; its token.
+    mutating func claim(_ id: String, url: String, limit: Int, receiverLimit: Int) -> UInt64? {
+        guard claims.count < limit, claims[id] == nil, perReceiver[url, default: 0] < receiverLimit else { return nil }
+        nextToken += 1
+        claims[id] = (nextToken, url)
+        perReceiver[url, default: 0] += 1
+        return nextToken
+    }
+
+    /// Gives back `id`'s slot if `token` still holds it.
+    mutating func release(_ id: String, token: UInt64) {
+        guard let claim = claims[id], claim.token == token else { return }
+        claims[id] = nil
+        let left = perReceiver[claim.url, default: 1] - 1
+        perReceiver[claim.url] = left > 0 ? left : nil
+    }
 }
 
 /// The delivery slots one write takes, with their claims' tokens: given back if the write does not commit.
@@ -248,18 +267,23 @@ extension AppStore {
             return .nothing
         }
         guard let notification = try store.notification(id), notification.state == .pending else { return .nothing }
-        return try claimOrQueue(id, in: store, now: now, claims: claims) ? .send(notification) : .nothing
+        return try claimOrQueue(notification, in: store, now: now, claims: claims) ? .send(notification) : .nothing
     }
 
-    /// Within a write: claims `id` (a slot and its lease) to send after the commit, or, with no slot free or
-    /// others waiting for one, puts it in the queue behind them. True when claimed.
-    func claimOrQueue(_ id: String, in store: any EmulatorStore, now: Date, claims: SlotClaims) throws -> Bool {
-        let waiting = try deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent) && store.hasQueued()
-        guard !waiting, takeDeliverySlot(id, claims: claims) else {
-            try queueForDelivery(id, in: store)
+    /// Within a write: claims `notification` (a slot and its lease) to send after the commit, or, with no
+    /// slot free (for its receiver, or at all) or others for its receiver waiting for one, puts it in the
+    /// queue behind them. True when claimed.
+    func claimOrQueue(
+        _ notification: OutboundNotification, in store: any EmulatorStore, now: Date, claims: SlotClaims
+    ) throws -> Bool {
+        // Settled, every receiver with notifications queued has no slot free, so the claim below fails for
+        // it: the queue need not be asked.
+        let waiting = try deliveryQueueMayMove && store.hasQueued(url: notification.url)
+        guard !waiting, takeDeliverySlot(notification.id, url: notification.url, claims: claims) else {
+            try store.queueForDelivery(notification.id)
             return false
         }
-        try scheduleLease(id, in: store, now: now)
+        try scheduleLease(notification.id, in: store, now: now)
         return true
     }
 
@@ -269,57 +293,84 @@ extension AppStore {
             DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
     }
 
+    /// The delivery slots one receiver (URL) may hold: three quarters of them, so that a receiver that
+    /// does not answer leaves the rest to the others.
+    public var maxNotificationsInFlightPerReceiver: Int {
+        max(1, maxNotificationsInFlight - maxNotificationsInFlight / 4)
+    }
+
     /// Takes one of the ``maxNotificationsInFlight`` delivery slots for `id` within the write that claims
-    /// it, if one is free, noting the claim in `claims`. The slot is given back when the attempt's result is
-    /// recorded, or by the claiming write's caller if that write does not commit.
-    func takeDeliverySlot(_ id: String, claims: SlotClaims) -> Bool {
-        let token: UInt64? = notificationsInFlight.withLock { inFlight in
-            guard inFlight.claims.count < maxNotificationsInFlight, inFlight.claims[id] == nil else { return nil }
-            inFlight.nextToken += 1
-            inFlight.claims[id] = inFlight.nextToken
-            return inFlight.nextToken
+    /// it, if one is free and its receiver holds fewer than ``maxNotificationsInFlightPerReceiver``, noting
+    /// the claim in `claims`. The slot is given back when the attempt's result is recorded, or by the
+    /// claiming write's caller if that write does not commit.
+    func takeDeliverySlot(_ id: String, url: String, claims: SlotClaims) -> Bool {
+        let token = notificationsInFlight.withLock { inFlight in
+            inFlight.claim(
+                id, url: url, limit: maxNotificationsInFlight, receiverLimit: maxNotificationsInFlightPerReceiver)
         }
         guard let token else { return false }
         claims.taken.withLock { $0.append((id, token)) }
         return true
     }
 
-    /// Gives back slots, each only if it is still held by the claim given (not by a later one).
+    /// Gives back slots, each only if it is still held by the claim given (not by a later one): the
+    /// delivery queue may move again.
     func releaseDeliverySlots(_ claims: some Sequence<(id: String, token: UInt64)>) {
         notificationsInFlight.withLock { inFlight in
-            for (id, token) in claims where inFlight.claims[id] == token { inFlight.claims[id] = nil }
+            for (id, token) in claims { inFlight.release(id, token: token) }
         }
+        deliveryQueueEpoch.add(1, ordering: .sequentiallyConsistent)
     }
 
-    /// Gives back the slots a write took, when it did not commit; the delivery queue may hold again what
-    /// that write took from it.
+    /// Gives back the slots a write took, when it did not commit (what it took from the delivery queue is
+    /// back there).
     func releaseDeliverySlots(_ claims: SlotClaims) {
         releaseDeliverySlots(claims.taken.withLock { $0 })
-        deliveryQueueMayHaveWork.store(true, ordering: .sequentiallyConsistent)
     }
 
-    /// Puts a stored notification in the queue of those waiting for a delivery slot (within a write).
-    func queueForDelivery(_ id: String, in store: any EmulatorStore) throws {
-        try store.queueForDelivery(id)
-        deliveryQueueMayHaveWork.store(true, ordering: .sequentiallyConsistent)
+    /// False while the last look at the delivery queue found nothing it could take and no slot was given
+    /// back since (only a slot given back lets a queued notification move: one is queued only when its
+    /// receiver, or every receiver, has no slot free).
+    var deliveryQueueMayMove: Bool {
+        deliveryQueueSettled.load(ordering: .sequentiallyConsistent)
+            != deliveryQueueEpoch.load(ordering: .sequentiallyConsistent)
     }
 
-    /// Within a write: takes as many queued notifications as there are free slots (oldest first, at most
-    /// a batch), each claimed with its lease, to send after the commit.
+    /// Within a write: takes as many queued notifications as there are free slots (at most a batch), each
+    /// claimed with its lease, to send after the commit. Each receiver's line is taken oldest first; the
+    /// receivers with a slot free share the pass, starting with a different one each time.
     func claimQueued(in store: any EmulatorStore, now: Date, claims: SlotClaims) throws -> [OutboundNotification] {
-        guard deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent) else { return [] }
-        let free = maxNotificationsInFlight - notificationsInFlight.withLock { $0.claims.count }
-        guard free > 0 else { return [] }
-        let taken = try store.takeQueued(limit: min(free, 256))
-        if taken.isEmpty { deliveryQueueMayHaveWork.store(false, ordering: .sequentiallyConsistent) }
+        let epoch = deliveryQueueEpoch.load(ordering: .sequentiallyConsistent)
+        guard deliveryQueueSettled.load(ordering: .sequentiallyConsistent) != epoch else { return [] }
+        let (free, held) = notificationsInFlight.withLock {
+            (maxNotificationsInFlight - $0.claims.count, $0.perReceiver)
+        }
+        var room = min(free, 256)
+        var taken: [OutboundNotification] = []
+        if room > 0 {
+            let open = try store.queuedURLs().filter { held[$0, default: 0] < maxNotificationsInFlightPerReceiver }
+            if !open.isEmpty {
+                let turn = deliveryQueueTurn.add(1, ordering: .relaxed).newValue
+                let share = max(1, room / open.count)
+                for index in open.indices where room > 0 {
+                    let url = open[(index + turn) % open.count]
+                    let limit = min(share, room, maxNotificationsInFlightPerReceiver - held[url, default: 0])
+                    let line = try store.takeQueued(url: url, limit: limit)
+                    room -= line.count
+                    taken += line
+                }
+            }
+        }
+        // Nothing could move: no write asks again until a slot is given back.
+        if taken.isEmpty { deliveryQueueSettled.store(epoch, ordering: .sequentiallyConsistent) }
         var claimed: [OutboundNotification] = []
         for notification in taken where notification.state == .pending {
             // Writes run one at a time and only they take slots, so the free ones counted above are still
             // free. One in flight all the same is left to its lease; one that found no slot goes back to its
             // place in the queue (its outbox position).
-            guard takeDeliverySlot(notification.id, claims: claims) else {
+            guard takeDeliverySlot(notification.id, url: notification.url, claims: claims) else {
                 if notificationsInFlight.withLock({ $0.claims[notification.id] == nil }) {
-                    try queueForDelivery(notification.id, in: store)
+                    try store.queueForDelivery(notification.id)
                 }
                 continue
             }
@@ -332,8 +383,7 @@ extension AppStore {
     /// Whether queued notifications may be waiting for slots that are free now (a cheap check before a
     /// write).
     var deliveryQueueCanMove: Bool {
-        deliveryQueueMayHaveWork.load(ordering: .sequentiallyConsistent)
-            && notificationsInFlight.withLock { $0.claims.count } < maxNotificationsInFlight
+        deliveryQueueMayMove && notificationsInFlight.withLock { $0.claims.count } < maxNotificationsInFlight
     }
 
     /// Claims and sends queued notifications while slots are free (after a restart, or when a recorded
@@ -362,33 +412,48 @@ extension AppStore {
     /// the rest wait in the outbox's delivery queue, in order.
     public static let defaultMaxNotificationsInFlight = 1_024
 
-    /// Threads sending notifications, shared by every batch (``DeliveryLanes``).
-    static let deliveryConcurrency = 16
+    /// Threads sending notifications, shared by every batch and receiver (``DeliveryLanes``).
+    static let deliveryLanes = 20
+    /// The lanes one receiver (URL) may hold: a receiver that does not answer leaves the rest to others.
+    static let deliveryLanesPerReceiver = 16
 
-    /// Sends claimed notifications (their slots taken) in the background and records the results of the
-    /// batch in one write. One subscription's notifications go one after another, in the order they were
-    /// written; different subscriptions' go side by side (Apple promises no order; receivers order by
-    /// signedDate) on the shared delivery lanes, a whole chain per lane at a time.
+    /// Sends claimed notifications (their slots taken) in the background and records the results for each
+    /// receiver (URL) in one write once its sends are done: a receiver that does not answer delays the
+    /// recording of no other's. One subscription's notifications to a receiver go one after another, in the
+    /// order they were written; different subscriptions' go side by side (Apple promises no order;
+    /// receivers order by signedDate) on the shared delivery lanes, a whole chain per lane at a time.
     func deliver(_ notifications: [OutboundNotification]) {
         guard !notifications.isEmpty else { return }
-        var chains: [[OutboundNotification]] = []
+        var receivers: [(url: String, chains: [[OutboundNotification]])] = []
+        var receiverOf: [String: Int] = [:]
         var chainOf: [String: Int] = [:]
         for notification in notifications {
-            let key = notification.originalTransactionID?.rawValue ?? notification.id
+            let receiver =
+                receiverOf[notification.url]
+                ?? {
+                    receiverOf[notification.url] = receivers.count
+                    receivers.append((notification.url, []))
+                    return receivers.count - 1
+                }()
+            // A receiver's own chain: one that does not answer holds up no other receiver's sends.
+            let key = notification.url + " " + (notification.originalTransactionID?.rawValue ?? notification.id)
             if let index = chainOf[key] {
-                chains[index].append(notification)
+                receivers[receiver].chains[index].append(notification)
             } else {
-                chainOf[key] = chains.count
-                chains.append([notification])
+                chainOf[key] = receivers[receiver].chains.count
+                receivers[receiver].chains.append([notification])
             }
         }
         // Each send's claim, so that recording it gives back that slot and no later claim's.
         let tokens = notificationsInFlight.withLock { inFlight in
-            Dictionary(notifications.map { ($0.id, inFlight.claims[$0.id] ?? 0) }, uniquingKeysWith: { a, _ in a })
+            Dictionary(
+                notifications.map { ($0.id, inFlight.claims[$0.id]?.token ?? 0) }, uniquingKeysWith: { a, _ in a })
         }
-        deliveryLanes.submit(chains, send: { [self] in sendBlocking($0, claim: tokens[$0.id] ?? 0) }) {
-            [self] attempted in
-            Task.detached { [self] in await self.record(attempted) }
+        for receiver in receivers {
+            deliveryLanes.submit(receiver.chains, send: { [self] in sendBlocking($0, claim: tokens[$0.id] ?? 0) }) {
+                [self] attempted in
+                Task.detached { [self] in await self.record(attempted) }
+            }
         }
     }
 

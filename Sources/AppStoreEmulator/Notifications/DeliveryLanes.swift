@@ -1,10 +1,11 @@
 import Dispatch
 import Synchronization
 
-/// A fixed number of threads that send claimed notifications, shared by every batch: a slow receiver
-/// holds up at most this many threads, however many batches wait behind it. Each lane takes the next
-/// whole chain (one subscription's notifications, sent in the order they were written); when a batch's
-/// last chain is done, its results go to the batch's `done`, once.
+/// A fixed number of threads that send claimed notifications, shared by every batch and receiver: a slow
+/// receiver holds up at most `perReceiver` of them, however many batches wait behind it, and the rest go
+/// on sending to the others. Each lane takes a whole chain (one subscription's notifications to one
+/// receiver, sent in the order they were written): the oldest of the receiver holding the fewest lanes.
+/// When a batch's last chain is done, its results go to the batch's `done`, once.
 final class DeliveryLanes: Sendable {
     /// One submitted batch: its chains left and the results so far.
     private final class Batch: Sendable {
@@ -31,29 +32,53 @@ final class DeliveryLanes: Sendable {
         }
     }
 
-    private struct State {
-        /// Chains waiting for a lane, first come first served (`head` is the next one; those before it are
-        /// taken, and nil so that their payloads are not kept).
-        var waiting: [(Batch, [OutboundNotification])?] = []
+    /// One receiver's (URL's) chains waiting for a lane, first come first served (`head` is the next one;
+    /// those before it are taken, and nil so that their payloads are not kept), and the lanes sending its
+    /// chains now.
+    private struct Line {
+        var waiting: [(order: UInt64, batch: Batch, chain: [OutboundNotification])?] = []
         var head = 0
         var running = 0
+        var next: UInt64? { head < waiting.count ? waiting[head]?.order : nil }
+    }
+
+    private struct State {
+        var lines: [String: Line] = [:]
+        /// Lanes started and not yet stopped.
+        var running = 0
+        /// Chains submitted so far (each chain's place in the order of all).
+        var submitted: UInt64 = 0
     }
 
     private let state = Mutex(State())
     let lanes: Int
+    /// The lanes one receiver may hold at once.
+    let perReceiver: Int
 
-    init(lanes: Int) { self.lanes = max(1, lanes) }
+    init(lanes: Int, perReceiver: Int) {
+        self.lanes = max(1, lanes)
+        self.perReceiver = max(1, min(perReceiver, self.lanes))
+    }
 
-    /// Queues `chains` (none empty) to be sent with `send`; `done` gets every result once all are sent.
+    /// Queues `chains` (none empty; each sent to one receiver, its first notification's URL) to be sent with
+    /// `send`; `done` gets every result once all are sent.
     func submit(
         _ chains: [[OutboundNotification]], send: @escaping @Sendable (OutboundNotification) -> AppStore.Attempted,
         done: @escaping @Sendable ([AppStore.Attempted]) -> Void
     ) {
+        let chains = chains.filter { !$0.isEmpty }
         guard !chains.isEmpty else { return }
         let batch = Batch(chains: chains.count, send: send, done: done)
         let starting = state.withLock { state in
-            state.waiting += chains.map { (batch, $0) }
-            let starting = min(lanes - state.running, state.waiting.count - state.head)
+            for chain in chains {
+                state.submitted += 1
+                state.lines[chain[0].url, default: Line()].waiting.append((state.submitted, batch, chain))
+            }
+            // As many lanes as there are chains a lane may take now.
+            let ready = state.lines.values.reduce(0) { ready, line in
+                ready + min(line.waiting.count - line.head, max(0, perReceiver - line.running))
+            }
+            let starting = max(0, min(lanes - state.running, ready))
             state.running += starting
             return starting
         }
@@ -63,30 +88,47 @@ final class DeliveryLanes: Sendable {
         }
     }
 
-    /// A lane: sends chains until none waits.
+    /// A lane: sends chains until none waits that it may take.
     private func run() {
-        while let (batch, chain) = next() {
+        var finished: String?
+        while let (receiver, batch, chain) = next(after: finished) {
             batch.finished(chain.map { batch.send($0) })
+            finished = receiver
         }
     }
 
-    private func next() -> (Batch, [OutboundNotification])? {
+    /// The next chain for a lane that has just sent one to `finished`: the oldest of the receiver holding
+    /// the fewest lanes (below its limit), so that receivers share the lanes; nil stops the lane.
+    private func next(after finished: String?) -> (String, Batch, [OutboundNotification])? {
         state.withLock { state in
-            guard state.head < state.waiting.count else {
+            if let finished { state.lines[finished]?.running -= 1 }
+            var best: (receiver: String, running: Int, order: UInt64)?
+            for (receiver, line) in state.lines where line.running < perReceiver {
+                guard let order = line.next else { continue }
+                if let current = best, (current.running, current.order) <= (line.running, order) { continue }
+                best = (receiver, line.running, order)
+            }
+            guard let receiver = best?.receiver, var line = state.lines.removeValue(forKey: receiver),
+                let item = line.waiting[line.head]
+            else {
                 state.running -= 1
-                state.waiting = []
-                state.head = 0
+                // Receivers with nothing waiting and no lane are forgotten.
+                state.lines = state.lines.filter { $0.value.running > 0 || $0.value.next != nil }
                 return nil
             }
-            let item = state.waiting[state.head]
-            state.waiting[state.head] = nil
-            state.head += 1
-            // Drop what was taken once it is most of the array (amortised O(1) a chain).
-            if state.head > 1_024, state.head * 2 > state.waiting.count {
-                state.waiting.removeFirst(state.head)
-                state.head = 0
+            line.waiting[line.head] = nil
+            line.head += 1
+            line.running += 1
+            // Drop what was taken once it is all or most of the array (amortised O(1) a chain).
+            if line.head == line.waiting.count {
+                line.waiting = []
+                line.head = 0
+            } else if line.head > 1_024, line.head * 2 > line.waiting.count {
+                line.waiting.removeFirst(line.head)
+                line.head = 0
             }
-            return item
+            state.lines[receiver] = line
+            return (receiver, item.batch, item.chain)
         }
     }
 }

@@ -121,12 +121,17 @@ public protocol NotificationRepository {
     func notifications(
         bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
     ) throws -> [(position: Int64, notification: OutboundNotification)]
-    /// Puts a stored notification at the back of the queue of those waiting for a free delivery slot.
+    /// Puts a stored notification in the queue of those waiting for a free delivery slot, at its place
+    /// (its outbox position) in its receiver's (URL's) line.
     func queueForDelivery(_ id: String) throws
-    /// Takes the `limit` notifications that have waited longest off the queue, oldest first.
-    func takeQueued(limit: Int) throws -> [OutboundNotification]
+    /// Takes the `limit` notifications for `url` that have waited longest off the queue, oldest first.
+    func takeQueued(url: String, limit: Int) throws -> [OutboundNotification]
+    /// The receivers (URLs) with notifications in the queue, in URL order.
+    func queuedURLs() throws -> [String]
     /// Whether any notification waits in the queue.
     func hasQueued() throws -> Bool
+    /// Whether any notification for `url` waits in the queue.
+    func hasQueued(url: String) throws -> Bool
     /// How many wait (counted one by one).
     func queuedCount() throws -> Int
 }

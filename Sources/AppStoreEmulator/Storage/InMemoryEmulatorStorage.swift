@@ -272,12 +272,19 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             }
             change(\.deliveryQueue, id, position)
         }
-        func takeQueued(limit: Int) -> [OutboundNotification] {
-            let taken = tables.deliveryQueue.sorted { $0.value < $1.value }.prefix(max(0, limit))
+        func takeQueued(url: String, limit: Int) -> [OutboundNotification] {
+            let taken = tables.deliveryQueue.filter { tables.notifications[$0.key]?.url == url }
+                .sorted { $0.value < $1.value }.prefix(max(0, limit))
             for (id, _) in taken { change(\.deliveryQueue, id, nil) }
             return taken.compactMap { tables.notifications[$0.key] }
         }
+        func queuedURLs() -> [String] {
+            Set(tables.deliveryQueue.keys.compactMap { tables.notifications[$0]?.url }).sorted()
+        }
         func hasQueued() -> Bool { !tables.deliveryQueue.isEmpty }
+        func hasQueued(url: String) -> Bool {
+            tables.deliveryQueue.keys.contains { tables.notifications[$0]?.url == url }
+        }
         func queuedCount() -> Int { tables.deliveryQueue.count }
         func delivery(_ id: String) -> (state: OutboxState, attempts: [SendAttempt])? {
             tables.notifications[id].map { ($0.state, $0.attempts) }

@@ -132,6 +132,17 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         // outbox order.
         Migration(
             "008-delivery-queue", "CREATE TABLE notification_queue (position INTEGER PRIMARY KEY)"),
+        // One line per receiver: a receiver that does not answer keeps its own notifications waiting, not
+        // every other receiver's behind them.
+        Migration(
+            "009-delivery-queue-by-receiver",
+            """
+            ALTER TABLE notification_queue ADD COLUMN url TEXT NOT NULL DEFAULT '';
+            UPDATE notification_queue
+                SET url = coalesce(
+                    (SELECT n.url FROM notifications n WHERE n.position = notification_queue.position), '');
+            CREATE INDEX notification_queue_by_url ON notification_queue (url, position);
+            """),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
@@ -778,8 +789,10 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         func queueForDelivery(_ id: String) throws {
             try connection.execute(
-                "INSERT OR IGNORE INTO notification_queue (position) SELECT position FROM notifications WHERE id = ?",
-                [.text(id)])
+                """
+                INSERT OR IGNORE INTO notification_queue (position, url)
+                    SELECT position, url FROM notifications WHERE id = ?
+                """, [.text(id)])
             if connection.changes == 0 {
                 // Already queued, or no such notification.
                 guard try !connection.execute("SELECT 1 FROM notifications WHERE id = ?", [.text(id)]).isEmpty else {
@@ -788,19 +801,39 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             }
         }
 
-        func takeQueued(limit: Int) throws -> [OutboundNotification] {
+        func takeQueued(url: String, limit: Int) throws -> [OutboundNotification] {
             let rows = try connection.execute(
                 """
                 SELECT \(Self.notificationColumns) JOIN notification_queue q ON q.position = n.position
-                    ORDER BY q.position LIMIT ?
-                """, [.integer(Int64(max(0, limit)))])
+                    WHERE q.url = ? ORDER BY q.position LIMIT ?
+                """, [.text(url), .integer(Int64(max(0, limit)))])
             guard let last = rows.last?["position"].int64 else { return [] }
-            try connection.execute("DELETE FROM notification_queue WHERE position <= ?", [.integer(last)])
+            try connection.execute(
+                "DELETE FROM notification_queue WHERE url = ? AND position <= ?", [.text(url), .integer(last)])
             return try rows.map { try outbound($0) }
+        }
+
+        func queuedURLs() throws -> [String] {
+            // A skip scan of the index: one step a receiver, however long its line.
+            try connection.execute(
+                """
+                WITH RECURSIVE receivers (url) AS (
+                    SELECT min(url) FROM notification_queue
+                    UNION ALL
+                    SELECT (SELECT min(q.url) FROM notification_queue q WHERE q.url > receivers.url)
+                        FROM receivers WHERE receivers.url IS NOT NULL
+                )
+                SELECT url FROM receivers WHERE url IS NOT NULL
+                """
+            ).compactMap { $0["url"].string }
         }
 
         func hasQueued() throws -> Bool {
             try !connection.execute("SELECT 1 FROM notification_queue LIMIT 1").isEmpty
+        }
+
+        func hasQueued(url: String) throws -> Bool {
+            try !connection.execute("SELECT 1 FROM notification_queue WHERE url = ? LIMIT 1", [.text(url)]).isEmpty
         }
 
         func queuedCount() throws -> Int {

@@ -22,7 +22,10 @@ extension BenchCommands {
                 name: "receiver-pause", valueName: "seconds",
                 help: "The receiver holds every request this long after the start, then answers (default: 0)."),
         ],
-        flags: [("no-notifications", "Configure no receiver: the lifecycle, scheduler and storage alone.")],
+        flags: [
+            ("no-notifications", "Configure no receiver: the lifecycle, scheduler and storage alone."),
+            ("stuck-receiver", "Also send every notification to a second receiver that never answers in time."),
+        ],
         discussion: """
             Production accounts (no sandbox renewal cap) with monthly subscriptions: of every 20 subscribers, \
             one fails billing at its first renewal and expires after billing retry, one upgrades to the yearly \
@@ -34,13 +37,17 @@ extension BenchCommands {
             on subscriber-years per second with this run's notifications. With --receiver-pause the receiver \
             answers nothing for that long (the sends' time limit is longer): the emulator holds at most its \
             in-flight limit of notifications and queues the rest in the outbox, and the report says how many \
-            waited when advancing ended.
+            waited when advancing ended. With --stuck-receiver every notification also goes to a second \
+            receiver, which holds each request past the sends' time limit (10 s): it may hold three quarters \
+            of the in-flight slots and 16 of the 20 delivery lanes, and the report is of the first receiver \
+            (four signatures for its notification and the stuck one's).
             """)
 
     static func lifecycle(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         let subscribers = Int(arguments.value("subscribers") ?? "1000") ?? 0
         let years = Int(arguments.value("years") ?? "10") ?? 0
         let pause = Double(arguments.value("receiver-pause") ?? "0") ?? -1
+        let stuck = arguments.flag("stuck-receiver")
         guard subscribers > 0, (1...20).contains(years), (0...3_600).contains(pause) else {
             throw UsageError("--subscribers must be positive, --years 1 to 20 and --receiver-pause 0 to 3600")
         }
@@ -69,6 +76,23 @@ extension BenchCommands {
         limits.idleTimeout = Int(pause) + 30
         let sink = try HTTPServer(port: 0, limits: limits, responder: router.freeze())
         defer { sink.stop() }
+        // The stuck receiver answers each request after the sends' time limit (and when the run ends).
+        let stuckAttempts = Atomic<Int>(0)
+        let finished = Atomic<Bool>(false)
+        var stuckRouter = Router()
+        stuckRouter.post("/notifications") { _, _ in
+            stuckAttempts.add(1, ordering: .relaxed)
+            let until = clock.now + .seconds(15 + pause)
+            while clock.now < until, !finished.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(50)) }
+            return HTTPResponse(status: 200)
+        }
+        var stuckLimits = limits
+        stuckLimits.requestTimeout = .seconds(pause + 60)
+        let stuckSink = stuck ? try HTTPServer(port: 0, limits: stuckLimits, responder: stuckRouter.freeze()) : nil
+        defer {
+            finished.store(true, ordering: .relaxed)
+            stuckSink?.stop()
+        }
         let directory = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
             create: true)
@@ -86,7 +110,9 @@ extension BenchCommands {
                 try await store.setNotifications(
                     bundleID: bundleID,
                     AppNotifications(
-                        productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"], timeoutSeconds: 10 + pause))
+                        productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"]
+                            + (stuckSink.map { ["http://127.0.0.1:\($0.port)/notifications"] } ?? []),
+                        timeoutSeconds: 10 + pause))
             }
         }
         progress(console, "subscribing \(subscribers) customers…")
@@ -142,14 +168,24 @@ extension BenchCommands {
             console.write(
                 """
                   receiver paused for the first \(format(pause)) s: \(queued) notifications waited in the outbox's \
-                delivery queue when advancing ended (at most \(store.maxNotificationsInFlight) in flight)
+                delivery queue when advancing ended (at most \(store.maxNotificationsInFlight) in flight, \
+                \(store.maxNotificationsInFlightPerReceiver) to one receiver)
+
+                """)
+        }
+        if stuck {
+            let waiting = try blocking { try await store.deliveryQueueDepth() }
+            console.write(
+                """
+                  stuck receiver: \(stuckAttempts.load(ordering: .relaxed)) attempts reached it (each held past the \
+                10 s limit); \(waiting) of its notifications waited in the delivery queue at the end
 
                 """)
         }
         if signaturesPerSecond > 0, last > 0 {
-            // Three signatures a notification: the most notifications per second signing alone allows, and
+            // Three signatures a notification (four with the stuck receiver's): the most notifications per second signing alone allows, and
             // the subscriber-years per second that makes with this run's notifications per subscriber-year.
-            let ceiling = signaturesPerSecond / 3 / (Double(last) / subscriberYears)
+            let ceiling = signaturesPerSecond / (stuck ? 4 : 3) / (Double(last) / subscriberYears)
             let share = String(format: "%.2f", subscriberYears / elapsed / ceiling)
             console.write(
                 """

@@ -64,15 +64,16 @@ public final class AppStore: Sendable {
     let notificationsInFlight = Mutex(InFlight())
     /// Notifications sent at once at most; the rest wait in the outbox's delivery queue.
     public let maxNotificationsInFlight: Int
-    /// Bumped whenever the delivery queue may have become able to move (something queued, a slot given
-    /// back); a claim that found nothing it could take notes the value it started with in
-    /// `deliveryQueueSettled`, so that no write asks the queue again until the next bump.
+    /// Bumped whenever a delivery slot is given back (only that lets a queued notification move); a claim
+    /// that found nothing it could take notes the value it started with in `deliveryQueueSettled`, so that
+    /// no write asks the queue again until the next bump.
     let deliveryQueueEpoch = Atomic<UInt64>(1)
     let deliveryQueueSettled = Atomic<UInt64>(0)
     /// Where the next claim from the queue starts among the receivers waiting (each pass, the next one).
     let deliveryQueueTurn = Atomic<Int>(0)
     let deliveryLanes = DeliveryLanes(
-        lanes: AppStore.deliveryLanes, perReceiver: AppStore.deliveryLanesPerReceiver)
+        lanes: AppStore.deliveryLanes, perReceiver: AppStore.deliveryLanesPerReceiver,
+        reserve: AppStore.deliveryLanesReserve)
     /// The next identifiers to give, read from their settings at first use. Writes run one at a time, so
     /// the cache follows the stored counters; a write rolled back leaves it ahead of them (a gap, as
     /// Apple's identifiers have), never behind, since each identifier given stores its successor.

@@ -15,9 +15,18 @@ struct InFlight: Sendable {
     var perReceiver: [String: Int] = [:]
     var nextToken: UInt64 = 0
 
+    /// Whether `url` may take one more of `limit` slots: it holds fewer than `receiverLimit`, and the last
+    /// `reserve` slots go only to receivers that hold none (so receivers that hang cannot take them all).
+    func allows(_ url: String, limit: Int, receiverLimit: Int, reserve: Int) -> Bool {
+        let held = perReceiver[url, default: 0]
+        return held < receiverLimit && claims.count < (held == 0 ? limit : limit - reserve)
+    }
+
     /// Claims a slot for `id`, sent to `url`, if the limits allow one; its token.
-    mutating func claim(_ id: String, url: String, limit: Int, receiverLimit: Int) -> UInt64? {
-        guard claims.count < limit, claims[id] == nil, perReceiver[url, default: 0] < receiverLimit else { return nil }
+    mutating func claim(_ id: String, url: String, limit: Int, receiverLimit: Int, reserve: Int) -> UInt64? {
+        guard claims[id] == nil, allows(url, limit: limit, receiverLimit: receiverLimit, reserve: reserve) else {
+            return nil
+        }
         nextToken += 1
         claims[id] = (nextToken, url)
         perReceiver[url, default: 0] += 1
@@ -255,7 +264,8 @@ extension AppStore {
     }
 
     /// Claims an attempt inside a write: the lease is scheduled, and the notification is sent after the
-    /// commit. With every delivery slot taken, or others waiting for one, it joins the queue instead.
+    /// commit. With no delivery slot free for its receiver, or others for its receiver waiting for one, it
+    /// joins the queue instead.
     func claimAttempt(_ id: String, in store: any EmulatorStore, now: Date, claims: SlotClaims) throws
         -> DueWork.Outcome
     {
@@ -293,11 +303,16 @@ extension AppStore {
             DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
     }
 
-    /// The delivery slots one receiver (URL) may hold: three quarters of them, so that a receiver that
-    /// does not answer leaves the rest to the others.
+    /// The delivery slots one receiver (URL) may hold: three quarters of them (all but one below four), so
+    /// that a receiver that does not answer leaves the rest to the others.
     public var maxNotificationsInFlightPerReceiver: Int {
-        max(1, maxNotificationsInFlight - maxNotificationsInFlight / 4)
+        let limit = maxNotificationsInFlight
+        return limit < 2 ? 1 : min(limit - 1, limit - limit / 4)
     }
+
+    /// The last slots, taken only by a receiver that holds none: one in 16 (at least one), so that however
+    /// many receivers hang, one that answers still has a slot to be sent through.
+    var deliverySlotReserve: Int { maxNotificationsInFlight < 2 ? 0 : max(1, maxNotificationsInFlight / 16) }
 
     /// Takes one of the ``maxNotificationsInFlight`` delivery slots for `id` within the write that claims
     /// it, if one is free and its receiver holds fewer than ``maxNotificationsInFlightPerReceiver``, noting
@@ -306,7 +321,8 @@ extension AppStore {
     func takeDeliverySlot(_ id: String, url: String, claims: SlotClaims) -> Bool {
         let token = notificationsInFlight.withLock { inFlight in
             inFlight.claim(
-                id, url: url, limit: maxNotificationsInFlight, receiverLimit: maxNotificationsInFlightPerReceiver)
+                id, url: url, limit: maxNotificationsInFlight, receiverLimit: maxNotificationsInFlightPerReceiver,
+                reserve: deliverySlotReserve)
         }
         guard let token else { return false }
         claims.taken.withLock { $0.append((id, token)) }
@@ -338,7 +354,8 @@ extension AppStore {
 
     /// Within a write: takes as many queued notifications as there are free slots (at most a batch), each
     /// claimed with its lease, to send after the commit. Each receiver's line is taken oldest first; the
-    /// receivers with a slot free share the pass, starting with a different one each time.
+    /// receivers with a slot free share the pass (what one leaves goes to the others), starting with a
+    /// different one each time.
     func claimQueued(in store: any EmulatorStore, now: Date, claims: SlotClaims) throws -> [OutboundNotification] {
         let epoch = deliveryQueueEpoch.load(ordering: .sequentiallyConsistent)
         guard deliveryQueueSettled.load(ordering: .sequentiallyConsistent) != epoch else { return [] }
@@ -348,35 +365,55 @@ extension AppStore {
         var room = min(free, 256)
         var taken: [OutboundNotification] = []
         if room > 0 {
-            let open = try store.queuedURLs().filter { held[$0, default: 0] < maxNotificationsInFlightPerReceiver }
+            var open = try store.queuedURLs().filter { held[$0, default: 0] < maxNotificationsInFlightPerReceiver }
             if !open.isEmpty {
-                let turn = deliveryQueueTurn.add(1, ordering: .relaxed).newValue
+                let turn = Int(
+                    UInt(bitPattern: deliveryQueueTurn.add(1, ordering: .relaxed).newValue) % UInt(open.count))
+                open = Array(open[turn...] + open[..<turn])
+            }
+            var takenFor: [String: Int] = [:]
+            while room > 0, !open.isEmpty {
                 let share = max(1, room / open.count)
-                for index in open.indices where room > 0 {
-                    let url = open[(index + turn) % open.count]
-                    let limit = min(share, room, maxNotificationsInFlightPerReceiver - held[url, default: 0])
+                var more: [String] = []
+                for url in open where room > 0 {
+                    let left = maxNotificationsInFlightPerReceiver - held[url, default: 0] - takenFor[url, default: 0]
+                    let limit = min(share, room, left)
                     let line = try store.takeQueued(url: url, limit: limit)
                     room -= line.count
+                    takenFor[url, default: 0] += line.count
                     taken += line
+                    // Its line may hold more, and it may take more.
+                    if line.count == limit, left > limit { more.append(url) }
                 }
+                open = more
             }
         }
-        // Nothing could move: no write asks again until a slot is given back.
-        if taken.isEmpty { deliveryQueueSettled.store(epoch, ordering: .sequentiallyConsistent) }
         var claimed: [OutboundNotification] = []
-        for notification in taken where notification.state == .pending {
+        var moved = false
+        for notification in taken {
+            // One no longer pending (sent by another way) leaves the queue: the queue moved.
+            guard notification.state == .pending else {
+                moved = true
+                continue
+            }
             // Writes run one at a time and only they take slots, so the free ones counted above are still
-            // free. One in flight all the same is left to its lease; one that found no slot goes back to its
-            // place in the queue (its outbox position).
+            // free, though the last of them are kept for receivers that hold none. One that found no slot
+            // goes back to its place in the queue (its outbox position); one still in flight (claimed by a
+            // write whose failure has not yet given its slot back) is left to a lease, which sends it if
+            // no result comes.
             guard takeDeliverySlot(notification.id, url: notification.url, claims: claims) else {
                 if notificationsInFlight.withLock({ $0.claims[notification.id] == nil }) {
                     try store.queueForDelivery(notification.id)
+                } else {
+                    try scheduleLease(notification.id, in: store, now: now)
                 }
                 continue
             }
             try scheduleLease(notification.id, in: store, now: now)
             claimed.append(notification)
         }
+        // Nothing could move: no write asks again until a slot is given back.
+        if claimed.isEmpty, !moved { deliveryQueueSettled.store(epoch, ordering: .sequentiallyConsistent) }
         return claimed
     }
 
@@ -416,6 +453,8 @@ extension AppStore {
     static let deliveryLanes = 20
     /// The lanes one receiver (URL) may hold: a receiver that does not answer leaves the rest to others.
     static let deliveryLanesPerReceiver = 16
+    /// The lanes kept for receivers that have none (``DeliveryLanes``).
+    static let deliveryLanesReserve = 2
 
     /// Sends claimed notifications (their slots taken) in the background and records the results for each
     /// receiver (URL) in one write once its sends are done: a receiver that does not answer delays the
@@ -424,9 +463,13 @@ extension AppStore {
     /// receivers order by signedDate) on the shared delivery lanes, a whole chain per lane at a time.
     func deliver(_ notifications: [OutboundNotification]) {
         guard !notifications.isEmpty else { return }
+        struct Chain: Hashable {
+            let receiver: Int
+            let subscription: String
+        }
         var receivers: [(url: String, chains: [[OutboundNotification]])] = []
         var receiverOf: [String: Int] = [:]
-        var chainOf: [String: Int] = [:]
+        var chainOf: [Chain: Int] = [:]
         for notification in notifications {
             let receiver =
                 receiverOf[notification.url]
@@ -436,7 +479,8 @@ extension AppStore {
                     return receivers.count - 1
                 }()
             // A receiver's own chain: one that does not answer holds up no other receiver's sends.
-            let key = notification.url + " " + (notification.originalTransactionID?.rawValue ?? notification.id)
+            let key = Chain(
+                receiver: receiver, subscription: notification.originalTransactionID?.rawValue ?? notification.id)
             if let index = chainOf[key] {
                 receivers[receiver].chains[index].append(notification)
             } else {

@@ -46,6 +46,8 @@ final class DeliveryLanes: Sendable {
         var lines: [String: Line] = [:]
         /// Lanes started and not yet stopped.
         var running = 0
+        /// Lanes sending a chain now (the lines' `running`, summed).
+        var busy = 0
         /// Chains submitted so far (each chain's place in the order of all).
         var submitted: UInt64 = 0
     }
@@ -54,10 +56,14 @@ final class DeliveryLanes: Sendable {
     let lanes: Int
     /// The lanes one receiver may hold at once.
     let perReceiver: Int
+    /// The last lanes, taken only for a receiver that has none: however many receivers hang, one that
+    /// answers still has a lane.
+    let reserve: Int
 
-    init(lanes: Int, perReceiver: Int) {
+    init(lanes: Int, perReceiver: Int, reserve: Int) {
         self.lanes = max(1, lanes)
         self.perReceiver = max(1, min(perReceiver, self.lanes))
+        self.reserve = max(0, min(reserve, self.lanes - 1))
     }
 
     /// Queues `chains` (none empty; each sent to one receiver, its first notification's URL) to be sent with
@@ -98,18 +104,22 @@ final class DeliveryLanes: Sendable {
     }
 
     /// The next chain for a lane that has just sent one to `finished`: the oldest of the receiver holding
-    /// the fewest lanes (below its limit), so that receivers share the lanes; nil stops the lane.
+    /// the fewest lanes (below its limit; the reserve only for one holding none), so that receivers share
+    /// the lanes; nil stops the lane.
     private func next(after finished: String?) -> (String, Batch, [OutboundNotification])? {
         state.withLock { state in
-            if let finished { state.lines[finished]?.running -= 1 }
+            if let finished {
+                state.lines[finished]?.running -= 1
+                state.busy -= 1
+            }
             var best: (receiver: String, running: Int, order: UInt64)?
             for (receiver, line) in state.lines where line.running < perReceiver {
-                guard let order = line.next else { continue }
+                guard let order = line.next, line.running == 0 || state.busy < lanes - reserve else { continue }
                 if let current = best, (current.running, current.order) <= (line.running, order) { continue }
                 best = (receiver, line.running, order)
             }
-            guard let receiver = best?.receiver, var line = state.lines.removeValue(forKey: receiver),
-                let item = line.waiting[line.head]
+            guard let receiver = best?.receiver, state.lines[receiver]?.next != nil,
+                var line = state.lines.removeValue(forKey: receiver), let item = line.waiting[line.head]
             else {
                 state.running -= 1
                 // Receivers with nothing waiting and no lane are forgotten.
@@ -119,6 +129,7 @@ final class DeliveryLanes: Sendable {
             line.waiting[line.head] = nil
             line.head += 1
             line.running += 1
+            state.busy += 1
             // Drop what was taken once it is all or most of the array (amortised O(1) a chain).
             if line.head == line.waiting.count {
                 line.waiting = []

@@ -279,7 +279,10 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             return taken.compactMap { tables.notifications[$0.key] }
         }
         func queuedURLs() -> [String] {
-            Set(tables.deliveryQueue.keys.compactMap { tables.notifications[$0]?.url }).sorted()
+            // In SQLite's order (bytes).
+            Set(tables.deliveryQueue.keys.compactMap { tables.notifications[$0]?.url }).sorted {
+                $0.utf8.lexicographicallyPrecedes($1.utf8)
+            }
         }
         func hasQueued() -> Bool { !tables.deliveryQueue.isEmpty }
         func hasQueued(url: String) -> Bool {

@@ -137,10 +137,10 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         Migration(
             "009-delivery-queue-by-receiver",
             """
+            DELETE FROM notification_queue WHERE position NOT IN (SELECT position FROM notifications);
             ALTER TABLE notification_queue ADD COLUMN url TEXT NOT NULL DEFAULT '';
             UPDATE notification_queue
-                SET url = coalesce(
-                    (SELECT n.url FROM notifications n WHERE n.position = notification_queue.position), '');
+                SET url = (SELECT n.url FROM notifications n WHERE n.position = notification_queue.position);
             CREATE INDEX notification_queue_by_url ON notification_queue (url, position);
             """),
     ]
@@ -823,7 +823,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     SELECT (SELECT min(q.url) FROM notification_queue q WHERE q.url > receivers.url)
                         FROM receivers WHERE receivers.url IS NOT NULL
                 )
-                SELECT url FROM receivers WHERE url IS NOT NULL
+                SELECT url FROM receivers WHERE url IS NOT NULL ORDER BY url
                 """
             ).compactMap { $0["url"].string }
         }

@@ -38,7 +38,9 @@ enum AppStoreCommands {
                 name: "max-connections", valueName: "n", help: "Concurrent connections to accept (default: 16384)."),
             .init(
                 name: "max-notifications-in-flight", valueName: "n",
-                help: "Notifications sent at once at most; the rest wait in the outbox's queue (default: 1024)."),
+                help:
+                    "Notifications sent at once at most, 3/4 of them to one URL; the rest wait in the outbox's queue (default: 1024)."
+            ),
             .init(
                 name: "token", valueName: "secret",
                 help: "Require Authorization: Bearer <secret> on /_emulator (default: $STOREKEEPER_TOKEN)."),

@@ -336,7 +336,9 @@ struct NotificationTests {
         let harness = try await Self.harness(maxNotificationsInFlight: 3)
         #expect(harness.store.maxNotificationsInFlightPerReceiver == 2, "all but one below four")
         let sink = try GatedSink(hold: .max)
-        try await Self.configure(harness, ["productionURL": .string(sink.url)])
+        // A time limit no held send reaches, however slow the machine (one that timed out would free its
+        // slot while the receiver still holds it).
+        try await Self.configure(harness, ["productionURL": .string(sink.url), "timeoutSeconds": .integer(60)])
         try await Self.subscribe(harness, count: 8)
         try await sink.wait { $0.received.count >= 2 }
         // Time for any send beyond the limit to arrive (none may).

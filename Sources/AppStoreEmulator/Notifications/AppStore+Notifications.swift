@@ -463,42 +463,41 @@ extension AppStore {
     /// receivers order by signedDate) on the shared delivery lanes, a whole chain per lane at a time.
     func deliver(_ notifications: [OutboundNotification]) {
         guard !notifications.isEmpty else { return }
-        struct Chain: Hashable {
-            let receiver: Int
-            let subscription: String
-        }
-        var receivers: [(url: String, chains: [[OutboundNotification]])] = []
-        var receiverOf: [String: Int] = [:]
-        var chainOf: [Chain: Int] = [:]
+        // Each receiver's notifications, receivers in the order they first appear.
+        var receivers: [String] = []
+        var toReceiver: [String: [OutboundNotification]] = [:]
         for notification in notifications {
-            let receiver =
-                receiverOf[notification.url]
-                ?? {
-                    receiverOf[notification.url] = receivers.count
-                    receivers.append((notification.url, []))
-                    return receivers.count - 1
-                }()
-            // A receiver's own chain: one that does not answer holds up no other receiver's sends.
-            let key = Chain(
-                receiver: receiver, subscription: notification.originalTransactionID?.rawValue ?? notification.id)
-            if let index = chainOf[key] {
-                receivers[receiver].chains[index].append(notification)
-            } else {
-                chainOf[key] = receivers[receiver].chains.count
-                receivers[receiver].chains.append([notification])
-            }
+            if toReceiver[notification.url] == nil { receivers.append(notification.url) }
+            toReceiver[notification.url, default: []].append(notification)
         }
         // Each send's claim, so that recording it gives back that slot and no later claim's.
         let tokens = notificationsInFlight.withLock { inFlight in
             Dictionary(
                 notifications.map { ($0.id, inFlight.claims[$0.id]?.token ?? 0) }, uniquingKeysWith: { a, _ in a })
         }
-        for receiver in receivers {
-            deliveryLanes.submit(receiver.chains, send: { [self] in sendBlocking($0, claim: tokens[$0.id] ?? 0) }) {
-                [self] attempted in
+        for url in receivers {
+            deliveryLanes.submit(
+                Self.chains(toReceiver[url] ?? []), send: { [self] in sendBlocking($0, claim: tokens[$0.id] ?? 0) }
+            ) { [self] attempted in
                 Task.detached { [self] in await self.record(attempted) }
             }
         }
+    }
+
+    /// One receiver's notifications as chains: each subscription's in the order they were written.
+    static func chains(_ notifications: [OutboundNotification]) -> [[OutboundNotification]] {
+        var chains: [[OutboundNotification]] = []
+        var chainOf: [String: Int] = [:]
+        for notification in notifications {
+            let key = notification.originalTransactionID?.rawValue ?? notification.id
+            if let index = chainOf[key] {
+                chains[index].append(notification)
+            } else {
+                chainOf[key] = chains.count
+                chains.append([notification])
+            }
+        }
+        return chains
     }
 
     /// One attempt's outcome, waiting to be recorded.

@@ -101,6 +101,17 @@ public final class AppStore: Sendable {
     public static let defaultMaxEventsPerRequest = 10_000
     /// Due events one request runs at most.
     public let maxEventsPerRequest: Int
+    /// How long a notification that is done, delivered or failed for good, stays in the outbox and its
+    /// history, measured at the store's time rate like Apple's retry schedule (at an accelerated rate, 180
+    /// days is the store time in which 180 days of renewals happen); nil keeps every one. Apple's
+    /// notification history reaches 180 days back.
+    public let notificationRetention: StorePeriod?
+    /// Done notifications one prune deletes per transaction.
+    static let pruneBatch = 1_000
+    /// Real time between prunes of the scheduler (a prune that filled its batches goes on at once).
+    static let pruneInterval: Duration = .seconds(1)
+    /// When the scheduler last pruned (real time), and whether a prune is running.
+    private let pruning = Mutex<(last: ContinuousClock.Instant?, running: Bool)>((nil, false))
 
     enum Setting {
         static let nextTransactionID = "nextTransactionID"
@@ -137,6 +148,7 @@ public final class AppStore: Sendable {
         storage: (any EmulatorStorage)? = nil, logger: Logger = .disabled,
         maxEventsPerRequest: Int = AppStore.defaultMaxEventsPerRequest,
         maxNotificationsInFlight: Int = AppStore.defaultMaxNotificationsInFlight,
+        notificationRetention: StorePeriod? = nil,
         realNow: @escaping @Sendable () -> Date = { Date() },
         randomBytes: @escaping @Sendable (Int) -> [UInt8] = {
             (try? SecureRandom.bytes($0)) ?? [UInt8](repeating: 0, count: $0)
@@ -155,6 +167,7 @@ public final class AppStore: Sendable {
         self.logger = logger
         self.maxEventsPerRequest = max(1, maxEventsPerRequest)
         self.maxNotificationsInFlight = max(1, maxNotificationsInFlight)
+        self.notificationRetention = notificationRetention
         let opened: any EmulatorStorage
         if let storage {
             opened = storage
@@ -249,7 +262,45 @@ public final class AppStore: Sendable {
             self.clockState.withLock { $0 = clock }
         }
         let ran = try await runDue(maxEvents: maxEventsPerRequest)
+        try await pruneNotifications()
         return ClockChange(now: now, rate: rate, ran: ran)
+    }
+
+    /// Deletes the notifications that are done and older than ``notificationRetention``, in
+    /// transactions of ``pruneBatch``, at most `maxBatches` of them (the next prune goes on); returns how
+    /// many it deleted. Nothing without a retention. Pending notifications, and so every one still owed an
+    /// attempt, stay whatever their age.
+    @discardableResult
+    public func pruneNotifications(maxBatches: Int = 100) async throws -> Int {
+        guard let retention = notificationRetention else { return 0 }
+        let current = now
+        let before = current.addingTimeInterval(-rate.end(of: retention, from: current).timeIntervalSince(current))
+        var deleted = 0
+        for _ in 0..<max(0, maxBatches) {
+            let count = try await storage.write { store in
+                try store.pruneNotifications(createdBefore: before, limit: Self.pruneBatch)
+            }
+            deleted += count
+            if count < Self.pruneBatch { break }
+        }
+        if deleted > 0 { logger.info("notifications.pruned", ["count": String(deleted)]) }
+        return deleted
+    }
+
+    /// The scheduler's prune: at most once per ``pruneInterval`` and one at a time.
+    private func pruneIfDue() async {
+        guard notificationRetention != nil else { return }
+        let start = ContinuousClock.now
+        let due = pruning.withLock { state in
+            guard !state.running, state.last.map({ start - $0 >= Self.pruneInterval }) ?? true else { return false }
+            state.running = true
+            return true
+        }
+        guard due else { return }
+        do { try await pruneNotifications() } catch {
+            logger.error("scheduler.failed", ["error": String(describing: error)])
+        }
+        pruning.withLock { $0 = (ContinuousClock.now, false) }
     }
 
     /// Runs what already fell due, if anything did: every request calls this first, so a receipt fetched
@@ -333,6 +384,8 @@ public final class AppStore: Sendable {
             task = Task { [weak self] in
                 while !Task.isCancelled {
                     guard let self else { return }
+                    // First, so a scheduler that always finds events due prunes too.
+                    await self.pruneIfDue()
                     var wait = granularity
                     if let due = self.nextDue.withLock({ $0 }) {
                         let delay = due.timeIntervalSince(self.now)

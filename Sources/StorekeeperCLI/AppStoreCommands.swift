@@ -42,6 +42,11 @@ enum AppStoreCommands {
                     "Notifications sent at once at most, 3/4 of them to one URL; the rest wait in the outbox's queue (default: 1024)."
             ),
             .init(
+                name: "notification-retention-days", valueName: "n",
+                help:
+                    "Delete delivered and failed notifications n days after they were made, at the time rate, as Apple's 180-day history does (default: keep all)."
+            ),
+            .init(
                 name: "token", valueName: "secret",
                 help: "Require Authorization: Bearer <secret> on /_emulator (default: $STOREKEEPER_TOKEN)."),
             .init(
@@ -147,6 +152,16 @@ enum AppStoreCommands {
 
     // MARK: - Server
 
+    /// `--notification-retention-days` (nil: keep every notification).
+    static func retentionDays(_ arguments: Arguments) throws -> StorePeriod? {
+        try arguments.value("notification-retention-days").map { text in
+            guard let days = Int(text), (1...3_650).contains(days) else {
+                throw UsageError("--notification-retention-days must be 1 to 3650")
+            }
+            return StorePeriod(days: days)
+        }
+    }
+
     static func serve(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         // Before any thread starts: whoever reads the address we print may stop us at once.
         let termination = TerminationSignals()
@@ -191,6 +206,7 @@ enum AppStoreCommands {
             return value
         }
         let maxInFlight = inFlight ?? AppStore.defaultMaxNotificationsInFlight
+        let retention = try retentionDays(arguments)
         let logger = try LoggingOptions.logger(arguments, label: "appstore")
         let host = arguments.value("host") ?? "127.0.0.1"
         let token = arguments.value("token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"]
@@ -213,7 +229,7 @@ enum AppStoreCommands {
             store = try blocking {
                 try await AppStore(
                     catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate, logger: logger,
-                    maxNotificationsInFlight: maxInFlight)
+                    maxNotificationsInFlight: maxInFlight, notificationRetention: retention)
             }
         } catch let error as EmulatorError {
             throw RuntimeError(error.message)

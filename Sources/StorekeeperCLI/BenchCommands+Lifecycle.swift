@@ -21,6 +21,9 @@ extension BenchCommands {
             .init(
                 name: "receiver-pause", valueName: "seconds",
                 help: "The receiver holds every request this long after the start, then answers (default: 0)."),
+            .init(
+                name: "notification-retention-days", valueName: "n",
+                help: "Delete done notifications n days (at the time rate) after they were made (default: keep all)."),
         ],
         flags: [
             ("no-notifications", "Configure no receiver: the lifecycle, scheduler and storage alone."),
@@ -40,7 +43,9 @@ extension BenchCommands {
             waited when advancing ended. With --stuck-receiver every notification also goes to a second \
             receiver, which holds each request past the sends' time limit (10 s): it may hold three quarters \
             of the in-flight slots and 16 of the 20 delivery lanes, and the report is of the first receiver \
-            (four signatures for its notification and the stuck one's).
+            (four signatures for its notification and the stuck one's). The report gives the database's size on \
+            disk at the end; with --notification-retention-days the emulator deletes what is done and older \
+            (after each month's advance), so that size stops growing with the years.
             """)
 
     static func lifecycle(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
@@ -48,6 +53,7 @@ extension BenchCommands {
         let years = Int(arguments.value("years") ?? "10") ?? 0
         let pause = Double(arguments.value("receiver-pause") ?? "0") ?? -1
         let stuck = arguments.flag("stuck-receiver")
+        let retention = try AppStoreCommands.retentionDays(arguments)
         guard subscribers > 0, (1...20).contains(years), (0...3_600).contains(pause) else {
             throw UsageError("--subscribers must be positive, --years 1 to 20 and --receiver-pause 0 to 3600")
         }
@@ -102,7 +108,7 @@ extension BenchCommands {
         let store = try blocking {
             try await AppStore(
                 catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID)], dataDirectory: directory,
-                rate: .monthlyRenewalEveryFiveMinutes, maxEventsPerRequest: .max)
+                rate: .monthlyRenewalEveryFiveMinutes, maxEventsPerRequest: .max, notificationRetention: retention)
         }
         defer { store.close() }
         if !arguments.flag("no-notifications") {
@@ -153,6 +159,11 @@ extension BenchCommands {
             Thread.sleep(forTimeInterval: 0.05)
         }
         let elapsed = (lastChange - start).seconds
+        _ = try blocking { try await store.pruneNotifications() }
+        let databaseBytes = ["store.sqlite", "store.sqlite-wal"].reduce(0) { total, name in
+            let path = directory.appendingPathComponent(name).path
+            return total + ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0)
+        }
         let subscriberYears = Double(subscribers * years)
         console.write(
             """
@@ -162,6 +173,7 @@ extension BenchCommands {
               \(format(elapsed)) s: \(rate(subscriberYears / elapsed)) subscriber-years/s, \(rate(Double(last) / elapsed)) notifications/s
               subscribing \(format((subscribed - start).seconds)) s, advancing \(format((advanced - subscribed).seconds)) s, draining \(format((lastChange - advanced).seconds)) s
               peak resident memory \(peakResidentKilobytes() / 1024) MiB
+              database on disk \(databaseBytes / 1_048_576) MiB (\(retention.map { "done notifications kept \($0.days) days" } ?? "every notification kept"))
 
             """)
         if pause > 0 {

@@ -439,6 +439,71 @@ struct EmulatorStorageContractTests {
         #expect(try await storage.read { try $0.queuedURLs() } == [])
     }
 
+    @Test(
+        "A prune deletes done notifications created before its date, oldest first, at most its limit; pending ones stay",
+        arguments: Backend.allCases)
+    func prune(backend: Backend) async throws {
+        let storage = try await backend.make()
+        @Sendable func notification(_ id: String, at offset: TimeInterval, _ state: OutboxState) -> OutboundNotification
+        {
+            OutboundNotification(
+                id: id, bundleID: "com.example", environment: .production, version: 1, url: "http://r/n",
+                body: Array(id.utf8), signedPayload: nil, notice: Notice(.subscribed, .initialBuy),
+                originalTransactionID: "7", created: Self.start.addingTimeInterval(offset), state: state,
+                retryDelays: [], retryClientErrors: true, timeoutMilliseconds: 1_000)
+        }
+        // Written out of creation order; "p" is old but pending, "f" failed for good.
+        try await storage.write { store in
+            for (id, offset, state) in [
+                ("c", 3.0, OutboxState.delivered), ("a", 1, .delivered), ("p", 0, .pending), ("f", 2, .failed),
+                ("d", 4, .delivered), ("new", 10, .delivered),
+            ] {
+                try store.insert(notification(id, at: offset, state))
+            }
+        }
+        func ids() async throws -> [String] {
+            try await storage.read { store in
+                try store.notifications(
+                    bundle: "com.example", environment: .production, from: .distantPast, to: .distantFuture,
+                    after: nil, limit: 100
+                ).map(\.notification.id)
+            }
+        }
+        struct RolledBack: Error {}
+        await #expect(throws: RolledBack.self) {
+            try await storage.write { store in
+                #expect(try store.pruneNotifications(createdBefore: Self.start.addingTimeInterval(5), limit: 10) == 4)
+                throw RolledBack()
+            }
+        }
+        #expect(try await ids() == ["c", "a", "p", "f", "d", "new"], "a rolled-back prune keeps them")
+        let before = Self.start.addingTimeInterval(5)
+        #expect(try await storage.write { try $0.pruneNotifications(createdBefore: before, limit: 2) } == 2)
+        #expect(try await ids() == ["c", "p", "d", "new"], "the oldest two done ones")
+        #expect(try await storage.read { try $0.notification("a") } == nil)
+        #expect(try await storage.write { try $0.pruneNotifications(createdBefore: before, limit: 10) } == 2)
+        #expect(try await ids() == ["p", "new"])
+        #expect(try await storage.write { try $0.pruneNotifications(createdBefore: before, limit: 10) } == 0)
+        // The pending one goes once it is done; positions keep growing after a prune (the history's cursor).
+        try await storage.write { store in
+            var done = try #require(try store.notification("p"))
+            done.state = .delivered
+            try store.update(done)
+            try store.insert(notification("next", at: 11, .pending))
+        }
+        let positions = try await storage.read { store in
+            try store.notifications(
+                bundle: "com.example", environment: .production, from: .distantPast, to: .distantFuture,
+                after: nil, limit: 100)
+        }
+        #expect(positions.map(\.notification.id) == ["p", "new", "next"])
+        #expect(positions.map(\.position) == positions.map(\.position).sorted())
+        #expect(positions.last!.position > 6, "not a position given before")
+        #expect(try await storage.write { try $0.pruneNotifications(createdBefore: before, limit: 10) } == 1)
+        #expect(try await ids() == ["new", "next"])
+        #expect(try await storage.read { try $0.notification("next")?.body } == Array("next".utf8))
+    }
+
     @Test("Concurrent writers are applied one at a time: no update is lost", arguments: Backend.allCases)
     func serialised(backend: Backend) async throws {
         let storage = try await backend.make()
@@ -493,6 +558,7 @@ struct EmulatorStorageContractTests {
                     WHERE id = 'v1';
                 DROP TABLE notification_payloads;
                 DROP TABLE notification_queue;
+                DROP INDEX notifications_done_by_created;
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])

@@ -128,15 +128,16 @@ struct NotificationTests {
 
     static func harness(
         secret: String? = nil, directory: URL? = nil,
-        maxNotificationsInFlight: Int = AppStore.defaultMaxNotificationsInFlight
+        maxNotificationsInFlight: Int = AppStore.defaultMaxNotificationsInFlight,
+        rate: TimeRate = .monthlyRenewalEveryFiveMinutes, notificationRetention: StorePeriod? = nil
     ) async throws -> AppStoreTests.Harness {
         let directory = try directory ?? ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(catalogText.utf8))
         let time = AppStoreTests.FakeTime()
         let store = try await AppStore(
             catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)],
-            dataDirectory: directory, rate: .monthlyRenewalEveryFiveMinutes,
-            maxNotificationsInFlight: maxNotificationsInFlight, realNow: { time.now })
+            dataDirectory: directory, rate: rate, maxNotificationsInFlight: maxNotificationsInFlight,
+            notificationRetention: notificationRetention, realNow: { time.now })
         store.startScheduler(granularity: .milliseconds(10))
         return AppStoreTests.Harness(store: store, responder: store.responder(), directory: directory)
     }
@@ -318,6 +319,67 @@ struct NotificationTests {
         }
         #expect(attempts == ["UNSUCCESSFUL_HTTP_RESPONSE_CODE", "UNSUCCESSFUL_HTTP_RESPONSE_CODE", "SUCCESS"])
         #expect(history["notificationHistory"]?.arrayValue?.first?["state"] == .string("delivered"))
+    }
+
+    @Test(
+        "With a retention, done notifications older than it leave the outbox and its history; one still owed an attempt stays until it is done"
+    )
+    func retention() async throws {
+        // Real-time months: days pass without renewals. Done notifications are kept two days.
+        let harness = try await Self.harness(rate: .realTime, notificationRetention: StorePeriod(days: 2))
+        // The second notification is answered 500 and retried 72 hours later.
+        let sink = try NotificationSink(failFirst: [200, 500])
+        try await Self.configure(
+            harness, ["productionURL": .string(sink.url), "retrySchedule": .array([.integer(72 * 3_600)])])
+        func history() async throws -> [JSONValue] { try await Self.settledHistory(harness, environment: "Production") }
+        func advance(_ period: String) async throws {
+            let (status, answer) = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string(period)])
+            #expect(status == 200, "\(answer)")
+        }
+        try await Self.subscribe(harness, count: 1)
+        _ = try await sink.payloads(atLeast: 1)
+        try await Self.subscribe(harness, count: 1)
+        _ = try await sink.payloads(atLeast: 2)
+        let first = try await history()
+        #expect(first.map { $0["state"]?.stringValue } == ["delivered", "pending"])
+        let (delivered, owed) = (first[0]["notificationUUID"], first[1]["notificationUUID"])
+        // 60 hours on: the delivered one is past the retention, the pending one too but still owed its retry.
+        try await advance("PT60H")
+        try await Self.subscribe(harness, count: 1)
+        _ = try await sink.payloads(atLeast: 3)
+        let later = try await history()
+        #expect(later.map { $0["notificationUUID"] } == [owed, later.last?["notificationUUID"]])
+        #expect(later.count == 2 && !later.contains { $0["notificationUUID"] == delivered })
+        // Its retry falls due and is delivered; the next prune takes it, and keeps the recent one.
+        try await advance("PT13H")
+        for _ in 0..<1_000 {
+            let entries = try await history()
+            if entries.first?["state"] == .string("delivered") { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        try await advance("PT1M")
+        let last = try await history()
+        #expect(last.count == 1)
+        #expect(last.first?["notificationUUID"] == later.last?["notificationUUID"])
+        #expect(last.first?["state"] == .string("delivered"))
+        #expect(sink.count == 4, "three notifications, one of them twice")
+    }
+
+    @Test("A retention is measured at the time rate, as the advances and Apple's retry schedule are")
+    func retentionAtTheTimeRate() async throws {
+        // A month renews every five minutes: ten days of retention are well under two minutes of store time.
+        let harness = try await Self.harness(notificationRetention: StorePeriod(days: 10))
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["productionURL": .string(sink.url)])
+        try await Self.subscribe(harness, count: 1)
+        _ = try await sink.payloads(atLeast: 1)
+        #expect(try await Self.settledHistory(harness, environment: "Production").count == 1)
+        let start = harness.store.now
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P8D")])
+        #expect(try await Self.settledHistory(harness, environment: "Production").count == 1, "eight days on")
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P3D")])
+        #expect(harness.store.now.timeIntervalSince(start) < 300, "eleven scaled days, no renewal")
+        #expect(try await Self.settledHistory(harness, environment: "Production").isEmpty, "eleven days on")
     }
 
     /// Buys the monthly plan on `count` new production devices (one subscription and notification each).

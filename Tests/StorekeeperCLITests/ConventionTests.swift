@@ -137,6 +137,11 @@ struct ConventionTests {
             #expect(inFlight.status == 64)
             #expect(inFlight.stderr.contains("--max-notifications-in-flight must be 1 to 100000"))
         }
+        for value in ["0", "3651", "forever"] {
+            let retention = CapturedConsole.run(["appstore", "serve", "--notification-retention-days", value])
+            #expect(retention.status == 64)
+            #expect(retention.stderr.contains("--notification-retention-days must be 1 to 3650"))
+        }
     }
 
     @Test("Exit 2 for files that cannot be read or are not certificates or keys; 1 for what does not parse")

@@ -134,6 +134,9 @@ public protocol NotificationRepository {
     func hasQueued(url: String) throws -> Bool
     /// How many wait (counted one by one).
     func queuedCount() throws -> Int
+    /// Deletes at most `limit` of the notifications created before `date` that are done (delivered, or
+    /// failed for good), oldest first, with their payloads; pending ones stay. Returns how many it deleted.
+    func pruneNotifications(createdBefore date: Date, limit: Int) throws -> Int
 }
 
 /// Family Sharing: families and the access their members have to one another's purchases.

@@ -57,6 +57,8 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         var lastRevision: Int64 = 0
         var notifications: [String: OutboundNotification] = [:]
         var notificationPositions: [String: Int64] = [:]
+        /// The largest outbox position given so far (positions are not reused after a prune).
+        var lastNotificationPosition: Int64 = 0
         /// Notifications waiting for a delivery slot, by id, each with its outbox position (the queue's order).
         var deliveryQueue: [String: Int64] = [:]
         var families: [String: Family] = [:]
@@ -256,7 +258,21 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
                 throw EmulatorStorageError.duplicate("notification")
             }
             change(\.notifications, notification.id, notification)
-            change(\.notificationPositions, notification.id, Int64(tables.notificationPositions.count + 1))
+            let previous = tables.lastNotificationPosition
+            undo.append { $0.lastNotificationPosition = previous }
+            tables.lastNotificationPosition += 1
+            change(\.notificationPositions, notification.id, tables.lastNotificationPosition)
+        }
+        func pruneNotifications(createdBefore date: Date, limit: Int) -> Int {
+            let done = tables.notifications.values.filter { $0.state != .pending && $0.created < date }
+                .map { (position: tables.notificationPositions[$0.id] ?? 0, notification: $0) }
+                .sorted { ($0.notification.created, $0.position) < ($1.notification.created, $1.position) }
+                .prefix(max(0, limit))
+            for entry in done {
+                change(\.notifications, entry.notification.id, nil)
+                change(\.notificationPositions, entry.notification.id, nil)
+            }
+            return done.count
         }
         func update(_ notification: OutboundNotification) throws {
             guard var stored = tables.notifications[notification.id] else {

@@ -143,6 +143,10 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 SET url = (SELECT n.url FROM notifications n WHERE n.position = notification_queue.position);
             CREATE INDEX notification_queue_by_url ON notification_queue (url, position);
             """),
+        // Done notifications by age, for a retention limit: a prune reads the oldest and nothing else.
+        Migration(
+            "010-notifications-done-by-created",
+            "CREATE INDEX notifications_done_by_created ON notifications (created) WHERE state <> 'pending'"),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
@@ -838,6 +842,18 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         func queuedCount() throws -> Int {
             Int(try connection.execute("SELECT count(*) AS n FROM notification_queue").first?["n"].int64 ?? 0)
+        }
+
+        func pruneNotifications(createdBefore date: Date, limit: Int) throws -> Int {
+            // The same rows for both statements: nothing else runs in between, in this transaction.
+            let oldest = """
+                SELECT position FROM notifications WHERE state <> 'pending' AND created < ?
+                    ORDER BY created, position LIMIT ?
+                """
+            let arguments: [SQLValue] = [real(date), .integer(Int64(max(0, limit)))]
+            try connection.execute("DELETE FROM notification_payloads WHERE position IN (\(oldest))", arguments)
+            try connection.execute("DELETE FROM notifications WHERE position IN (\(oldest))", arguments)
+            return connection.changes
         }
 
         func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification] {

@@ -262,7 +262,10 @@ public final class AppStore: Sendable {
             self.clockState.withLock { $0 = clock }
         }
         let ran = try await runDue(maxEvents: maxEventsPerRequest)
-        try await pruneNotifications()
+        // The change is made; a prune that fails is the scheduler's to retry, not this request's error.
+        do { try await pruneNotifications() } catch {
+            logger.error("notifications.prune-failed", ["error": String(describing: error)])
+        }
         return ClockChange(now: now, rate: rate, ran: ran)
     }
 

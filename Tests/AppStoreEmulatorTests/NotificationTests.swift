@@ -129,11 +129,11 @@ struct NotificationTests {
     static func harness(
         secret: String? = nil, directory: URL? = nil,
         maxNotificationsInFlight: Int = AppStore.defaultMaxNotificationsInFlight,
-        rate: TimeRate = .monthlyRenewalEveryFiveMinutes, notificationRetention: StorePeriod? = nil
+        rate: TimeRate = .monthlyRenewalEveryFiveMinutes, notificationRetention: StorePeriod? = nil,
+        time: AppStoreTests.FakeTime = AppStoreTests.FakeTime()
     ) async throws -> AppStoreTests.Harness {
         let directory = try directory ?? ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(catalogText.utf8))
-        let time = AppStoreTests.FakeTime()
         let store = try await AppStore(
             catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)],
             dataDirectory: directory, rate: rate, maxNotificationsInFlight: maxNotificationsInFlight,
@@ -363,6 +363,25 @@ struct NotificationTests {
         #expect(last.first?["notificationUUID"] == later.last?["notificationUUID"])
         #expect(last.first?["state"] == .string("delivered"))
         #expect(sink.count == 4, "three notifications, one of them twice")
+    }
+
+    @Test("With a retention, the scheduler prunes as time passes, with no clock change asked for")
+    func retentionByTheScheduler() async throws {
+        let time = AppStoreTests.FakeTime()
+        let harness = try await Self.harness(rate: .realTime, notificationRetention: StorePeriod(days: 2), time: time)
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["productionURL": .string(sink.url)])
+        try await Self.subscribe(harness, count: 1)
+        _ = try await sink.payloads(atLeast: 1)
+        #expect(try await Self.settledHistory(harness, environment: "Production").count == 1)
+        // Three days pass on the real clock (store time follows it at this rate).
+        time.value.withLock { $0 = $0.addingTimeInterval(3 * 86_400) }
+        var left = 1
+        for _ in 0..<500 where left > 0 {
+            try await Task.sleep(for: .milliseconds(10))
+            left = try await Self.settledHistory(harness, environment: "Production").count
+        }
+        #expect(left == 0, "pruned within five seconds (the scheduler prunes at most once a second)")
     }
 
     @Test("A retention is measured at the time rate, as the advances and Apple's retry schedule are")

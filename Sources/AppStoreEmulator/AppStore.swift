@@ -46,6 +46,8 @@ public final class AppStore: Sendable {
     public let pki: EmulatorPKI
     /// Signs StoreKit 2 data with the emulator's JWS chain (its header encoded once).
     let signer: JWSChainSigner
+    /// The signer's header and its fingerprint (``StoredJWS``), made once.
+    let signerHeader: (header: [UInt8], fingerprint: String)
     /// Verifies the emulator's own receipts; one instance, so certificate paths are validated once.
     let receiptVerifier: ReceiptVerifier
     let storage: any EmulatorStorage
@@ -161,6 +163,8 @@ public final class AppStore: Sendable {
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))
         self.signer = try JWSChainSigner(
             key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
+        let signerHeader = Array(signer.encodedHeader.utf8)
+        self.signerHeader = (signerHeader, StoredJWS.fingerprint(header: signerHeader))
         self.receiptVerifier = ReceiptVerifier(trustedRoots: [pki.receipts.root])
         self.realNow = realNow
         self.randomBytes = randomBytes
@@ -176,11 +180,11 @@ public final class AppStore: Sendable {
         }
         self.storage = opened
         let configured = apps
-        let header = signer.encodedHeader
+        let (header, fingerprint) = (signer.encodedHeader, self.signerHeader.fingerprint)
         let (clock, due, notForSale, notifications, families, mintedKeys) = try await opened.write { store in
             if let rate { try store.setSetting(Setting.rate, rate.name) }
             // Registered before any notification is written, so the outbox may keep its payloads short.
-            let headerKey = Setting.jwsHeader(StoredJWS.fingerprint(header: Array(header.utf8)))
+            let headerKey = Setting.jwsHeader(fingerprint)
             if try store.setting(headerKey) != header { try store.setSetting(headerKey, header) }
             let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
             let offset = try store.setting(Setting.clockOffset).flatMap(TimeInterval.init) ?? 0
@@ -355,8 +359,9 @@ public final class AppStore: Sendable {
                     // Their first attempts are due now: claimed in this same transaction (a lease, not an
                     // attempt to claim in the next one), sent once it has committed; with no slot free, or
                     // others waiting for one, queued behind them.
-                    for notification in try signing.sign() {
+                    for var notification in try signing.sign() {
                         try store.insert(notification)
+                        notification.compactPayload = nil
                         if try self.claimOrQueue(notification, in: store, now: current, claims: claims) {
                             batchWork.claimed(notification)
                         }

@@ -102,7 +102,12 @@ public struct JWSChainSigner: Sendable {
 
     /// The compact JWS of `payload`, byte for byte what ``JWSSigner/sign(payload:key:chain:)`` makes.
     public func sign(_ payload: JSONObject) throws -> String {
-        let signingInput = encodedHeader + "." + Base64URL.encode(JSONWriter.bytes(.object(payload)))
+        try sign(payloadBytes: JSONWriter.bytes(.object(payload)))
+    }
+
+    /// The compact JWS of a payload already written as JSON (the caller keeps the bytes it signed).
+    public func sign(payloadBytes: [UInt8]) throws -> String {
+        let signingInput = encodedHeader + "." + Base64URL.encode(payloadBytes)
         let signature = try key.signRawECDSA(Array(signingInput.utf8), digest: .sha256)
         return signingInput + "." + Base64URL.encode(signature)
     }

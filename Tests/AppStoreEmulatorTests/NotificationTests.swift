@@ -758,10 +758,31 @@ struct NotificationTests {
                 created: Date(timeIntervalSince1970: 1_704_067_200),
                 retryDelays: [], retryClientErrors: true, timeoutMilliseconds: 1_000)
         }
-        try await storage.write { store in for notification in notifications { try store.insert(notification) } }
-        for notification in notifications {
+        // The emulator's payloads again, through the storage alone: the form stored from the signed bytes
+        // (on the signing thread) is the one stored from decoding the JWS.
+        let copies = delivered.enumerated().map { index, signed in
+            var copy = notifications[2]
+            (copy.id, copy.signedPayload) = ("again-\(index)", signed)
+            copy.body = OutboundNotification.v2Body(signedPayload: signed)
+            return copy
+        }
+        try await storage.write { store in
+            for notification in notifications + copies { try store.insert(notification) }
+        }
+        for notification in notifications + copies {
             #expect(try await storage.read { try $0.notification(notification.id) } == notification)
         }
+        let distinct = try ExternalTool.run(
+            sqlite,
+            [
+                path,
+                """
+                SELECT count(*), count(DISTINCT p.payload), min(substr(p.payload, 1, 1)) FROM notification_payloads p
+                JOIN notifications n USING (position) WHERE n.id NOT LIKE 'extra-%'
+                """,
+            ])
+        #expect(
+            distinct.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "4|2|~", "\(distinct.stdoutText)")
         let kinds = try ExternalTool.run(
             sqlite,
             [

@@ -70,6 +70,8 @@ public struct OutboundNotification: Sendable, Hashable {
     public var retryDelays: [TimeInterval]
     public var retryClientErrors: Bool
     public var timeoutMilliseconds: Int
+    /// The outbox's stored form of `signedPayload`, made where it was signed; nil once stored or read.
+    var compactPayload: CompactPayload? = nil
 
     public init(
         id: String, bundleID: BundleID, environment: Environment, version: Int, url: String, body: [UInt8],
@@ -93,6 +95,18 @@ public struct OutboundNotification: Sendable, Hashable {
         self.retryClientErrors = retryClientErrors
         self.timeoutMilliseconds = timeoutMilliseconds
     }
+}
+
+/// A V2 `signedPayload`'s stored form (``StoredJWS``) and the header it names, made on the thread that
+/// signed it from the bytes it signed, so that the writer decodes and rewrites nothing. It is derived from
+/// `signedPayload`, so it takes no part in a notification's equality or hash.
+struct CompactPayload: Sendable, Hashable {
+    let header: [UInt8]
+    let fingerprint: String
+    let bytes: [UInt8]
+
+    static func == (_: Self, _: Self) -> Bool { true }
+    func hash(into hasher: inout Hasher) {}
 }
 
 extension OutboundNotification {

@@ -19,6 +19,8 @@ struct V2Signing: Sendable {
     /// and signed date.
     let notifications: [(OutboundNotification, JSONObject)]
     let signedDate: JSONValue
+    /// The signer's header and its fingerprint, for the outbox's stored form of each payload.
+    let stored: (header: [UInt8], fingerprint: String)
 
     /// The notifications, signed.
     func sign() throws -> [OutboundNotification] {
@@ -30,9 +32,17 @@ struct V2Signing: Sendable {
             payload["data"] = .object(data)
             payload["version"] = .string("2.0")
             payload["signedDate"] = signedDate
-            let signed = try signer.sign(payload)
+            let bytes = JSONWriter.bytes(.object(payload))
+            let signed = try signer.sign(payloadBytes: bytes)
             var notification = unsigned
             notification.signedPayload = signed
+            // The stored form from the bytes just signed: the writer then decodes and rewrites nothing.
+            let signature = signed.utf8.lastIndex(of: StoredJWS.dot).map {
+                signed.utf8[signed.utf8.index(after: $0)...]
+            }
+            notification.compactPayload = signature.flatMap {
+                StoredJWS.compact(payload: bytes, signature: $0, header: stored.header, fingerprint: stored.fingerprint)
+            }.map { CompactPayload(header: stored.header, fingerprint: stored.fingerprint, bytes: $0) }
             notification.body = OutboundNotification.v2Body(signedPayload: signed, signed: true)
             return notification
         }

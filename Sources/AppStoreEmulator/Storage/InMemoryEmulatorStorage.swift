@@ -257,6 +257,8 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             guard tables.notifications[notification.id] == nil else {
                 throw EmulatorStorageError.duplicate("notification")
             }
+            var notification = notification
+            notification.compactPayload = nil
             change(\.notifications, notification.id, notification)
             let previous = tables.lastNotificationPosition
             undo.append { $0.lastNotificationPosition = previous }

@@ -758,9 +758,16 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         .text(notification.retryDelays.map { String($0) }.joined(separator: ",")),
                         flag(notification.retryClientErrors), .integer(Int64(notification.timeoutMilliseconds)),
                     ])
-                let payload =
-                    try notification.version == 2
-                    ? storedPayload(Array((notification.signedPayload ?? "").utf8)) : notification.body
+                let payload: [UInt8]
+                if notification.version != 2 {
+                    payload = notification.body
+                } else if let compact = notification.compactPayload,
+                    try headers.fingerprint(of: compact.header, in: self) == compact.fingerprint
+                {
+                    payload = compact.bytes
+                } else {
+                    payload = try storedPayload(Array((notification.signedPayload ?? "").utf8))
+                }
                 try connection.execute(
                     "INSERT INTO notification_payloads (position, payload) VALUES (last_insert_rowid(), ?)",
                     [.blob(payload)])

@@ -31,9 +31,21 @@ enum StoredJWS {
         else { return nil }
         let segment = jws[(header.count + 1)..<last]
         guard !segment.contains(dot), let payload = Base64URL.decode(segment) else { return nil }
-        guard firstRange(of: shortNested, in: payload) == nil else { return nil }
-        var stored = [marker] + Array(fingerprint.utf8) + [marker]
-        stored += jws[(last + 1)...]
+        return compact(payload: payload, signature: jws[(last + 1)...], header: header, fingerprint: fingerprint)
+    }
+
+    /// The stored form of a JWS signed under `header` from the payload bytes its signer encoded (the
+    /// signing thread has them: the writer then decodes nothing), or nil when it cannot be kept this way.
+    static func compact(
+        payload: [UInt8], signature: some Collection<UInt8>, header: [UInt8], fingerprint: String
+    ) -> [UInt8]? {
+        guard firstRange(of: shortNested, in: payload) == nil, !signature.contains(dot) else { return nil }
+        var stored: [UInt8] = []
+        stored.reserveCapacity(fingerprint.utf8.count + signature.count + payload.count + 3)
+        stored.append(marker)
+        stored += fingerprint.utf8
+        stored.append(marker)
+        stored += signature
         stored.append(dot)
         stored += replacing(nested(header), with: shortNested, in: payload)
         return stored

@@ -47,7 +47,7 @@ public final class AppStore: Sendable {
     /// Signs StoreKit 2 data with the emulator's JWS chain (its header encoded once).
     let signer: JWSChainSigner
     /// The signer's header and its fingerprint (``StoredJWS``), made once.
-    let signerHeader: (header: [UInt8], fingerprint: String)
+    let signerHeader: StoredJWS.Header
     /// Verifies the emulator's own receipts; one instance, so certificate paths are validated once.
     let receiptVerifier: ReceiptVerifier
     let storage: any EmulatorStorage
@@ -163,8 +163,7 @@ public final class AppStore: Sendable {
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))
         self.signer = try JWSChainSigner(
             key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
-        let signerHeader = Array(signer.encodedHeader.utf8)
-        self.signerHeader = (signerHeader, StoredJWS.fingerprint(header: signerHeader))
+        self.signerHeader = StoredJWS.Header(Array(signer.encodedHeader.utf8))
         self.receiptVerifier = ReceiptVerifier(trustedRoots: [pki.receipts.root])
         self.realNow = realNow
         self.randomBytes = randomBytes

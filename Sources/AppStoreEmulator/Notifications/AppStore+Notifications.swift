@@ -149,7 +149,7 @@ extension AppStore {
                     retryDelays: settings.retryDelays, retryClientErrors: settings.retryClientErrors,
                     timeoutMilliseconds: settings.timeoutMilliseconds)
                 return (unsigned, payload)
-            }, signedDate: Self.milliseconds(now), stored: signerHeader)
+            }, signedDate: Self.milliseconds(now), header: signerHeader)
         if let batch = V2Signing.batch {
             batch.add(work)
         } else {

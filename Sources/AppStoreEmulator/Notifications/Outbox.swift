@@ -101,8 +101,7 @@ public struct OutboundNotification: Sendable, Hashable {
 /// signed it from the bytes it signed, so that the writer decodes and rewrites nothing. It is derived from
 /// `signedPayload`, so it takes no part in a notification's equality or hash.
 struct CompactPayload: Sendable, Hashable {
-    let header: [UInt8]
-    let fingerprint: String
+    let header: StoredJWS.Header
     let bytes: [UInt8]
 
     static func == (_: Self, _: Self) -> Bool { true }

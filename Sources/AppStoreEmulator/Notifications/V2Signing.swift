@@ -20,7 +20,7 @@ struct V2Signing: Sendable {
     let notifications: [(OutboundNotification, JSONObject)]
     let signedDate: JSONValue
     /// The signer's header and its fingerprint, for the outbox's stored form of each payload.
-    let stored: (header: [UInt8], fingerprint: String)
+    let header: StoredJWS.Header
 
     /// The notifications, signed.
     func sign() throws -> [OutboundNotification] {
@@ -41,8 +41,8 @@ struct V2Signing: Sendable {
                 signed.utf8[signed.utf8.index(after: $0)...]
             }
             notification.compactPayload = signature.flatMap {
-                StoredJWS.compact(payload: bytes, signature: $0, header: stored.header, fingerprint: stored.fingerprint)
-            }.map { CompactPayload(header: stored.header, fingerprint: stored.fingerprint, bytes: $0) }
+                StoredJWS.compact(payload: bytes, signature: $0, header: header.bytes, fingerprint: header.fingerprint)
+            }.map { CompactPayload(header: header, bytes: $0) }
             notification.body = OutboundNotification.v2Body(signedPayload: signed, signed: true)
             return notification
         }

@@ -762,7 +762,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 if notification.version != 2 {
                     payload = notification.body
                 } else if let compact = notification.compactPayload,
-                    try headers.fingerprint(of: compact.header, in: self) == compact.fingerprint
+                    try headers.fingerprint(of: compact.header.bytes, in: self) == compact.header.fingerprint
                 {
                     payload = compact.bytes
                 } else {

@@ -21,6 +21,17 @@ enum StoredJWS {
     /// What a nested header becomes in the stored form: `"~.`.
     static let shortNested: [UInt8] = [UInt8(ascii: "\""), marker, dot]
 
+    /// A signer's protected header, encoded, and its fingerprint: what a stored form names.
+    struct Header: Sendable {
+        let bytes: [UInt8]
+        let fingerprint: String
+
+        init(_ bytes: [UInt8]) {
+            self.bytes = bytes
+            fingerprint = StoredJWS.fingerprint(header: bytes)
+        }
+    }
+
     /// A nested JWS's start inside the payload JSON: `"<header>.`.
     static func nested(_ header: [UInt8]) -> [UInt8] { [UInt8(ascii: "\"")] + header + [dot] }
 

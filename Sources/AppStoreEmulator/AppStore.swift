@@ -480,6 +480,13 @@ public final class AppStore: Sendable {
 
     func newUUID() -> String { UUID(bytes: randomBytes(16)).uuidString }
 
+    /// A notification's `notificationUUID` (lowercase, as Apple sends it): a time-ordered (version 7) UUID on
+    /// the store clock, so the outbox's id index and the attempts' due events, keyed by it, are appended to
+    /// rather than written at random pages (one 4 KiB page per notification each, at 10,000 subscribers).
+    func newNotificationUUID(at now: Date) -> String {
+        UUID(milliseconds: ReceiptDate.milliseconds(now), bytes: randomBytes(10)).uuidString.lowercased()
+    }
+
     /// An order id as on Apple's e-mailed invoices: ten characters of A–Z and 0–9.
     func newOrderID() -> String {
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -1014,6 +1021,21 @@ extension AppTransaction {
 }
 
 extension UUID {
+    /// A time-ordered (version 7, RFC 9562) UUID: `milliseconds` since 1970 (clamped to the 48 bits the
+    /// layout has) then 74 bits from 10 injected random bytes.
+    init(milliseconds: Int64, bytes: [UInt8]) {
+        let time = UInt64(clamping: max(0, min(milliseconds, (1 << 48) - 1)))
+        let prefix = (0..<6).map { UInt8(truncatingIfNeeded: time >> (8 * (5 - $0))) }
+        var value = prefix + bytes + [UInt8](repeating: 0, count: max(0, 10 - bytes.count))
+        value[6] = value[6] & 0x0f | 0x70
+        value[8] = value[8] & 0x3f | 0x80
+        self = UUID(
+            uuid: (
+                value[0], value[1], value[2], value[3], value[4], value[5], value[6], value[7], value[8], value[9],
+                value[10], value[11], value[12], value[13], value[14], value[15]
+            ))
+    }
+
     /// A random (version 4) UUID from 16 injected random bytes.
     init(bytes: [UInt8]) {
         var value = bytes + [UInt8](repeating: 0, count: max(0, 16 - bytes.count))

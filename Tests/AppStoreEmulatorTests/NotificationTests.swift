@@ -226,6 +226,19 @@ struct NotificationTests {
         #expect(expired["data"]?["renewalInfo"]?["expirationIntent"] == .integer(1))
         let uuids = try payloads.map { try Self.decode($0, harness)["notificationUUID"]?.stringValue }
         #expect(Set(uuids).count == 5, "one notificationUUID each")
+        // Time-ordered (version 7): the first 48 bits are the milliseconds of the store time it was made at,
+        // which is also its signedDate, so later notifications sort after earlier ones.
+        for payload in payloads {
+            let decoded = try Self.decode(payload, harness)
+            let uuid = try #require(decoded["notificationUUID"]?.stringValue)
+            let signedDate = try #require(decoded["signedDate"]?.int64Value)
+            let hex = uuid.replacingOccurrences(of: "-", with: "")
+            #expect(uuid == uuid.lowercased() && UUID(uuidString: uuid) != nil)
+            #expect(Int64(hex.prefix(12), radix: 16) == signedDate, "\(uuid) carries its signedDate \(signedDate)")
+            #expect(Array(hex)[12] == "7" && "89ab".contains(Array(hex)[16]), "\(uuid) is a version 7 UUID")
+        }
+        let times = uuids.compactMap { $0?.prefix(13) }
+        #expect(times.count == 5 && times == times.sorted(), "in outbox order, their times do not go back")
         // The history records each one with its attempt.
         // A receiver can have the body before the emulator records the attempt: wait until it is recorded.
         let entries = try await Self.settledHistory(harness)

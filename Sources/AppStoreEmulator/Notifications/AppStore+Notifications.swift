@@ -109,7 +109,7 @@ extension AppStore {
             let body = try v1Body(
                 v1Type, transaction: transaction, state: renewal?.0, account: account, app: app, in: store, now: now)
             for url in settings.urls {
-                let id = newUUID().lowercased()
+                let id = newNotificationUUID(at: now)
                 try store.insert(
                     OutboundNotification(
                         id: id, bundleID: BundleID(bundleID), environment: account.environment, version: 1,
@@ -138,7 +138,7 @@ extension AppStore {
             signer: signer, transaction: transactionPayload(transaction, account: account), renewalInfo: info,
             data: data,
             notifications: settings.urls.map { url in
-                let uuid = newUUID().lowercased()
+                let uuid = newNotificationUUID(at: now)
                 var payload: JSONObject = ["notificationType": .string(notice.type.rawValue)]
                 if let subtype = notice.subtype { payload["subtype"] = .string(subtype.rawValue) }
                 payload["notificationUUID"] = .string(uuid)

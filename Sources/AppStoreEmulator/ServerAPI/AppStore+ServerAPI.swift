@@ -524,7 +524,7 @@ extension AppStore {
         else { return nil }
         var first: String?
         for url in settings.urls {
-            let uuid = newUUID().lowercased()
+            let uuid = newNotificationUUID(at: now)
             var payload: JSONObject = ["notificationType": .string(notice.type.rawValue)]
             if let subtype = notice.subtype { payload["subtype"] = .string(subtype.rawValue) }
             payload["notificationUUID"] = .string(uuid)

@@ -1026,20 +1026,16 @@ extension UUID {
     init(milliseconds: Int64, bytes: [UInt8]) {
         let time = UInt64(clamping: max(0, min(milliseconds, (1 << 48) - 1)))
         let prefix = (0..<6).map { UInt8(truncatingIfNeeded: time >> (8 * (5 - $0))) }
-        var value = prefix + bytes + [UInt8](repeating: 0, count: max(0, 10 - bytes.count))
-        value[6] = value[6] & 0x0f | 0x70
-        value[8] = value[8] & 0x3f | 0x80
-        self = UUID(
-            uuid: (
-                value[0], value[1], value[2], value[3], value[4], value[5], value[6], value[7], value[8], value[9],
-                value[10], value[11], value[12], value[13], value[14], value[15]
-            ))
+        self.init(version: 7, prefix + bytes.prefix(10))
     }
 
     /// A random (version 4) UUID from 16 injected random bytes.
-    init(bytes: [UInt8]) {
-        var value = bytes + [UInt8](repeating: 0, count: max(0, 16 - bytes.count))
-        value[6] = value[6] & 0x0f | 0x40
+    init(bytes: [UInt8]) { self.init(version: 4, bytes) }
+
+    /// 16 bytes (zero-filled when fewer) with the version nibble and the RFC 9562 variant set.
+    private init(version: UInt8, _ bytes: [UInt8]) {
+        var value = Array(bytes.prefix(16)) + [UInt8](repeating: 0, count: max(0, 16 - bytes.count))
+        value[6] = value[6] & 0x0f | version << 4
         value[8] = value[8] & 0x3f | 0x80
         self = UUID(
             uuid: (

@@ -7,14 +7,31 @@ public struct Catalog: Sendable {
     public struct Entry: Sendable {
         public var productID: String
         public var kind: ProductKind
-        public var displayPrice: String?
+        public var displayPrice: String? { didSet { price = Self.price(displayPrice) } }
         public var name: String?
         /// The subscription's definition, for auto-renewable subscriptions.
         public var subscription: Subscription?
         /// Family Sharing: a purchase gives every member of the buyer's family access.
         public var familyShareable = false
-        /// The price in milliunits (the catalogue's currency is USD).
-        public var price: Money? { displayPrice.flatMap { Money(decimal: $0, currency: "USD") } }
+        /// The price in milliunits (the catalogue's currency is USD), parsed once: every renewal reads it.
+        public private(set) var price: Money?
+
+        init(
+            productID: String, kind: ProductKind, displayPrice: String?, name: String?,
+            subscription: Subscription? = nil, familyShareable: Bool
+        ) {
+            self.productID = productID
+            self.kind = kind
+            self.displayPrice = displayPrice
+            self.name = name
+            self.subscription = subscription
+            self.familyShareable = familyShareable
+            price = Self.price(displayPrice)
+        }
+
+        private static func price(_ displayPrice: String?) -> Money? {
+            displayPrice.flatMap { Money(decimal: $0, currency: "USD") }
+        }
     }
 
     private let entries: [String: Entry]

@@ -3,12 +3,17 @@ internal import CStorekeeperOpenSSL
 /// A private key (OpenSSL `EVP_PKEY`), RSA or EC P-256.
 ///
 /// Its description never shows key material.
-// @unchecked Sendable: the EVP_PKEY is never mutated after init and every signing call uses its own
-// EVP_MD_CTX, which OpenSSL allows concurrently.
+// @unchecked Sendable: the EVP_PKEY is never mutated after init and every signing call uses an
+// EVP_PKEY_CTX no other thread holds at the time, which OpenSSL allows concurrently.
 public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
     let pkey: OpaquePointer  // EVP_PKEY, owned
+    /// Signing contexts already initialised, reused across calls.
+    private let contexts: KeyContextPool
 
-    init(owning pkey: OpaquePointer) { self.pkey = pkey }
+    init(owning pkey: OpaquePointer) {
+        self.pkey = pkey
+        contexts = KeyContextPool(pkey: pkey)
+    }
 
     deinit { EVP_PKEY_free(pkey) }
 
@@ -79,26 +84,16 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
             guard isEC else { throw CryptoError.make(.unsupportedAlgorithm, "ECDSA signature with a non-EC key") }
         }
         let digest = Digest.hash(algorithm.digest, message)
-        guard let ctx = EVP_PKEY_CTX_new(pkey, nil) else { throw CryptoError.openSSL("EVP_PKEY_CTX_new") }
-        defer { EVP_PKEY_CTX_free(ctx) }
-        guard EVP_PKEY_sign_init(ctx) == 1 else { throw CryptoError.openSSL("EVP_PKEY_sign_init") }
-        if case .rsaPKCS1 = algorithm {
-            guard shim_EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_PKCS1_PADDING) == 1 else {
-                throw CryptoError.openSSL("RSA padding")
-            }
+        let signed = contexts.with(.sign, algorithm) { ctx -> ([UInt8]?, Bool) in
+            var length = 0
+            guard EVP_PKEY_sign(ctx, nil, &length, digest, digest.count) == 1 else { return (nil, false) }
+            var signature = [UInt8](repeating: 0, count: length)
+            guard EVP_PKEY_sign(ctx, &signature, &length, digest, digest.count) == 1 else { return (nil, false) }
+            signature.removeLast(signature.count - length)
+            return (signature, true)
         }
-        guard shim_EVP_PKEY_CTX_set_signature_md(ctx, algorithm.digest.md) == 1 else {
-            throw CryptoError.openSSL("signature digest")
-        }
-        var length = 0
-        guard EVP_PKEY_sign(ctx, nil, &length, digest, digest.count) == 1 else {
-            throw CryptoError.openSSL("EVP_PKEY_sign")
-        }
-        var signature = [UInt8](repeating: 0, count: length)
-        guard EVP_PKEY_sign(ctx, &signature, &length, digest, digest.count) == 1 else {
-            throw CryptoError.openSSL("EVP_PKEY_sign")
-        }
-        return Array(signature.prefix(length))
+        guard let signature = signed ?? nil else { throw CryptoError.openSSL("EVP_PKEY_sign") }
+        return signature
     }
 
     /// Signs `message` with ECDSA and returns the JOSE form `r‖s` (RFC 7518 §3.4).

@@ -1,5 +1,4 @@
 internal import CStorekeeperOpenSSL
-internal import Synchronization
 
 /// A signature scheme: RSA PKCS #1 v1.5 or ECDSA, each with a digest.
 public enum SignatureAlgorithm: Hashable, Sendable {
@@ -18,17 +17,16 @@ public enum SignatureAlgorithm: Hashable, Sendable {
 // verification with one key as long as each call uses its own EVP_PKEY_CTX, which every method does.
 public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
     let pkey: OpaquePointer  // EVP_PKEY, owned
-    /// Verification contexts already initialised for an algorithm, reused across calls: setting one up costs
-    /// about a third of an RSA-2048 verification in OpenSSL 3 (provider look-ups).
-    private let idleContexts = Mutex<[VerifyContext]>([])
+    /// Verification contexts already initialised, reused across calls.
+    private let contexts: KeyContextPool
 
     /// Takes ownership of an `EVP_PKEY`.
-    init(owning pkey: OpaquePointer) { self.pkey = pkey }
-
-    deinit {
-        for context in idleContexts.withLock({ $0 }) { EVP_PKEY_CTX_free(context.ctx) }
-        EVP_PKEY_free(pkey)
+    init(owning pkey: OpaquePointer) {
+        self.pkey = pkey
+        contexts = KeyContextPool(pkey: pkey)
     }
+
+    deinit { EVP_PKEY_free(pkey) }
 
     /// Reads a DER `SubjectPublicKeyInfo`.
     public convenience init(derEncoded: [UInt8]) throws {
@@ -84,39 +82,16 @@ public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
         case .rsaPKCS1: guard isRSA else { return false }
         case .ecdsa: guard isEC else { return false }
         }
-        guard digest.count == algorithm.digest.outputSize, let context = takeContext(for: algorithm) else {
+        guard digest.count == algorithm.digest.outputSize else { return false }
+        let verified = contexts.with(.verify, algorithm) { ctx in
+            let ok = EVP_PKEY_verify(ctx, signature, signature.count, digest, digest.count) == 1
+            return (ok, ok)
+        }
+        guard verified == true else {
+            _ = drainOpenSSLErrors()
             return false
         }
-        let result = EVP_PKEY_verify(context.ctx, signature, signature.count, digest, digest.count)
-        if result == 1 {
-            idleContexts.withLock { idle in
-                if idle.count < 8 { idle.append(context) } else { EVP_PKEY_CTX_free(context.ctx) }
-            }
-            return true
-        }
-        // A context that saw a failure is not reused.
-        _ = drainOpenSSLErrors()
-        EVP_PKEY_CTX_free(context.ctx)
-        return false
-    }
-
-    /// An idle context for `algorithm`, or a new one initialised for it.
-    private func takeContext(for algorithm: SignatureAlgorithm) -> VerifyContext? {
-        let reused = idleContexts.withLock { idle -> VerifyContext? in
-            guard let index = idle.lastIndex(where: { $0.algorithm == algorithm }) else { return nil }
-            return idle.remove(at: index)
-        }
-        if let reused { return reused }
-        guard let ctx = EVP_PKEY_CTX_new(pkey, nil) else { return nil }
-        var ok = EVP_PKEY_verify_init(ctx) == 1
-        if ok, case .rsaPKCS1 = algorithm { ok = shim_EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_PKCS1_PADDING) == 1 }
-        ok = ok && shim_EVP_PKEY_CTX_set_signature_md(ctx, algorithm.digest.md) == 1
-        guard ok else {
-            _ = drainOpenSSLErrors()
-            EVP_PKEY_CTX_free(ctx)
-            return nil
-        }
-        return VerifyContext(ctx: ctx, algorithm: algorithm)
+        return true
     }
 
     /// Verifies a JOSE ECDSA signature (`r‖s`, each as wide as the curve order; RFC 7518 §3.4).
@@ -130,14 +105,6 @@ public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
         }
         return verify(signature: der, digest: Digest.hash(digest, message), algorithm: .ecdsa(digest))
     }
-}
-
-/// An `EVP_PKEY_CTX` initialised for verification with one algorithm.
-// @unchecked Sendable: a context is used by one thread at a time — taken out of the pool under its lock,
-// used, and put back.
-private struct VerifyContext: @unchecked Sendable {
-    let ctx: OpaquePointer  // EVP_PKEY_CTX, owned by the pool or the caller that took it
-    let algorithm: SignatureAlgorithm
 }
 
 /// Conversions between the DER `ECDSA-Sig-Value` and the fixed-width `r‖s` form.

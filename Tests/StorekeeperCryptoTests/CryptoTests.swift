@@ -1,7 +1,9 @@
+import Dispatch
 import Foundation
 import StorekeeperASN1
 import StorekeeperCrypto
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 @Suite("OpenSSL wrappers")
@@ -47,6 +49,48 @@ struct CryptoTests {
         // A DER signature where r‖s is expected is rejected, not misread.
         #expect(!publicKey.verify(rawECDSASignature: der, message: message, digest: .sha256))
         #expect(ECDSASignature.raw(fromDER: der + [0], fieldSize: 32) == nil)
+    }
+
+    @Test("Keys reuse their signing and verification contexts safely: many threads, mixed digests, failures between")
+    func reusedContexts() throws {
+        let rsa = try PrivateKey.generateRSA(bits: 2048)
+        let ec = try PrivateKey.generateP256()
+        let rsaPublic = try rsa.publicKey
+        let ecPublic = try ec.publicKey
+        // Keys read afresh from DER have contexts of their own: a check independent of the pools above.
+        let rsaFresh = try PublicKey(derEncoded: rsaPublic.derEncoded)
+        let ecFresh = try PublicKey(derEncoded: ecPublic.derEncoded)
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { lane in
+            for round in 0..<40 {
+                let message = Array("lane \(lane) round \(round)".utf8)
+                // The digest changes every call, so a context set up for one digest must not serve another.
+                let digest: DigestAlgorithm = round % 2 == 0 ? .sha256 : (lane % 2 == 0 ? .sha1 : .sha384)
+                do {
+                    let signature = try rsa.sign(message, algorithm: .rsaPKCS1(digest))
+                    let raw = try ec.signRawECDSA(message, digest: digest)
+                    var bad = raw
+                    bad[5] ^= 1
+                    let checks = [
+                        rsaFresh.verify(signature: signature, message: message, algorithm: .rsaPKCS1(digest)),
+                        rsaPublic.verify(signature: signature, message: message, algorithm: .rsaPKCS1(digest)),
+                        !rsaPublic.verify(signature: signature, message: message + [0], algorithm: .rsaPKCS1(digest)),
+                        !ecPublic.verify(rawECDSASignature: bad, message: message, digest: digest),
+                        ecPublic.verify(rawECDSASignature: raw, message: message, digest: digest),
+                        ecFresh.verify(rawECDSASignature: raw, message: message, digest: digest),
+                    ]
+                    if checks.contains(false) {
+                        failures.withLock { $0.append("lane \(lane) round \(round): \(checks)") }
+                    }
+                } catch {
+                    failures.withLock { $0.append("lane \(lane) round \(round): \(error)") }
+                }
+            }
+        }
+        #expect(failures.withLock { $0 } == [])
+        // A key of the wrong type for the algorithm is refused before any context is made.
+        #expect(throws: CryptoError.self) { try ec.sign([1], algorithm: .rsaPKCS1(.sha256)) }
+        #expect(throws: CryptoError.self) { try rsa.signRawECDSA([1]) }
     }
 
     @Test("Keys round-trip through PEM; a private key's description shows no key material")

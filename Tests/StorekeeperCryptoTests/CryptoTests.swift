@@ -88,6 +88,11 @@ struct CryptoTests {
             }
         }
         #expect(failures.withLock { $0 } == [])
+        // One thread signing one message again and again gets the same reused context each time: ECDSA draws
+        // a fresh nonce for every signature all the same (a repeated r would give the key away).
+        let message = Array("same message".utf8)
+        let rs = try (0..<4).map { _ in Array(try ec.signRawECDSA(message).prefix(32)) }
+        #expect(Set(rs).count == 4)
         // A key of the wrong type for the algorithm is refused before any context is made.
         #expect(throws: CryptoError.self) { try ec.sign([1], algorithm: .rsaPKCS1(.sha256)) }
         #expect(throws: CryptoError.self) { try rsa.signRawECDSA([1]) }

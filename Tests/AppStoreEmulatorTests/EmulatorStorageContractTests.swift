@@ -559,11 +559,16 @@ struct EmulatorStorageContractTests {
                 DROP TABLE notification_payloads;
                 DROP TABLE notification_queue;
                 DROP INDEX notifications_done_by_created;
+                CREATE INDEX transactions_by_owner ON transactions (account_id, bundle_id, purchase_date);
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
         #expect(undone.status == 0, "\(undone.stderrText)")
         let reopened = try await SQLiteEmulatorStorage(path: path)
+        // Migration 011 dropped the index again.
+        let indexes = try ExternalTool.run(
+            sqlite, [path, "SELECT name FROM sqlite_master WHERE name = 'transactions_by_owner'"])
+        #expect(indexes.status == 0 && indexes.stdoutText.isEmpty, "\(indexes.stdoutText)")
         try await reopened.read { (store: any EmulatorStore) throws in
             #expect(try store.notification("v2") == v2)
             #expect(try store.notification("v1") == v1)

@@ -147,6 +147,10 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         Migration(
             "010-notifications-done-by-created",
             "CREATE INDEX notifications_done_by_created ON notifications (created) WHERE state <> 'pending'"),
+        // (account, bundle, purchase date) duplicated the prefix of `transactions_by_owner_revision`, which now
+        // answers an account's transactions (sorted after; an account has hundreds, not millions): one random
+        // B-tree page fewer for every purchase and renewal. `bench lifecycle` 10,000 x 2 wrote 19.5% less.
+        Migration("011-drop-transactions-by-owner", "DROP INDEX IF EXISTS transactions_by_owner"),
     ]
 
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is

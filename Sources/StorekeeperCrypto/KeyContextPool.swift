@@ -32,14 +32,14 @@ final class KeyContextPool: @unchecked Sendable {
         for entry in idle.withLock({ $0 }) { EVP_PKEY_CTX_free(entry.ctx) }
     }
 
-    /// Runs `body` with a context for `operation` and `algorithm`; `nil` if OpenSSL cannot set one up.
-    /// `body` answers whether the call succeeded: only then does the context go back to the pool.
+    /// Runs `body` with a context for `operation` and `algorithm`: its answer, or `nil` if OpenSSL cannot
+    /// set one up. `body` answers `nil` when its call failed; only a context that succeeded goes back.
     func with<Result>(
-        _ operation: KeyOperation, _ algorithm: SignatureAlgorithm, _ body: (OpaquePointer) -> (Result, Bool)
+        _ operation: KeyOperation, _ algorithm: SignatureAlgorithm, _ body: (OpaquePointer) -> Result?
     ) -> Result? {
         guard let entry = take(operation, algorithm) else { return nil }
-        let (result, succeeded) = body(entry.ctx)
-        if succeeded {
+        let result = body(entry.ctx)
+        if result != nil {
             let kept = idle.withLock { idle -> Bool in
                 guard idle.count < capacity else { return false }
                 idle.append(entry)

@@ -84,16 +84,16 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
             guard isEC else { throw CryptoError.make(.unsupportedAlgorithm, "ECDSA signature with a non-EC key") }
         }
         let digest = Digest.hash(algorithm.digest, message)
-        let signed = contexts.with(.sign, algorithm) { ctx -> ([UInt8]?, Bool) in
+        let signed = contexts.with(.sign, algorithm) { ctx -> [UInt8]? in
             var length = 0
-            guard EVP_PKEY_sign(ctx, nil, &length, digest, digest.count) == 1 else { return (nil, false) }
+            guard EVP_PKEY_sign(ctx, nil, &length, digest, digest.count) == 1 else { return nil }
             var signature = [UInt8](repeating: 0, count: length)
-            guard EVP_PKEY_sign(ctx, &signature, &length, digest, digest.count) == 1 else { return (nil, false) }
+            guard EVP_PKEY_sign(ctx, &signature, &length, digest, digest.count) == 1 else { return nil }
             signature.removeLast(signature.count - length)
-            return (signature, true)
+            return signature
         }
-        guard let signature = signed ?? nil else { throw CryptoError.openSSL("EVP_PKEY_sign") }
-        return signature
+        guard let signed else { throw CryptoError.openSSL("EVP_PKEY_sign") }
+        return signed
     }
 
     /// Signs `message` with ECDSA and returns the JOSE form `r‖s` (RFC 7518 §3.4).

@@ -83,9 +83,8 @@ public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
         case .ecdsa: guard isEC else { return false }
         }
         guard digest.count == algorithm.digest.outputSize else { return false }
-        let verified = contexts.with(.verify, algorithm) { ctx in
-            let ok = EVP_PKEY_verify(ctx, signature, signature.count, digest, digest.count) == 1
-            return (ok, ok)
+        let verified = contexts.with(.verify, algorithm) { ctx -> Bool? in
+            EVP_PKEY_verify(ctx, signature, signature.count, digest, digest.count) == 1 ? true : nil
         }
         guard verified == true else {
             _ = drainOpenSSLErrors()

@@ -107,15 +107,14 @@ final class SigningThreads: Sendable {
 
         mutating func take() -> Job? {
             guard head < jobs.count else { return nil }
-            defer {
-                jobs[head] = nil
-                head += 1
-                if head == jobs.count {
-                    jobs.removeAll(keepingCapacity: true)
-                    head = 0
-                }
+            let job = jobs[head]
+            jobs[head] = nil
+            head += 1
+            if head == jobs.count {
+                jobs.removeAll(keepingCapacity: true)
+                head = 0
             }
-            return jobs[head]
+            return job
         }
     }
 

@@ -61,7 +61,7 @@ extension AppStore {
                 next.renewalNumber += 1
                 next.finished = false
                 // A period bought (a renewal, an upgrade) is billed on an order of its own.
-                next.orderID = newOrderID()
+                next.orderID = newOrderID(at: now)
                 try store.insert(next)
                 subscription.latestTransactionID = next.id
                 latestKnown = next

@@ -480,17 +480,29 @@ public final class AppStore: Sendable {
 
     func newUUID() -> String { UUID(bytes: randomBytes(16)).uuidString }
 
-    /// A notification's `notificationUUID` (lowercase, as Apple sends it): a time-ordered (version 7) UUID on
-    /// the store clock, so the outbox's id index and the attempts' due events, keyed by it, are appended to
-    /// rather than written at random pages (one 4 KiB page per notification each, at 10,000 subscribers).
-    func newNotificationUUID(at now: Date) -> String {
-        UUID(milliseconds: ReceiptDate.milliseconds(now), bytes: randomBytes(10)).uuidString.lowercased()
+    /// A time-ordered (version 7) UUID on the store clock: rows keyed by it are appended to their indexes
+    /// rather than written at random pages (at 10,000 subscribers, one 4 KiB page per row and index).
+    func newTimeOrderedUUID(at now: Date) -> String {
+        UUID(milliseconds: ReceiptDate.milliseconds(now), bytes: randomBytes(10)).uuidString
     }
 
-    /// An order id as on Apple's e-mailed invoices: ten characters of A–Z and 0–9.
-    func newOrderID() -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-        return String(randomBytes(10).map { alphabet[Int($0) % alphabet.count] })
+    /// A notification's `notificationUUID`: time-ordered (the outbox's id index and the attempts' due events
+    /// are keyed by it), lowercase as Apple sends it.
+    func newNotificationUUID(at now: Date) -> String { newTimeOrderedUUID(at: now).lowercased() }
+
+    /// An order id as on Apple's e-mailed invoices: ten characters of A–Z and 0–9. The first four are the
+    /// store-clock hour since 1970 in base 36 (digits before letters, so ids sort in time order until 2161),
+    /// the other six random: every period billed gets one, and random ids put each renewal's entry in the
+    /// order index on a page of its own (the largest share of a renewal's WAL frames, by page, before).
+    func newOrderID(at now: Date) -> String {
+        let digits = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        var hours = Int(min(max(0, now.timeIntervalSince1970 / 3_600), 1_679_615))
+        var prefix = [Character](repeating: "0", count: 4)
+        for index in prefix.indices.reversed() {
+            prefix[index] = digits[hours % 36]
+            hours /= 36
+        }
+        return String(prefix + randomBytes(6).map { digits[Int($0) % digits.count] })
     }
 
     // MARK: - Accounts, devices, installs
@@ -503,7 +515,8 @@ public final class AppStore: Sendable {
             throw EmulatorError.invalid(
                 "member 'storefront' must be an App Store storefront's ISO 3166-1 alpha-3 code such as USA")
         }
-        let account = Account(id: AccountID(newUUID()), environment: environment, storefront: storefront.countryCode)
+        let account = Account(
+            id: AccountID(newTimeOrderedUUID(at: now)), environment: environment, storefront: storefront.countryCode)
         try await storage.write { try $0.insert(account) }
         return account
     }
@@ -650,7 +663,7 @@ public final class AppStore: Sendable {
                 request, entry: entry, standing: .new, bundleID: bundleID, appAccountToken: appAccountToken, in: store)
             let stored = StoredTransaction(
                 transaction: transaction, accountID: account.id, applicationUsername: applicationUsername,
-                orderID: newOrderID())
+                orderID: newOrderID(at: current))
             try store.insert(stored)
             // Apple sends ONE_TIME_CHARGE for one-time purchases, so far in the sandbox only.
             if account.environment != .production {
@@ -705,7 +718,7 @@ public final class AppStore: Sendable {
         transaction.expiresDate = state.expiresDate
         var stored = StoredTransaction(
             transaction: transaction, accountID: account.id, applicationUsername: applicationUsername,
-            orderID: newOrderID())
+            orderID: newOrderID(at: current))
         if let previous = existing, let latest = try store.transaction(previous.latestTransactionID) {
             stored.renewalNumber = latest.renewalNumber + 1
         }

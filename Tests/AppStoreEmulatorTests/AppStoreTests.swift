@@ -109,6 +109,37 @@ struct AppStoreTests {
         0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x46, 0x17, 0x98, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
     ]
 
+    @Test("Account and order ids are time-ordered on the store clock; an order id keeps Apple's ten A-Z0-9 characters")
+    func timeOrderedIdentifiers() async throws {
+        let time = FakeTime()
+        let harness = try await Harness.make(time: time)
+        let digits = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        var accounts: [String] = []
+        var orders: [String] = []
+        for _ in 0..<3 {
+            let storeNow = harness.store.now
+            let (account, app) = try await harness.accountAndApp()
+            #expect(try await harness.call("POST", app + "/payments", ["productId": .string("coins")]).0 == 201)
+            let (_, queue) = try await harness.call("GET", app + "/transactions")
+            let order = try #require(queue["transactions"]?.arrayValue?.last?["orderId"]?.stringValue)
+            // Version 7: the first 48 bits are the store time's milliseconds.
+            let hex = account.replacingOccurrences(of: "-", with: "")
+            #expect(UUID(uuidString: account) != nil && Array(hex)[12] == "7", "\(account) is a version 7 UUID")
+            let milliseconds = try #require(Int64(hex.prefix(12), radix: 16))
+            #expect(abs(Double(milliseconds) / 1000 - storeNow.timeIntervalSince1970) < 60, "\(account)")
+            // Four base-36 digits of the store hour, then six random characters.
+            #expect(order.count == 10 && order.allSatisfy { digits.contains($0) }, "\(order)")
+            let hour = order.prefix(4).reduce(0) { $0 * 36 + (digits.firstIndex(of: $1) ?? 0) }
+            #expect(abs(Double(hour * 3_600) - storeNow.timeIntervalSince1970) <= 3_600 * 2, "\(order)")
+            accounts.append(account)
+            orders.append(order)
+            time.value.withLock { $0 = $0.addingTimeInterval(3_600) }  // an hour of real time: more of store time
+        }
+        #expect(accounts == accounts.sorted() && Set(accounts).count == 3, "\(accounts)")
+        #expect(orders.map { $0.prefix(4) } == orders.map { $0.prefix(4) }.sorted(), "\(orders)")
+        #expect(Set(orders.map { $0.prefix(4) }).count == 3, "\(orders)")
+    }
+
     @Test("Products report invalid identifiers; each product kind can be bought; the queue keeps unfinished ones")
     func purchases() async throws {
         let harness = try await Harness.make()

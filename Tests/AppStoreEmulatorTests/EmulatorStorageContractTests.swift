@@ -211,6 +211,24 @@ struct EmulatorStorageContractTests {
             ({ store in try store.insert(Device(id: "D", accountID: "nobody")) }, .missing),
             ({ store in try store.update(Account(id: "nobody", environment: .sandbox, storefront: "USA")) }, .missing),
             ({ store in try store.update(Self.transaction("404", at: 0)) }, .missing),
+            // A subscription stays with its account and app.
+            (
+                { store in
+                    try store.insert(Account(id: "A3", environment: .sandbox, storefront: "USA"))
+                    try store.save(Self.subscription)
+                    var moved = Self.subscription
+                    moved.accountID = "A3"
+                    try store.save(moved)
+                }, .invalid
+            ),
+            (
+                { store in
+                    try store.save(Self.subscription)
+                    var moved = Self.subscription
+                    moved.bundleID = "com.example.other"
+                    try store.save(moved)
+                }, .invalid
+            ),
         ]
         for (body, kind) in cases {
             do {
@@ -560,6 +578,9 @@ struct EmulatorStorageContractTests {
                 DROP TABLE notification_queue;
                 DROP INDEX notifications_done_by_created;
                 CREATE INDEX transactions_by_owner ON transactions (account_id, bundle_id, purchase_date);
+                DROP INDEX transactions_by_owner_revision;
+                CREATE INDEX transactions_by_owner_revision ON transactions (account_id, bundle_id, revision);
+                CREATE INDEX transactions_unfinished ON transactions (account_id, bundle_id) WHERE finished = 0;
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
@@ -569,6 +590,19 @@ struct EmulatorStorageContractTests {
         let indexes = try ExternalTool.run(
             sqlite, [path, "SELECT name FROM sqlite_master WHERE name = 'transactions_by_owner'"])
         #expect(indexes.status == 0 && indexes.stdoutText.isEmpty, "\(indexes.stdoutText)")
+        // Migration 012 replaced the partial index of unfinished transactions by `finished` in the owner index.
+        let owner = try ExternalTool.run(
+            sqlite,
+            [
+                path,
+                """
+                SELECT m.name || ':' || group_concat(c.name, ',') FROM sqlite_master m, pragma_index_info(m.name) c
+                WHERE m.name IN ('transactions_unfinished', 'transactions_by_owner_revision') GROUP BY m.name
+                """,
+            ])
+        #expect(
+            owner.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+                == "transactions_by_owner_revision:account_id,bundle_id,revision,finished", "\(owner.stdoutText)")
         try await reopened.read { (store: any EmulatorStore) throws in
             #expect(try store.notification("v2") == v2)
             #expect(try store.notification("v1") == v1)

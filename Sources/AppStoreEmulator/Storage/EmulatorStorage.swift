@@ -73,7 +73,7 @@ public struct TransactionFilter: Sendable, Hashable {
 /// Auto-renewable subscriptions by original transaction id.
 public protocol SubscriptionRepository {
     func subscription(_ originalID: TransactionID) throws -> StoredSubscription?
-    /// Inserts or replaces.
+    /// Inserts or replaces; a subscription stays with its account and app (a save that moves it is invalid).
     func save(_ subscription: StoredSubscription) throws
     /// The account's subscriptions for the app, by original transaction id.
     func subscriptions(account: AccountID, bundle: BundleID) throws -> [StoredSubscription]

@@ -196,6 +196,11 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
 
         func subscription(_ originalID: TransactionID) -> StoredSubscription? { tables.subscriptions[originalID] }
         func save(_ subscription: StoredSubscription) throws {
+            if let old = tables.subscriptions[subscription.originalTransactionID],
+                old.accountID != subscription.accountID || old.bundleID != subscription.bundleID
+            {
+                throw EmulatorStorageError.invalid("a subscription's account and app cannot change")
+            }
             let owner = Key(a: subscription.accountID, b: subscription.bundleID)
             change(\.subscriptions, subscription.originalTransactionID, subscription)
             change(

@@ -60,8 +60,8 @@ extension AppStore {
                 next.transaction.isUpgraded = false
                 next.renewalNumber += 1
                 next.finished = false
-                // A period bought (a renewal, an upgrade) is billed on an order of its own.
-                next.orderID = newOrderID(at: now)
+                // A period bought (a renewal, an upgrade) is billed on an order of its own, dated when it starts.
+                next.orderID = newOrderID(at: start)
                 try store.insert(next)
                 subscription.latestTransactionID = next.id
                 latestKnown = next

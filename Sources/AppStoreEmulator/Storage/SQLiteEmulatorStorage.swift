@@ -153,8 +153,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         Migration("011-drop-transactions-by-owner", "DROP INDEX IF EXISTS transactions_by_owner"),
         // An account's unfinished transactions are read from its entries in the owner index, which now carries
         // `finished` (SQLite tests it in the index and reads only the unfinished rows): the partial index it
-        // replaces put every renewal on a page of its own a second time, a sixth of a renewal's WAL frames
-        // in `bench lifecycle` (frames by B-tree, from the WAL's frame headers).
+        // replaces put every renewal on a page of its own a second time: ~15% of the WAL frames of a
+        // `bench lifecycle` run without notifications (frames by B-tree, from the WAL's frame headers).
         Migration(
             "012-unfinished-in-owner-index",
             """

@@ -495,7 +495,7 @@ public final class AppStore: Sendable {
     /// the other six random: every period billed gets one, and random ids put each renewal's entry in the
     /// order index on a page of its own (the largest share of a renewal's WAL frames, by page, before).
     func newOrderID(at now: Date) -> String {
-        let digits = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        let digits = Self.orderIDDigits
         var hours = Int(min(max(0, now.timeIntervalSince1970 / 3_600), 1_679_615))
         var prefix = [Character](repeating: "0", count: 4)
         for index in prefix.indices.reversed() {
@@ -504,6 +504,9 @@ public final class AppStore: Sendable {
         }
         return String(prefix + randomBytes(6).map { digits[Int($0) % digits.count] })
     }
+
+    /// Base-36 digits in ASCII order (made once: every period billed takes an order id).
+    private static let orderIDDigits = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
     // MARK: - Accounts, devices, installs
 

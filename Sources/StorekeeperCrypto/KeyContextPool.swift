@@ -12,7 +12,9 @@ enum KeyOperation: Hashable, Sendable {
 /// Setting a context up costs OpenSSL 3 provider look-ups: about a third of an RSA-2048 verification, and
 /// an eighth of an ES256 signature. A context is used by one thread at a time (taken out under the lock,
 /// put back after a successful call); one that saw an error is freed, not reused. At most `capacity` wait.
-/// OpenSSL's error queue is left to the caller, which drains it when a call failed.
+/// OpenSSL's error queue is left to the caller, which drains it when a call failed. Each context holds a
+/// reference of its own to the key (`EVP_PKEY_CTX_new` counts one), so the key's owner may drop its
+/// reference before the pool frees the contexts.
 // @unchecked Sendable: the contexts are only touched under the mutex or by the one caller that took one.
 final class KeyContextPool: @unchecked Sendable {
     // @unchecked Sendable: an entry is held by the pool or by the one caller that took it out.

@@ -113,6 +113,10 @@ final class SigningThreads: Sendable {
             if head == jobs.count {
                 jobs.removeAll(keepingCapacity: true)
                 head = 0
+            } else if head >= 1_024, head * 2 >= jobs.count {
+                // Never emptied while jobs keep coming: the taken slots go, so the array stays bounded.
+                jobs.removeFirst(head)
+                head = 0
             }
             return job
         }

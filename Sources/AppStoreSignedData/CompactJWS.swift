@@ -113,42 +113,52 @@ public enum Base64URL {
     static let urlAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
     static let standardAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
 
-    /// Three bytes to four characters at a time, straight into the string's UTF-8 storage.
+    /// Appends the base64url encoding of `bytes` to `output` (a JWS built as bytes, copied into a string once).
+    public static func append(_ bytes: some Collection<UInt8>, to output: inout [UInt8]) {
+        append(bytes, alphabet: urlAlphabet, pad: false, to: &output)
+    }
+
     static func encode(_ bytes: some Collection<UInt8>, alphabet: [UInt8], pad: Bool) -> String {
-        let input = Array(bytes)
-        let full = input.count / 3 * 3
-        let rest = input.count - full
+        var output: [UInt8] = []
+        append(bytes, alphabet: alphabet, pad: pad, to: &output)
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    /// Three bytes to four characters at a time, over raw buffers (no bounds check per byte).
+    static func append(_ bytes: some Collection<UInt8>, alphabet: [UInt8], pad: Bool, to output: inout [UInt8]) {
+        let count = bytes.count
+        let full = count / 3 * 3
+        let rest = count - full
         let length = full / 3 * 4 + (rest == 0 ? 0 : (pad ? 4 : rest + 1))
-        return String(unsafeUninitializedCapacity: length) { output in
-            var out = 0
-            var index = 0
-            while index < full {
-                let value = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
-                output[out] = alphabet[Int(value >> 18 & 63)]
-                output[out + 1] = alphabet[Int(value >> 12 & 63)]
-                output[out + 2] = alphabet[Int(value >> 6 & 63)]
-                output[out + 3] = alphabet[Int(value & 63)]
-                out += 4
-                index += 3
-            }
-            if rest > 0 {
-                let value = UInt32(input[index]) << 16 | (rest == 2 ? UInt32(input[index + 1]) << 8 : 0)
-                output[out] = alphabet[Int(value >> 18 & 63)]
-                output[out + 1] = alphabet[Int(value >> 12 & 63)]
-                out += 2
-                if rest == 2 {
-                    output[out] = alphabet[Int(value >> 6 & 63)]
-                    out += 1
-                }
-                if pad {
-                    while out < length {
-                        output[out] = UInt8(ascii: "=")
-                        out += 1
+        let start = output.count
+        output += repeatElement(UInt8(ascii: "="), count: length)
+        func fill(_ input: UnsafeBufferPointer<UInt8>) {
+            alphabet.withUnsafeBufferPointer { alphabet in
+                output.withUnsafeMutableBufferPointer { buffer in
+                    let output = UnsafeMutableBufferPointer(rebasing: buffer[start...])
+                    var out = 0
+                    var index = 0
+                    while index < full {
+                        let value =
+                            UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
+                        output[out] = alphabet[Int(value >> 18 & 63)]
+                        output[out + 1] = alphabet[Int(value >> 12 & 63)]
+                        output[out + 2] = alphabet[Int(value >> 6 & 63)]
+                        output[out + 3] = alphabet[Int(value & 63)]
+                        out += 4
+                        index += 3
+                    }
+                    // The last one or two bytes; any padding is already in place.
+                    if rest > 0 {
+                        let value = UInt32(input[index]) << 16 | (rest == 2 ? UInt32(input[index + 1]) << 8 : 0)
+                        output[out] = alphabet[Int(value >> 18 & 63)]
+                        output[out + 1] = alphabet[Int(value >> 12 & 63)]
+                        if rest == 2 { output[out + 2] = alphabet[Int(value >> 6 & 63)] }
                     }
                 }
             }
-            return out
         }
+        if bytes.withContiguousStorageIfAvailable(fill) == nil { Array(bytes).withUnsafeBufferPointer(fill) }
     }
 
     /// Decodes canonical base64url (RFC 7515 §2, RFC 4648 §3.5): the URL-safe alphabet, no `=` padding, and

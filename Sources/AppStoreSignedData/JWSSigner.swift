@@ -88,6 +88,7 @@ public struct JWSChainSigner: Sendable {
     public let key: PrivateKey
     /// The protected header, base64url-encoded: what every JWS this signer makes starts with.
     public let encodedHeader: String
+    private let headerBytes: [UInt8]
 
     public init(key: PrivateKey, chain: [Certificate]) throws {
         guard key.isEC, key.bits == 256 else {
@@ -98,6 +99,7 @@ public struct JWSChainSigner: Sendable {
             "alg": .string("ES256"), "x5c": .array(chain.map { .string(Base64URL.standard($0.derEncoded)) }),
         ]
         encodedHeader = Base64URL.encode(JSONWriter.bytes(.object(header)))
+        headerBytes = Array(encodedHeader.utf8)
     }
 
     /// The compact JWS of `payload`, byte for byte what ``JWSSigner/sign(payload:key:chain:)`` makes.
@@ -106,9 +108,16 @@ public struct JWSChainSigner: Sendable {
     }
 
     /// The compact JWS of a payload already written as JSON (the caller keeps the bytes it signed).
+    /// Built as bytes in one array (header, payload, then the signature over the two), made a string once.
     public func sign(payloadBytes: [UInt8]) throws -> String {
-        let signingInput = encodedHeader + "." + Base64URL.encode(payloadBytes)
-        let signature = try key.signRawECDSA(Array(signingInput.utf8), digest: .sha256)
-        return signingInput + "." + Base64URL.encode(signature)
+        var token: [UInt8] = []
+        token.reserveCapacity(headerBytes.count + (payloadBytes.count + 2) / 3 * 4 + 90)
+        token += headerBytes
+        token.append(UInt8(ascii: "."))
+        Base64URL.append(payloadBytes, to: &token)
+        let signature = try key.signRawECDSA(token, digest: .sha256)
+        token.append(UInt8(ascii: "."))
+        Base64URL.append(signature, to: &token)
+        return String(decoding: token, as: UTF8.self)
     }
 }

@@ -1,4 +1,5 @@
 import AppStoreEmulator
+import AppStoreSignedData
 import Dispatch
 import Foundation
 import StoreKitCatalog
@@ -6,6 +7,7 @@ import StoreModel
 import StoreTime
 import StorekeeperCrypto
 import StorekeeperHTTP
+import StorekeeperJSON
 import SubscriptionLifecycle
 import Synchronization
 
@@ -59,6 +61,9 @@ extension BenchCommands {
         }
         let signaturesPerSecond = arguments.flag("no-notifications") ? 0 : try bareSignaturesPerSecond()
         let received = Atomic<Int>(0)
+        // One notification as received, kept for the floor measured after the run.
+        let sampleWanted = Atomic<Bool>(true)
+        let sample = Mutex<[UInt8]?>(nil)
         let clock = ContinuousClock()
         let start = clock.now
         let answerFrom = start + .milliseconds(Int64(pause * 1000))
@@ -66,8 +71,11 @@ extension BenchCommands {
         // Answered on the server's thread (no task a request) unless the receiver is still paused.
         router.add(
             "POST", "/notifications",
-            inline: { _, _ in
+            inline: { request, _ in
                 guard clock.now >= answerFrom else { return nil }
+                if sampleWanted.load(ordering: .relaxed), sampleWanted.exchange(false, ordering: .relaxed) {
+                    sample.withLock { $0 = request.body }
+                }
                 received.add(1, ordering: .relaxed)
                 return HTTPResponse(status: 200)
             },
@@ -161,6 +169,10 @@ extension BenchCommands {
             Thread.sleep(forTimeInterval: 0.05)
         }
         let elapsed = (lastChange - ready).seconds
+        // Measured after the run, against the same receiver, with one of the run's own notifications.
+        let floor = try sample.withLock { $0 }.map { body in
+            try signAndSendPerSecond(like: body, url: "http://127.0.0.1:\(sink.port)/notifications")
+        }
         _ = try blocking { try await store.pruneNotifications() }
         let databaseBytes = ["store.sqlite", "store.sqlite-wal"].reduce(0) { total, name in
             let path = directory.appendingPathComponent(name).path
@@ -209,6 +221,17 @@ extension BenchCommands {
 
                 """)
         }
+        if let floor, last > 0 {
+            let ceiling = floor.perSecond / (Double(last) / subscriberYears)
+            let share = String(format: "%.2f", subscriberYears / elapsed / ceiling)
+            console.write(
+                """
+                  floor, same run: the run's notification signed (its three signatures) and sent to the same \
+                receiver, nothing rendered from state, stored or recorded, on \(floor.threads) threads: \
+                \(rate(floor.perSecond)) notifications/s: at most \(rate(ceiling)) subscriber-years/s; this run \(share)× that
+
+                """)
+        }
         return 0
     }
 
@@ -252,6 +275,64 @@ extension BenchCommands {
             rates.withLock { $0[lane] = perSecond }
         }
         return rates.withLock { $0.reduce(0, +) }
+    }
+
+    /// Apple's format alone, on this machine: `body` (a V2 notification as received) signed again as the
+    /// emulator signs one (its transaction and renewal info, then the payload around them, with the same
+    /// x5c header) and posted to `url`, on several threads for a second each, nothing else done. The most
+    /// notifications a second of that shape the machine can sign and deliver, whatever the store does.
+    static func signAndSendPerSecond(like body: [UInt8], url: String) throws -> (perSecond: Double, threads: Int) {
+        guard let token = try JSONParser.parse(body)["signedPayload"]?.stringValue,
+            case let outer = try CompactJWS(token), var data = outer.payload["data"]?.objectValue,
+            let transaction = try data["signedTransactionInfo"]?.stringValue.map({ try CompactJWS($0).payload }),
+            let x5c = outer.header["x5c"]?.arrayValue
+        else { throw UsageError("the receiver's notification has no signed payload with a transaction") }
+        let renewal = try data["signedRenewalInfo"]?.stringValue.map { try CompactJWS($0).payload }
+        let chain = try x5c.map { value in
+            guard let text = value.stringValue, let der = Data(base64Encoded: text) else {
+                throw UsageError("the notification's x5c header is not base64")
+            }
+            return try Certificate(derEncoded: der)
+        }
+        // A key of its own (no receiver verifies here): the header, and so every size, is the emulator's.
+        let signer = try JWSChainSigner(key: try PrivateKey.generateP256(), chain: chain)
+        data["signedTransactionInfo"] = nil
+        data["signedRenewalInfo"] = nil
+        let rest = data
+        let start = outer.payload
+        let client = HTTPClient()
+        var best = (perSecond: 0.0, threads: 0)
+        for threads in [2, 4, 8].map({ $0 * ProcessInfo.processInfo.activeProcessorCount / 2 }) {
+            let sent = Atomic<Int>(0)
+            let clock = ContinuousClock()
+            let began = clock.now
+            DispatchQueue.concurrentPerform(iterations: threads) { _ in
+                while clock.now - began < .seconds(1) {
+                    var filled = rest
+                    guard let signedTransaction = try? signer.sign(transaction) else { return }
+                    filled["signedTransactionInfo"] = .string(signedTransaction)
+                    if let renewal {
+                        guard let signedRenewal = try? signer.sign(renewal) else { return }
+                        filled["signedRenewalInfo"] = .string(signedRenewal)
+                    }
+                    var payload = start
+                    payload["data"] = .object(filled)
+                    guard let signed = try? signer.sign(payloadBytes: JSONWriter.bytes(.object(payload))) else {
+                        return
+                    }
+                    let body = OutboundNotification.v2Body(signedPayload: signed, signed: true)
+                    if case .success(let response) = client.sendBlocking(
+                        "POST", url, headers: [("Content-Type", "application/json")], body: body),
+                        response.status == 200
+                    {
+                        sent.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+            let perSecond = Double(sent.load(ordering: .relaxed)) / (clock.now - began).seconds
+            if perSecond > best.perSecond { best = (perSecond, threads) }
+        }
+        return best
     }
 
     /// The process's peak resident set (VmHWM), in KiB.

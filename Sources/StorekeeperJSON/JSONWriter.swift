@@ -1,100 +1,105 @@
 /// Serializes ``JSONValue`` (RFC 8259), compact or indented by two spaces, members in stored order.
 public enum JSONWriter {
     public static func string(_ value: JSONValue, pretty: Bool = false) -> String {
-        var output = ""
+        String(decoding: bytes(value, pretty: pretty), as: UTF8.self)
+    }
+
+    /// The UTF-8 bytes, written straight into one array (no intermediate string to copy out of).
+    public static func bytes(_ value: JSONValue, pretty: Bool = false) -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(256)
         write(value, into: &output, pretty: pretty, indent: 0)
         return output
     }
 
-    public static func bytes(_ value: JSONValue, pretty: Bool = false) -> [UInt8] {
-        Array(string(value, pretty: pretty).utf8)
-    }
-
-    private static func write(_ value: JSONValue, into output: inout String, pretty: Bool, indent: Int) {
+    private static func write(_ value: JSONValue, into output: inout [UInt8], pretty: Bool, indent: Int) {
         switch value {
-        case .null: output += "null"
-        case .bool(let flag): output += flag ? "true" : "false"
-        case .integer(let number): output += String(number)
+        case .null: output += "null".utf8
+        case .bool(let flag): output += (flag ? "true" : "false").utf8
+        case .integer(let number): output += String(number).utf8
         case .double(let number):
             if number.isFinite {
                 if number.rounded() == number && abs(number) < 1e15 {
                     // Keep a fraction so the value reads back as a double, not an integer.
-                    output += String(Int64(number)) + ".0"
+                    output += (String(Int64(number)) + ".0").utf8
                 } else {
-                    output += "\(number)"
+                    output += "\(number)".utf8
                 }
             } else {
-                output += "null"
+                output += "null".utf8
             }
         case .string(let text): writeString(text, into: &output)
         case .array(let items):
             if items.isEmpty {
-                output += "[]"
+                output += "[]".utf8
                 return
             }
-            output += "["
+            output.append(UInt8(ascii: "["))
             for (index, item) in items.enumerated() {
-                if index > 0 { output += "," }
+                if index > 0 { output.append(UInt8(ascii: ",")) }
                 newline(&output, pretty: pretty, indent: indent + 1)
                 write(item, into: &output, pretty: pretty, indent: indent + 1)
             }
             newline(&output, pretty: pretty, indent: indent)
-            output += "]"
+            output.append(UInt8(ascii: "]"))
         case .object(let object):
             if object.isEmpty {
-                output += "{}"
+                output += "{}".utf8
                 return
             }
-            output += "{"
+            output.append(UInt8(ascii: "{"))
             for (index, member) in object.members.enumerated() {
-                if index > 0 { output += "," }
+                if index > 0 { output.append(UInt8(ascii: ",")) }
                 newline(&output, pretty: pretty, indent: indent + 1)
                 writeString(member.key, into: &output)
-                output += pretty ? ": " : ":"
+                output += (pretty ? ": " : ":").utf8
                 write(member.value, into: &output, pretty: pretty, indent: indent + 1)
             }
             newline(&output, pretty: pretty, indent: indent)
-            output += "}"
+            output.append(UInt8(ascii: "}"))
         }
     }
 
-    private static func newline(_ output: inout String, pretty: Bool, indent: Int) {
+    private static func newline(_ output: inout [UInt8], pretty: Bool, indent: Int) {
         guard pretty else { return }
-        output += "\n"
-        output += String(repeating: "  ", count: indent)
+        output.append(UInt8(ascii: "\n"))
+        output += repeatElement(UInt8(ascii: " "), count: 2 * indent)
     }
 
-    private static let hexDigits = Array("0123456789abcdef")
+    private static let hexDigits = Array("0123456789abcdef".utf8)
 
-    private static func writeString(_ text: String, into output: inout String) {
-        output += "\""
+    private static func writeString(_ text: String, into output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
         // Most strings (ids, base64, JWS) need no escaping: append them whole.
         @inline(__always) func needsNoEscape(_ byte: UInt8) -> Bool {
             byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\") && byte < 0xE2
         }
-        // Over the contiguous bytes when the string has them (native strings do): a tight loop.
+        // Over the contiguous bytes when the string has them (native strings do): a tight loop, then one copy.
         let plain =
-            text.utf8.withContiguousStorageIfAvailable { $0.allSatisfy(needsNoEscape) }
-            ?? text.utf8.allSatisfy(needsNoEscape)
+            text.utf8.withContiguousStorageIfAvailable { bytes in
+                guard bytes.allSatisfy(needsNoEscape) else { return false }
+                output.append(contentsOf: bytes)
+                return true
+            }
+            ?? false
         if plain {
-            output += text
-            output += "\""
+            output.append(UInt8(ascii: "\""))
             return
         }
         for scalar in text.unicodeScalars {
             switch scalar {
-            case "\"": output += "\\\""
-            case "\\": output += "\\\\"
-            case "\n": output += "\\n"
-            case "\r": output += "\\r"
-            case "\t": output += "\\t"
+            case "\"": output += "\\\"".utf8
+            case "\\": output += "\\\\".utf8
+            case "\n": output += "\\n".utf8
+            case "\r": output += "\\r".utf8
+            case "\t": output += "\\t".utf8
             case _ where scalar.value < 0x20 || scalar.value == 0x2028 || scalar.value == 0x2029:
                 let value = Int(scalar.value)
-                output += "\\u"
+                output += "\\u".utf8
                 for shift in [12, 8, 4, 0] { output.append(hexDigits[(value >> shift) & 0xf]) }
-            default: output.unicodeScalars.append(scalar)
+            default: if let encoded = UTF8.encode(scalar) { output += encoded }
             }
         }
-        output += "\""
+        output.append(UInt8(ascii: "\""))
     }
 }

@@ -15,6 +15,13 @@ struct Base64URLTests {
                 .replacingOccurrences(of: "=", with: "")
             #expect(Base64URL.encode(bytes) == url, "length \(length)")
             #expect(Base64URL.decode(Array(Base64URL.encode(bytes).utf8)) == bytes)
+            // Appended after what the array holds, from contiguous bytes and from a lazy collection alike.
+            var appended = Array("ab.".utf8)
+            Base64URL.append(bytes, to: &appended)
+            #expect(appended == Array(("ab." + url).utf8), "length \(length)")
+            var lazy: [UInt8] = []
+            Base64URL.append(bytes.lazy.map { $0 }, to: &lazy)
+            #expect(lazy == Array(url.utf8), "length \(length)")
         }
         #expect(Base64URL.encode([0xFB, 0xFF]) == "-_8")
     }

@@ -18,6 +18,19 @@ struct JSONParserTests {
         #expect(try JSONParser.parse(JSONWriter.string(value)) == value)
     }
 
+    @Test("The writer's bytes: escapes, control characters, U+2028, raw non-ASCII, pretty form; string() is the same")
+    func writerBytes() {
+        let value: JSONValue = .object([
+            "s": .string("a\"b\\c\n\r\t\u{01}\u{2028}é😀"), "e": .string(""), "n": .integer(-5), "d": .double(2),
+            "a": .array([.null, .bool(true), .object([:]), .array([])]),
+        ])
+        let compact = #"{"s":"a\"b\\c\n\r\t\u0001\u2028é😀","e":"","n":-5,"d":2.0,"a":[null,true,{},[]]}"#
+        #expect(JSONWriter.bytes(value) == Array(compact.utf8))
+        #expect(JSONWriter.string(value) == compact)
+        #expect(
+            JSONWriter.string(.object(["k": .array([.integer(1)])]), pretty: true) == "{\n  \"k\": [\n    1\n  ]\n}")
+    }
+
     @Test(
         "Malformed documents are errors",
         arguments: [

@@ -39,7 +39,9 @@ extension BenchCommands {
             them to a receiver on 127.0.0.1. Reports subscriber-years per second (from the first subscription, once \
             the store's keys and tables are made, until the last notification was received) and peak resident memory, and, as a baseline measured first in the \
             same run, bare ES256 signatures per second on every core: the ceiling those signatures alone put \
-            on subscriber-years per second with this run's notifications. With --receiver-pause the receiver \
+            on subscriber-years per second with this run's notifications; and, after the run, two floors from one of \
+            its own notifications made again as the emulator makes it (JSON and three signatures, nothing read or \
+            stored): signed alone, and signed and posted to the same receiver. With --receiver-pause the receiver \
             answers nothing for that long (the sends' time limit is longer): the emulator holds at most its \
             in-flight limit of notifications and queues the rest in the outbox, and the report says how many \
             waited when advancing ended. With --stuck-receiver every notification also goes to a second \
@@ -222,13 +224,18 @@ extension BenchCommands {
                 """)
         }
         if let floor, last > 0 {
-            let ceiling = floor.perSecond / (Double(last) / subscriberYears)
-            let share = String(format: "%.2f", subscriberYears / elapsed / ceiling)
+            let perSubscriberYear = Double(last) / subscriberYears
+            let signing = floor.signing / perSubscriberYear
+            let sending = floor.signingAndSending / perSubscriberYear
+            let share = String(format: "%.2f", subscriberYears / elapsed / sending)
             console.write(
                 """
-                  floor, same run: the run's notification signed (its three signatures) and sent to the same \
-                receiver, nothing rendered from state, stored or recorded, on \(floor.threads) threads: \
-                \(rate(floor.perSecond)) notifications/s: at most \(rate(ceiling)) subscriber-years/s; this run \(share)× that
+                  floors, same run, one of the run's notifications made again as the emulator makes it (its JSON and \
+                three signatures), nothing rendered from state, stored or recorded: signed alone on \
+                \(ProcessInfo.processInfo.activeProcessorCount) threads \(rate(floor.signing)) notifications/s, \
+                at most \(rate(signing)) subscriber-years/s; signed and sent to the same receiver on \(floor.threads) \
+                threads \(rate(floor.signingAndSending)) notifications/s, at most \(rate(sending)) subscriber-years/s; \
+                this run \(share)× that
 
                 """)
         }
@@ -279,9 +286,10 @@ extension BenchCommands {
 
     /// Apple's format alone, on this machine: `body` (a V2 notification as received) signed again as the
     /// emulator signs one (its transaction and renewal info, then the payload around them, with the same
-    /// x5c header) and posted to `url`, on several threads for a second each, nothing else done. The most
-    /// notifications a second of that shape the machine can sign and deliver, whatever the store does.
-    static func signAndSendPerSecond(like body: [UInt8], url: String) throws -> (perSecond: Double, threads: Int) {
+    /// x5c header), for a second on a thread a core; then signed and posted to `url`, on 1, 2 and 4 threads
+    /// a core for a second each, nothing else done. The most notifications a second of that shape the
+    /// machine can sign, and sign and deliver, whatever the store does.
+    static func signAndSendPerSecond(like body: [UInt8], url: String) throws -> Floor {
         guard let token = try JSONParser.parse(body)["signedPayload"]?.stringValue,
             case let outer = try CompactJWS(token), var data = outer.payload["data"]?.objectValue,
             let transaction = try data["signedTransactionInfo"]?.stringValue.map({ try CompactJWS($0).payload }),
@@ -301,38 +309,57 @@ extension BenchCommands {
         let rest = data
         let start = outer.payload
         let client = HTTPClient()
-        var best = (perSecond: 0.0, threads: 0)
-        for threads in [2, 4, 8].map({ $0 * ProcessInfo.processInfo.activeProcessorCount / 2 }) {
-            let sent = Atomic<Int>(0)
+        /// One notification signed as the emulator signs it, then posted (unless `send` is false); whether
+        /// it was made and, if posted, answered 200.
+        @Sendable func one(send: Bool) -> Bool {
+            var filled = rest
+            guard let signedTransaction = try? signer.sign(transaction) else { return false }
+            filled["signedTransactionInfo"] = .string(signedTransaction)
+            if let renewal {
+                guard let signedRenewal = try? signer.sign(renewal) else { return false }
+                filled["signedRenewalInfo"] = .string(signedRenewal)
+            }
+            var payload = start
+            payload["data"] = .object(filled)
+            guard let signed = try? signer.sign(payloadBytes: JSONWriter.bytes(.object(payload))) else { return false }
+            let body = OutboundNotification.v2Body(signedPayload: signed, signed: true)
+            guard send else { return !body.isEmpty }
+            guard
+                case .success(let response) = client.sendBlocking(
+                    "POST", url, headers: [("Content-Type", "application/json")], body: body)
+            else { return false }
+            return response.status == 200
+        }
+        /// Notifications a second on `threads` threads for a second.
+        func rate(threads: Int, send: Bool) -> Double {
+            let made = Atomic<Int>(0)
             let clock = ContinuousClock()
             let began = clock.now
             DispatchQueue.concurrentPerform(iterations: threads) { _ in
                 while clock.now - began < .seconds(1) {
-                    var filled = rest
-                    guard let signedTransaction = try? signer.sign(transaction) else { return }
-                    filled["signedTransactionInfo"] = .string(signedTransaction)
-                    if let renewal {
-                        guard let signedRenewal = try? signer.sign(renewal) else { return }
-                        filled["signedRenewalInfo"] = .string(signedRenewal)
-                    }
-                    var payload = start
-                    payload["data"] = .object(filled)
-                    guard let signed = try? signer.sign(payloadBytes: JSONWriter.bytes(.object(payload))) else {
-                        return
-                    }
-                    let body = OutboundNotification.v2Body(signedPayload: signed, signed: true)
-                    if case .success(let response) = client.sendBlocking(
-                        "POST", url, headers: [("Content-Type", "application/json")], body: body),
-                        response.status == 200
-                    {
-                        sent.add(1, ordering: .relaxed)
-                    }
+                    guard one(send: send) else { return }
+                    made.add(1, ordering: .relaxed)
                 }
             }
-            let perSecond = Double(sent.load(ordering: .relaxed)) / (clock.now - began).seconds
+            return Double(made.load(ordering: .relaxed)) / (clock.now - began).seconds
+        }
+        let cores = ProcessInfo.processInfo.activeProcessorCount
+        // Signing is all CPU: a thread a core. Sending waits on the receiver: the best of more threads.
+        let signing = rate(threads: cores, send: false)
+        var best = (perSecond: 0.0, threads: 0)
+        for threads in [cores, 2 * cores, 4 * cores] {
+            let perSecond = rate(threads: threads, send: true)
             if perSecond > best.perSecond { best = (perSecond, threads) }
         }
-        return best
+        return Floor(signing: signing, signingAndSending: best.perSecond, threads: best.threads)
+    }
+
+    /// What ``signAndSendPerSecond(like:url:)`` measured, in notifications a second.
+    struct Floor {
+        var signing: Double
+        var signingAndSending: Double
+        /// The threads the best sending rate was measured on.
+        var threads: Int
     }
 
     /// The process's peak resident set (VmHWM), in KiB.

@@ -310,20 +310,17 @@ extension BenchCommands {
         data["signedRenewalInfo"] = nil
         let rest = data
         let start = outer.payload
+        let signedDate = start["signedDate"] ?? .null
         let client = HTTPClient()
         /// One notification signed as the emulator signs it, then posted (unless `send` is false); whether
         /// it was made and, if posted, answered 200.
         @Sendable func one(send: Bool) -> Bool {
-            var filled = rest
-            guard let signedTransaction = try? signer.sign(transaction) else { return false }
-            filled["signedTransactionInfo"] = .string(signedTransaction)
-            if let renewal {
-                guard let signedRenewal = try? signer.sign(renewal) else { return false }
-                filled["signedRenewalInfo"] = .string(signedRenewal)
-            }
-            var payload = start
-            payload["data"] = .object(filled)
-            guard let signed = try? signer.sign(payloadBytes: JSONWriter.bytes(.object(payload))) else { return false }
+            guard
+                let filled = try? V2NotificationSigning.data(
+                    rest, transaction: transaction, renewalInfo: renewal, signer: signer),
+                let signed = try? signer.sign(
+                    payloadBytes: V2NotificationSigning.payloadBytes(start, data: filled, signedDate: signedDate))
+            else { return false }
             let body = OutboundNotification.v2Body(signedPayload: signed, signed: true)
             guard send else { return !body.isEmpty }
             guard

@@ -200,6 +200,7 @@ extension AppStore {
         else { throw EmulatorError.notFound("no transaction \(transactionID)") }
         try Self.refuseFamilyShared(stored)
         if stored.transaction.kind == .autoRenewable {
+            if let past = try pastPeriod(stored, refund: reason, account: account, in: store, now: now) { return past }
             return try subscriptionVerb(.refunded(reason), transactionID: transactionID, in: store, now: now)
         }
         guard stored.transaction.revocationDate == nil else {
@@ -212,6 +213,38 @@ extension AppStore {
             Notice(.refund, v1: "REFUND"), transaction: stored, renewal: nil, account: account, in: store, now: now)
         try revokeShares(of: stored.transaction.originalID, in: store, now: now)
         return (stored, nil)
+    }
+
+    /// A refund (`reason`) or its reversal (nil) of a subscription's past period: that transaction alone
+    /// changes (REFUND, V1 CANCEL; or REFUND_REVERSED), while the current period, the renewal state and
+    /// family access stay. Nil when `stored` is the current period: the engine handles that one.
+    func pastPeriod(
+        _ stored: StoredTransaction, refund reason: RevocationReason?, account: Account, in store: any EmulatorStore,
+        now: Date
+    ) throws -> (transaction: StoredTransaction, subscription: SubscriptionState?)? {
+        guard let subscription = try store.subscription(stored.transaction.originalID),
+            subscription.latestTransactionID != stored.id
+        else { return nil }
+        var past = stored
+        if let reason {
+            guard past.transaction.revocationDate == nil else {
+                throw EmulatorError.invalid("transaction \(stored.id.rawValue) is already refunded")
+            }
+            past.transaction.revocationDate = now
+            past.transaction.revocationReason = reason
+        } else {
+            guard past.transaction.revocationDate != nil, !past.transaction.isUpgraded else {
+                throw EmulatorError.invalid("transaction \(stored.id.rawValue) has no refund to reverse")
+            }
+            past.transaction.revocationDate = nil
+            past.transaction.revocationReason = nil
+        }
+        try store.update(past)
+        let started = try store.transaction(subscription.originalTransactionID)?.transaction.purchaseDate
+        try enqueue(
+            reason == nil ? Notice(.refundReversed) : Notice(.refund, v1: "CANCEL"), transaction: past,
+            renewal: (subscription.state, started), account: account, in: store, now: now)
+        return (past, subscription.state)
     }
 
     /// A transaction and, for a subscription, its state now (`GET /_emulator/v1/transactions/{id}`).

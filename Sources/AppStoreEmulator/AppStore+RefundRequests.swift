@@ -26,7 +26,8 @@ extension AppStore {
             try store.setSetting(key, reason.rawValue)
             let kind = stored.transaction.kind
             guard kind == .consumable || kind == .autoRenewable else { return (stored, nil) }
-            let notice = Notice(.consumptionRequest, v1: "CONSUMPTION_REQUEST")
+            // V1's CONSUMPTION_REQUEST is for consumables only; V2's covers subscriptions too.
+            let notice = Notice(.consumptionRequest, v1: kind == .consumable ? "CONSUMPTION_REQUEST" : nil)
             let extra: JSONObject = ["consumptionRequestReason": .string(reason.rawValue)]
             guard kind == .autoRenewable, var subscription = try store.subscription(stored.transaction.originalID)
             else {
@@ -35,7 +36,7 @@ extension AppStore {
                 return (stored, nil)
             }
             try self.enqueue(
-                notice, subscription: subscription, account: account, in: store, now: current, extra: extra)
+                notice, period: stored, of: subscription, account: account, in: store, now: current, extra: extra)
             // The App Store turns auto-renew off while the request is considered.
             if subscription.state.autoRenew, subscription.state.status != .expired {
                 let effects = try Self.refusing { () throws(LifecycleError) in
@@ -69,7 +70,7 @@ extension AppStore {
             if stored.transaction.kind == .autoRenewable,
                 let subscription = try store.subscription(stored.transaction.originalID)
             {
-                try self.enqueue(notice, subscription: subscription, account: account, in: store, now: current)
+                try self.enqueue(notice, period: stored, of: subscription, account: account, in: store, now: current)
                 return (try store.transaction(subscription.latestTransactionID) ?? stored, subscription.state)
             }
             try self.enqueue(notice, transaction: stored, renewal: nil, account: account, in: store, now: current)
@@ -99,6 +100,9 @@ extension AppStore {
             let (found, account) = try self.purchaserTransaction(transactionID, in: store)
             var stored = found
             if stored.transaction.kind == .autoRenewable {
+                if let past = try self.pastPeriod(stored, refund: nil, account: account, in: store, now: current) {
+                    return past
+                }
                 return try self.subscriptionVerb(.refundReversed, transactionID: transactionID, in: store, now: current)
             }
             guard stored.transaction.revocationDate != nil else {

@@ -22,12 +22,14 @@ extension AppStore {
             public var receipt: [UInt8]?
             /// `pending_renewal_info`, one per subscription, by original transaction id.
             public var renewals: [Renewal]
+            /// Each refunded or revoked transaction's reason, by transaction id: `cancellation_reason` in
+            /// `receipt.in_app`, whose ASN.1 has the date alone.
+            public var revocationReasons: [String: RevocationReason] = [:]
         }
 
         public struct Renewal: Sendable {
             public var subscription: StoredSubscription
-            /// Whether the sandbox's renewal cap has been reached: auto-renew is off.
-            public var capped: Bool
+            /// Whether the subscription's period has ended (expired, or in billing retry).
             public var expired: Bool
         }
     }
@@ -103,7 +105,7 @@ extension AppStore {
                 try store.subscriptions(account: account.id, bundle: bundle)
             )
         }
-        guard let (account, current_, subscriptions) = found else { return result }
+        guard let (_, current_, subscriptions) = found else { return result }
         var latest = current_
         if excludeOld {
             let newest = Set(subscriptions.map(\.latestTransactionID))
@@ -119,11 +121,17 @@ extension AppStore {
             receipt: signed,
             renewals: subscriptions.map { subscription in
                 VerifyReceiptResult.Renewal(
-                    subscription: subscription,
-                    capped: account.environment != .production
-                        && subscription.state.renewalCount >= Self.sandboxRenewalCap,
-                    expired: (subscription.state.expiresDate ?? .distantFuture) <= current)
-            })
+                    subscription: subscription, expired: (subscription.state.expiresDate ?? .distantFuture) <= current)
+            },
+            revocationReasons: Self.revocationReasons(current_))
         return result
+    }
+
+    static func revocationReasons(_ transactions: [StoredTransaction]) -> [String: RevocationReason] {
+        var reasons: [String: RevocationReason] = [:]
+        for stored in transactions where stored.transaction.revocationDate != nil {
+            if let reason = stored.transaction.revocationReason { reasons[stored.id.rawValue] = reason }
+        }
+        return reasons
     }
 }

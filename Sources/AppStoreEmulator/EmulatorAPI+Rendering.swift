@@ -92,35 +92,63 @@ extension AppStore {
             "status": .integer(result.status), "environment": .string(result.environment.rawValue),
         ]
         guard result.status == 0, let receipt = result.receipt else { return response }
-        response["receipt"] = .object(appleShape(receipt.verifyReceiptJSON(requestDate: result.requestDate)))
+        var decoded = appleShape(receipt.verifyReceiptJSON(requestDate: result.requestDate))
+        if let reasons = result.latest?.revocationReasons, !reasons.isEmpty,
+            let purchases = decoded["in_app"]?.arrayValue
+        {
+            // The receipt's ASN.1 has a cancellation date but no reason: Apple adds it from its records.
+            decoded["in_app"] = .array(
+                purchases.map { entry in
+                    guard var object = entry.objectValue, object["cancellation_date_ms"] != nil,
+                        let id = object["transaction_id"]?.stringValue, let reason = reasons[id]
+                    else { return entry }
+                    object["cancellation_reason"] = .string(String(reason.rawValue))
+                    return .object(object)
+                })
+        }
+        response["receipt"] = .object(decoded)
         guard let latest = result.latest else { return response }
         response["latest_receipt_info"] = .array(
             latest.transactions.map { stored in
-                var object = appleShape(InAppPurchase(stored.transaction).verifyReceiptJSON())
-                object["in_app_ownership_type"] = .string(stored.transaction.ownership.rawValue)
-                if let group = stored.transaction.subscriptionGroupID {
+                let transaction = stored.transaction
+                var object = appleShape(InAppPurchase(transaction).verifyReceiptJSON())
+                if transaction.revocationDate != nil, let reason = transaction.revocationReason {
+                    object["cancellation_reason"] = .string(String(reason.rawValue))
+                }
+                object["in_app_ownership_type"] = .string(transaction.ownership.rawValue)
+                if let group = transaction.subscriptionGroupID {
                     object["subscription_group_identifier"] = .string(group)
                 }
-                if let token = stored.transaction.appAccountToken { object["app_account_token"] = .string(token) }
+                if transaction.isUpgraded { object["is_upgraded"] = .string("true") }
+                if transaction.offer?.type == .offerCode, let name = transaction.offer?.identifier {
+                    object["offer_code_ref_name"] = .string(name)
+                }
+                if let token = transaction.appAccountToken { object["app_account_token"] = .string(token) }
                 return .object(object)
             })
         if let signed = latest.receipt { response["latest_receipt"] = .string(Data(signed).base64EncodedString()) }
         response["pending_renewal_info"] = .array(
             latest.renewals.map { renewal in
                 let state = renewal.subscription.state
-                let renewing = state.autoRenew && !renewal.capped
                 var object: JSONObject = [
                     "auto_renew_product_id": .string(state.autoRenewProductID.rawValue),
-                    "auto_renew_status": .string(renewing ? "1" : "0"),
+                    "auto_renew_status": .string(state.autoRenew ? "1" : "0"),
                     "original_transaction_id": .string(state.originalTransactionID.rawValue),
                     "product_id": .string(state.productID.rawValue),
                 ]
-                if !renewing, renewal.expired {
+                // Present for an expired subscription, billing retry included (its period has ended).
+                if renewal.expired || state.isInBillingRetry {
                     object["expiration_intent"] = .string(
                         String((state.expirationIntent ?? .customerCancelled).rawValue))
-                }
-                if state.isInBillingRetry || (!renewing && renewal.expired) {
                     object["is_in_billing_retry_period"] = .string(state.isInBillingRetry ? "1" : "0")
+                }
+                // The offer the next renewal is made with.
+                if state.offerPeriodsLeft > 0, let offer = state.offer, let identifier = offer.identifier {
+                    switch offer.type {
+                    case .offerCode: object["offer_code_ref_name"] = .string(identifier)
+                    case .promotional: object["promotional_offer_id"] = .string(identifier)
+                    default: break
+                    }
                 }
                 if let grace = state.gracePeriodExpiresDate {
                     for (key, value) in ReceiptDate.triplet("grace_period_expires_date", grace) {

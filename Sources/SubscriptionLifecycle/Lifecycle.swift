@@ -342,6 +342,9 @@ public struct Lifecycle: Sendable {
         if settings.renewalsFail {
             let retryEnds = end.addingTimeInterval(settings.rate.billingRetryPeriod(from: end))
             state.billingRetryEndsDate = retryEnds
+            // The period has expired for a billing error while Apple retries (`expiration_intent` 2 beside
+            // `is_in_billing_retry_period` 1); a recovered renewal clears it.
+            state.expirationIntent = .billingError
             var effects: [LifecycleEffect] = [.schedule(.billingRetryEnd, at: retryEnds)]
             if settings.gracePeriod {
                 let graceEnds = end.addingTimeInterval(

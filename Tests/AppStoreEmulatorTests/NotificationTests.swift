@@ -669,6 +669,95 @@ struct NotificationTests {
         #expect(settings["version"] == .integer(1))
     }
 
+    @Test(
+        "V1 through the lifecycle: a past period refunded alone, V1 has CONSUMPTION_REQUEST for consumables only, upgrades and billing retry as verifyReceipt shows them"
+    )
+    func versionOneLifecycle() async throws {
+        let harness = try await Self.harness(secret: "s3cret")
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["sandboxURL": .string(sink.url), "version": .integer(1)])
+        let (accountID, app) = try await harness.accountAndApp()
+        let base = "/_emulator/v1/transactions/"
+        func verify() async throws -> JSONValue {
+            let receipt = Data(try await harness.receipt(app)).base64EncodedString()
+            let (status, answer) = try await harness.call(
+                "POST", "/sandbox/verifyReceipt", ["receipt-data": .string(receipt), "password": .string("s3cret")])
+            #expect(status == 200 && answer["status"] == .integer(0), "\(answer)")
+            return answer
+        }
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        let first = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        _ = try await sink.bodies(atLeast: 2)
+
+        // A past period refunded: that transaction alone; the subscription renewed since stays active.
+        let (refundStatus, refunded) = try await harness.call(
+            "POST", base + first + "/refund", ["reason": .string("APP_ISSUE")])
+        #expect(refundStatus == 200, "\(refunded)")
+        #expect(refunded["transaction"]?["transactionIdentifier"] == .string(first))
+        #expect(
+            refunded["subscription"]?["status"] == .integer(1) && refunded["subscription"]?["autoRenew"] == .bool(true))
+        let cancel = try #require(
+            try await sink.bodies(atLeast: 3).first { $0["notification_type"] == .string("CANCEL") })
+        let infos = cancel["unified_receipt"]?["latest_receipt_info"]?.arrayValue ?? []
+        #expect(infos.count == 2)
+        let past = infos.first { $0["transaction_id"] == .string(first) }
+        #expect(past?["cancellation_date_ms"] != nil && past?["cancellation_reason"] == .string("1"), "\(infos)")
+        #expect(infos.filter { $0["cancellation_date_ms"] != nil }.count == 1, "the current period is not refunded")
+        let afterRefund = try await verify()
+        let inApp = afterRefund["receipt"]?["in_app"]?.arrayValue?.first { $0["transaction_id"] == .string(first) }
+        #expect(
+            inApp?["cancellation_date_ms"] != nil && inApp?["cancellation_reason"] == .string("1"), "\(afterRefund)")
+        let twice = try await harness.call("POST", base + first + "/refund")
+        #expect(twice.0 == 400, "already refunded")
+        let (reversedStatus, reversed) = try await harness.call("POST", base + first + "/refund-reversal")
+        #expect(reversedStatus == 200, "\(reversed)")
+        let whole = try await verify()
+        #expect(whole["latest_receipt_info"]?.arrayValue?.allSatisfy { $0["cancellation_date_ms"] == nil } == true)
+
+        // A refund request: V1's CONSUMPTION_REQUEST is for the consumable, not the subscription.
+        let renewal = whole["latest_receipt_info"]?.arrayValue?.first { $0["transaction_id"] != .string(first) }
+        let current = try #require(renewal?["transaction_id"]?.stringValue)
+        _ = try await harness.call("POST", base + current + "/refund-request")
+        _ = try await harness.call("POST", base + current + "/refund-decision", ["approved": .bool(false)])
+        let (_, coins) = try await harness.call("POST", app + "/payments", ["productId": .string("coins")])
+        let coinsID = try #require(coins["transaction"]?["transactionIdentifier"]?.stringValue)
+        _ = try await harness.call("POST", base + coinsID + "/refund-request")
+        _ = try await harness.call("POST", base + current + "/auto-renew", ["enabled": .bool(true)])
+
+        // An upgrade: the superseded period is `is_upgraded` in latest_receipt_info.
+        let (upgraded, _) = try await harness.call("POST", app + "/payments", ["productId": .string("premium")])
+        #expect(upgraded == 201)
+        let interactive = try #require(
+            try await sink.bodies(atLeast: 7).first { $0["notification_type"] == .string("INTERACTIVE_RENEWAL") })
+        let superseded = interactive["unified_receipt"]?["latest_receipt_info"]?.arrayValue?.filter {
+            $0["is_upgraded"] == .string("true")
+        }
+        #expect(superseded?.map { $0["transaction_id"] } == [.string(current)], "\(interactive)")
+
+        // Billing retry: the period has expired for a billing error while Apple retries.
+        _ = try await harness.call(
+            "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["billingRetryOnRenewal": .bool(true)])
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        let failed = try #require(
+            try await sink.bodies(atLeast: 8).first { $0["notification_type"] == .string("DID_FAIL_TO_RENEW") })
+        #expect(failed["expiration_intent"] == .string("2"))
+        let pending = failed["unified_receipt"]?["pending_renewal_info"]?.arrayValue?.first
+        #expect(pending?["expiration_intent"] == .string("2") && pending?["is_in_billing_retry_period"] == .string("1"))
+        #expect(pending?["auto_renew_status"] == .string("1") && failed["auto_renew_status"] == .string("true"))
+        let retrying = try await verify()["pending_renewal_info"]?.arrayValue?.first
+        #expect(
+            retrying?["expiration_intent"] == .string("2") && retrying?["is_in_billing_retry_period"] == .string("1"))
+
+        let (_, history) = try await harness.call(
+            "GET", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications/history")
+        #expect(
+            (history["notificationHistory"]?.arrayValue ?? []).compactMap { $0["v1NotificationType"]?.stringValue } == [
+                "INITIAL_BUY", "DID_RENEW", "CANCEL", "DID_CHANGE_RENEWAL_STATUS", "CONSUMPTION_REQUEST",
+                "DID_CHANGE_RENEWAL_STATUS", "INTERACTIVE_RENEWAL", "DID_FAIL_TO_RENEW",
+            ])
+    }
+
     @Test("Refund requests: CONSUMPTION_REQUEST with its reason, auto-renew off, then REFUND or REFUND_DECLINED")
     func refundRequests() async throws {
         let harness = try await Self.harness()

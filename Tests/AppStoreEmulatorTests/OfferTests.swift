@@ -164,6 +164,15 @@ struct OfferTests {
         #expect(both.0 == 400)
         let loyal = try await Self.buy(harness, app, ["offerCode": .string("LOYAL")])
         #expect(loyal.0 == 201, "an existing subscriber may redeem LOYAL: \(loyal.1)")
+        // verifyReceipt names the code redeemed for the period, and the one the next renewal is made with.
+        let receipt = Data(try await harness.receipt(app)).base64EncodedString()
+        let (_, verified) = try await harness.call(
+            "POST", "/sandbox/verifyReceipt", ["receipt-data": .string(receipt), "password": .string("any")])
+        let redeemed = verified["latest_receipt_info"]?.arrayValue?.first {
+            $0["transaction_id"] == code["transactionId"]
+        }
+        #expect(redeemed?["offer_code_ref_name"] == .string("NEWCOMER"), "\(verified)")
+        #expect(verified["pending_renewal_info"]?.arrayValue?.first?["offer_code_ref_name"] == .string("LOYAL"))
 
         let id = try #require(code["transactionId"]?.stringValue)
         _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/expire")

@@ -294,6 +294,13 @@ struct ServerAPITests {
         let client = try api.client()
         let none = await Self.apiError { _ = try await client.requestTestNotification() }
         #expect(none?.code == .serverNotificationUrlNotFound)
+        // Version 1 has no TEST notification: the same error, and nothing is sent.
+        let versionOne = try NotificationSink()
+        try await NotificationTests.configure(
+            api.harness, ["sandboxURL": .string(versionOne.url), "version": .integer(1)])
+        let unsent = await Self.apiError { _ = try await client.requestTestNotification() }
+        #expect(unsent?.code == .serverNotificationUrlNotFound)
+        #expect(versionOne.count == 0)
         let sink = try NotificationSink(failFirst: [500])
         try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
         let token = try #require(try await client.requestTestNotification().testNotificationToken)
@@ -512,6 +519,37 @@ struct ServerAPITests {
         #expect(clock.now - start >= .milliseconds(300))
         let (invalid, _) = try await api.harness.call("POST", "/_emulator/v1/faults", ["path": path])
         #expect(invalid == 400)
+
+        // verifyReceipt's own faults: HTTP 200 with the status, `is-retryable` for 21100-21199 only.
+        let receipt: JSONObject = ["receipt-data": .string("AAAA")]
+        try await fault(
+            ["path": .string("/sandbox/verifyReceipt"), "verifyReceiptStatus": .integer(21_005), "count": .integer(1)])
+        try await fault([
+            "path": .string("*verifyReceipt"), "verifyReceiptStatus": .integer(21_150), "retryable": .bool(false),
+            "count": .integer(1),
+        ])
+        try await fault([
+            "path": .string("*verifyReceipt"), "verifyReceiptStatus": .integer(21_199), "count": .integer(1),
+        ])
+        let (busyStatus, busy) = try await api.harness.call("POST", "/sandbox/verifyReceipt", receipt)
+        #expect(busyStatus == 200 && busy["status"] == .integer(21_005) && busy["environment"] == .string("Sandbox"))
+        #expect(busy["is-retryable"] == nil)
+        let (_, lasting) = try await api.harness.call("POST", "/verifyReceipt", receipt)
+        #expect(lasting["status"] == .integer(21_150) && lasting["environment"] == .string("Production"))
+        #expect(lasting["is-retryable"] == .bool(false))
+        let (_, passing) = try await api.harness.call(
+            "POST", "/verifyReceipt", receipt, headers: [("Host", "sandbox.itunes.apple.com")])
+        #expect(passing["status"] == .integer(21_199) && passing["environment"] == .string("Sandbox"))
+        #expect(passing["is-retryable"] == .bool(true))
+        let (_, real) = try await api.harness.call("POST", "/sandbox/verifyReceipt", receipt)
+        #expect(real["status"] == .integer(21_002), "the faults are used up: \(real)")
+        for body: JSONObject in [
+            ["path": path, "status": .integer(500), "verifyReceiptStatus": .integer(21_005)],
+            ["path": path, "verifyReceiptStatus": .integer(0)],
+        ] {
+            let (refused, answer) = try await api.harness.call("POST", "/_emulator/v1/faults", body)
+            #expect(refused == 400, "\(answer)")
+        }
     }
 
     @Test("Rate limits, when switched on, answer 429 with Retry-After per app, environment and endpoint")

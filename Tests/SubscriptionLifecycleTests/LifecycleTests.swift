@@ -117,6 +117,7 @@ struct LifecycleTests {
         try story.advance(seconds: Self.month)
         #expect(story.names.last == "DID_FAIL_TO_RENEW")
         #expect(story.state.status == .billingRetry)
+        #expect(story.state.expirationIntent == .billingError, "in billing retry the period expired for billing")
         #expect(story.state.billingRetryEndsDate == Story.start.addingTimeInterval(3 * Self.month))
         #expect(story.periods.isEmpty, "a failed renewal starts no period")
         try story.advance(seconds: 2 * Self.month)
@@ -132,6 +133,7 @@ struct LifecycleTests {
         try story.advance(seconds: Self.month)
         #expect(story.names.last == "DID_FAIL_TO_RENEW/GRACE_PERIOD")
         #expect(story.state.status == .billingGracePeriod)
+        #expect(story.state.expirationIntent == .billingError)
         // Half a scaled month of grace (2 min 30 s at monthly/5 min, as Apple's table).
         #expect(story.state.gracePeriodExpiresDate == Story.start.addingTimeInterval(Self.month + 150))
         try story.advance(seconds: 151)
@@ -143,6 +145,7 @@ struct LifecycleTests {
         #expect(story.names.last == "DID_RENEW/BILLING_RECOVERY")
         #expect(story.notices.last?.v1Type == "DID_RECOVER")
         #expect(story.state.status == .active)
+        #expect(story.state.expirationIntent == nil, "a recovered subscription has not expired")
         #expect(story.periods.last?.start == story.now, "recovery starts a new period at once")
         #expect(story.due[.billingRetryEnd] == nil && story.due[.renewal] == story.state.expiresDate)
         #expect(throws: LifecycleError.self) { try story.send(.billingRecovered) }

@@ -94,6 +94,20 @@ extension AppStore {
             account: account, in: store, now: now, extra: extra)
     }
 
+    /// A notification about one period of `subscription` (the one a refund request names, which may be a
+    /// past one), with the subscription's renewal state now.
+    func enqueue(
+        _ notice: Notice, period: StoredTransaction, of subscription: StoredSubscription, account: Account,
+        in store: any EmulatorStore, now: Date, extra: JSONObject = [:]
+    ) throws {
+        let first =
+            period.id == subscription.originalTransactionID
+            ? period : try store.transaction(subscription.originalTransactionID)
+        try enqueue(
+            notice, transaction: period, renewal: (subscription.state, first?.transaction.purchaseDate),
+            account: account, in: store, now: now, extra: extra)
+    }
+
     /// Writes one notification per configured URL into the outbox and schedules its first attempt now.
     func enqueue(
         _ notice: Notice, transaction: StoredTransaction, renewal: (SubscriptionState, Date?)?, account: Account,
@@ -196,10 +210,8 @@ extension AppStore {
                 receipt: signed,
                 renewals: subscriptions.map { subscription in
                     VerifyReceiptResult.Renewal(
-                        subscription: subscription,
-                        capped: !production && subscription.state.renewalCount >= Self.sandboxRenewalCap,
-                        expired: (subscription.state.expiresDate ?? .distantFuture) <= now)
-                }))
+                        subscription: subscription, expired: (subscription.state.expiresDate ?? .distantFuture) <= now)
+                }, revocationReasons: Self.revocationReasons(purchases)))
         let rendered = Self.render(result)
         var unified: JSONObject = ["status": .integer(0), "environment": .string(account.environment.rawValue)]
         unified["latest_receipt"] = rendered["latest_receipt"]

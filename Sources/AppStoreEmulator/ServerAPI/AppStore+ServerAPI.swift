@@ -513,14 +513,15 @@ extension AppStore {
     // MARK: - Notifications
 
     /// Writes a notification about the app rather than a transaction (TEST, RENEWAL_EXTENSION/SUMMARY) into
-    /// the outbox, one per configured URL; nil when no URL is configured for the environment.
+    /// the outbox, one per configured URL; nil when no URL is configured for the environment, or its
+    /// notifications are version 1 (which has neither type: shared/spec/notifications.md §2.3).
     func enqueueAppNotification(
         _ notice: Notice, scope: APIScope, container: String, content: JSONObject, in store: any EmulatorStore,
         now: Date
     ) throws -> String? {
         guard
             let settings = notificationSettings(bundleID: scope.bundleID, environment: scope.environment, now: now),
-            !settings.urls.isEmpty
+            settings.version == 2, !settings.urls.isEmpty
         else { return nil }
         var first: String?
         for url in settings.urls {
@@ -563,8 +564,13 @@ extension AppStore {
                 Notice(.test), scope: scope, container: "data", content: content, in: store, now: current)
         }
         guard let id else {
+            let version = notificationSettings(bundleID: scope.bundleID, environment: scope.environment, now: current)?
+                .version
             throw EmulatorError.api(
-                .serverNotificationUrlNotFound, "No server notification URL is configured for this environment.")
+                .serverNotificationUrlNotFound,
+                version == 1
+                    ? "This environment's notifications are version 1, which has no test notification."
+                    : "No server notification URL is configured for this environment.")
         }
         try await runDue(maxEvents: maxEventsPerRequest)
         return "\(id)_\(ReceiptDate.milliseconds(current))"

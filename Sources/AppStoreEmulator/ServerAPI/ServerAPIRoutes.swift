@@ -390,16 +390,26 @@ extension AppStore {
             base + "/faults",
             guarded { request, _ in
                 let body = try RequestBody(
-                    request, allowed: ["path", "method", "status", "errorCode", "retryAfter", "delayMs", "count"])
+                    request,
+                    allowed: [
+                        "path", "method", "status", "errorCode", "retryAfter", "delayMs", "count",
+                        "verifyReceiptStatus",
+                        "retryable",
+                    ])
                 guard let path = try body.string("path", maxBytes: 512), !path.isEmpty else {
                     throw EmulatorError.invalid("member 'path' is required (a glob such as /inApps/v1/transactions/*)")
                 }
                 let errorCode = try body.integer("errorCode", in: 4_000_000...5_999_999)
                 var status = try body.integer("status", in: 400...599).map(Int.init)
                 if status == nil, let errorCode { status = Int(errorCode / 10_000) }
+                let receiptStatus = try body.integer("verifyReceiptStatus", in: 21_000...21_199)
+                guard receiptStatus == nil || status == nil else {
+                    throw EmulatorError.invalid("give 'verifyReceiptStatus' or 'status'/'errorCode', not both")
+                }
                 let delay = try body.integer("delayMs", in: 0...60_000) ?? 0
-                guard status != nil || delay > 0 else {
-                    throw EmulatorError.invalid("give 'status' (or 'errorCode'), 'delayMs', or both")
+                guard status != nil || receiptStatus != nil || delay > 0 else {
+                    throw EmulatorError.invalid(
+                        "give 'status' (or 'errorCode'), 'verifyReceiptStatus', 'delayMs', or a status and a delay")
                 }
                 let fault = store.serverAPI.faults.add(
                     Fault(
@@ -407,7 +417,8 @@ extension AppStore {
                         status: status, errorCode: errorCode,
                         retryAfter: try body.integer("retryAfter", in: 0...86_400).map(Int.init),
                         delayMilliseconds: Int(delay),
-                        remaining: try body.integer("count", in: 1...1_000_000).map(Int.init)))
+                        remaining: try body.integer("count", in: 1...1_000_000).map(Int.init),
+                        verifyReceiptStatus: receiptStatus, retryable: try body.bool("retryable")))
                 return .json(.object(fault.json), status: 201)
             })
         router.get(

@@ -83,6 +83,10 @@ struct Fault: Sendable, Hashable {
     var retryAfter: Int?
     var delayMilliseconds: Int
     var remaining: Int?
+    /// For `verifyReceipt`: the `status` to answer (HTTP 200, as Apple answers every processed request),
+    /// with `is-retryable` for 21100–21199.
+    var verifyReceiptStatus: Int64? = nil
+    var retryable: Bool? = nil
 
     var json: JSONObject {
         var object: JSONObject = ["id": .string(id), "path": .string(path)]
@@ -91,6 +95,8 @@ struct Fault: Sendable, Hashable {
         if let errorCode { object["errorCode"] = .integer(errorCode) }
         if let retryAfter { object["retryAfter"] = .integer(Int64(retryAfter)) }
         if delayMilliseconds > 0 { object["delayMs"] = .integer(Int64(delayMilliseconds)) }
+        if let verifyReceiptStatus { object["verifyReceiptStatus"] = .integer(verifyReceiptStatus) }
+        if let retryable { object["retryable"] = .bool(retryable) }
         object["count"] = remaining.map { .integer(Int64($0)) } ?? .null
         return object
     }
@@ -102,7 +108,18 @@ struct Fault: Sendable, Hashable {
 
     /// Apple's answer for this fault: status, `{"errorCode", "errorMessage"}` (none for a bare 503) and
     /// for a 429 `Retry-After` as a UNIX time in milliseconds.
-    func response(now: Date) -> HTTPResponse? {
+    func response(now: Date, request: HTTPRequest) -> HTTPResponse? {
+        if let verifyReceiptStatus {
+            // The environment as verifyReceipt tells it: the sandbox's path, or its host name.
+            let sandbox =
+                request.path.hasPrefix("/sandbox/")
+                || request.header("Host")?.lowercased().hasPrefix("sandbox.") == true
+            var body: JSONObject = [
+                "status": .integer(verifyReceiptStatus), "environment": .string(sandbox ? "Sandbox" : "Production"),
+            ]
+            if (21_100...21_199).contains(verifyReceiptStatus) { body["is-retryable"] = .bool(retryable ?? true) }
+            return .json(.object(body))
+        }
         guard let status else { return nil }
         let code: Int64? =
             errorCode
@@ -186,7 +203,7 @@ final class FaultInjector: InlineMiddleware {
     private func respond(_ fault: Fault, _ request: HTTPRequest, _ context: RequestContext, next: Handler)
         async throws -> HTTPResponse
     {
-        if let response = fault.response(now: Date()) { return response }
+        if let response = fault.response(now: Date(), request: request) { return response }
         return try await next(request, context)
     }
 
@@ -195,10 +212,10 @@ final class FaultInjector: InlineMiddleware {
     ) throws -> HTTPResponse? {
         guard let fault = match(request, consume: false) else { return try next(request, context) }
         // A delay, or a slowed request that still reaches its route: the asynchronous path does it.
-        guard fault.delayMilliseconds == 0, fault.status != nil, match(request, consume: true) == fault else {
-            return nil
-        }
-        return fault.response(now: Date())
+        guard fault.delayMilliseconds == 0, fault.status != nil || fault.verifyReceiptStatus != nil,
+            match(request, consume: true) == fault
+        else { return nil }
+        return fault.response(now: Date(), request: request)
     }
 }
 

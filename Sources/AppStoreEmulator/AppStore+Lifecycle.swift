@@ -251,12 +251,20 @@ extension AppStore {
     public func transactionAndSubscription(_ id: String) async throws -> (
         transaction: StoredTransaction, subscription: SubscriptionState?
     ) {
+        let (stored, subscription) = try await transactionAndSubscriptionRecord(id)
+        return (stored, subscription?.state)
+    }
+
+    /// ``transactionAndSubscription(_:)`` with the subscription's record (its current period's transaction).
+    func transactionAndSubscriptionRecord(_ id: String) async throws -> (
+        transaction: StoredTransaction, subscription: StoredSubscription?
+    ) {
         try await catchUp()
         return try await storage.read { store in
             guard let stored = try store.transaction(TransactionID(id)) else {
                 throw EmulatorError.notFound("no transaction \(id)")
             }
-            return (stored, try store.subscription(stored.transaction.originalID)?.state)
+            return (stored, try store.subscription(stored.transaction.originalID))
         }
     }
 

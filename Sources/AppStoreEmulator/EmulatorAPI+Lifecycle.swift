@@ -20,14 +20,20 @@ extension AppStore {
         guarded: (@escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
     ) {
         let store = self
-        @Sendable func answer(_ result: (transaction: StoredTransaction, subscription: SubscriptionState?))
-            async throws -> HTTPResponse
-        {
+        /// The transaction and its subscription's state; with `latest`, the subscription names the transaction
+        /// of its current period too (a refund of any other is of a past period).
+        @Sendable func answer(
+            _ result: (transaction: StoredTransaction, subscription: SubscriptionState?), latest: TransactionID? = nil
+        ) async throws -> HTTPResponse {
             var object: JSONObject = [
                 "transaction": .object(AppStore.render(.transaction(result.transaction, state: "purchased"))),
                 "jwsRepresentation": .string(try await store.signedTransaction(result.transaction)),
             ]
-            if let state = result.subscription { object["subscription"] = .object(AppStore.render(state)) }
+            if let state = result.subscription {
+                var subscription = AppStore.render(state)
+                if let latest { subscription["latestTransactionId"] = .string(latest.rawValue) }
+                object["subscription"] = .object(subscription)
+            }
             return .json(.object(object))
         }
         let verbs: [(String, [String], @Sendable (RequestBody) throws -> LifecycleEvent)] = [
@@ -75,7 +81,9 @@ extension AppStore {
         router.get(
             base + "/transactions/{transaction}",
             guarded { _, context in
-                try await answer(try await store.transactionAndSubscription(try context.parameter("transaction")))
+                let (stored, subscription) = try await store.transactionAndSubscriptionRecord(
+                    try context.parameter("transaction"))
+                return try await answer((stored, subscription?.state), latest: subscription?.latestTransactionID)
             })
         router.post(
             base + "/transactions/{transaction}/refund-reversal",

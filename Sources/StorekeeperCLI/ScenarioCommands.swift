@@ -257,6 +257,8 @@ enum ScenarioCommands {
         var lines: [String] = []
         var passed = true
         var subscription: String?
+        /// The transaction of the last refund or refund request.
+        var refunded: String?
         var members: [String: (account: String, device: String)] = [:]
         var familyID: String?
         func entitledProducts(_ device: String) async throws -> [String] {
@@ -293,7 +295,9 @@ enum ScenarioCommands {
                         let payload = try? CompactJWS(jws).payload,
                         payload["type"]?.stringValue == ProductKind.autoRenewable.rawValue
                     {
-                        subscription = payload["originalTransactionId"]?.stringValue
+                        let original = payload["originalTransactionId"]?.stringValue
+                        if original != subscription { refunded = nil }
+                        subscription = original
                     }
                     if let jws = answer["jwsRepresentation"]?.stringValue,
                         let original = (try? CompactJWS(jws).payload)?["originalTransactionId"]?.stringValue
@@ -422,7 +426,18 @@ enum ScenarioCommands {
                     }
                     // `"expire": true` and the like take no body; a reason defaults to the emulator's.
                     if member == "reason", value.stringValue == nil { body = [:] }
-                    try await target.call("POST", "/_emulator/v1/transactions/\(original)/\(route)", body)
+                    // A refund, or a refund request, is of the current period (a past one's leaves the
+                    // subscription as it is); the decision and the reversal are of the period refunded.
+                    var transaction = original
+                    switch verb {
+                    case "refund", "refundRequest":
+                        let answer = try await target.call("GET", "/_emulator/v1/transactions/\(original)")
+                        transaction = answer["subscription"]?["latestTransactionId"]?.stringValue ?? original
+                        refunded = transaction
+                    case "refundDecision", "refundReversal": transaction = refunded ?? original
+                    default: break
+                    }
+                    try await target.call("POST", "/_emulator/v1/transactions/\(transaction)/\(route)", body)
                     lines.append("\(number). \(verb) \(JSONWriter.string(value))")
                 }
             } catch let error as ScenarioError {

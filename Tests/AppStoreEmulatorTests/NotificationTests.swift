@@ -279,9 +279,13 @@ struct NotificationTests {
         _ = try await harness.call(
             "POST", "/_emulator/v1/products/premium/price-increase", ["requiresConsent": .bool(true)])
         _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/price-consent", ["consent": .bool(false)])
-        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/refund", ["reason": .string("APP_ISSUE")])
-        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/refund-reversal")
-        let twice = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/refund-reversal")
+        // The current period (the upgrade's) refunded revokes the subscription; a past period's refund leaves
+        // it as it is (versionOneLifecycle).
+        let current = try #require(upgraded.1["transaction"]?["transactionIdentifier"]?.stringValue)
+        _ = try await harness.call(
+            "POST", "/_emulator/v1/transactions/\(current)/refund", ["reason": .string("APP_ISSUE")])
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(current)/refund-reversal")
+        let twice = try await harness.call("POST", "/_emulator/v1/transactions/\(current)/refund-reversal")
         #expect(twice.0 == 400, "a verb that does not apply is a 400: \(twice.1)")
         let payloads = try await Self.ordered(try await sink.payloads(atLeast: 9), harness)
         #expect(

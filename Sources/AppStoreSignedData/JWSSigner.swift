@@ -83,12 +83,15 @@ public enum OfferSignature {
 }
 
 /// Signs many payloads with one key and certificate chain, as the App Store does: the protected header
-/// (`{"alg":"ES256","x5c":[…]}`, a few kilobytes) is encoded once, not for every signature.
+/// (`{"alg":"ES256","x5c":[…]}`, a few kilobytes) is encoded and hashed once, not for every signature
+/// (each signature's SHA-256 goes on from the state after `header.`: ``PrefixDigest``).
 public struct JWSChainSigner: Sendable {
     public let key: PrivateKey
     /// The protected header, base64url-encoded: what every JWS this signer makes starts with.
     public let encodedHeader: String
     private let headerBytes: [UInt8]
+    /// SHA-256 after `encodedHeader` and its dot.
+    private let prefix: PrefixDigest
 
     public init(key: PrivateKey, chain: [Certificate]) throws {
         guard key.isEC, key.bits == 256 else {
@@ -100,6 +103,7 @@ public struct JWSChainSigner: Sendable {
         ]
         encodedHeader = Base64URL.encode(JSONWriter.bytes(.object(header)))
         headerBytes = Array(encodedHeader.utf8)
+        prefix = PrefixDigest(.sha256, prefix: headerBytes + [UInt8(ascii: ".")])
     }
 
     /// The compact JWS of `payload`, byte for byte what ``JWSSigner/sign(payload:key:chain:)`` makes.
@@ -115,7 +119,8 @@ public struct JWSChainSigner: Sendable {
         token += headerBytes
         token.append(UInt8(ascii: "."))
         Base64URL.append(payloadBytes, to: &token)
-        let signature = try key.signRawECDSA(token, digest: .sha256)
+        let signature = try key.signRawECDSA(
+            hashed: prefix.hash(appending: token[prefix.prefixCount...]), digest: .sha256)
         token.append(UInt8(ascii: "."))
         Base64URL.append(signature, to: &token)
         return String(decoding: token, as: UTF8.self)

@@ -77,13 +77,19 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
 
     /// Signs `message`. ECDSA signatures come out as DER; see ``signRawECDSA(_:digest:)`` for `r‖s`.
     public func sign(_ message: some Collection<UInt8>, algorithm: SignatureAlgorithm) throws -> [UInt8] {
-        switch algorithm {
-        case .rsaPKCS1:
-            guard isRSA else { throw CryptoError.make(.unsupportedAlgorithm, "RSA signature with a non-RSA key") }
-        case .ecdsa:
-            guard isEC else { throw CryptoError.make(.unsupportedAlgorithm, "ECDSA signature with a non-EC key") }
+        try checkKind(algorithm)
+        return try sign(hashed: Digest.hash(algorithm.digest, message), algorithm: algorithm)
+    }
+
+    /// Signs a digest already taken with `algorithm`'s digest (by ``PrefixDigest``, say): the same
+    /// signature as ``sign(_:algorithm:)`` over the message it is the digest of.
+    public func sign(hashed digest: [UInt8], algorithm: SignatureAlgorithm) throws -> [UInt8] {
+        try checkKind(algorithm)
+        guard digest.count == algorithm.digest.outputSize else {
+            throw CryptoError.make(
+                .unsupportedAlgorithm,
+                "a \(algorithm.digest) digest has \(algorithm.digest.outputSize) bytes, not \(digest.count)")
         }
-        let digest = Digest.hash(algorithm.digest, message)
         let signed = contexts.with(.sign, algorithm) { ctx -> [UInt8]? in
             var length = 0
             guard EVP_PKEY_sign(ctx, nil, &length, digest, digest.count) == 1 else { return nil }
@@ -96,9 +102,23 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
         return signed
     }
 
+    private func checkKind(_ algorithm: SignatureAlgorithm) throws {
+        switch algorithm {
+        case .rsaPKCS1:
+            guard isRSA else { throw CryptoError.make(.unsupportedAlgorithm, "RSA signature with a non-RSA key") }
+        case .ecdsa:
+            guard isEC else { throw CryptoError.make(.unsupportedAlgorithm, "ECDSA signature with a non-EC key") }
+        }
+    }
+
     /// Signs `message` with ECDSA and returns the JOSE form `r‖s` (RFC 7518 §3.4).
     public func signRawECDSA(_ message: some Collection<UInt8>, digest: DigestAlgorithm = .sha256) throws -> [UInt8] {
-        let der = try sign(message, algorithm: .ecdsa(digest))
+        try signRawECDSA(hashed: Digest.hash(digest, message), digest: digest)
+    }
+
+    /// ``signRawECDSA(_:digest:)`` for a digest already taken with `digest`.
+    public func signRawECDSA(hashed value: [UInt8], digest: DigestAlgorithm = .sha256) throws -> [UInt8] {
+        let der = try sign(hashed: value, algorithm: .ecdsa(digest))
         guard let raw = ECDSASignature.raw(fromDER: der, fieldSize: (bits + 7) / 8) else {
             throw CryptoError.make(.invalidSignature, "OpenSSL produced an ECDSA signature that does not convert")
         }

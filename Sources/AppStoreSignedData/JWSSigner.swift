@@ -103,7 +103,7 @@ public struct JWSChainSigner: Sendable {
         ]
         encodedHeader = Base64URL.encode(JSONWriter.bytes(.object(header)))
         headerBytes = Array(encodedHeader.utf8)
-        prefix = PrefixDigest(.sha256, prefix: headerBytes + [UInt8(ascii: ".")])
+        prefix = try PrefixDigest(.sha256, prefix: headerBytes + [UInt8(ascii: ".")])
     }
 
     /// The compact JWS of `payload`, byte for byte what ``JWSSigner/sign(payload:key:chain:)`` makes.
@@ -120,7 +120,7 @@ public struct JWSChainSigner: Sendable {
         token.append(UInt8(ascii: "."))
         Base64URL.append(payloadBytes, to: &token)
         let signature = try key.signRawECDSA(
-            hashed: prefix.hash(appending: token[prefix.prefixCount...]), digest: .sha256)
+            hashed: try prefix.hash(appending: token[prefix.prefixCount...]), digest: .sha256)
         token.append(UInt8(ascii: "."))
         Base64URL.append(signature, to: &token)
         return String(decoding: token, as: UTF8.self)

@@ -432,8 +432,13 @@ enum ScenarioCommands {
                     switch verb {
                     case "refund", "refundRequest":
                         let answer = try await target.call("GET", "/_emulator/v1/transactions/\(original)")
-                        transaction = answer["subscription"]?["latestTransactionId"]?.stringValue ?? original
-                        refunded = transaction
+                        guard let latest = answer["subscription"]?["latestTransactionId"]?.stringValue else {
+                            throw ScenarioError(
+                                "'\(verb)' needs the subscription's current period: the emulator did not name it "
+                                    + "(latestTransactionId; an older emulator?)")
+                        }
+                        transaction = latest
+                        refunded = latest
                     case "refundDecision", "refundReversal": transaction = refunded ?? original
                     default: break
                     }

@@ -99,55 +99,6 @@ public enum Digest {
     public static func sha256(_ bytes: some Collection<UInt8>) -> [UInt8] { hash(.sha256, bytes) }
 }
 
-/// Digests of messages that all begin with the same bytes, the prefix hashed once: each digest continues
-/// from a copy of OpenSSL's state after the prefix (`EVP_MD_CTX_copy_ex`), so it hashes only what follows.
-/// A JWS signer's signing inputs all start with its encoded header (with an x5c chain, ~3 KB: close to
-/// half of what a V2 notification's three signatures hash).
-// @unchecked Sendable: the prefix's context is written in init only; each digest copies it into a context
-// of its own, which only reads it (OpenSSL's copy reads its source and duplicates the algorithm context).
-public final class PrefixDigest: @unchecked Sendable {
-    public let algorithm: DigestAlgorithm
-    /// How many bytes the prefix has.
-    public let prefixCount: Int
-    private let state: OpaquePointer  // EVP_MD_CTX after the prefix, owned
-
-    /// The state after `prefix`, for digests of `prefix` followed by other bytes.
-    public init(_ algorithm: DigestAlgorithm, prefix: some Collection<UInt8>) {
-        guard let state = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed: out of memory") }
-        let bytes = Array(prefix)
-        let ok = bytes.withUnsafeBytes { raw in
-            EVP_DigestInit_ex(state, algorithm.md, nil) == 1 && EVP_DigestUpdate(state, raw.baseAddress, raw.count) == 1
-        }
-        precondition(ok, "EVP_DigestInit/Update failed: \(drainOpenSSLErrors())")
-        self.algorithm = algorithm
-        self.state = state
-        prefixCount = bytes.count
-    }
-
-    deinit { EVP_MD_CTX_free(state) }
-
-    /// The digest of the prefix followed by `suffix`: `Digest.hash(algorithm, prefix + suffix)`.
-    public func hash(appending suffix: some Collection<UInt8>) -> [UInt8] {
-        let compute = { (pointer: UnsafeRawBufferPointer) -> [UInt8] in
-            guard let ctx = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed: out of memory") }
-            defer { EVP_MD_CTX_free(ctx) }
-            var output = [UInt8](repeating: 0, count: self.algorithm.outputSize)
-            var size: UInt32 = 0
-            let ok = output.withUnsafeMutableBufferPointer { out in
-                EVP_MD_CTX_copy_ex(ctx, self.state) == 1
-                    && EVP_DigestUpdate(ctx, pointer.baseAddress, pointer.count) == 1
-                    && EVP_DigestFinal_ex(ctx, out.baseAddress, &size) == 1
-            }
-            precondition(ok && Int(size) == self.algorithm.outputSize, "digest failed: \(drainOpenSSLErrors())")
-            return output
-        }
-        if let result = suffix.withContiguousStorageIfAvailable({ compute(UnsafeRawBufferPointer($0)) }) {
-            return result
-        }
-        return Array(suffix).withUnsafeBytes(compute)
-    }
-}
-
 /// Keyed message authentication (HMAC, RFC 2104) with OpenSSL's EVP MAC.
 public enum HMAC {
     /// HMAC-SHA256 of `message` under `key` (32 bytes).

@@ -87,7 +87,7 @@ public final class PrivateKey: @unchecked Sendable, CustomStringConvertible {
         try checkKind(algorithm)
         guard digest.count == algorithm.digest.outputSize else {
             throw CryptoError.make(
-                .unsupportedAlgorithm,
+                .invalidInput,
                 "a \(algorithm.digest) digest has \(algorithm.digest.outputSize) bytes, not \(digest.count)")
         }
         let signed = contexts.with(.sign, algorithm) { ctx -> [UInt8]? in

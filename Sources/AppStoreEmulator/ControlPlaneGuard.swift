@@ -4,9 +4,12 @@ import StorekeeperDashboard
 public import StorekeeperHTTP
 import Synchronization
 
-/// Protects the emulator's own control plane (`/_emulator/…`, and the dashboard at `/` and `/dashboard/…`)
-/// from web pages and other hosts, while
-/// Apple's endpoints (`/verifyReceipt`, `/sandbox/verifyReceipt`) keep Apple's behaviour:
+/// Protects everything the emulator serves except Apple's own paths (`/verifyReceipt`,
+/// `/sandbox/verifyReceipt`, `/inApps/…`, `/sandbox/inApps/…`, which keep Apple's behaviour and
+/// authentication) from web pages and other hosts — deny by default: the control plane (`/_emulator/…`), the
+/// dashboard (`/`, `/dashboard/…`) and any path added later. The responder has already refused
+/// non-canonical paths (`//`, `.`, `..`, encoded slashes), so the prefix checks here see the path the router
+/// routes:
 ///
 /// - the `Host` header must name one of the addresses the emulator answers to (DNS rebinding);
 /// - an `Origin` header must be the emulator's own (a page elsewhere cannot drive it);
@@ -19,7 +22,9 @@ public final class ControlPlaneGuard: InlineMiddleware {
     public let allowedHosts: Set<String>
     let login: DashboardLogin
     private let port = Atomic<Int>(0)
-    static let prefixes = ["/_emulator/", "/dashboard/"]
+    /// Apple's own endpoints: not the control plane.
+    static let applePaths: Set<String> = ["/verifyReceipt", "/sandbox/verifyReceipt"]
+    static let applePrefixes = ["/inApps/", "/sandbox/inApps/"]
     /// Reachable without the token: the sign-in form (a form post) and the stylesheet and script.
     static let open = ["/dashboard/login", "/dashboard/logout", "/dashboard/assets/"]
 
@@ -50,7 +55,7 @@ public final class ControlPlaneGuard: InlineMiddleware {
     }
 
     func check(_ request: HTTPRequest) throws(HTTPError) {
-        guard request.path == "/" || Self.prefixes.contains(where: { request.path.hasPrefix($0) }) else { return }
+        guard !Self.isApplePath(request.path) else { return }
         let open = Self.open.contains { request.path.hasPrefix($0) }
         guard let host = request.header("Host"), allowedHosts.contains(Self.bare(host).lowercased()) else {
             throw HTTPError(
@@ -90,6 +95,21 @@ public final class ControlPlaneGuard: InlineMiddleware {
                 status: 401, code: "unauthorized", message: "the control plane needs Authorization: Bearer <token>",
                 headers: ["WWW-Authenticate": "Bearer"])
         }
+    }
+
+    /// Whether a (canonical) path is one of Apple's endpoints, which the guard leaves alone.
+    static func isApplePath(_ path: String) -> Bool {
+        applePaths.contains(path) || applePrefixes.contains { path.hasPrefix($0) }
+    }
+
+    /// Bodies by who may send them: a receipt to Apple's `verifyReceipt` (a long purchase history is a few
+    /// hundred KB), Apple's Server API requests (small JSON), the dashboard's forms; the control plane takes
+    /// the server's whole limit only from a caller with the token (or when there is none).
+    public func bodyLimit(method: String, path: String, authorization: String?) -> Int? {
+        if Self.applePaths.contains(path) { return 256 << 10 }
+        if Self.applePrefixes.contains(where: { path.hasPrefix($0) }) { return 64 << 10 }
+        guard path.hasPrefix("/_emulator/") else { return 16 << 10 }
+        return login.isSignedIn(authorization: authorization) ? nil : 16 << 10
     }
 
     /// A host header or name without its port: `[::1]:8080` → `[::1]`, `localhost:80` → `localhost`.

@@ -33,6 +33,9 @@ extension AppStore {
         router.use(AccessLogMiddleware())
         let controlPlane = controlPlane ?? ControlPlaneGuard(listeningOn: "127.0.0.1")
         router.use(controlPlane)
+        router.limitBodies { method, path, authorization in
+            controlPlane.bodyLimit(method: method, path: path, authorization: authorization)
+        }
         router.use(serverAPI.faults)
         let store = self
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler

@@ -20,6 +20,14 @@
 //
 // Client errors (framing, limits, version) are detected at the first access-handler call, i.e. after the
 // headers and before any body byte is read or "100 Continue" is sent, and answered with a JSON body.
+//
+// Slow clients: every connection has an `sk_conn` record (MHD_OPTION_NOTIFY_CONNECTION's socket context)
+// with its phase and when the phase began. A reaper thread closes (shutdown(2), so libmicrohttpd sees the
+// end and cleans up on its own thread) connections whose head or body is late. libmicrohttpd's own idle
+// timeout restarts with every byte, so on its own it cannot stop a client trickling a byte a second. The
+// record is freed at NOTIFY_CONNECTION CLOSED, which libmicrohttpd calls before it closes the socket, and
+// the reaper shuts a socket down only under `conn_lock`, so it never touches a reused descriptor.
+// Per-address counts live in the same records (a small hash table) and are checked at accept.
 
 #define _GNU_SOURCE  // POSIX/GNU declarations (getaddrinfo, strcasecmp, F_DUPFD_CLOEXEC...) under -std=c11
 #include "chttpserver.h"
@@ -44,6 +52,30 @@
 
 // How long sk_server_stop waits for the 503 answers of pending exchanges to be written.
 #define STOP_DRAIN_MILLISECONDS 1000
+// How often the reaper looks for late heads and slow bodies.
+#define REAP_MILLISECONDS 250
+// Buckets of the per-address table (a power of two).
+#define ADDRESS_BUCKETS 4096
+
+// Where a connection is in its request, for the reaper.
+enum conn_phase { PHASE_HEAD = 0, PHASE_BODY = 1, PHASE_BUSY = 2, PHASE_KEEPALIVE = 3 };
+
+typedef struct sk_address {
+    struct sk_address *next;  // in its bucket
+    uint8_t bytes[16];        // IPv4 (also when mapped into IPv6) in the first 4
+    uint8_t length;
+    unsigned int count;       // connections open from it
+} sk_address;
+
+typedef struct sk_conn {
+    struct sk_conn *previous, *next;  // in server->conns, under conn_lock
+    int fd;
+    sk_address *address;              // under conn_lock
+    atomic_int phase;
+    atomic_llong phase_started;       // monotonic milliseconds
+    atomic_ullong body_received;
+    bool shut;                        // the reaper closed it (under conn_lock)
+} sk_conn;
 
 struct sk_server {
     struct MHD_Daemon *daemon;
@@ -59,6 +91,17 @@ struct sk_server {
     // Connections we suspended whose resumption libmicrohttpd has not processed yet (it re-enters the
     // access handler): MHD_stop_daemon must not run before this is zero (it panics otherwise).
     atomic_int suspended_now;
+
+    // Connections and addresses, for the slow-client deadlines and the per-address cap.
+    pthread_mutex_t conn_lock;
+    sk_conn *conns;
+    sk_address *addresses[ADDRESS_BUCKETS];
+    pthread_t reaper;
+    bool reaper_started;
+    pthread_cond_t reaper_wake;
+    bool reaper_stop;  // under conn_lock
+    atomic_ulong slow_closed, refused;
+    atomic_size_t buffered;  // request body bytes reserved over all requests in flight
 
     pthread_mutex_t lock;   // guards `pending`, `stopping` and `refs`
     sk_exchange *pending;   // handed to the handler and not answered yet (doubly linked)
@@ -89,10 +132,12 @@ struct sk_exchange {
     // Worker-thread-only state (the access handler is never called concurrently for one connection).
     bool checked;          // the first access-handler call (headers complete) has run
     bool handed;           // the handler has been called
-    bool too_large;        // the received body exceeded max_body
+    bool too_large;        // the received body exceeded its limit
+    size_t body_limit;     // this request's limit (the route's, capped at max_body)
+    size_t reserved;       // bytes counted in server->buffered for this body
+    sk_conn *conn;         // the connection's record; valid until NOTIFY_COMPLETED (worker thread only)
     uint8_t *body;
     size_t body_length, body_capacity;
-    uint64_t discarded;    // bytes dropped after the body went over max_body
 
     sk_request request;    // filled when handed over; its strings live in `arena`
     char *arena;
@@ -126,6 +171,20 @@ static const client_error error_version = {
     505, JSON_ERROR("http_version_not_supported", "Only HTTP/1.0 and HTTP/1.1 are supported.")};
 static const client_error error_stopping = {
     503, JSON_ERROR("server_stopping", "The server is shutting down.")};
+static const client_error error_busy = {
+    503, JSON_ERROR("server_busy", "Too many request bodies are being received; try again shortly.")};
+
+static long long monotonic_milliseconds(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static void conn_enter(sk_conn *conn, enum conn_phase phase) {
+    if (!conn) return;
+    atomic_store(&conn->phase_started, monotonic_milliseconds());
+    atomic_store(&conn->phase, phase);
+}
 
 static struct MHD_Response *error_response(const client_error *error, bool close) {
     struct MHD_Response *response =
@@ -147,6 +206,7 @@ static enum MHD_Result queue_error(struct MHD_Connection *connection, const clie
 // MARK: - Exchange lifetime
 
 static void exchange_free(sk_exchange *exchange) {
+    if (exchange->reserved) atomic_fetch_sub(&exchange->server->buffered, exchange->reserved);
     if (exchange->response) MHD_destroy_response(exchange->response);
     pthread_mutex_destroy(&exchange->lock);
     free(exchange->body);
@@ -172,14 +232,24 @@ static void free_tls(sk_server *server) {
     server->tls_certificate = NULL;
 }
 
+static void server_free(sk_server *server) {
+    for (size_t bucket = 0; bucket < ADDRESS_BUCKETS; bucket++) {
+        for (sk_address *entry = server->addresses[bucket], *next; entry; entry = next) {
+            next = entry->next;
+            free(entry);
+        }
+    }
+    pthread_cond_destroy(&server->reaper_wake);
+    pthread_mutex_destroy(&server->conn_lock);
+    pthread_mutex_destroy(&server->lock);
+    free_tls(server);
+    free(server);
+}
+
 static void server_release_locked(sk_server *server) {
     bool last = --server->refs == 0;
     pthread_mutex_unlock(&server->lock);
-    if (last) {
-        pthread_mutex_destroy(&server->lock);
-        free_tls(server);
-        free(server);
-    }
+    if (last) server_free(server);
 }
 
 static void pending_unlink(sk_server *server, sk_exchange *exchange);
@@ -221,6 +291,8 @@ static void *uri_logged(void *cls, const char *uri, struct MHD_Connection *conne
     exchange->refs = 1;  // the connection's
     exchange->uri_length = length;
     memcpy(exchange->uri, uri, length + 1);
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    exchange->conn = info ? info->socket_context : NULL;
 
     // The query is parsed here, from the copy. libmicrohttpd would also split it into one pool entry
     // per parameter (about 48 bytes each, from the connection's memory pool): a 4 KiB URL of "a&a&..."
@@ -248,6 +320,8 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
     sk_exchange *exchange = *con_cls;
     *con_cls = NULL;
     if (!exchange) return;
+    conn_enter(exchange->conn, PHASE_KEEPALIVE);  // the next head is due within the idle timeout
+    exchange->conn = NULL;
     pthread_mutex_lock(&exchange->lock);
     exchange->connection_gone = true;
     exchange->suspended = false;
@@ -258,13 +332,164 @@ static void request_completed(void *cls, struct MHD_Connection *connection, void
     exchange_release_locked(exchange);
 }
 
+// An address as table bytes: IPv4 (plain or mapped into IPv6) as 4 bytes, IPv6 as 16.
+static bool address_key(const struct sockaddr *address, uint8_t bytes[16], uint8_t *length) {
+    if (!address) return false;
+    if (address->sa_family == AF_INET) {
+        memcpy(bytes, &((const struct sockaddr_in *)(const void *)address)->sin_addr, 4);
+        *length = 4;
+        return true;
+    }
+    if (address->sa_family == AF_INET6) {
+        const struct in6_addr *v6 = &((const struct sockaddr_in6 *)(const void *)address)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(v6)) {
+            memcpy(bytes, &v6->s6_addr[12], 4);
+            *length = 4;
+        } else {
+            memcpy(bytes, v6->s6_addr, 16);
+            *length = 16;
+        }
+        return true;
+    }
+    return false;
+}
+
+static size_t address_bucket(const uint8_t *bytes, uint8_t length) {
+    uint32_t hash = 2166136261u;  // FNV-1a
+    for (uint8_t index = 0; index < length; index++) hash = (hash ^ bytes[index]) * 16777619u;
+    return hash & (ADDRESS_BUCKETS - 1);
+}
+
+// Called with conn_lock held; creates the entry when `create`.
+static sk_address *address_find(sk_server *server, const uint8_t *bytes, uint8_t length, bool create) {
+    size_t bucket = address_bucket(bytes, length);
+    for (sk_address *entry = server->addresses[bucket]; entry; entry = entry->next) {
+        if (entry->length == length && memcmp(entry->bytes, bytes, length) == 0) return entry;
+    }
+    if (!create) return NULL;
+    sk_address *entry = calloc(1, sizeof(sk_address));
+    if (!entry) return NULL;
+    memcpy(entry->bytes, bytes, length);
+    entry->length = length;
+    entry->next = server->addresses[bucket];
+    server->addresses[bucket] = entry;
+    return entry;
+}
+
+// Called with conn_lock held: drops one connection of the address, and the entry with the last.
+static void address_release(sk_server *server, sk_address *entry) {
+    if (!entry || --entry->count > 0) return;
+    sk_address **link = &server->addresses[address_bucket(entry->bytes, entry->length)];
+    while (*link && *link != entry) link = &(*link)->next;
+    if (*link) *link = entry->next;
+    free(entry);
+}
+
+// At accept, before libmicrohttpd sets the connection up: the per-address cap, then the reserve.
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *address, socklen_t length) {
+    (void)length;
+    sk_server *server = cls;
+    const sk_server_options *limits = &server->limits;
+    if (!limits->per_address_limit && !limits->reserved_connections) return MHD_YES;
+    uint8_t bytes[16], size = 0;
+    if (!address_key(address, bytes, &size)) return MHD_YES;
+    pthread_mutex_lock(&server->conn_lock);
+    sk_address *entry = address_find(server, bytes, size, false);
+    unsigned int held = entry ? entry->count : 0;
+    pthread_mutex_unlock(&server->conn_lock);
+    bool refuse = limits->per_address_limit && held >= limits->per_address_limit;
+    if (!refuse && limits->reserved_connections && held > 0 && limits->connection_limit) {
+        unsigned int open = atomic_load(&server->connections);
+        unsigned int shared = limits->connection_limit > limits->reserved_connections
+                                  ? limits->connection_limit - limits->reserved_connections
+                                  : 0;
+        refuse = open >= shared;
+    }
+    if (refuse) atomic_fetch_add(&server->refused, 1);
+    return refuse ? MHD_NO : MHD_YES;
+}
+
 static void connection_changed(void *cls, struct MHD_Connection *connection, void **socket_context,
                                enum MHD_ConnectionNotificationCode code) {
-    (void)connection;
-    (void)socket_context;
     sk_server *server = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&server->connections, 1);
-    else atomic_fetch_sub(&server->connections, 1);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&server->connections, 1);
+        sk_conn *conn = calloc(1, sizeof(sk_conn));
+        *socket_context = conn;
+        if (!conn) return;  // untracked: no deadline, no count (out of memory)
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *peer =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        conn->fd = fd ? fd->connect_fd : -1;
+        conn_enter(conn, PHASE_HEAD);
+        uint8_t bytes[16], size = 0;
+        pthread_mutex_lock(&server->conn_lock);
+        if (peer && address_key(peer->client_addr, bytes, &size)) {
+            conn->address = address_find(server, bytes, size, true);
+            if (conn->address) conn->address->count += 1;
+        }
+        conn->next = server->conns;
+        if (server->conns) server->conns->previous = conn;
+        server->conns = conn;
+        pthread_mutex_unlock(&server->conn_lock);
+        return;
+    }
+    atomic_fetch_sub(&server->connections, 1);
+    sk_conn *conn = *socket_context;
+    *socket_context = NULL;
+    if (!conn) return;
+    pthread_mutex_lock(&server->conn_lock);
+    if (conn->previous) conn->previous->next = conn->next;
+    else server->conns = conn->next;
+    if (conn->next) conn->next->previous = conn->previous;
+    address_release(server, conn->address);
+    pthread_mutex_unlock(&server->conn_lock);
+    free(conn);
+}
+
+// Whether a connection has run out of time in its phase.
+static bool conn_late(const sk_server_options *limits, sk_conn *conn, long long now) {
+    long long elapsed = now - atomic_load(&conn->phase_started);
+    switch (atomic_load(&conn->phase)) {
+    case PHASE_HEAD:
+        return limits->head_timeout_seconds && elapsed > (long long)limits->head_timeout_seconds * 1000;
+    case PHASE_KEEPALIVE:
+        return limits->idle_timeout_seconds && elapsed > (long long)limits->idle_timeout_seconds * 1000;
+    case PHASE_BODY: {
+        if (!limits->min_body_rate) return false;
+        long long grace = (long long)limits->head_timeout_seconds * 1000;
+        if (elapsed <= grace) return false;
+        unsigned long long owed = (unsigned long long)(elapsed - grace) * limits->min_body_rate / 1000;
+        return atomic_load(&conn->body_received) < owed;
+    }
+    default:
+        return false;  // waiting for its answer, or being answered (libmicrohttpd's idle timeout)
+    }
+}
+
+static void *reaper_main(void *argument) {
+    sk_server *server = argument;
+    pthread_mutex_lock(&server->conn_lock);
+    while (!server->reaper_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += REAP_MILLISECONDS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&server->reaper_wake, &server->conn_lock, &until);
+        if (server->reaper_stop) break;
+        long long now = monotonic_milliseconds();
+        for (sk_conn *conn = server->conns; conn; conn = conn->next) {
+            if (conn->shut || conn->fd < 0 || !conn_late(&server->limits, conn, now)) continue;
+            conn->shut = true;
+            shutdown(conn->fd, SHUT_RDWR);  // libmicrohttpd sees the end and closes it on its own thread
+            atomic_fetch_add(&server->slow_closed, 1);
+        }
+    }
+    pthread_mutex_unlock(&server->conn_lock);
+    return NULL;
 }
 
 // MARK: - Checks at the first access-handler call (headers complete, body not read)
@@ -314,10 +539,22 @@ static size_t count_parameters(const char *query) {
     return count;
 }
 
+// Counts `bytes` more of this request's body against max_buffered_bytes; false when that would pass it.
+static bool reserve_body(sk_server *server, sk_exchange *exchange, size_t bytes) {
+    size_t cap = server->limits.max_buffered_bytes;
+    size_t now = atomic_fetch_add(&server->buffered, bytes) + bytes;
+    if (cap && now > cap) {
+        atomic_fetch_sub(&server->buffered, bytes);
+        return false;
+    }
+    exchange->reserved += bytes;
+    return true;
+}
+
 // Returns the error to answer with, or NULL when the request may proceed; on success `*declared` is the
 // Content-Length (0 when absent or chunked). An answer queued now, before the body, always closes the
 // connection (libmicrohttpd does so even for a request without a body), so every error says so.
-static const client_error *check_request(const sk_server *server, sk_exchange *exchange,
+static const client_error *check_request(sk_server *server, sk_exchange *exchange,
                                          struct MHD_Connection *connection, const char *method,
                                          const char *version, uint64_t *declared) {
     const sk_server_options *limits = &server->limits;
@@ -351,10 +588,25 @@ static const client_error *check_request(const sk_server *server, sk_exchange *e
             if (digit < '0' || digit > '9') return &error_ambiguous;
             length = length > (UINT64_MAX - 9) / 10 ? UINT64_MAX : length * 10 + (uint64_t)(digit - '0');
         }
-        if (length > limits->max_body) return &error_too_large;  // before reading it or sending 100
         *declared = length;
     }
     if (count_parameters(raw_query(exchange)) > limits->max_query_parameters) return &error_parameters;
+
+    // The request's own limit, from its route (and who sends it), before any body byte is read.
+    exchange->body_limit = limits->max_body;
+    bool has_body = scan.content_lengths == 1 ? *declared > 0 : scan.transfer_encodings > 0;
+    if (has_body && limits->body_limit) {
+        const char *query = raw_query(exchange);
+        size_t path_length = query ? (size_t)(query - 1 - exchange->uri) : exchange->uri_length;
+        char *path = strndup(exchange->uri, path_length);
+        if (!path) return &error_busy;
+        const char *authorization = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Authorization");
+        size_t route_limit = limits->body_limit(server->context, method, path, authorization);
+        free(path);
+        if (route_limit < exchange->body_limit) exchange->body_limit = route_limit;
+    }
+    if (*declared > exchange->body_limit) return &error_too_large;  // before reading it or sending 100
+    if (*declared > 0 && !reserve_body(server, exchange, (size_t)*declared)) return &error_busy;
     return NULL;
 }
 
@@ -461,27 +713,41 @@ static bool build_request(sk_exchange *exchange, struct MHD_Connection *connecti
 
 // MARK: - Access handler
 
-// Appends upload data, or counts it as discarded once the body is over the limit.
-static bool receive_body(sk_server *server, sk_exchange *exchange, const char *data, size_t size) {
-    if (exchange->too_large) {
-        exchange->discarded += size;
-        // A chunked body over the limit cannot be answered before it ends (libmicrohttpd only queues an
-        // answer before or after the body); drain a bounded amount, then give up on the client.
-        uint64_t allowance = server->limits.max_body > (1u << 20) ? server->limits.max_body : (1u << 20);
-        return exchange->discarded <= allowance;
-    }
-    if (size > server->limits.max_body - exchange->body_length) {
+// A chunked body has passed its limit: libmicrohttpd queues answers only before or after a body, so over
+// plain HTTP the 413 is written to the socket now (a fixed answer, on the connection's own thread, while
+// libmicrohttpd writes nothing) and the connection is closed; over HTTPS it is closed.
+static void answer_too_large_now(sk_server *server, sk_exchange *exchange, struct MHD_Connection *connection) {
+    if (server->tls_certificate) return;
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!fd) return;
+    char head[160];
+    int length = snprintf(head, sizeof head,
+                          "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                          "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                          strlen(error_too_large.body));
+    if (length <= 0 || (size_t)length >= sizeof head) return;
+    (void)exchange;
+    (void)!send(fd->connect_fd, head, (size_t)length, MSG_NOSIGNAL | MSG_MORE);
+    (void)!send(fd->connect_fd, error_too_large.body, strlen(error_too_large.body), MSG_NOSIGNAL);
+}
+
+// Appends upload data; false closes the connection (a body over its limit, or out of memory).
+static bool receive_body(sk_server *server, sk_exchange *exchange, struct MHD_Connection *connection,
+                         const char *data, size_t size) {
+    if (exchange->conn) atomic_fetch_add(&exchange->conn->body_received, size);
+    if (size > exchange->body_limit - exchange->body_length) {
         exchange->too_large = true;
-        free(exchange->body);
-        exchange->body = NULL;
-        exchange->body_length = exchange->body_capacity = 0;
-        exchange->discarded = size;
-        return true;
+        answer_too_large_now(server, exchange, connection);
+        return false;
     }
     if (exchange->body_length + size > exchange->body_capacity) {
         size_t capacity = exchange->body_capacity ? exchange->body_capacity * 2 : 4096;
         while (capacity < exchange->body_length + size) capacity *= 2;
-        if (capacity > server->limits.max_body) capacity = server->limits.max_body;
+        if (capacity > exchange->body_limit) capacity = exchange->body_limit;
+        // A declared body was reserved whole; a chunked one is reserved as it grows.
+        if (capacity > exchange->reserved && !reserve_body(server, exchange, capacity - exchange->reserved)) {
+            return false;
+        }
         uint8_t *grown = realloc(exchange->body, capacity);
         if (!grown) return false;
         exchange->body = grown;
@@ -538,6 +804,7 @@ static enum MHD_Result hand_over(sk_server *server, sk_exchange *exchange, struc
     pthread_mutex_unlock(&exchange->lock);
     pthread_mutex_unlock(&server->lock);
 
+    conn_enter(exchange->conn, PHASE_BUSY);
     server->handler(server->context, exchange, &exchange->request);
     return deliver_or_suspend(exchange, connection);
 }
@@ -553,6 +820,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
     if (!exchange->checked) {  // headers complete, nothing of the body read yet
         exchange->checked = true;
         uint64_t declared = 0;
+        conn_enter(exchange->conn, PHASE_BODY);
         const client_error *error = check_request(server, exchange, connection, method, version, &declared);
         if (error) return queue_error(connection, error, true);
         if (declared > 0) {
@@ -563,7 +831,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        bool keep = receive_body(server, exchange, upload_data, *upload_data_size);
+        bool keep = receive_body(server, exchange, connection, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return keep ? MHD_YES : MHD_NO;
     }
@@ -714,6 +982,13 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
         return NULL;
     }
     server->refs = 1;  // the caller's, until sk_server_stop
+    pthread_mutex_init(&server->lock, NULL);
+    pthread_mutex_init(&server->conn_lock, NULL);
+    pthread_condattr_t condition;
+    pthread_condattr_init(&condition);
+    pthread_condattr_setclock(&condition, CLOCK_MONOTONIC);
+    pthread_cond_init(&server->reaper_wake, &condition);
+    pthread_condattr_destroy(&condition);
     server->handler = handler;
     server->context = context;
     server->limits = *options;
@@ -724,25 +999,21 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
     if (tls) {
         if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
             set_error(error, error_size, "%s%s", "this libmicrohttpd has no TLS support", "");
-            free(server);
+            server_free(server);
             return NULL;
         }
         server->tls_certificate = strdup(options->tls_certificate_pem);
         server->tls_key = strdup(options->tls_key_pem);
         if (!server->tls_certificate || !server->tls_key) {
-            free_tls(server);
-            free(server);
+            server_free(server);
             set_error(error, error_size, "%s%s", "out of memory", "");
             return NULL;
         }
     }
-    pthread_mutex_init(&server->lock, NULL);
     bool ipv6 = false;
     server->listen_fd = open_listener(options->host, options->port, &server->port, &ipv6, error, error_size);
     if (server->listen_fd < 0) {
-        pthread_mutex_destroy(&server->lock);
-        free_tls(server);
-        free(server);
+        server_free(server);
         return NULL;
     }
 
@@ -759,9 +1030,14 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
     unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;  // no MHD_USE_ERROR_LOG
     if (ipv6) flags |= MHD_USE_DUAL_STACK;
     if (tls) flags |= MHD_USE_TLS;
+    // TLS 1.2 and 1.3 only, AEAD ciphers only, forward-secret key exchange only (GnuTLS priority syntax).
+    static const char tls_priorities[] =
+        "SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:+CHACHA20-POLY1305:"
+        "-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:%SERVER_PRECEDENCE";
     struct MHD_OptionItem tls_items[] = {
         {MHD_OPTION_HTTPS_MEM_CERT, 0, server->tls_certificate},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, server->tls_key},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)tls_priorities},
         {MHD_OPTION_END, 0, NULL},
     };
     struct MHD_OptionItem no_items[] = {{MHD_OPTION_END, 0, NULL}};
@@ -769,7 +1045,7 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
     // not documented, and a double close could hit a descriptor another thread just opened.
     int daemon_fd = fcntl(server->listen_fd, F_DUPFD_CLOEXEC, 0);
     server->daemon = daemon_fd < 0 ? NULL : MHD_start_daemon(
-        flags, server->port, NULL, NULL, access_handler, server,
+        flags, server->port, accept_policy, server, access_handler, server,
         MHD_OPTION_LISTEN_SOCKET, daemon_fd,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_TIMEOUT, options->idle_timeout_seconds,  // 0: no idle timeout
@@ -790,11 +1066,11 @@ sk_server *sk_server_start(const sk_server_options *options, sk_handler handler,
         set_error(error, error_size, "cannot start the HTTP daemon on %s: %s",
                   options->host ? options->host : "127.0.0.1", detail);
         close(server->listen_fd);
-        pthread_mutex_destroy(&server->lock);
-        free_tls(server);
-        free(server);
+        server_free(server);
         return NULL;
     }
+    bool deadlines = options->head_timeout_seconds || options->min_body_rate || options->idle_timeout_seconds;
+    server->reaper_started = deadlines && pthread_create(&server->reaper, NULL, reaper_main, server) == 0;
     return server;
 }
 
@@ -803,6 +1079,14 @@ size_t sk_server_connection_memory(size_t max_header_bytes, size_t max_url_bytes
 }
 
 uint16_t sk_server_port(const sk_server *server) { return server->port; }
+
+unsigned long sk_server_slow_closed(const sk_server *server) {
+    return atomic_load(&((sk_server *)server)->slow_closed);
+}
+
+unsigned long sk_server_refused(const sk_server *server) { return atomic_load(&((sk_server *)server)->refused); }
+
+size_t sk_server_buffered_bytes(const sk_server *server) { return atomic_load(&((sk_server *)server)->buffered); }
 
 unsigned int sk_server_connections(const sk_server *server) {
     return atomic_load(&((sk_server *)server)->connections);
@@ -848,6 +1132,14 @@ void sk_server_stop(sk_server *server) {
     for (int waited = 0; waited < STOP_DRAIN_MILLISECONDS && atomic_load(&server->suspended_now) > 0;
          waited += 2) {
         nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    }
+    if (server->reaper_started) {
+        pthread_mutex_lock(&server->conn_lock);
+        server->reaper_stop = true;
+        pthread_cond_signal(&server->reaper_wake);
+        pthread_mutex_unlock(&server->conn_lock);
+        pthread_join(server->reaper, NULL);
+        server->reaper_started = false;
     }
     MHD_stop_daemon(server->daemon);  // NOTIFY_COMPLETED runs for every remaining request
     close(server->listen_fd);

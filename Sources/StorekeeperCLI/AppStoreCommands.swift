@@ -35,8 +35,6 @@ enum AppStoreCommands {
             .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8080)."),
             .init(name: "rate", valueName: "name", help: "Time rate, e.g. monthlyRenewalEveryFiveMinutes or realTime."),
             .init(
-                name: "max-connections", valueName: "n", help: "Concurrent connections to accept (default: 16384)."),
-            .init(
                 name: "max-notifications-in-flight", valueName: "n",
                 help:
                     "Notifications sent at once at most, 3/4 of them to one URL; the rest wait in the outbox's queue (default: 1024)."
@@ -53,7 +51,7 @@ enum AppStoreCommands {
                 name: "allow-host", valueName: "name",
                 help: "Another host name the control plane answers to (a proxy's).", repeatable: true),
             LoggingOptions.level, LoggingOptions.format,
-        ],
+        ] + ConnectionOptions.all,
         flags: [("insecure", "Allow a non-loopback --host without --token (the control plane is then open).")],
         discussion: "Prints the address it listens on, then serves until SIGINT or SIGTERM.")
 
@@ -192,13 +190,7 @@ enum AppStoreCommands {
             apps.append(AppConfiguration(bundleID: bundleID))
         }
         if apps.isEmpty { apps = [AppConfiguration(bundleID: DefaultCatalog.bundleID)] }
-        var limits = HTTPLimits()
-        if let text = arguments.value("max-connections") {
-            guard let value = Int(text), (1...1_000_000).contains(value) else {
-                throw UsageError("--max-connections must be 1 to 1000000")
-            }
-            limits.maxConnections = value
-        }
+        let limits = try ConnectionOptions.limits(arguments)
         let inFlight = try arguments.value("max-notifications-in-flight").map { text in
             guard let value = Int(text), (1...100_000).contains(value) else {
                 throw UsageError("--max-notifications-in-flight must be 1 to 100000")

@@ -30,7 +30,7 @@ enum ServeCommands {
             .init(name: "tls-key", valueName: "file", help: "The certificate's PEM private key (with --tls-cert)."),
             .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8090)."),
             LoggingOptions.level, LoggingOptions.format,
-        ],
+        ] + ConnectionOptions.all,
         discussion: """
             Several processes started with one --database behave as one: each input is applied once, each \
             webhook is sent by one process, and one process at a time runs reconciliation. Prints the address \
@@ -87,8 +87,9 @@ enum ServeCommands {
         let http: HTTPServer
         do {
             http = try HTTPServer(
-                host: arguments.value("host") ?? "127.0.0.1", port: port, tls: tls, responder: server.responder(),
-                logger: logger)
+                host: arguments.value("host") ?? "127.0.0.1", port: port,
+                limits: try ConnectionOptions.limits(arguments),
+                tls: tls, responder: server.responder(), logger: logger)
         } catch let error as HTTPError {
             throw RuntimeError(error.message)
         }

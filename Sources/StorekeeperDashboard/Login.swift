@@ -27,6 +27,13 @@ public struct DashboardLogin: Sendable {
         }
     }
 
+    /// Whether an `Authorization` header carries the secret as a bearer token (or there is no secret).
+    public func isSignedIn(authorization: String?) -> Bool {
+        guard let secret else { return true }
+        guard let header = authorization, header.hasPrefix("Bearer ") else { return false }
+        return ConstantTime.equals(Array(header.utf8.dropFirst(7)), secret)
+    }
+
     /// Whether the request carries the secret as a bearer token or the session cookie.
     public func isSignedIn(_ request: HTTPRequest) -> Bool {
         guard let secret, let session else { return true }

@@ -20,8 +20,56 @@ public struct HTTPLimits: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Event-loop threads (0: one per core).
     public var threads = 0
+    /// Seconds a connection has to send a complete request head (request line and headers) after it
+    /// connects; on a kept-alive connection the next head is due within ``idleTimeout`` of the previous
+    /// answer. A client trickling a byte at a time is closed when its time is up (0: no deadline).
+    public var headTimeout = 10
+    /// Bytes a second a request body must average once its head is in, after a grace of ``headTimeout``
+    /// (0: no minimum).
+    public var minBodyRate = 1_024
+    /// Connections one client address may hold at once (0: no cap).
+    public var perAddressLimit = 1_024
+    /// The last this many connections under ``maxConnections`` go only to addresses that hold none yet, so
+    /// a new client is still answered while slow ones hold the rest.
+    public var reservedConnections = 256
+    /// Request bodies buffered for all requests in flight together; past it a request is answered 503
+    /// (`server_busy`) before its body is read (0: no cap).
+    public var maxBufferedBytes = 32 << 20
 
     public init() {}
+
+    /// A setting the command line names (`--head-timeout` and so on), with its range and help.
+    public struct Setting: Sendable {
+        public let option: String
+        public let range: ClosedRange<Int>
+        public let help: String
+        public let apply: @Sendable (inout HTTPLimits, Int) -> Void
+    }
+
+    /// The slow-client and body settings, named and ranged once for both servers' commands.
+    public static let settings: [Setting] = [
+        Setting(
+            option: "head-timeout", range: 0...3_600, help: "Seconds to send a request head (default: 10; 0: none)."
+        ) {
+            $0.headTimeout = $1
+        },
+        Setting(
+            option: "min-body-rate", range: 0...(1 << 30),
+            help: "Bytes a second a request body must average (default: 1024; 0: none)."
+        ) { $0.minBodyRate = $1 },
+        Setting(
+            option: "per-address-connections", range: 0...1_000_000,
+            help: "Connections one client address may hold (default: 1024; 0: no cap)."
+        ) { $0.perAddressLimit = $1 },
+        Setting(
+            option: "reserved-connections", range: 0...1_000_000,
+            help: "Connections kept for client addresses that hold none (default: 256)."
+        ) { $0.reservedConnections = $1 },
+        Setting(
+            option: "max-buffered-bytes", range: 0...(1 << 34),
+            help: "Request body bytes buffered at once, all requests together (default: 33554432; 0: no cap)."
+        ) { $0.maxBufferedBytes = $1 },
+    ]
 
     /// Each connection's memory pool in libmicrohttpd for these limits.
     public var connectionMemory: Int { sk_server_connection_memory(maxHeader, maxURL) }
@@ -88,7 +136,12 @@ public final class HTTPServer: Sendable {
                 max_query_parameters: UInt32(clamping: limits.maxQueryParameters),
                 connection_limit: UInt32(clamping: limits.maxConnections),
                 idle_timeout_seconds: UInt32(clamping: limits.idleTimeout), threads: UInt32(clamping: limits.threads),
-                tls_certificate_pem: certificate, tls_key_pem: key)
+                tls_certificate_pem: certificate, tls_key_pem: key,
+                head_timeout_seconds: UInt32(clamping: limits.headTimeout),
+                min_body_rate: UInt32(clamping: limits.minBodyRate),
+                per_address_limit: UInt32(clamping: limits.perAddressLimit),
+                reserved_connections: UInt32(clamping: limits.reservedConnections),
+                max_buffered_bytes: limits.maxBufferedBytes, body_limit: bodyLimit)
             return sk_server_start(&options, handleRequest, box.toOpaque(), &error, error.count)
         }
         guard let started else {
@@ -105,6 +158,10 @@ public final class HTTPServer: Sendable {
 
     /// Connections open now.
     public var openConnections: Int { server.connections }
+
+    /// Connections closed for a late head or a slow body, and connections refused at accept (per-address
+    /// cap or reserve), since the start; request body bytes buffered now.
+    public var protection: (slowClosed: Int, refused: Int, bufferedBytes: Int) { server.protection }
 
     /// Stops accepting connections; requests still running are answered 503. Idempotent.
     public func stop() {
@@ -140,6 +197,16 @@ private final class ServerHandle: Sendable {
     }
 
     var connections: Int { state.withLock { $0.map { Int(sk_server_connections($0.pointer)) } ?? 0 } }
+
+    var protection: (slowClosed: Int, refused: Int, bufferedBytes: Int) {
+        state.withLock { raw in
+            guard let raw else { return (0, 0, 0) }
+            return (
+                Int(sk_server_slow_closed(raw.pointer)), Int(sk_server_refused(raw.pointer)),
+                sk_server_buffered_bytes(raw.pointer)
+            )
+        }
+    }
 
     /// Returns whether this call stopped it.
     func stop() -> Bool {
@@ -265,6 +332,18 @@ private final class HandlerBox: Sendable {
         }
         return open.filter { $0.claim() }
     }
+}
+
+/// The C callback asked once a request's headers are in: the largest body its route takes from this sender.
+private func bodyLimit(
+    context: UnsafeMutableRawPointer?, method: UnsafePointer<CChar>?, path: UnsafePointer<CChar>?,
+    authorization: UnsafePointer<CChar>?
+) -> Int {
+    guard let context, let method, let path else { return 0 }
+    let box = Unmanaged<HandlerBox>.fromOpaque(context).takeUnretainedValue()
+    return box.responder.bodyLimit(
+        method: String(cString: method), path: String(cString: path),
+        authorization: authorization.map { String(cString: $0) }, default: box.limits.maxBody)
 }
 
 /// The C callback, on one of libmicrohttpd's pool threads: turns the request into Swift values and starts

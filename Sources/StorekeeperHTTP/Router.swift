@@ -30,6 +30,59 @@ public typealias Handler = @Sendable (HTTPRequest, RequestContext) async throws 
 /// connection. Returning nil hands the request to the route's asynchronous handler instead.
 public typealias InlineHandler = @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse?
 
+/// The largest body a request may send, decided from its method, path and `Authorization` header once its
+/// headers are in and before any body byte is read (nil: the server's own `maxBody`). The path is
+/// canonical: the server refuses the others before it asks.
+public typealias BodyLimit = @Sendable (_ method: String, _ path: String, _ authorization: String?) -> Int?
+
+/// One path, one check: a request path is either canonical — `/`, or `/` then segments that are not empty,
+/// not `.` or `..`, and hold no encoded `/`, `\` or NUL and no segment that decodes to a dot segment — or it
+/// is refused with 400 before any middleware sees it. Guards, authentication and routing then all decide on
+/// the same spelling of a path (a double slash cannot reach a route past a prefix check).
+public enum CanonicalPath {
+    /// Nil when `path` is canonical; otherwise why not.
+    public static func problem(_ path: String) -> String? {
+        let bytes = path.utf8
+        guard bytes.first == UInt8(ascii: "/") else { return "the path must start with /" }
+        if bytes.count == 1 { return nil }
+        var segment = 0  // length of the current segment
+        var dots = 0  // its dots, literal or %2E
+        var index = bytes.index(after: bytes.startIndex)
+        func endSegment() -> String? {
+            if segment == 0 { return "the path has an empty segment (// or a trailing /)" }
+            if dots == segment && segment <= 2 { return "the path has a . or .. segment" }
+            return nil
+        }
+        while index < bytes.endIndex {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "/") {
+                if let problem = endSegment() { return problem }
+                segment = 0
+                dots = 0
+                index = bytes.index(after: index)
+                continue
+            }
+            if byte == UInt8(ascii: "\\") { return "the path has a backslash" }
+            if byte == UInt8(ascii: "%") {
+                let first = bytes.index(after: index)
+                guard first < bytes.endIndex, bytes.index(after: first) < bytes.endIndex else {
+                    return "the path has a malformed percent-escape"
+                }
+                let escape = String(decoding: bytes[first...bytes.index(after: first)], as: UTF8.self).uppercased()
+                if ["2F", "5C", "00"].contains(escape) { return "the path has an encoded /, \\ or NUL" }
+                if escape == "2E" { dots += 1 }
+                segment += 1
+                index = bytes.index(first, offsetBy: 2)
+                continue
+            }
+            if byte == UInt8(ascii: ".") { dots += 1 }
+            segment += 1
+            index = bytes.index(after: index)
+        }
+        return endSegment()
+    }
+}
+
 /// A middleware that can also run inline (synchronously), so that routes with an ``InlineHandler`` stay on
 /// the server's thread. Routes run inline only when every middleware can.
 public protocol InlineMiddleware: HTTPMiddleware {
@@ -50,8 +103,12 @@ public struct Router {
     private var routes: [Route] = []
     private var middleware: [any HTTPMiddleware] = []
     private var renderers: [(prefix: String, renderer: HTTPErrorRenderer)] = []
+    private var bodyLimit: BodyLimit?
 
     public init() {}
+
+    /// Who may send how much: consulted by the server before it reads a body (see ``BodyLimit``).
+    public mutating func limitBodies(_ rule: @escaping BodyLimit) { bodyLimit = rule }
 
     /// Adds a route; `{name}` path segments capture one segment each, percent-decoded once.
     public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping Handler) {
@@ -93,7 +150,8 @@ public struct Router {
         -> Responder
     {
         Responder(
-            routes: routes, middleware: middleware, renderers: renderers, logger: logger, requestID: requestID)
+            routes: routes, middleware: middleware, renderers: renderers, bodyLimit: bodyLimit, logger: logger,
+            requestID: requestID)
     }
 
     static func segments(_ path: String) -> [Substring] { path.split(separator: "/", omittingEmptySubsequences: true) }
@@ -130,6 +188,7 @@ public struct Responder: Sendable {
     let routes: [Router.Route]
     let middleware: [any HTTPMiddleware]
     let renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
+    let limitBodies: BodyLimit?
     let logger: Logger
     let requestID: @Sendable () -> String
     /// The middleware chain run inline, built once; nil when some middleware cannot run inline.
@@ -137,12 +196,13 @@ public struct Responder: Sendable {
 
     init(
         routes: [Router.Route], middleware: [any HTTPMiddleware],
-        renderers: [(prefix: String, renderer: HTTPErrorRenderer)], logger: Logger,
+        renderers: [(prefix: String, renderer: HTTPErrorRenderer)], bodyLimit: BodyLimit?, logger: Logger,
         requestID: @escaping @Sendable () -> String
     ) {
         self.routes = routes
         self.middleware = middleware
         self.renderers = renderers
+        self.limitBodies = bodyLimit
         self.logger = logger
         self.requestID = requestID
         let inline = middleware.compactMap { $0 as? any InlineMiddleware }
@@ -158,6 +218,7 @@ public struct Responder: Sendable {
     /// Answers on the calling thread when the route (and every middleware) can; nil means "call
     /// ``respond(to:)``". Unknown paths and methods are answered here too.
     public func respondInline(to request: HTTPRequest) -> HTTPResponse? {
+        if let refused = refuseNonCanonical(request) { return refused }
         guard let inlineChain else { return nil }
         let context = makeContext(request)
         var response: HTTPResponse
@@ -206,6 +267,7 @@ public struct Responder: Sendable {
     }
 
     public func respond(to request: HTTPRequest) async -> HTTPResponse {
+        if let refused = refuseNonCanonical(request) { return refused }
         let context = makeContext(request)
         var response: HTTPResponse
         do {
@@ -213,6 +275,23 @@ public struct Responder: Sendable {
         } catch {
             response = render(error, for: request, context: context)
         }
+        response.headers.append(("X-Request-ID", context.requestID))
+        return response
+    }
+
+    /// The largest body `method` `path` may send from a sender with this `Authorization` header.
+    public func bodyLimit(method: String, path: String, authorization: String?, default maxBody: Int) -> Int {
+        // A non-canonical path is refused with 400 after its headers; its body is not needed for that.
+        guard CanonicalPath.problem(path) == nil else { return min(maxBody, 16 << 10) }
+        return min(maxBody, max(0, limitBodies?(method, path, authorization) ?? maxBody))
+    }
+
+    /// 400 for a path that is not canonical, before any middleware or route sees it.
+    private func refuseNonCanonical(_ request: HTTPRequest) -> HTTPResponse? {
+        guard let problem = CanonicalPath.problem(request.path) else { return nil }
+        let context = makeContext(request)
+        var response = render(
+            HTTPError(status: 400, code: "non_canonical_path", message: problem), for: request, context: context)
         response.headers.append(("X-Request-ID", context.requestID))
         return response
     }

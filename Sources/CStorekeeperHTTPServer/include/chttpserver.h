@@ -54,8 +54,27 @@ typedef struct sk_server_options {
     unsigned int threads;               // pool size (0: number of cores)
     const char *tls_certificate_pem;    // with tls_key_pem: HTTPS (GnuTLS) with this chain, PEM; NULL: HTTP
     const char *tls_key_pem;            // the certificate's private key, PEM (copied; not kept by the caller)
+                                        // HTTPS offers TLS 1.2 and 1.3 with AEAD suites and ECDHE only.
+
+    // Slow clients. A connection must complete each request head (request line and headers) within
+    // head_timeout_seconds of connecting, or within idle_timeout_seconds of its previous answer; then send
+    // its body at min_body_rate bytes a second on average (after a grace of head_timeout_seconds). A
+    // connection that does not is closed, however often it trickles a byte.
+    unsigned int head_timeout_seconds;  // 0: no deadline for the head
+    unsigned int min_body_rate;         // bytes a second; 0: none
+    unsigned int per_address_limit;     // connections from one client address (0: no cap)
+    unsigned int reserved_connections;  // the last this many under connection_limit go only to addresses
+                                        // that hold no connection yet
+    size_t max_buffered_bytes;          // request bodies buffered for all requests in flight together
+                                        // (0: no cap); over it: 503 server_busy before reading the body
+    // The largest body this request may send, asked once its headers are complete and before any body byte
+    // is read (NULL: max_body for every request). `authorization` is the Authorization header or NULL.
+    // Called on a pool thread; the strings are valid for the call only. The answer is capped at max_body.
+    size_t (*body_limit)(void *context, const char *method, const char *path, const char *authorization);
 } sk_server_options;
-// Client errors answered before the handler (JSON, Connection: close): 413 payload_too_large, 400
+// Client errors answered before the handler (JSON, Connection: close): 413 payload_too_large (as soon as the
+// declared length or a chunked stream passes the request's limit; a chunked stream over it is answered and
+// closed over plain HTTP, closed without an answer over HTTPS), 503 server_busy (max_buffered_bytes), 400
 // ambiguous_framing (several Content-Length, or Content-Length with Transfer-Encoding), 501
 // unsupported_transfer_encoding (anything but one "chunked"), 431 header_fields_too_large, 414
 // uri_too_long, 400 too_many_parameters, 505 http_version_not_supported; 503 server_stopping during stop.
@@ -89,6 +108,14 @@ void sk_exchange_abandon(sk_exchange *exchange);
 
 /// Number of connections currently open (for tests and metrics).
 unsigned int sk_server_connections(const sk_server *server);
+
+/// Connections closed for a slow head or body, and connections refused at accept (per-address cap or
+/// reserve), since the start (for tests and metrics).
+unsigned long sk_server_slow_closed(const sk_server *server);
+unsigned long sk_server_refused(const sk_server *server);
+
+/// Request body bytes buffered now, over all requests in flight.
+size_t sk_server_buffered_bytes(const sk_server *server);
 
 /// Stops accepting and closes connections. Exchanges not yet answered are answered with 503 first. The
 /// handler still answers (sk_exchange_respond) or abandons (sk_exchange_abandon) each exchange it was

@@ -22,9 +22,10 @@ public struct EmulatorPKI: Sendable {
                 // A chain that exists is never replaced: receipts it signed would stop verifying.
                 do { return try SigningChain.Loaded(directory: directory, prefix: prefix) } catch {
                     let missing = names.filter { !present.contains($0) }
+                    let reason = (error as? CryptoError)?.reason ?? String(describing: error)
                     throw EmulatorError.configuration(
                         "the emulator's \(prefix) signing chain in \(directory.path) cannot be read"
-                            + (missing.isEmpty ? " (\(error))" : ": \(missing.joined(separator: ", ")) missing")
+                            + (missing.isEmpty ? ": \(reason)" : ": \(missing.joined(separator: ", ")) missing")
                             + "; restore the files or start with an empty data directory")
                 }
             }
@@ -52,18 +53,26 @@ extension SigningChain {
         public let leaf: Certificate
         public let leafKey: PrivateKey
 
+        /// A file that cannot be read or parsed is named in the error (its path, never its contents).
         init(directory: URL, prefix: String) throws {
-            func read(_ name: String) throws -> String {
-                try String(contentsOf: directory.appendingPathComponent("\(prefix)-\(name)"), encoding: .utf8)
+            func load<Value>(_ name: String, _ parse: (String) throws -> Value?) throws -> Value {
+                let path = directory.appendingPathComponent("\(prefix)-\(name)").path
+                let text: String
+                do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+                    throw CryptoError.make(.invalidInput, "cannot read \(path)")
+                }
+                let parsed: Value?
+                do { parsed = try parse(text) } catch {
+                    throw CryptoError.make(
+                        name.hasSuffix("key.pem") ? .invalidKey : .invalidCertificate, "\(path) is damaged")
+                }
+                guard let parsed else { throw CryptoError.make(.invalidCertificate, "\(path) holds no certificate") }
+                return parsed
             }
-            guard let root = try Certificate.parsePEM(read("root.pem")).first,
-                let intermediate = try Certificate.parsePEM(read("intermediate.pem")).first,
-                let leaf = try Certificate.parsePEM(read("leaf.pem")).first
-            else { throw CryptoError.make(.invalidCertificate, "incomplete \(prefix) chain in \(directory.path)") }
-            self.root = root
-            self.intermediate = intermediate
-            self.leaf = leaf
-            self.leafKey = try PrivateKey(pem: read("leaf-key.pem"))
+            root = try load("root.pem") { try Certificate.parsePEM($0).first }
+            intermediate = try load("intermediate.pem") { try Certificate.parsePEM($0).first }
+            leaf = try load("leaf.pem") { try Certificate.parsePEM($0).first }
+            leafKey = try load("leaf-key.pem") { try PrivateKey(pem: $0) }
         }
     }
 

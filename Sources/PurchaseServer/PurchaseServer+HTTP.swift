@@ -9,8 +9,10 @@ public import StorekeeperLogging
 /// signature), the developer's queries and grants (secret key), health and metrics. Errors are
 /// `{"error": {"code", "message"}}`.
 extension PurchaseServer {
-    public func responder(logger: Logger? = nil) -> Responder {
+    /// The routes; `secureCookies` when the server speaks HTTPS (the dashboard's cookie is then `Secure`).
+    public func responder(logger: Logger? = nil, secureCookies: Bool = false) -> Responder {
         var router = Router()
+        let login = makeDashboardLogin(secureCookies: secureCookies)
         router.use(AccessLogMiddleware())
         let server = self
         func handle(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler {
@@ -57,36 +59,35 @@ extension PurchaseServer {
                         "events": .integer(Int64(ingested.events.count)),
                     ]))
             })
+        router.limitBodies { _, path, _ in Self.bodyLimit(path) }
+        router.use(ServerGuard(login: login))
         router.post(
             "/v1/transactions",
             handle { request, _ in
-                let body = try Self.object(request)
-                let bundleID = try server.bundleID(body["bundleId"]?.stringValue)
-                try server.authorizeApp(request, bundleID: bundleID)
-                guard let user = body["appUserId"]?.stringValue, let signed = body["signedTransaction"]?.stringValue
-                else { throw PurchaseServerError.invalid("appUserId and signedTransaction are required") }
-                return .json(
-                    .object(
-                        Self.render(
-                            try await server.ingestTransaction(
-                                bundleID: bundleID, appUserID: user, signedTransaction: signed)
-                        )))
+                let body = try RequestBody(request, allowed: ["bundleId", "appUserId", "signedTransaction"])
+                let bundleID = try server.bundleID(try body.string("bundleId"))
+                let caller = try server.authorizeApp(request, bundleID: bundleID)
+                let user = try body.string("appUserId", required: true)!
+                let signed = try body.string("signedTransaction", maxBytes: Self.appBodyLimit, required: true)!
+                let posted = try await server.postTransaction(
+                    bundleID: bundleID, appUserID: user, signedTransaction: signed)
+                return .json(.object(Self.render(posted, for: caller)))
             })
         router.post(
             "/v1/receipts",
             handle { request, _ in
-                let body = try Self.object(request)
-                let bundleID = try server.bundleID(body["bundleId"]?.stringValue)
-                try server.authorizeApp(request, bundleID: bundleID)
-                guard let user = body["appUserId"]?.stringValue,
-                    let receipt = body["receipt"]?.stringValue.flatMap({ Data(base64Encoded: $0) })
-                else { throw PurchaseServerError.invalid("appUserId and receipt (base64) are required") }
-                return .json(
-                    .object(
-                        Self.render(
-                            try await server.ingestReceipt(
-                                bundleID: bundleID, appUserID: user, receipt: Array(receipt),
-                                deviceID: body["deviceId"]?.stringValue))))
+                let body = try RequestBody(request, allowed: ["bundleId", "appUserId", "receipt", "deviceId"])
+                let bundleID = try server.bundleID(try body.string("bundleId"))
+                let caller = try server.authorizeApp(request, bundleID: bundleID)
+                let user = try body.string("appUserId", required: true)!
+                guard
+                    let receipt = try body.string("receipt", maxBytes: Self.receiptBodyLimit, required: true)
+                        .flatMap({ Data(base64Encoded: $0) })
+                else { throw PurchaseServerError.invalid("receipt must be base64") }
+                let posted = try await server.postReceipt(
+                    bundleID: bundleID, appUserID: user, receipt: Array(receipt),
+                    deviceID: try body.string("deviceId", maxBytes: 36))
+                return .json(.object(Self.render(posted, for: caller)))
             })
         router.add(
             "GET", "/v1/subscribers/{user}",
@@ -131,16 +132,13 @@ extension PurchaseServer {
             "/v1/subscribers/{user}/aliases",
             handle { request, context in
                 try server.authorizeSecret(request)
-                let body = try Self.object(request)
-                guard let alias = body["alias"]?.stringValue else {
-                    throw PurchaseServerError.invalid("alias is required (the other id of this user)")
-                }
+                let body = try RequestBody(request, allowed: ["bundleId", "alias"])
+                let alias = try body.string("alias", required: true)!
                 return .json(
                     .object(
                         Self.render(
                             try await server.alias(
-                                bundleID: try server.bundleID(
-                                    body["bundleId"]?.stringValue ?? request.query["bundleId"]),
+                                bundleID: try server.bundleID(try body.string("bundleId") ?? request.query["bundleId"]),
                                 appUserID: try context.parameter("user"), alias: alias))))
             })
         for action in ["grant", "revoke"] {
@@ -148,8 +146,10 @@ extension PurchaseServer {
                 "/v1/subscribers/{user}/entitlements/{name}/" + action,
                 handle { request, context in
                     try server.authorizeSecret(request)
-                    let body = request.body.isEmpty ? JSONObject() : try Self.object(request)
-                    let bundleID = try server.bundleID(body["bundleId"]?.stringValue ?? request.query["bundleId"])
+                    let body = try RequestBody(
+                        request,
+                        allowed: action == "revoke" ? ["bundleId"] : ["bundleId", "durationDays", "expiresDate"])
+                    let bundleID = try server.bundleID(try body.string("bundleId") ?? request.query["bundleId"])
                     let user = try context.parameter("user")
                     let name = try context.parameter("name")
                     if action == "revoke" {
@@ -159,15 +159,14 @@ extension PurchaseServer {
                                     try await server.revokeGrant(bundleID: bundleID, appUserID: user, entitlement: name)
                                 )))
                     }
-                    var expires: Date?
-                    if let days = body["durationDays"]?.int64Value {
-                        guard (1...36_500).contains(days) else {
-                            throw PurchaseServerError.invalid("durationDays must be 1 to 36500")
-                        }
-                        expires = server.now().addingTimeInterval(Double(days) * 86_400)
-                    } else if let ms = body["expiresDate"]?.doubleValue {
-                        expires = Date(timeIntervalSince1970: ms / 1000)
+                    let days = try body.integer("durationDays", in: 1...36_500)
+                    let until = try body.integer("expiresDate", in: EpochMilliseconds.range)
+                    guard days == nil || until == nil else {
+                        throw PurchaseServerError.invalid("give durationDays or expiresDate, not both")
                     }
+                    var expires: Date?
+                    if let days { expires = server.now().addingTimeInterval(Double(days) * 86_400) }
+                    if let until { expires = EpochMilliseconds.date(until) }
                     return .json(
                         .object(
                             Self.render(
@@ -228,7 +227,7 @@ extension PurchaseServer {
                 let result = try await server.charts([chart], query)[0]
                 return .json(.object(Self.render(result, query: query)))
             })
-        addDashboardRoutes(to: &router)
+        addDashboardRoutes(to: &router, login: login)
         return router.freeze(logger: logger ?? self.logger)
     }
 
@@ -239,16 +238,26 @@ extension PurchaseServer {
         return path.split(separator: "/").prefix(2).joined(separator: "/")
     }
 
-    static func object(_ request: HTTPRequest) throws -> JSONObject {
-        guard let object = (try? JSONParser.parse(request.body))?.objectValue else {
-            throw PurchaseServerError.invalid("the body is not a JSON object")
-        }
-        return object
+    /// Apple's notifications (~15 KB) and an app's signed transaction fit in 64 KiB; a receipt with a long
+    /// purchase history in 256 KiB; everything else the server takes (grants, aliases, the dashboard's forms)
+    /// in 16 KiB.
+    static let appBodyLimit = 64 << 10
+    static let receiptBodyLimit = 256 << 10
+
+    static func bodyLimit(_ path: String) -> Int {
+        if path == "/v1/receipts" { return receiptBodyLimit }
+        if path == "/v1/transactions" || path.hasPrefix("/v1/notifications/apple/") { return appBodyLimit }
+        return 16 << 10
     }
 
     /// The app a request names; with one app configured, that one by default.
     func bundleID(_ given: String?) throws -> String {
-        if let given { return given }
+        if let given {
+            guard given.utf8.count <= 255 else {
+                throw PurchaseServerError.invalid("bundleId is longer than 255 bytes")
+            }
+            return given
+        }
         guard configuration.apps.count == 1, let only = configuration.apps.first else {
             throw PurchaseServerError.invalid("bundleId is required")
         }
@@ -266,17 +275,42 @@ extension PurchaseServer {
         }
     }
 
+    /// Who called an app route: the app (its public key) or the developer's backend (the secret key).
+    enum AppCaller { case app, backend }
+
     /// The app's public key (or the secret key).
-    func authorizeApp(_ request: HTTPRequest, bundleID: String) throws {
+    func authorizeApp(_ request: HTTPRequest, bundleID: String) throws -> AppCaller {
         let app = try app(bundleID)
-        guard let token = bearer(request),
-            ConstantTime.equals(token, Array(app.settings.publicKey.utf8))
-                || ConstantTime.equals(token, Array(configuration.secretKey.utf8))
-        else { throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <the app's public key>") }
+        guard let token = bearer(request) else {
+            throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <the app's public key>")
+        }
+        if ConstantTime.equals(token, Array(configuration.secretKey.utf8)) { return .backend }
+        guard ConstantTime.equals(token, Array(app.settings.publicKey.utf8)) else {
+            throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <the app's public key>")
+        }
+        return .app
     }
 
-    static func ms(_ date: Date) -> JSONValue { .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
+    static func ms(_ date: Date) -> JSONValue { .integer(EpochMilliseconds.milliseconds(date)) }
     static func ms(_ date: Date?) -> JSONValue { date.map(ms) ?? .null }
+
+    /// An app post's answer. The developer's backend (secret key) gets the whole subscriber; the app (its
+    /// public key, which ships inside the app and is no secret) gets the entitlements and the purchases its
+    /// post carried only — another id's aliases and purchases are not for whoever holds a transaction.
+    static func render(_ posted: PurchaseServer.Posted, for caller: AppCaller) -> JSONObject {
+        var object = render(posted.view)
+        guard caller == .app else { return object }
+        let purchases = object["purchases"]?.arrayValue ?? []
+        object = [
+            "appUserId": object["appUserId"] ?? .null, "bundleId": object["bundleId"] ?? .null,
+            "entitlements": object["entitlements"] ?? .object([:]),
+            "purchases": .array(
+                purchases.filter { purchase in
+                    purchase.objectValue?["transactionId"]?.stringValue.map(posted.transactionIDs.contains) ?? false
+                }),
+        ]
+        return object
+    }
 
     static func render(_ view: SubscriberView) -> JSONObject {
         var entitlements = JSONObject()

@@ -1,5 +1,6 @@
 public import Foundation
 import StoreModel
+import StorekeeperHTTP
 
 /// What an app user has: entitlements, subscriptions, purchases, consumable balances and flags.
 public struct SubscriberView: Sendable {
@@ -41,7 +42,7 @@ extension PurchaseServer {
                 balances: try store.balances(bundle: bundleID, owner: appUserID),
                 grants: try store.grants(bundle: bundleID, owner: appUserID))
         }
-        guard let found else { throw PurchaseServerError.notFound("no subscriber \(requested)") }
+        guard let found else { throw PurchaseServerError.notFound("no subscriber \(RequestBody.printable(requested))") }
         // Only under the user's own id: an alias's answer is not cached (its user's writes invalidate the user).
         if requested == appUserID { cache.store(found, bundleID, appUserID, since: generation) }
         return Self.view(found, entitlements: app.settings.entitlements, now: now())
@@ -147,7 +148,7 @@ extension PurchaseServer {
             let existing = try store.user(bundle: bundleID, alias: alias)
             guard alias != user, existing != user else { return [] }
             guard existing == nil else {
-                throw PurchaseServerError.invalid("\(alias) is already an alias of another user")
+                throw PurchaseServerError.invalid("\(RequestBody.printable(alias)) is already an alias of another user")
             }
             self.cache.invalidate(bundleID, user)
             self.cache.invalidate(bundleID, alias)
@@ -201,7 +202,8 @@ extension PurchaseServer {
         try Self.checkUserID(requested)
         let appUserID = try await user(bundleID: bundleID, requested)
         guard app.settings.entitlements[entitlement] != nil else {
-            throw PurchaseServerError.notFound("no entitlement \(entitlement) is configured for \(bundleID)")
+            throw PurchaseServerError.notFound(
+                "no entitlement \(RequestBody.printable(entitlement)) is configured for \(bundleID)")
         }
         let current = now()
         guard (expiresDate ?? .distantFuture) > current else {
@@ -235,7 +237,10 @@ extension PurchaseServer {
                 var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: {
                     $0.entitlement == entitlement
                 })
-            else { throw PurchaseServerError.notFound("\(appUserID) has no grant of \(entitlement)") }
+            else {
+                throw PurchaseServerError.notFound(
+                    "\(RequestBody.printable(appUserID)) has no grant of \(RequestBody.printable(entitlement))")
+            }
             grant.revokedAt = current
             try store.save(grant, bundle: bundleID, owner: appUserID)
             return []

@@ -85,7 +85,9 @@ public final class PurchaseServer: Sendable {
     }
 
     func app(_ bundleID: String) throws -> AppRuntime {
-        guard let app = apps[bundleID] else { throw PurchaseServerError.notFound("no app \(bundleID) is configured") }
+        guard let app = apps[bundleID] else {
+            throw PurchaseServerError.notFound("no app \(RequestBody.printable(bundleID)) is configured")
+        }
         return app
     }
 
@@ -199,10 +201,20 @@ public final class PurchaseServer: Sendable {
         }
     }
 
+    /// What an app's post did: the user's view, and the purchases the post carried.
+    struct Posted {
+        var view: SubscriberView
+        var transactionIDs: Set<String>
+    }
+
     /// A StoreKit 2 transaction the app posts for its user.
     public func ingestTransaction(bundleID: String, appUserID: String, signedTransaction: String) async throws
         -> SubscriberView
     {
+        try await postTransaction(bundleID: bundleID, appUserID: appUserID, signedTransaction: signedTransaction).view
+    }
+
+    func postTransaction(bundleID: String, appUserID: String, signedTransaction: String) async throws -> Posted {
         let app = try app(bundleID)
         try Self.checkUserID(appUserID)
         let result = app.signedData.verify(signedTransaction, as: .transaction, now: now())
@@ -229,7 +241,9 @@ public final class PurchaseServer: Sendable {
             await refreshFromAPI(
                 app: app, originalTransactionID: purchase.originalTransactionID, environment: purchase.environment)
         }
-        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+        return Posted(
+            view: try await subscriber(bundleID: bundleID, appUserID: appUserID),
+            transactionIDs: [purchase.transactionID])
     }
 
     /// An app receipt the app posts for its user: verified locally (chain, bundle, and the device hash when
@@ -237,6 +251,10 @@ public final class PurchaseServer: Sendable {
     public func ingestReceipt(bundleID: String, appUserID: String, receipt: [UInt8], deviceID: String?) async throws
         -> SubscriberView
     {
+        try await postReceipt(bundleID: bundleID, appUserID: appUserID, receipt: receipt, deviceID: deviceID).view
+    }
+
+    func postReceipt(bundleID: String, appUserID: String, receipt: [UInt8], deviceID: String?) async throws -> Posted {
         let app = try app(bundleID)
         try Self.checkUserID(appUserID)
         var expectations = ReceiptExpectations(bundleID: bundleID)
@@ -272,7 +290,9 @@ public final class PurchaseServer: Sendable {
         for original in Set(purchases.filter { $0.kind == .autoRenewable }.map(\.originalTransactionID)).sorted() {
             await refreshFromAPI(app: app, originalTransactionID: original, environment: environment)
         }
-        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+        return Posted(
+            view: try await subscriber(bundleID: bundleID, appUserID: appUserID),
+            transactionIDs: Set(purchases.map(\.transactionID)))
     }
 
     /// Asks the App Store Server API for the subscription's status (when a key is configured and the
@@ -373,6 +393,9 @@ public final class PurchaseServer: Sendable {
         }
         var events: [ServerEvent] = []
         var transferred = false
+        if let claimant, let token = update.transaction?.appAccountToken?.lowercased() {
+            try checkAccountToken(token, claimant: claimant, bundleID: bundleID, in: store)
+        }
         if let claimant {
             var subscriber =
                 try store.subscriber(bundle: bundleID, appUserID: claimant)
@@ -460,6 +483,26 @@ public final class PurchaseServer: Sendable {
         else { return }
         subscriber.flags.append("multiple_apple_accounts")
         try store.save(subscriber)
+    }
+
+    /// A signed `appAccountToken` binds a purchase to the user who made it: a claimant other than the user
+    /// who already holds the token (by an earlier claim, or whose id is that UUID) is refused, whatever the
+    /// transfer policy — holding another user's signed transaction is not enough to take it.
+    func checkAccountToken(_ token: String, claimant: String, bundleID: String, in store: any ServerStore) throws {
+        var holders: Set<String> = []
+        if let holder = try store.subscriber(bundle: bundleID, appAccountToken: token)?.appUserID {
+            holders.insert(holder)
+        }
+        for spelling in Set([token, token.uppercased()]) {
+            let user = try store.user(bundle: bundleID, alias: spelling) ?? spelling
+            if try store.subscriber(bundle: bundleID, appUserID: user) != nil { holders.insert(user) }
+        }
+        holders.remove(claimant)
+        guard holders.isEmpty else {
+            throw PurchaseServerError(
+                code: .accountTokenMismatch, status: 409,
+                message: "the transaction's appAccountToken belongs to another user of this app")
+        }
     }
 
     static func checkUserID(_ id: String) throws {

@@ -11,6 +11,8 @@ public struct PurchaseServerError: Error, Sendable, Hashable, CustomStringConver
         public static let verificationFailed = Code("verification_failed")
         public static let configuration = Code("configuration")
         public static let unavailable = Code("unavailable")
+        /// A purchase whose signed `appAccountToken` belongs to another user.
+        public static let accountTokenMismatch = Code("app_account_token_mismatch")
         public var description: String { rawValue }
     }
 

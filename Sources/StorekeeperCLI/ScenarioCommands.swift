@@ -47,6 +47,10 @@ enum ScenarioCommands {
 
     static let maxFile = 1 << 20
     static let maxSteps = 1_000
+    /// A run is bounded like the control plane it drives: at most this long, and at most this many renewals
+    /// and expirations run by its `advance` steps (what the store grows by); past either it stops and fails.
+    static let maxRunTime: Duration = .seconds(60)
+    static let maxRunEvents = 20_000
 
     static func run(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         var paths: [String] = []
@@ -268,9 +272,18 @@ enum ScenarioCommands {
                 $0.stringValue.flatMap { try? CompactJWS($0).payload["productId"]?.stringValue }
             }
         }
+        let deadline = ContinuousClock.now + maxRunTime
+        var eventsRun: Int64 = 0
         for (index, step) in scenario.steps.enumerated() {
             let number = index + 1
             let (verb, value) = (step.members[0].key, step.members[0].value)
+            guard ContinuousClock.now < deadline, eventsRun <= maxRunEvents else {
+                passed = false
+                lines.append(
+                    "\(number). ✘ stopped: a scenario runs for at most \(maxRunTime) and \(maxRunEvents) renewals "
+                        + "and expirations (this one reached \(eventsRun))")
+                break
+            }
             do {
                 switch verb {
                 case "buy":
@@ -310,6 +323,8 @@ enum ScenarioCommands {
                         throw ScenarioError("advance takes an ISO 8601 duration such as P1M")
                     }
                     let answer = try await target.call("POST", "/_emulator/v1/clock", ["advance": .string(text)])
+                    eventsRun +=
+                        (answer["ran"]?["renewals"]?.int64Value ?? 0) + (answer["ran"]?["expirations"]?.int64Value ?? 0)
                     lines.append(
                         "\(number). advance \(text): \(answer["ran"]?["renewals"]?.int64Value ?? 0) renewals, "
                             + "\(answer["ran"]?["expirations"]?.int64Value ?? 0) expirations")

@@ -89,7 +89,7 @@ enum ServeCommands {
             http = try HTTPServer(
                 host: arguments.value("host") ?? "127.0.0.1", port: port,
                 limits: try ConnectionOptions.limits(arguments),
-                tls: tls, responder: server.responder(), logger: logger)
+                tls: tls, responder: server.responder(secureCookies: tls != nil), logger: logger)
         } catch let error as HTTPError {
             throw RuntimeError(error.message)
         }

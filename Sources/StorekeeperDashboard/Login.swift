@@ -1,30 +1,42 @@
-import Foundation
+public import Foundation
 import StorekeeperCrypto
 public import StorekeeperHTTP
+import Synchronization
 
 /// Signing in to a dashboard with a secret (the emulator's control-plane token, the server's secret key):
-/// a form posts it once, and an HttpOnly, SameSite=Strict cookie derived from it (HMAC-SHA256, so the
-/// cookie never holds the secret) stands in for `Authorization: Bearer` on later requests.
+/// a form posts it once, and an HttpOnly, SameSite=Strict session cookie (`Secure` under HTTPS) stands in for
+/// `Authorization: Bearer` on later requests. A session is a random id with an expiry, MACed with a key
+/// derived from the secret (the cookie never holds the secret); signing out revokes that id in this process
+/// until its expiry, so the cookie no longer signs anyone in. Sessions last ``lifetime``.
 public struct DashboardLogin: Sendable {
     /// Where the dashboard lives (`/dashboard`); the login form is `<root>/login`.
     public var root: String
     public var product: String
     public var assets: String
-    private let session: [UInt8]?
+    /// Whether cookies are sent with `Secure` (the server speaks HTTPS).
+    public var secureCookies: Bool
+    private let key: [UInt8]?
     private let secret: [UInt8]?
+    private let sessions: DashboardSessions
+    private let clock: @Sendable () -> Date
 
     public static let cookieName = "storekeeper_dashboard"
+    /// How long a session lasts after signing in.
+    public static let lifetime: TimeInterval = 12 * 3_600
 
     /// `secret` nil: nothing to sign in to (every request is signed in).
-    public init(root: String, product: String, assets: String, secret: String?) {
+    public init(
+        root: String, product: String, assets: String, secret: String?, secureCookies: Bool = false,
+        clock: @escaping @Sendable () -> Date = { Date() }
+    ) {
         self.root = root
         self.product = product
         self.assets = assets
+        self.secureCookies = secureCookies
         self.secret = secret.map { Array($0.utf8) }
-        session = secret.map {
-            Array(
-                Digest.hex(HMAC.sha256(key: Array($0.utf8), message: Array("storekeeper dashboard session".utf8))).utf8)
-        }
+        self.clock = clock
+        key = secret.map { HMAC.sha256(key: Array($0.utf8), message: Array("storekeeper dashboard session".utf8)) }
+        sessions = DashboardSessions()
     }
 
     /// Whether an `Authorization` header carries the secret as a bearer token (or there is no secret).
@@ -34,16 +46,31 @@ public struct DashboardLogin: Sendable {
         return ConstantTime.equals(Array(header.utf8.dropFirst(7)), secret)
     }
 
-    /// Whether the request carries the secret as a bearer token or the session cookie.
+    /// Whether the request carries the secret as a bearer token or a live session cookie.
     public func isSignedIn(_ request: HTTPRequest) -> Bool {
-        guard let secret, let session else { return true }
-        if let header = request.header("Authorization"), header.hasPrefix("Bearer "),
-            ConstantTime.equals(Array(header.utf8.dropFirst(7)), secret)
-        {
-            return true
-        }
-        guard let cookie = Self.cookie(Self.cookieName, in: request) else { return false }
-        return ConstantTime.equals(Array(cookie.utf8), session)
+        guard secret != nil else { return true }
+        if isSignedIn(authorization: request.header("Authorization")) { return true }
+        return session(in: request) != nil
+    }
+
+    /// The session a request's cookie names, when its MAC holds, it has not expired and it was not revoked.
+    private func session(in request: HTTPRequest) -> (id: String, expiry: Int64)? {
+        guard let key, let cookie = Self.cookie(Self.cookieName, in: request) else { return nil }
+        let parts = cookie.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let expiry = Int64(parts[0]), parts[1].utf8.count == 32 else { return nil }
+        let signed = Array("\(parts[0]).\(parts[1])".utf8)
+        let mac = Array(Digest.hex(HMAC.sha256(key: key, message: signed)).utf8)
+        guard ConstantTime.equals(Array(parts[2].utf8), mac) else { return nil }
+        let now = clock().timeIntervalSince1970
+        guard Double(expiry) > now, !sessions.isRevoked(String(parts[1]), expiry: expiry) else { return nil }
+        return (String(parts[1]), expiry)
+    }
+
+    private func cookie(value: String, maxAge: Int?) -> String {
+        var cookie = "\(Self.cookieName)=\(value); Path=/; HttpOnly; SameSite=Strict"
+        if let maxAge { cookie += "; Max-Age=\(maxAge)" }
+        if secureCookies { cookie += "; Secure" }
+        return cookie
     }
 
     /// The value of cookie `name` in the request's `Cookie` header.
@@ -78,28 +105,34 @@ public struct DashboardLogin: Sendable {
         return HTTPResponse(status: failed ? 401 : 200, headers: Page.headers, body: page.bytes)
     }
 
-    /// Checks a posted form (`secret=…`, form-encoded, at most 4 KiB): the session cookie and a redirect to
-    /// `home` when right, the form again when not.
+    /// Checks a posted form (`secret=…`, form-encoded, at most 4 KiB): a new session's cookie and a redirect
+    /// to `home` when right, the form again when not.
     public func signIn(_ request: HTTPRequest, home: String, secretName: String) -> HTTPResponse {
-        guard let secret, let session else { return HTTPResponse(status: 303, headers: [("Location", home)]) }
+        guard let secret, let key else { return HTTPResponse(status: 303, headers: [("Location", home)]) }
         guard request.body.count <= 4_096,
             let query = HTTPQuery(encoded: Substring(decoding: request.body, as: UTF8.self)),
-            let given = query["secret"], ConstantTime.equals(Array(given.utf8), secret)
+            let given = query["secret"], ConstantTime.equals(Array(given.utf8), secret),
+            let random = try? SecureRandom.bytes(16)
         else { return form(failed: true, secretName: secretName) }
-        let cookie =
-            "\(Self.cookieName)=\(String(decoding: session, as: UTF8.self)); Path=/; HttpOnly; SameSite=Strict"
+        let expiry = Int64(clock().timeIntervalSince1970 + Self.lifetime)
+        let signed = "\(expiry).\(Digest.hex(random))"
+        let value = signed + "." + Digest.hex(HMAC.sha256(key: key, message: Array(signed.utf8)))
         return HTTPResponse(
-            status: 303, headers: [("Location", home), ("Set-Cookie", cookie), ("Cache-Control", "no-store")])
-    }
-
-    /// Clears the cookie.
-    public func signOut() -> HTTPResponse {
-        HTTPResponse(
             status: 303,
             headers: [
-                ("Location", root + "/login"),
-                ("Set-Cookie", "\(Self.cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+                ("Location", home), ("Set-Cookie", cookie(value: value, maxAge: Int(Self.lifetime))),
+                ("Cache-Control", "no-store"),
             ])
+    }
+
+    /// Ends the request's session (its cookie signs no one in from now on) and clears the cookie.
+    public func signOut(_ request: HTTPRequest) -> HTTPResponse {
+        if let session = session(in: request) {
+            sessions.revoke(session.id, until: session.expiry, now: clock().timeIntervalSince1970)
+        }
+        return HTTPResponse(
+            status: 303,
+            headers: [("Location", root + "/login"), ("Set-Cookie", cookie(value: "", maxAge: 0))])
     }
 
     /// A page as a response.
@@ -114,5 +147,32 @@ public struct DashboardLogin: Sendable {
         }
         return HTTPResponse(
             status: 200, headers: [("Content-Type", file.type), ("Cache-Control", "max-age=300")], body: file.body)
+    }
+}
+
+/// Sessions signed out before their expiry, per process. Bounded: past ``capacity`` revoked ids, every
+/// session issued so far is ended instead (a sign-in again is the cost), so the list cannot grow without end.
+final class DashboardSessions: Sendable {
+    static let capacity = 100_000
+    private let state = Mutex<(revoked: [String: Int64], notBefore: Double)>(([:], 0))
+
+    /// Whether a session (its id and expiry) was signed out, or issued before a sweep ended them all.
+    func isRevoked(_ id: String, expiry: Int64) -> Bool {
+        state.withLock { state in
+            state.revoked[id] != nil || Double(expiry) - DashboardLogin.lifetime <= state.notBefore
+        }
+    }
+
+    func revoke(_ id: String, until expiry: Int64, now: Double) {
+        state.withLock { state in
+            if state.revoked.count >= Self.capacity {
+                state.revoked = state.revoked.filter { Double($0.value) > now }
+                if state.revoked.count >= Self.capacity {
+                    state.revoked = [:]
+                    state.notBefore = now
+                }
+            }
+            state.revoked[id] = expiry
+        }
     }
 }

@@ -116,7 +116,7 @@ public final class HTTPServer: Sendable {
         host: String = "127.0.0.1", port: Int = 0, limits: HTTPLimits = HTTPLimits(), tls: TLSCredentials? = nil,
         responder: Responder, logger: Logger = .disabled
     ) throws {
-        let handlerBox = HandlerBox(responder: responder, limits: limits, logger: logger)
+        let handlerBox = HandlerBox(responder: responder, limits: limits, logger: logger, https: tls != nil)
         handlers = handlerBox
         let box = Unmanaged.passRetained(handlerBox)
         var error = [CChar](repeating: 0, count: 256)
@@ -274,13 +274,16 @@ private final class HandlerBox: Sendable {
     let responder: Responder
     let limits: HTTPLimits
     let logger: Logger
+    /// Under HTTPS every answer tells browsers to come back over HTTPS only (HSTS, a year).
+    let https: Bool
     private let pending = Mutex<(next: Int, open: [Int: Exchange])>((0, [:]))
     private let sweeper = Mutex<Task<Void, Never>?>(nil)
 
-    init(responder: Responder, limits: HTTPLimits, logger: Logger) {
+    init(responder: Responder, limits: HTTPLimits, logger: Logger, https: Bool) {
         self.responder = responder
         self.limits = limits
         self.logger = logger
+        self.https = https
         sweeper.withLock {
             $0 = Task(executorPreference: executor) { [weak self] in
                 while !Task.isCancelled {
@@ -316,6 +319,14 @@ private final class HandlerBox: Sendable {
             state.open[state.next] = exchange
             return exchange
         }
+    }
+
+    /// The answer as sent: with HSTS under HTTPS.
+    func sent(_ response: HTTPResponse) -> HTTPResponse {
+        guard https else { return response }
+        var response = response
+        response.headers.append(("Strict-Transport-Security", "max-age=31536000"))
+        return response
     }
 
     func finish(_ exchange: Exchange) { _ = pending.withLock { $0.open.removeValue(forKey: exchange.id) } }
@@ -384,13 +395,13 @@ private func handleRequest(
     }
     // Routes that need not await answer here, on the pool thread: no task, no suspension.
     if let response = box.responder.respondInline(to: request) {
-        Exchange(pointer: exchange, id: 0).respond(response)
+        Exchange(pointer: exchange, id: 0).respond(box.sent(response))
         return
     }
     let pendingExchange = box.register(exchange)
     Task(executorPreference: box.executor) {
         let response = await box.responder.respond(to: request)
-        pendingExchange.respond(response)
+        pendingExchange.respond(box.sent(response))
         box.finish(pendingExchange)
     }
 }

@@ -37,7 +37,7 @@ extension AppStore {
         router.post(
             Self.dashboardRoot + "/login",
             { request, _ in login.signIn(request, home: "/", secretName: "Control-plane token") })
-        router.post(Self.dashboardRoot + "/logout", { _, _ in login.signOut() })
+        router.post(Self.dashboardRoot + "/logout", { request, _ in login.signOut(request) })
         router.get(
             Self.dashboardRoot + "/accounts/{account}",
             page { _, context in try await store.accountPage(AccountID(try context.parameter("account"))) })

@@ -9,15 +9,15 @@ import StorekeeperHTTP
 extension PurchaseServer {
     static let dashboardRoot = "/dashboard"
 
-    var dashboardLogin: DashboardLogin {
+    /// The dashboard's sign-in, made once per responder (its sessions live as long as the responder).
+    func makeDashboardLogin(secureCookies: Bool) -> DashboardLogin {
         DashboardLogin(
             root: Self.dashboardRoot, product: "Purchase server", assets: Self.dashboardRoot + "/assets",
-            secret: configuration.secretKey)
+            secret: configuration.secretKey, secureCookies: secureCookies, clock: wallClock)
     }
 
-    func addDashboardRoutes(to router: inout Router) {
+    func addDashboardRoutes(to router: inout Router, login: DashboardLogin) {
         let server = self
-        let login = dashboardLogin
         func page(_ build: @escaping @Sendable (HTTPRequest) async throws -> Page) -> Handler {
             { request, _ in
                 guard login.isSignedIn(request) else { return login.redirectToLogin }
@@ -37,7 +37,7 @@ extension PurchaseServer {
         router.post(
             Self.dashboardRoot + "/login",
             { request, _ in login.signIn(request, home: Self.dashboardRoot, secretName: "Secret key") })
-        router.post(Self.dashboardRoot + "/logout", { _, _ in login.signOut() })
+        router.post(Self.dashboardRoot + "/logout", { request, _ in login.signOut(request) })
         router.get(
             Self.dashboardRoot + "/subscribers", page { request in try await server.subscriberPage(request.query) })
         router.get(Self.dashboardRoot + "/charts", page { request in try await server.chartsPage(request.query) })

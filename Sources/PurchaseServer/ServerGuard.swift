@@ -1,0 +1,47 @@
+import StorekeeperDashboard
+import StorekeeperHTTP
+
+/// Deny by default: every path of the purchase server needs the secret key (`Authorization: Bearer`, or the
+/// dashboard's session cookie under `/dashboard`) except the few that authenticate otherwise — Apple's
+/// notifications (verified by their signature), the app's posts (the app's public key, checked by the
+/// route for the app it names), health and metrics, and the dashboard's sign-in form and assets. A route
+/// added later is protected until it is named here. The responder has already refused non-canonical paths,
+/// so this check and the router see the same path.
+struct ServerGuard: InlineMiddleware {
+    let login: DashboardLogin
+
+    static let openPaths: Set<String> = [
+        "/healthz", "/metrics", "/v1/transactions", "/v1/receipts", "/dashboard/login", "/dashboard/logout",
+    ]
+    static let openPrefixes = ["/v1/notifications/apple/", "/dashboard/assets/"]
+
+    static func isOpen(_ path: String) -> Bool {
+        openPaths.contains(path) || openPrefixes.contains { path.hasPrefix($0) }
+    }
+
+    func check(_ request: HTTPRequest) throws(HTTPError) {
+        guard !Self.isOpen(request.path), !login.isSignedIn(request) else { return }
+        if request.path == "/dashboard" || request.path.hasPrefix("/dashboard/") {
+            if request.method == "GET" {
+                throw HTTPError(
+                    status: 303, code: "sign_in", message: "sign in at /dashboard/login",
+                    headers: ["Location": "/dashboard/login"])
+            }
+        }
+        throw HTTPError(
+            status: 401, code: "unauthorized", message: "this route needs Authorization: Bearer <secret key>",
+            headers: ["WWW-Authenticate": "Bearer"])
+    }
+
+    func handle(_ request: HTTPRequest, context: RequestContext, next: Handler) async throws -> HTTPResponse {
+        try check(request)
+        return try await next(request, context)
+    }
+
+    func handleInline(
+        _ request: HTTPRequest, context: RequestContext, next: (HTTPRequest, RequestContext) throws -> HTTPResponse?
+    ) throws -> HTTPResponse? {
+        try check(request)
+        return try next(request, context)
+    }
+}

@@ -295,21 +295,27 @@ extension PurchaseServer {
     static func ms(_ date: Date?) -> JSONValue { date.map(ms) ?? .null }
 
     /// An app post's answer. The developer's backend (secret key) gets the whole subscriber; the app (its
-    /// public key, which ships inside the app and is no secret) gets the entitlements and the purchases its
-    /// post carried only — another id's aliases and purchases are not for whoever holds a transaction.
+    /// public key, which ships inside the app and is no secret) gets the entitlements, the user's flags and
+    /// what became of the purchases its post carried (their records and subscriptions) only — the user's
+    /// aliases, other purchases and balances are not for whoever holds a transaction.
     static func render(_ posted: PurchaseServer.Posted, for caller: AppCaller) -> JSONObject {
-        var object = render(posted.view)
+        let object = render(posted.view)
         guard caller == .app else { return object }
-        let purchases = object["purchases"]?.arrayValue ?? []
-        object = [
+        let posts = posted.view.purchases.filter { posted.transactionIDs.contains($0.transactionID) }
+        let originals = Set(posts.map(\.originalTransactionID))
+        var subscriptions = JSONObject()
+        for member in object["subscriptions"]?.objectValue?.members ?? [] where originals.contains(member.key) {
+            subscriptions[member.key] = member.value
+        }
+        return [
             "appUserId": object["appUserId"] ?? .null, "bundleId": object["bundleId"] ?? .null,
-            "entitlements": object["entitlements"] ?? .object([:]),
+            "entitlements": object["entitlements"] ?? .object([:]), "subscriptions": .object(subscriptions),
             "purchases": .array(
-                purchases.filter { purchase in
-                    purchase.objectValue?["transactionId"]?.stringValue.map(posted.transactionIDs.contains) ?? false
+                (object["purchases"]?.arrayValue ?? []).filter { purchase in
+                    purchase["transactionId"]?.stringValue.map(posted.transactionIDs.contains) ?? false
                 }),
+            "flags": object["flags"] ?? .array([]),
         ]
-        return object
     }
 
     static func render(_ view: SubscriberView) -> JSONObject {

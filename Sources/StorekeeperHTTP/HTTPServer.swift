@@ -389,8 +389,8 @@ private func handleRequest(
         method: String(cString: raw.method), path: String(cString: raw.path), query: HTTPQuery(parameters),
         headers: headers, body: body, remoteAddress: raw.remote.map { String(cString: $0) })
     if malformed {
-        Exchange(pointer: exchange, id: 0).respond(
-            HTTPError(status: 400, code: "invalid_query", message: "the query has a malformed percent-escape").response)
+        let error = HTTPError(status: 400, code: "invalid_query", message: "the query has a malformed percent-escape")
+        Exchange(pointer: exchange, id: 0).respond(box.sent(box.responder.refusal(error, for: request)))
         return
     }
     // Routes that need not await answer here, on the pool thread: no task, no suspension.

@@ -286,14 +286,18 @@ public struct Responder: Sendable {
         return min(maxBody, max(0, limitBodies?(method, path, authorization) ?? maxBody))
     }
 
+    /// An error found before routing (a malformed query, say), written as its path's errors are.
+    public func refusal(_ error: HTTPError, for request: HTTPRequest) -> HTTPResponse {
+        let context = makeContext(request)
+        var response = render(error, for: request, context: context)
+        response.headers.append(("X-Request-ID", context.requestID))
+        return response
+    }
+
     /// 400 for a path that is not canonical, before any middleware or route sees it.
     private func refuseNonCanonical(_ request: HTTPRequest) -> HTTPResponse? {
         guard let problem = CanonicalPath.problem(request.path) else { return nil }
-        let context = makeContext(request)
-        var response = render(
-            HTTPError(status: 400, code: "non_canonical_path", message: problem), for: request, context: context)
-        response.headers.append(("X-Request-ID", context.requestID))
-        return response
+        return refusal(HTTPError(status: 400, code: "non_canonical_path", message: problem), for: request)
     }
 
     /// The error as this path's renderer writes it.

@@ -13,7 +13,8 @@ import Testing
 struct RawClient {
     let descriptor: Int32
 
-    init(port: Int, host: String = "127.0.0.1") throws {
+    /// `source`: the IPv4 loopback address to connect from (127.0.0.2, say), so one test can be two clients.
+    init(port: Int, host: String = "127.0.0.1", source: String? = nil) throws {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
@@ -22,6 +23,20 @@ struct RawClient {
         }
         defer { freeaddrinfo(list) }
         let descriptor = socket(first.pointee.ai_family, Int32(SOCK_STREAM.rawValue), 0)
+        if let source, descriptor >= 0 {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard bound == 0 else {
+                Glibc.close(descriptor)
+                throw RawError(message: "cannot bind \(source)")
+            }
+        }
         guard descriptor >= 0, connect(descriptor, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
             if descriptor >= 0 { Glibc.close(descriptor) }
             throw RawError(message: "cannot connect to \(host):\(port)")

@@ -1,0 +1,186 @@
+import Foundation
+import PurchaseServer
+import StoreModel
+import StorekeeperDashboard
+import StorekeeperHTTP
+import StorekeeperJSON
+import Testing
+
+@Suite("Purchase server: strict admin routes, purchases bound to their user, sessions")
+struct ServerHardeningTests {
+    /// A raw body to the server (the harness's `call` only sends JSON objects).
+    static func send(
+        _ harness: ServerHarness, _ method: String, _ path: String, body: String, key: String? = ServerHarness.secret
+    ) async throws -> (Int, JSONValue) {
+        var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
+        if let key { headers.append(("Authorization", "Bearer " + key)) }
+        let response = try await HTTPClient().send(method, harness.base + path, headers: headers, body: Array(body.utf8))
+        return (response.status, (try? JSONParser.parse(response.body)) ?? .null)
+    }
+
+    @Test("Grant bodies are closed, typed and ranged: out-of-range dates, strings, fractions, unknown members refused")
+    func strictGrants() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let path = "/v1/subscribers/g3/entitlements/plus/grant"
+        for body in [
+            #"{"expiresDate":1e19}"#, #"{"expiresDate":-1e19}"#, #"{"expiresDate":253402300800000}"#,
+            #"{"durationDays":"30"}"#, #"{"durationDays":30.5}"#, #"{"durationDays":0}"#,
+            #"{"durationDays":123456789012345678901234567890}"#, #"{"durationDays":30,"expiresDate":1}"#,
+            #"{"durationDays":30,"gift":true}"#, #"{"bundleId":7}"#, "[]", "\"x\"", "{",
+        ] {
+            let (status, answer) = try await Self.send(harness, "POST", path, body: body)
+            #expect(status == 400, "\(body): \(answer)")
+            #expect(
+                ["invalid_request", "invalid_body"].contains(answer["error"]?["code"]?.stringValue ?? ""),
+                "\(body): \(answer)")
+        }
+        // A body past the route's 16 KiB is refused before it is read.
+        let huge = #"{"bundleId":""# + String(repeating: "a", count: 1 << 20) + #""}"#
+        let (tooLarge, _) = try await Self.send(harness, "POST", path, body: huge)
+        #expect(tooLarge == 413)
+        let (health, _) = try await harness.call("GET", "/healthz", key: nil)
+        #expect(health == 200)
+        let (granted, view) = try await Self.send(harness, "POST", path, body: #"{"durationDays":30}"#)
+        #expect(granted == 200 && view["entitlements"]?["plus"]?["active"] == .bool(true), "\(view)")
+    }
+
+    @Test("A grant at the end of what dates can carry renders and can be revoked; nothing traps")
+    func extremeGrant() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let last = EpochMilliseconds.range.upperBound
+        let (status, view) = try await harness.call(
+            "POST", "/v1/subscribers/g4/entitlements/plus/grant", ["expiresDate": .integer(last)])
+        #expect(status == 200)
+        #expect(view["entitlements"]?["plus"]?["expiresDate"]?.int64Value == last)
+        // A record stored with a date past every format (by an older version, say) still renders, clamped.
+        _ = try await harness.server.grant(
+            bundleID: ServerHarness.bundleID, appUserID: "g5", entitlement: "plus",
+            expiresDate: Date(timeIntervalSince1970: 1e16))
+        let stored = try await harness.subscriber("g5")
+        #expect(stored["entitlements"]?["plus"]?["expiresDate"]?.int64Value == last)
+        let (revoked, after) = try await harness.call("POST", "/v1/subscribers/g5/entitlements/plus/revoke")
+        #expect(revoked == 200 && after["entitlements"]?["plus"]?["active"] == .bool(false))
+    }
+
+    @Test("EpochMilliseconds: floor, the formats' range, no trap at any Double")
+    func epochMilliseconds() {
+        #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: 1.0019)) == 1_001)
+        #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: -0.0005)) == -1)
+        #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: 1e300)) == EpochMilliseconds.range.upperBound)
+        #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: -.infinity)) == EpochMilliseconds.range.lowerBound)
+        #expect(EpochMilliseconds.range.contains(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: .nan))))
+        #expect(EpochMilliseconds.date(1e19) == nil)
+        #expect(EpochMilliseconds.date(1.5) == nil)
+        #expect(EpochMilliseconds.date(Double.nan) == nil)
+        #expect(EpochMilliseconds.date(Int64.max) == nil)
+        let date = EpochMilliseconds.date(Int64(1_764_547_200_123))!
+        #expect(EpochMilliseconds.milliseconds(date) == 1_764_547_200_123)
+    }
+
+    @Test(
+        "A signed appAccountToken binds the purchase to its user: another claimant is refused 409 under either policy",
+        arguments: [TransferPolicy.transfer, .keep])
+    func accountTokenBinding(policy: TransferPolicy) async throws {
+        let harness = try await ServerHarness.make(transferPolicy: policy, withAPI: false)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let bobToken = UUID()
+        let (_, jws) = try await harness.buy("monthly", device: device, token: bobToken)
+        let (bob, _) = try await harness.post(jws, user: "bob")
+        #expect(bob == 200)
+        let (mallory, answer) = try await harness.post(jws, user: "mallory")
+        #expect(mallory == 409)
+        #expect(answer["error"]?["code"]?.stringValue == "app_account_token_mismatch", "\(answer)")
+        let stillBob = try await harness.subscriber("bob")
+        #expect(stillBob["entitlements"]?["plus"]?["active"] == .bool(true))
+        // A user whose id is the token's UUID owns purchases made with it, even before any claim.
+        let (_, device2) = try await harness.customer()
+        let carolToken = UUID()
+        _ = try await harness.call(
+            "POST", "/v1/subscribers/\(carolToken.uuidString.lowercased())/entitlements/pro/grant",
+            ["durationDays": .integer(1)])
+        let (_, carolJWS) = try await harness.buy("monthly", device: device2, token: carolToken)
+        let (stranger, _) = try await harness.post(carolJWS, user: "mallory")
+        #expect(stranger == 409)
+        let (carol, _) = try await harness.post(carolJWS, user: carolToken.uuidString.lowercased())
+        #expect(carol == 200)
+    }
+
+    @Test("The app key's answer carries the entitlements and this post's purchase only; the secret key's all")
+    func appKeyAnswer() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (firstID, first) = try await harness.buy("pro", device: device)
+        let (secondID, second) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(first, user: "ida")
+        _ = try await harness.call("POST", "/v1/subscribers/ida/aliases", ["alias": .string("anon-1")])
+        let (status, answer) = try await harness.post(second, user: "ida")
+        #expect(status == 200)
+        #expect(answer["entitlements"]?["pro"]?["active"] == .bool(true))
+        #expect(answer["aliases"] == nil && answer["balances"] == nil)
+        let ids = (answer["purchases"]?.arrayValue ?? []).compactMap { $0["transactionId"]?.stringValue }
+        #expect(ids == [secondID])
+        #expect(answer["subscriptions"]?[secondID] != nil || answer["subscriptions"]?.objectValue?.isEmpty == false)
+        let (_, full) = try await harness.call(
+            "POST", "/v1/transactions",
+            [
+                "bundleId": .string(ServerHarness.bundleID), "appUserId": .string("ida"),
+                "signedTransaction": .string(second),
+            ])
+        let all = Set((full["purchases"]?.arrayValue ?? []).compactMap { $0["transactionId"]?.stringValue })
+        #expect(all == [firstID, secondID])
+        #expect(full["aliases"]?.arrayValue?.contains(.string("anon-1")) == true)
+    }
+
+    @Test("Deny by default: unknown and non-canonical paths need the secret key; errors echo a short prefix only")
+    func denyByDefault() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let (unknown, _) = try await harness.call("GET", "/v1/anything", key: nil)
+        #expect(unknown == 401)
+        let (known, _) = try await harness.call("GET", "/v1/anything")
+        #expect(known == 404)
+        let (doubled, answer) = try await harness.call("GET", "//v1/subscribers/x", key: nil)
+        #expect(doubled == 400 && answer["error"]?["code"]?.stringValue == "non_canonical_path")
+        let long = String(repeating: "z", count: 250)
+        let (missing, echoed) = try await harness.call("GET", "/v1/subscribers/u?bundleId=\(long)")
+        #expect(missing == 404)
+        let (tooLong, _) = try await harness.call("GET", "/v1/subscribers/u?bundleId=\(long + long)")
+        #expect(tooLong == 400)
+        #expect((echoed["error"]?["message"]?.stringValue ?? long).count < 120, "\(echoed)")
+    }
+
+    @Test("Dashboard sessions: signing out ends the session; Secure cookies under HTTPS")
+    func sessions() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let login = DashboardLogin(
+            root: "/dashboard", product: "P", assets: "/dashboard/assets", secret: "the-secret", secureCookies: true,
+            clock: { now })
+        let form = HTTPRequest(method: "POST", path: "/dashboard/login", body: Array("secret=the-secret".utf8))
+        let signedIn = login.signIn(form, home: "/dashboard", secretName: "Secret")
+        let setCookie = signedIn.headers.first { $0.name == "Set-Cookie" }?.value ?? ""
+        #expect(setCookie.contains("; Secure") && setCookie.contains("HttpOnly") && setCookie.contains("SameSite=Strict"))
+        let cookie = String(setCookie.prefix { $0 != ";" })
+        let page = HTTPRequest(method: "GET", path: "/dashboard", headers: [("Cookie", cookie)])
+        #expect(login.isSignedIn(page))
+        // Another sign-in is another session.
+        let other = login.signIn(form, home: "/dashboard", secretName: "Secret")
+        let otherCookie = String((other.headers.first { $0.name == "Set-Cookie" }?.value ?? "").prefix { $0 != ";" })
+        #expect(otherCookie != cookie)
+        _ = login.signOut(HTTPRequest(method: "POST", path: "/dashboard/logout", headers: [("Cookie", cookie)]))
+        #expect(!login.isSignedIn(page))
+        #expect(login.isSignedIn(HTTPRequest(method: "GET", path: "/dashboard", headers: [("Cookie", otherCookie)])))
+        // Tampered or expired cookies sign no one in.
+        let tampered = cookie.replacingOccurrences(of: "=1", with: "=2")
+        #expect(!login.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", tampered)])))
+        let later = DashboardLogin(
+            root: "/dashboard", product: "P", assets: "/dashboard/assets", secret: "the-secret",
+            clock: { now.addingTimeInterval(DashboardLogin.lifetime + 1) })
+        #expect(!later.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", otherCookie)])))
+        let wrong = DashboardLogin(root: "/dashboard", product: "P", assets: "/a", secret: "another-secret", clock: { now })
+        #expect(!wrong.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", otherCookie)])))
+    }
+}

@@ -367,6 +367,11 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
     }
     if (request->ca_file)
         curl_easy_setopt(curl, CURLOPT_CAINFO, request->ca_file);
+    char interface[80];
+    if (request->local_address && strlen(request->local_address) < sizeof(interface) - 5) {
+        snprintf(interface, sizeof(interface), "host!%s", request->local_address);
+        curl_easy_setopt(curl, CURLOPT_INTERFACE, interface);
+    }
 
     // Method and body. GET and HEAD have dedicated options (a custom "HEAD" would wait for a body that never
     // comes). POST, PUT and PATCH, and any method given a body, send it as POSTFIELDS, which also yields an

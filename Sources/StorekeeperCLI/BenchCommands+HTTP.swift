@@ -32,13 +32,20 @@ extension BenchCommands {
 
     static let holdSpec = Arguments.Spec(
         command: "storekeeper bench hold-connections",
-        abstract: "Open connections to a local port and hold them idle (or trickle one byte a second); for bench http.",
+        abstract:
+            "Open connections to a local port and hold them idle, trickling or stalled in a body; for bench http and bench slow-clients.",
         options: [
             .init(name: "port", valueName: "n", help: "Port on 127.0.0.1."),
             .init(name: "connections", valueName: "n", help: "How many (default: 100)."),
             .init(name: "seconds", valueName: "s", help: "How long to hold them (default: 30)."),
+            .init(
+                name: "stall-body", valueName: "bytes",
+                help: "Announce a POST body of this many bytes, send 64 KiB of it, then stall."),
         ],
-        flags: [("trickle", "Send one byte of a request line a second on each.")])
+        flags: [
+            ("trickle", "Send one byte of a request line a second on each."),
+            ("reconnect", "With --trickle: open a new connection in place of each one the server closes."),
+        ])
 
     struct WrkResult {
         var requestsPerSecond: Double
@@ -187,13 +194,19 @@ extension BenchCommands {
         return 0
     }
 
-    /// `storekeeper bench hold-connections`: the child process that holds idle or trickling clients.
+    /// `storekeeper bench hold-connections`: the child process that holds idle, trickling or stalled clients.
     static func hold(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         guard let port = Int(arguments.value("port") ?? ""), (1...65_535).contains(port) else {
             throw UsageError("--port is required")
         }
         let count = Int(arguments.value("connections") ?? "100") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "30") ?? 0
+        let stall = try arguments.value("stall-body").map { text -> Int in
+            guard let bytes = Int(text), (1...(1 << 30)).contains(bytes) else {
+                throw UsageError("--stall-body must be 1 to 1073741824")
+            }
+            return bytes
+        }
         guard (1...60_000).contains(count), (1...3600).contains(seconds) else {
             throw UsageError("--connections must be 1 to 60000 and --seconds 1 to 3600")
         }
@@ -201,14 +214,13 @@ extension BenchCommands {
         getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
         limit.rlim_cur = limit.rlim_max
         setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        var sockets: [Int32] = []
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        for _ in 0..<count {
+        func open() -> Int32? {
             let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            guard descriptor >= 0 else { break }
+            guard descriptor >= 0 else { return nil }
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                     connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
@@ -216,13 +228,26 @@ extension BenchCommands {
             }
             guard connected == 0 else {
                 close(descriptor)
-                break
+                return nil
             }
+            return descriptor
+        }
+        var sockets: [Int32] = []
+        for _ in 0..<count {
+            guard let descriptor = open() else { break }
             sockets.append(descriptor)
         }
         let request = Array("GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\n".utf8)
         let trickle = arguments.flag("trickle")
-        if !trickle {
+        if let stall {
+            // A body announced whole, 64 KiB of it sent, then nothing.
+            let head = Array("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: \(stall)\r\n\r\n".utf8)
+            let part = [UInt8](repeating: 0x61, count: min(stall, 64 << 10))
+            for descriptor in sockets {
+                _ = send(descriptor, head, head.count, Int32(MSG_NOSIGNAL))
+                _ = send(descriptor, part, part.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+            }
+        } else if !trickle {
             // Keep-alive connections: each makes one request, reads the answer, then stays idle.
             var timeout = timeval(tv_sec: 5, tv_usec: 0)
             var buffer = [UInt8](repeating: 0, count: 4096)
@@ -234,18 +259,36 @@ extension BenchCommands {
             }
         }
         console.write("holding \(sockets.count)\n")
+        let reconnect = arguments.flag("reconnect")
+        var reopened = 0
         for second in 0..<seconds {
             if trickle {
                 let byte = [request[second % request.count]]
-                for descriptor in sockets { _ = send(descriptor, byte, 1, Int32(MSG_NOSIGNAL)) }
+                for index in sockets.indices {
+                    var probe: UInt8 = 0
+                    let gone =
+                        recv(sockets[index], &probe, 1, Int32(MSG_DONTWAIT)) == 0
+                        || send(sockets[index], byte, 1, Int32(MSG_NOSIGNAL)) < 0
+                    if gone, reconnect {
+                        close(sockets[index])
+                        if let fresh = open() {
+                            sockets[index] = fresh
+                            _ = send(fresh, [request[0]], 1, Int32(MSG_NOSIGNAL))
+                            reopened += 1
+                        }
+                    }
+                }
             }
             sleep(1)
         }
         sockets.forEach { close($0) }
+        if reconnect { console.write("reconnected \(reopened)\n") }
         return 0
     }
 
-    static func holdConnections(port: Int, count: Int, trickle: Bool, seconds: Int) throws -> Process {
+    static func holdConnections(
+        port: Int, count: Int, trickle: Bool, seconds: Int, extra: [String] = []
+    ) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
         if !FileManager.default.isExecutableFile(atPath: process.executableURL!.path),
@@ -257,7 +300,7 @@ extension BenchCommands {
             [
                 "bench", "hold-connections", "--port", String(port), "--connections", String(count), "--seconds",
                 String(seconds),
-            ] + (trickle ? ["--trickle"] : [])
+            ] + (trickle ? ["--trickle"] : []) + extra
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()

@@ -137,6 +137,7 @@ public enum Storekeeper {
             (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
             (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
             (["bench", "lifecycle"], BenchCommands.lifecycleSpec, BenchCommands.lifecycle),
+            (["bench", "slow-clients"], BenchCommands.slowClientsSpec, BenchCommands.slowClients),
             (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
             (["bench", "dashboard"], BenchCommands.dashboardSpec, BenchCommands.dashboard),
             (["fuzz"], FuzzCommands.spec, FuzzCommands.run),

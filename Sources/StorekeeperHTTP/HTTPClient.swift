@@ -58,6 +58,8 @@ public struct HTTPClient: Sendable {
     public var insecure: Bool
     /// A PEM file of roots to trust instead of the system's.
     public var caFile: String?
+    /// The address to connect from (`127.0.0.2`, say, so one machine can be several clients); nil: any.
+    public var localAddress: String?
 
     private static let initialised: Void = sk_fetch_global_init()
 
@@ -106,9 +108,11 @@ public struct HTTPClient: Sendable {
         let names = headers.map { strdup($0.name) }
         let values = headers.map { strdup($0.value) }
         let ca = caFile.flatMap { strdup($0) }
+        let local = localAddress.flatMap { strdup($0) }
         defer {
             (names + values).forEach { free($0) }
             ca.map { free($0) }
+            local.map { free($0) }
         }
         var cHeaders = zip(names, values).map { sk_fetch_header(name: $0, value: $1) }
         var result = sk_fetch_result()
@@ -122,7 +126,8 @@ public struct HTTPClient: Sendable {
                             header_count: headerBuffer.count, body: bodyBuffer.baseAddress,
                             body_length: bodyBuffer.count, connect_timeout_ms: milliseconds(connectTimeout),
                             timeout_ms: milliseconds(timeout), max_response_bytes: maxResponseBytes,
-                            insecure: insecure ? 1 : 0, ca_file: ca.map { UnsafePointer($0) } ?? nil)
+                            insecure: insecure ? 1 : 0, ca_file: ca.map { UnsafePointer($0) } ?? nil,
+                            local_address: local.map { UnsafePointer($0) } ?? nil)
                         sk_fetch(&request, &result)
                     }
                 }

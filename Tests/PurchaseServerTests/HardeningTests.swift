@@ -14,7 +14,8 @@ struct ServerHardeningTests {
     ) async throws -> (Int, JSONValue) {
         var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
         if let key { headers.append(("Authorization", "Bearer " + key)) }
-        let response = try await HTTPClient().send(method, harness.base + path, headers: headers, body: Array(body.utf8))
+        let response = try await HTTPClient().send(
+            method, harness.base + path, headers: headers, body: Array(body.utf8))
         return (response.status, (try? JSONParser.parse(response.body)) ?? .null)
     }
 
@@ -68,8 +69,11 @@ struct ServerHardeningTests {
     func epochMilliseconds() {
         #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: 1.0019)) == 1_001)
         #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: -0.0005)) == -1)
-        #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: 1e300)) == EpochMilliseconds.range.upperBound)
-        #expect(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: -.infinity)) == EpochMilliseconds.range.lowerBound)
+        #expect(
+            EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: 1e300)) == EpochMilliseconds.range.upperBound)
+        #expect(
+            EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: -.infinity))
+                == EpochMilliseconds.range.lowerBound)
         #expect(EpochMilliseconds.range.contains(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: .nan))))
         #expect(EpochMilliseconds.date(1e19) == nil)
         #expect(EpochMilliseconds.date(1.5) == nil)
@@ -162,7 +166,8 @@ struct ServerHardeningTests {
         let form = HTTPRequest(method: "POST", path: "/dashboard/login", body: Array("secret=the-secret".utf8))
         let signedIn = login.signIn(form, home: "/dashboard", secretName: "Secret")
         let setCookie = signedIn.headers.first { $0.name == "Set-Cookie" }?.value ?? ""
-        #expect(setCookie.contains("; Secure") && setCookie.contains("HttpOnly") && setCookie.contains("SameSite=Strict"))
+        #expect(
+            setCookie.contains("; Secure") && setCookie.contains("HttpOnly") && setCookie.contains("SameSite=Strict"))
         let cookie = String(setCookie.prefix { $0 != ";" })
         let page = HTTPRequest(method: "GET", path: "/dashboard", headers: [("Cookie", cookie)])
         #expect(login.isSignedIn(page))
@@ -180,7 +185,8 @@ struct ServerHardeningTests {
             root: "/dashboard", product: "P", assets: "/dashboard/assets", secret: "the-secret",
             clock: { now.addingTimeInterval(DashboardLogin.lifetime + 1) })
         #expect(!later.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", otherCookie)])))
-        let wrong = DashboardLogin(root: "/dashboard", product: "P", assets: "/a", secret: "another-secret", clock: { now })
+        let wrong = DashboardLogin(
+            root: "/dashboard", product: "P", assets: "/a", secret: "another-secret", clock: { now })
         #expect(!wrong.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", otherCookie)])))
     }
 }

@@ -122,7 +122,8 @@ struct ConnectionProtectionTests {
         #expect(wasClosed)
         #expect(server.protection.slowClosed >= 1)
         // A well-behaved client is still answered.
-        let answer = try await RawClient.exchange(port: server.port, "GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\n\r\n")
+        let answer = try await RawClient.exchange(
+            port: server.port, "GET /_emulator/v1/clock HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(answer.status == 200)
     }
 

@@ -24,6 +24,7 @@ typedef struct sk_fetch_request {
     size_t max_response_bytes;        // 0: no limit
     int insecure;                     // 1: do not verify the peer's TLS certificate (tests only)
     const char *ca_file;              // PEM bundle to trust instead of the system's; NULL: system default
+    const char *local_address;        // the address to connect from (127.0.0.2, say); NULL: the system's
 } sk_fetch_request;
 
 enum {

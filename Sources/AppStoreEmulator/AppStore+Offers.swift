@@ -153,7 +153,7 @@ extension AppStore {
                 throw EmulatorError.offer(
                     "invalidSignature", "the promotional offer's signature does not verify with key \(keyID)")
             }
-            try checkFresh(Date(timeIntervalSince1970: Double(timestamp) / 1000), nonce: nonce, in: store)
+            try checkFresh(EpochMilliseconds.date(timestamp) ?? .distantPast, nonce: nonce, in: store)
             return try Self.required(Self.terms(offer, type: .promotional, identifier: offerID))
         case .promotionalJWS(let token):
             let jws: CompactJWS

@@ -1022,7 +1022,7 @@ extension AppTransaction {
         nonce: UUID
     ) {
         func milliseconds(_ date: Date) -> JSONValue {
-            .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+            .integer(EpochMilliseconds.milliseconds(date))
         }
         self.init(json: [
             "receiptType": .string(environment.rawValue), "appAppleId": .integer(app.appAppleID),

@@ -88,7 +88,7 @@ extension AppStore {
                 let (now, rate) = (store.now, store.rate)
                 return .json(
                     .object([
-                        "now": .integer(Int64((now.timeIntervalSince1970 * 1000).rounded(.down))),
+                        "now": .integer(EpochMilliseconds.milliseconds(now)),
                         "rate": .string(rate.name),
                     ]))
             })
@@ -113,7 +113,7 @@ extension AppStore {
                 }
                 let clock = try await store.setClock(advance: period, rate: rate)
                 var answer: JSONObject = [
-                    "now": .integer(Int64((clock.now.timeIntervalSince1970 * 1000).rounded(.down))),
+                    "now": .integer(EpochMilliseconds.milliseconds(clock.now)),
                     "rate": .string(clock.rate.name),
                     "ran": .object([
                         "renewals": .integer(Int64(clock.ran.renewals)),

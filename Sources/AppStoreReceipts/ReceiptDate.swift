@@ -1,4 +1,5 @@
 public import Foundation
+import StoreModel
 
 /// Receipt dates: Apple's "IA5STRING, interpreted as an RFC 3339 date", and verifyReceipt's date triplets.
 public enum ReceiptDate {
@@ -76,10 +77,8 @@ public enum ReceiptDate {
         return Date(timeIntervalSince1970: Double(seconds) + fraction)
     }
 
-    /// UNIX milliseconds, rounded to the nearest millisecond.
-    public static func milliseconds(_ date: Date) -> Int64 {
-        Int64((date.timeIntervalSince1970 * 1000).rounded())
-    }
+    /// UNIX milliseconds (``EpochMilliseconds``: rounded down, never trapping).
+    public static func milliseconds(_ date: Date) -> Int64 { EpochMilliseconds.milliseconds(date) }
 
     /// `YYYY-MM-DD HH:MM:SS Etc/GMT`.
     public static func gmtString(_ date: Date) -> String {

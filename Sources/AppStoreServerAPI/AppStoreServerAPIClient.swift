@@ -1,5 +1,6 @@
 public import AppStoreSignedData
 public import Foundation
+import StoreModel
 public import StorekeeperCrypto
 public import StorekeeperHTTP
 public import StorekeeperJSON
@@ -308,7 +309,7 @@ public struct AppStoreServerAPIClient: Sendable {
             return nil
         }
         return number > 100_000_000_000
-            ? Date(timeIntervalSince1970: number / 1000) : now.addingTimeInterval(number)
+            ? (EpochMilliseconds.date(number.rounded(.down)) ?? now) : now.addingTimeInterval(number)
     }
 
     /// Verifies every signed field of an answer when a verifier was given.

@@ -1,4 +1,5 @@
 public import Foundation
+import StoreModel
 public import StorekeeperJSON
 
 /// Get Transaction History's filters and order (query parameters; resend the same with each `revision`).
@@ -33,7 +34,7 @@ public struct TransactionHistoryQuery: Sendable, Hashable {
     }
 }
 
-func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+func milliseconds(_ date: Date) -> Int64 { EpochMilliseconds.milliseconds(date) }
 
 /// Extend a Subscription Renewal Date's body.
 public struct ExtendRenewalDateRequest: Sendable, Hashable {

@@ -1,4 +1,5 @@
 public import Foundation
+import StoreModel
 public import StorekeeperJSON
 
 /// A decoded API answer that keeps every member it was given (unknown fields survive) and offers typed
@@ -14,7 +15,7 @@ extension APIResponseBody {
     public func bool(_ key: String) -> Bool? { json[key]?.boolValue }
     public func strings(_ key: String) -> [String] { json[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
     public func date(_ key: String) -> Date? {
-        json[key]?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) }
+        json[key]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) }
     }
     public var jsonText: String { JSONWriter.string(.object(json)) }
 }
@@ -129,7 +130,7 @@ public struct SendAttemptItem: Sendable, Hashable {
     static func list(_ value: JSONValue?) -> [SendAttemptItem] {
         (value?.arrayValue ?? []).compactMap(\.objectValue).map {
             SendAttemptItem(
-                attemptDate: $0["attemptDate"]?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) },
+                attemptDate: $0["attemptDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) },
                 sendAttemptResult: $0["sendAttemptResult"]?.stringValue)
         }
     }

@@ -10,7 +10,7 @@ extension JWSTransaction {
         storefrontID: String
     ) {
         func milliseconds(_ date: Date) -> JSONValue {
-            .integer(Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+            .integer(EpochMilliseconds.milliseconds(date))
         }
         var payload: JSONObject = [
             "transactionId": .string(transaction.id.rawValue),

@@ -108,7 +108,7 @@ public enum PurchaseEngine {
     }
 
     static func milliseconds(_ date: Date?) -> String {
-        date.map { String(Int64(($0.timeIntervalSince1970 * 1000).rounded(.down))) } ?? "-"
+        date.map(EpochMilliseconds.string) ?? "-"
     }
 
     /// One-time purchases, refunds and their reversal, and the consumable ledger.

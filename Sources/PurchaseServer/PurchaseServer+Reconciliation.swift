@@ -78,14 +78,14 @@ extension PurchaseServer {
                 let start = object["start"]?.doubleValue
             else { return nil }
             self.init(
-                start: Date(timeIntervalSince1970: start / 1000),
-                end: object["end"]?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) },
+                start: EpochMilliseconds.date(start.rounded(.down)) ?? .distantPast,
+                end: object["end"]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) },
                 paginationToken: object["paginationToken"]?.stringValue)
         }
 
         var text: String {
-            var object: JSONObject = ["start": .integer(Int64(start.timeIntervalSince1970 * 1000))]
-            if let end { object["end"] = .integer(Int64(end.timeIntervalSince1970 * 1000)) }
+            var object: JSONObject = ["start": .integer(EpochMilliseconds.milliseconds(start))]
+            if let end { object["end"] = .integer(EpochMilliseconds.milliseconds(end)) }
             if let paginationToken { object["paginationToken"] = .string(paginationToken) }
             return JSONWriter.string(.object(object))
         }

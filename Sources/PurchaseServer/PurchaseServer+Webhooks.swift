@@ -32,7 +32,7 @@ extension PurchaseServer {
     /// A webhook's `event`, in RevenueCat's field names, with the Apple notification beside.
     func webhookEvent(_ event: ServerEvent, app: AppSettings) -> JSONObject {
         func ms(_ date: Date?) -> JSONValue {
-            date.map { .integer(Int64(($0.timeIntervalSince1970 * 1000).rounded(.down))) } ?? .null
+            date.map { .integer(EpochMilliseconds.milliseconds($0)) } ?? .null
         }
         var object: JSONObject = [
             "id": .string(event.id), "type": .string(event.type), "app_id": .string(event.bundleID),

@@ -8,9 +8,10 @@ public enum EpochMilliseconds {
     /// The instants the formats can carry: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z.
     public static let range: ClosedRange<Int64> = -62_135_596_800_000...253_402_300_799_999
 
-    /// `date` in milliseconds, rounded down; a date outside ``range`` gives its nearer end.
-    public static func milliseconds(_ date: Date) -> Int64 {
-        let value = (date.timeIntervalSince1970 * 1000).rounded(.down)
+    /// `date` in milliseconds, rounded down (up for a time not to come before, such as `Retry-After`); a date
+    /// outside ``range`` gives its nearer end.
+    public static func milliseconds(_ date: Date, roundingUp: Bool = false) -> Int64 {
+        let value = (date.timeIntervalSince1970 * 1000).rounded(roundingUp ? .up : .down)
         guard value.isFinite else { return value > 0 ? range.upperBound : range.lowerBound }
         if value <= Double(range.lowerBound) { return range.lowerBound }
         if value >= Double(range.upperBound) { return range.upperBound }

@@ -2,6 +2,7 @@ import AppStoreEmulator
 import AppStoreSignedData
 import Foundation
 import PurchaseServer
+import StoreModel
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -142,7 +143,7 @@ extension BenchCommands {
         }
         defer { stopServers(servers) }
         let posts: [[UInt8]] = try (0..<subscriberCount).map { index in
-            let ms = Int64((start.timeIntervalSince1970 * 1000).rounded()) + Int64(index)
+            let ms = EpochMilliseconds.milliseconds(start) + Int64(index)
             let id = String(5_000_000_000_000_000 + index)
             let transaction = try signer.sign([
                 "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string(bundleID),

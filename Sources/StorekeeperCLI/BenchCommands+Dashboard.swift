@@ -77,9 +77,9 @@ extension BenchCommands {
             let responder = server.responder()
             let secret = [("Authorization", "Bearer sk_bench_secret_0123")]
             let day = 86_400_000.0
-            let end = String(Int64(now.timeIntervalSince1970 * 1000))
-            let monthAgo = String(Int64(now.timeIntervalSince1970 * 1000 - 30 * day))
-            let yearAgo = String(Int64(now.timeIntervalSince1970 * 1000 - 365 * day))
+            let end = String(EpochMilliseconds.milliseconds(now))
+            let monthAgo = String(EpochMilliseconds.milliseconds(now) - Int64(30 * day))
+            let yearAgo = String(EpochMilliseconds.milliseconds(now) - Int64(365 * day))
             let pages: [(String, String, HTTPQuery, Int)] = [
                 ("GET /v1/subscribers/{id} (JSON)", "/v1/subscribers/\(user)", HTTPQuery(), requests),
                 ("GET /dashboard/subscribers", "/dashboard/subscribers", ["user": user], requests),

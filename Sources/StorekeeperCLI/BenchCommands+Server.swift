@@ -159,7 +159,7 @@ extension BenchCommands {
     static func benchNotification(_ index: Int, signer: JWSChainSigner, bundleID: String, start: Date) throws
         -> [UInt8]
     {
-        let ms = Int64((start.timeIntervalSince1970 * 1000).rounded()) + Int64(index)
+        let ms = EpochMilliseconds.milliseconds(start) + Int64(index)
         let id = String(3_000_000_000_000_000 + index)
         let transaction: JSONObject = [
             "transactionId": .string(id), "originalTransactionId": .string(id), "bundleId": .string(bundleID),

@@ -1,6 +1,7 @@
 import AppStoreReceipts
 import AppStoreSignedData
 import Foundation
+import StoreModel
 import StorekeeperCrypto
 import StorekeeperJSON
 
@@ -122,11 +123,11 @@ enum BenchCommands {
             "transactionId": .string("2000000335310644"), "originalTransactionId": .string("2000000335310644"),
             "webOrderLineItemId": .string("2000000032361420"), "bundleId": .string("com.example.storekeeper"),
             "productId": .string("com.example.storekeeper.monthly"), "subscriptionGroupIdentifier": .string("21482456"),
-            "purchaseDate": .integer(Int64(now.timeIntervalSince1970 * 1000) - 60_000),
-            "originalPurchaseDate": .integer(Int64(now.timeIntervalSince1970 * 1000) - 60_000),
-            "expiresDate": .integer(Int64(now.timeIntervalSince1970 * 1000) + 2_592_000_000), "quantity": .integer(1),
+            "purchaseDate": .integer(EpochMilliseconds.milliseconds(now) - 60_000),
+            "originalPurchaseDate": .integer(EpochMilliseconds.milliseconds(now) - 60_000),
+            "expiresDate": .integer(EpochMilliseconds.milliseconds(now) + 2_592_000_000), "quantity": .integer(1),
             "type": .string("Auto-Renewable Subscription"), "inAppOwnershipType": .string("PURCHASED"),
-            "signedDate": .integer(Int64(now.timeIntervalSince1970 * 1000)), "environment": .string("Sandbox"),
+            "signedDate": .integer(EpochMilliseconds.milliseconds(now)), "environment": .string("Sandbox"),
             "transactionReason": .string("PURCHASE"), "storefront": .string("USA"), "storefrontId": .string("143441"),
             "price": .integer(9990), "currency": .string("USD"),
         ]

@@ -3,6 +3,7 @@ import AppStoreReceipts
 import AppStoreSignedData
 import Foundation
 import StoreKitCatalog
+import StoreModel
 import StoreTime
 import StorekeeperCrypto
 import StorekeeperHTTP
@@ -108,7 +109,7 @@ enum FuzzCommands {
                 "transactionId": .string("1"), "originalTransactionId": .string("1"),
                 "bundleId": .string("com.example"),
                 "productId": .string("p"), "type": .string("Consumable"), "environment": .string("Sandbox"),
-                "signedDate": .integer(Int64(now.timeIntervalSince1970 * 1000)), "quantity": .integer(1),
+                "signedDate": .integer(EpochMilliseconds.milliseconds(now)), "quantity": .integer(1),
             ]
             let token = try JWSSigner.sign(
                 payload: payload, key: chain.leafKey, chain: [chain.leaf, chain.intermediate, chain.root])

@@ -1,11 +1,12 @@
 import AppStoreReceipts
 import Foundation
+import StoreModel
 import StorekeeperJSON
 
 /// ISO 8601 beside epoch milliseconds in what the command line prints.
 enum ISODates {
     static func string(milliseconds: Int64) -> String {
-        ReceiptDate.rfc3339String(Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+        ReceiptDate.rfc3339String(EpochMilliseconds.date(milliseconds) ?? .distantPast)
     }
 
     /// A copy of `value` in which every member that holds epoch milliseconds (a name ending in `Date`, `At`

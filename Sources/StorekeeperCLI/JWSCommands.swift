@@ -253,7 +253,7 @@ enum JWSCommands {
             guard let value = UUID(uuidString: text) else { throw UsageError("'\(text)' is not a UUID for --nonce") }
             nonce = value
         }
-        var timestamp = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+        var timestamp = EpochMilliseconds.milliseconds(now)
         if let text = arguments.value("timestamp") {
             guard let value = Int64(text) else { throw UsageError("'\(text)' is not milliseconds for --timestamp") }
             timestamp = value
@@ -272,7 +272,7 @@ enum JWSCommands {
             let jws = try OfferSignature.promotionalOfferV2(
                 keyID: keyID, issuerID: arguments.value("issuer-id") ?? "", bundleID: bundleID, productID: productID,
                 offerID: offerID, transactionID: arguments.value("transaction-id"), nonce: nonce,
-                issuedAt: Date(timeIntervalSince1970: Double(timestamp) / 1000), key: key)
+                issuedAt: EpochMilliseconds.date(timestamp) ?? now, key: key)
             console.write(jws + "\n")
         }
         return 0

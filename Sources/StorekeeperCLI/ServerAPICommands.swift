@@ -2,6 +2,7 @@ import AppStoreEmulator
 import AppStoreServerAPI
 import AppStoreSignedData
 import Foundation
+import StoreModel
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -54,7 +55,7 @@ enum ServerAPICommands {
 
     static func date(_ arguments: Arguments, _ name: String) throws(AppStoreServerAPIError) -> Date? {
         guard let text = arguments.value(name) else { return nil }
-        if let milliseconds = Double(text) { return Date(timeIntervalSince1970: milliseconds / 1000) }
+        if let milliseconds = Int64(text), let date = EpochMilliseconds.date(milliseconds) { return date }
         guard let date = try? arguments.date(name) else {
             throw AppStoreServerAPIError(
                 kind: .invalidRequest, message: "--\(name) must be an RFC 3339 date or UNIX milliseconds")

@@ -246,12 +246,13 @@ extension AppStore {
         }
 
         init?(json: JSONValue) {
-            guard let id = json["requestIdentifier"]?.stringValue, let date = json["date"]?.doubleValue,
-                let effective = json["effectiveDate"]?.doubleValue, let line = json["webOrderLineItemId"]?.stringValue
+            guard let id = json["requestIdentifier"]?.stringValue,
+                let date = json["date"]?.doubleValue.flatMap({ EpochMilliseconds.date($0.rounded(.down)) }),
+                let effective = json["effectiveDate"]?.doubleValue.flatMap({ EpochMilliseconds.date($0.rounded(.down)) }
+                ),
+                let line = json["webOrderLineItemId"]?.stringValue
             else { return nil }
-            self.init(
-                requestIdentifier: id, date: Date(timeIntervalSince1970: date / 1000),
-                effectiveDate: Date(timeIntervalSince1970: effective / 1000), webOrderLineItemID: line)
+            self.init(requestIdentifier: id, date: date, effectiveDate: effective, webOrderLineItemID: line)
         }
     }
 
@@ -387,7 +388,7 @@ extension AppStore {
                 requestIdentifier: id, productID: product, environment: environment,
                 storefronts: json["storefrontCountryCodes"]?.arrayValue?.compactMap(\.stringValue),
                 complete: json["complete"]?.boolValue ?? false,
-                completeDate: json["completeDate"]?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) },
+                completeDate: json["completeDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) },
                 succeeded: json["succeededCount"]?.int64Value ?? 0, failed: json["failedCount"]?.int64Value ?? 0)
         }
     }
@@ -610,14 +611,16 @@ extension AppStore {
             throw EmulatorError.api(.invalidEndDate, "Invalid end date.")
         }
         let current = now
-        let start = Date(timeIntervalSince1970: startMs / 1000)
+        guard let start = EpochMilliseconds.date(startMs.rounded(.down)) else {
+            throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
+        }
         // A future end date reaches now (nothing later exists).
-        let end = Date(timeIntervalSince1970: endMs / 1000)
+        let end = EpochMilliseconds.date(endMs.rounded(.down)) ?? (endMs > 0 ? Date.distantFuture : .distantPast)
         // Apple keeps 180 days; store time runs at real speed between advances, so these are plain days.
         guard start >= current.addingTimeInterval(-180 * 86_400) else {
             throw EmulatorError.api(.startDateTooFarInPast, "Start date too far in the past.")
         }
-        guard start < Date(timeIntervalSince1970: endMs / 1000) else {
+        guard start < end else {
             throw EmulatorError.api(.startDateAfterEndDate, "Start date after end date.")
         }
         func text(_ name: String) -> String? {

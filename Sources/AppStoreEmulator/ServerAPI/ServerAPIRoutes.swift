@@ -53,7 +53,7 @@ extension AppStore {
         {
             throw HTTPError(
                 status: 429, code: String(APIErrorCode.rateLimitExceeded.rawValue), message: "Rate limit exceeded.",
-                headers: ["Retry-After": String(Int64((next.timeIntervalSince1970 * 1000).rounded(.up)))])
+                headers: ["Retry-After": String(EpochMilliseconds.milliseconds(next, roundingUp: true))])
         }
         do {
             try await catchUp()
@@ -304,7 +304,8 @@ extension AppStore {
         func milliseconds(_ name: String, _ code: APIErrorCode) throws -> Date? {
             guard let text = query[name] else { return nil }
             guard let value = Int64(text), value >= 0 else { throw EmulatorError.api(code, "Invalid \(name).") }
-            return Date(timeIntervalSince1970: Double(value) / 1000)
+            guard let date = EpochMilliseconds.date(value) else { throw EmulatorError.api(code, "Invalid \(name).") }
+            return date
         }
         filter.start = try milliseconds("startDate", .invalidStartDate)
         filter.end = try milliseconds("endDate", .invalidEndDate)

@@ -134,7 +134,7 @@ struct Fault: Sendable, Hashable {
             } ?? HTTPResponse(status: status)
         if status == 429 || retryAfter != nil {
             let at = now.addingTimeInterval(TimeInterval(retryAfter ?? 1))
-            response.headers.append(("Retry-After", String(Int64((at.timeIntervalSince1970 * 1000).rounded(.up)))))
+            response.headers.append(("Retry-After", String(EpochMilliseconds.milliseconds(at, roundingUp: true))))
         }
         return response
     }

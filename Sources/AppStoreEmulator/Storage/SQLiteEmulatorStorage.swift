@@ -696,17 +696,18 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         // MARK: Notifications
 
         private static func attemptsText(_ attempts: [SendAttempt]) -> String {
-            attempts.map { "\(Int64(($0.date.timeIntervalSince1970 * 1000).rounded())):\($0.result.rawValue)" }
+            attempts.map { "\(EpochMilliseconds.milliseconds($0.date)):\($0.result.rawValue)" }
                 .joined(separator: ",")
         }
 
         private static func attempts(_ text: String) -> [SendAttempt] {
             text.split(separator: ",").compactMap { item in
                 let parts = item.split(separator: ":")
-                guard parts.count == 2, let milliseconds = Double(parts[0]),
+                guard parts.count == 2, let milliseconds = Int64(parts[0]),
+                    let date = EpochMilliseconds.date(milliseconds),
                     let result = SendAttemptResult(rawValue: String(parts[1]))
                 else { return nil }
-                return SendAttempt(date: Date(timeIntervalSince1970: milliseconds / 1000), result: result)
+                return SendAttempt(date: date, result: result)
             }
         }
 

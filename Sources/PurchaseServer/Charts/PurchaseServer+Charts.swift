@@ -93,7 +93,10 @@ extension PurchaseServer {
             guard let ms = Int64(text), ms >= 0, ms < 32_503_680_000_000 else {
                 throw PurchaseServerError.invalid("\(name) is a time in milliseconds since 1970")
             }
-            return Date(timeIntervalSince1970: Double(ms) / 1000)
+            guard let date = EpochMilliseconds.date(ms) else {
+                throw PurchaseServerError.invalid("\(name) is outside the dates this server can carry")
+            }
+            return date
         }
         let to = try time("to") ?? now()
         let from = try time("from") ?? to.addingTimeInterval(-30 * 86_400)

@@ -200,7 +200,7 @@ extension PurchaseServer {
         func day(_ name: String) -> String? {
             guard let text = query[name], !text.isEmpty else { return nil }
             guard let date = try? Date(text + "T00:00:00Z", strategy: .iso8601) else { return "x" }
-            return String(Int64(date.timeIntervalSince1970 * 1000))
+            return EpochMilliseconds.string(date)
         }
         let chartQuery = try self.chartQuery { name in
             switch name {

@@ -98,7 +98,10 @@ extension BenchCommands {
                 catalog: [catalog], apps: [AppConfiguration(bundleID: DefaultCatalog.bundleID, sharedSecret: "secret")],
                 dataDirectory: directory.appendingPathComponent("emulator"), rate: .realTime)
         }
-        let server = try HTTPServer(port: 0, responder: store.responder())
+        // The held connections all come from 127.0.0.1: the per-address cap is off so that all are held.
+        var limits = HTTPLimits()
+        limits.perAddressLimit = 0
+        let server = try HTTPServer(port: 0, limits: limits, responder: store.responder())
         defer { server.stop() }
         let receipts = try blocking { () -> [String] in
             var receipts: [String] = []

@@ -301,6 +301,26 @@ struct ServeCommandTests {
         let verified = try ExternalTool.run(curl, ["-sS", "--cacert", certificate, base + "/healthz"])
         #expect(verified.status == 0, "\(verified.stderrText)")
         #expect(String(decoding: verified.stdout, as: UTF8.self).contains("ok"))
+        // Every answer carries HSTS.
+        let headers = try ExternalTool.run(
+            curl, ["-sS", "-D", "-", "-o", "/dev/null", "--cacert", certificate, base + "/healthz"])
+        #expect(String(decoding: headers.stdout, as: UTF8.self).contains("Strict-Transport-Security: max-age="))
+        // TLS 1.2 and 1.3 with AEAD suites only: TLS 1.0, 1.1 and a CBC suite get no session.
+        let openssl = ExternalTool.find("openssl")!
+        let hostPort = String(base.dropFirst("https://".count))
+        func handshake(_ options: [String]) throws -> String {
+            let run = try ExternalTool.run(openssl, ["s_client", "-connect", hostPort] + options)
+            return String(decoding: run.stdout, as: UTF8.self)
+        }
+        for old in [
+            ["-tls1", "-cipher", "DEFAULT@SECLEVEL=0"], ["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"],
+            ["-tls1_2", "-cipher", "AES128-SHA"],
+        ] {
+            let text = try handshake(old)
+            #expect(text.contains("Cipher is (NONE)"), "\(old): \(text.prefix(300))")
+        }
+        let modern = try handshake(["-tls1_2"])
+        #expect(modern.contains("Cipher is ECDHE-ECDSA-AES") || modern.contains("Cipher is ECDHE-ECDSA-CHACHA20"))
         // A client that does not trust the certificate is refused; plain HTTP gets no answer.
         let untrusted = try ExternalTool.run(curl, ["-sS", base + "/healthz"])
         #expect(untrusted.status != 0)

@@ -400,9 +400,11 @@ static enum MHD_Result accept_policy(void *cls, const struct sockaddr *address, 
     bool refuse = limits->per_address_limit && held >= limits->per_address_limit;
     if (!refuse && limits->reserved_connections && held > 0 && limits->connection_limit) {
         unsigned int open = atomic_load(&server->connections);
-        unsigned int shared = limits->connection_limit > limits->reserved_connections
-                                  ? limits->connection_limit - limits->reserved_connections
-                                  : 0;
+        // The reserve is at most a quarter of the limit, so a small limit is not all reserve.
+        unsigned int reserve = limits->reserved_connections < limits->connection_limit / 4
+                                   ? limits->reserved_connections
+                                   : limits->connection_limit / 4;
+        unsigned int shared = limits->connection_limit - reserve;
         refuse = open >= shared;
     }
     if (refuse) atomic_fetch_add(&server->refused, 1);

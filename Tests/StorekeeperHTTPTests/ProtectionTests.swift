@@ -176,14 +176,14 @@ struct ConnectionProtectionTests {
     @Test("Near the connection limit, the reserve goes only to addresses that hold no connection")
     func reserve() async throws {
         let server = try Self.server {
-            $0.maxConnections = 12
+            $0.maxConnections = 16
             $0.reservedConnections = 4
             $0.perAddressLimit = 0
         }
         defer { server.stop() }
-        let held = try (0..<8).map { _ in try RawClient(port: server.port) }
+        let held = try (0..<12).map { _ in try RawClient(port: server.port) }
         defer { held.forEach { $0.close() } }
-        for _ in 0..<100 where server.openConnections < 8 { try await Task.sleep(for: .milliseconds(20)) }
+        for _ in 0..<100 where server.openConnections < 12 { try await Task.sleep(for: .milliseconds(20)) }
         let sameAddressRefused = try await RawClient.offPool { () -> Bool in
             let ninth = try RawClient(port: server.port)
             defer { ninth.close() }

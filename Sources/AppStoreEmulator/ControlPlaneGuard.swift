@@ -86,14 +86,7 @@ public final class ControlPlaneGuard: InlineMiddleware {
             }
         }
         if !open, !login.isSignedIn(request) {
-            if request.method == "GET", !request.path.hasPrefix("/_emulator/") {
-                throw HTTPError(
-                    status: 303, code: "sign_in", message: "sign in at /dashboard/login",
-                    headers: ["Location": "/dashboard/login"])
-            }
-            throw HTTPError(
-                status: 401, code: "unauthorized", message: "the control plane needs Authorization: Bearer <token>",
-                headers: ["WWW-Authenticate": "Bearer"])
+            throw login.refusal(request, page: !request.path.hasPrefix("/_emulator/"), secretName: "token")
         }
     }
 

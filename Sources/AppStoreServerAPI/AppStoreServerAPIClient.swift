@@ -309,7 +309,7 @@ public struct AppStoreServerAPIClient: Sendable {
             return nil
         }
         return number > 100_000_000_000
-            ? (EpochMilliseconds.date(number.rounded(.down)) ?? now) : now.addingTimeInterval(number)
+            ? (EpochMilliseconds.date(number) ?? now) : now.addingTimeInterval(number)
     }
 
     /// Verifies every signed field of an answer when a verifier was given.

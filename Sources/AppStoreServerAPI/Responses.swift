@@ -15,7 +15,7 @@ extension APIResponseBody {
     public func bool(_ key: String) -> Bool? { json[key]?.boolValue }
     public func strings(_ key: String) -> [String] { json[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
     public func date(_ key: String) -> Date? {
-        json[key]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) }
+        json[key]?.doubleValue.flatMap { EpochMilliseconds.date($0) }
     }
     public var jsonText: String { JSONWriter.string(.object(json)) }
 }
@@ -130,7 +130,7 @@ public struct SendAttemptItem: Sendable, Hashable {
     static func list(_ value: JSONValue?) -> [SendAttemptItem] {
         (value?.arrayValue ?? []).compactMap(\.objectValue).map {
             SendAttemptItem(
-                attemptDate: $0["attemptDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) },
+                attemptDate: $0["attemptDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0) },
                 sendAttemptResult: $0["sendAttemptResult"]?.stringValue)
         }
     }

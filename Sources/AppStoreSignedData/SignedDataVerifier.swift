@@ -297,7 +297,7 @@ public struct SignedDataVerifier: Sendable {
 
     /// A `ms` field as a date: integer or fractional milliseconds, possibly negative.
     static func date(_ value: JSONValue?) -> Date? {
-        value?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) }
+        value?.doubleValue.flatMap { EpochMilliseconds.date($0) }
     }
 }
 

@@ -14,7 +14,7 @@ extension SignedPayload {
     public func int64(_ key: String) -> Int64? { json[key]?.int64Value }
     public func bool(_ key: String) -> Bool? { json[key]?.boolValue }
     /// A `ms` field: integer or fractional milliseconds since 1970, possibly negative (Xcode).
-    public func date(_ key: String) -> Date? { json[key]?.doubleValue.map { Date(timeIntervalSince1970: $0 / 1000) } }
+    public func date(_ key: String) -> Date? { json[key]?.doubleValue.flatMap { EpochMilliseconds.date($0) } }
     public func uuid(_ key: String) -> UUID? { string(key).flatMap(UUID.init(uuidString:)) }
 
     /// The payload serialized back to JSON, members in their original order.

@@ -78,8 +78,8 @@ extension PurchaseServer {
                 let start = object["start"]?.doubleValue
             else { return nil }
             self.init(
-                start: EpochMilliseconds.date(start.rounded(.down)) ?? .distantPast,
-                end: object["end"]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) },
+                start: EpochMilliseconds.date(start) ?? .distantPast,
+                end: object["end"]?.doubleValue.flatMap { EpochMilliseconds.date($0) },
                 paginationToken: object["paginationToken"]?.stringValue)
         }
 

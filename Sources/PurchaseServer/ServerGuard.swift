@@ -21,16 +21,8 @@ struct ServerGuard: InlineMiddleware {
 
     func check(_ request: HTTPRequest) throws(HTTPError) {
         guard !Self.isOpen(request.path), !login.isSignedIn(request) else { return }
-        if request.path == "/dashboard" || request.path.hasPrefix("/dashboard/") {
-            if request.method == "GET" {
-                throw HTTPError(
-                    status: 303, code: "sign_in", message: "sign in at /dashboard/login",
-                    headers: ["Location": "/dashboard/login"])
-            }
-        }
-        throw HTTPError(
-            status: 401, code: "unauthorized", message: "this route needs Authorization: Bearer <secret key>",
-            headers: ["WWW-Authenticate": "Bearer"])
+        let page = request.path == login.root || request.path.hasPrefix(login.root + "/")
+        throw login.refusal(request, page: page, secretName: "secret key")
     }
 
     func handle(_ request: HTTPRequest, context: RequestContext, next: Handler) async throws -> HTTPResponse {

@@ -2,11 +2,12 @@ public import Foundation
 
 /// Milliseconds since 1970-01-01T00:00:00Z, as Apple's JSON, JWS and Server API carry dates: the one
 /// conversion between them and `Date` for the whole code base. A date becomes milliseconds rounded down (as
-/// Apple's own libraries write them), clamped to ``range`` so that no date can trap; milliseconds outside
-/// ``range`` (or not finite) are not a date at all, so an input that carries them is refused, not stored.
+/// Apple's own libraries write them), clamped to ``range`` so that no date can trap; a number outside
+/// ``range`` (or not finite) is not a date at all, so an input that carries one is refused, not stored.
 public enum EpochMilliseconds {
-    /// The instants the formats can carry: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z.
-    public static let range: ClosedRange<Int64> = -62_135_596_800_000...253_402_300_799_999
+    /// The instants a JSON date can be: ECMAScript's, ±100,000,000 days around 1970 (years −271,821 to
+    /// 275,760). Xcode's signed data writes year 0 for "no date", so the range reaches well before year 1.
+    public static let range: ClosedRange<Int64> = -8_640_000_000_000_000...8_640_000_000_000_000
 
     /// `date` in milliseconds, rounded down (up for a time not to come before, such as `Retry-After`); a date
     /// outside ``range`` gives its nearer end.
@@ -24,13 +25,12 @@ public enum EpochMilliseconds {
         return Date(timeIntervalSince1970: Double(milliseconds) / 1000)
     }
 
-    /// The date a JSON number stands for (an integer, or a whole number written as a double); nil for a
-    /// fraction, a value that is not finite, or one outside ``range``.
+    /// The date a JSON number stands for, fraction kept (some signed data carries fractional milliseconds);
+    /// nil for a value that is not finite or lies outside ``range``.
     public static func date(_ milliseconds: Double) -> Date? {
-        guard milliseconds.isFinite, milliseconds == milliseconds.rounded(.down),
-            milliseconds >= Double(range.lowerBound), milliseconds <= Double(range.upperBound)
+        guard milliseconds.isFinite, milliseconds >= Double(range.lowerBound), milliseconds <= Double(range.upperBound)
         else { return nil }
-        return date(Int64(milliseconds))
+        return Date(timeIntervalSince1970: milliseconds / 1000)
     }
 
     /// `milliseconds` as text, as query parameters and logs write it.

@@ -24,6 +24,14 @@ enum ScenarioCommands {
                 name: "url", valueName: "url",
                 help: "Run against this running emulator instead of an embedded one (it needs a notification URL set)."),
             AppStoreCommands.tokenOption, AppStoreCommands.bundleOption,
+            .init(
+                name: "max-seconds", valueName: "s",
+                help: "Stop a scenario that runs longer than this, as failed (default: 60; at most 3600)."),
+            .init(
+                name: "max-events", valueName: "n",
+                help:
+                    "Stop a scenario whose advance steps run more renewals and expirations than this, as failed (default: 20000; at most 1000000)."
+            ),
         ],
         discussion: """
             A scenario: {"name", "seed"?, "environment"?: "Sandbox"|"Production", "storekit"?: file, \
@@ -49,8 +57,31 @@ enum ScenarioCommands {
     static let maxSteps = 1_000
     /// A run is bounded like the control plane it drives: at most this long, and at most this many renewals
     /// and expirations run by its `advance` steps (what the store grows by); past either it stops and fails.
-    static let maxRunTime: Duration = .seconds(60)
+    static let maxRunTime = 60
     static let maxRunEvents = 20_000
+
+    /// A run's bounds: `--max-seconds` and `--max-events`, within their ranges.
+    struct Bounds {
+        var seconds = maxRunTime
+        var events = maxRunEvents
+
+        init() {}
+
+        init(_ arguments: Arguments) throws {
+            if let text = arguments.value("max-seconds") {
+                guard let value = Int(text), (1...3_600).contains(value) else {
+                    throw UsageError("--max-seconds must be 1 to 3600")
+                }
+                seconds = value
+            }
+            if let text = arguments.value("max-events") {
+                guard let value = Int(text), (1...1_000_000).contains(value) else {
+                    throw UsageError("--max-events must be 1 to 1000000")
+                }
+                events = value
+            }
+        }
+    }
 
     static func run(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
         var paths: [String] = []
@@ -62,6 +93,7 @@ enum ScenarioCommands {
         guard !paths.isEmpty else { throw UsageError("Missing expected argument '<file>'") }
         let format = arguments.value("format") ?? "text"
         guard ["text", "json"].contains(format) else { throw UsageError("--format must be text or json") }
+        let bounds = try Bounds(arguments)
         var failed = false
         var reports: [JSONValue] = []
         // One data directory for the run: the emulator's certificates are made once, state is in memory.
@@ -82,12 +114,12 @@ enum ScenarioCommands {
                     bundleID: arguments.value("bundle-id") ?? ProcessInfo.processInfo.environment[
                         "STOREKEEPER_BUNDLE_ID"]
                         ?? DefaultCatalog.bundleID)
-                outcome = try blocking { try await run(scenario, target: target) }
+                outcome = try blocking { try await run(scenario, target: target, bounds: bounds) }
             } else {
                 outcome = try blocking {
                     let (target, store) = try await embedded(scenario, directory: directory)
                     defer { store.close() }
-                    return try await run(scenario, target: target)
+                    return try await run(scenario, target: target, bounds: bounds)
                 }
             }
             failed = failed || !outcome.passed
@@ -244,7 +276,9 @@ enum ScenarioCommands {
     static var subscriptionVerbs: Set<String> { Set(verbRoutes.keys) }
 
     /// Runs one scenario; every step and expectation becomes a report line.
-    static func run(_ scenario: Scenario, target: Target) async throws -> (passed: Bool, lines: [String]) {
+    static func run(_ scenario: Scenario, target: Target, bounds: Bounds = Bounds()) async throws -> (
+        passed: Bool, lines: [String]
+    ) {
         let certificates = try await target.call("GET", "/_emulator/v1/certificates")
         guard let rootText = certificates["jwsRoot"]?.stringValue, let rootDER = Data(base64Encoded: rootText) else {
             throw RuntimeError("the emulator did not give its JWS root")
@@ -272,16 +306,16 @@ enum ScenarioCommands {
                 $0.stringValue.flatMap { try? CompactJWS($0).payload["productId"]?.stringValue }
             }
         }
-        let deadline = ContinuousClock.now + maxRunTime
+        let deadline = ContinuousClock.now + .seconds(bounds.seconds)
         var eventsRun: Int64 = 0
         for (index, step) in scenario.steps.enumerated() {
             let number = index + 1
             let (verb, value) = (step.members[0].key, step.members[0].value)
-            guard ContinuousClock.now < deadline, eventsRun <= maxRunEvents else {
+            guard ContinuousClock.now < deadline, eventsRun <= bounds.events else {
                 passed = false
                 lines.append(
-                    "\(number). ✘ stopped: a scenario runs for at most \(maxRunTime) and \(maxRunEvents) renewals "
-                        + "and expirations (this one reached \(eventsRun))")
+                    "\(number). ✘ stopped: a scenario runs for at most \(bounds.seconds) s and \(bounds.events) "
+                        + "renewals and expirations (--max-seconds, --max-events; this one reached \(eventsRun))")
                 break
             }
             do {

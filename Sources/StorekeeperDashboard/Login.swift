@@ -73,6 +73,20 @@ public struct DashboardLogin: Sendable {
         return cookie
     }
 
+    /// Why a signed-out request is refused: a page read (`GET` where `page` says it is a dashboard page) is
+    /// sent to the sign-in form (303); anything else is 401 with `WWW-Authenticate: Bearer`, `secretName`
+    /// saying what to send.
+    public func refusal(_ request: HTTPRequest, page: Bool, secretName: String) -> HTTPError {
+        if page, request.method == "GET" {
+            return HTTPError(
+                status: 303, code: "sign_in", message: "sign in at \(root)/login",
+                headers: ["Location": root + "/login"])
+        }
+        return HTTPError(
+            status: 401, code: "unauthorized", message: "this route needs Authorization: Bearer <\(secretName)>",
+            headers: ["WWW-Authenticate": "Bearer"])
+    }
+
     /// The value of cookie `name` in the request's `Cookie` header.
     public static func cookie(_ name: String, in request: HTTPRequest) -> String? {
         guard let header = request.header("Cookie"), header.utf8.count <= 8_192 else { return nil }

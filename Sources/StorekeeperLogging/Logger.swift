@@ -156,13 +156,17 @@ public final class StreamLogHandler: LogHandler {
     }
 
     static func timestamp(_ date: Date) -> String {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
-        var time = time_t(milliseconds / 1000)
+        // Whole seconds for gmtime, and the millisecond within the second (a wall-clock instant, never
+        // epoch milliseconds on the wire: those are StoreModel's EpochMilliseconds).
+        let interval = date.timeIntervalSince1970.isFinite ? date.timeIntervalSince1970 : 0
+        let seconds = min(max(interval.rounded(.down), -1e15), 1e15)
+        var time = time_t(seconds)
+        let millisecond = min(999, max(0, Int((interval - seconds) * 1_000)))
         var parts = tm()
         gmtime_r(&time, &parts)
         return String(
             format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
-            Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(milliseconds % 1000))
+            Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), millisecond)
     }
 
     static func quotedIfNeeded(_ value: String) -> String {

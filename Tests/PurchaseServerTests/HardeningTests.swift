@@ -25,7 +25,7 @@ struct ServerHardeningTests {
         defer { harness.stop() }
         let path = "/v1/subscribers/g3/entitlements/plus/grant"
         for body in [
-            #"{"expiresDate":1e19}"#, #"{"expiresDate":-1e19}"#, #"{"expiresDate":253402300800000}"#,
+            #"{"expiresDate":1e19}"#, #"{"expiresDate":-1e19}"#, #"{"expiresDate":8640000000000001}"#,
             #"{"durationDays":"30"}"#, #"{"durationDays":30.5}"#, #"{"durationDays":0}"#,
             #"{"durationDays":123456789012345678901234567890}"#, #"{"durationDays":30,"expiresDate":1}"#,
             #"{"durationDays":30,"gift":true}"#, #"{"bundleId":7}"#, "[]", "\"x\"", "{",
@@ -76,7 +76,9 @@ struct ServerHardeningTests {
                 == EpochMilliseconds.range.lowerBound)
         #expect(EpochMilliseconds.range.contains(EpochMilliseconds.milliseconds(Date(timeIntervalSince1970: .nan))))
         #expect(EpochMilliseconds.date(1e19) == nil)
-        #expect(EpochMilliseconds.date(1.5) == nil)
+        #expect(EpochMilliseconds.date(1.5) == Date(timeIntervalSince1970: 0.0015))
+        #expect(EpochMilliseconds.date(Double(EpochMilliseconds.range.upperBound) + 1) == nil)
+        #expect(EpochMilliseconds.date(-62_135_769_600_000.0) != nil, "Xcode's year 0")
         #expect(EpochMilliseconds.date(Double.nan) == nil)
         #expect(EpochMilliseconds.date(Int64.max) == nil)
         let date = EpochMilliseconds.date(Int64(1_764_547_200_123))!

@@ -314,6 +314,25 @@ struct ScenarioTests {
         let third = CapturedConsole.run(["appstore", "scenario", "run", notJSON.path])
         #expect(third.status == 2 && third.stderr.contains("is not JSON"))
     }
+
+    @Test("A run is bounded: past --max-events renewals and expirations (or --max-seconds) it stops, failed")
+    func bounded() throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("long.json")
+        let steps =
+            [#"{"buy": "com.example.storekeeper.monthly"}"#] + Array(repeating: #"{"advance": "P10Y"}"#, count: 50)
+        try Data(
+            (#"{"name": "long", "environment": "Production", "steps": ["# + steps.joined(separator: ",") + "]}").utf8
+        ).write(to: file)
+        let run = CapturedConsole.run(["appstore", "scenario", "run", "--max-events", "200", file.path])
+        #expect(run.status == 1)
+        #expect(run.stdout.hasPrefix("FAIL long"))
+        #expect(run.stdout.contains("✘ stopped: a scenario runs for at most 60 s and 200 renewals"), "\(run.stdout)")
+        #expect(!run.stdout.contains("51. advance"))
+        let usage = CapturedConsole.run(["appstore", "scenario", "run", "--max-seconds", "0", file.path])
+        #expect(usage.status == 64, "\(usage.stderr)")
+    }
 }
 
 @Suite("storekeeper appstore buy with offers")

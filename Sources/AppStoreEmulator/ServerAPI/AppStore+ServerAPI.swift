@@ -247,8 +247,8 @@ extension AppStore {
 
         init?(json: JSONValue) {
             guard let id = json["requestIdentifier"]?.stringValue,
-                let date = json["date"]?.doubleValue.flatMap({ EpochMilliseconds.date($0.rounded(.down)) }),
-                let effective = json["effectiveDate"]?.doubleValue.flatMap({ EpochMilliseconds.date($0.rounded(.down)) }
+                let date = json["date"]?.doubleValue.flatMap({ EpochMilliseconds.date($0) }),
+                let effective = json["effectiveDate"]?.doubleValue.flatMap({ EpochMilliseconds.date($0) }
                 ),
                 let line = json["webOrderLineItemId"]?.stringValue
             else { return nil }
@@ -388,7 +388,7 @@ extension AppStore {
                 requestIdentifier: id, productID: product, environment: environment,
                 storefronts: json["storefrontCountryCodes"]?.arrayValue?.compactMap(\.stringValue),
                 complete: json["complete"]?.boolValue ?? false,
-                completeDate: json["completeDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0.rounded(.down)) },
+                completeDate: json["completeDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0) },
                 succeeded: json["succeededCount"]?.int64Value ?? 0, failed: json["failedCount"]?.int64Value ?? 0)
         }
     }
@@ -611,11 +611,11 @@ extension AppStore {
             throw EmulatorError.api(.invalidEndDate, "Invalid end date.")
         }
         let current = now
-        guard let start = EpochMilliseconds.date(startMs.rounded(.down)) else {
+        guard let start = EpochMilliseconds.date(startMs) else {
             throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
         }
         // A future end date reaches now (nothing later exists).
-        let end = EpochMilliseconds.date(endMs.rounded(.down)) ?? (endMs > 0 ? Date.distantFuture : .distantPast)
+        let end = EpochMilliseconds.date(endMs) ?? (endMs > 0 ? Date.distantFuture : .distantPast)
         // Apple keeps 180 days; store time runs at real speed between advances, so these are plain days.
         guard start >= current.addingTimeInterval(-180 * 86_400) else {
             throw EmulatorError.api(.startDateTooFarInPast, "Start date too far in the past.")

@@ -132,7 +132,6 @@ struct sk_exchange {
     // Worker-thread-only state (the access handler is never called concurrently for one connection).
     bool checked;          // the first access-handler call (headers complete) has run
     bool handed;           // the handler has been called
-    bool too_large;        // the received body exceeded its limit
     size_t body_limit;     // this request's limit (the route's, capped at max_body)
     size_t reserved;       // bytes counted in server->buffered for this body
     sk_conn *conn;         // the connection's record; valid until NOTIFY_COMPLETED (worker thread only)
@@ -718,7 +717,7 @@ static bool build_request(sk_exchange *exchange, struct MHD_Connection *connecti
 // A chunked body has passed its limit: libmicrohttpd queues answers only before or after a body, so over
 // plain HTTP the 413 is written to the socket now (a fixed answer, on the connection's own thread, while
 // libmicrohttpd writes nothing) and the connection is closed; over HTTPS it is closed.
-static void answer_too_large_now(sk_server *server, sk_exchange *exchange, struct MHD_Connection *connection) {
+static void answer_too_large_now(const sk_server *server, struct MHD_Connection *connection) {
     if (server->tls_certificate) return;
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!fd) return;
@@ -728,7 +727,6 @@ static void answer_too_large_now(sk_server *server, sk_exchange *exchange, struc
                           "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                           strlen(error_too_large.body));
     if (length <= 0 || (size_t)length >= sizeof head) return;
-    (void)exchange;
     (void)!send(fd->connect_fd, head, (size_t)length, MSG_NOSIGNAL | MSG_MORE);
     (void)!send(fd->connect_fd, error_too_large.body, strlen(error_too_large.body), MSG_NOSIGNAL);
 }
@@ -738,8 +736,7 @@ static bool receive_body(sk_server *server, sk_exchange *exchange, struct MHD_Co
                          const char *data, size_t size) {
     if (exchange->conn) atomic_fetch_add(&exchange->conn->body_received, size);
     if (size > exchange->body_limit - exchange->body_length) {
-        exchange->too_large = true;
-        answer_too_large_now(server, exchange, connection);
+        answer_too_large_now(server, connection);
         return false;
     }
     if (exchange->body_length + size > exchange->body_capacity) {
@@ -839,7 +836,6 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *connecti
     }
     // The request is complete (or the connection was resumed with an answer).
     if (exchange->handed) return deliver_or_suspend(exchange, connection);
-    if (exchange->too_large) return queue_error(connection, &error_too_large, true);
     return hand_over(server, exchange, connection, method);
 }
 

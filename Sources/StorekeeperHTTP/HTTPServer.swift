@@ -29,8 +29,8 @@ public struct HTTPLimits: Sendable {
     public var minBodyRate = 1_024
     /// Connections one client address may hold at once (0: no cap).
     public var perAddressLimit = 1_024
-    /// The last this many connections under ``maxConnections`` go only to addresses that hold none yet, so
-    /// a new client is still answered while slow ones hold the rest.
+    /// The last this many connections under ``maxConnections`` (at most a quarter of it) go only to
+    /// addresses that hold none yet, so a new client is still answered while slow ones hold the rest.
     public var reservedConnections = 256
     /// Request bodies buffered for all requests in flight together; past it a request is answered 503
     /// (`server_busy`) before its body is read (0: no cap).

@@ -107,26 +107,48 @@ let package = Package(
             resources: [.copy("Resources")],
             swiftSettings: upcoming),
 
-        // Command line: a library so it is testable in-process, and a thin executable.
+        // Command line: the argument parser, console, errors and signals every command shares; the benchmarks
+        // and fuzzers with their bare baselines (the only module besides the wrappers that touches C, to
+        // measure it); the commands, a library so it is testable in-process; and a thin executable.
+        .target(
+            name: "StorekeeperCommandLine",
+            dependencies: [
+                "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StorekeeperLogging",
+                "StoreModel", "StoreTime",
+            ],
+            swiftSettings: upcoming),
+        .target(
+            name: "StorekeeperBench",
+            dependencies: [
+                "CStorekeeperOpenSSL", "CStorekeeperHTTPServer", "StorekeeperCommandLine", "AppStoreReceipts",
+                "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "AppStoreEmulator",
+                "StoreKitCatalog", "StorekeeperHTTP", "StorekeeperLogging", "StoreTime", "StoreModel",
+                "AppStoreServerAPI", "PurchaseServer", "StorekeeperPostgres", "SubscriptionLifecycle",
+            ],
+            swiftSettings: upcoming),
         .target(
             name: "StorekeeperCLI",
             dependencies: [
-                "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON",
-                "AppStoreEmulator", "StoreKitCatalog", "StorekeeperHTTP", "StorekeeperLogging", "StoreTime",
-                "StoreModel", "AppStoreServerAPI", "PurchaseServer", "StorekeeperPostgres",
+                "StorekeeperCommandLine", "StorekeeperBench", "AppStoreReceipts", "AppStoreSignedData",
+                "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "AppStoreEmulator", "StoreKitCatalog",
+                "StorekeeperHTTP", "StorekeeperLogging", "StoreTime", "StoreModel", "AppStoreServerAPI",
+                "PurchaseServer", "StorekeeperPostgres",
             ],
             swiftSettings: upcoming),
-        .executableTarget(name: "storekeeper", dependencies: ["StorekeeperCLI"], swiftSettings: upcoming),
+        .executableTarget(
+            name: "storekeeper", dependencies: ["StorekeeperCLI", "StorekeeperCommandLine"], swiftSettings: upcoming),
 
-        // Test helpers shared by every test target.
+        // Test helpers shared by every test target; the command line in-process, for the tests that run it.
         .target(
             name: "StorekeeperTestSupport",
             dependencies: [
-                "StorekeeperASN1", "StorekeeperCrypto", "AppStoreReceipts", "AppStoreSignedData", "StorekeeperCLI",
-                "StorekeeperPostgres",
+                "StorekeeperASN1", "StorekeeperCrypto", "AppStoreReceipts", "AppStoreSignedData", "StorekeeperPostgres",
             ],
             swiftSettings: upcoming
         ),
+        .target(
+            name: "StorekeeperCLITestSupport", dependencies: ["StorekeeperCLI", "StorekeeperCommandLine"],
+            swiftSettings: upcoming),
 
         .testTarget(
             name: "StorekeeperASN1Tests", dependencies: ["StorekeeperASN1", "StorekeeperTestSupport"],
@@ -162,7 +184,7 @@ let package = Package(
             dependencies: [
                 "PurchaseServer", "AppStoreEmulator", "AppStoreServerAPI", "AppStoreSignedData", "AppStoreReceipts",
                 "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StoreModel", "StoreTime",
-                "StorekeeperTestSupport", "SubscriptionLifecycle", "StorekeeperPostgres",
+                "StorekeeperTestSupport", "SubscriptionLifecycle", "StorekeeperPostgres", "StorekeeperCLITestSupport",
             ],
             swiftSettings: upcoming),
         .testTarget(
@@ -189,7 +211,8 @@ let package = Package(
             name: "StorekeeperCLITests",
             dependencies: [
                 "StorekeeperCLI", "AppStoreReceipts", "StorekeeperCrypto", "StorekeeperJSON", "StorekeeperHTTP",
-                "StorekeeperTestSupport", "AppStoreEmulator", "AppStoreSignedData",
+                "StorekeeperTestSupport", "AppStoreEmulator", "AppStoreSignedData", "StorekeeperCLITestSupport",
+                "StorekeeperCommandLine",
             ],
             swiftSettings: upcoming),
     ]

@@ -86,8 +86,19 @@ public final class AppStore: Sendable {
     let offerKeys: [String: [String: PublicKey]]
     /// Whether any family was ever made: until then no change needs the family tables.
     let familiesExist: Mutex<Bool>
-    /// The App Store Server API's keys, token checks, faults and rate limits.
-    let serverAPI: ServerAPIState
+    /// The App Store Server API's keys, faults and rate limits, read with the rest of the state at start.
+    private let serverAPIState: ServerAPIState
+    private let serverAPIService = Mutex<ServerAPIService?>(nil)
+
+    /// The App Store Server API over this store (made on first use: it holds the store unowned).
+    public var serverAPI: ServerAPIService {
+        serverAPIService.withLock { service in
+            if let service { return service }
+            let made = ServerAPIService(appStore: self, state: serverAPIState)
+            service = made
+            return made
+        }
+    }
 
     /// Renewals stop after this many in the sandbox, as Apple's sandbox does.
     public static let sandboxRenewalCap = 12
@@ -216,7 +227,7 @@ public final class AppStore: Sendable {
                 try store.setting(Setting.apiKeys)
             )
         }
-        serverAPI = try ServerAPIState(apps: apps, minted: mintedKeys)
+        serverAPIState = try ServerAPIState(apps: apps, minted: mintedKeys)
         clockState = Mutex(clock)
         nextDue = Mutex(due)
         productsNotForSale = Mutex(notForSale)
@@ -417,6 +428,7 @@ public final class AppStore: Sendable {
     /// Stops the scheduler and gives up the data directory, so another emulator may open it. The store
     /// must not be used afterwards.
     public func close() {
+        serverAPIService.withLock { $0 }?.close()
         stopScheduler()
         directoryLock.release()
     }

@@ -36,7 +36,7 @@ extension AppStore {
         router.limitBodies { method, path, authorization in
             controlPlane.bodyLimit(method: method, path: path, authorization: authorization)
         }
-        router.use(serverAPI.faults)
+        router.use(serverAPI.state.faults)
         let store = self
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
         {
@@ -331,8 +331,8 @@ extension AppStore {
                     ]))
             })
         addLifecycleRoutes(to: &router, base: base, guarded: guarded)
-        addServerAPIRoutes(to: &router, base: base, guarded: guarded)
-        addDashboardRoutes(to: &router, login: controlPlane.login)
+        serverAPI.addServerAPIRoutes(to: &router, base: base, guarded: guarded)
+        EmulatorDashboard(store: self).addDashboardRoutes(to: &router, login: controlPlane.login)
         return router.freeze(logger: logger ?? self.logger)
     }
 }

@@ -2,6 +2,7 @@ import AppStoreEmulator
 import Foundation
 import StoreKitCatalog
 import StoreTime
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -150,38 +151,28 @@ enum AppStoreCommands {
 
     // MARK: - Server
 
-    /// `--notification-retention-days` (nil: keep every notification).
-    static func retentionDays(_ arguments: Arguments) throws -> StorePeriod? {
-        try arguments.value("notification-retention-days").map { text in
-            guard let days = Int(text), (1...3_650).contains(days) else {
-                throw UsageError("--notification-retention-days must be 1 to 3650")
-            }
-            return StorePeriod(days: days)
-        }
-    }
-
-    static func serve(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        // Before any thread starts: whoever reads the address we print may stop us at once.
-        let termination = TerminationSignals()
+    static func serve(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        // Before the address is printed: whoever reads it may stop us at once.
+        TerminationSignals.hold()
         var rate: TimeRate?
         if let name = arguments.value("rate") {
             guard let parsed = TimeRate(name: name) else {
-                throw UsageError(
+                throw CommandError.usage(
                     "'\(name)' is not a time rate (one of \(TimeRate.all.map(\.name).joined(separator: ", ")))")
             }
             rate = parsed
         }
         let port = Int(arguments.value("port") ?? "8080") ?? -1
-        guard (0...65_535).contains(port) else { throw UsageError("--port must be 0 to 65535") }
+        guard (0...65_535).contains(port) else { throw CommandError.usage("--port must be 0 to 65535") }
         var catalogs: [StoreKitConfiguration] = []
         for path in arguments.all("storekit") {
             guard let data = FileManager.default.contents(atPath: path) else {
-                throw InputError("cannot read '\(path)'")
+                throw CommandError.input("cannot read '\(path)'")
             }
             do {
                 catalogs.append(try StoreKitConfiguration(data: Array(data)))
             } catch {
-                throw RuntimeError("'\(path)': \(error.description)")
+                throw CommandError.runtime("'\(path)': \(error.description)")
             }
         }
         if catalogs.isEmpty { catalogs = [try! StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))] }
@@ -193,19 +184,19 @@ enum AppStoreCommands {
         let limits = try ConnectionOptions.limits(arguments)
         let inFlight = try arguments.value("max-notifications-in-flight").map { text in
             guard let value = Int(text), (1...100_000).contains(value) else {
-                throw UsageError("--max-notifications-in-flight must be 1 to 100000")
+                throw CommandError.usage("--max-notifications-in-flight must be 1 to 100000")
             }
             return value
         }
         let maxInFlight = inFlight ?? AppStore.defaultMaxNotificationsInFlight
-        let retention = try retentionDays(arguments)
+        let retention = try arguments.notificationRetention()
         let logger = try LoggingOptions.logger(arguments, label: "appstore")
         let host = arguments.value("host") ?? "127.0.0.1"
         let token = arguments.value("token") ?? ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"]
-        if let token, token.count < 16 { throw UsageError("--token must be at least 16 characters") }
+        if let token, token.count < 16 { throw CommandError.usage("--token must be at least 16 characters") }
         if !ControlPlaneGuard.isLoopback(host) && token == nil {
             guard arguments.flag("insecure") else {
-                throw UsageError(
+                throw CommandError.usage(
                     "--host \(host) exposes the unauthenticated control plane beyond this machine: give --token "
                         + "(or STOREKEEPER_TOKEN), or --insecure to do it anyway")
             }
@@ -218,13 +209,11 @@ enum AppStoreCommands {
         let (finalCatalogs, finalApps, finalRate) = (catalogs, apps, rate ?? catalogs.first?.settings.timeRate)
         let store: AppStore
         do {
-            store = try blocking {
-                try await AppStore(
-                    catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate, logger: logger,
-                    maxNotificationsInFlight: maxInFlight, notificationRetention: retention)
-            }
+            store = try await AppStore(
+                catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate, logger: logger,
+                maxNotificationsInFlight: maxInFlight, notificationRetention: retention)
         } catch let error as EmulatorError {
-            throw RuntimeError(error.message)
+            throw CommandError.runtime(error.message)
         }
         let controlPlane = ControlPlaneGuard(
             listeningOn: host, extraHosts: arguments.all("allow-host"), token: token)
@@ -237,14 +226,14 @@ enum AppStoreCommands {
             // A failed start leaves nothing behind.
             store.close()
             if !dataExisted { try? FileManager.default.removeItem(at: data) }
-            throw RuntimeError(error.message)
+            throw CommandError.runtime(error.message)
         }
         controlPlane.setPort(server.port)
         store.startScheduler()
         let shown = host.contains(":") ? "[\(host)]" : host
         console.write("Storekeeper App Store emulator listening on http://\(shown):\(server.port)\n")
         console.write("  apps: \(apps.map(\.bundleID).joined(separator: ", ")); data: \(data.path)\n")
-        termination.wait()
+        await TerminationSignals.received()
         store.stopScheduler()
         server.stop()
         console.write("stopped\n")
@@ -256,21 +245,22 @@ enum AppStoreCommands {
         guard let data = FileManager.default.contents(atPath: path),
             let root = try? JSONParser.parse(Array(data)).objectValue,
             let list = root["apps"]?.arrayValue
-        else { throw RuntimeError("'\(path)' is not a JSON object with an \"apps\" array") }
+        else { throw CommandError.runtime("'\(path)' is not a JSON object with an \"apps\" array") }
         return try list.map { item in
             guard let bundleID = item["bundleId"]?.stringValue else {
-                throw RuntimeError("an app in '\(path)' has no bundleId")
+                throw CommandError.runtime("an app in '\(path)' has no bundleId")
             }
             var app = AppConfiguration(
                 bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value ?? 1_234_567_890,
                 version: item["version"]?.stringValue ?? "1.0", sharedSecret: item["sharedSecret"]?.stringValue)
             if let keys = item["offerKeys"] {
                 guard let object = keys.objectValue else {
-                    throw InputError("offerKeys of \(bundleID) in '\(path)' must map key ids to keys")
+                    throw CommandError.input("offerKeys of \(bundleID) in '\(path)' must map key ids to keys")
                 }
                 for (id, value) in object.members {
                     guard let text = value.stringValue else {
-                        throw InputError("offer key \(id) of \(bundleID) in '\(path)' must be a PEM key or a file")
+                        throw CommandError.input(
+                            "offer key \(id) of \(bundleID) in '\(path)' must be a PEM key or a file")
                     }
                     app.offerKeys[id] = try pem(text, configuration: path, name: "offer key \(id) of \(bundleID)")
                 }
@@ -281,7 +271,7 @@ enum AppStoreCommands {
                 guard let keyID = value["keyId"]?.stringValue, let issuerID = value["issuerId"]?.stringValue,
                     let key = value["publicKey"]?.stringValue
                 else {
-                    throw InputError(
+                    throw CommandError.input(
                         "apiKeys entry \(index) of \(bundleID) in '\(path)' needs keyId, issuerId and publicKey")
                 }
                 app.apiKeys.append(
@@ -291,7 +281,7 @@ enum AppStoreCommands {
             }
             if let notifications = item["notifications"] {
                 do { app.notifications = try AppNotifications(json: notifications) } catch let error as EmulatorError {
-                    throw InputError("the notifications of \(bundleID) in '\(path)': \(error.message)")
+                    throw CommandError.input("the notifications of \(bundleID) in '\(path)': \(error.message)")
                 }
             }
             return app
@@ -304,7 +294,7 @@ enum AppStoreCommands {
         guard !text.contains("-----BEGIN") else { return text }
         let file = URL(fileURLWithPath: text, relativeTo: URL(fileURLWithPath: path).deletingLastPathComponent())
         guard let contents = FileManager.default.contents(atPath: file.path) else {
-            throw InputError("cannot read \(name) at '\(file.path)'")
+            throw CommandError.input("cannot read \(name) at '\(file.path)'")
         }
         return String(decoding: contents, as: UTF8.self)
     }
@@ -313,14 +303,14 @@ enum AppStoreCommands {
         arguments.value("data") ?? ProcessInfo.processInfo.environment["STOREKEEPER_DATA"] ?? "storekeeper-data"
     }
 
-    static func certs(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func certs(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let out = arguments.value("out")!
         var roots: [(String, Certificate)] = []
         if arguments.value("url") != nil {
-            let (status, body) = try request(arguments, "GET", "/_emulator/v1/certificates", nil)
+            let (status, body) = try await request(arguments, "GET", "/_emulator/v1/certificates", nil)
             guard status == 200, let receipt = body["receiptRoot"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
                 let jws = body["jwsRoot"]?.stringValue.flatMap({ Data(base64Encoded: $0) })
-            else { throw RuntimeError("the emulator answered HTTP \(status) without its certificates") }
+            else { throw CommandError.runtime("the emulator answered HTTP \(status) without its certificates") }
             roots = [
                 ("receipt-root", try Certificate(derEncoded: Array(receipt))),
                 ("jws-root", try Certificate(derEncoded: Array(jws))),
@@ -329,13 +319,13 @@ enum AppStoreCommands {
             let data = URL(fileURLWithPath: dataDirectory(arguments))
             let pkiDirectory = data.appendingPathComponent("pki")
             guard FileManager.default.fileExists(atPath: pkiDirectory.path) else {
-                throw InputError(
+                throw CommandError.input(
                     "'\(data.path)' holds no emulator certificates (no pki folder); give the emulator's --data, or "
                         + "--url of a running emulator")
             }
             let pki: EmulatorPKI
             do { pki = try EmulatorPKI.loadOrCreate(in: pkiDirectory) } catch let error as EmulatorError {
-                throw InputError(error.message)
+                throw CommandError.input(error.message)
             }
             roots = [("receipt-root", pki.receipts.root), ("jws-root", pki.signedData.root)]
         }
@@ -349,15 +339,15 @@ enum AppStoreCommands {
         return 0
     }
 
-    static func products(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func products(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let bundle = bundleID(arguments)
-        return try call(arguments, console, "GET", "/_emulator/v1/apps/\(bundle)/products", nil)
+        return try await call(arguments, console, "GET", "/_emulator/v1/apps/\(bundle)/products", nil)
     }
 
     // MARK: - Client
 
-    static func account(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        try call(
+    static func account(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        try await call(
             arguments, console, "POST", "/_emulator/v1/accounts",
             [
                 "environment": .string(arguments.value("environment") ?? "Sandbox"),
@@ -365,30 +355,30 @@ enum AppStoreCommands {
             ])
     }
 
-    static func device(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func device(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let account = arguments.value("account") else {
-            throw UsageError("Missing expected argument '--account <id>'")
+            throw CommandError.usage("Missing expected argument '--account <id>'")
         }
-        return try call(arguments, console, "POST", "/_emulator/v1/devices", ["accountId": .string(account)])
+        return try await call(arguments, console, "POST", "/_emulator/v1/devices", ["accountId": .string(account)])
     }
 
-    static func install(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func install(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body = JSONObject()
         if let version = arguments.value("version") {
             body["version"] = .string(version)
         } else {
             console.writeError("note: no --version: the app's configured version is installed\n")
         }
-        return try call(arguments, console, "POST", try appPath(arguments) + "/install", body)
+        return try await call(arguments, console, "POST", try appPath(arguments) + "/install", body)
     }
 
-    static func buy(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func buy(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let product = arguments.value("product") else {
-            throw UsageError("Missing expected argument '--product <id>'")
+            throw CommandError.usage("Missing expected argument '--product <id>'")
         }
         var body: JSONObject = ["productId": .string(product)]
         if let quantity = arguments.value("quantity") {
-            guard let number = Int64(quantity) else { throw UsageError("'\(quantity)' is not a quantity") }
+            guard let number = Int64(quantity) else { throw CommandError.usage("'\(quantity)' is not a quantity") }
             body["quantity"] = .integer(number)
         }
         if let token = arguments.value("app-account-token") { body["appAccountToken"] = .string(token) }
@@ -400,56 +390,57 @@ enum AppStoreCommands {
             let text = signature.trimmingCharacters(in: .whitespacesAndNewlines)
             if text.hasPrefix("{") {
                 guard var object = (try? JSONParser.parse(Array(text.utf8)))?.objectValue else {
-                    throw UsageError("--offer-signature is not the JSON 'storekeeper offer sign' prints")
+                    throw CommandError.usage("--offer-signature is not the JSON 'storekeeper offer sign' prints")
                 }
                 object["offerId"] = .string(offerID)
                 body["offer"] = .object(object)
             } else {
                 body["offer"] = .object(["jws": .string(text)])
             }
-        case (_, nil): throw UsageError("--promotional-offer needs --offer-signature")
-        case (nil, _): throw UsageError("--offer-signature needs --promotional-offer")
+        case (_, nil): throw CommandError.usage("--promotional-offer needs --offer-signature")
+        case (nil, _): throw CommandError.usage("--offer-signature needs --promotional-offer")
         }
-        return try call(arguments, console, "POST", try appPath(arguments) + "/payments", body)
+        return try await call(arguments, console, "POST", try appPath(arguments) + "/payments", body)
     }
 
-    static func transactions(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        try call(arguments, console, "GET", try appPath(arguments) + "/transactions", nil)
+    static func transactions(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        try await call(arguments, console, "GET", try appPath(arguments) + "/transactions", nil)
     }
 
-    static func finish(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func finish(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let transaction = arguments.value("transaction") else {
-            throw UsageError("Missing expected argument '--transaction <id>'")
+            throw CommandError.usage("Missing expected argument '--transaction <id>'")
         }
-        return try call(arguments, console, "POST", try appPath(arguments) + "/transactions/\(transaction)/finish", nil)
+        return try await call(
+            arguments, console, "POST", try appPath(arguments) + "/transactions/\(transaction)/finish", nil)
     }
 
-    static func receipt(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        let (status, body) = try request(arguments, "GET", try appPath(arguments) + "/receipt", nil)
+    static func receipt(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        let (status, body) = try await request(arguments, "GET", try appPath(arguments) + "/receipt", nil)
         guard status == 200, let receipt = body["receipt"]?.stringValue else {
             let message = body["error"]?["message"]?.stringValue ?? "no details"
-            throw RuntimeError("the emulator refused the request (HTTP \(status)): \(message)")
+            throw CommandError.runtime("the emulator refused the request (HTTP \(status)): \(message)")
         }
         console.write(receipt + "\n")
         return 0
     }
 
-    static func advance(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func advance(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body = JSONObject()
         if let period = arguments.value("by") {
             guard StorePeriod(period) != nil else {
-                throw UsageError("'\(period)' is not an ISO 8601 duration such as P1M")
+                throw CommandError.usage("'\(period)' is not an ISO 8601 duration such as P1M")
             }
             body["advance"] = .string(period)
         }
         if let rate = arguments.value("rate") {
             guard TimeRate(name: rate) != nil else {
-                throw UsageError(
+                throw CommandError.usage(
                     "'\(rate)' is not a time rate (one of \(TimeRate.all.map(\.name).joined(separator: ", ")))")
             }
             body["rate"] = .string(rate)
         }
-        let response = try fetch(arguments, "POST", "/_emulator/v1/clock", body)
+        let response = try await fetch(arguments, "POST", "/_emulator/v1/clock", body)
         try printAnswer(response, arguments, console)
         console.writeError(advanceSummary(response, by: arguments.value("by")))
         return 0
@@ -479,15 +470,15 @@ enum AppStoreCommands {
 
     static func appPath(_ arguments: Arguments) throws -> String {
         guard let device = arguments.value("device") else {
-            throw UsageError("Missing expected argument '--device <uuid>'")
+            throw CommandError.usage("Missing expected argument '--device <uuid>'")
         }
         return "/_emulator/v1/devices/\(device)/apps/\(bundleID(arguments))"
     }
 
     static func call(_ arguments: Arguments, _ console: Console, _ method: String, _ path: String, _ body: JSONObject?)
-        throws -> Int32
+        async throws -> Int32
     {
-        let response = try fetch(arguments, method, path, body)
+        let response = try await fetch(arguments, method, path, body)
         try printAnswer(response, arguments, console)
         return 0
     }
@@ -510,31 +501,31 @@ enum AppStoreCommands {
         }
         guard let value else {
             let members = annotated.objectValue?.keys.joined(separator: ", ") ?? "none"
-            throw RuntimeError("the answer has no member '\(field)' (its members: \(members))")
+            throw CommandError.runtime("the answer has no member '\(field)' (its members: \(members))")
         }
         console.write((value.stringValue ?? JSONWriter.string(value, pretty: false)) + "\n")
     }
 
     /// The emulator's answer to a request, or a runtime error naming its refusal.
-    static func fetch(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) throws
+    static func fetch(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) async throws
         -> JSONValue
     {
-        let (status, response) = try request(arguments, method, path, body)
+        let (status, response) = try await request(arguments, method, path, body)
         guard (200..<300).contains(status) else {
             let code = response["error"]?["code"]?.stringValue ?? "error"
             let message = response["error"]?["message"]?.stringValue ?? "no details"
-            throw RuntimeError("the emulator refused the request (HTTP \(status), \(code)): \(message)")
+            throw CommandError.runtime("the emulator refused the request (HTTP \(status), \(code)): \(message)")
         }
         return response
     }
 
-    static func request(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) throws -> (
+    static func request(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) async throws -> (
         Int, JSONValue
     ) {
         let base =
             arguments.value("url") ?? ProcessInfo.processInfo.environment["STOREKEEPER_URL"] ?? "http://127.0.0.1:8080"
         guard base.hasPrefix("http://") || base.hasPrefix("https://") else {
-            throw UsageError("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
+            throw CommandError.usage("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
         }
         var headers: [(name: String, value: String)] = [("Accept", "application/json")]
         // The control plane wants JSON for every state change, body or not.
@@ -547,11 +538,9 @@ enum AppStoreCommands {
         let sent = headers
         let answer: HTTPClient.Response
         do {
-            answer = try blocking {
-                try await HTTPClient(timeout: .seconds(30)).send(method, url, headers: sent, body: bytes)
-            }
-        } catch let error as HTTPClientError {
-            throw UnavailableError("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
+            answer = try await HTTPClient(timeout: .seconds(30)).send(method, url, headers: sent, body: bytes)
+        } catch {
+            throw CommandError.unavailable("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
         }
         return (
             answer.status,
@@ -559,57 +548,5 @@ enum AppStoreCommands {
                 ? .null
                 : ((try? JSONParser.parse(answer.body)) ?? .string(String(decoding: answer.body, as: UTF8.self)))
         )
-    }
-}
-
-/// Runs async work from synchronous command code and waits for it.
-func blocking<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) throws -> T {
-    let outcome = Mutex<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    // On an executor of its own: the caller may itself be on Swift's cooperative pool (a test, a handler),
-    // which the wait below would otherwise starve on a machine with few cores.
-    Task(executorPreference: BlockingExecutor.shared) {
-        let result: Result<T, any Error>
-        do { result = .success(try await work()) } catch { result = .failure(error) }
-        outcome.withLock { $0 = result }
-        done.signal()
-    }
-    done.wait()
-    return try outcome.withLock { $0! }.get()
-}
-
-/// A task executor over libdispatch's overcommitting threads, for work that a synchronous caller waits on.
-final class BlockingExecutor: TaskExecutor {
-    static let shared = BlockingExecutor()
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        // A serial queue per job: libdispatch runs serial queues on overcommitting threads, while concurrent
-        // queues share the few (one per core) that Swift's cooperative pool runs on.
-        DispatchQueue(label: "storekeeper.cli.blocking").async {
-            job.runSynchronously(on: self.asUnownedTaskExecutor())
-        }
-    }
-
-    func asUnownedTaskExecutor() -> UnownedTaskExecutor { UnownedTaskExecutor(ordinary: self) }
-}
-
-/// SIGINT and SIGTERM, held from the moment this is made until ``wait()`` takes one: the calling thread
-/// blocks them, threads started afterwards inherit that, and `sigwait` collects a signal that came early.
-/// Make it before starting any thread, so none of them is left to take the default action instead.
-struct TerminationSignals {
-    private var set = sigset_t()
-
-    init() {
-        sigemptyset(&set)
-        sigaddset(&set, SIGINT)
-        sigaddset(&set, SIGTERM)
-        pthread_sigmask(SIG_BLOCK, &set, nil)
-    }
-
-    /// Blocks until one of the signals arrives.
-    func wait() {
-        var set = self.set
-        var received: Int32 = 0
-        sigwait(&set, &received)
     }
 }

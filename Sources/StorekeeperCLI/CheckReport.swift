@@ -1,3 +1,4 @@
+import StorekeeperCommandLine
 import StorekeeperJSON
 
 /// Which checks a verification ran, passed, failed or skipped (and why): printed with every verdict so

@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperCommandLine
 
 /// `storekeeper completion bash|zsh`: shell completion scripts generated from the command table.
 enum CompletionCommands {
@@ -10,12 +11,12 @@ enum CompletionCommands {
             zsh:  storekeeper completion zsh > "${fpath[1]}/_storekeeper"
             """)
 
-    static func run(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func run(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         switch arguments.positional(0) {
         case "bash": console.write(bash())
         case "zsh": console.write(zsh())
         case let other:
-            throw UsageError("'\(other ?? "")' is not a shell this command knows (bash, zsh)")
+            throw CommandError.usage("'\(other ?? "")' is not a shell this command knows (bash, zsh)")
         }
         return 0
     }

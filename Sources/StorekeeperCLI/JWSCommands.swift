@@ -2,6 +2,7 @@ import AppStoreReceipts
 import AppStoreSignedData
 import Foundation
 import StoreModel
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperJSON
 
@@ -76,32 +77,37 @@ enum JWSCommands {
             .init(name: "format", valueName: "v1|v2", help: "V1 (signature, base64 DER) or V2 (JWS); default: v1."),
         ])
 
-    static func verify(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func verify(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let format = try ReceiptCommands.outputFormat(arguments)
         var type: SignedDataType?
         switch arguments.value("type") ?? "auto" {
         case "auto": type = nil
         case let name:
-            guard let known = SignedDataType(rawValue: name) else { throw UsageError("'\(name)' is not a --type") }
+            guard let known = SignedDataType(rawValue: name) else {
+                throw CommandError.usage("'\(name)' is not a --type")
+            }
             type = known
         }
         if let environment = arguments.value("environment"), Environment(rawValue: environment) == nil {
-            throw UsageError("'\(environment)' is not an environment; use Production, Sandbox, Xcode or LocalTesting")
+            throw CommandError.usage(
+                "'\(environment)' is not an environment; use Production, Sandbox, Xcode or LocalTesting")
         }
         var appAppleID: Int64?
         if let text = arguments.value("app-apple-id") {
-            guard let value = Int64(text) else { throw UsageError("'\(text)' is not a number for --app-apple-id") }
+            guard let value = Int64(text) else {
+                throw CommandError.usage("'\(text)' is not a number for --app-apple-id")
+            }
             appAppleID = value
         }
         var current = now
         if let text = arguments.value("now") {
             guard let date = ReceiptDate.parse(text) else {
-                throw UsageError("'\(text)' is not an RFC 3339 date for --now")
+                throw CommandError.usage("'\(text)' is not an RFC 3339 date for --now")
             }
             current = date
         }
         if arguments.value("environment") == "Production" && appAppleID == nil {
-            throw UsageError("--environment Production needs --app-apple-id, as Apple's libraries require")
+            throw CommandError.usage("--environment Production needs --app-apple-id, as Apple's libraries require")
         }
         let configuration = SignedDataVerifier.Configuration(
             trustedRoots: try loadCertificates(arguments.all("root")), bundleID: arguments.value("bundle-id"),
@@ -111,13 +117,13 @@ enum JWSCommands {
         do {
             verifier = try SignedDataVerifier(configuration)
         } catch {
-            throw UsageError(error.description)
+            throw CommandError.usage(error.description)
         }
         let token = try readToken(arguments.positional(0), console: console)
         let (kind, at) = (type, current)
         let result =
             configuration.onlineChecks
-            ? try blocking { await verifier.verifyOnline(token, as: kind, now: at) }
+            ? await verifier.verifyOnline(token, as: kind, now: at)
             : verifier.verify(token, as: type, now: current)
         let failedCheck: String? =
             switch result.status {
@@ -168,14 +174,14 @@ enum JWSCommands {
         return object
     }
 
-    static func decode(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func decode(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let format = try ReceiptCommands.outputFormat(arguments)
         let token = try readToken(arguments.positional(0), console: console)
         let jws: CompactJWS
         do {
             jws = try CompactJWS(token)
         } catch {
-            throw RuntimeError("not a JWS: \(error.reason)")
+            throw CommandError.runtime("not a JWS: \(error.reason)")
         }
         let type = SignedDataType.detect(jws.payload).rawValue
         switch format {
@@ -199,37 +205,39 @@ enum JWSCommands {
         return 0
     }
 
-    static func sign(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func sign(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let keyPath = arguments.value("key") else {
-            throw UsageError("Missing expected argument '--key <key.pem>'")
+            throw CommandError.usage("Missing expected argument '--key <key.pem>'")
         }
         let certificatePaths = arguments.all("cert")
         guard certificatePaths.count == 3 else {
-            throw UsageError("give the chain as three --cert options: leaf, intermediate, root")
+            throw CommandError.usage("give the chain as three --cert options: leaf, intermediate, root")
         }
         let key = try loadKey(keyPath)
         let chain = try loadCertificates(certificatePaths)
         guard key.isEC, key.bits == 256 else {
-            throw InputError(
+            throw CommandError.input(
                 "'\(keyPath)' is \(key.isRSA ? "an RSA" : "a \(key.bits)-bit") key; ES256 needs a P-256 (prime256v1) key"
             )
         }
         guard let leafKey = try? chain[0].publicKey, let ownKey = try? key.publicKey,
             leafKey.derEncoded == ownKey.derEncoded
         else {
-            throw InputError("the key '\(keyPath)' does not belong to the leaf certificate (the first --cert)")
+            throw CommandError.input("the key '\(keyPath)' does not belong to the leaf certificate (the first --cert)")
         }
         let input = try readInput(arguments.positional(0), console: console, limit: CompactJWS.maxSize)
         guard let payload = try? JSONParser.parse(input).objectValue else {
-            throw RuntimeError("the payload is not a JSON object")
+            throw CommandError.runtime("the payload is not a JSON object")
         }
         console.write(try JWSSigner.sign(payload: payload, key: key, chain: chain) + "\n")
         return 0
     }
 
-    static func offer(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func offer(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         func required(_ name: String) throws -> String {
-            guard let value = arguments.value(name) else { throw UsageError("Missing expected argument '--\(name)'") }
+            guard let value = arguments.value(name) else {
+                throw CommandError.usage("Missing expected argument '--\(name)'")
+            }
             return value
         }
         let keyPath = try required("key")
@@ -238,24 +246,30 @@ enum JWSCommands {
         let productID = try required("product-id")
         let offerID = try required("offer-id")
         let format = arguments.value("format") ?? "v1"
-        guard format == "v1" || format == "v2" else { throw UsageError("'\(format)' is not a format; use v1 or v2") }
+        guard format == "v1" || format == "v2" else {
+            throw CommandError.usage("'\(format)' is not a format; use v1 or v2")
+        }
         // V1 signs the app account token (empty when none); V2 has no such field.
         var token: UUID?
         if let tokenText = arguments.value("app-account-token") {
-            guard format == "v1" else { throw UsageError("--app-account-token is part of V1 signatures only") }
+            guard format == "v1" else { throw CommandError.usage("--app-account-token is part of V1 signatures only") }
             guard let parsed = UUID(uuidString: tokenText) else {
-                throw UsageError("'\(tokenText)' is not a UUID for --app-account-token")
+                throw CommandError.usage("'\(tokenText)' is not a UUID for --app-account-token")
             }
             token = parsed
         }
         var nonce = UUID()
         if let text = arguments.value("nonce") {
-            guard let value = UUID(uuidString: text) else { throw UsageError("'\(text)' is not a UUID for --nonce") }
+            guard let value = UUID(uuidString: text) else {
+                throw CommandError.usage("'\(text)' is not a UUID for --nonce")
+            }
             nonce = value
         }
         var timestamp = EpochMilliseconds.milliseconds(now)
         if let text = arguments.value("timestamp") {
-            guard let value = Int64(text) else { throw UsageError("'\(text)' is not milliseconds for --timestamp") }
+            guard let value = Int64(text) else {
+                throw CommandError.usage("'\(text)' is not milliseconds for --timestamp")
+            }
             timestamp = value
         }
         let key = try loadKey(keyPath)
@@ -285,12 +299,12 @@ enum JWSCommands {
 
     static func loadKey(_ path: String) throws -> PrivateKey {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw InputError("cannot read key '\(path)'")
+            throw CommandError.input("cannot read key '\(path)'")
         }
         do {
             return try PrivateKey(pem: String(decoding: data, as: UTF8.self))
         } catch {
-            throw InputError("'\(path)' is not a PEM private key")
+            throw CommandError.input("'\(path)' is not a PEM private key")
         }
     }
 }

@@ -2,6 +2,7 @@ import AppStoreEmulator
 import AppStoreSignedData
 import Foundation
 import StoreModel
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -35,12 +36,12 @@ enum LifecycleCommands {
         return Arguments.Spec(command: "storekeeper appstore \(verb.name)", abstract: verb.abstract, options: options)
     }
 
-    static func verb(_ name: String) -> @Sendable (Arguments, Console, Date) throws -> Int32 {
+    static func verb(_ name: String) -> @Sendable (Arguments, Console, Date) async throws -> Int32 {
         { arguments, console, _ in
             let verb = verbs.first { $0.name == name }!
             var body = JSONObject()
             if let member = verb.member { body[member.json] = .bool(try bool(arguments, member.option)) }
-            return try AppStoreCommands.call(
+            return try await AppStoreCommands.call(
                 arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/\(name)", body)
         }
     }
@@ -52,10 +53,10 @@ enum LifecycleCommands {
             .init(name: "reason", valueName: "OTHER|APP_ISSUE", help: "The revocation reason (default: OTHER)."),
         ])
 
-    static func refund(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func refund(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body = JSONObject()
         body["reason"] = try reason(arguments, among: refundReasons, what: "a refund reason").map(JSONValue.string)
-        return try AppStoreCommands.call(
+        return try await AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund", body)
     }
 
@@ -69,12 +70,12 @@ enum LifecycleCommands {
                 help: "UNINTENDED_PURCHASE, FULFILLMENT_ISSUE, UNSATISFIED_WITH_PURCHASE, LEGAL or OTHER (default)."),
         ])
 
-    static func refundRequest(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func refundRequest(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body = JSONObject()
         body["reason"] = try reason(
             arguments, among: ConsumptionRequestReason.allCases.map(\.rawValue), what: "a refund request reason"
         ).map(JSONValue.string)
-        return try AppStoreCommands.call(
+        return try await AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund-request", body)
     }
 
@@ -87,10 +88,10 @@ enum LifecycleCommands {
             .init(name: "reason", valueName: "OTHER|APP_ISSUE", help: "The revocation reason (default: OTHER)."),
         ])
 
-    static func refundDecision(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func refundDecision(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body: JSONObject = ["approved": .bool(try bool(arguments, "approved"))]
         body["reason"] = try reason(arguments, among: refundReasons, what: "a refund reason").map(JSONValue.string)
-        return try AppStoreCommands.call(
+        return try await AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/transactions/\(try transaction(arguments))/refund-decision", body
         )
     }
@@ -102,7 +103,7 @@ enum LifecycleCommands {
     static func reason(_ arguments: Arguments, among reasons: [String], what: String) throws -> String? {
         guard let reason = arguments.value("reason") else { return nil }
         guard reasons.contains(reason) else {
-            throw UsageError("'\(reason)' is not \(what) (one of \(reasons.joined(separator: ", ")))")
+            throw CommandError.usage("'\(reason)' is not \(what) (one of \(reasons.joined(separator: ", ")))")
         }
         return reason
     }
@@ -115,11 +116,11 @@ enum LifecycleCommands {
             .init(name: "member", valueName: "account", help: "Another member's account.", repeatable: true),
         ])
 
-    static func familyCreate(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func familyCreate(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let organizer = arguments.value("organizer"), !organizer.isEmpty else {
-            throw UsageError("Missing expected argument '--organizer <account>'")
+            throw CommandError.usage("Missing expected argument '--organizer <account>'")
         }
-        return try AppStoreCommands.call(
+        return try await AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/families",
             ["organizer": .string(organizer), "members": .array(arguments.all("member").map(JSONValue.string))])
     }
@@ -132,14 +133,14 @@ enum LifecycleCommands {
             .init(name: "account", valueName: "id", help: "The member who leaves.", required: true),
         ])
 
-    static func familyRemove(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func familyRemove(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let family = arguments.value("family"), !family.isEmpty else {
-            throw UsageError("Missing expected argument '--family <id>'")
+            throw CommandError.usage("Missing expected argument '--family <id>'")
         }
         guard let account = arguments.value("account"), !account.isEmpty else {
-            throw UsageError("Missing expected argument '--account <id>'")
+            throw CommandError.usage("Missing expected argument '--account <id>'")
         }
-        return try AppStoreCommands.call(
+        return try await AppStoreCommands.call(
             arguments, console, "DELETE", "/_emulator/v1/families/\(family)/members/\(account)", nil)
     }
 
@@ -151,9 +152,9 @@ enum LifecycleCommands {
             .init(name: "grace-period", valueName: "true|false", help: "A billing grace period comes first."),
         ])
 
-    static func billing(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func billing(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let account = arguments.value("account") else {
-            throw UsageError("Missing expected argument '--account <id>'")
+            throw CommandError.usage("Missing expected argument '--account <id>'")
         }
         var body = JSONObject()
         if arguments.value("retry-on-renewal") != nil {
@@ -162,7 +163,8 @@ enum LifecycleCommands {
         if arguments.value("grace-period") != nil {
             body["billingGracePeriod"] = .bool(try bool(arguments, "grace-period"))
         }
-        return try AppStoreCommands.call(arguments, console, "POST", "/_emulator/v1/accounts/\(account)/settings", body)
+        return try await AppStoreCommands.call(
+            arguments, console, "POST", "/_emulator/v1/accounts/\(account)/settings", body)
     }
 
     static let priceIncreaseSpec = Arguments.Spec(
@@ -174,12 +176,12 @@ enum LifecycleCommands {
                 help: "Whether subscribers must agree (default: true)."),
         ])
 
-    static func priceIncrease(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func priceIncrease(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body = JSONObject()
         if arguments.value("requires-consent") != nil {
             body["requiresConsent"] = .bool(try bool(arguments, "requires-consent"))
         }
-        return try AppStoreCommands.call(
+        return try await AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/products/\(try product(arguments))/price-increase", body)
     }
 
@@ -190,8 +192,8 @@ enum LifecycleCommands {
             .init(name: "for-sale", valueName: "true|false", help: "Whether it is for sale.", required: true),
         ])
 
-    static func availability(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        try AppStoreCommands.call(
+    static func availability(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        try await AppStoreCommands.call(
             arguments, console, "POST", "/_emulator/v1/products/\(try product(arguments))/availability",
             ["forSale": .bool(try bool(arguments, "for-sale"))])
     }
@@ -210,7 +212,7 @@ enum LifecycleCommands {
                 help: "2: signed JSON (default); 1: Apple's deprecated unsigned JSON with the shared secret."),
         ])
 
-    static func notificationsSet(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func notificationsSet(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body: JSONObject = [
             "sandboxURL": .array(arguments.all("sandbox-url").map(JSONValue.string)),
             "productionURL": .array(arguments.all("production-url").map(JSONValue.string)),
@@ -218,18 +220,20 @@ enum LifecycleCommands {
         switch arguments.value("notification-version") {
         case nil, "2"?: body["version"] = .integer(2)
         case "1"?: body["version"] = .integer(1)
-        case let other?: throw UsageError("'\(other)' is not a value of --notification-version (one of 1, 2)")
+        case let other?: throw CommandError.usage("'\(other)' is not a value of --notification-version (one of 1, 2)")
         }
         if let schedule = arguments.value("retry-schedule") {
             let delays = schedule.split(separator: ",").map { Double($0.trimmingCharacters(in: .whitespaces)) }
-            guard !delays.contains(nil) else { throw UsageError("--retry-schedule takes seconds, e.g. 60,600,3600") }
+            guard !delays.contains(nil) else {
+                throw CommandError.usage("--retry-schedule takes seconds, e.g. 60,600,3600")
+            }
             body["retrySchedule"] = .array(delays.map { .double($0!) })
         }
         if let timeout = arguments.value("timeout") {
-            guard let seconds = Double(timeout) else { throw UsageError("--timeout takes seconds, e.g. 5") }
+            guard let seconds = Double(timeout) else { throw CommandError.usage("--timeout takes seconds, e.g. 5") }
             body["timeoutSeconds"] = .double(seconds)
         }
-        let response = try AppStoreCommands.fetch(
+        let response = try await AppStoreCommands.fetch(
             arguments, "PUT", "/_emulator/v1/apps/\(AppStoreCommands.bundleID(arguments))/notifications", body)
         try AppStoreCommands.printAnswer(response, arguments, console)
         return 0
@@ -243,12 +247,12 @@ enum LifecycleCommands {
             .init(name: "environment", valueName: "Sandbox|Production", help: "Which (default: Sandbox)."),
         ])
 
-    static func notificationsHistory(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func notificationsHistory(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let environment = arguments.value("environment") ?? "Sandbox"
         guard ["Sandbox", "Production"].contains(environment) else {
-            throw UsageError("'\(environment)' is not an environment (one of Sandbox, Production)")
+            throw CommandError.usage("'\(environment)' is not an environment (one of Sandbox, Production)")
         }
-        return try AppStoreCommands.call(
+        return try await AppStoreCommands.call(
             arguments, console, "GET",
             "/_emulator/v1/apps/\(AppStoreCommands.bundleID(arguments))/notifications/history?environment=\(environment)",
             nil)
@@ -274,56 +278,49 @@ enum LifecycleCommands {
             + "status and product. Answers 200 to a notification that verifies and 400 to one that does not. V1 "
             + "notifications (unsigned) are checked against --password when it is given.")
 
-    static func listen(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        let termination = TerminationSignals()
+    static func listen(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        TerminationSignals.hold()
         let port = Int(arguments.value("port") ?? "8081") ?? -1
-        guard (0...65_535).contains(port) else { throw UsageError("--port must be 0 to 65535") }
+        guard (0...65_535).contains(port) else { throw CommandError.usage("--port must be 0 to 65535") }
         let format = arguments.value("format") ?? "text"
-        guard ["text", "json"].contains(format) else { throw UsageError("--format must be text or json") }
+        guard ["text", "json"].contains(format) else { throw CommandError.usage("--format must be text or json") }
         let limit = try arguments.value("count").map { text -> Int in
-            guard let count = Int(text), count > 0 else { throw UsageError("--count must be a positive number") }
+            guard let count = Int(text), count > 0 else {
+                throw CommandError.usage("--count must be a positive number")
+            }
             return count
         }
         var roots = try loadCertificates(arguments.all("root"))
         if roots.isEmpty {
-            let (status, body) = try AppStoreCommands.request(arguments, "GET", "/_emulator/v1/certificates", nil)
+            let (status, body) = try await AppStoreCommands.request(arguments, "GET", "/_emulator/v1/certificates", nil)
             guard status == 200, let der = body["jwsRoot"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else {
-                throw RuntimeError("the emulator answered HTTP \(status) without its JWS root; give --root")
+                throw CommandError.runtime("the emulator answered HTTP \(status) without its JWS root; give --root")
             }
             roots = [try Certificate(derEncoded: Array(der))]
         }
         let verifier: SignedDataVerifier
         do {
             verifier = try SignedDataVerifier(SignedDataVerifier.Configuration(trustedRoots: roots))
-        } catch { throw InputError("the roots cannot verify anything: \(error)") }
+        } catch { throw CommandError.input("the roots cannot verify anything: \(error)") }
         let received = Atomic<Int>(0)
-        let done = DispatchSemaphore(value: 0)
         var router = Router()
         let handler: Handler = { request, _ in
             let (line, ok) = describe(
                 request.body, verifier: verifier, format: format, password: arguments.value("password"))
             console.write(line + "\n")
             let count = received.add(1, ordering: .relaxed).newValue
-            if let limit, count >= limit { done.signal() }
+            if let limit, count == limit { TerminationSignals.stop() }
             return HTTPResponse(status: ok ? 200 : 400)
         }
         router.add("POST", "/", handler)
         router.add("POST", "/{path}", handler)
         let server: HTTPServer
         do { server = try HTTPServer(port: port, responder: router.freeze()) } catch let error as HTTPError {
-            throw RuntimeError(error.message)
+            throw CommandError.runtime(error.message)
         }
         console.write("listening for notifications on http://127.0.0.1:\(server.port)/\n")
-        if limit != nil {
-            // A serial queue: its thread may block for good without taking one of the cores' threads.
-            DispatchQueue(label: "storekeeper.listen.signals").async {
-                termination.wait()
-                done.signal()
-            }
-            done.wait()
-        } else {
-            termination.wait()
-        }
+        // Until a signal, or until --count notifications have come.
+        await TerminationSignals.received()
         server.stop()
         return 0
     }
@@ -401,21 +398,21 @@ enum LifecycleCommands {
         switch arguments.value(name) {
         case "true"?: return true
         case "false"?: return false
-        case nil: throw UsageError("Missing expected argument '--\(name) <true|false>'")
-        case let other?: throw UsageError("'\(other)' is not a value of --\(name) (one of true, false)")
+        case nil: throw CommandError.usage("Missing expected argument '--\(name) <true|false>'")
+        case let other?: throw CommandError.usage("'\(other)' is not a value of --\(name) (one of true, false)")
         }
     }
 
     static func transaction(_ arguments: Arguments) throws -> String {
         guard let id = arguments.value("transaction"), !id.isEmpty else {
-            throw UsageError("Missing expected argument '--transaction <id>'")
+            throw CommandError.usage("Missing expected argument '--transaction <id>'")
         }
         return id
     }
 
     static func product(_ arguments: Arguments) throws -> String {
         guard let id = arguments.value("product"), !id.isEmpty else {
-            throw UsageError("Missing expected argument '--product <id>'")
+            throw CommandError.usage("Missing expected argument '--product <id>'")
         }
         return id
     }

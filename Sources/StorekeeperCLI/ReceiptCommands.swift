@@ -1,5 +1,6 @@
 import AppStoreReceipts
 import Foundation
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperJSON
 
@@ -47,13 +48,13 @@ enum ReceiptCommands {
     /// Receipts larger than this (as base64 text) are refused before parsing.
     static let inputLimit = ReceiptLimits.default.maxSize * 2
 
-    static func verify(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func verify(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let format = try outputFormat(arguments)
         var expectations = ReceiptExpectations(
             bundleID: arguments.value("bundle-id"), bundleVersion: arguments.value("bundle-version"))
         if let device = arguments.value("device-id") {
             guard let bytes = DeviceIdentifier.parse(device) else {
-                throw UsageError("'\(device)' is not a UUID or hex bytes for --device-id")
+                throw CommandError.usage("'\(device)' is not a UUID or hex bytes for --device-id")
             }
             expectations.deviceIdentifier = bytes
         }
@@ -113,14 +114,14 @@ enum ReceiptCommands {
         return result.isValid ? 0 : 1
     }
 
-    static func decode(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func decode(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let format = try outputFormat(arguments)
         let input = try readInput(arguments.positional(0), console: console, limit: inputLimit)
         let receipt: Receipt
         do {
             receipt = try Receipt(decoding: Receipt.bytes(fromDERorBase64: input))
         } catch let error as ReceiptError {
-            throw RuntimeError("not a receipt: \(error.reason)")
+            throw CommandError.runtime("not a receipt: \(error.reason)")
         }
         switch format {
         case .json:
@@ -134,7 +135,7 @@ enum ReceiptCommands {
         return 0
     }
 
-    static func sample(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func sample(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let out = arguments.value("out")!
         let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))  // receipts carry whole seconds
         let directory = URL(fileURLWithPath: out)
@@ -172,7 +173,7 @@ enum ReceiptCommands {
         switch arguments.value("format") ?? "json" {
         case "json": return .json
         case "text": return .text
-        case let other: throw UsageError("'\(other)' is not a format; use json or text")
+        case let other: throw CommandError.usage("'\(other)' is not a format; use json or text")
         }
     }
 }

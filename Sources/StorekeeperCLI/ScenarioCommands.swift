@@ -4,6 +4,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -70,29 +71,29 @@ enum ScenarioCommands {
         init(_ arguments: Arguments) throws {
             if let text = arguments.value("max-seconds") {
                 guard let value = Int(text), (1...3_600).contains(value) else {
-                    throw UsageError("--max-seconds must be 1 to 3600")
+                    throw CommandError.usage("--max-seconds must be 1 to 3600")
                 }
                 seconds = value
             }
             if let text = arguments.value("max-events") {
                 guard let value = Int(text), (1...1_000_000).contains(value) else {
-                    throw UsageError("--max-events must be 1 to 1000000")
+                    throw CommandError.usage("--max-events must be 1 to 1000000")
                 }
                 events = value
             }
         }
     }
 
-    static func run(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func run(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var paths: [String] = []
         var index = 0
         while let path = arguments.positional(index) {
             paths.append(path)
             index += 1
         }
-        guard !paths.isEmpty else { throw UsageError("Missing expected argument '<file>'") }
+        guard !paths.isEmpty else { throw CommandError.usage("Missing expected argument '<file>'") }
         let format = arguments.value("format") ?? "text"
-        guard ["text", "json"].contains(format) else { throw UsageError("--format must be text or json") }
+        guard ["text", "json"].contains(format) else { throw CommandError.usage("--format must be text or json") }
         let bounds = try Bounds(arguments)
         var failed = false
         var reports: [JSONValue] = []
@@ -106,7 +107,7 @@ enum ScenarioCommands {
             let outcome: (passed: Bool, lines: [String])
             if let url = arguments.value("url") {
                 guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
-                    throw UsageError("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
+                    throw CommandError.usage("--url must start with http:// or https://, e.g. http://127.0.0.1:8080")
                 }
                 let target = remote(
                     base: url,
@@ -114,13 +115,11 @@ enum ScenarioCommands {
                     bundleID: arguments.value("bundle-id") ?? ProcessInfo.processInfo.environment[
                         "STOREKEEPER_BUNDLE_ID"]
                         ?? DefaultCatalog.bundleID)
-                outcome = try blocking { try await run(scenario, target: target, bounds: bounds) }
+                outcome = try await run(scenario, target: target, bounds: bounds)
             } else {
-                outcome = try blocking {
-                    let (target, store) = try await embedded(scenario, directory: directory)
-                    defer { store.close() }
-                    return try await run(scenario, target: target, bounds: bounds)
-                }
+                let (target, store) = try await embedded(scenario, directory: directory)
+                defer { store.close() }
+                outcome = try await run(scenario, target: target, bounds: bounds)
             }
             failed = failed || !outcome.passed
             if format == "json" {
@@ -139,27 +138,27 @@ enum ScenarioCommands {
     }
 
     static func load(_ path: String) throws -> Scenario {
-        guard let handle = FileHandle(forReadingAtPath: path) else { throw InputError("cannot read '\(path)'") }
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw CommandError.input("cannot read '\(path)'") }
         defer { try? handle.close() }
         let bytes = try readLimited(handle, limit: maxFile, name: "'\(path)'")
         let json: JSONValue
-        do { json = try JSONParser.parse(bytes) } catch { throw InputError("'\(path)' is not JSON: \(error)") }
+        do { json = try JSONParser.parse(bytes) } catch { throw CommandError.input("'\(path)' is not JSON: \(error)") }
         guard let object = json.objectValue, let steps = object["steps"]?.arrayValue else {
-            throw InputError("'\(path)' is not a scenario: an object with a \"steps\" array")
+            throw CommandError.input("'\(path)' is not a scenario: an object with a \"steps\" array")
         }
-        guard steps.count <= maxSteps else { throw InputError("'\(path)' has more than \(maxSteps) steps") }
+        guard steps.count <= maxSteps else { throw CommandError.input("'\(path)' has more than \(maxSteps) steps") }
         let environment: Environment =
             switch object["environment"]?.stringValue {
             case nil, "Sandbox"?: .sandbox
             case "Production"?: .production
-            case let other?: throw InputError("'\(path)': environment '\(other)' is not Sandbox or Production")
+            case let other?: throw CommandError.input("'\(path)': environment '\(other)' is not Sandbox or Production")
             }
         return Scenario(
             name: object["name"]?.stringValue ?? URL(fileURLWithPath: path).lastPathComponent,
             seed: UInt64(max(0, object["seed"]?.int64Value ?? 1)), environment: environment,
             steps: try steps.enumerated().map { index, step in
                 guard let step = step.objectValue, step.members.count == 1 else {
-                    throw InputError("'\(path)': step \(index + 1) must be an object with one member")
+                    throw CommandError.input("'\(path)': step \(index + 1) must be an object with one member")
                 }
                 return step
             })
@@ -247,7 +246,8 @@ enum ScenarioCommands {
                         method, base + path, headers: headers, body: body.map { JSONWriter.bytes(.object($0)) } ?? [])
                     return (response.status, parse(response.body))
                 } catch let error as HTTPClientError {
-                    throw UnavailableError("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
+                    throw CommandError.unavailable(
+                        "cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
                 }
             }, bundleID: bundleID)
     }
@@ -281,7 +281,7 @@ enum ScenarioCommands {
     ) {
         let certificates = try await target.call("GET", "/_emulator/v1/certificates")
         guard let rootText = certificates["jwsRoot"]?.stringValue, let rootDER = Data(base64Encoded: rootText) else {
-            throw RuntimeError("the emulator did not give its JWS root")
+            throw CommandError.runtime("the emulator did not give its JWS root")
         }
         let verifier = try SignedDataVerifier(
             SignedDataVerifier.Configuration(trustedRoots: [try Certificate(derEncoded: Array(rootDER))]))

@@ -1,5 +1,6 @@
 import Foundation
 import PurchaseServer
+import StorekeeperCommandLine
 import StorekeeperHTTP
 import StorekeeperLogging
 
@@ -42,26 +43,26 @@ enum ServeCommands {
             GET /healthz and /metrics.
             """)
 
-    static func run(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
-        let termination = TerminationSignals()
+    static func run(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        TerminationSignals.hold()
         let port = Int(arguments.value("port") ?? "8090") ?? -1
-        guard (0...65_535).contains(port) else { throw UsageError("--port must be 0 to 65535") }
+        guard (0...65_535).contains(port) else { throw CommandError.usage("--port must be 0 to 65535") }
         let configuration: ServerConfiguration
         do {
             configuration = try ServerConfiguration.load(
                 path: arguments.value("config")!, variables: ProcessInfo.processInfo.environment)
         } catch let error as PurchaseServerError {
-            throw InputError(error.message)
+            throw CommandError.input(error.message)
         }
         let logger = try LoggingOptions.logger(arguments, label: "serve")
         let storage: any ServerStorage
         let database = arguments.value("database") ?? configuration.database
         if let database {
             guard ServerConfiguration.isPostgresURL(database) else {
-                throw UsageError("--database is a postgres:// URL (leave it out for SQLite in --data)")
+                throw CommandError.usage("--database is a postgres:// URL (leave it out for SQLite in --data)")
             }
-            do { storage = try blocking { try await PostgresServerStorage(url: database) } } catch {
-                throw RuntimeError("cannot open the PostgreSQL database: \(error)")
+            do { storage = try await PostgresServerStorage(url: database) } catch {
+                throw CommandError.runtime("cannot open the PostgreSQL database: \(error)")
             }
         } else {
             let data = URL(
@@ -70,18 +71,18 @@ enum ServeCommands {
             do {
                 try FileManager.default.createDirectory(
                     at: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            } catch { throw InputError("cannot create '\(data.path)'") }
+            } catch { throw CommandError.input("cannot create '\(data.path)'") }
             let path = data.appendingPathComponent("server.sqlite").path
-            storage = try blocking { try await SQLiteServerStorage(path: path) }
+            storage = try await SQLiteServerStorage(path: path)
         }
         var tls: TLSCredentials?
         switch (arguments.value("tls-cert"), arguments.value("tls-key")) {
         case (nil, nil): tls = nil
         case (let certificate?, let key?):
             do { tls = try TLSCredentials(certificateFile: certificate, keyFile: key) } catch let error as HTTPError {
-                throw InputError(error.message)
+                throw CommandError.input(error.message)
             }
-        default: throw UsageError("--tls-cert and --tls-key go together")
+        default: throw CommandError.usage("--tls-cert and --tls-key go together")
         }
         let server = try PurchaseServer(configuration: configuration, storage: storage, logger: logger)
         let http: HTTPServer
@@ -91,7 +92,7 @@ enum ServeCommands {
                 limits: try ConnectionOptions.limits(arguments),
                 tls: tls, responder: server.responder(secureCookies: tls != nil), logger: logger)
         } catch let error as HTTPError {
-            throw RuntimeError(error.message)
+            throw CommandError.runtime(error.message)
         }
         server.startDelivery()
         if configuration.reconcileEverySeconds > 0, configuration.apps.contains(where: { $0.serverAPI != nil }) {
@@ -102,9 +103,9 @@ enum ServeCommands {
             "purchase server listening on \(scheme)://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
         console.write(
             "  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(storage.location)\n")
-        termination.wait()
+        await TerminationSignals.received()
         // Requests in flight finish (up to ten seconds) before the server stops.
-        try blocking { await http.stop(waitingUpTo: .seconds(10)) }
+        await http.stop(waitingUpTo: .seconds(10))
         server.stopDelivery()
         console.write("stopped\n")
         return 0

@@ -3,6 +3,7 @@ import AppStoreServerAPI
 import AppStoreSignedData
 import Foundation
 import StoreModel
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -270,19 +271,17 @@ enum ServerAPICommands {
                 """)
     }
 
-    static func command(_ endpoint: Endpoint) -> @Sendable (Arguments, Console, Date) throws -> Int32 {
+    static func command(_ endpoint: Endpoint) -> @Sendable (Arguments, Console, Date) async throws -> Int32 {
         { arguments, console, _ in
             let client = try makeClient(arguments)
             let answer: JSONValue
             do {
-                answer = try blocking {
-                    do { return try await endpoint.run(client, arguments) } catch { throw error }
-                }
+                answer = try await endpoint.run(client, arguments)
             } catch let error as AppStoreServerAPIError {
                 switch error.kind {
-                case .transport: throw UnavailableError(error.description)
-                case .invalidRequest: throw UsageError(error.message)
-                default: throw RuntimeError(error.description)
+                case .transport: throw CommandError.unavailable(error.description)
+                case .invalidRequest: throw CommandError.usage(error.message)
+                default: throw CommandError.runtime(error.description)
                 }
             }
             try AppStoreCommands.printAnswer(decoded(answer), arguments, console)
@@ -293,29 +292,31 @@ enum ServerAPICommands {
     static func makeClient(_ arguments: Arguments) throws -> AppStoreServerAPIClient {
         let environment = ProcessInfo.processInfo.environment
         guard let keyPath = arguments.value("key") ?? environment["STOREKEEPER_API_KEY"] else {
-            throw UsageError("give the API key's .p8 file with --key (or $STOREKEEPER_API_KEY)")
+            throw CommandError.usage("give the API key's .p8 file with --key (or $STOREKEEPER_API_KEY)")
         }
         guard let keyText = FileManager.default.contents(atPath: keyPath).map({ String(decoding: $0, as: UTF8.self) })
-        else { throw InputError("cannot read the key '\(keyPath)'") }
+        else { throw CommandError.input("cannot read the key '\(keyPath)'") }
         let key: PrivateKey
         do { key = try PrivateKey(pem: keyText) } catch {
-            throw InputError("'\(keyPath)' is not a PEM private key (.p8)")
+            throw CommandError.input("'\(keyPath)' is not a PEM private key (.p8)")
         }
         guard let keyID = arguments.value("key-id") ?? environment["STOREKEEPER_API_KEY_ID"],
             let issuerID = arguments.value("issuer-id") ?? environment["STOREKEEPER_API_ISSUER_ID"],
             let bundleID = arguments.value("bundle-id") ?? environment["STOREKEEPER_BUNDLE_ID"]
-        else { throw UsageError("give --key-id, --issuer-id and --bundle-id (or their $STOREKEEPER_… variables)") }
+        else {
+            throw CommandError.usage("give --key-id, --issuer-id and --bundle-id (or their $STOREKEEPER_… variables)")
+        }
         let target: AppStoreServerAPIClient.Environment
         if let url = arguments.value("url") {
             guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
-                throw UsageError("--url must start with http:// or https://")
+                throw CommandError.usage("--url must start with http:// or https://")
             }
             target = .custom(url)
         } else {
             switch arguments.value("environment")?.lowercased() ?? "sandbox" {
             case "production": target = .production
             case "sandbox": target = .sandbox
-            default: throw UsageError("--environment must be production or sandbox")
+            default: throw CommandError.usage("--environment must be production or sandbox")
             }
         }
         var verifier: SignedDataVerifier?
@@ -366,12 +367,12 @@ enum ServerAPICommands {
             AppStoreCommands.fieldOption,
         ])
 
-    static func apiKey(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func apiKey(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let bundle = AppStoreCommands.bundleID(arguments)
-        var answer = try AppStoreCommands.fetch(arguments, "POST", "/_emulator/v1/apps/\(bundle)/api-keys", [:])
+        var answer = try await AppStoreCommands.fetch(arguments, "POST", "/_emulator/v1/apps/\(bundle)/api-keys", [:])
         if let out = arguments.value("out"), let key = answer["privateKey"]?.stringValue {
             do { try PrivateFiles.create(out, contents: Array(key.utf8)) } catch {
-                throw InputError("cannot write '\(out)' (it must not exist yet): \(error)")
+                throw CommandError.input("cannot write '\(out)' (it must not exist yet): \(error)")
             }
             if var object = answer.objectValue {
                 object["privateKey"] = nil

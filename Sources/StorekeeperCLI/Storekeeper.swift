@@ -1,5 +1,7 @@
 import AppStoreReceipts
 public import Foundation
+import StorekeeperBench
+public import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 
@@ -60,12 +62,13 @@ public enum Storekeeper {
 
         """
 
-    typealias Command = (
-        path: [String], spec: Arguments.Spec, run: @Sendable (Arguments, Console, Date) throws -> Int32
-    )
-
     /// Every subcommand, in the order help lists them.
-    static let commands: [Command] =
+    static let commands: [Command] = verbs + BenchCommands.commands + apiCommands + completion
+
+    static let completion: [Command] = [(["completion"], CompletionCommands.spec, CompletionCommands.run)]
+
+    /// The commands that verify, sign, and run and drive the emulator and the server.
+    static let verbs: [Command] =
         [
             (["receipt", "verify"], ReceiptCommands.verifySpec, ReceiptCommands.verify),
             (["receipt", "decode"], ReceiptCommands.decodeSpec, ReceiptCommands.decode),
@@ -129,20 +132,6 @@ public enum Storekeeper {
             (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
             (["appstore", "api-key"], ServerAPICommands.apiKeySpec, ServerAPICommands.apiKey),
             (["serve"], ServeCommands.spec, ServeCommands.run),
-            (["bench", "receipt"], BenchCommands.receiptSpec, BenchCommands.receipt),
-            (["bench", "server-api"], BenchCommands.serverAPISpec, BenchCommands.serverAPI),
-            (["bench", "serve"], BenchCommands.serveSpec, BenchCommands.serve),
-            (["bench", "serve-cluster"], BenchCommands.clusterSpec, BenchCommands.cluster),
-            (["bench", "jws"], BenchCommands.jwsSpec, BenchCommands.jws),
-            (["bench", "emulator"], BenchCommands.emulatorSpec, BenchCommands.emulator),
-            (["bench", "http"], BenchCommands.httpSpec, BenchCommands.http),
-            (["bench", "lifecycle"], BenchCommands.lifecycleSpec, BenchCommands.lifecycle),
-            (["bench", "slow-clients"], BenchCommands.slowClientsSpec, BenchCommands.slowClients),
-            (["bench", "hold-connections"], BenchCommands.holdSpec, BenchCommands.hold),
-            (["bench", "dashboard"], BenchCommands.dashboardSpec, BenchCommands.dashboard),
-            (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
-        ] + apiCommands + [
-            (["completion"], CompletionCommands.spec, CompletionCommands.run)
         ]
 
     /// `storekeeper api <endpoint>`, one command per App Store Server API endpoint.
@@ -205,9 +194,9 @@ public enum Storekeeper {
     }
 
     /// Runs the command line `arguments` (without the program name) and returns the exit status.
-    public static func run(_ arguments: [String], console: Console = .standard, now: @Sendable () -> Date = { Date() })
-        -> Int32
-    {
+    public static func run(
+        _ arguments: [String], console: Console = .standard, now: @Sendable () -> Date = { Date() }
+    ) async -> Int32 {
         // Help at every level, as swift-argument-parser tools: `storekeeper`, `storekeeper help [path…]`,
         // `storekeeper <group>`, `storekeeper <group> help [sub]`, `… --help`.
         var words = arguments
@@ -263,22 +252,16 @@ public enum Storekeeper {
                 console.write("\(version)\n")
                 return 0
             case .parsed(let parsed):
-                return try command.run(parsed, console, now())
+                return try await command.run(parsed, console, now())
             }
-        } catch let error as UsageError {
+        } catch let error as CommandError where error.kind == .usage {
             console.writeError(
                 "Error: \(error.message)\nUsage: \(command.spec.usage)\n  See 'storekeeper help \(command.path.joined(separator: " "))' for more information.\n"
             )
-            return 64
-        } catch let error as InputError {
+            return error.exitStatus
+        } catch let error as CommandError {
             console.writeError("Error: \(error.message)\n")
-            return 2
-        } catch let error as UnavailableError {
-            console.writeError("Error: \(error.message)\n")
-            return 69
-        } catch let error as RuntimeError {
-            console.writeError("Error: \(error.message)\n")
-            return 1
+            return error.exitStatus
         } catch {
             console.writeError("Error: \(sentence(for: error))\n")
             return 1

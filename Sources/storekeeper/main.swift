@@ -1,5 +1,6 @@
 import Foundation
 import StorekeeperCLI
+import StorekeeperCommandLine
 
 #if canImport(Glibc)
     import Glibc
@@ -16,4 +17,7 @@ import StorekeeperCLI
     }
 #endif
 
-exit(Storekeeper.run(Array(CommandLine.arguments.dropFirst())))
+// SIGINT and SIGTERM go to one thread from here on: a server waits for them without holding a thread of
+// Swift's pool; any other command ends as their default action ends it.
+TerminationSignals.install()
+exit(await Storekeeper.run(Array(CommandLine.arguments.dropFirst())))

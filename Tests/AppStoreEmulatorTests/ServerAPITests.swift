@@ -36,7 +36,7 @@ struct ServerAPITests {
             let time = AppStoreTests.FakeTime()
             let harness = try await AppStoreTests.Harness.make(time: time, rate: .monthlyRenewalEveryFiveMinutes)
             let server = try HTTPServer(port: 0, responder: harness.responder)
-            let minted = try await harness.store.mintAPIKey(bundleID: AppStoreTests.bundleID)
+            let minted = try await harness.store.serverAPI.mintAPIKey(bundleID: AppStoreTests.bundleID)
             return API(
                 harness: harness, server: server, time: time, key: try PrivateKey(pem: minted.privateKey),
                 keyID: minted.keyID, issuerID: minted.issuerID)

@@ -2,6 +2,7 @@ import AppStoreEmulator
 import Foundation
 import PurchaseServer
 import StoreModel
+import StorekeeperCLITestSupport
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
@@ -36,7 +37,7 @@ struct ScenarioTruthTests {
         repairWithin: Duration = .zero
     ) async throws {
         let base = "http://127.0.0.1:\(harness.emulator.port)"
-        let run = CapturedConsole.run(["appstore", "scenario", "run", "--url", base, path])
+        let run = await CapturedConsole.run(["appstore", "scenario", "run", "--url", base, path])
         #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
         try await harness.settleNotifications()
         var originals: Set<String> = []

@@ -124,7 +124,7 @@ struct ServerHarness {
         let sink = try WebhookSink(secret: webhookSecret, failFirst: failFirstWebhooks)
         var api: ServerAPISettings?
         if withAPI {
-            let minted = try await store.mintAPIKey(bundleID: bundleID)
+            let minted = try await store.serverAPI.mintAPIKey(bundleID: bundleID)
             api = ServerAPISettings(
                 keyID: minted.keyID, issuerID: minted.issuerID, privateKey: try PrivateKey(pem: minted.privateKey),
                 productionURL: "http://127.0.0.1:\(emulator.port)",

@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperCLITestSupport
 import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing
@@ -26,9 +27,9 @@ struct ConventionTests {
     static let groups = ["receipt", "jws", "offer", "appstore", "bench"]
 
     @Test("Bare storekeeper, help and --help print the overview with exit codes to stdout and exit 0")
-    func topLevelHelp() {
+    func topLevelHelp() async {
         for arguments in [[], ["help"], ["--help"], ["-h"]] {
-            let run = CapturedConsole.run(arguments)
+            let run = await CapturedConsole.run(arguments)
             #expect(run.status == 0, "\(arguments)")
             #expect(run.stderr.isEmpty)
             #expect(run.stdout.contains("USAGE: storekeeper <subcommand>"))
@@ -38,17 +39,17 @@ struct ConventionTests {
                 #expect(run.stdout.contains(command.last!), "overview lists \(command)")
             }
         }
-        #expect(CapturedConsole.run(["--version"]).stdout == "0.1.0\n")
+        #expect(await CapturedConsole.run(["--version"]).stdout == "0.1.0\n")
     }
 
     @Test("A path below a group lists what is under it: help appstore notifications, and the bare path")
-    func nestedGroup() {
+    func nestedGroup() async {
         for arguments in [["help", "appstore", "notifications"], ["appstore", "notifications"]] {
-            let run = CapturedConsole.run(arguments)
+            let run = await CapturedConsole.run(arguments)
             #expect(run.status == 0, "\(arguments): \(run.stderr)")
             for sub in ["set", "history", "listen"] { #expect(run.stdout.contains("  \(sub) ")) }
         }
-        let appstore = CapturedConsole.run(["appstore", "--help"]).stdout
+        let appstore = await CapturedConsole.run(["appstore", "--help"]).stdout
         #expect(appstore.contains("  notifications listen "))
         #expect(!appstore.contains("hold-connections"))
     }
@@ -56,20 +57,20 @@ struct ConventionTests {
     @Test(
         "Every subcommand: --help, help <path> and <group> help <sub> print the same help; --version works",
         arguments: commands)
-    func subcommandHelp(command: [String]) {
-        let direct = CapturedConsole.run(command + ["--help"])
+    func subcommandHelp(command: [String]) async {
+        let direct = await CapturedConsole.run(command + ["--help"])
         #expect(direct.status == 0)
         #expect(direct.stderr.isEmpty)
         #expect(direct.stdout.hasPrefix("OVERVIEW: "))
         #expect(direct.stdout.contains("USAGE: storekeeper \(command.joined(separator: " "))"))
         #expect(direct.stdout.contains("EXIT CODES:"))
-        let viaHelp = CapturedConsole.run(["help"] + command)
+        let viaHelp = await CapturedConsole.run(["help"] + command)
         #expect(viaHelp.status == 0 && viaHelp.stdout == direct.stdout)
         if command.count >= 2 {
-            let viaGroup = CapturedConsole.run([command[0], "help"] + command.dropFirst())
+            let viaGroup = await CapturedConsole.run([command[0], "help"] + command.dropFirst())
             #expect(viaGroup.status == 0 && viaGroup.stdout == direct.stdout)
         }
-        let version = CapturedConsole.run(command + ["--version"])
+        let version = await CapturedConsole.run(command + ["--version"])
         if direct.stdout.contains("--version <") {
             // The command's own --version option (the app version) replaces the flag, as in argument-parser.
             #expect(version.status == 64 && version.stderr.contains("--version"))
@@ -81,8 +82,8 @@ struct ConventionTests {
     @Test(
         "Every subcommand: an unknown option is a usage error on stderr with the usage line, exit 64",
         arguments: commands)
-    func unknownOption(command: [String]) {
-        let run = CapturedConsole.run(command + ["--no-such-option"])
+    func unknownOption(command: [String]) async {
+        let run = await CapturedConsole.run(command + ["--no-such-option"])
         #expect(run.status == 64)
         #expect(run.stdout.isEmpty)
         #expect(run.stderr.hasPrefix("Error: "))
@@ -93,10 +94,10 @@ struct ConventionTests {
     @Test(
         "Every group lists its subcommands with one-line descriptions; unknown subcommands name the valid ones",
         arguments: groups)
-    func groupHelp(group: String) {
+    func groupHelp(group: String) async {
         let members = Self.commands.filter { $0.count == 2 && $0[0] == group }
         for arguments in [[group], [group, "--help"], ["help", group], [group, "help"]] {
-            let run = CapturedConsole.run(arguments)
+            let run = await CapturedConsole.run(arguments)
             #expect(run.status == 0, "\(arguments)")
             #expect(run.stdout.hasPrefix("OVERVIEW: "))
             for member in members {
@@ -104,60 +105,62 @@ struct ConventionTests {
                 #expect(line.map { $0.split(separator: " ").count > 2 } == true, "\(member[1]) has a description")
             }
         }
-        let unknown = CapturedConsole.run([group, "bogus"])
+        let unknown = await CapturedConsole.run([group, "bogus"])
         #expect(unknown.status == 64)
         #expect(unknown.stdout.isEmpty)
         #expect(members.allSatisfy { unknown.stderr.contains($0[1]) })
-        #expect(CapturedConsole.run([group, "--version"]).stdout == "0.1.0\n")
+        #expect(await CapturedConsole.run([group, "--version"]).stdout == "0.1.0\n")
     }
 
     @Test("Required options are unbracketed in usage; optional ones bracketed")
-    func requiredOptions() {
-        let verify = CapturedConsole.run(["receipt", "verify", "--help"]).stdout
+    func requiredOptions() async {
+        let verify = await CapturedConsole.run(["receipt", "verify", "--help"]).stdout
         #expect(verify.contains(" --root <cert> ..."))
         #expect(!verify.contains("[--root"))
         #expect(verify.contains("[--bundle-id <id>]"))
-        let missing = CapturedConsole.run(["receipt", "verify"])
+        let missing = await CapturedConsole.run(["receipt", "verify"])
         #expect(missing.status == 64)
         #expect(missing.stderr.contains("--root"))
     }
 
     @Test("Unknown subcommands and refused values are usage errors that list the valid choices")
-    func refusedValues() {
-        let unknown = CapturedConsole.run(["bogus"])
+    func refusedValues() async {
+        let unknown = await CapturedConsole.run(["bogus"])
         #expect(unknown.status == 64 && unknown.stdout.isEmpty && unknown.stderr.hasPrefix("Error: "))
-        let rate = CapturedConsole.run(["appstore", "advance", "--rate", "bogus"])
+        let rate = await CapturedConsole.run(["appstore", "advance", "--rate", "bogus"])
         #expect(rate.status == 64)
         #expect(rate.stderr.contains("realTime") && rate.stderr.contains("monthlyRenewalEveryFiveMinutes"))
-        let url = CapturedConsole.run(["appstore", "products", "--url", "localhost:8080"])
+        let url = await CapturedConsole.run(["appstore", "products", "--url", "localhost:8080"])
         #expect(url.status == 64)
         #expect(url.stderr.contains("http://"))
         for value in ["0", "many"] {
-            let inFlight = CapturedConsole.run(["appstore", "serve", "--max-notifications-in-flight", value])
+            let inFlight = await CapturedConsole.run(["appstore", "serve", "--max-notifications-in-flight", value])
             #expect(inFlight.status == 64)
             #expect(inFlight.stderr.contains("--max-notifications-in-flight must be 1 to 100000"))
         }
         for value in ["0", "3651", "forever"] {
-            let retention = CapturedConsole.run(["appstore", "serve", "--notification-retention-days", value])
+            let retention = await CapturedConsole.run(["appstore", "serve", "--notification-retention-days", value])
             #expect(retention.status == 64)
             #expect(retention.stderr.contains("--notification-retention-days must be 1 to 3650"))
         }
     }
 
     @Test("Exit 2 for files that cannot be read or are not certificates or keys; 1 for what does not parse")
-    func exitCodes() throws {
+    func exitCodes() async throws {
         let directory = try ExternalTool.temporaryDirectory()
         let notACertificate = directory.appendingPathComponent("root.pem")
         try Data("not a certificate".utf8).write(to: notACertificate)
         let garbage = directory.appendingPathComponent("garbage.der")
         try Data("%%%".utf8).write(to: garbage)
 
-        let unreadable = CapturedConsole.run(["receipt", "verify", directory.path + "/none", "--root", garbage.path])
+        let unreadable = await CapturedConsole.run([
+            "receipt", "verify", directory.path + "/none", "--root", garbage.path,
+        ])
         #expect(unreadable.status == 2, "\(unreadable.stderr)")
-        let badRoot = CapturedConsole.run(["receipt", "verify", garbage.path, "--root", notACertificate.path])
+        let badRoot = await CapturedConsole.run(["receipt", "verify", garbage.path, "--root", notACertificate.path])
         #expect(badRoot.status == 2)
         #expect(badRoot.stderr.hasPrefix("Error: ") && badRoot.stdout.isEmpty)
-        let badKey = CapturedConsole.run([
+        let badKey = await CapturedConsole.run([
             "offer", "sign", "--key", notACertificate.path, "--key-id", "A",
             "--bundle-id", "b", "--product-id", "p", "--offer-id", "o", "--app-account-token",
             "7E3B1C1A-0000-4000-8000-000000000001",
@@ -165,20 +168,20 @@ struct ConventionTests {
         #expect(badKey.status == 2, "\(badKey.stderr)")
         #expect(!badKey.stderr.contains("CryptoError"), "a sentence, not a type name: \(badKey.stderr)")
 
-        let sample = CapturedConsole.run(["receipt", "sample", "--out", directory.path])
+        let sample = await CapturedConsole.run(["receipt", "sample", "--out", directory.path])
         #expect(sample.status == 0, "\(sample.stderr)")
-        let malformed = CapturedConsole.run(
+        let malformed = await CapturedConsole.run(
             ["receipt", "verify", garbage.path, "--root", directory.appendingPathComponent("root.pem").path])
         #expect(malformed.status == 1)
         #expect(try JSONParser.parse(malformed.stdout)["error"]?["code"] == .string("malformed"))
-        let decode = CapturedConsole.run(["jws", "decode", garbage.path])
+        let decode = await CapturedConsole.run(["jws", "decode", garbage.path])
         #expect(decode.status == 1 && decode.stderr.hasPrefix("Error: "))
     }
 
     @Test("An unreachable emulator is exit 69 with one sentence on stderr, never a Foundation dump")
-    func unreachable() {
+    func unreachable() async {
         for command in [["appstore", "products"], ["appstore", "account"], ["appstore", "advance", "--by", "P1M"]] {
-            let run = CapturedConsole.run(command + ["--url", "http://127.0.0.1:1"])
+            let run = await CapturedConsole.run(command + ["--url", "http://127.0.0.1:1"])
             #expect(run.status == 69, "\(command): \(run.stderr)")
             #expect(run.stdout.isEmpty)
             #expect(run.stderr.hasPrefix("Error: cannot reach the emulator at http://127.0.0.1:1"))
@@ -187,11 +190,11 @@ struct ConventionTests {
     }
 
     @Test("completion bash and zsh print scripts that know every subcommand and option")
-    func completion() {
-        let bash = CapturedConsole.run(["completion", "bash"])
+    func completion() async {
+        let bash = await CapturedConsole.run(["completion", "bash"])
         #expect(bash.status == 0)
         #expect(bash.stdout.contains("complete -o default -F _storekeeper storekeeper"))
-        let zsh = CapturedConsole.run(["completion", "zsh"])
+        let zsh = await CapturedConsole.run(["completion", "zsh"])
         #expect(zsh.status == 0)
         #expect(zsh.stdout.hasPrefix("#compdef storekeeper"))
         for script in [bash.stdout, zsh.stdout] {
@@ -209,14 +212,14 @@ struct ConventionTests {
             let run = try? ExternalTool.run(bashPath, ["-c", script, binary])
             #expect(run?.stdout == Array("verify\n--rate\n".utf8), "\(run?.stderrText ?? "")")
         }
-        let fish = CapturedConsole.run(["completion", "fish"])
+        let fish = await CapturedConsole.run(["completion", "fish"])
         #expect(fish.status == 64 && fish.stderr.contains("bash") && fish.stderr.contains("zsh"))
     }
 
     @Test(
         "Against a live emulator: results on stdout, refusals on stderr with exit 1, STOREKEEPER_URL, advance",
         .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
-    func liveEmulator() throws {
+    func liveEmulator() async throws {
         let binary = try #require(ExecutableTests.binary)
         let data = try ExternalTool.temporaryDirectory()
         let (process, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
@@ -231,22 +234,24 @@ struct ConventionTests {
         let listed = try JSONParser.parse(products.stdout)["products"]?.arrayValue ?? []
         #expect(listed.contains { $0["productId"] == .string("com.example.storekeeper.monthly") })
 
-        let refused = CapturedConsole.run(["appstore", "buy", "--url", base, "--device", "nope", "--product", "x"])
+        let refused = await CapturedConsole.run([
+            "appstore", "buy", "--url", base, "--device", "nope", "--product", "x",
+        ])
         #expect(refused.status == 1)
         #expect(refused.stdout.isEmpty)
         #expect(refused.stderr.hasPrefix("Error: the emulator refused the request (HTTP 404"))
 
-        let account = CapturedConsole.run(["appstore", "account", "--url", base])
+        let account = await CapturedConsole.run(["appstore", "account", "--url", base])
         #expect(account.status == 0 && account.stderr.isEmpty)
         let accountID = try #require(try JSONParser.parse(account.stdout)["accountId"]?.stringValue)
-        let device = CapturedConsole.run(
+        let device = await CapturedConsole.run(
             ["appstore", "device", "--url", base, "--account", accountID, "--field", "deviceId"])
         let deviceID = device.stdout.trimmingCharacters(in: .newlines)
         #expect(UUID(uuidString: deviceID) != nil, "--field prints the bare value: \(device.stdout)")
-        let install = CapturedConsole.run(["appstore", "install", "--url", base, "--device", deviceID])
+        let install = await CapturedConsole.run(["appstore", "install", "--url", base, "--device", deviceID])
         #expect(install.status == 0)
         #expect(install.stderr.contains("no --version"), "says which version it installed")
-        let buy = CapturedConsole.run(
+        let buy = await CapturedConsole.run(
             ["appstore", "buy", "--url", base, "--device", deviceID, "--product", "com.example.storekeeper.monthly"])
         #expect(buy.status == 0, "\(buy.stderr)")
         let bought = try JSONParser.parse(buy.stdout)["transaction"]
@@ -256,13 +261,13 @@ struct ConventionTests {
         let parsed = try #require(
             try? Date(iso, strategy: .iso8601.year().month().day().time(includingFractionalSeconds: iso.contains("."))))
         #expect(Int64((parsed.timeIntervalSince1970 * 1000).rounded()) == milliseconds)
-        let field = CapturedConsole.run(
+        let field = await CapturedConsole.run(
             ["appstore", "transactions", "--url", base, "--device", deviceID, "--field", "transactions"])
         #expect(field.status == 0 && field.stdout.hasPrefix("[{"), "compact JSON for a member that is not a string")
-        let missing = CapturedConsole.run(["appstore", "account", "--url", base, "--field", "nope"])
+        let missing = await CapturedConsole.run(["appstore", "account", "--url", base, "--field", "nope"])
         #expect(missing.status == 1 && missing.stderr.contains("accountId"), "names the members there are")
 
-        let advance = CapturedConsole.run(["appstore", "advance", "--url", base, "--by", "P1M"])
+        let advance = await CapturedConsole.run(["appstore", "advance", "--url", base, "--by", "P1M"])
         #expect(advance.status == 0)
         let clock = try JSONParser.parse(advance.stdout)
         #expect(clock["ran"]?["renewals"] == .integer(1))
@@ -271,16 +276,16 @@ struct ConventionTests {
         #expect(advance.stderr.contains("ran 1 renewal and 0 expirations"))
 
         let out = try ExternalTool.temporaryDirectory()
-        let certs = CapturedConsole.run(["appstore", "certs", "--url", base, "--out", out.path])
+        let certs = await CapturedConsole.run(["appstore", "certs", "--url", base, "--out", out.path])
         #expect(certs.status == 0, "\(certs.stderr)")
         let fromData = try ExternalTool.temporaryDirectory()
-        _ = CapturedConsole.run(["appstore", "certs", "--data", data.path, "--out", fromData.path])
+        _ = await CapturedConsole.run(["appstore", "certs", "--data", data.path, "--out", fromData.path])
         #expect(
             try Data(contentsOf: out.appendingPathComponent("jws-root.cer"))
                 == Data(contentsOf: fromData.appendingPathComponent("jws-root.cer")),
             "the running emulator's roots, the same as in its data directory")
         let nowhere = data.appendingPathComponent("nowhere")
-        let wrong = CapturedConsole.run(["appstore", "certs", "--data", nowhere.path, "--out", out.path])
+        let wrong = await CapturedConsole.run(["appstore", "certs", "--data", nowhere.path, "--out", out.path])
         #expect(wrong.status == 2)
         #expect(!FileManager.default.fileExists(atPath: nowhere.path), "a wrong --data creates nothing")
     }

@@ -1,5 +1,6 @@
 import AppStoreSignedData
 import Foundation
+import StorekeeperCLITestSupport
 import StorekeeperCrypto
 import StorekeeperJSON
 import StorekeeperTestSupport
@@ -27,9 +28,9 @@ struct JWSCommandTests {
     static let now = Date(timeIntervalSince1970: 1_704_067_300)
 
     @Test("jws sign, then jws verify: status OK with type, header and payload; exit 0")
-    func signAndVerify() throws {
+    func signAndVerify() async throws {
         let files = try Files()
-        let signed = CapturedConsole.run(
+        let signed = await CapturedConsole.run(
             [
                 "jws", "sign", "--key", files.path("leaf-key.pem"), "--cert", files.path("leaf.der"), "--cert",
                 files.path("intermediate.pem"), "--cert", files.path("root.pem"), files.path("payload.json"),
@@ -37,7 +38,7 @@ struct JWSCommandTests {
         #expect(signed.status == 0, "\(signed.stderr)")
         let token = signed.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(token.split(separator: ".").count == 3)
-        let verified = CapturedConsole.run(
+        let verified = await CapturedConsole.run(
             [
                 "jws", "verify", "--root", files.path("root.pem"), "--bundle-id", JWSFixtures.bundleID, "--environment",
                 "Sandbox",
@@ -50,7 +51,7 @@ struct JWSCommandTests {
         #expect(output["header"]?["alg"] == .string("ES256"))
         #expect(output["payload"]?["transactionId"] == .string("2000000335310644"))
 
-        let wrong = CapturedConsole.run(
+        let wrong = await CapturedConsole.run(
             [
                 "jws", "verify", "--root", files.path("root.pem"), "--bundle-id", "com.other", "--environment",
                 "Sandbox",
@@ -58,7 +59,7 @@ struct JWSCommandTests {
             stdin: Array(token.utf8), now: Self.now)
         #expect(wrong.status == 1)
         #expect(try JSONParser.parse(wrong.stdout)["status"] == .string("INVALID_APP_IDENTIFIER"))
-        let asRenewal = CapturedConsole.run(
+        let asRenewal = await CapturedConsole.run(
             [
                 "jws", "verify", "--root", files.path("root.pem"), "--environment", "Production", "--app-apple-id", "1",
                 "--type",
@@ -69,7 +70,7 @@ struct JWSCommandTests {
     }
 
     @Test("jws sign refuses a key that does not belong to the leaf, or is not P-256: exit 2, a sentence, no JWS")
-    func signRefusesWrongKeys() throws {
+    func signRefusesWrongKeys() async throws {
         let files = try Files()
         try Data(try PrivateKey.generateP256().pemPKCS8().utf8).write(
             to: URL(fileURLWithPath: files.path("other-key.pem")))
@@ -79,21 +80,21 @@ struct JWSCommandTests {
             files.path("root.pem"),
             files.path("payload.json"),
         ]
-        let other = CapturedConsole.run(["jws", "sign", "--key", files.path("other-key.pem")] + chain)
+        let other = await CapturedConsole.run(["jws", "sign", "--key", files.path("other-key.pem")] + chain)
         #expect(other.status == 2)
         #expect(other.stdout.isEmpty)
         #expect(other.stderr.contains("does not belong to the leaf certificate"))
-        let rsa = CapturedConsole.run(["jws", "sign", "--key", files.path("rsa.pem")] + chain)
+        let rsa = await CapturedConsole.run(["jws", "sign", "--key", files.path("rsa.pem")] + chain)
         #expect(rsa.status == 2)
         #expect(rsa.stdout.isEmpty)
         #expect(rsa.stderr.contains("P-256") && !rsa.stderr.contains("CryptoError"), "\(rsa.stderr)")
     }
 
     @Test("A notification shows the nested signed fields as they came and their decoded forms beside them")
-    func notification() throws {
+    func notification() async throws {
         let files = try Files()
         let token = try JWSFixtures.sign(try JWSFixtures.notification())
-        let run = CapturedConsole.run(
+        let run = await CapturedConsole.run(
             [
                 "jws", "verify", "--root", files.path("root.pem"), "--bundle-id", JWSFixtures.bundleID, "--environment",
                 "Sandbox",
@@ -107,20 +108,21 @@ struct JWSCommandTests {
     }
 
     @Test("Not a JWS: INVALID_JWT_FORMAT without header or payload, exit 1; decode fails with exit 1")
-    func malformed() throws {
+    func malformed() async throws {
         let files = try Files()
-        let run = CapturedConsole.run(["jws", "verify", "--root", files.path("root.pem")], stdin: Array("a.b".utf8))
+        let run = await CapturedConsole.run(
+            ["jws", "verify", "--root", files.path("root.pem")], stdin: Array("a.b".utf8))
         #expect(run.status == 1)
         let output = try JSONParser.parse(run.stdout)
         #expect(output["status"] == .string("INVALID_JWT_FORMAT"))
         #expect(output["payload"] == nil)
-        #expect(CapturedConsole.run(["jws", "decode"], stdin: Array("a.b".utf8)).status == 1)
+        #expect(await CapturedConsole.run(["jws", "decode"], stdin: Array("a.b".utf8)).status == 1)
     }
 
     @Test("jws decode prints the detected type, header and payload without verifying")
-    func decode() throws {
+    func decode() async throws {
         let token = try JWSFixtures.sign(JWSFixtures.renewalInfo())
-        let run = CapturedConsole.run(["jws", "decode", "-"], stdin: Array(token.utf8))
+        let run = await CapturedConsole.run(["jws", "decode", "-"], stdin: Array(token.utf8))
         #expect(run.status == 0)
         let output = try JSONParser.parse(run.stdout)
         #expect(output["type"] == .string("renewal-info"))
@@ -135,14 +137,14 @@ struct JWSCommandTests {
             ["jws", "verify", "--root", "r", "--type", "receipt"], ["jws", "sign", "--key", "k"],
             ["offer", "sign", "--key", "k"], ["jws", "verify", "--root", "r", "--app-apple-id", "x"],
         ])
-    func usage(arguments: [String]) {
-        let run = CapturedConsole.run(arguments)
+    func usage(arguments: [String]) async {
+        let run = await CapturedConsole.run(arguments)
         #expect(run.status == 64, "\(run.stderr)")
         #expect(run.stderr.hasPrefix("Error: "))
     }
 
     @Test("offer sign V1 prints a signature that verifies over Apple's U+2063 string; V2 prints a JWS")
-    func offer() throws {
+    func offer() async throws {
         let files = try Files()
         let key = try PrivateKey.generateP256()
         let keyPath = files.path("SubscriptionKey_ABC123.p8")
@@ -153,7 +155,7 @@ struct JWSCommandTests {
             "--offer-id", "WINBACK", "--app-account-token", "7E3B1C1A-0000-4000-8000-000000000001", "--nonce",
             "F1E2D3C4-B5A6-4978-8695-A4B3C2D1E0F9", "--timestamp", "1700000000000",
         ]
-        let v1 = CapturedConsole.run(common)
+        let v1 = await CapturedConsole.run(common)
         #expect(v1.status == 0, "\(v1.stderr)")
         let output = try JSONParser.parse(v1.stdout)
         let signature = try #require(output["signature"]?.stringValue.flatMap { Data(base64Encoded: $0) })
@@ -165,13 +167,13 @@ struct JWSCommandTests {
             try key.publicKey.verify(
                 signature: Array(signature), message: Array(message.utf8), algorithm: .ecdsa(.sha256)))
         #expect(output["nonce"] == .string("f1e2d3c4-b5a6-4978-8695-a4b3c2d1e0f9"))
-        let withToken = CapturedConsole.run(common + ["--format", "v2", "--issuer-id", "issuer"])
+        let withToken = await CapturedConsole.run(common + ["--format", "v2", "--issuer-id", "issuer"])
         #expect(withToken.status == 64, "V2 has no app account token: \(withToken.stderr)")
         #expect(withToken.stderr.contains("app-account-token"))
         let v2Arguments = common.enumerated().filter { index, _ in
             !(index > 0 && common[index - 1] == "--app-account-token") && common[index] != "--app-account-token"
         }.map(\.element)
-        let v2 = CapturedConsole.run(v2Arguments + ["--format", "v2", "--issuer-id", "issuer"])
+        let v2 = await CapturedConsole.run(v2Arguments + ["--format", "v2", "--issuer-id", "issuer"])
         #expect(v2.status == 0, "\(v2.stderr)")
         let jws = try CompactJWS(v2.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(jws.header["kid"] == .string("ABC123"))

@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperCLITestSupport
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
@@ -11,7 +12,7 @@ struct LifecycleCommandTests {
     @Test(
         "notifications listen prints the emulator's notifications verified; the verbs drive the story",
         .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
-    func listenAndVerbs() throws {
+    func listenAndVerbs() async throws {
         let binary = try #require(ExecutableTests.binary)
         let data = try ExternalTool.temporaryDirectory()
         let (emulator, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
@@ -32,10 +33,10 @@ struct LifecycleCommandTests {
         let url = try #require(
             output.firstLine().firstMatch(of: /http:\/\/127\.0\.0\.1:\d+\//).map { String($0.output) })
 
-        let set = CapturedConsole.run(["appstore", "notifications", "set", "--url", base, "--sandbox-url", url])
+        let set = await CapturedConsole.run(["appstore", "notifications", "set", "--url", base, "--sandbox-url", url])
         #expect(set.status == 0, "\(set.stderr)")
-        let (_, device) = cliCustomer(base)
-        let bought = CapturedConsole.run(
+        let (_, device) = await cliCustomer(base)
+        let bought = await CapturedConsole.run(
             [
                 "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly",
                 "--field", "transaction.transactionIdentifier",
@@ -43,18 +44,18 @@ struct LifecycleCommandTests {
         let transaction = bought.stdout.trimmingCharacters(in: .newlines)
         #expect(bought.status == 0 && !transaction.isEmpty, "\(bought.stderr)")
 
-        let off = CapturedConsole.run(
+        let off = await CapturedConsole.run(
             ["appstore", "auto-renew", "--url", base, "--transaction", transaction, "--enabled", "false"])
         #expect(off.status == 0, "\(off.stderr)")
         #expect(try JSONParser.parse(off.stdout)["subscription"]?["autoRenew"] == .bool(false))
-        let bad = CapturedConsole.run(
+        let bad = await CapturedConsole.run(
             ["appstore", "auto-renew", "--url", base, "--transaction", transaction, "--enabled", "maybe"])
         #expect(bad.status == 64 && bad.stderr.contains("true, false"))
-        let expire = CapturedConsole.run(["appstore", "expire", "--url", base, "--transaction", transaction])
+        let expire = await CapturedConsole.run(["appstore", "expire", "--url", base, "--transaction", transaction])
         #expect(expire.status == 0, "\(expire.stderr)")
-        let again = CapturedConsole.run(["appstore", "expire", "--url", base, "--transaction", transaction])
+        let again = await CapturedConsole.run(["appstore", "expire", "--url", base, "--transaction", transaction])
         #expect(again.status == 1 && again.stderr.contains("already ended"), "\(again.stderr)")
-        let refund = CapturedConsole.run(
+        let refund = await CapturedConsole.run(
             ["appstore", "refund", "--url", base, "--transaction", transaction, "--reason", "APP_ISSUE"])
         #expect(refund.status == 0, "\(refund.stderr)")
 
@@ -71,7 +72,7 @@ struct LifecycleCommandTests {
                 "REFUND",
             ], "\(printed)")
         #expect(lines.allSatisfy { $0.hasSuffix("verification=OK") }, "\(printed)")
-        let history = CapturedConsole.run(["appstore", "notifications", "history", "--url", base])
+        let history = await CapturedConsole.run(["appstore", "notifications", "history", "--url", base])
         #expect(history.status == 0)
         #expect(
             try JSONParser.parse(history.stdout)["notificationHistory"]?.arrayValue?.count == 4, "\(history.stdout)")
@@ -83,7 +84,7 @@ struct ListenVersionOneTests {
     @Test(
         "V1 notifications from a V1-configured emulator are printed with their password checked",
         .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
-    func versionOne() throws {
+    func versionOne() async throws {
         let binary = try #require(ExecutableTests.binary)
         let data = try ExternalTool.temporaryDirectory()
         let (emulator, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
@@ -105,21 +106,21 @@ struct ListenVersionOneTests {
         defer { if listener.isRunning { listener.terminate() } }
         let url = try #require(
             output.firstLine().firstMatch(of: /http:\/\/127\.0\.0\.1:\d+\//).map { String($0.output) })
-        let set = CapturedConsole.run(
+        let set = await CapturedConsole.run(
             ["appstore", "notifications", "set", "--url", base, "--sandbox-url", url, "--notification-version", "1"])
         #expect(set.status == 0, "\(set.stderr)")
         #expect(try JSONParser.parse(set.stdout)["version"] == .integer(1), "\(set.stdout)")
-        let wrong = CapturedConsole.run(
+        let wrong = await CapturedConsole.run(
             ["appstore", "notifications", "set", "--url", base, "--sandbox-url", url, "--notification-version", "3"])
         #expect(wrong.status == 64, "\(wrong.stderr)")
-        let (_, device) = cliCustomer(base)
-        let bought = CapturedConsole.run(
+        let (_, device) = await cliCustomer(base)
+        let bought = await CapturedConsole.run(
             [
                 "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly",
                 "--field", "transaction.transactionIdentifier",
             ])
         let transaction = bought.stdout.trimmingCharacters(in: .newlines)
-        _ = CapturedConsole.run(
+        _ = await CapturedConsole.run(
             ["appstore", "auto-renew", "--url", base, "--transaction", transaction, "--enabled", "false"])
         listener.waitUntilExit()
         let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
@@ -132,13 +133,15 @@ struct ListenVersionOneTests {
 }
 
 /// A customer made with the CLI against the emulator at `base`: an account, a device, the app installed.
-func cliCustomer(_ base: String, environment: String = "Sandbox") -> (account: String, device: String) {
-    let account = CapturedConsole.run(
+func cliCustomer(_ base: String, environment: String = "Sandbox") async -> (account: String, device: String) {
+    let account = await CapturedConsole.run(
         ["appstore", "account", "--url", base, "--environment", environment, "--field", "accountId"]
     ).stdout.trimmingCharacters(in: .newlines)
-    let device = CapturedConsole.run(["appstore", "device", "--url", base, "--account", account, "--field", "deviceId"])
-        .stdout.trimmingCharacters(in: .newlines)
-    _ = CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
+    let device = await CapturedConsole.run([
+        "appstore", "device", "--url", base, "--account", account, "--field", "deviceId",
+    ])
+    .stdout.trimmingCharacters(in: .newlines)
+    _ = await CapturedConsole.run(["appstore", "install", "--url", base, "--device", device])
     return (account, device)
 }
 
@@ -182,7 +185,7 @@ struct OutboxDurabilityTests {
         defer { sink.stop() }
         let data = try ExternalTool.temporaryDirectory()
         var (emulator, base, _) = try AppStoreServeTests.start(binary: binary, data: data)
-        let set = CapturedConsole.run(
+        let set = await CapturedConsole.run(
             [
                 "appstore", "notifications", "set", "--url", base, "--production-url",
                 "http://127.0.0.1:\(sink.port)/n", "--retry-schedule",
@@ -191,23 +194,23 @@ struct OutboxDurabilityTests {
                 Array(repeating: "600", count: 10).joined(separator: ","),
             ])
         #expect(set.status == 0, "\(set.stderr)")
-        let (_, device) = cliCustomer(base, environment: "Production")
-        let bought = CapturedConsole.run(
+        let (_, device) = await cliCustomer(base, environment: "Production")
+        let bought = await CapturedConsole.run(
             ["appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly"])
         #expect(bought.status == 0, "\(bought.stderr)")
         // Wait for the first (failed) attempt to be recorded, then kill the emulator before its retry.
-        func attempts(_ base: String) throws -> [String] {
-            let history = CapturedConsole.run(
+        func attempts(_ base: String) async throws -> [String] {
+            let history = await CapturedConsole.run(
                 ["appstore", "notifications", "history", "--url", base, "--environment", "Production"])
             let first = try JSONParser.parse(history.stdout)["notificationHistory"]?.arrayValue?.first
             return first?["sendAttempts"]?.arrayValue?.compactMap { $0["sendAttemptResult"]?.stringValue } ?? []
         }
         // (A `for … where` loop would not stop when the condition turns: each check is a request.)
         for _ in 0..<500 {
-            if try !attempts(base).isEmpty { break }
+            if try await !attempts(base).isEmpty { break }
             try await Task.sleep(for: .milliseconds(10))
         }
-        #expect(try attempts(base).first == "UNSUCCESSFUL_HTTP_RESPONSE_CODE")
+        await #expect(try attempts(base).first == "UNSUCCESSFUL_HTTP_RESPONSE_CODE")
         kill(emulator.processIdentifier, SIGKILL)
         emulator.waitUntilExit()
 
@@ -219,13 +222,13 @@ struct OutboxDurabilityTests {
         let failedBefore = receiver.bodies.withLock { $0.count }
         receiver.failing.store(false, ordering: .relaxed)
         // P3M at this rate is 15 real minutes: past the pending retry (it also renews, three times).
-        let advanced = CapturedConsole.run(["appstore", "advance", "--url", base, "--by", "P3M"])
+        let advanced = await CapturedConsole.run(["appstore", "advance", "--url", base, "--by", "P3M"])
         #expect(advanced.status == 0, "\(advanced.stderr)")
         for _ in 0..<3_000 {
-            if try attempts(base).last == "SUCCESS" { break }
+            if try await attempts(base).last == "SUCCESS" { break }
             try await Task.sleep(for: .milliseconds(10))
         }
-        let recorded = try attempts(base)
+        let recorded = try await attempts(base)
         #expect(recorded.last == "SUCCESS", "delivered after the restart: \(recorded)")
         #expect(recorded.dropLast().allSatisfy { $0 == "UNSUCCESSFUL_HTTP_RESPONSE_CODE" })
         let bodies = receiver.bodies.withLock { $0 }
@@ -244,12 +247,12 @@ struct ScenarioTests {
         .deletingLastPathComponent().appendingPathComponent("examples/scenarios")
 
     @Test("Every scenario in examples/scenarios passes (one per lifecycle row)")
-    func shipped() throws {
+    func shipped() async throws {
         let files = try FileManager.default.contentsOfDirectory(atPath: Self.examples.path).filter {
             $0.hasSuffix(".json")
         }.sorted().map { Self.examples.appendingPathComponent($0).path }
         #expect(files.count >= 14)
-        let run = CapturedConsole.run(["appstore", "scenario", "run", "--format", "json"] + files)
+        let run = await CapturedConsole.run(["appstore", "scenario", "run", "--format", "json"] + files)
         #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
         let reports = try #require(try JSONParser.parse(run.stdout).arrayValue)
         #expect(reports.count == files.count)
@@ -259,7 +262,7 @@ struct ScenarioTests {
     @Test(
         "--url runs scenarios against a running emulator: only the scenario's notifications count; unreachable is 69",
         .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
-    func remote() throws {
+    func remote() async throws {
         let binary = try #require(ExecutableTests.binary)
         let (emulator, base, _) = try AppStoreServeTests.start(
             binary: binary, data: try ExternalTool.temporaryDirectory())
@@ -267,7 +270,7 @@ struct ScenarioTests {
             emulator.terminate()
             emulator.waitUntilExit()
         }
-        let set = CapturedConsole.run(
+        let set = await CapturedConsole.run(
             ["appstore", "notifications", "set", "--url", base, "--sandbox-url", "http://127.0.0.1:9/nobody"])
         #expect(set.status == 0, "\(set.stderr)")
         // Two runs: the second shares the emulator with the first one's customers and notifications.
@@ -275,17 +278,19 @@ struct ScenarioTests {
             Self.examples.appendingPathComponent($0).path
         }
         for _ in 0..<2 {
-            let run = CapturedConsole.run(["appstore", "scenario", "run", "--url", base, "--format", "json"] + files)
+            let run = await CapturedConsole.run(
+                ["appstore", "scenario", "run", "--url", base, "--format", "json"] + files)
             #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
             let reports = try #require(try JSONParser.parse(run.stdout).arrayValue)
             #expect(reports.count == 3 && reports.allSatisfy { $0["passed"] == .bool(true) }, "\(run.stdout)")
         }
-        let unreachable = CapturedConsole.run(["appstore", "scenario", "run", "--url", "http://127.0.0.1:9"] + files)
+        let unreachable = await CapturedConsole.run(
+            ["appstore", "scenario", "run", "--url", "http://127.0.0.1:9"] + files)
         #expect(unreachable.status == 69, "\(unreachable.stderr)")
     }
 
     @Test("A wrong expectation, an unknown step and a refused verb fail with exit 1 and say why")
-    func failures() throws {
+    func failures() async throws {
         let directory = try ExternalTool.temporaryDirectory()
         let file = directory.appendingPathComponent("wrong.json")
         try Data(
@@ -297,7 +302,7 @@ struct ScenarioTests {
             ]}
             """#.utf8
         ).write(to: file)
-        let run = CapturedConsole.run(["appstore", "scenario", "run", file.path])
+        let run = await CapturedConsole.run(["appstore", "scenario", "run", file.path])
         #expect(run.status == 1)
         #expect(run.stdout.hasPrefix("FAIL wrong"))
         #expect(run.stdout.contains(#"notifications ["SUBSCRIBED/INITIAL_BUY"], expected ["DID_RENEW"]"#))
@@ -306,17 +311,17 @@ struct ScenarioTests {
 
         let unknown = directory.appendingPathComponent("unknown.json")
         try Data(#"{"steps": [{"teleport": true}]}"#.utf8).write(to: unknown)
-        let second = CapturedConsole.run(["appstore", "scenario", "run", unknown.path])
+        let second = await CapturedConsole.run(["appstore", "scenario", "run", unknown.path])
         #expect(second.status == 1 && second.stdout.contains("1. ✘ unknown step 'teleport' (known: buy,"))
 
         let notJSON = directory.appendingPathComponent("bad.json")
         try Data("{".utf8).write(to: notJSON)
-        let third = CapturedConsole.run(["appstore", "scenario", "run", notJSON.path])
+        let third = await CapturedConsole.run(["appstore", "scenario", "run", notJSON.path])
         #expect(third.status == 2 && third.stderr.contains("is not JSON"))
     }
 
     @Test("A run is bounded: past --max-events renewals and expirations (or --max-seconds) it stops, failed")
-    func bounded() throws {
+    func bounded() async throws {
         let directory = try ExternalTool.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = directory.appendingPathComponent("long.json")
@@ -325,12 +330,12 @@ struct ScenarioTests {
         try Data(
             (#"{"name": "long", "environment": "Production", "steps": ["# + steps.joined(separator: ",") + "]}").utf8
         ).write(to: file)
-        let run = CapturedConsole.run(["appstore", "scenario", "run", "--max-events", "200", file.path])
+        let run = await CapturedConsole.run(["appstore", "scenario", "run", "--max-events", "200", file.path])
         #expect(run.status == 1)
         #expect(run.stdout.hasPrefix("FAIL long"))
         #expect(run.stdout.contains("✘ stopped: a scenario runs for at most 60 s and 200 renewals"), "\(run.stdout)")
         #expect(!run.stdout.contains("51. advance"))
-        let usage = CapturedConsole.run(["appstore", "scenario", "run", "--max-seconds", "0", file.path])
+        let usage = await CapturedConsole.run(["appstore", "scenario", "run", "--max-seconds", "0", file.path])
         #expect(usage.status == 64, "\(usage.stderr)")
     }
 }
@@ -340,7 +345,7 @@ struct OfferCommandTests {
     @Test(
         "offer sign's output redeems a promotional offer on an emulator that has the key in --config; codes too",
         .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
-    func promotionalOffer() throws {
+    func promotionalOffer() async throws {
         let binary = try #require(ExecutableTests.binary)
         let directory = try ExternalTool.temporaryDirectory()
         let keyPath = directory.appendingPathComponent("SubscriptionKey_KEY1.p8").path
@@ -359,32 +364,32 @@ struct OfferCommandTests {
             emulator.terminate()
             emulator.waitUntilExit()
         }
-        let (_, device) = cliCustomer(base)
+        let (_, device) = await cliCustomer(base)
         let monthly = "com.example.storekeeper.monthly"
-        let code = CapturedConsole.run(
+        let code = await CapturedConsole.run(
             ["appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--offer-code", "welcome"])
         #expect(code.status == 0, "\(code.stderr)")
         for format in ["v1", "v2"] {
-            let signed = CapturedConsole.run(
+            let signed = await CapturedConsole.run(
                 [
                     "offer", "sign", "--key", keyPath, "--key-id", "KEY1", "--bundle-id", "com.example.storekeeper",
                     "--product-id", monthly, "--offer-id", "com.example.storekeeper.comeback", "--format", format,
                 ])
             #expect(signed.status == 0, "\(signed.stderr)")
-            let bought = CapturedConsole.run(
+            let bought = await CapturedConsole.run(
                 [
                     "appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--promotional-offer",
                     "com.example.storekeeper.comeback", "--offer-signature", signed.stdout,
                 ])
             #expect(bought.status == 0, "\(format): \(bought.stderr)")
-            let replayed = CapturedConsole.run(
+            let replayed = await CapturedConsole.run(
                 [
                     "appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--promotional-offer",
                     "com.example.storekeeper.comeback", "--offer-signature", signed.stdout,
                 ])
             #expect(replayed.status == 1 && replayed.stderr.contains("nonce"), "\(format): \(replayed.stderr)")
         }
-        let lonely = CapturedConsole.run(
+        let lonely = await CapturedConsole.run(
             ["appstore", "buy", "--url", base, "--device", device, "--product", monthly, "--promotional-offer", "x"])
         #expect(lonely.status == 64)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperCLITestSupport
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
@@ -15,14 +16,14 @@ struct NotificationStoryInteropTests {
     static let enabled = ExecutableTests.binary != nil && PythonInterop.python != nil
 
     /// Runs `storekeeper` in-process and returns stdout, failing the test on a non-zero exit.
-    static func run(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) -> String {
-        let result = CapturedConsole.run(arguments)
+    static func run(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) async -> String {
+        let result = await CapturedConsole.run(arguments)
         #expect(result.status == 0, "\(arguments): \(result.stderr)", sourceLocation: sourceLocation)
         return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    static func history(_ base: String, bundle: String) throws -> [JSONValue] {
-        let text = run([
+    static func history(_ base: String, bundle: String) async throws -> [JSONValue] {
+        let text = await run([
             "appstore", "notifications", "history", "--url", base, "--bundle-id", bundle, "--environment",
             "Production",
         ])
@@ -73,39 +74,41 @@ struct NotificationStoryInteropTests {
         let port = try #require(Int(receiverOutput.firstLine().trimmingCharacters(in: .whitespacesAndNewlines)))
         let url = "http://127.0.0.1:\(port)/notifications"
         for (bundle, version) in [("com.example.storekeeper", "2"), ("com.example.v1", "1")] {
-            _ = Self.run([
+            _ = await Self.run([
                 "appstore", "notifications", "set", "--url", base, "--bundle-id", bundle, "--production-url", url,
                 "--notification-version", version, "--retry-schedule", "1,1,1,1,1,1,1,1",
             ])
         }
 
-        func customer(_ bundle: String) -> (account: String, device: String) {
-            let account = Self.run([
+        func customer(_ bundle: String) async -> (account: String, device: String) {
+            let account = await Self.run([
                 "appstore", "account", "--url", base, "--environment", "Production", "--field", "accountId",
             ])
-            let device = Self.run(["appstore", "device", "--url", base, "--account", account, "--field", "deviceId"])
-            _ = Self.run(["appstore", "install", "--url", base, "--device", device, "--bundle-id", bundle])
+            let device = await Self.run([
+                "appstore", "device", "--url", base, "--account", account, "--field", "deviceId",
+            ])
+            _ = await Self.run(["appstore", "install", "--url", base, "--device", device, "--bundle-id", bundle])
             return (account, device)
         }
-        func buy(_ who: (account: String, device: String), _ product: String, bundle: String) -> String {
-            Self.run([
+        func buy(_ who: (account: String, device: String), _ product: String, bundle: String) async -> String {
+            await Self.run([
                 "appstore", "buy", "--url", base, "--device", who.device, "--bundle-id", bundle, "--product",
                 "com.example.storekeeper.\(product)", "--field", "transaction.transactionIdentifier",
             ])
         }
         let monthly = "monthly"
-        let first = customer("com.example.storekeeper")
-        let second = customer("com.example.storekeeper")
-        let legacy = customer("com.example.v1")
-        let firstID = buy(first, monthly, bundle: "com.example.storekeeper")
-        let secondID = buy(second, monthly, bundle: "com.example.storekeeper")
-        let legacyID = buy(legacy, monthly, bundle: "com.example.v1")
-        _ = Self.run(["appstore", "advance", "--url", base, "--by", "P2M"])
-        _ = Self.run([
+        let first = await customer("com.example.storekeeper")
+        let second = await customer("com.example.storekeeper")
+        let legacy = await customer("com.example.v1")
+        let firstID = await buy(first, monthly, bundle: "com.example.storekeeper")
+        let secondID = await buy(second, monthly, bundle: "com.example.storekeeper")
+        let legacyID = await buy(legacy, monthly, bundle: "com.example.v1")
+        _ = await Self.run(["appstore", "advance", "--url", base, "--by", "P2M"])
+        _ = await Self.run([
             "appstore", "billing", "--url", base, "--account", first.account, "--retry-on-renewal", "true",
             "--grace-period", "true",
         ])
-        _ = Self.run(["appstore", "advance", "--url", base, "--by", "P1M"])
+        _ = await Self.run(["appstore", "advance", "--url", base, "--by", "P1M"])
 
         // kill -9 with deliveries pending (first attempts refused, retries due within a second).
         kill(emulator.processIdentifier, SIGKILL)
@@ -113,20 +116,22 @@ struct NotificationStoryInteropTests {
         (emulator, base, _) = try AppStoreServeTests.start(
             binary: binary, data: data, extra: ["--config", config.path])
 
-        _ = Self.run(["appstore", "resolve-issue", "--url", base, "--transaction", firstID])
-        _ = Self.run(["appstore", "billing", "--url", base, "--account", first.account, "--retry-on-renewal", "false"])
-        _ = Self.run(["appstore", "auto-renew", "--url", base, "--transaction", secondID, "--enabled", "false"])
-        _ = Self.run(["appstore", "advance", "--url", base, "--by", "P1M"])
-        _ = buy(first, "yearly", bundle: "com.example.storekeeper")
-        _ = Self.run(["appstore", "refund", "--url", base, "--transaction", legacyID])
-        _ = Self.run(["appstore", "advance", "--url", base, "--by", "P8M"])
+        _ = await Self.run(["appstore", "resolve-issue", "--url", base, "--transaction", firstID])
+        _ = await Self.run([
+            "appstore", "billing", "--url", base, "--account", first.account, "--retry-on-renewal", "false",
+        ])
+        _ = await Self.run(["appstore", "auto-renew", "--url", base, "--transaction", secondID, "--enabled", "false"])
+        _ = await Self.run(["appstore", "advance", "--url", base, "--by", "P1M"])
+        _ = await buy(first, "yearly", bundle: "com.example.storekeeper")
+        _ = await Self.run(["appstore", "refund", "--url", base, "--transaction", legacyID])
+        _ = await Self.run(["appstore", "advance", "--url", base, "--by", "P8M"])
 
         // Everything written is delivered in the end (at least once).
         var v2: [JSONValue] = []
         var v1: [JSONValue] = []
         for _ in 0..<600 {
-            v2 = try Self.history(base, bundle: "com.example.storekeeper")
-            v1 = try Self.history(base, bundle: "com.example.v1")
+            v2 = try await Self.history(base, bundle: "com.example.storekeeper")
+            v1 = try await Self.history(base, bundle: "com.example.v1")
             if (v2 + v1).allSatisfy({ $0["state"] == .string("delivered") }) { break }
             try await Task.sleep(for: .milliseconds(100))
         }

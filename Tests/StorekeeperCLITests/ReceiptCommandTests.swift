@@ -1,5 +1,6 @@
 import AppStoreReceipts
 import Foundation
+import StorekeeperCLITestSupport
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -35,9 +36,9 @@ struct ReceiptCommandTests {
     static func json(_ text: String) throws -> JSONValue { try JSONParser.parse(text) }
 
     @Test("A valid receipt prints valid:true, the environment and the verifyReceipt-shaped receipt; exit 0")
-    func valid() throws {
+    func valid() async throws {
         let files = try Files()
-        let run = CapturedConsole.run(
+        let run = await CapturedConsole.run(
             [
                 "receipt", "verify", files.receipt, "--root", files.root, "--bundle-id", ReceiptFixtures.bundleID,
                 "--bundle-version", ReceiptFixtures.appVersion, "--device-id", Self.device,
@@ -64,13 +65,15 @@ struct ReceiptCommandTests {
     }
 
     @Test("Base64 text with line breaks on standard input is accepted")
-    func base64Stdin() throws {
+    func base64Stdin() async throws {
         let files = try Files()
         let text = Array(try Data(contentsOf: URL(fileURLWithPath: files.base64)))
-        let run = CapturedConsole.run(["receipt", "verify", "-", "--root", files.root], stdin: text, now: Self.now)
+        let run = await CapturedConsole.run(
+            ["receipt", "verify", "-", "--root", files.root], stdin: text, now: Self.now)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(try Self.json(run.stdout)["valid"] == .bool(true))
-        let implicit = CapturedConsole.run(["receipt", "verify", "--root", files.root], stdin: text, now: Self.now)
+        let implicit = await CapturedConsole.run(
+            ["receipt", "verify", "--root", files.root], stdin: text, now: Self.now)
         #expect(implicit.status == 0)
     }
 
@@ -82,9 +85,9 @@ struct ReceiptCommandTests {
             (["--device-id", "00000000-0000-0000-0000-000000000000"], "device_hash_mismatch"),
             (["--device-id", "f8:ff:c2:1e:91:82"], "device_hash_mismatch"),
         ])
-    func reasons(extra: [String], code: String) throws {
+    func reasons(extra: [String], code: String) async throws {
         let files = try Files()
-        let run = CapturedConsole.run(
+        let run = await CapturedConsole.run(
             ["receipt", "verify", files.receipt, "--root", files.root] + extra, now: Self.now)
         #expect(run.status == 1)
         let output = try Self.json(run.stdout)
@@ -95,21 +98,22 @@ struct ReceiptCommandTests {
     }
 
     @Test("untrusted_chain against another root; certificate_not_valid_at_date and receipt_expired by date")
-    func chainAndDates() throws {
+    func chainAndDates() async throws {
         let files = try Files()
-        let untrusted = CapturedConsole.run(
+        let untrusted = await CapturedConsole.run(
             ["receipt", "verify", files.receipt, "--root", files.otherRoot], now: Self.now)
         #expect(try Self.json(untrusted.stdout)["error"]?["code"] == .string("untrusted_chain"))
 
         let late = try Files(receipt: ReceiptFixtures.receipt(creationDate: Date(timeIntervalSince1970: 1_798_761_600)))
-        let notValid = CapturedConsole.run(["receipt", "verify", late.receipt, "--root", late.root], now: Self.now)
+        let notValid = await CapturedConsole.run(
+            ["receipt", "verify", late.receipt, "--root", late.root], now: Self.now)
         #expect(try Self.json(notValid.stdout)["error"]?["code"] == .string("certificate_not_valid_at_date"))
 
         let vpp = try Files(receipt: ReceiptFixtures.receipt(expirationDate: Self.now.addingTimeInterval(86_400)))
-        let before = CapturedConsole.run(
+        let before = await CapturedConsole.run(
             ["receipt", "verify", vpp.receipt, "--root", vpp.root, "--now", "2024-01-01T12:00:00Z"])
         #expect(before.status == 0)
-        let after = CapturedConsole.run(
+        let after = await CapturedConsole.run(
             ["receipt", "verify", vpp.receipt, "--root", vpp.root, "--now", "2024-01-03T00:00:00+01:00"])
         #expect(after.status == 1)
         #expect(try Self.json(after.stdout)["error"]?["code"] == .string("receipt_expired"))
@@ -117,10 +121,11 @@ struct ReceiptCommandTests {
     }
 
     @Test("Input that is not a receipt is malformed: valid:false, no receipt, exit 1")
-    func malformed() throws {
+    func malformed() async throws {
         let files = try Files()
         for input in [Array("not base64 at all!".utf8), [], [0x30, 0x03, 0x02, 0x01], Array("AAAA".utf8)] {
-            let run = CapturedConsole.run(["receipt", "verify", "--root", files.root], stdin: input, now: Self.now)
+            let run = await CapturedConsole.run(
+                ["receipt", "verify", "--root", files.root], stdin: input, now: Self.now)
             #expect(run.status == 1)
             let output = try Self.json(run.stdout)
             #expect(output["error"]?["code"] == .string("malformed"))
@@ -130,27 +135,27 @@ struct ReceiptCommandTests {
     }
 
     @Test("decode prints the same object without valid and error, and fails with exit 1 on garbage")
-    func decode() throws {
+    func decode() async throws {
         let files = try Files()
-        let run = CapturedConsole.run(["receipt", "decode", files.receipt], now: Self.now)
+        let run = await CapturedConsole.run(["receipt", "decode", files.receipt], now: Self.now)
         #expect(run.status == 0)
         let output = try Self.json(run.stdout)
         #expect(output.objectValue?.keys == ["environment", "receipt"])
         #expect(output["receipt"]?["in_app"]?.arrayValue?.count == 4)
-        let garbage = CapturedConsole.run(["receipt", "decode", "-"], stdin: Array("garbage".utf8))
+        let garbage = await CapturedConsole.run(["receipt", "decode", "-"], stdin: Array("garbage".utf8))
         #expect(garbage.status == 1)
         #expect(garbage.stderr.hasPrefix("Error: "))
         #expect(garbage.stdout.isEmpty)
     }
 
     @Test("--format text prints a verdict line and the purchases")
-    func text() throws {
+    func text() async throws {
         let files = try Files()
-        let valid = CapturedConsole.run(
+        let valid = await CapturedConsole.run(
             ["receipt", "verify", files.receipt, "--root", files.root, "--format", "text"], now: Self.now)
         #expect(valid.stdout.hasPrefix("VALID\n"))
         #expect(valid.stdout.contains("com.example.storekeeper.coins ×3"))
-        let invalid = CapturedConsole.run(
+        let invalid = await CapturedConsole.run(
             ["receipt", "verify", files.receipt, "--root", files.otherRoot, "--format", "text"], now: Self.now)
         #expect(invalid.stdout.hasPrefix("INVALID: untrusted_chain"))
     }
@@ -168,19 +173,19 @@ struct ReceiptCommandTests {
             ["receipt", "frobnicate"],
             ["frobnicate"],
         ])
-    func usageErrors(arguments: [String]) {
-        let run = CapturedConsole.run(arguments)
+    func usageErrors(arguments: [String]) async {
+        let run = await CapturedConsole.run(arguments)
         #expect(run.status == 64)
         #expect(run.stderr.hasPrefix("Error: "))
         #expect(run.stdout.isEmpty)
     }
 
     @Test("--help prints OVERVIEW, USAGE and OPTIONS to stdout with exit 0")
-    func help() {
+    func help() async {
         for arguments in [
             ["--help"], ["receipt", "verify", "--help"], ["receipt", "decode", "-h"], ["bench", "receipt", "--help"],
         ] {
-            let run = CapturedConsole.run(arguments)
+            let run = await CapturedConsole.run(arguments)
             #expect(run.status == 0)
             #expect(run.stdout.contains("OVERVIEW:"))
             #expect(run.stdout.contains("USAGE:"))
@@ -189,9 +194,9 @@ struct ReceiptCommandTests {
     }
 
     @Test("A file that cannot be read is exit 2")
-    func missingFile() throws {
+    func missingFile() async throws {
         let files = try Files()
-        let run = CapturedConsole.run(["receipt", "verify", "/nonexistent/receipt.der", "--root", files.root])
+        let run = await CapturedConsole.run(["receipt", "verify", "/nonexistent/receipt.der", "--root", files.root])
         #expect(run.status == 2)
         #expect(run.stderr.contains("cannot read"))
     }
@@ -199,11 +204,11 @@ struct ReceiptCommandTests {
     @Test(
         "Real receipts verify through the CLI against Apple's root",
         .enabled(if: Vectors.isAvailable, Comment(rawValue: Vectors.missingMessage)))
-    func vectors() throws {
+    func vectors() async throws {
         let directory = try #require(Vectors.directory)
         let root = directory.appendingPathComponent("certs/roots/apple-inc-root_2006-04-25_2035-02-09.cer").path
         let receipt = directory.appendingPathComponent("receipts/tpinappreceipt/receipt-sandbox-g5.b64").path
-        let run = CapturedConsole.run(
+        let run = await CapturedConsole.run(
             [
                 "receipt", "verify", receipt, "--root", root, "--bundle-id", "dev.bonzer.weeka.app", "--device-id",
                 "956328D9-CC6A-47F4-BE40-6953FB0AB6C7",
@@ -214,7 +219,9 @@ struct ReceiptCommandTests {
         #expect(
             output["receipt"]?["in_app"]?.arrayValue?.first?["web_order_line_item_id"] == .string("2000000123357229"))
         let mac = directory.appendingPathComponent("receipts/appreceiptvalidator/mindnode_mac_sha256_receipt.der").path
-        let macRun = CapturedConsole.run(["receipt", "verify", mac, "--root", root, "--device-id", "f8:ff:c2:1e:91:82"])
+        let macRun = await CapturedConsole.run([
+            "receipt", "verify", mac, "--root", root, "--device-id", "f8:ff:c2:1e:91:82",
+        ])
         #expect(macRun.status == 0, "\(macRun.stdout)")
     }
 }

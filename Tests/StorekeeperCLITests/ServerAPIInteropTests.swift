@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperCLITestSupport
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
@@ -15,8 +16,8 @@ import Testing
 struct ServerAPIInteropTests {
     static let enabled = ExecutableTests.binary != nil && PythonInterop.python != nil
 
-    static func run(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) -> String {
-        let result = CapturedConsole.run(arguments)
+    static func run(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) async -> String {
+        let result = await CapturedConsole.run(arguments)
         #expect(result.status == 0, "\(arguments): \(result.stderr)", sourceLocation: sourceLocation)
         return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -42,32 +43,32 @@ struct ServerAPIInteropTests {
         let receiver = try HTTPServer(port: 0, responder: router.freeze())
         defer { receiver.stop() }
         let receiverURL = "http://127.0.0.1:\(receiver.port)/notifications"
-        _ = Self.run([
+        _ = await Self.run([
             "appstore", "notifications", "set", "--url", base, "--production-url", receiverURL, "--sandbox-url",
             receiverURL,
         ])
         let keyFile = directory.appendingPathComponent("key.p8").path
-        let minted = try JSONParser.parse(
+        let minted = try await JSONParser.parse(
             Array(Self.run(["appstore", "api-key", "--url", base, "--out", keyFile]).utf8))
         var info = stat()
         #expect(stat(keyFile, &info) == 0 && info.st_mode & 0o777 == 0o600, "the .p8 is readable by its owner only")
 
-        let account = Self.run([
+        let account = await Self.run([
             "appstore", "account", "--url", base, "--environment", environment, "--field", "accountId",
         ])
-        let device = Self.run(["appstore", "device", "--url", base, "--account", account, "--field", "deviceId"])
-        _ = Self.run(["appstore", "install", "--url", base, "--device", device])
-        func buy(_ product: String) -> String {
-            Self.run([
+        let device = await Self.run(["appstore", "device", "--url", base, "--account", account, "--field", "deviceId"])
+        _ = await Self.run(["appstore", "install", "--url", base, "--device", device])
+        func buy(_ product: String) async -> String {
+            await Self.run([
                 "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.\(product)",
                 "--field", "transaction.transactionIdentifier",
             ])
         }
-        let subscription = buy("monthly")
-        let consumable = buy("coins")
-        let refunded = buy("pro")
-        _ = Self.run(["appstore", "refund", "--url", base, "--transaction", refunded])
-        let order = Self.run([
+        let subscription = await buy("monthly")
+        let consumable = await buy("coins")
+        let refunded = await buy("pro")
+        _ = await Self.run(["appstore", "refund", "--url", base, "--transaction", refunded])
+        let order = await Self.run([
             "appstore", "transactions", "--url", base, "--device", device, "--field", "transactions.0.orderId",
         ])
         let root = try #require(
@@ -118,15 +119,15 @@ struct APICommandTests {
             emulator.waitUntilExit()
         }
         let keyFile = directory.appendingPathComponent("key.p8").path
-        let keyID = ServerAPIInteropTests.run([
+        let keyID = await ServerAPIInteropTests.run([
             "appstore", "api-key", "--url", base, "--out", keyFile, "--field", "keyId",
         ])
-        let listed = ServerAPIInteropTests.run([
+        let listed = await ServerAPIInteropTests.run([
             "appstore", "api-key", "--url", base, "--out", directory.appendingPathComponent("second.p8").path,
             "--field", "issuerId",
         ])
-        let (_, device) = cliCustomer(base)
-        let bought = ServerAPIInteropTests.run([
+        let (_, device) = await cliCustomer(base)
+        let bought = await ServerAPIInteropTests.run([
             "appstore", "buy", "--url", base, "--device", device, "--product", "com.example.storekeeper.monthly",
             "--field", "transaction.transactionIdentifier",
         ])
@@ -134,25 +135,25 @@ struct APICommandTests {
             "--url", base + "/sandbox", "--key", keyFile, "--key-id", keyID, "--issuer-id", listed, "--bundle-id",
             "com.example.storekeeper",
         ]
-        #expect(
+        await #expect(
             ServerAPIInteropTests.run(
                 ["api", "transaction", bought] + common + ["--field", "transactionInfo.transactionId"])
                 == bought)
         let root = directory.appendingPathComponent("roots")
-        _ = ServerAPIInteropTests.run(["appstore", "certs", "--url", base, "--out", root.path])
-        let verified = ServerAPIInteropTests.run(
+        _ = await ServerAPIInteropTests.run(["appstore", "certs", "--url", base, "--out", root.path])
+        let verified = await ServerAPIInteropTests.run(
             ["api", "history", bought, "--all", "--verify-root", root.appendingPathComponent("jws-root.cer").path]
                 + common + ["--field", "pages.0.transactions.0.productId"])
         #expect(verified == "com.example.storekeeper.monthly")
-        let statuses = ServerAPIInteropTests.run(
+        let statuses = await ServerAPIInteropTests.run(
             ["api", "statuses", bought] + common + ["--field", "data.0.lastTransactions.0.renewalInfo.autoRenewStatus"])
         #expect(statuses == "1")
 
-        let missing = CapturedConsole.run(["api", "transaction", "9999999999"] + common)
+        let missing = await CapturedConsole.run(["api", "transaction", "9999999999"] + common)
         #expect(missing.status == 1 && missing.stderr.contains("4040010"), "\(missing.stderr)")
-        let noKey = CapturedConsole.run(["api", "transaction", bought, "--url", base])
+        let noKey = await CapturedConsole.run(["api", "transaction", bought, "--url", base])
         #expect(noKey.status == 64, "\(noKey.stderr)")
-        let production = CapturedConsole.run(
+        let production = await CapturedConsole.run(
             ["api", "transaction", bought] + common.map { $0 == base + "/sandbox" ? base : $0 })
         #expect(production.status == 1 && production.stderr.contains("404"), "sandbox purchases are not production's")
     }

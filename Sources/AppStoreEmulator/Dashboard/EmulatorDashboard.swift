@@ -12,12 +12,15 @@ import Synchronization
 /// accounts and devices, every transaction (filterable), one subscription's timeline with a button for
 /// every control verb, the notification outbox and the certificates. Pages are server-rendered HTML behind
 /// the control plane's guard; buttons send the control plane's own JSON requests (see `dashboard.js`).
-extension AppStore {
+struct EmulatorDashboard: Sendable {
+    /// The store it shows and drives (through the control plane's routes).
+    let store: AppStore
+
     static let dashboardRoot = "/dashboard"
     static let dashboardAssets = "/dashboard/assets"
 
     func addDashboardRoutes(to router: inout Router, login: DashboardLogin) {
-        let store = self
+        let dashboard = self
         func page(_ build: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> Page) -> Handler {
             { request, context in
                 do {
@@ -25,11 +28,11 @@ extension AppStore {
                     return DashboardLogin.page(try await build(request, context))
                 } catch let error as EmulatorError {
                     let body: HTML = "<p class=\"badge bad\" role=\"alert\">\(error.message)</p>"
-                    return DashboardLogin.page(store.dashboardPage("Not found", body: body), status: error.status)
+                    return DashboardLogin.page(dashboard.dashboardPage("Not found", body: body), status: error.status)
                 }
             }
         }
-        router.get("/", page { request, _ in try await store.overviewPage(request.query) })
+        router.get("/", page { request, _ in try await dashboard.overviewPage(request.query) })
         router.get(Self.dashboardRoot, { _, _ in HTTPResponse(status: 303, headers: [("Location", "/")]) })
         router.get(
             Self.dashboardAssets + "/{file}", { _, context in DashboardLogin.asset(try context.parameter("file")) })
@@ -40,7 +43,7 @@ extension AppStore {
         router.post(Self.dashboardRoot + "/logout", { request, _ in login.signOut(request) })
         router.get(
             Self.dashboardRoot + "/accounts/{account}",
-            page { _, context in try await store.accountPage(AccountID(try context.parameter("account"))) })
+            page { _, context in try await dashboard.accountPage(AccountID(try context.parameter("account"))) })
         router.get(
             Self.dashboardRoot + "/transactions/{transaction}",
             { request, context in
@@ -57,10 +60,10 @@ extension AppStore {
                                 ("Location", Self.dashboardRoot + "/accounts/" + HTML.component(account.rawValue))
                             ])
                     }
-                    return DashboardLogin.page(try await store.transactionPage(id))
+                    return DashboardLogin.page(try await dashboard.transactionPage(id))
                 } catch let error as EmulatorError {
                     let body: HTML = "<p class=\"badge bad\" role=\"alert\">\(error.message)</p>"
-                    return DashboardLogin.page(store.dashboardPage("Not found", body: body), status: error.status)
+                    return DashboardLogin.page(dashboard.dashboardPage("Not found", body: body), status: error.status)
                 }
             })
         for (name, root) in [("receipt-root.cer", true), ("jws-root.cer", false)] {
@@ -93,7 +96,7 @@ extension AppStore {
             bundle: query["app"].flatMap { $0.isEmpty ? nil : BundleID($0) },
             product: query["product"].flatMap { $0.isEmpty ? nil : ProductID($0) })
         let before = query["before"].flatMap { Int64($0) }
-        let (accounts, transactions, outbox, deviceCounts) = try await storage.read { store in
+        let (accounts, transactions, outbox, deviceCounts) = try await self.store.storage.read { store in
             let accounts = try store.accounts(after: nil, limit: 200)
             let transactions = try store.transactions(matching: filter, revisionBefore: before, limit: 50)
             let pending = try store.events(kind: .notificationAttempt, limit: 200).sorted { $0.due < $1.due }
@@ -132,10 +135,10 @@ extension AppStore {
         body += """
             <form method="get" action="/" id="transaction-filter">\
             <label>Account <input name="account" value="\(filter.account?.rawValue)"></label> \
-            <label>App <select name="app"><option value="">Any</option>\(HTML.join(apps.keys.sorted().map { bundle in
+            <label>App <select name="app"><option value="">Any</option>\(HTML.join(self.store.apps.keys.sorted().map { bundle in
                 "<option value=\"\(bundle)\"\(filter.bundle?.rawValue == bundle ? HTML(raw: " selected") : "")>\(bundle)</option>"
             }))</select></label> \
-            <label>Product <select name="product"><option value="">Any</option>\(HTML.join(catalog.all.map(\.productID).sorted().map { product in
+            <label>Product <select name="product"><option value="">Any</option>\(HTML.join(self.store.catalog.all.map(\.productID).sorted().map { product in
                 "<option value=\"\(product)\"\(filter.product?.rawValue == product ? HTML(raw: " selected") : "")>\(product)</option>"
             }))</select></label> <button type="submit">Filter</button></form>
             """
@@ -172,8 +175,8 @@ extension AppStore {
     func appsSection() -> HTML {
         var html: HTML =
             "<section aria-labelledby=\"apps-heading\"><h2 id=\"apps-heading\">Apps and notifications</h2>"
-        for bundle in apps.keys.sorted() {
-            let settings = notificationSettings.withLock { $0[bundle] } ?? AppNotifications()
+        for bundle in self.store.apps.keys.sorted() {
+            let settings = self.store.notificationSettings.withLock { $0[bundle] } ?? AppNotifications()
             func urls(_ list: [String]) -> HTML {
                 list.isEmpty ? "nowhere" : "<code>\(list.joined(separator: ", "))</code>"
             }
@@ -202,8 +205,8 @@ extension AppStore {
 
     /// The catalogue, with each product's availability (a product off sale cannot renew).
     func productsSection() -> HTML {
-        let offSale = productsNotForSale.withLock { $0 }
-        let products = catalog.all.sorted { $0.productID < $1.productID }
+        let offSale = self.store.productsNotForSale.withLock { $0 }
+        let products = self.store.catalog.all.sorted { $0.productID < $1.productID }
         let rows = products.map { entry -> [HTML] in
             let forSale = !offSale.contains(ProductID(entry.productID))
             let toggle = ActionForm(
@@ -223,7 +226,7 @@ extension AppStore {
     }
 
     func clockSection() -> HTML {
-        let (now, rate) = (self.now, self.rate)
+        let (now, rate) = (self.store.now, self.store.rate)
         var html = HTML.facts([("Store time", HTML.date(now)), ("Time rate", "<span id=\"rate\">\(rate.name)</span>")])
         html +=
             ActionForm(
@@ -252,8 +255,8 @@ extension AppStore {
     }
 
     func accountPage(_ id: AccountID) async throws -> Page {
-        let bundles = apps.keys.sorted().map(BundleID.init)
-        let loaded = try await storage.read {
+        let bundles = self.store.apps.keys.sorted().map(BundleID.init)
+        let loaded = try await self.store.storage.read {
             store -> (
                 Account, [Device], [StoredSubscription], [PendingPayment], [PendingPayment], [StoredTransaction],
                 Family?
@@ -319,7 +322,7 @@ extension AppStore {
             ).html
         if !devices.isEmpty, !bundles.isEmpty {
             body += "<h2>Buy</h2>"
-            let products = catalog.all.sorted { $0.productID < $1.productID }.map { entry in
+            let products = self.store.catalog.all.sorted { $0.productID < $1.productID }.map { entry in
                 (
                     entry.productID,
                     "\(entry.name ?? entry.productID) (\(entry.kind.rawValue), \(entry.displayPrice ?? "—"))"
@@ -400,7 +403,7 @@ extension AppStore {
     }
 
     func transactionPage(_ id: TransactionID) async throws -> Page {
-        let loaded = try await storage.read {
+        let loaded = try await self.store.storage.read {
             store -> (
                 StoredTransaction, [StoredTransaction], StoredSubscription?, [OutboundNotification], Account?, Install?
             )? in
@@ -574,7 +577,7 @@ extension AppStore {
                         ], id: "billing-retry"
                     ).html
             }
-            let period = catalog.entry(state.productID.rawValue)?.subscription?.period?.description ?? "P1M"
+            let period = self.store.catalog.entry(state.productID.rawValue)?.subscription?.period?.description ?? "P1M"
             html +=
                 ActionForm(
                     "Advance the clock one period (\(period))", action: "/_emulator/v1/clock",

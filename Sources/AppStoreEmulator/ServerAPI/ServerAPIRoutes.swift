@@ -10,7 +10,7 @@ import Synchronization
 /// `/sandbox/inApps` (or any path on a host whose name starts with `sandbox.` or has `storekit-sandbox`) —
 /// with Apple's bearer tokens (401 without a body otherwise), rate limits when switched on, and errors as
 /// `{"errorCode", "errorMessage"}`; and the control routes for keys, faults and rate limits.
-extension AppStore {
+extension ServerAPIService {
     typealias APIHandler = @Sendable (HTTPRequest, RequestContext, APIScope) async throws -> HTTPResponse
 
     func addServerAPIRoutes(
@@ -40,15 +40,15 @@ extension AppStore {
         let environment: Environment =
             sandboxPath || host.hasPrefix("sandbox.") || host.contains("storekit-sandbox") ? .sandbox : .production
         let claims: APITokenClaims
-        switch serverAPI.verifier.verify(authorization: request.header("Authorization"), now: realNow()) {
+        switch state.verifier.verify(authorization: request.header("Authorization"), now: appStore.realNow()) {
         case .success(let valid): claims = valid
         case .failure(let rejection):
             context.logger.info("server-api.unauthorized", ["reason": rejection.reason])
             return HTTPResponse(status: 401)
         }
         let scope = APIScope(bundleID: claims.bundleID, environment: environment)
-        let real = realNow()
-        if let next = serverAPI.rateLimits.take(
+        let real = appStore.realNow()
+        if let next = state.rateLimits.take(
             bundleID: scope.bundleID, environment: environment, endpoint: endpoint, now: real)
         {
             throw HTTPError(
@@ -56,7 +56,7 @@ extension AppStore {
                 headers: ["Retry-After": String(EpochMilliseconds.milliseconds(next, roundingUp: true))])
         }
         do {
-            try await catchUp()
+            try await appStore.catchUp()
             return try await handler(request, context, scope)
         } catch let error as EmulatorError {
             throw HTTPError(
@@ -84,7 +84,7 @@ extension AppStore {
             return object
         }
         @Sendable func appleID(_ scope: APIScope) -> JSONValue {
-            .integer(store.apps[scope.bundleID]?.appAppleID ?? 0)
+            .integer(store.appStore.apps[scope.bundleID]?.appAppleID ?? 0)
         }
         @Sendable func history(version: Int) -> APIHandler {
             { request, context, scope in
@@ -184,7 +184,9 @@ extension AppStore {
                 "PUT", "/v1/subscriptions/extend/{id}", .extend,
                 { request, context, scope in
                     let record = try await store.apiExtend(
-                        originalTransactionID: try context.parameter("id"), body: try body(request), scope: scope)
+                        originalTransactionID: try context.parameter("id"),
+                        request: try ExtensionRequest(json: body(request)),
+                        scope: scope)
                     return .json(
                         .object([
                             "originalTransactionId": .string(try context.parameter("id")),
@@ -199,7 +201,7 @@ extension AppStore {
                     .json(
                         .object([
                             "requestIdentifier": .string(
-                                try await store.apiMassExtend(body: try body(request), scope: scope))
+                                try await store.apiMassExtend(MassExtensionRequest(json: body(request)), scope: scope))
                         ]))
                 }
             ),
@@ -238,8 +240,9 @@ extension AppStore {
             (
                 "POST", "/v1/notifications/history", .notificationHistory,
                 { request, _, scope in
+                    let query = try NotificationHistoryQuery(json: body(request), now: store.appStore.now)
                     let page = try await store.apiNotificationHistory(
-                        body: try body(request), paginationToken: request.query["paginationToken"], scope: scope)
+                        query, paginationToken: request.query["paginationToken"], scope: scope)
                     return .json(
                         .object([
                             "paginationToken": .string(page.token), "hasMore": .bool(page.hasMore),
@@ -252,7 +255,8 @@ extension AppStore {
                 "PUT", "/v2/transactions/consumption/{id}", .consumption,
                 { request, context, scope in
                     try await store.apiConsumption(
-                        try context.parameter("id"), body: try body(request), version: 2, scope: scope)
+                        try context.parameter("id"), ConsumptionInformation(json: body(request), version: 2),
+                        scope: scope)
                     return HTTPResponse(status: 202)
                 }
             ),
@@ -260,7 +264,8 @@ extension AppStore {
                 "PUT", "/v1/transactions/consumption/{id}", .consumption,
                 { request, context, scope in
                     try await store.apiConsumption(
-                        try context.parameter("id"), body: try body(request), version: 1, scope: scope)
+                        try context.parameter("id"), ConsumptionInformation(json: body(request), version: 1),
+                        scope: scope)
                     return HTTPResponse(status: 202)
                 }
             ),
@@ -268,7 +273,8 @@ extension AppStore {
                 "PUT", "/v1/transactions/{id}/appAccountToken", .appAccountToken,
                 { request, context, scope in
                     try await store.apiSetAppAccountToken(
-                        originalTransactionID: try context.parameter("id"), body: try body(request), scope: scope)
+                        originalTransactionID: try context.parameter("id"),
+                        token: AppAccountTokenRequest.token(json: body(request)), scope: scope)
                     return HTTPResponse(status: 200)
                 }
             ),
@@ -412,7 +418,7 @@ extension AppStore {
                     throw EmulatorError.invalid(
                         "give 'status' (or 'errorCode'), 'verifyReceiptStatus', 'delayMs', or a status and a delay")
                 }
-                let fault = store.serverAPI.faults.add(
+                let fault = store.state.faults.add(
                     Fault(
                         id: "", path: path, method: try body.string("method", maxBytes: 16)?.uppercased(),
                         status: status, errorCode: errorCode,
@@ -424,23 +430,23 @@ extension AppStore {
             })
         router.get(
             base + "/faults",
-            guarded { _, _ in .json(.object(["faults": .array(store.serverAPI.faults.all.map { .object($0.json) })])) })
+            guarded { _, _ in .json(.object(["faults": .array(store.state.faults.all.map { .object($0.json) })])) })
         router.delete(
             base + "/faults",
             guarded { _, _ in
-                store.serverAPI.faults.remove(nil)
+                store.state.faults.remove(nil)
                 return .noContent
             })
         router.delete(
             base + "/faults/{id}",
             guarded { _, context in
-                guard store.serverAPI.faults.remove(try context.parameter("id")) else {
+                guard store.state.faults.remove(try context.parameter("id")) else {
                     throw EmulatorError.notFound("no fault \(try context.parameter("id"))")
                 }
                 return .noContent
             })
         @Sendable func rateLimits() -> HTTPResponse {
-            let settings = store.serverAPI.rateLimits.settings
+            let settings = store.state.rateLimits.settings
             var perSecond = JSONObject()
             for endpoint in APIEndpointClass.allCases {
                 perSecond[endpoint.rawValue] = .double(endpoint.requestsPerSecond)
@@ -461,7 +467,7 @@ extension AppStore {
                 if let window = try body.integer("windowSeconds", in: 1...86_400) {
                     settings.windowSeconds = Double(window)
                 }
-                store.serverAPI.rateLimits.configure(settings)
+                store.state.rateLimits.configure(settings)
                 return rateLimits()
             })
     }

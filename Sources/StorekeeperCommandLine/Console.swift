@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 
 /// Where a command reads and writes; the standard streams in the executable, buffers in tests.
 public struct Console: Sendable {
@@ -24,20 +24,20 @@ public struct Console: Sendable {
 }
 
 /// Reads a file handle to its end, refusing more than `limit` bytes.
-func readLimited(_ handle: FileHandle, limit: Int, name: String) throws -> [UInt8] {
+package func readLimited(_ handle: FileHandle, limit: Int, name: String) throws -> [UInt8] {
     var bytes: [UInt8] = []
     while true {
         guard let chunk = try handle.read(upToCount: 1 << 16), !chunk.isEmpty else { break }
         bytes.append(contentsOf: chunk)
-        guard bytes.count <= limit else { throw RuntimeError("\(name) is larger than \(limit) bytes") }
+        guard bytes.count <= limit else { throw CommandError.runtime("\(name) is larger than \(limit) bytes") }
     }
     return bytes
 }
 
 /// Reads `path` (or standard input for nil or `-`), refusing more than `limit` bytes.
-func readInput(_ path: String?, console: Console, limit: Int) throws -> [UInt8] {
+package func readInput(_ path: String?, console: Console, limit: Int) throws -> [UInt8] {
     guard let path, path != "-" else { return try console.readInput(limit) }
-    guard let handle = FileHandle(forReadingAtPath: path) else { throw InputError("cannot read '\(path)'") }
+    guard let handle = FileHandle(forReadingAtPath: path) else { throw CommandError.input("cannot read '\(path)'") }
     defer { try? handle.close() }
     return try readLimited(handle, limit: limit, name: "'\(path)'")
 }

@@ -3,6 +3,7 @@ import Foundation
 import PurchaseServer
 import StoreKitCatalog
 import StoreModel
+import StorekeeperCommandLine
 import StorekeeperHTTP
 
 extension BenchCommands {
@@ -24,12 +25,12 @@ extension BenchCommands {
             cost grows with it.
             """)
 
-    static func dashboard(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func dashboard(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let records = Int(arguments.value("records") ?? "100000") ?? 0
         let clients = Int(arguments.value("clients") ?? "4") ?? 0
         let requests = Int(arguments.value("requests") ?? "400") ?? 0
         guard (1_000...5_000_000).contains(records), (1...256).contains(clients), requests >= 10 else {
-            throw UsageError("--records must be 1000 to 5000000, --clients 1 to 256, --requests at least 10")
+            throw CommandError.usage("--records must be 1000 to 5000000, --clients 1 to 256, --requests at least 10")
         }
         let root = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
@@ -42,9 +43,7 @@ extension BenchCommands {
         for size in [1_000, records] {
             progress(console, "an emulator with \(size) transactions…")
             let directory = root.appendingPathComponent("emulator-\(size)")
-            let (store, account, transaction) = try blocking {
-                try await emulatorStore(size: size, directory: directory, now: now)
-            }
+            let (store, account, transaction) = try await emulatorStore(size: size, directory: directory, now: now)
             let responder = store.responder()
             for (name, path, query) in [
                 ("GET / (overview)", "/", HTTPQuery()),
@@ -52,7 +51,7 @@ extension BenchCommands {
                 ("GET …/accounts/{id}", "/dashboard/accounts/\(account)", HTTPQuery()),
                 ("GET …/transactions/{id}", "/dashboard/transactions/\(transaction)", HTTPQuery()),
             ] {
-                let rate = try pageRate(responder, path, query: query, clients: clients, requests: requests)
+                let rate = try await pageRate(responder, path, query: query, clients: clients, requests: requests)
                 emulatorRates[name, default: []].append(rate)
             }
             store.close()
@@ -70,10 +69,8 @@ extension BenchCommands {
         var serverRates: [String: [Double]] = [:]
         for size in [1_000, records] {
             progress(console, "a purchase server with \(size) subscription periods…")
-            let (server, user) = try blocking {
-                try await serverStore(
-                    size: size, path: root.appendingPathComponent("server-\(size).sqlite").path, now: now)
-            }
+            let (server, user) = try await serverStore(
+                size: size, path: root.appendingPathComponent("server-\(size).sqlite").path, now: now)
             let responder = server.responder()
             let secret = [("Authorization", "Bearer sk_bench_secret_0123")]
             let day = 86_400_000.0
@@ -95,7 +92,7 @@ extension BenchCommands {
                 ("GET /dashboard/charts (6 charts)", "/dashboard/charts", HTTPQuery(), max(2, requests / 10)),
             ]
             for (name, path, query, count) in pages {
-                let rate = try pageRate(
+                let rate = try await pageRate(
                     responder, path, query: query, headers: secret, clients: clients, requests: count)
                 serverRates[name, default: []].append(rate)
             }
@@ -118,20 +115,18 @@ extension BenchCommands {
     static func pageRate(
         _ responder: Responder, _ path: String, query: HTTPQuery, headers: [(String, String)] = [], clients: Int,
         requests: Int
-    ) throws -> Double {
+    ) async throws -> Double {
         let request = HTTPRequest(
             method: "GET", path: path, query: query,
             headers: ([("Host", "127.0.0.1")] + headers).map { (name: $0.0, value: $0.1) })
-        let first = try blocking { await responder.respond(to: request) }
+        let first = await responder.respond(to: request)
         guard first.status == 200 else {
-            throw RuntimeError(
+            throw CommandError.runtime(
                 "\(path) answered \(first.status): \(String(decoding: first.body.prefix(300), as: UTF8.self))")
         }
-        return try blocking {
-            try await concurrentRate(requests, clients: clients) { _ in
-                let response = await responder.respond(to: request)
-                guard response.status == 200 else { throw RuntimeError("\(path) answered \(response.status)") }
-            }
+        return try await concurrentRate(requests, clients: clients) { _ in
+            let response = await responder.respond(to: request)
+            guard response.status == 200 else { throw CommandError.runtime("\(path) answered \(response.status)") }
         }
     }
 

@@ -5,6 +5,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -46,20 +47,24 @@ enum FuzzCommands {
         var accepted = 0
     }
 
-    static func run(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func run(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let seconds = Double(arguments.value("seconds") ?? "2") ?? 0
-        guard seconds > 0, seconds <= 3600 else { throw UsageError("--seconds must be more than 0 and at most 3600") }
-        guard let seed = UInt64(arguments.value("seed") ?? "1") else { throw UsageError("--seed must be a number") }
+        guard seconds > 0, seconds <= 3600 else {
+            throw CommandError.usage("--seconds must be more than 0 and at most 3600")
+        }
+        guard let seed = UInt64(arguments.value("seed") ?? "1") else {
+            throw CommandError.usage("--seed must be a number")
+        }
         let targets = arguments.all("target").isEmpty ? allTargets : arguments.all("target")
         for target in targets where !allTargets.contains(target) {
-            throw UsageError("'\(target)' is not a fuzz target (\(allTargets.joined(separator: ", ")))")
+            throw CommandError.usage("'\(target)' is not a fuzz target (\(allTargets.joined(separator: ", ")))")
         }
         var total = 0
         var failed = false
         for target in targets {
             BenchCommands.progress(console, "fuzzing \(target) for \(seconds) s…")
             var mutator = Mutator(seed: seed &+ target.utf8.reduce(UInt64(0)) { $0 &* 31 &+ UInt64($1) })
-            let outcome = try fuzz(target, seconds: seconds, mutator: &mutator, now: now)
+            let outcome = try await fuzz(target, seconds: seconds, mutator: &mutator, now: now)
             total += outcome.inputs
             let slowest =
                 Double(outcome.slowest.components.attoseconds) / 1e15
@@ -74,7 +79,7 @@ enum FuzzCommands {
         return failed ? 1 : 0
     }
 
-    static func fuzz(_ target: String, seconds: Double, mutator: inout Mutator, now: Date) throws -> Outcome {
+    static func fuzz(_ target: String, seconds: Double, mutator: inout Mutator, now: Date) async throws -> Outcome {
         switch target {
         case "receipt-envelope", "receipt-payload":
             let chain = try SigningChain(
@@ -84,7 +89,7 @@ enum FuzzCommands {
             let signed = try receipt.signed(by: chain.leaf, key: chain.leafKey, chain: chain.embedded)
             let verifier = ReceiptVerifier(trustedRoots: [chain.root])
             guard let original = verifier.verify(signed, expecting: .init(), now: now).receipt else {
-                throw RuntimeError("the seed receipt does not verify")
+                throw CommandError.runtime("the seed receipt does not verify")
             }
             if target == "receipt-payload" {
                 let payload = receipt.payloadDER()
@@ -139,9 +144,9 @@ enum FuzzCommands {
                 if (try? StoreKitConfiguration(data: input)) != nil { outcome.accepted += 1 }
             }
         case "http":
-            return try fuzzHTTP(seconds: seconds, mutator: &mutator)
+            return try await fuzzHTTP(seconds: seconds, mutator: &mutator)
         default:
-            throw UsageError("'\(target)' is not a fuzz target")
+            throw CommandError.usage("'\(target)' is not a fuzz target")
         }
     }
 
@@ -173,18 +178,16 @@ enum FuzzCommands {
 
     /// Raw, mutated HTTP requests to an emulator on 127.0.0.1: every one is answered or closed within the
     /// deadline, and the server keeps answering a well-formed request throughout.
-    static func fuzzHTTP(seconds: Double, mutator: inout Mutator) throws -> Outcome {
+    static func fuzzHTTP(seconds: Double, mutator: inout Mutator) async throws -> Outcome {
         let directory = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
             create: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
-        let store = try blocking {
-            try await AppStore(
-                catalog: [catalog], apps: [AppConfiguration(bundleID: DefaultCatalog.bundleID)],
-                dataDirectory: directory,
-                rate: .realTime)
-        }
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: DefaultCatalog.bundleID)],
+            dataDirectory: directory,
+            rate: .realTime)
         var limits = HTTPLimits()
         limits.requestTimeout = .seconds(2)
         limits.idleTimeout = 1

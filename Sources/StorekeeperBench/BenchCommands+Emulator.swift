@@ -3,6 +3,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCommandLine
 
 extension BenchCommands {
     static let emulatorSpec = Arguments.Spec(
@@ -22,13 +23,13 @@ extension BenchCommands {
             over small-store purchases/s per round, median (target ≥ 0.80: flat).
             """)
 
-    static func emulator(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func emulator(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let seconds = Double(arguments.value("seconds") ?? "2") ?? 0
         let rounds = Int(arguments.value("rounds") ?? "5") ?? 0
         let large = Int(arguments.value("large") ?? "100000") ?? 0
         let clients = Int(arguments.value("clients") ?? "16") ?? 0
         guard seconds > 0, rounds > 0, large >= 100, (1...1024).contains(clients) else {
-            throw UsageError("--seconds, --rounds, --clients must be positive and --large at least 100")
+            throw CommandError.usage("--seconds, --rounds, --clients must be positive and --large at least 100")
         }
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
         let products = catalog.products.map(\.productID)
@@ -37,28 +38,23 @@ extension BenchCommands {
             create: true)
         defer { try? FileManager.default.removeItem(at: root) }
         progress(console, "seeding a store with 100 transactions and one with \(large)…")
-        let stores = try blocking {
-            let small = try await seededStore(
-                transactions: 100, directory: root.appendingPathComponent("small"), catalog: catalog, now: now)
-            let big = try await seededStore(
-                transactions: large, directory: root.appendingPathComponent("large"), catalog: catalog, now: now)
-            return [small, big]
-        }
+        let stores = [
+            try await seededStore(
+                transactions: 100, directory: root.appendingPathComponent("small"), catalog: catalog, now: now),
+            try await seededStore(
+                transactions: large, directory: root.appendingPathComponent("large"), catalog: catalog, now: now),
+        ]
         var rates: [[Double]] = []
         for round in 0..<rounds {
             progress(console, "round \(round + 1) of \(rounds)…")
             var row: [Double] = []
             for store in stores {
                 row.append(
-                    try blocking {
-                        try await purchaseRate(store, products: products, clients: clients, seconds: seconds)
-                    })
+                    try await purchaseRate(store, products: products, clients: clients, seconds: seconds))
             }
             rates.append(row)
         }
-        let counts = try blocking {
-            [try await stores[0].store.transactionCount(), try await stores[1].store.transactionCount()]
-        }
+        let counts = [try await stores[0].store.transactionCount(), try await stores[1].store.transactionCount()]
         let result = Rates(rounds: rates)
         console.write(
             """

@@ -4,6 +4,7 @@ import AppStoreSignedData
 import Foundation
 import PurchaseServer
 import StoreModel
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -29,15 +30,15 @@ extension BenchCommands {
             p99 (targets: ≥ 5,000 notifications/s, ≥ 20,000 reads/s with p99 < 5 ms).
             """)
 
-    static func serve(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func serve(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let count = Int(arguments.value("notifications") ?? "20000") ?? 0
         let receiptCount = Int(arguments.value("receipts") ?? "2000") ?? 0
         let clients = Int(arguments.value("clients") ?? "64") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
         let connections = Int(arguments.value("connections") ?? "64") ?? 0
-        guard (1...10_000).contains(connections) else { throw UsageError("--connections must be 1 to 10000") }
+        guard (1...10_000).contains(connections) else { throw CommandError.usage("--connections must be 1 to 10000") }
         guard count > 0, receiptCount > 0, (1...1024).contains(clients), seconds > 0 else {
-            throw UsageError("--notifications, --receipts, --clients and --seconds must be positive")
+            throw CommandError.usage("--notifications, --receipts, --clients and --seconds must be positive")
         }
         let root = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
@@ -48,9 +49,7 @@ extension BenchCommands {
         let app = AppSettings(
             bundleID: bundleID, appAppleID: 1_234_567_890, publicKey: "pk_bench_key", receiptRoots: [pki.receipts.root],
             jwsRoots: [pki.signedData.root], entitlements: ["plus": ["monthly"], "pro": ["pro"]])
-        let storage = try blocking {
-            try await SQLiteServerStorage(path: root.appendingPathComponent("server.sqlite").path)
-        }
+        let storage = try await SQLiteServerStorage(path: root.appendingPathComponent("server.sqlite").path)
         let server = try PurchaseServer(
             configuration: ServerConfiguration(secretKey: "sk_bench_secret_0123", apps: [app]), storage: storage)
 
@@ -66,13 +65,11 @@ extension BenchCommands {
         let verifyRate = try notificationVerificationRate(
             bodies, root: pki.signedData.root, bundleID: bundleID, now: now)
         let verifyClock = ContinuousClock()
-        let ingestRate = try blocking {
-            try await concurrentRate(count, clients: clients) { index in
-                _ = try await server.ingestNotification(bundleID: bundleID, body: bodies[index])
-            }
+        let ingestRate = try await concurrentRate(count, clients: clients) { index in
+            _ = try await server.ingestNotification(bundleID: bundleID, body: bodies[index])
         }
-        let stored = try blocking { try await storage.read { try $0.inputCount() } }
-        guard stored == count else { throw RuntimeError("stored \(stored) inputs, expected \(count)") }
+        let stored = try await storage.read { try $0.inputCount() }
+        guard stored == count else { throw CommandError.runtime("stored \(stored) inputs, expected \(count)") }
 
         // 2. Receipts.
         progress(console, "signing \(receiptCount) receipts…")
@@ -102,11 +99,9 @@ extension BenchCommands {
             }
         }
         let bareReceiptRate = Double(receiptCount) / (verifyClock.now - bareStart).seconds
-        let receiptRate = try blocking {
-            try await concurrentRate(receiptCount, clients: clients) { index in
-                _ = try await server.ingestReceipt(
-                    bundleID: bundleID, appUserID: "user-\(index)", receipt: receipts[index], deviceID: nil)
-            }
+        let receiptRate = try await concurrentRate(receiptCount, clients: clients) { index in
+            _ = try await server.ingestReceipt(
+                bundleID: bundleID, appUserID: "user-\(index)", receipt: receipts[index], deviceID: nil)
         }
 
         // 3. Reads over HTTP.
@@ -115,7 +110,7 @@ extension BenchCommands {
             let http = try HTTPServer(port: 0, responder: server.responder())
             defer { http.stop() }
             let url = "http://127.0.0.1:\(http.port)/v1/subscribers/user-7"
-            _ = try blocking { try await server.subscriber(bundleID: bundleID, appUserID: "user-7") }
+            _ = try await server.subscriber(bundleID: bundleID, appUserID: "user-7")
             progress(console, "wrk against GET /v1/subscribers…")
             let result = try runWrk(
                 wrk, url: url, seconds: seconds, connections: 64,

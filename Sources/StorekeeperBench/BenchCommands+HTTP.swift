@@ -3,6 +3,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCommandLine
 import StorekeeperHTTP
 import StorekeeperJSON
 
@@ -53,17 +54,18 @@ extension BenchCommands {
         var non2xx: Int
     }
 
-    static func http(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func http(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
         let rounds = Int(arguments.value("rounds") ?? "5") ?? 0
         let idleCount = Int(arguments.value("idle") ?? "10000") ?? -1
         let trickleCount = Int(arguments.value("trickle") ?? "1000") ?? -1
         let soak = Int(arguments.value("soak") ?? "60") ?? -1
         guard seconds > 0, rounds > 0, idleCount >= 0, trickleCount >= 0, soak >= 0 else {
-            throw UsageError("--seconds and --rounds must be positive; --idle, --trickle and --soak not negative")
+            throw CommandError.usage(
+                "--seconds and --rounds must be positive; --idle, --trickle and --soak not negative")
         }
         guard let wrk = findExecutable("wrk") else {
-            throw RuntimeError("bench http needs wrk: apt-get install wrk")
+            throw CommandError.runtime("bench http needs wrk: apt-get install wrk")
         }
         let directory = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
@@ -93,30 +95,25 @@ extension BenchCommands {
         // 2. verifyReceipt through the emulator.
         progress(console, "starting an emulator with two receipts…")
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
-        let store = try blocking {
-            try await AppStore(
-                catalog: [catalog], apps: [AppConfiguration(bundleID: DefaultCatalog.bundleID, sharedSecret: "secret")],
-                dataDirectory: directory.appendingPathComponent("emulator"), rate: .realTime)
-        }
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: DefaultCatalog.bundleID, sharedSecret: "secret")],
+            dataDirectory: directory.appendingPathComponent("emulator"), rate: .realTime)
         // The held connections all come from 127.0.0.1: the per-address cap is off so that all are held.
         var limits = HTTPLimits()
         limits.perAddressLimit = 0
         let server = try HTTPServer(port: 0, limits: limits, responder: store.responder())
         defer { server.stop() }
-        let receipts = try blocking { () -> [String] in
-            var receipts: [String] = []
-            for product in ["com.example.storekeeper.pro", "com.example.storekeeper.monthly"] {
-                let account = try await store.createAccount(environment: .sandbox, storefront: "USA")
-                let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
-                _ = try await store.install(deviceID: device, bundleID: DefaultCatalog.bundleID, version: "1")
-                _ = try await store.pay(
-                    deviceID: device, bundleID: DefaultCatalog.bundleID, productID: product, quantity: 1,
-                    applicationUsername: nil, appAccountToken: nil)
-                receipts.append(
-                    Data(try await store.receipt(deviceID: device, bundleID: DefaultCatalog.bundleID))
-                        .base64EncodedString())
-            }
-            return receipts
+        var receipts: [String] = []
+        for product in ["com.example.storekeeper.pro", "com.example.storekeeper.monthly"] {
+            let account = try await store.createAccount(environment: .sandbox, storefront: "USA")
+            let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
+            _ = try await store.install(deviceID: device, bundleID: DefaultCatalog.bundleID, version: "1")
+            _ = try await store.pay(
+                deviceID: device, bundleID: DefaultCatalog.bundleID, productID: product, quantity: 1,
+                applicationUsername: nil, appAccountToken: nil)
+            receipts.append(
+                Data(try await store.receipt(deviceID: device, bundleID: DefaultCatalog.bundleID))
+                    .base64EncodedString())
         }
         let verifyURL = "http://127.0.0.1:\(server.port)/sandbox/verifyReceipt"
         let plainBody = directory.appendingPathComponent("plain.json")
@@ -141,13 +138,13 @@ extension BenchCommands {
             progress(console, "holding \(idleCount) idle connections…")
             let child = try holdConnections(port: server.port, count: idleCount, trickle: false, seconds: seconds + 30)
             held.idle = waitForConnections(server, atLeast: idleCount)
-            Thread.sleep(forTimeInterval: 1)
+            try await Task.sleep(for: .seconds(1))
             idleMemory = residentKilobytes()
             idleResult = try runWrk(wrk, url: clockURL, seconds: seconds, connections: 4)
             child.terminate()
             child.waitUntilExit()
             // Let the server see them all closed before the next measurement.
-            for _ in 0..<300 where server.openConnections > 0 { Thread.sleep(forTimeInterval: 0.1) }
+            for _ in 0..<300 where server.openConnections > 0 { try await Task.sleep(for: .milliseconds(100)) }
         }
         if trickleCount > 0 {
             progress(console, "holding \(trickleCount) trickling clients…")
@@ -165,7 +162,7 @@ extension BenchCommands {
             progress(console, "memory soak: \(soak) s of verifyReceipt load…")
             let before = residentKilobytes()
             _ = try runWrk(wrk, url: verifyURL, seconds: soak, body: plainBody)
-            Thread.sleep(forTimeInterval: 2)
+            try await Task.sleep(for: .seconds(2))
             memory = (before, residentKilobytes())
         }
 
@@ -198,20 +195,20 @@ extension BenchCommands {
     }
 
     /// `storekeeper bench hold-connections`: the child process that holds idle, trickling or stalled clients.
-    static func hold(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func hold(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard let port = Int(arguments.value("port") ?? ""), (1...65_535).contains(port) else {
-            throw UsageError("--port is required")
+            throw CommandError.usage("--port is required")
         }
         let count = Int(arguments.value("connections") ?? "100") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "30") ?? 0
         let stall = try arguments.value("stall-body").map { text -> Int in
             guard let bytes = Int(text), (1...(1 << 30)).contains(bytes) else {
-                throw UsageError("--stall-body must be 1 to 1073741824")
+                throw CommandError.usage("--stall-body must be 1 to 1073741824")
             }
             return bytes
         }
         guard (1...60_000).contains(count), (1...3600).contains(seconds) else {
-            throw UsageError("--connections must be 1 to 60000 and --seconds 1 to 3600")
+            throw CommandError.usage("--connections must be 1 to 60000 and --seconds 1 to 3600")
         }
         var limit = rlimit()
         getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
@@ -351,7 +348,7 @@ extension BenchCommands {
         let text = String(decoding: data, as: UTF8.self)
         guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Requests/sec:") }),
             let value = Double(line.split(separator: " ").last ?? "")
-        else { throw RuntimeError("wrk printed no rate:\n\(text)") }
+        else { throw CommandError.runtime("wrk printed no rate:\n\(text)") }
         var p99: Double?
         if let line = text.split(separator: "\n").first(where: {
             $0.trimmingCharacters(in: .whitespaces).hasPrefix("99%")

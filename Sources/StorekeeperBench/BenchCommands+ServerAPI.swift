@@ -5,6 +5,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -29,14 +30,15 @@ extension BenchCommands {
             the full check of a new token, and a token seen before (cached until it expires).
             """)
 
-    static func serverAPI(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func serverAPI(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let seconds = Double(arguments.value("seconds") ?? "2") ?? 0
         let rounds = Int(arguments.value("rounds") ?? "3") ?? 0
         let subscribers = Int(arguments.value("subscribers") ?? "100") ?? 0
         let perCustomer = Int(arguments.value("transactions") ?? "1000") ?? 0
         let clients = Int(arguments.value("clients") ?? "4") ?? 0
         guard seconds > 0, rounds > 0, subscribers > 0, perCustomer > 0, (1...64).contains(clients) else {
-            throw UsageError("--seconds, --rounds, --subscribers, --transactions and --clients must be positive")
+            throw CommandError.usage(
+                "--seconds, --rounds, --subscribers, --transactions and --clients must be positive")
         }
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
         let root = try FileManager.default.url(
@@ -44,24 +46,22 @@ extension BenchCommands {
             create: true)
         defer { try? FileManager.default.removeItem(at: root) }
         progress(console, "seeding \(subscribers) customers × \(perCustomer) transactions…")
-        let (store, firstIDs) = try blocking {
-            try await historyStore(
-                subscribers: subscribers, perCustomer: perCustomer, directory: root, catalog: catalog, now: now)
-        }
+        let (store, firstIDs) = try await historyStore(
+            subscribers: subscribers, perCustomer: perCustomer, directory: root, catalog: catalog, now: now)
         defer { store.close() }
         let server = try HTTPServer(port: 0, responder: store.responder())
         defer { server.stop() }
-        let minted = try blocking { try await store.mintAPIKey(bundleID: DefaultCatalog.bundleID) }
+        let minted = try await store.serverAPI.mintAPIKey(bundleID: DefaultCatalog.bundleID)
         let key = try PrivateKey(pem: minted.privateKey)
         let client = AppStoreServerAPIClient(
             key: key, keyID: minted.keyID, issuerID: minted.issuerID, bundleID: DefaultCatalog.bundleID,
             environment: .custom("http://127.0.0.1:\(server.port)/sandbox"), retry: .none)
         let expectedPages = (perCustomer + 19) / 20
         // Check once that a walk returns every transaction.
-        let pages = try blocking { try await client.allTransactionHistory(firstIDs[0]) }
+        let pages = try await client.allTransactionHistory(firstIDs[0])
         let walked = pages.reduce(0) { $0 + $1.signedTransactions.count }
         guard walked == perCustomer else {
-            throw RuntimeError("the history walk returned \(walked) transactions, expected \(perCustomer)")
+            throw CommandError.runtime("the history walk returned \(walked) transactions, expected \(perCustomer)")
         }
 
         // Pages per second: one client, then several on different customers; baseline: 20 bare ES256 signs.
@@ -73,14 +73,11 @@ extension BenchCommands {
             let bare = measure(seconds: seconds) { count in
                 for _ in 0..<(count * 20) { _ = try? signingKey.signRawECDSA(payload) }
             }
-            let single = try blocking {
-                try await pageRate(client: client, customers: [firstIDs[round % firstIDs.count]], seconds: seconds)
-            }
-            let many = try blocking {
-                try await pageRate(
-                    client: client,
-                    customers: (0..<clients).map { firstIDs[($0 * 7 + round) % firstIDs.count] }, seconds: seconds)
-            }
+            let single = try await pageRate(
+                client: client, customers: [firstIDs[round % firstIDs.count]], seconds: seconds)
+            let many = try await pageRate(
+                client: client,
+                customers: (0..<clients).map { firstIDs[($0 * 7 + round) % firstIDs.count] }, seconds: seconds)
             rows.append([bare, single, many])
         }
         let pageRates = Rates(rounds: rows)

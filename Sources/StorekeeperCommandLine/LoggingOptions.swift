@@ -1,18 +1,18 @@
-import StorekeeperLogging
+package import StorekeeperLogging
 
 /// `--log-level` and `--log-format`, shared by every server command.
-enum LoggingOptions {
-    static let level = Arguments.Spec.Option(
+package enum LoggingOptions {
+    package static let level = Arguments.Spec.Option(
         name: "log-level", valueName: "level",
         help: "trace, debug, info (default), notice, warning, error or critical.")
-    static let format = Arguments.Spec.Option(
+    package static let format = Arguments.Spec.Option(
         name: "log-format", valueName: "format", help: "text (default) or json lines, on standard error.")
 
-    static func logger(_ arguments: Arguments, label: String) throws -> Logger {
+    package static func logger(_ arguments: Arguments, label: String) throws -> Logger {
         var level = Logger.Level.info
         if let name = arguments.value("log-level") {
             guard let parsed = Logger.Level(name: name) else {
-                throw UsageError(
+                throw CommandError.usage(
                     "'\(name)' is not a log level (\(Logger.Level.allCases.map(\.description).joined(separator: ", ")))"
                 )
             }
@@ -21,7 +21,7 @@ enum LoggingOptions {
         var format = StreamLogHandler.Format.text
         if let name = arguments.value("log-format") {
             guard let parsed = StreamLogHandler.Format(rawValue: name) else {
-                throw UsageError("'\(name)' is not a log format (text, json)")
+                throw CommandError.usage("'\(name)' is not a log format (text, json)")
             }
             format = parsed
         }

@@ -1,26 +1,48 @@
 /// A small command-line parser in the manner of swift-argument-parser: `--long value`, `--long=value`,
 /// repeatable options, flags, positionals, `-h/--help`, and `--` to end options.
-struct Arguments {
+package struct Arguments: Sendable {
     /// What a command accepts.
-    struct Spec: Sendable {
-        struct Option: Sendable {
-            var name: String
-            var valueName: String
-            var help: String
-            var repeatable = false
+    package struct Spec: Sendable {
+        package struct Option: Sendable {
+            package var name: String
+            package var valueName: String
+            package var help: String
+            package var repeatable = false
             /// Required options are shown without brackets in the usage line and checked by the parser.
-            var required = false
+            package var required = false
+
+            package init(
+                name: String, valueName: String, help: String, repeatable: Bool = false, required: Bool = false
+            ) {
+                self.name = name
+                self.valueName = valueName
+                self.help = help
+                self.repeatable = repeatable
+                self.required = required
+            }
         }
 
-        var command: String
-        var abstract: String
-        var positionals: [(name: String, help: String)] = []
-        var options: [Option] = []
-        var flags: [(name: String, help: String)] = []
-        var discussion: String?
+        package var command: String
+        package var abstract: String
+        package var positionals: [(name: String, help: String)] = []
+        package var options: [Option] = []
+        package var flags: [(name: String, help: String)] = []
+        package var discussion: String?
+
+        package init(
+            command: String, abstract: String, positionals: [(name: String, help: String)] = [],
+            options: [Option] = [], flags: [(name: String, help: String)] = [], discussion: String? = nil
+        ) {
+            self.command = command
+            self.abstract = abstract
+            self.positionals = positionals
+            self.options = options
+            self.flags = flags
+            self.discussion = discussion
+        }
 
         /// OVERVIEW / USAGE / ARGUMENTS / OPTIONS, as swift-argument-parser prints them.
-        var help: String {
+        package var help: String {
             var text = "OVERVIEW: \(abstract)\n\nUSAGE: \(usage)\n"
             if let discussion { text += "\n\(discussion)\n" }
             if !positionals.isEmpty {
@@ -38,7 +60,7 @@ struct Arguments {
             return text
         }
 
-        var usage: String {
+        package var usage: String {
             var parts = [command]
             parts += positionals.map { "[<\($0.name)>]" }
             parts += options.map { option in
@@ -58,18 +80,18 @@ struct Arguments {
         }
     }
 
-    enum Outcome {
+    package enum Outcome {
         case parsed(Arguments)
         case help
         case version
     }
 
-    private(set) var values: [String: [String]] = [:]
-    private(set) var setFlags: Set<String> = []
-    private(set) var positionals: [String] = []
+    package private(set) var values: [String: [String]] = [:]
+    package private(set) var setFlags: Set<String> = []
+    package private(set) var positionals: [String] = []
 
     /// Parses `arguments` against `spec`; throws ``UsageError`` for anything it does not accept.
-    static func parse(_ arguments: [String], spec: Spec) throws -> Outcome {
+    package static func parse(_ arguments: [String], spec: Spec) throws -> Outcome {
         var result = Arguments()
         var index = 0
         var optionsEnded = false
@@ -87,7 +109,7 @@ struct Arguments {
             if argument == "-h" || argument == "--help" { return .help }
             // As in swift-argument-parser, a command's own --version option replaces the version flag.
             if argument == "--version", !spec.options.contains(where: { $0.name == "version" }) { return .version }
-            guard argument.hasPrefix("--") else { throw UsageError("Unknown option '\(argument)'") }
+            guard argument.hasPrefix("--") else { throw CommandError.usage("Unknown option '\(argument)'") }
             var name = String(argument.dropFirst(2))
             var inlineValue: String?
             if let equals = name.firstIndex(of: "=") {
@@ -95,7 +117,7 @@ struct Arguments {
                 name = String(name[..<equals])
             }
             if spec.flags.contains(where: { $0.name == name }) {
-                guard inlineValue == nil else { throw UsageError("Flag '--\(name)' takes no value") }
+                guard inlineValue == nil else { throw CommandError.usage("Flag '--\(name)' takes no value") }
                 result.setFlags.insert(name)
             } else if let option = spec.options.first(where: { $0.name == name }) {
                 let value: String
@@ -103,60 +125,32 @@ struct Arguments {
                     value = inlineValue
                 } else {
                     guard index < arguments.count else {
-                        throw UsageError("Missing value for '--\(name) <\(option.valueName)>'")
+                        throw CommandError.usage("Missing value for '--\(name) <\(option.valueName)>'")
                     }
                     value = arguments[index]
                     index += 1
                 }
                 if !option.repeatable && result.values[name] != nil {
-                    throw UsageError("Option '--\(name)' given more than once")
+                    throw CommandError.usage("Option '--\(name)' given more than once")
                 }
                 result.values[name, default: []].append(value)
             } else {
-                throw UsageError("Unknown option '--\(name)'")
+                throw CommandError.usage("Unknown option '--\(name)'")
             }
         }
         // A last positional named `…s ...` (e.g. "files ...") takes any number of arguments.
         let variadic = spec.positionals.last?.name.hasSuffix(" ...") == true
         guard variadic || result.positionals.count <= spec.positionals.count else {
-            throw UsageError("Unexpected argument '\(result.positionals[spec.positionals.count])'")
+            throw CommandError.usage("Unexpected argument '\(result.positionals[spec.positionals.count])'")
         }
         for option in spec.options where option.required && result.values[option.name] == nil {
-            throw UsageError("Missing expected argument '--\(option.name) <\(option.valueName)>'")
+            throw CommandError.usage("Missing expected argument '--\(option.name) <\(option.valueName)>'")
         }
         return .parsed(result)
     }
 
-    func value(_ name: String) -> String? { values[name]?.last }
-    func all(_ name: String) -> [String] { values[name] ?? [] }
-    func flag(_ name: String) -> Bool { setFlags.contains(name) }
-    func positional(_ index: Int) -> String? { index < positionals.count ? positionals[index] : nil }
-}
-
-/// A mistake in how the command was called: printed with the usage, exit status 64.
-struct UsageError: Error, CustomStringConvertible {
-    let message: String
-    init(_ message: String) { self.message = message }
-    var description: String { message }
-}
-
-/// A file that cannot be read, or a certificate or key that is not one: `Error: …`, exit status 2.
-struct InputError: Error, CustomStringConvertible {
-    let message: String
-    init(_ message: String) { self.message = message }
-    var description: String { message }
-}
-
-/// The emulator or server cannot be reached: `Error: …`, exit status 69 (EX_UNAVAILABLE).
-struct UnavailableError: Error, CustomStringConvertible {
-    let message: String
-    init(_ message: String) { self.message = message }
-    var description: String { message }
-}
-
-/// A failure while running a valid command: printed as `Error: …`, exit status 1.
-struct RuntimeError: Error, CustomStringConvertible {
-    let message: String
-    init(_ message: String) { self.message = message }
-    var description: String { message }
+    package func value(_ name: String) -> String? { values[name]?.last }
+    package func all(_ name: String) -> [String] { values[name] ?? [] }
+    package func flag(_ name: String) -> Bool { setFlags.contains(name) }
+    package func positional(_ index: Int) -> String? { index < positionals.count ? positionals[index] : nil }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperCommandLine
 import StorekeeperHTTP
 import StorekeeperJSON
 
@@ -24,7 +25,7 @@ extension BenchCommands {
             < 64 MiB more). Both servers run in this process with the default limits (HTTPLimits).
             """)
 
-    static func slowClients(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func slowClients(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let limit = Int(arguments.value("limit") ?? "1000") ?? 0
         let requests = Int(arguments.value("requests") ?? "400") ?? 0
         let bodies = Int(arguments.value("bodies") ?? "1000") ?? -1
@@ -32,7 +33,7 @@ extension BenchCommands {
         guard (10...20_000).contains(limit), (10...100_000).contains(requests), (0...20_000).contains(bodies),
             (1...(1 << 20)).contains(bodyBytes)
         else {
-            throw UsageError(
+            throw CommandError.usage(
                 "--limit must be 10 to 20000, --requests 10 to 100000, --bodies 0 to 20000, --body-bytes 1 to 1048576")
         }
         let fixed = HTTPResponse.json(.object(["now": .integer(1_764_547_200_000), "rate": .string("realTime")]))
@@ -51,18 +52,18 @@ extension BenchCommands {
         let child = try holdConnections(
             port: server.port, count: 2 * limit, trickle: true, seconds: 120, extra: ["--reconnect"])
         let held = waitForConnections(server, atLeast: limit - limits.reservedConnections)
-        Thread.sleep(forTimeInterval: 2)
+        try await Task.sleep(for: .seconds(2))
         progress(console, "\(requests) requests from 127.0.0.2 while they are held…")
         let underLoad = measure(url: url, count: requests)
         let protection = server.protection
         child.terminate()
         child.waitUntilExit()
-        for _ in 0..<300 where server.openConnections > 0 { Thread.sleep(forTimeInterval: 0.1) }
+        for _ in 0..<300 where server.openConnections > 0 { try await Task.sleep(for: .milliseconds(100)) }
 
         var memory: (before: Int, during: Int, buffered: Int, open: Int)?
         if bodies > 0 {
             progress(console, "holding \(bodies) stalled bodies of \(bodyBytes) bytes…")
-            Thread.sleep(forTimeInterval: 1)
+            try await Task.sleep(for: .seconds(1))
             let before = residentKilobytes()
             let stalled = try holdConnections(
                 port: server.port, count: bodies, trickle: false, seconds: 60,
@@ -73,7 +74,7 @@ extension BenchCommands {
             var open = 0
             // Inside the head deadline's grace (10 s): the bodies are still held, nothing closed for slowness.
             for _ in 0..<30 {
-                Thread.sleep(forTimeInterval: 0.2)
+                try await Task.sleep(for: .milliseconds(200))
                 peak = max(peak, residentKilobytes())
                 buffered = max(buffered, server.protection.bufferedBytes)
                 open = max(open, server.openConnections)

@@ -1,17 +1,17 @@
 import AppStoreReceipts
 import Foundation
 import StoreModel
-import StorekeeperJSON
+package import StorekeeperJSON
 
 /// ISO 8601 beside epoch milliseconds in what the command line prints.
-enum ISODates {
-    static func string(milliseconds: Int64) -> String {
+package enum ISODates {
+    package static func string(milliseconds: Int64) -> String {
         ReceiptDate.rfc3339String(EpochMilliseconds.date(milliseconds) ?? .distantPast)
     }
 
     /// A copy of `value` in which every member that holds epoch milliseconds (a name ending in `Date`, `At`
     /// or equal to `now`, with a plausible value) gains an ISO 8601 sibling named `…ISO`.
-    static func annotated(_ value: JSONValue) -> JSONValue {
+    package static func annotated(_ value: JSONValue) -> JSONValue {
         switch value {
         case .array(let items): return .array(items.map(annotated))
         case .object(let object):

@@ -5,6 +5,7 @@ import Foundation
 import StoreKitCatalog
 import StoreModel
 import StoreTime
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -52,14 +53,14 @@ extension BenchCommands {
             (after each month's advance), so that size stops growing with the years.
             """)
 
-    static func lifecycle(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func lifecycle(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let subscribers = Int(arguments.value("subscribers") ?? "1000") ?? 0
         let years = Int(arguments.value("years") ?? "10") ?? 0
         let pause = Double(arguments.value("receiver-pause") ?? "0") ?? -1
         let stuck = arguments.flag("stuck-receiver")
-        let retention = try AppStoreCommands.retentionDays(arguments)
+        let retention = try arguments.notificationRetention()
         guard subscribers > 0, (1...20).contains(years), (0...3_600).contains(pause) else {
-            throw UsageError("--subscribers must be positive, --years 1 to 20 and --receiver-pause 0 to 3600")
+            throw CommandError.usage("--subscribers must be positive, --years 1 to 20 and --receiver-pause 0 to 3600")
         }
         let signaturesPerSecond = arguments.flag("no-notifications") ? 0 : try bareSignaturesPerSecond()
         let received = Atomic<Int>(0)
@@ -115,48 +116,42 @@ extension BenchCommands {
         defer { try? FileManager.default.removeItem(at: directory) }
         let bundleID = DefaultCatalog.bundleID
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
-        let store = try blocking {
-            try await AppStore(
-                catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID)], dataDirectory: directory,
-                rate: .monthlyRenewalEveryFiveMinutes, maxEventsPerRequest: .max, notificationRetention: retention)
-        }
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID)], dataDirectory: directory,
+            rate: .monthlyRenewalEveryFiveMinutes, maxEventsPerRequest: .max, notificationRetention: retention)
         defer { store.close() }
         if !arguments.flag("no-notifications") {
-            try blocking {
-                try await store.setNotifications(
-                    bundleID: bundleID,
-                    AppNotifications(
-                        productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"]
-                            + (stuckSink.map { ["http://127.0.0.1:\($0.port)/notifications"] } ?? []),
-                        timeoutSeconds: 10 + pause))
-            }
+            try await store.setNotifications(
+                bundleID: bundleID,
+                AppNotifications(
+                    productionURLs: ["http://127.0.0.1:\(sink.port)/notifications"]
+                        + (stuckSink.map { ["http://127.0.0.1:\($0.port)/notifications"] } ?? []),
+                    timeoutSeconds: 10 + pause))
         }
         // The store's keys and tables are made once, before the simulation: not part of its rate.
         let ready = clock.now
         progress(console, "subscribing \(subscribers) customers…")
-        try blocking {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for slice in 0..<Self.subscribingClients {
-                    group.addTask {
-                        for index in stride(from: slice, to: subscribers, by: Self.subscribingClients) {
-                            try await subscribe(store, index: index, bundleID: bundleID)
-                        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for slice in 0..<Self.subscribingClients {
+                group.addTask {
+                    for index in stride(from: slice, to: subscribers, by: Self.subscribingClients) {
+                        try await subscribe(store, index: index, bundleID: bundleID)
                     }
                 }
-                try await group.waitForAll()
             }
+            try await group.waitForAll()
         }
         let subscribed = clock.now
         var renewals = 0
         var expirations = 0
         for month in 0..<(years * 12) {
             if month % 12 == 0 { progress(console, "year \(month / 12 + 1) of \(years)…") }
-            let change = try blocking { try await store.setClock(advance: .oneMonth, rate: nil) }
+            let change = try await store.setClock(advance: .oneMonth, rate: nil)
             renewals += change.ran.renewals
             expirations += change.ran.expirations
         }
         let advanced = clock.now
-        let queued = pause > 0 ? try blocking { try await store.deliveryQueueDepth() } : 0
+        let queued = pause > 0 ? try await store.deliveryQueueDepth() : 0
         // Wait for the outbox to drain: the receiver answers, then nothing new arrives for a second.
         progress(console, "waiting for the last notifications…")
         var last = -1
@@ -167,8 +162,8 @@ extension BenchCommands {
                 last = count
                 lastChange = clock.now
             }
-            try blocking { try await store.catchUp() }
-            Thread.sleep(forTimeInterval: 0.05)
+            try await store.catchUp()
+            try await Task.sleep(for: .milliseconds(50))
         }
         let elapsed = (lastChange - ready).seconds
         let peakKilobytes = peakResidentKilobytes()
@@ -177,7 +172,7 @@ extension BenchCommands {
         let floor = try (stuck ? nil : sample.withLock { $0 }).map { body in
             try signAndSendPerSecond(like: body, url: "http://127.0.0.1:\(sink.port)/notifications")
         }
-        _ = try blocking { try await store.pruneNotifications() }
+        _ = try await store.pruneNotifications()
         let databaseBytes = ["store.sqlite", "store.sqlite-wal"].reduce(0) { total, name in
             let path = directory.appendingPathComponent(name).path
             return total + ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0)
@@ -204,7 +199,7 @@ extension BenchCommands {
                 """)
         }
         if stuck {
-            let waiting = try blocking { try await store.deliveryQueueDepth() }
+            let waiting = try await store.deliveryQueueDepth()
             console.write(
                 """
                   stuck receiver: \(stuckAttempts.load(ordering: .relaxed)) attempts reached it (each held past the \
@@ -296,11 +291,11 @@ extension BenchCommands {
             case let outer = try CompactJWS(token), var data = outer.payload["data"]?.objectValue,
             let transaction = try data["signedTransactionInfo"]?.stringValue.map({ try CompactJWS($0).payload }),
             let x5c = outer.header["x5c"]?.arrayValue
-        else { throw UsageError("the receiver's notification has no signed payload with a transaction") }
+        else { throw CommandError.usage("the receiver's notification has no signed payload with a transaction") }
         let renewal = try data["signedRenewalInfo"]?.stringValue.map { try CompactJWS($0).payload }
         let chain = try x5c.map { value in
             guard let text = value.stringValue, let der = Data(base64Encoded: text) else {
-                throw UsageError("the notification's x5c header is not base64")
+                throw CommandError.usage("the notification's x5c header is not base64")
             }
             return try Certificate(derEncoded: der)
         }
@@ -357,12 +352,12 @@ extension BenchCommands {
         let cores = ProcessInfo.processInfo.activeProcessorCount
         // Signing is all CPU: a thread a core. Sending waits on the receiver: the best of more threads.
         guard let signing = measured(threads: cores, send: false) else {
-            throw UsageError("signing the run's notification again failed")
+            throw CommandError.usage("signing the run's notification again failed")
         }
         var best = (perSecond: 0.0, threads: 0)
         for threads in [cores, 2 * cores, 4 * cores] {
             guard let perSecond = measured(threads: threads, send: true) else {
-                throw UsageError("the receiver did not answer 200 to a notification signed again")
+                throw CommandError.usage("the receiver did not answer 200 to a notification signed again")
             }
             if perSecond > best.perSecond { best = (perSecond, threads) }
         }

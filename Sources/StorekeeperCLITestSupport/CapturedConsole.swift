@@ -1,5 +1,6 @@
 public import Foundation
-public import StorekeeperCLI
+import StorekeeperCLI
+public import StorekeeperCommandLine
 import Synchronization
 
 /// A ``Console`` that records what a command writes and serves fixed standard input.
@@ -23,11 +24,11 @@ public final class CapturedConsole: Sendable {
     }
 
     /// Runs `storekeeper` with `arguments` in-process.
-    public static func run(_ arguments: [String], stdin: [UInt8] = [], now: Date = Date()) -> (
+    public static func run(_ arguments: [String], stdin: [UInt8] = [], now: Date = Date()) async -> (
         status: Int32, stdout: String, stderr: String
     ) {
         let captured = CapturedConsole(stdin: stdin)
-        let status = Storekeeper.run(arguments, console: captured.console, now: { now })
+        let status = await Storekeeper.run(arguments, console: captured.console, now: { now })
         return (status, captured.stdout, captured.stderr)
     }
 }

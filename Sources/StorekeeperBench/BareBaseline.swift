@@ -1,18 +1,20 @@
 internal import CStorekeeperHTTPServer
+import StorekeeperCommandLine
+import StorekeeperHTTP
 
 /// Bare libmicrohttpd answering one fixed response with the same daemon flags and pool as ``HTTPServer``:
 /// the baseline that `storekeeper bench http` measures the HTTP layer against, in the same run.
-public final class BareBaseline: Sendable {
+final class BareBaseline: Sendable {
     // @unchecked Sendable: the pointer is only passed to sk_baseline_stop, once, from deinit.
     private struct Raw: @unchecked Sendable {
         let pointer: OpaquePointer  // sk_baseline
     }
 
     private let raw: Raw
-    public let port: Int
+    let port: Int
 
     /// `limits` gives the connection memory the measured server uses (its header and URL limits).
-    public init(response: HTTPResponse, limits: HTTPLimits = HTTPLimits(), threads: Int = 0) throws {
+    init(response: HTTPResponse, limits: HTTPLimits = HTTPLimits(), threads: Int = 0) throws {
         let contentType = response.header("Content-Type") ?? "application/octet-stream"
         guard
             let pointer = response.body.withUnsafeBufferPointer({ body in

@@ -3,6 +3,7 @@ import AppStoreSignedData
 import Foundation
 import PurchaseServer
 import StoreModel
+import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -41,11 +42,11 @@ extension BenchCommands {
             cores as the servers and the clients.
             """)
 
-    static func cluster(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func cluster(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         guard
             let url = arguments.value("database")
                 ?? ProcessInfo.processInfo.environment["STOREKEEPER_TEST_POSTGRES_URL"]
-        else { throw UsageError("--database is needed (eval \"$(scripts/test-postgres start)\" gives one)") }
+        else { throw CommandError.usage("--database is needed (eval \"$(scripts/test-postgres start)\" gives one)") }
         let counts = (arguments.value("processes") ?? "1,2,4").split(separator: ",").compactMap { Int($0) }
         let count = Int(arguments.value("notifications") ?? "20000") ?? 0
         let subscriberCount = Int(arguments.value("subscribers") ?? "100000") ?? 0
@@ -53,7 +54,7 @@ extension BenchCommands {
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
         guard !counts.isEmpty, counts.allSatisfy({ (1...16).contains($0) }), count > 0, subscriberCount > 0,
             (1...1024).contains(clients), seconds > 0
-        else { throw UsageError("--processes is 1 to 16 each; the other numbers are positive") }
+        else { throw CommandError.usage("--processes is 1 to 16 each; the other numbers are positive") }
         let binary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
         let root = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
@@ -72,7 +73,7 @@ extension BenchCommands {
         ).write(to: config)
         let admin: PostgresConnection
         do { admin = try PostgresConnection(url: url) } catch {
-            throw RuntimeError("cannot reach \(PostgresDatabase.redacted(url)): \(error)")
+            throw CommandError.runtime("cannot reach \(PostgresDatabase.redacted(url)): \(error)")
         }
         var scratch: [String] = []
         defer { for name in scratch { try? admin.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") } }
@@ -100,10 +101,8 @@ extension BenchCommands {
                 binary, config: config, database: nil, data: root.appendingPathComponent("sqlite"))
             defer { stopServers([sqlite]) }
             let target = sqlite.base + "/v1/notifications/apple/\(bundleID)"
-            sqliteRate = try blocking {
-                try await concurrentRate(count, clients: clients) { index in
-                    try await postAcknowledged(target, body: bodies[index])
-                }
+            sqliteRate = try await concurrentRate(count, clients: clients) { index in
+                try await postAcknowledged(target, body: bodies[index])
             }
         }
         var lines: [String] = [
@@ -118,15 +117,13 @@ extension BenchCommands {
             }
             defer { stopServers(servers) }
             let targets = servers.map { $0.base + "/v1/notifications/apple/\(bundleID)" }
-            let ingest = try blocking {
-                try await concurrentRate(count, clients: clients) { index in
-                    try await postAcknowledged(targets[index % targets.count], body: bodies[index])
-                }
+            let ingest = try await concurrentRate(count, clients: clients) { index in
+                try await postAcknowledged(targets[index % targets.count], body: bodies[index])
             }
-            let stored = try blocking {
-                try await PostgresServerStorage(url: database, poolSize: 1).read { try $0.inputCount() }
+            let stored = try await PostgresServerStorage(url: database, poolSize: 1).read { try $0.inputCount() }
+            guard stored == count else {
+                throw CommandError.runtime("stored \(stored) notifications, expected \(count)")
             }
-            guard stored == count else { throw RuntimeError("stored \(stored) notifications, expected \(count)") }
             let baseline = firstRate ?? ingest
             firstRate = firstRate ?? ingest
             lines.append(
@@ -158,12 +155,10 @@ extension BenchCommands {
                     "signedTransaction": .string(transaction),
                 ]))
         }
-        let postRate = try blocking {
-            try await concurrentRate(subscriberCount, clients: clients) { index in
-                try await postAcknowledged(
-                    servers[index % servers.count].base + "/v1/transactions", body: posts[index],
-                    authorization: "Bearer pk_bench_key")
-            }
+        let postRate = try await concurrentRate(subscriberCount, clients: clients) { index in
+            try await postAcknowledged(
+                servers[index % servers.count].base + "/v1/transactions", body: posts[index],
+                authorization: "Bearer pk_bench_key")
         }
         var readLine = "  GET /v1/subscribers/{id}: wrk not found (scripts/bootstrap installs it)"
         if let wrk = findExecutable("wrk") {
@@ -221,7 +216,7 @@ extension BenchCommands {
         let line = String(decoding: bytes, as: UTF8.self)
         guard let range = line.range(of: "http://[^ \n]+:[0-9]+", options: .regularExpression) else {
             process.terminate()
-            throw RuntimeError("storekeeper serve did not start: \(line)")
+            throw CommandError.runtime("storekeeper serve did not start: \(line)")
         }
         return RunningServer(process: process, base: String(line[range]))
     }
@@ -244,7 +239,7 @@ extension BenchCommands {
                 last = "HTTP \(response.status): \(String(decoding: response.body.prefix(200), as: UTF8.self))"
             } catch { last = "\(error)" }
         }
-        throw RuntimeError("\(url): \(last)")
+        throw CommandError.runtime("\(url): \(last)")
     }
 
     /// One wrk (one thread) against each base at the same time.
@@ -261,7 +256,7 @@ extension BenchCommands {
                 results.withLock { $0[index] = result }
             } catch { failure.withLock { $0 = "\(error)" } }
         }
-        if let failure = failure.withLock({ $0 }) { throw RuntimeError(failure) }
+        if let failure = failure.withLock({ $0 }) { throw CommandError.runtime(failure) }
         let collected = results.withLock { $0 }
         return collected.keys.sorted().compactMap { collected[$0] }
     }

@@ -2,11 +2,28 @@ import AppStoreReceipts
 import AppStoreSignedData
 import Foundation
 import StoreModel
+package import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperJSON
 
 /// `storekeeper bench …`: throughput on one core, printed next to a bare OpenSSL rate from the same run.
-enum BenchCommands {
+package enum BenchCommands {
+    /// The benchmarks and the fuzzer, in the order help lists them.
+    package static let commands: [Command] = [
+        (["bench", "receipt"], receiptSpec, receipt),
+        (["bench", "server-api"], serverAPISpec, serverAPI),
+        (["bench", "serve"], serveSpec, serve),
+        (["bench", "serve-cluster"], clusterSpec, cluster),
+        (["bench", "jws"], jwsSpec, jws),
+        (["bench", "emulator"], emulatorSpec, emulator),
+        (["bench", "http"], httpSpec, http),
+        (["bench", "lifecycle"], lifecycleSpec, lifecycle),
+        (["bench", "slow-clients"], slowClientsSpec, slowClients),
+        (["bench", "hold-connections"], holdSpec, hold),
+        (["bench", "dashboard"], dashboardSpec, dashboard),
+        (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
+    ]
+
     static let receiptSpec = Arguments.Spec(
         command: "storekeeper bench receipt",
         abstract: "Measure full receipt verification on one core against the bare OpenSSL RSA-2048 verify rate.",
@@ -24,7 +41,7 @@ enum BenchCommands {
             signed in this run by a fresh RSA-2048 chain with SHA-256, like Apple's current receipts.
             """)
 
-    static func receipt(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func receipt(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let (seconds, rounds) = try arguments.benchmarkSettings()
 
         let year: TimeInterval = 365 * 86_400
@@ -37,7 +54,7 @@ enum BenchCommands {
             bundleID: receipt.bundleID, bundleVersion: receipt.appVersion, deviceIdentifier: device)
         let verifier = ReceiptVerifier(trustedRoots: [chain.root])
         guard verifier.verify(bytes, expecting: expectations, now: now).isValid else {
-            throw RuntimeError("the benchmark receipt does not verify")
+            throw CommandError.runtime("the benchmark receipt does not verify")
         }
 
         // Bare OpenSSL: one prepared EVP_PKEY_CTX, RSA-2048 PKCS #1 v1.5 verify of a SHA-256 digest.
@@ -73,13 +90,13 @@ enum BenchCommands {
 
             """)
         if let path = arguments.value("receipt") {
-            guard let rootPath = arguments.value("root") else { throw UsageError("--receipt needs --root") }
+            guard let rootPath = arguments.value("root") else { throw CommandError.usage("--receipt needs --root") }
             let root = try Certificate.load(Array(try Data(contentsOf: URL(fileURLWithPath: rootPath))))
             let real = try Receipt.bytes(fromDERorBase64: Array(try Data(contentsOf: URL(fileURLWithPath: path))))
             let decoded = try Receipt(decoding: real)
             let realVerifier = ReceiptVerifier(trustedRoots: root)
             guard realVerifier.verify(real, expecting: ReceiptExpectations(), now: decoded.creationDate).isValid else {
-                throw RuntimeError("'\(path)' does not verify against '\(rootPath)' at its creation date")
+                throw CommandError.runtime("'\(path)' does not verify against '\(rootPath)' at its creation date")
             }
             let measured = interleaved(
                 seconds: seconds, rounds: rounds, progress: { progress(console, $0) },
@@ -112,7 +129,7 @@ enum BenchCommands {
             transaction is signed in this run by a fresh P-256 chain shaped like Apple's.
             """)
 
-    static func jws(_ arguments: Arguments, console: Console, now: Date) throws -> Int32 {
+    static func jws(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let (seconds, rounds) = try arguments.benchmarkSettings()
         let year: TimeInterval = 365 * 86_400
         var options = SigningChain.Options(
@@ -136,7 +153,7 @@ enum BenchCommands {
         let verifier = try SignedDataVerifier(
             .init(trustedRoots: [chain.root], bundleID: "com.example.storekeeper", environment: "Sandbox"))
         guard verifier.verify(token, as: .transaction, now: now).isOK else {
-            throw RuntimeError("the benchmark JWS does not verify")
+            throw CommandError.runtime("the benchmark JWS does not verify")
         }
 
         let message = Array(token.utf8.prefix(while: { $0 != UInt8(ascii: ".") }))

@@ -65,9 +65,26 @@ struct HistoryPage: Sendable {
     var hasMore: Bool
 }
 
-/// The App Store Server API over the store: each endpoint's rules and Apple's errors; what it changes goes
-/// through the lifecycle engine and the outbox like every other change.
-extension AppStore {
+/// The App Store Server API over the store: each endpoint's rules and Apple's errors, typed requests in and
+/// typed values out (the routes in ServerAPIRoutes.swift read and write the JSON); what it changes goes
+/// through the lifecycle engine and the outbox like every other change. It owns the API's keys, faults and
+/// rate limits, and the jobs its requests start (``close()`` cancels them).
+public final class ServerAPIService: Sendable {
+    /// The store whose customers and transactions the API reads and changes (it owns this service).
+    unowned let appStore: AppStore
+    /// Keys, faults and rate limits.
+    let state: ServerAPIState
+    /// Mass extensions and runs of due events that requests start.
+    let jobs = BackgroundJobs()
+
+    init(appStore: AppStore, state: ServerAPIState) {
+        self.appStore = appStore
+        self.state = state
+    }
+
+    /// Cancels the jobs still running.
+    func close() { jobs.close() }
+
     /// Transactions on one history page.
     static let historyPageSize = 20
     /// Rows one history request looks at, at most (a selective filter gets a short page with `hasMore`).
@@ -99,7 +116,7 @@ extension AppStore {
 
     /// The configured app of a token's `bid`.
     func apiApp(_ scope: APIScope) throws -> AppConfiguration {
-        guard let app = apps[scope.bundleID] else {
+        guard let app = self.appStore.apps[scope.bundleID] else {
             throw EmulatorError.api(.appNotFound, "App not found.")
         }
         return app
@@ -121,15 +138,17 @@ extension AppStore {
     }
 
     func signed(_ transactions: [StoredTransaction], account: Account) throws -> [String] {
-        try transactions.map { try signedTransaction($0, account: account) }
+        try transactions.map { try self.appStore.signedTransaction($0, account: account) }
     }
 
     // MARK: - Transactions
 
     func apiTransactionInfo(_ id: String, scope: APIScope) async throws -> String {
-        try await catchUp()
-        let (stored, account) = try await storage.read { try self.apiTransaction(id, scope: scope, in: $0) }
-        return try signedTransaction(stored, account: account)
+        try await self.appStore.catchUp()
+        let (stored, account) = try await self.appStore.storage.read {
+            try self.apiTransaction(id, scope: scope, in: $0)
+        }
+        return try self.appStore.signedTransaction(stored, account: account)
     }
 
     /// A page of the customer's history in the order transactions last changed, from `revision`.
@@ -143,9 +162,9 @@ extension AppStore {
             }
             cursor = value
         }
-        try await catchUp()
+        try await self.appStore.catchUp()
         let start = cursor
-        let (page, account, next, hasMore) = try await storage.read {
+        let (page, account, next, hasMore) = try await self.appStore.storage.read {
             store -> ([StoredTransaction], Account, Int64, Bool) in
             let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
             let scan = try Self.scanPage(from: start) { position, limit in
@@ -176,9 +195,9 @@ extension AppStore {
     func apiSubscriptionStatuses(_ id: String, scope: APIScope, statuses: Set<Int64>) async throws
         -> [SubscriptionStatusItem]
     {
-        try await catchUp()
-        let current = now
-        let (account, rows) = try await storage.read { store in
+        try await self.appStore.catchUp()
+        let current = self.appStore.now
+        let (account, rows) = try await self.appStore.storage.read { store in
             let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
             var rows: [(StoredSubscription, StoredTransaction, Date?)] = []
             for subscription in try store.subscriptions(account: stored.accountID, bundle: stored.transaction.bundleID)
@@ -190,14 +209,14 @@ extension AppStore {
             return (account, rows)
         }
         return try rows.map { subscription, latest, started in
-            let info = renewalInfo(
+            let info = self.appStore.renewalInfo(
                 subscription.state, environment: account.environment, signedDate: current, started: started)
             return SubscriptionStatusItem(
                 groupID: latest.transaction.subscriptionGroupID
-                    ?? catalog.entry(subscription.state.productID.rawValue)?.subscription?.groupID ?? "",
+                    ?? self.appStore.catalog.entry(subscription.state.productID.rawValue)?.subscription?.groupID ?? "",
                 status: subscription.state.status, originalTransactionID: subscription.originalTransactionID.rawValue,
-                signedTransactionInfo: try signedTransaction(latest, account: account),
-                signedRenewalInfo: try sign(info))
+                signedTransactionInfo: try self.appStore.signedTransaction(latest, account: account),
+                signedRenewalInfo: try self.appStore.sign(info))
         }
     }
 
@@ -207,8 +226,8 @@ extension AppStore {
     func apiLookUpOrder(_ orderID: String, scope: APIScope) async throws -> (status: Int, signed: [String]) {
         guard (1...64).contains(orderID.utf8.count), orderID.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
         else { return (1, []) }
-        try await catchUp()
-        let found = try await storage.read { store -> (Account, [StoredTransaction])? in
+        try await self.appStore.catchUp()
+        let found = try await self.appStore.storage.read { store -> (Account, [StoredTransaction])? in
             let rows = try store.transactions(orderID: orderID.uppercased()).filter {
                 $0.transaction.bundleID.rawValue == scope.bundleID
             }
@@ -256,27 +275,6 @@ extension AppStore {
         }
     }
 
-    /// Apple's extension request, checked: 1–90 days, a reason 0–3, a request identifier.
-    struct ExtensionRequest: Sendable {
-        var days: Int
-        var reason: Int
-        var requestIdentifier: String
-
-        init(_ body: JSONObject) throws {
-            guard let days = body["extendByDays"]?.int64Value, (1...90).contains(days) else {
-                throw EmulatorError.api(.invalidExtendByDays, "Invalid extend by days value.")
-            }
-            guard let reason = body["extendReasonCode"]?.int64Value, (0...3).contains(reason) else {
-                throw EmulatorError.api(.invalidExtendReasonCode, "Invalid extend reason code.")
-            }
-            guard let identifier = body["requestIdentifier"]?.stringValue, (1...128).contains(identifier.utf8.count)
-            else { throw EmulatorError.api(.invalidRequestIdentifier, "Invalid request identifier.") }
-            self.days = Int(days)
-            self.reason = Int(reason)
-            self.requestIdentifier = identifier
-        }
-    }
-
     /// Extensions allowed per subscription within a year.
     static let maxExtensionsPerYear = 2
 
@@ -286,7 +284,7 @@ extension AppStore {
         _ subscription: StoredSubscription, account: Account, request: ExtensionRequest, in store: any EmulatorStore,
         now: Date
     ) throws -> ExtensionRecord {
-        let key = Setting.extensions(subscription.originalTransactionID)
+        let key = AppStore.Setting.extensions(subscription.originalTransactionID)
         let records = ((try store.setting(key)).flatMap { try? JSONParser.parse(Array($0.utf8)) }?.arrayValue ?? [])
             .compactMap(ExtensionRecord.init(json:))
         if let earlier = records.first(where: { $0.requestIdentifier == request.requestIdentifier }) { return earlier }
@@ -296,7 +294,8 @@ extension AppStore {
             throw EmulatorError.api(
                 .familySharedSubscriptionExtensionIneligible, "Family-shared subscriptions cannot be extended.")
         }
-        let yearAgoCount = records.filter { rate.end(of: StorePeriod(years: 1), from: $0.date) > now }.count
+        let yearAgoCount = records.filter { self.appStore.rate.end(of: StorePeriod(years: 1), from: $0.date) > now }
+            .count
         guard yearAgoCount < Self.maxExtensionsPerYear else {
             throw EmulatorError.api(
                 .subscriptionMaxExtension, "The subscription has been extended twice in the past 365 days.")
@@ -304,12 +303,12 @@ extension AppStore {
         var changed = subscription
         let effects: [LifecycleEffect]
         do {
-            effects = try lifecycle(for: account).handle(
+            effects = try self.appStore.lifecycle(for: account).handle(
                 .extendRenewal(days: request.days), to: &changed.state, at: now)
         } catch {
             throw EmulatorError.api(.subscriptionExtensionIneligible, "The subscription is not eligible: \(error)")
         }
-        try apply(effects, to: &changed, account: account, in: store, now: now)
+        try self.appStore.apply(effects, to: &changed, account: account, in: store, now: now)
         let record = ExtensionRecord(
             requestIdentifier: request.requestIdentifier, date: now, effectiveDate: changed.state.expiresDate ?? now,
             webOrderLineItemID: latest.transaction.webOrderLineItemID.map { String($0) } ?? "")
@@ -319,12 +318,12 @@ extension AppStore {
         return record
     }
 
-    func apiExtend(originalTransactionID id: String, body: JSONObject, scope: APIScope) async throws -> ExtensionRecord
+    func apiExtend(originalTransactionID id: String, request: ExtensionRequest, scope: APIScope) async throws
+        -> ExtensionRecord
     {
-        let request = try ExtensionRequest(body)
-        try await catchUp()
-        let current = now
-        return try await storage.write { store in
+        try await self.appStore.catchUp()
+        let current = self.appStore.now
+        return try await self.appStore.storage.write { store in
             let (stored, account) = try self.apiTransaction(
                 id, scope: scope, in: store, invalid: .invalidOriginalTransactionId,
                 notFound: .originalTransactionIdNotFound)
@@ -399,50 +398,44 @@ extension AppStore {
     /// Takes a mass extension and runs it in the background, a batch of subscriptions per write; at the end
     /// RENEWAL_EXTENSION/SUMMARY says how many succeeded and failed. A request identifier already taken
     /// answers without starting again.
-    func apiMassExtend(body: JSONObject, scope: APIScope) async throws -> String {
-        let request = try ExtensionRequest(body)
-        guard let productID = body["productId"]?.stringValue, catalog.entry(productID)?.subscription != nil else {
+    func apiMassExtend(_ mass: MassExtensionRequest, scope: APIScope) async throws -> String {
+        let (request, productID, storefronts) = (mass.extension, mass.productID, mass.storefronts)
+        guard appStore.catalog.entry(productID)?.subscription != nil else {
             throw EmulatorError.api(.invalidProductId, "Invalid product id.")
         }
-        var storefronts: [String]?
-        if let value = body["storefrontCountryCodes"], value != .null {
-            guard let list = value.arrayValue, !list.isEmpty else {
-                throw EmulatorError.api(.invalidEmptyStorefrontCountryCodeList, "Invalid empty storefront list.")
-            }
-            storefronts = try list.map { item in
-                guard let code = item.stringValue, Storefront(countryCode: code) != nil else {
-                    throw EmulatorError.api(.invalidStorefrontCountryCode, "Invalid storefront country code.")
-                }
-                return code.uppercased()
-            }
-        }
-        let key = Setting.massExtension(productID, request.requestIdentifier)
+        let key = AppStore.Setting.massExtension(productID, request.requestIdentifier)
         let progress = MassExtension(
             requestIdentifier: request.requestIdentifier, productID: productID, environment: scope.environment,
             storefronts: storefronts)
-        let started = try await storage.write { store -> Bool in
+        let started = try await self.appStore.storage.write { store -> Bool in
             guard try store.setting(key) == nil else { return false }
             try store.setSetting(key, JSONWriter.string(.object(progress.json)))
             return true
         }
         if started {
-            Task.detached { [self] in await self.runMassExtension(progress, request: request, scope: scope) }
+            jobs.start { [self, appStore] in
+                await self.runMassExtension(progress, request: request, scope: scope)
+                // The job keeps the store alive until it ends (this service holds it unowned).
+                _ = appStore
+            }
         }
         return request.requestIdentifier
     }
 
     func runMassExtension(_ initial: MassExtension, request: ExtensionRequest, scope: APIScope) async {
         var progress = initial
-        let key = Setting.massExtension(initial.productID, request.requestIdentifier)
+        let key = AppStore.Setting.massExtension(initial.productID, request.requestIdentifier)
         do {
-            let ids = try await storage.read { try $0.subscriptionIDs(renewingTo: ProductID(initial.productID)) }
+            let ids = try await self.appStore.storage.read {
+                try $0.subscriptionIDs(renewingTo: ProductID(initial.productID))
+            }
             var start = 0
             while start < ids.count {
                 let batch = Array(ids[start..<min(ids.count, start + Self.massExtensionBatch)])
                 start += batch.count
-                let current = now
+                let current = self.appStore.now
                 let snapshot = progress
-                progress = try await storage.write { store in
+                progress = try await self.appStore.storage.write { store in
                     var progress = snapshot
                     for id in batch {
                         guard let subscription = try store.subscription(id),
@@ -473,9 +466,9 @@ extension AppStore {
                     return progress
                 }
             }
-            let current = now
+            let current = self.appStore.now
             let finished = progress
-            try await storage.write { store in
+            try await self.appStore.storage.write { store in
                 var done = finished
                 done.complete = true
                 done.completeDate = current
@@ -486,7 +479,7 @@ extension AppStore {
                     "productId": .string(done.productID), "succeededCount": .integer(done.succeeded),
                     "failedCount": .integer(done.failed),
                 ]
-                if let app = self.apps[scope.bundleID] { summary["appAppleId"] = .integer(app.appAppleID) }
+                if let app = self.appStore.apps[scope.bundleID] { summary["appAppleId"] = .integer(app.appAppleID) }
                 if let storefronts = done.storefronts {
                     summary["storefrontCountryCodes"] = .array(storefronts.map(JSONValue.string))
                 }
@@ -496,15 +489,15 @@ extension AppStore {
             }
             deliverDue()
         } catch {
-            logger.error("mass-extension.failed", ["error": String(describing: error)])
+            self.appStore.logger.error("mass-extension.failed", ["error": String(describing: error)])
         }
     }
 
     func apiMassExtensionStatus(productID: String, requestIdentifier: String, scope: APIScope) async throws
         -> MassExtension
     {
-        let key = Setting.massExtension(productID, requestIdentifier)
-        let stored = try await storage.read { try $0.setting(key) }
+        let key = AppStore.Setting.massExtension(productID, requestIdentifier)
+        let stored = try await self.appStore.storage.read { try $0.setting(key) }
         guard let stored, let parsed = (try? JSONParser.parse(Array(stored.utf8))).flatMap(MassExtension.init(json:)),
             parsed.environment == scope.environment
         else { throw EmulatorError.api(.statusRequestNotFound, "Status request not found.") }
@@ -521,26 +514,27 @@ extension AppStore {
         now: Date
     ) throws -> String? {
         guard
-            let settings = notificationSettings(bundleID: scope.bundleID, environment: scope.environment, now: now),
+            let settings = self.appStore.notificationSettings(
+                bundleID: scope.bundleID, environment: scope.environment, now: now),
             settings.version == 2, !settings.urls.isEmpty
         else { return nil }
         var first: String?
         for url in settings.urls {
-            let uuid = newNotificationUUID(at: now)
+            let uuid = self.appStore.newNotificationUUID(at: now)
             var payload: JSONObject = ["notificationType": .string(notice.type.rawValue)]
             if let subtype = notice.subtype { payload["subtype"] = .string(subtype.rawValue) }
             payload["notificationUUID"] = .string(uuid)
             payload[container] = .object(content)
             payload["version"] = .string("2.0")
-            payload["signedDate"] = Self.milliseconds(now)
-            let signed = try sign(payload)
+            payload["signedDate"] = AppStore.milliseconds(now)
+            let signed = try self.appStore.sign(payload)
             try store.insert(
                 OutboundNotification(
                     id: uuid, bundleID: BundleID(scope.bundleID), environment: scope.environment, version: 2, url: url,
                     body: OutboundNotification.v2Body(signedPayload: signed, signed: true), signedPayload: signed,
                     notice: notice, originalTransactionID: nil, created: now, retryDelays: settings.retryDelays,
                     retryClientErrors: settings.retryClientErrors, timeoutMilliseconds: settings.timeoutMilliseconds))
-            try schedule(DueEvent(kind: .notificationAttempt, key: uuid, due: now), in: store)
+            try self.appStore.schedule(DueEvent(kind: .notificationAttempt, key: uuid, due: now), in: store)
             first = first ?? uuid
         }
         return first
@@ -548,24 +542,25 @@ extension AppStore {
 
     /// Sends what the outbox has due now (after a write outside a request).
     func deliverDue() {
-        Task.detached { [self] in try? await self.runDue(maxEvents: maxEventsPerRequest) }
+        jobs.start { [appStore] in try? await appStore.runDue(maxEvents: appStore.maxEventsPerRequest) }
     }
 
     /// Request a Test Notification: a TEST notification to the environment's URL; its token.
     func apiRequestTestNotification(scope: APIScope) async throws -> String {
         let app = try apiApp(scope)
-        let current = now
+        let current = self.appStore.now
         var data: JSONObject = [
             "bundleId": .string(scope.bundleID), "environment": .string(scope.environment.rawValue),
         ]
         if scope.environment == .production { data["appAppleId"] = .integer(app.appAppleID) }
         let content = data
-        let id = try await storage.write { store in
+        let id = try await self.appStore.storage.write { store in
             try self.enqueueAppNotification(
                 Notice(.test), scope: scope, container: "data", content: content, in: store, now: current)
         }
         guard let id else {
-            let version = notificationSettings(bundleID: scope.bundleID, environment: scope.environment, now: current)?
+            let version = self.appStore.notificationSettings(
+                bundleID: scope.bundleID, environment: scope.environment, now: current)?
                 .version
             throw EmulatorError.api(
                 .serverNotificationUrlNotFound,
@@ -573,7 +568,7 @@ extension AppStore {
                     ? "This environment's notifications are version 1, which has no test notification."
                     : "No server notification URL is configured for this environment.")
         }
-        try await runDue(maxEvents: maxEventsPerRequest)
+        try await self.appStore.runDue(maxEvents: self.appStore.maxEventsPerRequest)
         return "\(id)_\(ReceiptDate.milliseconds(current))"
     }
 
@@ -583,86 +578,17 @@ extension AppStore {
         guard parts.count == 2, UUID(uuidString: String(parts[0])) != nil, Int64(parts[1]) != nil else {
             throw EmulatorError.api(.invalidTestNotificationToken, "Invalid test notification token.")
         }
-        let found = try await storage.read { try $0.notification(String(parts[0]).lowercased()) }
+        let found = try await self.appStore.storage.read { try $0.notification(String(parts[0]).lowercased()) }
         guard let found, found.notice.type == .test, found.bundleID.rawValue == scope.bundleID,
             found.environment == scope.environment
         else { throw EmulatorError.api(.testNotificationNotFound, "Test notification not found.") }
         return found
     }
 
-    /// Get Notification History's body, checked.
-    struct NotificationHistoryQuery: Sendable {
-        var start: Date
-        var end: Date
-        var type: NotificationType?
-        var subtype: NotificationSubtype?
-        var transactionID: String?
-        var onlyFailures: Bool
-    }
-
-    func notificationHistoryQuery(_ body: JSONObject) throws -> NotificationHistoryQuery {
-        guard let startValue = body["startDate"], startValue != .null else {
-            throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
-        }
-        guard let startMs = startValue.doubleValue else {
-            throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
-        }
-        guard let endValue = body["endDate"], endValue != .null, let endMs = endValue.doubleValue else {
-            throw EmulatorError.api(.invalidEndDate, "Invalid end date.")
-        }
-        let current = now
-        guard let start = EpochMilliseconds.date(startMs) else {
-            throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
-        }
-        // A future end date reaches now (nothing later exists).
-        let end = EpochMilliseconds.date(endMs) ?? (endMs > 0 ? Date.distantFuture : .distantPast)
-        // Apple keeps 180 days; store time runs at real speed between advances, so these are plain days.
-        guard start >= current.addingTimeInterval(-180 * 86_400) else {
-            throw EmulatorError.api(.startDateTooFarInPast, "Start date too far in the past.")
-        }
-        guard start < end else {
-            throw EmulatorError.api(.startDateAfterEndDate, "Start date after end date.")
-        }
-        func text(_ name: String) -> String? {
-            guard let value = body[name], value != .null else { return nil }
-            return value.stringValue ?? ""
-        }
-        var type: NotificationType?
-        if let name = text("notificationType") {
-            guard let parsed = NotificationType(rawValue: name) else {
-                throw EmulatorError.api(.invalidNotificationType, "Invalid notification type.")
-            }
-            type = parsed
-        }
-        var subtype: NotificationSubtype?
-        if let name = text("notificationSubtype") {
-            guard type != nil, let parsed = NotificationSubtype(rawValue: name) else {
-                throw EmulatorError.api(.invalidNotificationType, "Invalid notification type and subtype.")
-            }
-            subtype = parsed
-        }
-        let transactionID = text("transactionId")
-        if transactionID != nil, type != nil {
-            throw EmulatorError.api(.multipleFiltersSupplied, "Use notificationType or transactionId, not both.")
-        }
-        if let transactionID, transactionID.isEmpty || !transactionID.utf8.allSatisfy({ (48...57).contains($0) }) {
-            throw EmulatorError.api(.invalidTransactionId, "Invalid transaction id.")
-        }
-        var onlyFailures = false
-        if let value = body["onlyFailures"], value != .null {
-            guard let flag = value.boolValue else { throw EmulatorError.api(.generalBadRequest, "Bad request.") }
-            onlyFailures = flag
-        }
-        return NotificationHistoryQuery(
-            start: start, end: max(start, end), type: type, subtype: subtype, transactionID: transactionID,
-            onlyFailures: onlyFailures)
-    }
-
     /// A page of the app's V2 notifications in the scope's environment, oldest first.
-    func apiNotificationHistory(body: JSONObject, paginationToken: String?, scope: APIScope) async throws -> (
-        notifications: [OutboundNotification], token: String, hasMore: Bool
-    ) {
-        let query = try notificationHistoryQuery(body)
+    func apiNotificationHistory(_ query: NotificationHistoryQuery, paginationToken: String?, scope: APIScope)
+        async throws -> (notifications: [OutboundNotification], token: String, hasMore: Bool)
+    {
         var cursor: Int64?
         if let paginationToken {
             guard paginationToken.hasPrefix("p"), let value = Int64(paginationToken.dropFirst()), value >= 0 else {
@@ -670,9 +596,9 @@ extension AppStore {
             }
             cursor = value
         }
-        try await catchUp()
+        try await self.appStore.catchUp()
         let start = cursor
-        return try await storage.read { store in
+        return try await self.appStore.storage.read { store in
             var original: TransactionID?
             if let id = query.transactionID {
                 guard let stored = try store.transaction(TransactionID(id)),
@@ -699,74 +625,18 @@ extension AppStore {
     // MARK: - Consumption, app account tokens, app transactions
 
     /// Send Consumption Information (v2, or v1's integer codes): checked and kept with the transaction.
-    func apiConsumption(_ id: String, body: JSONObject, version: Int, scope: APIScope) async throws {
-        if version == 2 { try Self.checkConsumptionV2(body) } else { try Self.checkConsumptionV1(body) }
-        let text = JSONWriter.string(.object(body))
-        try await storage.write { store in
+    func apiConsumption(_ id: String, _ information: ConsumptionInformation, scope: APIScope) async throws {
+        let text = information.stored
+        try await self.appStore.storage.write { store in
             let (stored, _) = try self.apiTransaction(id, scope: scope, in: store)
-            try store.setSetting(Setting.consumption(stored.id), text)
-        }
-    }
-
-    static func checkConsumptionV2(_ body: JSONObject) throws {
-        guard body["customerConsented"]?.boolValue == true else {
-            throw EmulatorError.api(.invalidCustomerConsented, "The customer has not consented.")
-        }
-        let deliveries = [
-            "DELIVERED", "UNDELIVERED_QUALITY_ISSUE", "UNDELIVERED_WRONG_ITEM", "UNDELIVERED_SERVER_OUTAGE",
-            "UNDELIVERED_OTHER",
-        ]
-        guard let delivery = body["deliveryStatus"]?.stringValue, deliveries.contains(delivery) else {
-            throw EmulatorError.api(.invalidDeliveryStatus, "Invalid delivery status.")
-        }
-        guard body["sampleContentProvided"]?.boolValue != nil else {
-            throw EmulatorError.api(.invalidSampleContentProvided, "Invalid sample content provided.")
-        }
-        if let value = body["consumptionPercentage"], value != .null {
-            guard let share = value.int64Value, (0...100_000).contains(share) else {
-                throw EmulatorError.api(.generalBadRequest, "Invalid consumption percentage.")
-            }
-        }
-        if let value = body["refundPreference"], value != .null {
-            guard let preference = value.stringValue, ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"].contains(preference)
-            else { throw EmulatorError.api(.generalBadRequest, "Invalid refund preference.") }
-        }
-    }
-
-    static func checkConsumptionV1(_ body: JSONObject) throws {
-        guard body["customerConsented"]?.boolValue == true else {
-            throw EmulatorError.api(.invalidCustomerConsented, "The customer has not consented.")
-        }
-        guard body["sampleContentProvided"]?.boolValue != nil else {
-            throw EmulatorError.api(.invalidSampleContentProvided, "Invalid sample content provided.")
-        }
-        let ranges: [(String, ClosedRange<Int64>, APIErrorCode)] = [
-            ("consumptionStatus", 0...3, .invalidConsumptionStatus), ("platform", 0...2, .invalidPlatform),
-            ("deliveryStatus", 0...5, .invalidDeliveryStatus), ("accountTenure", 0...7, .invalidAccountTenure),
-            ("playTime", 0...7, .invalidPlayTime), ("lifetimeDollarsRefunded", 0...7, .invalidLifetimeDollarsRefunded),
-            ("lifetimeDollarsPurchased", 0...7, .invalidLifetimeDollarsPurchased),
-            ("userStatus", 0...4, .invalidUserStatus), ("refundPreference", 0...3, .generalBadRequest),
-        ]
-        for (name, range, code) in ranges {
-            guard let value = body[name], value != .null else { continue }
-            guard let number = value.int64Value, range.contains(number) else {
-                throw EmulatorError.api(code, "Invalid \(name).")
-            }
-        }
-        if let value = body["appAccountToken"], value != .null {
-            guard let text = value.stringValue, text.isEmpty || UUID(uuidString: text) != nil else {
-                throw EmulatorError.api(.invalidAppAccountToken, "Invalid app account token.")
-            }
+            try store.setSetting(AppStore.Setting.consumption(stored.id), text)
         }
     }
 
     /// Set App Account Token: on the purchase and every transaction of it (renewals carry it on).
-    func apiSetAppAccountToken(originalTransactionID id: String, body: JSONObject, scope: APIScope) async throws {
-        guard let text = body["appAccountToken"]?.stringValue, let token = UUID(uuidString: text) else {
-            throw EmulatorError.api(.invalidAppAccountTokenUUID, "Invalid app account token: not a UUID.")
-        }
-        try await catchUp()
-        try await storage.write { store in
+    func apiSetAppAccountToken(originalTransactionID id: String, token: UUID, scope: APIScope) async throws {
+        try await self.appStore.catchUp()
+        try await self.appStore.storage.write { store in
             let (stored, _) = try self.apiTransaction(
                 id, scope: scope, in: store, invalid: .invalidOriginalTransactionId,
                 notFound: .originalTransactionIdNotFound)
@@ -787,7 +657,7 @@ extension AppStore {
     /// Get App Transaction Info: the customer's app transaction, from their earliest install of the app.
     func apiAppTransaction(_ id: String, scope: APIScope) async throws -> String {
         let app = try apiApp(scope)
-        let (account, install) = try await storage.read { store -> (Account, Install?) in
+        let (account, install) = try await self.appStore.storage.read { store -> (Account, Install?) in
             let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
             return (account, try store.installs(account: stored.accountID, bundle: stored.transaction.bundleID).first)
         }
@@ -795,12 +665,13 @@ extension AppStore {
             throw EmulatorError.api(.appTransactionDoesNotExist, "No app transaction exists for the customer.")
         }
         var payload = AppTransaction(
-            app: app, install: install, environment: account.environment, created: now, deviceVerification: "",
-            nonce: UUID(bytes: randomBytes(16)))
+            app: app, install: install, environment: account.environment, created: self.appStore.now,
+            deviceVerification: "",
+            nonce: UUID(bytes: self.appStore.randomBytes(16)))
         // No device asked: nothing to verify it against.
         payload.json["deviceVerification"] = nil
         payload.json["deviceVerificationNonce"] = nil
-        return try sign(payload.json)
+        return try self.appStore.sign(payload.json)
     }
 
     // MARK: - Keys
@@ -808,28 +679,28 @@ extension AppStore {
     /// Mints an API key for an app as App Store Connect does: a new P-256 key whose private half is
     /// returned once (PKCS#8 PEM) and never kept.
     public func mintAPIKey(bundleID: String) async throws -> (keyID: String, issuerID: String, privateKey: String) {
-        _ = try app(bundleID)
+        _ = try self.appStore.app(bundleID)
         let key = try PrivateKey.generateP256()
         let publicDER = try key.publicKey.derEncoded
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-        let keyID = String(randomBytes(10).map { alphabet[Int($0) % alphabet.count] })
-        let fresh = newUUID().lowercased()
-        let issuerID = try await storage.write { store -> String in
-            let issuer = try store.setting(Setting.apiIssuerID) ?? fresh
-            try store.setSetting(Setting.apiIssuerID, issuer)
+        let keyID = String(self.appStore.randomBytes(10).map { alphabet[Int($0) % alphabet.count] })
+        let fresh = self.appStore.newUUID().lowercased()
+        let issuerID = try await self.appStore.storage.write { store -> String in
+            let issuer = try store.setting(AppStore.Setting.apiIssuerID) ?? fresh
+            try store.setSetting(AppStore.Setting.apiIssuerID, issuer)
             var list =
-                (try store.setting(Setting.apiKeys)).flatMap { try? JSONParser.parse(Array($0.utf8)) }?
+                (try store.setting(AppStore.Setting.apiKeys)).flatMap { try? JSONParser.parse(Array($0.utf8)) }?
                 .arrayValue ?? []
             list.append(
                 .object([
                     "keyId": .string(keyID), "issuerId": .string(issuer), "bundleId": .string(bundleID),
                     "publicKey": .string(Data(publicDER).base64EncodedString()),
                 ]))
-            try store.setSetting(Setting.apiKeys, JSONWriter.string(.array(list)))
+            try store.setSetting(AppStore.Setting.apiKeys, JSONWriter.string(.array(list)))
             return issuer
         }
         let publicKey = try key.publicKey
-        serverAPI.keyRing.keys.withLock {
+        state.keyRing.keys.withLock {
             $0[keyID] = APIKey(keyID: keyID, issuerID: issuerID, publicKey: publicKey, bundleIDs: [bundleID])
         }
         return (keyID, issuerID, try key.pemPKCS8())
@@ -837,8 +708,8 @@ extension AppStore {
 
     /// The keys registered for an app (ids and issuers; public halves only).
     public func apiKeys(bundleID: String) throws -> [(keyID: String, issuerID: String)] {
-        _ = try app(bundleID)
-        return serverAPI.keyRing.keys.withLock { keys in
+        _ = try self.appStore.app(bundleID)
+        return state.keyRing.keys.withLock { keys in
             keys.values.filter { $0.bundleIDs.contains(bundleID) }.map { ($0.keyID, $0.issuerID) }.sorted {
                 $0.keyID < $1.keyID
             }

@@ -1,28 +1,28 @@
-import StorekeeperHTTP
+package import StorekeeperHTTP
 
 /// The connection limits both servers take from the command line (`--max-connections`, `--head-timeout`,
 /// `--min-body-rate`, `--per-address-connections`, `--reserved-connections`, `--max-buffered-bytes`), named
 /// and ranged once in ``HTTPLimits/settings``.
-enum ConnectionOptions {
-    static let maxConnections = Arguments.Spec.Option(
+package enum ConnectionOptions {
+    package static let maxConnections = Arguments.Spec.Option(
         name: "max-connections", valueName: "n", help: "Concurrent connections to accept (default: 16384).")
 
-    static let all: [Arguments.Spec.Option] =
+    package static let all: [Arguments.Spec.Option] =
         [maxConnections]
         + HTTPLimits.settings.map { Arguments.Spec.Option(name: $0.option, valueName: "n", help: $0.help) }
 
-    static func limits(_ arguments: Arguments) throws -> HTTPLimits {
+    package static func limits(_ arguments: Arguments) throws -> HTTPLimits {
         var limits = HTTPLimits()
         if let text = arguments.value("max-connections") {
             guard let value = Int(text), (1...1_000_000).contains(value) else {
-                throw UsageError("--max-connections must be 1 to 1000000")
+                throw CommandError.usage("--max-connections must be 1 to 1000000")
             }
             limits.maxConnections = value
         }
         for setting in HTTPLimits.settings {
             guard let text = arguments.value(setting.option) else { continue }
             guard let value = Int(text), setting.range.contains(value) else {
-                throw UsageError(
+                throw CommandError.usage(
                     "--\(setting.option) must be \(setting.range.lowerBound) to \(setting.range.upperBound)")
             }
             setting.apply(&limits, value)

@@ -542,7 +542,7 @@ public final class ServerAPIService: Sendable {
 
     /// Sends what the outbox has due now (after a write outside a request).
     func deliverDue() {
-        jobs.start { [appStore] in try? await appStore.runDue(maxEvents: appStore.maxEventsPerRequest) }
+        jobs.start { [appStore] in _ = try? await appStore.runDue(maxEvents: appStore.maxEventsPerRequest) }
     }
 
     /// Request a Test Notification: a TEST notification to the environment's URL; its token.

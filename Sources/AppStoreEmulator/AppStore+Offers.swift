@@ -219,11 +219,9 @@ extension AppStore {
         guard UUID(uuidString: nonce) != nil else {
             throw EmulatorError.offer("missingOfferParams", "the promotional offer's nonce must be a UUID")
         }
-        let key = "offerNonce.\(nonce.lowercased())"
-        guard try store.setting(key) == nil else {
+        guard try store.useOfferNonce(nonce.lowercased()) else {
             throw EmulatorError.offer("invalidSignature", "the promotional offer's nonce was used already")
         }
-        try store.setSetting(key, "1")
     }
 
     /// The public keys that sign promotional offers, per app: each app's `offerKeys` (PEM public or

@@ -19,11 +19,10 @@ extension AppStore {
             guard stored.transaction.revocationDate == nil else {
                 throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
             }
-            let key = Setting.refundRequest(stored.id)
-            guard (try store.setting(key) ?? "").isEmpty else {
+            guard try store.refundRequest(stored.id) == nil else {
                 throw EmulatorError.conflict("transaction \(transactionID) already has a refund request waiting")
             }
-            try store.setSetting(key, reason.rawValue)
+            try store.setRefundRequest(stored.id, reason: reason.rawValue)
             let kind = stored.transaction.kind
             guard kind == .consumable || kind == .autoRenewable else { return (stored, nil) }
             // V1's CONSUMPTION_REQUEST is for consumables only; V2's covers subscriptions too.
@@ -57,12 +56,11 @@ extension AppStore {
         let current = now
         return try await storage.write { store in
             let (stored, account) = try self.purchaserTransaction(transactionID, in: store)
-            let key = Setting.refundRequest(stored.id)
-            guard !(try store.setting(key) ?? "").isEmpty else {
+            guard try store.refundRequest(stored.id) != nil else {
                 throw EmulatorError.invalid(
                     "transaction \(transactionID) has no refund request waiting for a decision (refund-request first)")
             }
-            try store.setSetting(key, "")
+            try store.setRefundRequest(stored.id, reason: nil)
             if approved {
                 return try self.refund(transactionID: transactionID, reason: reason, in: store, now: current)
             }

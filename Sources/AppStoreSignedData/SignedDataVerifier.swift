@@ -20,6 +20,63 @@ public struct SignedDataResult: Sendable {
     var pendingOCSP: [Certificate]?
 
     public var isOK: Bool { status == .ok }
+
+    /// The fields of a notification's `data` (or `appData`) that hold signed data, with the name a decoded
+    /// view gives each and its type.
+    static let nestedFields: [(signed: String, decoded: String, type: SignedDataType)] = [
+        ("signedTransactionInfo", "transactionInfo", .transaction),
+        ("signedRenewalInfo", "renewalInfo", .renewalInfo),
+        ("signedAppTransactionInfo", "appTransactionInfo", .appTransaction),
+    ]
+
+    /// A notification that verified, as values: its payload and the nested signed data that verified too
+    /// (a nested token that did not is nil here, its result in `nested`).
+    public var notification: VerifiedNotification? {
+        guard isOK, type == .notification, let payload else { return nil }
+        func verified(_ field: String) -> JSONObject? {
+            guard let nested = nested[field], nested.isOK else { return nil }
+            return nested.payload
+        }
+        return VerifiedNotification(
+            payload: NotificationPayload(json: payload),
+            transaction: verified("signedTransactionInfo").map(JWSTransaction.init(json:)),
+            renewalInfo: verified("signedRenewalInfo").map(JWSRenewalInfo.init(json:)),
+            appTransaction: verified("signedAppTransactionInfo").map(AppTransaction.init(json:)))
+    }
+
+    /// For people reading it (`storekeeper jws verify`): the payload with each nested token that verified
+    /// decoded beside it, as `transactionInfo`, `renewalInfo` and `appTransactionInfo`. Apple's payload
+    /// itself is ``payload``.
+    public var decodedPayload: JSONObject? {
+        guard var payload else { return nil }
+        let container = payload["data"] != nil ? "data" : "appData"
+        guard var data = payload[container]?.objectValue else { return payload }
+        for field in Self.nestedFields {
+            if let nested = nested[field.signed], nested.isOK, let decoded = nested.payload {
+                data[field.decoded] = .object(decoded)
+            }
+        }
+        payload[container] = .object(data)
+        return payload
+    }
+}
+
+/// A verified App Store Server Notification V2: its payload and its nested signed data, decoded.
+public struct VerifiedNotification: Sendable, Hashable {
+    public var payload: NotificationPayload
+    public var transaction: JWSTransaction?
+    public var renewalInfo: JWSRenewalInfo?
+    public var appTransaction: AppTransaction?
+
+    public init(
+        payload: NotificationPayload, transaction: JWSTransaction? = nil, renewalInfo: JWSRenewalInfo? = nil,
+        appTransaction: AppTransaction? = nil
+    ) {
+        self.payload = payload
+        self.transaction = transaction
+        self.renewalInfo = renewalInfo
+        self.appTransaction = appTransaction
+    }
 }
 
 /// Verifies StoreKit 2 signed data (shared/spec/signed-data.md): ES256 only; an `x5c` chain of exactly three
@@ -99,7 +156,6 @@ public struct SignedDataVerifier: Sendable {
         }
         refuse(&result)
         for key in result.nested.keys { refuse(&result.nested[key]!) }
-        if result.nested.values.contains(where: { !$0.isOK }) { result = Self.droppingFailedNested(result) }
         return result
     }
 
@@ -124,24 +180,6 @@ public struct SignedDataVerifier: Sendable {
         }
         await check(&result)
         for key in result.nested.keys.sorted() { await check(&result.nested[key]!) }
-        if result.nested.values.contains(where: { !$0.isOK }) { result = Self.droppingFailedNested(result) }
-        return result
-    }
-
-    /// A notification whose nested token failed a later check loses that token's decoded form.
-    static func droppingFailedNested(_ result: SignedDataResult) -> SignedDataResult {
-        var result = result
-        let container = result.payload?["data"] != nil ? "data" : "appData"
-        guard var payload = result.payload, var data = payload[container]?.objectValue else { return result }
-        let decodedNames = [
-            "signedTransactionInfo": "transactionInfo", "signedRenewalInfo": "renewalInfo",
-            "signedAppTransactionInfo": "appTransactionInfo",
-        ]
-        for (field, nested) in result.nested where !nested.isOK {
-            if let decoded = decodedNames[field] { data[decoded] = nil }
-        }
-        payload[container] = .object(data)
-        result.payload = payload
         return result
     }
 
@@ -274,24 +312,15 @@ public struct SignedDataVerifier: Sendable {
 
     // MARK: - Nested signed data
 
+    /// The nested tokens' results, in `nested` by field name; the payload is left as Apple signed it.
     private func verifyNested(_ outer: SignedDataResult, now: Date) -> SignedDataResult {
         var result = outer
-        guard var payload = result.payload, var data = payload["data"]?.objectValue ?? payload["appData"]?.objectValue
+        guard let payload = result.payload, let data = payload["data"]?.objectValue ?? payload["appData"]?.objectValue
         else { return result }
-        let container = payload["data"] != nil ? "data" : "appData"
-        let fields: [(signed: String, decoded: String, type: SignedDataType)] = [
-            ("signedTransactionInfo", "transactionInfo", .transaction),
-            ("signedRenewalInfo", "renewalInfo", .renewalInfo),
-            ("signedAppTransactionInfo", "appTransactionInfo", .appTransaction),
-        ]
-        for field in fields {
+        for field in SignedDataResult.nestedFields {
             guard let token = data[field.signed]?.stringValue else { continue }
-            let nested = verifyOffline(token, as: field.type, now: now)
-            result.nested[field.signed] = nested
-            if nested.isOK, let decoded = nested.payload { data[field.decoded] = .object(decoded) }
+            result.nested[field.signed] = verifyOffline(token, as: field.type, now: now)
         }
-        payload[container] = .object(data)
-        result.payload = payload
         return result
     }
 

@@ -113,11 +113,12 @@ public final class PurchaseServer: Sendable {
         }
         let result = app.signedData.verify(signed, as: .notification, now: now())
         metrics.count("storekeeper_verifications_total", ["kind": "notification", "outcome": result.status.rawValue])
-        guard result.isOK, let payload = result.payload else {
+        guard let verified = result.notification else {
             throw PurchaseServerError.verification(
                 "the notification did not verify: \(result.status.rawValue) (\(result.reason ?? ""))")
         }
-        let notification = NotificationPayload(json: payload)
+        let notification = verified.payload
+        let payload = notification.json
         guard let uuid = notification.notificationUUID, let type = notification.notificationType else {
             throw PurchaseServerError.invalid("the notification has no notificationUUID or notificationType")
         }
@@ -132,12 +133,9 @@ public final class PurchaseServer: Sendable {
         let signedDate = notification.signedDate ?? now()
         var parsed = PurchaseUpdate(
             source: "notification", notificationType: type, notificationSubtype: notification.subtype)
-        if let info = data["transactionInfo"]?.objectValue {
-            parsed.transaction = Self.purchase(JWSTransaction(json: info))
-        }
-        if let info = data["renewalInfo"]?.objectValue {
-            parsed.renewal = Self.renewal(
-                JWSRenewalInfo(json: info), status: data["status"]?.int64Value, signedDate: signedDate)
+        if let transaction = verified.transaction { parsed.transaction = Self.purchase(transaction) }
+        if let renewal = verified.renewalInfo {
+            parsed.renewal = Self.renewal(renewal, status: data["status"]?.int64Value, signedDate: signedDate)
         }
         let current = now()
         let update = parsed
@@ -363,12 +361,16 @@ public final class PurchaseServer: Sendable {
             }
             return Ingested(duplicate: false, events: try body(store))
         }
+        // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)
+        // counts nothing twice.
+        for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type]) }
         if !result.events.isEmpty { wakeDelivery() }
         return result
     }
 
     /// Applies one update inside a write: ownership (the claimant and the transfer policy), the engine,
-    /// the records, the ledger, events and their webhooks. Answers the new events.
+    /// the records, the ledger, events and their webhooks. Answers the events it recorded (not those already
+    /// there).
     func apply(_ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date)
         throws
         -> [ServerEvent]
@@ -459,16 +461,17 @@ public final class PurchaseServer: Sendable {
                 try enqueueWebhooks(for: event, in: store)
             }
         }
+        var recorded: [ServerEvent] = []
         for event in events + outcome.events where try store.append(event) {
             if event.appUserID != nil || event.originalTransactionID == nil {
                 try enqueueWebhooks(for: event, in: store)
             }
-            metrics.count("storekeeper_events_total", ["type": event.type])
+            recorded.append(event)
         }
         if let claimant, let owner, owner == claimant, update.transaction?.kind == .autoRenewable {
             try flagSeveralAccounts(bundleID: bundleID, user: claimant, in: store)
         }
-        return (events + outcome.events)
+        return recorded
     }
 
     /// One Apple account has one original purchase per subscription group: several for one user means

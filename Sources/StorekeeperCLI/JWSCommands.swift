@@ -154,7 +154,9 @@ enum JWSCommands {
             console.write("\(result.status)" + (result.reason.map { " — \($0)" } ?? "") + "\n")
             console.write(checks.text)
             if let type = result.type { console.write("Type: \(type.rawValue)\n") }
-            if let payload = result.payload { console.write(JSONWriter.string(.object(payload), pretty: true) + "\n") }
+            if let payload = result.decodedPayload {
+                console.write(JSONWriter.string(.object(payload), pretty: true) + "\n")
+            }
         }
         return result.isOK ? 0 : 1
     }
@@ -164,7 +166,7 @@ enum JWSCommands {
         object["status"] = .string(result.status.rawValue)
         if let type = result.type { object["type"] = .string(type.rawValue) }
         if let header = result.header { object["header"] = .object(header) }
-        if let payload = result.payload { object["payload"] = .object(payload) }
+        if let payload = result.decodedPayload { object["payload"] = .object(payload) }
         if let reason = result.reason { object["reason"] = .string(reason) }
         if !result.nested.isEmpty {
             var nested = JSONObject()

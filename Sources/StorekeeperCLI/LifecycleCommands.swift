@@ -338,7 +338,7 @@ enum LifecycleCommands {
             return (format == "json" ? JSONWriter.string(.object(["error": .string(line)])) : line, false)
         }
         let result = verifier.verify(signed, as: .notification, now: Date())
-        let payload = result.payload ?? [:]
+        let payload = result.decodedPayload ?? [:]
         if format == "json" {
             return (
                 JSONWriter.string(

@@ -527,7 +527,7 @@ enum ScenarioCommands {
                 for entry in page["notificationHistory"]?.arrayValue ?? [] {
                     guard let signed = entry["signedPayload"]?.stringValue else { continue }
                     let verified = verifier.verify(signed, as: .notification, now: start.addingTimeInterval(1))
-                    let payload = verified.payload ?? [:]
+                    let payload = verified.decodedPayload ?? [:]
                     let type = payload["notificationType"]?.stringValue ?? "?"
                     let name = payload["subtype"]?.stringValue.map { "\(type)/\($0)" } ?? type
                     notices.append(

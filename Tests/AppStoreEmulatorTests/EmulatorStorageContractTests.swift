@@ -608,4 +608,121 @@ struct EmulatorStorageContractTests {
             #expect(try store.notification("v1") == v1)
         }
     }
+
+    @Test(
+        "Records: extensions, mass extensions, consumption, refund requests, minted keys and nonces round-trip",
+        arguments: Backend.allCases)
+    func records(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let first = ExtensionRecord(
+            originalTransactionID: "10", requestIdentifier: "r1", date: Self.start,
+            effectiveDate: Self.start.addingTimeInterval(86_400), webOrderLineItemID: "7")
+        var secondRecord = first
+        secondRecord.requestIdentifier = "r2"
+        secondRecord.date = Self.start.addingTimeInterval(60)
+        let mass = MassExtension(
+            requestIdentifier: "m1", productID: "p", environment: .production, storefronts: ["USA", "GBR"])
+        var doneProgress = mass
+        doneProgress.complete = true
+        doneProgress.completeDate = Self.start
+        doneProgress.succeeded = 3
+        doneProgress.failed = 1
+        let key = MintedAPIKey(keyID: "K1", issuerID: "i", bundleID: "com.example", publicKey: [1, 2, 3])
+        let (second, done) = (secondRecord, doneProgress)
+        try await storage.write { store in
+            try store.insert(first)
+            try store.insert(second)
+            try store.save(mass)
+            try store.save(done)
+            try store.save(ConsumptionRecord(transactionID: "1", version: 1, body: "{}"))
+            try store.save(ConsumptionRecord(transactionID: "1", version: 2, body: #"{"deliveryStatus":"DELIVERED"}"#))
+            try store.setRefundRequest("1", reason: "UNINTENDED_PURCHASE")
+            try store.setRefundRequest("2", reason: "OTHER")
+            try store.setRefundRequest("2", reason: nil)
+            try store.insert(key)
+            #expect(try store.useOfferNonce("n1"))
+            #expect(try !store.useOfferNonce("n1"), "a nonce is used once")
+        }
+        await #expect(throws: EmulatorStorageError.self) { try await storage.write { try $0.insert(first) } }
+        await #expect(throws: EmulatorStorageError.self) { try await storage.write { try $0.insert(key) } }
+        try await storage.read { (store: any EmulatorStore) throws in
+            #expect(try store.renewalExtensions(original: "10") == [first, second])
+            #expect(try store.renewalExtensions(original: "11").isEmpty)
+            #expect(try store.massExtension(productID: "p", requestIdentifier: "m1") == done)
+            #expect(try store.massExtension(productID: "q", requestIdentifier: "m1") == nil)
+            #expect(
+                try store.consumption("1")
+                    == ConsumptionRecord(transactionID: "1", version: 2, body: #"{"deliveryStatus":"DELIVERED"}"#))
+            #expect(try store.refundRequest("1") == "UNINTENDED_PURCHASE")
+            #expect(try store.refundRequest("2") == nil)
+            #expect(try store.mintedAPIKeys() == [key])
+        }
+        struct Boom: Error {}
+        await #expect(throws: Boom.self) {
+            try await storage.write { store in
+                #expect(try store.useOfferNonce("n2"))
+                try store.setRefundRequest("1", reason: nil)
+                throw Boom()
+            }
+        }
+        try await storage.write { (store: any EmulatorStore) throws in
+            #expect(try store.useOfferNonce("n2"), "a rolled-back nonce was never used")
+            #expect(try store.refundRequest("1") == "UNINTENDED_PURCHASE")
+        }
+    }
+
+    @Test(
+        "SQLite: what builds before migration 013 kept as JSON in settings moves into the record tables",
+        .enabled(if: ExternalTool.find("sqlite3") != nil, "needs the sqlite3 command"))
+    func recordsMigration() async throws {
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("store.sqlite").path
+        _ = try await SQLiteEmulatorStorage(path: path)
+        let sqlite = try #require(ExternalTool.find("sqlite3"))
+        let der = Data([1, 2, 3]).base64EncodedString()
+        let undone = try ExternalTool.run(
+            sqlite,
+            [
+                path,
+                """
+                DROP TABLE renewal_extensions; DROP TABLE mass_extensions; DROP TABLE consumption;
+                DROP TABLE refund_requests; DROP TABLE api_keys; DROP TABLE offer_nonces;
+                DELETE FROM schema_migrations WHERE id >= '013';
+                INSERT INTO settings VALUES ('extensions.10', '[{"requestIdentifier":"r1","date":1704067200000,"effectiveDate":1704153600000,"webOrderLineItemId":"7"}]');
+                INSERT INTO settings VALUES ('massExtension.p.m1', '{"requestIdentifier":"m1","productId":"p","environment":"Production","complete":true,"succeededCount":3,"failedCount":1,"completeDate":1704067200000,"storefrontCountryCodes":["USA","GBR"]}');
+                INSERT INTO settings VALUES ('consumption.1', '{"customerConsented":true,"deliveryStatus":"DELIVERED"}');
+                INSERT INTO settings VALUES ('consumption.2', '{"customerConsented":true,"consumptionStatus":1}');
+                INSERT INTO settings VALUES ('refundRequest.1', 'UNINTENDED_PURCHASE');
+                INSERT INTO settings VALUES ('refundRequest.2', '');
+                INSERT INTO settings VALUES ('apiKeys', '[{"keyId":"K1","issuerId":"i","bundleId":"com.example","publicKey":"\(der)"}]');
+                INSERT INTO settings VALUES ('offerNonce.n1', '1');
+                """,
+            ])
+        #expect(undone.status == 0, "\(undone.stderrText)")
+        let reopened = try await SQLiteEmulatorStorage(path: path)
+        try await reopened.write { (store: any EmulatorStore) throws in
+            #expect(
+                try store.renewalExtensions(original: "10") == [
+                    ExtensionRecord(
+                        originalTransactionID: "10", requestIdentifier: "r1", date: Self.start,
+                        effectiveDate: Self.start.addingTimeInterval(86_400), webOrderLineItemID: "7")
+                ])
+            #expect(
+                try store.massExtension(productID: "p", requestIdentifier: "m1")
+                    == MassExtension(
+                        requestIdentifier: "m1", productID: "p", environment: .production, storefronts: ["USA", "GBR"],
+                        complete: true, completeDate: Self.start, succeeded: 3, failed: 1))
+            #expect(try store.consumption("1")?.version == 2)
+            #expect(try store.consumption("2")?.version == 1)
+            #expect(try store.refundRequest("1") == "UNINTENDED_PURCHASE")
+            #expect(try store.refundRequest("2") == nil, "an answered request is gone")
+            #expect(
+                try store.mintedAPIKeys() == [
+                    MintedAPIKey(keyID: "K1", issuerID: "i", bundleID: "com.example", publicKey: [1, 2, 3])
+                ])
+            #expect(try !store.useOfferNonce("n1"), "a nonce used before the migration stays used")
+            for key in ["extensions.10", "massExtension.p.m1", "consumption.1", "refundRequest.1", "apiKeys"] {
+                #expect(try store.setting(key) == nil, "\(key) left settings")
+            }
+        }
+    }
 }

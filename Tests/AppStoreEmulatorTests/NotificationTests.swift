@@ -150,7 +150,7 @@ struct NotificationTests {
                 appAppleID: 1_234_567_890))
         let result = verifier.verify(signed, as: .notification, now: harness.store.now)
         #expect(result.status == .ok, "\(result.status)")
-        return try #require(result.payload)
+        return try #require(result.decodedPayload)
     }
 
     /// The payloads in the order the emulator wrote them (deliveries of separate batches may overtake).

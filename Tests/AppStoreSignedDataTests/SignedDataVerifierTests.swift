@@ -53,9 +53,16 @@ struct SignedDataVerifierTests {
         #expect(notification.type == .notification)
         let data = try #require(notification.payload?["data"])
         #expect(data["signedTransactionInfo"]?.stringValue?.split(separator: ".").count == 3)
-        #expect(data["transactionInfo"]?["transactionId"] == .string("2000000335310644"))
-        #expect(data["renewalInfo"]?["autoRenewStatus"] == .integer(1))
+        #expect(data["transactionInfo"] == nil, "Apple's payload is left as it was signed")
         #expect(notification.nested["signedTransactionInfo"]?.status == .ok)
+        let verified = try #require(notification.notification)
+        #expect(verified.transaction?.transactionID == "2000000335310644")
+        #expect(verified.renewalInfo?.int64("autoRenewStatus") == 1)
+        #expect(verified.payload.notificationUUID != nil)
+        let decoded = try #require(notification.decodedPayload?["data"])
+        #expect(decoded["transactionInfo"]?["transactionId"] == .string("2000000335310644"))
+        #expect(decoded["renewalInfo"]?["autoRenewStatus"] == .integer(1))
+        #expect(verifier.verify(try JWSFixtures.sign(JWSFixtures.renewalInfo()), now: now).notification == nil)
     }
 
     @Test("Unknown keys and enum values survive decoding and re-encoding")

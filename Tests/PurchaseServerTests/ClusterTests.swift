@@ -18,26 +18,6 @@ struct ClusterTests {
     /// How often each server polls: the repair is awaited for one interval and the pass it takes.
     static let interval: Duration = .seconds(2)
 
-    static let cases: [(Int, String)] = [2, 4].flatMap { count in ScenarioTruthTests.scenarios.map { (count, $0) } }
-
-    @Test(
-        "Every lifecycle scenario ends as the emulator's truth with 2 and 4 servers and rough notifications",
-        arguments: cases)
-    func scenario(instances: Int, path: String) async throws {
-        let url = try PostgresTesting.freshDatabase()
-        let harness = try await ServerHarness.make(
-            postgres: url, instances: instances, faults: .rough, reconcileEvery: Self.interval)
-        defer { harness.stop() }
-        let reader = try await PostgresServerStorage(url: url, poolSize: 1)
-        try await ScenarioTruthTests.check(
-            path, harness: harness, storage: reader, allDelivered: false, repairWithin: Self.interval * 2 + .seconds(5))
-        let fates = ["passed", "duplicated", "delayed", "dropped"].map { harness.balancer?.count($0) ?? 0 }
-        #expect(fates.reduce(0, +) > 0, "notifications went through the balancer")
-        // Each event reached the receiver once, though several servers send webhooks.
-        let ids = try await harness.sink.settledEventIDs()
-        #expect(Set(ids).count == ids.count, "an event was delivered twice: \(ids.sorted())")
-    }
-
     @Test("One server leads reconciliation; another takes over when it stops")
     func leadership() async throws {
         let url = try PostgresTesting.freshDatabase()
@@ -117,5 +97,43 @@ struct ClusterTests {
                 }.count
         }
         #expect(refusals >= 1, "a server was refused the statuses budget the other had spent")
+    }
+}
+
+/// The scenarios against several servers on one PostgreSQL, in a few lanes that run side by side (each lane
+/// one scenario at a time): most of a case is waiting for a reconciliation pass, so lanes overlap well, and
+/// a few of them keep the machine's load bounded.
+@Suite(
+    "Purchase server: every scenario with several servers on one PostgreSQL",
+    .enabled(if: PostgresTesting.url != nil, PostgresTesting.skipMessage))
+struct ClusterScenarioTests {
+    static let lanes = 3
+
+    static let cases: [(Int, String)] = [2, 4].flatMap { count in ScenarioTruthTests.scenarios.map { (count, $0) } }
+
+    @Test(
+        "Every lifecycle scenario ends as the emulator's truth with 2 and 4 servers and rough notifications",
+        arguments: 0..<lanes)
+    func scenarios(lane: Int) async throws {
+        #expect(Self.cases.count == 2 * ScenarioTruthTests.scenarios.count && !Self.cases.isEmpty)
+        for (index, (instances, path)) in Self.cases.enumerated() where index % Self.lanes == lane {
+            try await Self.scenario(instances: instances, path: path)
+        }
+    }
+
+    static func scenario(instances: Int, path: String) async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let harness = try await ServerHarness.make(
+            postgres: url, instances: instances, faults: .rough, reconcileEvery: ClusterTests.interval)
+        defer { harness.stop() }
+        let reader = try await PostgresServerStorage(url: url, poolSize: 1)
+        try await ScenarioTruthTests.check(
+            path, harness: harness, storage: reader, allDelivered: false,
+            repairWithin: ClusterTests.interval * 2 + .seconds(5))
+        let fates = ["passed", "duplicated", "delayed", "dropped"].map { harness.balancer?.count($0) ?? 0 }
+        #expect(fates.reduce(0, +) > 0, "notifications went through the balancer (\(instances) servers, \(path))")
+        // Each event reached the receiver once, though several servers send webhooks.
+        let ids = try await harness.sink.settledEventIDs()
+        #expect(Set(ids).count == ids.count, "an event was delivered twice (\(path)): \(ids.sorted())")
     }
 }

@@ -204,9 +204,13 @@ struct HTTPServerLiveTests {
 
     @Test("Idle connections hold no thread: with many open, other clients and slow handlers are still answered")
     func idleConnections() async throws {
-        // A long idle timeout: with the whole suite in parallel, this task's sleeps can be delayed past the
-        // default 30 s, and the server would rightly close the idle connections meanwhile.
-        let server = try Self.server { $0.idleTimeout = 600 }
+        // Long idle and head deadlines: with the whole suite in parallel, this task's sleeps can be delayed
+        // past the defaults (30 s idle, 10 s for a request head), and the server would rightly close the idle
+        // and trickling connections meanwhile.
+        let server = try Self.server {
+            $0.idleTimeout = 600
+            $0.headTimeout = 600
+        }
         defer { server.stop() }
         let idle = try (0..<300).map { _ in try RawClient(port: server.port) }
         defer { idle.forEach { $0.close() } }

@@ -7,46 +7,6 @@ import StorekeeperJSON
 import StorekeeperLogging
 import Synchronization
 
-/// The notifications this process has claimed and not yet recorded a result for, each with the token of
-/// its claim (a slot given back by a write that did not commit is given back only if no later claim took it)
-/// and its receiver (URL), and how many slots each receiver holds.
-struct InFlight: Sendable {
-    var claims: [String: (token: UInt64, url: String)] = [:]
-    var perReceiver: [String: Int] = [:]
-    var nextToken: UInt64 = 0
-
-    /// Whether `url` may take one more of `limit` slots: it holds fewer than `receiverLimit`, and the last
-    /// `reserve` slots go only to receivers that hold none (so receivers that hang cannot take them all).
-    func allows(_ url: String, limit: Int, receiverLimit: Int, reserve: Int) -> Bool {
-        let held = perReceiver[url, default: 0]
-        return held < receiverLimit && claims.count < (held == 0 ? limit : limit - reserve)
-    }
-
-    /// Claims a slot for `id`, sent to `url`, if the limits allow one; its token.
-    mutating func claim(_ id: String, url: String, limit: Int, receiverLimit: Int, reserve: Int) -> UInt64? {
-        guard claims[id] == nil, allows(url, limit: limit, receiverLimit: receiverLimit, reserve: reserve) else {
-            return nil
-        }
-        nextToken += 1
-        claims[id] = (nextToken, url)
-        perReceiver[url, default: 0] += 1
-        return nextToken
-    }
-
-    /// Gives back `id`'s slot if `token` still holds it.
-    mutating func release(_ id: String, token: UInt64) {
-        guard let claim = claims[id], claim.token == token else { return }
-        claims[id] = nil
-        let left = perReceiver[claim.url, default: 1] - 1
-        perReceiver[claim.url] = left > 0 ? left : nil
-    }
-}
-
-/// The delivery slots one write takes, with their claims' tokens: given back if the write does not commit.
-final class SlotClaims: Sendable {
-    let taken = Mutex<[(id: String, token: UInt64)]>([])
-}
-
 /// App Store Server Notifications V2: rendered and signed when the change that causes them is written (so
 /// they say what was true then), kept in the outbox in the same transaction, and sent by the scheduler
 /// with Apple's success rule and retry schedule. At least once: an attempt claimed before a crash is made
@@ -284,7 +244,7 @@ extension AppStore {
         // Still being sent by this process (the clock moved past the lease meanwhile): only the lease renews,
         // and the notification (its payload is the largest row there is) is not read. Its result, recorded
         // when the send ends, cancels the lease.
-        if notificationsInFlight.withLock({ $0.claims[id] != nil }) {
+        if delivery.isInFlight(id) {
             try scheduleLease(id, in: store, now: now)
             return .nothing
         }
@@ -300,8 +260,8 @@ extension AppStore {
     ) throws -> Bool {
         // Settled, every receiver with notifications queued has no slot free, so the claim below fails for
         // it: the queue need not be asked.
-        let waiting = try deliveryQueueMayMove && store.hasQueued(url: notification.url)
-        guard !waiting, takeDeliverySlot(notification.id, url: notification.url, claims: claims) else {
+        let waiting = try delivery.queueMayMove && store.hasQueued(url: notification.url)
+        guard !waiting, delivery.takeSlot(notification.id, url: notification.url, claims: claims) else {
             try store.queueForDelivery(notification.id)
             return false
         }
@@ -315,72 +275,23 @@ extension AppStore {
             DueEvent(kind: .notificationLease, key: id, due: now.addingTimeInterval(Self.attemptLease)), in: store)
     }
 
-    /// The delivery slots one receiver (URL) may hold: three quarters of them (all but one below four), so
-    /// that a receiver that does not answer leaves the rest to the others.
-    public var maxNotificationsInFlightPerReceiver: Int {
-        let limit = maxNotificationsInFlight
-        return limit < 2 ? 1 : min(limit - 1, limit - limit / 4)
-    }
-
-    /// The last slots, taken only by a receiver that holds none: one in 16 (at least one), so that however
-    /// many receivers hang, one that answers still has a slot to be sent through.
-    var deliverySlotReserve: Int { maxNotificationsInFlight < 2 ? 0 : max(1, maxNotificationsInFlight / 16) }
-
-    /// Takes one of the ``maxNotificationsInFlight`` delivery slots for `id` within the write that claims
-    /// it, if one is free and its receiver holds fewer than ``maxNotificationsInFlightPerReceiver``, noting
-    /// the claim in `claims`. The slot is given back when the attempt's result is recorded, or by the
-    /// claiming write's caller if that write does not commit.
-    func takeDeliverySlot(_ id: String, url: String, claims: SlotClaims) -> Bool {
-        let token = notificationsInFlight.withLock { inFlight in
-            inFlight.claim(
-                id, url: url, limit: maxNotificationsInFlight, receiverLimit: maxNotificationsInFlightPerReceiver,
-                reserve: deliverySlotReserve)
-        }
-        guard let token else { return false }
-        claims.taken.withLock { $0.append((id, token)) }
-        return true
-    }
-
-    /// Gives back slots, each only if it is still held by the claim given (not by a later one): the
-    /// delivery queue may move again.
-    func releaseDeliverySlots(_ claims: some Sequence<(id: String, token: UInt64)>) {
-        notificationsInFlight.withLock { inFlight in
-            for (id, token) in claims { inFlight.release(id, token: token) }
-        }
-        deliveryQueueEpoch.add(1, ordering: .sequentiallyConsistent)
-    }
-
-    /// Gives back the slots a write took, when it did not commit (what it took from the delivery queue is
-    /// back there).
-    func releaseDeliverySlots(_ claims: SlotClaims) {
-        releaseDeliverySlots(claims.taken.withLock { $0 })
-    }
-
-    /// False while the last look at the delivery queue found nothing it could take and no slot was given
-    /// back since (only a slot given back lets a queued notification move: one is queued only when its
-    /// receiver, or every receiver, has no slot free).
-    var deliveryQueueMayMove: Bool {
-        deliveryQueueSettled.load(ordering: .sequentiallyConsistent)
-            != deliveryQueueEpoch.load(ordering: .sequentiallyConsistent)
-    }
-
     /// Within a write: takes as many queued notifications as there are free slots (at most a batch), each
     /// claimed with its lease, to send after the commit. Each receiver's line is taken oldest first; the
     /// receivers with a slot free share the pass (what one leaves goes to the others), starting with a
     /// different one each time.
     func claimQueued(in store: any EmulatorStore, now: Date, claims: SlotClaims) throws -> [OutboundNotification] {
-        let epoch = deliveryQueueEpoch.load(ordering: .sequentiallyConsistent)
-        guard deliveryQueueSettled.load(ordering: .sequentiallyConsistent) != epoch else { return [] }
-        let (free, held) = notificationsInFlight.withLock {
-            (maxNotificationsInFlight - $0.claims.count, $0.perReceiver)
+        let epoch = delivery.queueEpoch.load(ordering: .sequentiallyConsistent)
+        guard delivery.queueSettled.load(ordering: .sequentiallyConsistent) != epoch else { return [] }
+        let (free, held) = delivery.inFlight.withLock {
+            (delivery.maxInFlight - $0.claims.count, $0.perReceiver)
         }
         var room = min(free, 256)
         var taken: [OutboundNotification] = []
         if room > 0 {
-            var open = try store.queuedURLs().filter { held[$0, default: 0] < maxNotificationsInFlightPerReceiver }
+            var open = try store.queuedURLs().filter { held[$0, default: 0] < delivery.maxPerReceiver }
             if !open.isEmpty {
                 let turn = Int(
-                    UInt(bitPattern: deliveryQueueTurn.add(1, ordering: .relaxed).newValue) % UInt(open.count))
+                    UInt(bitPattern: delivery.queueTurn.add(1, ordering: .relaxed).newValue) % UInt(open.count))
                 open = Array(open[turn...] + open[..<turn])
             }
             var takenFor: [String: Int] = [:]
@@ -388,7 +299,7 @@ extension AppStore {
                 let share = max(1, room / open.count)
                 var more: [String] = []
                 for url in open where room > 0 {
-                    let left = maxNotificationsInFlightPerReceiver - held[url, default: 0] - takenFor[url, default: 0]
+                    let left = delivery.maxPerReceiver - held[url, default: 0] - takenFor[url, default: 0]
                     let limit = min(share, room, left)
                     let line = try store.takeQueued(url: url, limit: limit)
                     room -= line.count
@@ -413,8 +324,8 @@ extension AppStore {
             // goes back to its place in the queue (its outbox position); one still in flight (claimed by a
             // write whose failure has not yet given its slot back) is left to a lease, which sends it if
             // no result comes.
-            guard takeDeliverySlot(notification.id, url: notification.url, claims: claims) else {
-                if notificationsInFlight.withLock({ $0.claims[notification.id] == nil }) {
+            guard delivery.takeSlot(notification.id, url: notification.url, claims: claims) else {
+                if !delivery.isInFlight(notification.id) {
                     try store.queueForDelivery(notification.id)
                 } else {
                     try scheduleLease(notification.id, in: store, now: now)
@@ -425,20 +336,14 @@ extension AppStore {
             claimed.append(notification)
         }
         // Nothing could move: no write asks again until a slot is given back.
-        if claimed.isEmpty, !moved { deliveryQueueSettled.store(epoch, ordering: .sequentiallyConsistent) }
+        if claimed.isEmpty, !moved { delivery.queueSettled.store(epoch, ordering: .sequentiallyConsistent) }
         return claimed
-    }
-
-    /// Whether queued notifications may be waiting for slots that are free now (a cheap check before a
-    /// write).
-    var deliveryQueueCanMove: Bool {
-        deliveryQueueMayMove && notificationsInFlight.withLock { $0.claims.count } < maxNotificationsInFlight
     }
 
     /// Claims and sends queued notifications while slots are free (after a restart, or when a recorded
     /// result did not find the queue's next).
     func sendQueued() async throws {
-        guard deliveryQueueCanMove else { return }
+        guard delivery.queueCanMove else { return }
         let current = now
         let claims = SlotClaims()
         do {
@@ -447,7 +352,7 @@ extension AppStore {
             }
             deliver(sends)
         } catch {
-            releaseDeliverySlots(claims)
+            delivery.release(claims)
             throw error
         }
     }
@@ -460,13 +365,6 @@ extension AppStore {
     /// Notifications sent at once at most (each holds its payload in memory until its result is recorded);
     /// the rest wait in the outbox's delivery queue, in order.
     public static let defaultMaxNotificationsInFlight = 1_024
-
-    /// Threads sending notifications, shared by every batch and receiver (``DeliveryLanes``).
-    static let deliveryLanes = 20
-    /// The lanes one receiver (URL) may hold: a receiver that does not answer leaves the rest to others.
-    static let deliveryLanesPerReceiver = 16
-    /// The lanes kept for receivers that have none (``DeliveryLanes``).
-    static let deliveryLanesReserve = 2
 
     /// Sends claimed notifications (their slots taken) in the background and records the results for each
     /// receiver (URL) in one write once its sends are done: a receiver that does not answer delays the
@@ -483,12 +381,12 @@ extension AppStore {
             toReceiver[notification.url, default: []].append(notification)
         }
         // Each send's claim, so that recording it gives back that slot and no later claim's.
-        let tokens = notificationsInFlight.withLock { inFlight in
+        let tokens = delivery.inFlight.withLock { inFlight in
             Dictionary(
                 notifications.map { ($0.id, inFlight.claims[$0.id]?.token ?? 0) }, uniquingKeysWith: { a, _ in a })
         }
         for url in receivers {
-            deliveryLanes.submit(
+            delivery.lanes.submit(
                 Self.chains(toReceiver[url] ?? []), send: { [self] in sendBlocking($0, claim: tokens[$0.id] ?? 0) }
             ) { [self] attempted in
                 Task.detached { [self] in await self.record(attempted) }
@@ -578,7 +476,7 @@ extension AppStore {
                 // No longer in flight for any write after this one (a retry falling due at once must be
                 // claimed, not taken for the send still in progress); given back here, whether or not the
                 // write commits (if not, their leases send them again).
-                self.releaseDeliverySlots(recorded)
+                self.delivery.release(recorded)
                 return try self.claimQueued(in: store, now: current, claims: claims)
             }
             deliver(queued)
@@ -592,8 +490,8 @@ extension AppStore {
                     ])
             }
         } catch {
-            releaseDeliverySlots(recorded)
-            releaseDeliverySlots(claims)
+            delivery.release(recorded)
+            delivery.release(claims)
             logger.error("notification.record-failed", ["error": String(describing: error)])
         }
     }

@@ -242,39 +242,6 @@ public final class ServerAPIService: Sendable {
 
     // MARK: - Renewal-date extensions
 
-    /// What an extension answered, kept so the same request identifier answers the same.
-    struct ExtensionRecord: Sendable, Hashable {
-        var requestIdentifier: String
-        var date: Date
-        var effectiveDate: Date
-        var webOrderLineItemID: String
-
-        var json: JSONValue {
-            .object([
-                "requestIdentifier": .string(requestIdentifier), "date": AppStore.milliseconds(date),
-                "effectiveDate": AppStore.milliseconds(effectiveDate),
-                "webOrderLineItemId": .string(webOrderLineItemID),
-            ])
-        }
-
-        init(requestIdentifier: String, date: Date, effectiveDate: Date, webOrderLineItemID: String) {
-            self.requestIdentifier = requestIdentifier
-            self.date = date
-            self.effectiveDate = effectiveDate
-            self.webOrderLineItemID = webOrderLineItemID
-        }
-
-        init?(json: JSONValue) {
-            guard let id = json["requestIdentifier"]?.stringValue,
-                let date = json["date"]?.doubleValue.flatMap({ EpochMilliseconds.date($0) }),
-                let effective = json["effectiveDate"]?.doubleValue.flatMap({ EpochMilliseconds.date($0) }
-                ),
-                let line = json["webOrderLineItemId"]?.stringValue
-            else { return nil }
-            self.init(requestIdentifier: id, date: date, effectiveDate: effective, webOrderLineItemID: line)
-        }
-    }
-
     /// Extensions allowed per subscription within a year.
     static let maxExtensionsPerYear = 2
 
@@ -284,9 +251,7 @@ public final class ServerAPIService: Sendable {
         _ subscription: StoredSubscription, account: Account, request: ExtensionRequest, in store: any EmulatorStore,
         now: Date
     ) throws -> ExtensionRecord {
-        let key = AppStore.Setting.extensions(subscription.originalTransactionID)
-        let records = ((try store.setting(key)).flatMap { try? JSONParser.parse(Array($0.utf8)) }?.arrayValue ?? [])
-            .compactMap(ExtensionRecord.init(json:))
+        let records = try store.renewalExtensions(original: subscription.originalTransactionID)
         if let earlier = records.first(where: { $0.requestIdentifier == request.requestIdentifier }) { return earlier }
         guard let latest = try store.transaction(subscription.latestTransactionID),
             latest.transaction.ownership != .familyShared
@@ -310,11 +275,10 @@ public final class ServerAPIService: Sendable {
         }
         try self.appStore.apply(effects, to: &changed, account: account, in: store, now: now)
         let record = ExtensionRecord(
-            requestIdentifier: request.requestIdentifier, date: now, effectiveDate: changed.state.expiresDate ?? now,
+            originalTransactionID: subscription.originalTransactionID, requestIdentifier: request.requestIdentifier,
+            date: now, effectiveDate: changed.state.expiresDate ?? now,
             webOrderLineItemID: latest.transaction.webOrderLineItemID.map { String($0) } ?? "")
-        // The most recent extensions are enough to apply the yearly cap and answer repeats.
-        let kept = (records + [record]).suffix(16).map(\.json)
-        try store.setSetting(key, JSONWriter.string(.array(kept)))
+        try store.insert(record)
         return record
     }
 
@@ -343,55 +307,6 @@ public final class ServerAPIService: Sendable {
 
     // MARK: - Mass extensions
 
-    /// A mass extension's progress.
-    struct MassExtension: Sendable, Hashable {
-        var requestIdentifier: String
-        var productID: String
-        var environment: Environment
-        var storefronts: [String]?
-        var complete: Bool
-        var completeDate: Date?
-        var succeeded: Int64
-        var failed: Int64
-
-        var json: JSONObject {
-            var object: JSONObject = [
-                "requestIdentifier": .string(requestIdentifier), "productId": .string(productID),
-                "environment": .string(environment.rawValue), "complete": .bool(complete),
-                "succeededCount": .integer(succeeded), "failedCount": .integer(failed),
-            ]
-            if let completeDate { object["completeDate"] = AppStore.milliseconds(completeDate) }
-            if let storefronts { object["storefrontCountryCodes"] = .array(storefronts.map(JSONValue.string)) }
-            return object
-        }
-
-        init(
-            requestIdentifier: String, productID: String, environment: Environment, storefronts: [String]?,
-            complete: Bool = false, completeDate: Date? = nil, succeeded: Int64 = 0, failed: Int64 = 0
-        ) {
-            self.requestIdentifier = requestIdentifier
-            self.productID = productID
-            self.environment = environment
-            self.storefronts = storefronts
-            self.complete = complete
-            self.completeDate = completeDate
-            self.succeeded = succeeded
-            self.failed = failed
-        }
-
-        init?(json: JSONValue) {
-            guard let id = json["requestIdentifier"]?.stringValue, let product = json["productId"]?.stringValue,
-                let environment = json["environment"]?.stringValue.flatMap(Environment.init(rawValue:))
-            else { return nil }
-            self.init(
-                requestIdentifier: id, productID: product, environment: environment,
-                storefronts: json["storefrontCountryCodes"]?.arrayValue?.compactMap(\.stringValue),
-                complete: json["complete"]?.boolValue ?? false,
-                completeDate: json["completeDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0) },
-                succeeded: json["succeededCount"]?.int64Value ?? 0, failed: json["failedCount"]?.int64Value ?? 0)
-        }
-    }
-
     /// Subscriptions one write of a mass extension handles.
     static let massExtensionBatch = 250
 
@@ -403,13 +318,13 @@ public final class ServerAPIService: Sendable {
         guard appStore.catalog.entry(productID)?.subscription != nil else {
             throw EmulatorError.api(.invalidProductId, "Invalid product id.")
         }
-        let key = AppStore.Setting.massExtension(productID, request.requestIdentifier)
         let progress = MassExtension(
             requestIdentifier: request.requestIdentifier, productID: productID, environment: scope.environment,
             storefronts: storefronts)
         let started = try await self.appStore.storage.write { store -> Bool in
-            guard try store.setting(key) == nil else { return false }
-            try store.setSetting(key, JSONWriter.string(.object(progress.json)))
+            guard try store.massExtension(productID: productID, requestIdentifier: request.requestIdentifier) == nil
+            else { return false }
+            try store.save(progress)
             return true
         }
         if started {
@@ -424,7 +339,6 @@ public final class ServerAPIService: Sendable {
 
     func runMassExtension(_ initial: MassExtension, request: ExtensionRequest, scope: APIScope) async {
         var progress = initial
-        let key = AppStore.Setting.massExtension(initial.productID, request.requestIdentifier)
         do {
             let ids = try await self.appStore.storage.read {
                 try $0.subscriptionIDs(renewingTo: ProductID(initial.productID))
@@ -462,7 +376,7 @@ public final class ServerAPIService: Sendable {
                             progress.failed += 1
                         }
                     }
-                    try store.setSetting(key, JSONWriter.string(.object(progress.json)))
+                    try store.save(progress)
                     return progress
                 }
             }
@@ -472,7 +386,7 @@ public final class ServerAPIService: Sendable {
                 var done = finished
                 done.complete = true
                 done.completeDate = current
-                try store.setSetting(key, JSONWriter.string(.object(done.json)))
+                try store.save(done)
                 var summary: JSONObject = [
                     "requestIdentifier": .string(done.requestIdentifier),
                     "environment": .string(scope.environment.rawValue), "bundleId": .string(scope.bundleID),
@@ -496,12 +410,13 @@ public final class ServerAPIService: Sendable {
     func apiMassExtensionStatus(productID: String, requestIdentifier: String, scope: APIScope) async throws
         -> MassExtension
     {
-        let key = AppStore.Setting.massExtension(productID, requestIdentifier)
-        let stored = try await self.appStore.storage.read { try $0.setting(key) }
-        guard let stored, let parsed = (try? JSONParser.parse(Array(stored.utf8))).flatMap(MassExtension.init(json:)),
-            parsed.environment == scope.environment
-        else { throw EmulatorError.api(.statusRequestNotFound, "Status request not found.") }
-        return parsed
+        let stored = try await self.appStore.storage.read {
+            try $0.massExtension(productID: productID, requestIdentifier: requestIdentifier)
+        }
+        guard let stored, stored.environment == scope.environment else {
+            throw EmulatorError.api(.statusRequestNotFound, "Status request not found.")
+        }
+        return stored
     }
 
     // MARK: - Notifications
@@ -629,7 +544,7 @@ public final class ServerAPIService: Sendable {
         let text = information.stored
         try await self.appStore.storage.write { store in
             let (stored, _) = try self.apiTransaction(id, scope: scope, in: store)
-            try store.setSetting(AppStore.Setting.consumption(stored.id), text)
+            try store.save(ConsumptionRecord(transactionID: stored.id, version: information.version, body: text))
         }
     }
 
@@ -688,15 +603,7 @@ public final class ServerAPIService: Sendable {
         let issuerID = try await self.appStore.storage.write { store -> String in
             let issuer = try store.setting(AppStore.Setting.apiIssuerID) ?? fresh
             try store.setSetting(AppStore.Setting.apiIssuerID, issuer)
-            var list =
-                (try store.setting(AppStore.Setting.apiKeys)).flatMap { try? JSONParser.parse(Array($0.utf8)) }?
-                .arrayValue ?? []
-            list.append(
-                .object([
-                    "keyId": .string(keyID), "issuerId": .string(issuer), "bundleId": .string(bundleID),
-                    "publicKey": .string(Data(publicDER).base64EncodedString()),
-                ]))
-            try store.setSetting(AppStore.Setting.apiKeys, JSONWriter.string(.array(list)))
+            try store.insert(MintedAPIKey(keyID: keyID, issuerID: issuer, bundleID: bundleID, publicKey: publicDER))
             return issuer
         }
         let publicKey = try key.publicKey

@@ -25,7 +25,7 @@ final class ServerAPIState: Sendable {
     let faults = FaultInjector()
     let rateLimits = RateLimiter()
 
-    init(apps: [AppConfiguration], minted: String?) throws {
+    init(apps: [AppConfiguration], minted: [MintedAPIKey]) throws {
         var keys: [String: APIKey] = [:]
         func register(keyID: String, issuerID: String, publicKey: PublicKey, bundleID: String) {
             if var existing = keys[keyID], existing.issuerID == issuerID {
@@ -42,31 +42,14 @@ final class ServerAPIState: Sendable {
                     keyID: configured.keyID, issuerID: configured.issuerID, publicKey: key, bundleID: app.bundleID)
             }
         }
-        for item in Self.parseMinted(minted) {
-            register(keyID: item.keyID, issuerID: item.issuerID, publicKey: item.key, bundleID: item.bundleID)
+        for item in minted {
+            // A stored key that no longer reads (a damaged row) signs nothing.
+            guard let key = try? PublicKey(derEncoded: item.publicKey) else { continue }
+            register(keyID: item.keyID, issuerID: item.issuerID, publicKey: key, bundleID: item.bundleID)
         }
         let ring = APIKeyRing(keys)
         keyRing = ring
         verifier = APITokenVerifier { ring.key($0) }
-    }
-
-    struct Minted {
-        var keyID: String
-        var issuerID: String
-        var key: PublicKey
-        var bundleID: String
-    }
-
-    static func parseMinted(_ text: String?) -> [Minted] {
-        guard let text, let list = (try? JSONParser.parse(Array(text.utf8)))?.arrayValue else { return [] }
-        return list.compactMap { item in
-            guard let keyID = item["keyId"]?.stringValue, let issuer = item["issuerId"]?.stringValue,
-                let bundle = item["bundleId"]?.stringValue,
-                let der = item["publicKey"]?.stringValue.flatMap({ Data(base64Encoded: $0) }),
-                let key = try? PublicKey(derEncoded: Array(der))
-            else { return nil }
-            return Minted(keyID: keyID, issuerID: issuer, key: key, bundleID: bundle)
-        }
     }
 }
 

@@ -153,16 +153,40 @@ public protocol FamilyRepository {
     func save(_ share: FamilyShare) throws
 }
 
-/// Small named values: the clock, id counters.
+/// Small named values: the clock and rate, id counters, products off sale, notification settings.
 public protocol SettingsRepository {
     func setting(_ key: String) throws -> String?
     func setSetting(_ key: String, _ value: String) throws
 }
 
+/// What the App Store Server API, refund requests and promotional offers keep, one row per thing: renewal
+/// extensions, mass extensions, consumption information, refund requests waiting for Apple, API keys
+/// minted at run time, and offer nonces used.
+public protocol RecordRepository {
+    /// A subscription's renewal-date extensions, oldest first.
+    func renewalExtensions(original: TransactionID) throws -> [ExtensionRecord]
+    func insert(_ record: ExtensionRecord) throws
+    func massExtension(productID: String, requestIdentifier: String) throws -> MassExtension?
+    /// Inserts or replaces the progress of the mass extension it names.
+    func save(_ progress: MassExtension) throws
+    func consumption(_ transactionID: TransactionID) throws -> ConsumptionRecord?
+    /// Inserts or replaces the transaction's consumption information.
+    func save(_ consumption: ConsumptionRecord) throws
+    /// A refund request waiting for Apple's decision: its reason ("" when the customer gave none).
+    func refundRequest(_ transactionID: TransactionID) throws -> String?
+    /// Records a waiting request, or (nil) removes it.
+    func setRefundRequest(_ transactionID: TransactionID, reason: String?) throws
+    /// The API keys minted at run time, in the order they were minted.
+    func mintedAPIKeys() throws -> [MintedAPIKey]
+    func insert(_ key: MintedAPIKey) throws
+    /// Records a promotional offer's nonce as used; false when it was used already.
+    func useOfferNonce(_ nonce: String) throws -> Bool
+}
+
 /// Everything one read or one write transaction reaches.
 public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepository, TransactionRepository,
     SubscriptionRepository, PaymentRepository, DueEventRepository, NotificationRepository, FamilyRepository,
-    SettingsRepository
+    RecordRepository, SettingsRepository
 {}
 
 /// Where the emulator keeps its state. Every change runs in one ``write(_:)``: all of it is stored, or

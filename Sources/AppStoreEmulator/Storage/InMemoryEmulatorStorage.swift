@@ -64,6 +64,13 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         var families: [String: Family] = [:]
         var familyOfMember: [AccountID: String] = [:]
         var shares: [TransactionID: [AccountID: FamilyShare]] = [:]
+        var extensions: [TransactionID: [ExtensionRecord]] = [:]
+        var massExtensions: [Key<String, String>: MassExtension] = [:]
+        var consumption: [TransactionID: ConsumptionRecord] = [:]
+        var refundRequests: [TransactionID: String] = [:]
+        /// Minted keys by position (the order they were minted).
+        var apiKeys: [Int: MintedAPIKey] = [:]
+        var offerNonces: [String: Bool] = [:]
     }
 
     /// One transaction's view: mutates a copy of the tables (dictionaries are copied lazily, per table
@@ -358,6 +365,39 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
                 else { return nil }
                 return (position, notification)
             }.sorted { $0.0 < $1.0 }.prefix(limit).map { (position: $0.0, notification: $0.1) }
+        }
+
+        func renewalExtensions(original: TransactionID) -> [ExtensionRecord] { tables.extensions[original] ?? [] }
+        func insert(_ record: ExtensionRecord) throws {
+            let existing = tables.extensions[record.originalTransactionID] ?? []
+            guard !existing.contains(where: { $0.requestIdentifier == record.requestIdentifier }) else {
+                throw EmulatorStorageError.duplicate("renewal extension")
+            }
+            change(\.extensions, record.originalTransactionID, existing + [record])
+        }
+        func massExtension(productID: String, requestIdentifier: String) -> MassExtension? {
+            tables.massExtensions[Key(a: productID, b: requestIdentifier)]
+        }
+        func save(_ progress: MassExtension) {
+            change(\.massExtensions, Key(a: progress.productID, b: progress.requestIdentifier), progress)
+        }
+        func consumption(_ transactionID: TransactionID) -> ConsumptionRecord? { tables.consumption[transactionID] }
+        func save(_ consumption: ConsumptionRecord) { change(\.consumption, consumption.transactionID, consumption) }
+        func refundRequest(_ transactionID: TransactionID) -> String? { tables.refundRequests[transactionID] }
+        func setRefundRequest(_ transactionID: TransactionID, reason: String?) {
+            change(\.refundRequests, transactionID, reason)
+        }
+        func mintedAPIKeys() -> [MintedAPIKey] { tables.apiKeys.sorted { $0.key < $1.key }.map(\.value) }
+        func insert(_ key: MintedAPIKey) throws {
+            guard !tables.apiKeys.values.contains(where: { $0.keyID == key.keyID }) else {
+                throw EmulatorStorageError.duplicate("API key")
+            }
+            change(\.apiKeys, tables.apiKeys.count, key)
+        }
+        func useOfferNonce(_ nonce: String) -> Bool {
+            guard tables.offerNonces[nonce] == nil else { return false }
+            change(\.offerNonces, nonce, true)
+            return true
         }
 
         func setting(_ key: String) -> String? { tables.settings[key] }

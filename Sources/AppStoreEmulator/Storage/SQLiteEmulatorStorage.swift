@@ -12,158 +12,6 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
     private let database: Database
     private let headers = JWSHeaders()
 
-    static let migrations = [
-        // 001 kept the whole state as one JSON document; 002 moves it into tables (imported at open).
-        Migration("001-state", "CREATE TABLE state (id INTEGER PRIMARY KEY CHECK (id = 1), document BLOB NOT NULL)"),
-        Migration(
-            "002-tables",
-            """
-            CREATE TABLE accounts (
-                id TEXT PRIMARY KEY, environment TEXT NOT NULL, storefront TEXT NOT NULL,
-                ask_to_buy INTEGER NOT NULL DEFAULT 0, purchase_failure TEXT
-            );
-            CREATE TABLE devices (id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts (id));
-            CREATE TABLE installs (
-                device_id TEXT NOT NULL REFERENCES devices (id), bundle_id TEXT NOT NULL, version TEXT NOT NULL,
-                original_version TEXT NOT NULL, original_purchase_date REAL NOT NULL,
-                vpp_assigned INTEGER NOT NULL DEFAULT 0, vpp_revoked_at REAL,
-                PRIMARY KEY (device_id, bundle_id)
-            );
-            CREATE TABLE transactions (
-                id TEXT PRIMARY KEY, original_id TEXT NOT NULL, account_id TEXT NOT NULL REFERENCES accounts (id),
-                bundle_id TEXT NOT NULL, product_id TEXT NOT NULL, kind TEXT NOT NULL,
-                quantity INTEGER NOT NULL CHECK (quantity > 0), purchase_date REAL NOT NULL,
-                original_purchase_date REAL NOT NULL, expires_date REAL, web_order_line_item_id INTEGER,
-                group_id TEXT, reason TEXT NOT NULL, ownership TEXT NOT NULL, offer_type INTEGER, offer_id TEXT,
-                offer_discount TEXT, offer_period TEXT, price INTEGER, currency TEXT, app_account_token TEXT,
-                application_username TEXT, revocation_date REAL, revocation_reason INTEGER,
-                is_upgraded INTEGER NOT NULL DEFAULT 0, renewal_number INTEGER NOT NULL DEFAULT 0,
-                finished INTEGER NOT NULL DEFAULT 0
-            );
-            CREATE INDEX transactions_by_owner ON transactions (account_id, bundle_id, purchase_date);
-            CREATE INDEX transactions_unfinished ON transactions (account_id, bundle_id) WHERE finished = 0;
-            CREATE INDEX transactions_by_original ON transactions (original_id, renewal_number);
-            CREATE TABLE subscriptions (
-                original_id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts (id),
-                bundle_id TEXT NOT NULL, product_id TEXT NOT NULL, auto_renew_product_id TEXT NOT NULL,
-                status INTEGER NOT NULL, auto_renew INTEGER NOT NULL, expires_date REAL, expiration_intent INTEGER,
-                grace_period_expires_date REAL, billing_retry_ends_date REAL, renewal_count INTEGER NOT NULL,
-                latest_transaction_id TEXT NOT NULL
-            );
-            CREATE INDEX subscriptions_by_owner ON subscriptions (account_id, bundle_id);
-            CREATE TABLE pending_payments (
-                id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts (id), bundle_id TEXT NOT NULL,
-                product_id TEXT NOT NULL, quantity INTEGER NOT NULL, date REAL NOT NULL, state TEXT NOT NULL,
-                reason TEXT, finished INTEGER NOT NULL DEFAULT 0, app_account_token TEXT, application_username TEXT,
-                resolvable INTEGER NOT NULL DEFAULT 0
-            );
-            CREATE INDEX pending_payments_by_account ON pending_payments (account_id, date);
-            CREATE TABLE due_events (
-                kind TEXT NOT NULL, key TEXT NOT NULL, due REAL NOT NULL, PRIMARY KEY (kind, key)
-            );
-            CREATE INDEX due_events_by_time ON due_events (due, kind, key);
-            CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-            """),
-        Migration(
-            "003-lifecycle-and-notifications",
-            """
-            ALTER TABLE accounts ADD COLUMN billing_retry_on_renewal INTEGER NOT NULL DEFAULT 0;
-            ALTER TABLE accounts ADD COLUMN billing_grace_period INTEGER NOT NULL DEFAULT 0;
-            ALTER TABLE subscriptions ADD COLUMN price_increase_status INTEGER;
-            CREATE TABLE notifications (
-                position INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, bundle_id TEXT NOT NULL,
-                environment TEXT NOT NULL, version INTEGER NOT NULL, url TEXT NOT NULL, body BLOB NOT NULL,
-                signed_payload TEXT, type TEXT NOT NULL, subtype TEXT, v1_type TEXT, original_transaction_id TEXT,
-                created REAL NOT NULL, state TEXT NOT NULL, attempts TEXT NOT NULL, retry_delays TEXT NOT NULL,
-                retry_client_errors INTEGER NOT NULL, timeout_ms INTEGER NOT NULL
-            );
-            CREATE INDEX notifications_by_app ON notifications (bundle_id, environment, created, position);
-            CREATE INDEX subscriptions_by_renewal_product ON subscriptions (auto_renew_product_id, status);
-            """),
-        Migration(
-            "004-family-sharing-and-offers",
-            """
-            ALTER TABLE subscriptions ADD COLUMN offer_type INTEGER;
-            ALTER TABLE subscriptions ADD COLUMN offer_id TEXT;
-            ALTER TABLE subscriptions ADD COLUMN offer_discount TEXT;
-            ALTER TABLE subscriptions ADD COLUMN offer_period TEXT;
-            ALTER TABLE subscriptions ADD COLUMN offer_periods_left INTEGER NOT NULL DEFAULT 0;
-            CREATE TABLE families (id TEXT PRIMARY KEY, organizer TEXT NOT NULL REFERENCES accounts (id));
-            CREATE TABLE family_members (
-                account_id TEXT PRIMARY KEY REFERENCES accounts (id),
-                family_id TEXT NOT NULL REFERENCES families (id), position INTEGER NOT NULL
-            );
-            CREATE INDEX family_members_by_family ON family_members (family_id, position);
-            CREATE TABLE family_shares (
-                source_original_id TEXT NOT NULL, member_account_id TEXT NOT NULL REFERENCES accounts (id),
-                member_original_id TEXT NOT NULL, revoked INTEGER NOT NULL DEFAULT 0,
-                PRIMARY KEY (source_original_id, member_account_id)
-            );
-            """),
-        Migration(
-            "005-server-api",
-            """
-            ALTER TABLE transactions ADD COLUMN order_id TEXT;
-            ALTER TABLE transactions ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
-            UPDATE transactions SET revision = rowid;
-            CREATE INDEX transactions_by_revision ON transactions (revision);
-            CREATE INDEX transactions_by_owner_revision ON transactions (account_id, bundle_id, revision);
-            CREATE INDEX transactions_by_order ON transactions (order_id) WHERE order_id IS NOT NULL;
-            """),
-        Migration(
-            "006-dashboard",
-            """
-            CREATE INDEX devices_by_account ON devices (account_id);
-            CREATE INDEX notifications_by_original ON notifications (original_transaction_id, position);
-            CREATE INDEX transactions_by_product_revision ON transactions (product_id, revision);
-            """),
-        // A notification's signed payload (V2) or body (V1) is written once, beside the row whose state and
-        // attempts change: recording an attempt then rewrites a small row, not 14 KB of JWS.
-        Migration(
-            "007-notification-payloads",
-            """
-            CREATE TABLE notification_payloads (position INTEGER PRIMARY KEY, payload BLOB NOT NULL);
-            INSERT INTO notification_payloads (position, payload)
-                SELECT position, CASE WHEN version = 2 AND signed_payload IS NOT NULL
-                    THEN CAST(signed_payload AS BLOB) ELSE body END FROM notifications;
-            UPDATE notifications SET body = x'', signed_payload = NULL;
-            """),
-        // Notifications waiting for a delivery slot (the process sends a bounded number at once), in
-        // outbox order.
-        Migration(
-            "008-delivery-queue", "CREATE TABLE notification_queue (position INTEGER PRIMARY KEY)"),
-        // One line per receiver: a receiver that does not answer keeps its own notifications waiting, not
-        // every other receiver's behind them.
-        Migration(
-            "009-delivery-queue-by-receiver",
-            """
-            DELETE FROM notification_queue WHERE position NOT IN (SELECT position FROM notifications);
-            ALTER TABLE notification_queue ADD COLUMN url TEXT NOT NULL DEFAULT '';
-            UPDATE notification_queue
-                SET url = (SELECT n.url FROM notifications n WHERE n.position = notification_queue.position);
-            CREATE INDEX notification_queue_by_url ON notification_queue (url, position);
-            """),
-        // Done notifications by age, for a retention limit: a prune reads the oldest and nothing else.
-        Migration(
-            "010-notifications-done-by-created",
-            "CREATE INDEX notifications_done_by_created ON notifications (created) WHERE state <> 'pending'"),
-        // (account, bundle, purchase date) duplicated the prefix of `transactions_by_owner_revision`, which now
-        // answers an account's transactions (sorted after; an account has hundreds, not millions): one random
-        // B-tree page fewer for every purchase and renewal. `bench lifecycle` 10,000 x 2 wrote 19.5% less.
-        Migration("011-drop-transactions-by-owner", "DROP INDEX IF EXISTS transactions_by_owner"),
-        // An account's unfinished transactions are read from its entries in the owner index, which now carries
-        // `finished` (SQLite tests it in the index and reads only the unfinished rows): the partial index it
-        // replaces put every renewal on a page of its own a second time: ~15% of the WAL frames of a
-        // `bench lifecycle` run without notifications (frames by B-tree, from the WAL's frame headers).
-        Migration(
-            "012-unfinished-in-owner-index",
-            """
-            DROP INDEX IF EXISTS transactions_unfinished;
-            DROP INDEX IF EXISTS transactions_by_owner_revision;
-            CREATE INDEX transactions_by_owner_revision ON transactions (account_id, bundle_id, revision, finished);
-            """),
-    ]
-
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
     /// moved into the tables once.
     public init(path: String) async throws {
@@ -200,17 +48,17 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         let connection: Connection
         let headers: JWSHeaders
 
-        private func date(_ value: SQLValue) -> Date? { value.double.map(Date.init(timeIntervalSince1970:)) }
-        private func real(_ date: Date?) -> SQLValue { date.map { .real($0.timeIntervalSince1970) } ?? .null }
-        private func text(_ value: String?) -> SQLValue { value.map(SQLValue.text) ?? .null }
-        private func integer(_ value: Int64?) -> SQLValue { value.map(SQLValue.integer) ?? .null }
-        private func flag(_ value: Bool) -> SQLValue { .integer(value ? 1 : 0) }
+        func date(_ value: SQLValue) -> Date? { value.double.map(Date.init(timeIntervalSince1970:)) }
+        func real(_ date: Date?) -> SQLValue { date.map { .real($0.timeIntervalSince1970) } ?? .null }
+        func text(_ value: String?) -> SQLValue { value.map(SQLValue.text) ?? .null }
+        func integer(_ value: Int64?) -> SQLValue { value.map(SQLValue.integer) ?? .null }
+        func flag(_ value: Bool) -> SQLValue { .integer(value ? 1 : 0) }
 
-        private func changed(_ what: String) throws {
+        func changed(_ what: String) throws {
             guard connection.changes > 0 else { throw EmulatorStorageError.missing(what) }
         }
 
-        private func inserting(_ what: String, _ body: () throws -> Void) throws {
+        func inserting(_ what: String, _ body: () throws -> Void) throws {
             do { try body() } catch let error as SQLiteError where error.isConstraintViolation {
                 throw error.code.rawValue == 1555 || error.code.rawValue == 2067
                     ? EmulatorStorageError.duplicate(what) : EmulatorStorageError.missing("owner of the \(what)")
@@ -219,7 +67,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         // MARK: Accounts
 
-        private func accountRow(_ row: Row) -> Account {
+        func accountRow(_ row: Row) -> Account {
             Account(
                 id: AccountID(row["id"].string ?? ""),
                 environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
@@ -293,7 +141,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         // MARK: Installs
 
-        private func install(_ row: Row) -> Install {
+        func install(_ row: Row) -> Install {
             Install(
                 deviceID: DeviceID(row["device_id"].string ?? ""), bundleID: BundleID(row["bundle_id"].string ?? ""),
                 version: row["version"].string ?? "", originalVersion: row["original_version"].string ?? "",
@@ -342,7 +190,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             revocation_reason, is_upgraded, renewal_number, finished, order_id
             """
 
-        private func values(_ stored: StoredTransaction) -> [SQLValue] {
+        func values(_ stored: StoredTransaction) -> [SQLValue] {
             let t = stored.transaction
             return [
                 .text(t.id.rawValue), .text(t.originalID.rawValue), .text(stored.accountID.rawValue),
@@ -357,7 +205,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             ]
         }
 
-        private func storedTransaction(_ row: Row) -> StoredTransaction {
+        func storedTransaction(_ row: Row) -> StoredTransaction {
             let offer = row["offer_type"].int64.flatMap(OfferType.init(rawValue:)).map {
                 Offer(
                     type: $0, identifier: row["offer_id"].string,
@@ -498,7 +346,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         // MARK: Subscriptions
 
-        private func storedSubscription(_ row: Row) -> StoredSubscription {
+        func storedSubscription(_ row: Row) -> StoredSubscription {
             var state = SubscriptionState(
                 originalTransactionID: TransactionID(row["original_id"].string ?? ""),
                 productID: ProductID(row["product_id"].string ?? ""),
@@ -589,7 +437,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
         // MARK: Pending payments
 
-        private func pendingPayment(_ row: Row) -> PendingPayment {
+        func pendingPayment(_ row: Row) -> PendingPayment {
             PendingPayment(
                 id: TransactionID(row["id"].string ?? ""), accountID: AccountID(row["account_id"].string ?? ""),
                 bundleID: BundleID(row["bundle_id"].string ?? ""), productID: ProductID(row["product_id"].string ?? ""),
@@ -600,7 +448,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 applicationUsername: row["application_username"].string, resolvable: row["resolvable"].int64 == 1)
         }
 
-        private func values(_ payment: PendingPayment) -> [SQLValue] {
+        func values(_ payment: PendingPayment) -> [SQLValue] {
             [
                 .text(payment.id.rawValue), .text(payment.accountID.rawValue), .text(payment.bundleID.rawValue),
                 .text(payment.productID.rawValue), .integer(Int64(payment.quantity)), real(payment.date),
@@ -693,299 +541,6 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             }
         }
 
-        // MARK: Notifications
-
-        private static func attemptsText(_ attempts: [SendAttempt]) -> String {
-            attempts.map { "\(EpochMilliseconds.milliseconds($0.date)):\($0.result.rawValue)" }
-                .joined(separator: ",")
-        }
-
-        private static func attempts(_ text: String) -> [SendAttempt] {
-            text.split(separator: ",").compactMap { item in
-                let parts = item.split(separator: ":")
-                guard parts.count == 2, let milliseconds = Int64(parts[0]),
-                    let date = EpochMilliseconds.date(milliseconds),
-                    let result = SendAttemptResult(rawValue: String(parts[1]))
-                else { return nil }
-                return SendAttempt(date: date, result: result)
-            }
-        }
-
-        /// The columns of a notification with its payload.
-        private static let notificationColumns =
-            "n.*, p.payload FROM notifications n JOIN notification_payloads p ON p.position = n.position"
-
-        /// What the outbox keeps of a V2 signed payload: short when its header is registered.
-        private func storedPayload(_ jws: [UInt8]) throws -> [UInt8] {
-            let header = Array(jws.prefix { $0 != UInt8(ascii: ".") })
-            guard let fingerprint = try headers.fingerprint(of: header, in: self),
-                let stored = StoredJWS.compact(jws, header: header, fingerprint: fingerprint)
-            else { return jws }
-            return stored
-        }
-
-        /// A V2 signed payload as it was signed.
-        private func signedPayload(_ stored: [UInt8]) throws -> String {
-            guard let fingerprint = StoredJWS.fingerprint(of: stored) else {
-                return String(decoding: stored, as: UTF8.self)
-            }
-            guard let header = try headers.header(fingerprint, in: self),
-                let jws = StoredJWS.expand(stored, header: header)
-            else {
-                throw EmulatorStorageError.invalid("a stored notification names an unknown JWS header \(fingerprint)")
-            }
-            return String(decoding: jws, as: UTF8.self)
-        }
-
-        private func outbound(_ row: Row) throws -> OutboundNotification {
-            let version = Int(row["version"].int64 ?? 2)
-            let payload = row["payload"].bytes ?? []
-            // V2 posts {"signedPayload": …}, derived again from the payload; V1 posts the stored body.
-            let signedPayload = try version == 2 ? self.signedPayload(payload) : nil
-            let body = signedPayload.map { OutboundNotification.v2Body(signedPayload: $0) } ?? payload
-            return OutboundNotification(
-                id: row["id"].string ?? "", bundleID: BundleID(row["bundle_id"].string ?? ""),
-                environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
-                version: version, url: row["url"].string ?? "", body: body, signedPayload: signedPayload,
-                notice: Notice(
-                    NotificationType(rawValue: row["type"].string ?? "") ?? .test,
-                    row["subtype"].string.flatMap(NotificationSubtype.init(rawValue:)), v1: row["v1_type"].string),
-                originalTransactionID: row["original_transaction_id"].string.map(TransactionID.init),
-                created: date(row["created"]) ?? .distantPast,
-                state: OutboxState(rawValue: row["state"].string ?? "") ?? .pending,
-                attempts: Self.attempts(row["attempts"].string ?? ""),
-                retryDelays: (row["retry_delays"].string ?? "").split(separator: ",").compactMap { Double($0) },
-                retryClientErrors: row["retry_client_errors"].int64 == 1,
-                timeoutMilliseconds: Int(row["timeout_ms"].int64 ?? 5_000))
-        }
-
-        func insert(_ notification: OutboundNotification) throws {
-            try inserting("notification") {
-                try connection.execute(
-                    """
-                    INSERT INTO notifications (id, bundle_id, environment, version, url, body, signed_payload, type,
-                        subtype, v1_type, original_transaction_id, created, state, attempts, retry_delays,
-                        retry_client_errors, timeout_ms)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [
-                        .text(notification.id), .text(notification.bundleID.rawValue),
-                        .text(notification.environment.rawValue), .integer(Int64(notification.version)),
-                        .text(notification.url), .blob([]), .null,
-                        .text(notification.notice.type.rawValue), text(notification.notice.subtype?.rawValue),
-                        text(notification.notice.v1Type), text(notification.originalTransactionID?.rawValue),
-                        real(notification.created), .text(notification.state.rawValue),
-                        .text(Self.attemptsText(notification.attempts)),
-                        .text(notification.retryDelays.map { String($0) }.joined(separator: ",")),
-                        flag(notification.retryClientErrors), .integer(Int64(notification.timeoutMilliseconds)),
-                    ])
-                let payload: [UInt8]
-                if notification.version != 2 {
-                    payload = notification.body
-                } else if let compact = notification.compactPayload,
-                    try headers.fingerprint(of: compact.header.bytes, in: self) == compact.header.fingerprint
-                {
-                    payload = compact.bytes
-                } else {
-                    payload = try storedPayload(Array((notification.signedPayload ?? "").utf8))
-                }
-                try connection.execute(
-                    "INSERT INTO notification_payloads (position, payload) VALUES (last_insert_rowid(), ?)",
-                    [.blob(payload)])
-            }
-        }
-
-        func update(_ notification: OutboundNotification) throws {
-            try connection.execute(
-                "UPDATE notifications SET state = ?, attempts = ? WHERE id = ?",
-                [
-                    .text(notification.state.rawValue), .text(Self.attemptsText(notification.attempts)),
-                    .text(notification.id),
-                ])
-            try changed("notification")
-        }
-
-        func notification(_ id: String) throws -> OutboundNotification? {
-            try connection.execute("SELECT \(Self.notificationColumns) WHERE n.id = ?", [.text(id)]).first.map {
-                try outbound($0)
-            }
-        }
-
-        func delivery(_ id: String) throws -> (state: OutboxState, attempts: [SendAttempt])? {
-            try connection.execute("SELECT state, attempts FROM notifications WHERE id = ?", [.text(id)]).first.map {
-                row in
-                let state = OutboxState(rawValue: row["state"].string ?? "") ?? .pending
-                return (state, Self.attempts(row["attempts"].string ?? ""))
-            }
-        }
-
-        func queueForDelivery(_ id: String) throws {
-            try connection.execute(
-                """
-                INSERT OR IGNORE INTO notification_queue (position, url)
-                    SELECT position, url FROM notifications WHERE id = ?
-                """, [.text(id)])
-            if connection.changes == 0 {
-                // Already queued, or no such notification.
-                guard try !connection.execute("SELECT 1 FROM notifications WHERE id = ?", [.text(id)]).isEmpty else {
-                    throw EmulatorStorageError.missing("notification")
-                }
-            }
-        }
-
-        func takeQueued(url: String, limit: Int) throws -> [OutboundNotification] {
-            let rows = try connection.execute(
-                """
-                SELECT \(Self.notificationColumns) JOIN notification_queue q ON q.position = n.position
-                    WHERE q.url = ? ORDER BY q.position LIMIT ?
-                """, [.text(url), .integer(Int64(max(0, limit)))])
-            guard let last = rows.last?["position"].int64 else { return [] }
-            try connection.execute(
-                "DELETE FROM notification_queue WHERE url = ? AND position <= ?", [.text(url), .integer(last)])
-            return try rows.map { try outbound($0) }
-        }
-
-        func queuedURLs() throws -> [String] {
-            // A skip scan of the index: one step a receiver, however long its line.
-            try connection.execute(
-                """
-                WITH RECURSIVE receivers (url) AS (
-                    SELECT min(url) FROM notification_queue
-                    UNION ALL
-                    SELECT (SELECT min(q.url) FROM notification_queue q WHERE q.url > receivers.url)
-                        FROM receivers WHERE receivers.url IS NOT NULL
-                )
-                SELECT url FROM receivers WHERE url IS NOT NULL ORDER BY url
-                """
-            ).compactMap { $0["url"].string }
-        }
-
-        func hasQueued() throws -> Bool {
-            try !connection.execute("SELECT 1 FROM notification_queue LIMIT 1").isEmpty
-        }
-
-        func hasQueued(url: String) throws -> Bool {
-            try !connection.execute("SELECT 1 FROM notification_queue WHERE url = ? LIMIT 1", [.text(url)]).isEmpty
-        }
-
-        func queuedCount() throws -> Int {
-            Int(try connection.execute("SELECT count(*) AS n FROM notification_queue").first?["n"].int64 ?? 0)
-        }
-
-        func pruneNotifications(createdBefore date: Date, limit: Int) throws -> Int {
-            // The same rows for both statements: nothing else runs in between, in this transaction.
-            let oldest = """
-                SELECT position FROM notifications WHERE state <> 'pending' AND created < ?
-                    ORDER BY created, position LIMIT ?
-                """
-            let arguments: [SQLValue] = [real(date), .integer(Int64(max(0, limit)))]
-            try connection.execute("DELETE FROM notification_payloads WHERE position IN (\(oldest))", arguments)
-            try connection.execute("DELETE FROM notifications WHERE position IN (\(oldest))", arguments)
-            return connection.changes
-        }
-
-        func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification] {
-            try connection.execute(
-                "SELECT \(Self.notificationColumns) WHERE n.original_transaction_id = ? ORDER BY n.position LIMIT ?",
-                [.text(original.rawValue), .integer(Int64(max(0, limit)))]
-            ).map { try outbound($0) }
-        }
-
-        func notifications(
-            bundle: BundleID, environment: Environment, from: Date, to: Date, after: Int64?, limit: Int
-        ) throws -> [(position: Int64, notification: OutboundNotification)] {
-            try connection.execute(
-                """
-                SELECT \(Self.notificationColumns) WHERE n.bundle_id = ? AND n.environment = ? AND n.created >= ?
-                    AND n.created < ? AND n.position > ? ORDER BY n.position LIMIT ?
-                """,
-                [
-                    .text(bundle.rawValue), .text(environment.rawValue), real(from), real(to), .integer(after ?? 0),
-                    .integer(Int64(limit)),
-                ]
-            ).map { (position: $0["position"].int64 ?? 0, notification: try outbound($0)) }
-        }
-
-        // MARK: Families
-
-        func family(_ id: String) throws -> Family? {
-            guard
-                let organizer = try connection.execute("SELECT organizer FROM families WHERE id = ?", [.text(id)])
-                    .first?["organizer"].string
-            else { return nil }
-            let members = try connection.execute(
-                "SELECT account_id FROM family_members WHERE family_id = ? ORDER BY position", [.text(id)]
-            ).compactMap { $0["account_id"].string.map(AccountID.init) }
-            return Family(id: id, organizer: AccountID(organizer), members: members)
-        }
-
-        func family(member account: AccountID) throws -> Family? {
-            guard
-                let id = try connection.execute(
-                    "SELECT family_id FROM family_members WHERE account_id = ?", [.text(account.rawValue)]
-                ).first?["family_id"].string
-            else { return nil }
-            return try family(id)
-        }
-
-        func save(_ family: Family) throws {
-            // Checked before anything changes, so a refused family leaves no rows behind.
-            for member in family.members {
-                guard try account(member) != nil else { throw EmulatorStorageError.missing("owner of the family") }
-                if let other = try self.family(member: member)?.id, other != family.id {
-                    throw EmulatorStorageError.duplicate("family member")
-                }
-            }
-            try inserting("family member") {
-                try connection.execute(
-                    "INSERT INTO families (id, organizer) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET organizer = excluded.organizer",
-                    [.text(family.id), .text(family.organizer.rawValue)])
-                try connection.execute("DELETE FROM family_members WHERE family_id = ?", [.text(family.id)])
-                for (position, member) in family.members.enumerated() {
-                    try connection.execute(
-                        "INSERT INTO family_members (account_id, family_id, position) VALUES (?, ?, ?)",
-                        [.text(member.rawValue), .text(family.id), .integer(Int64(position))])
-                }
-            }
-        }
-
-        func shares(source: TransactionID) throws -> [FamilyShare] {
-            try connection.execute(
-                "SELECT * FROM family_shares WHERE source_original_id = ? ORDER BY member_account_id",
-                [.text(source.rawValue)]
-            ).map { row in
-                FamilyShare(
-                    sourceOriginalID: source, memberAccountID: AccountID(row["member_account_id"].string ?? ""),
-                    memberOriginalID: TransactionID(row["member_original_id"].string ?? ""),
-                    revoked: row["revoked"].int64 == 1)
-            }
-        }
-
-        func save(_ share: FamilyShare) throws {
-            try inserting("family share") {
-                try connection.execute(
-                    """
-                    INSERT OR REPLACE INTO family_shares (source_original_id, member_account_id, member_original_id,
-                        revoked) VALUES (?, ?, ?, ?)
-                    """,
-                    [
-                        .text(share.sourceOriginalID.rawValue), .text(share.memberAccountID.rawValue),
-                        .text(share.memberOriginalID.rawValue), flag(share.revoked),
-                    ])
-            }
-        }
-
-        // MARK: Settings
-
-        func setting(_ key: String) throws -> String? {
-            try connection.execute("SELECT value FROM settings WHERE key = ?", [.text(key)]).first?["value"].string
-        }
-
-        func setSetting(_ key: String, _ value: String) throws {
-            try connection.execute(
-                "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [.text(key), .text(value)])
-        }
     }
 }
 

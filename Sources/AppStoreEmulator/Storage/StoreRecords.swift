@@ -233,3 +233,82 @@ public struct FamilyShare: Sendable, Hashable {
         self.revoked = revoked
     }
 }
+
+/// What a renewal-date extension answered, kept so that the same request identifier answers the same and
+/// the yearly cap can be counted.
+public struct ExtensionRecord: Sendable, Hashable {
+    public var originalTransactionID: TransactionID
+    public var requestIdentifier: String
+    public var date: Date
+    public var effectiveDate: Date
+    public var webOrderLineItemID: String
+
+    public init(
+        originalTransactionID: TransactionID, requestIdentifier: String, date: Date, effectiveDate: Date,
+        webOrderLineItemID: String
+    ) {
+        self.originalTransactionID = originalTransactionID
+        self.requestIdentifier = requestIdentifier
+        self.date = date
+        self.effectiveDate = effectiveDate
+        self.webOrderLineItemID = webOrderLineItemID
+    }
+}
+
+/// A mass extension's progress.
+public struct MassExtension: Sendable, Hashable {
+    public var requestIdentifier: String
+    public var productID: String
+    public var environment: Environment
+    /// Upper-cased ISO 3166-1 alpha-3 codes; nil for every storefront.
+    public var storefronts: [String]?
+    public var complete: Bool
+    public var completeDate: Date?
+    public var succeeded: Int64
+    public var failed: Int64
+
+    public init(
+        requestIdentifier: String, productID: String, environment: Environment, storefronts: [String]?,
+        complete: Bool = false, completeDate: Date? = nil, succeeded: Int64 = 0, failed: Int64 = 0
+    ) {
+        self.requestIdentifier = requestIdentifier
+        self.productID = productID
+        self.environment = environment
+        self.storefronts = storefronts
+        self.complete = complete
+        self.completeDate = completeDate
+        self.succeeded = succeeded
+        self.failed = failed
+    }
+}
+
+/// The consumption information last sent for a transaction (Send Consumption Information v1 or v2): its
+/// version and its body as sent.
+public struct ConsumptionRecord: Sendable, Hashable {
+    public var transactionID: TransactionID
+    public var version: Int
+    /// The request's JSON, as sent.
+    public var body: String
+
+    public init(transactionID: TransactionID, version: Int, body: String) {
+        self.transactionID = transactionID
+        self.version = version
+        self.body = body
+    }
+}
+
+/// An App Store Server API key minted at run time: its public half and the app it signs for.
+public struct MintedAPIKey: Sendable, Hashable {
+    public var keyID: String
+    public var issuerID: String
+    public var bundleID: String
+    /// The public key, DER (SubjectPublicKeyInfo).
+    public var publicKey: [UInt8]
+
+    public init(keyID: String, issuerID: String, bundleID: String, publicKey: [UInt8]) {
+        self.keyID = keyID
+        self.issuerID = issuerID
+        self.bundleID = bundleID
+        self.publicKey = publicKey
+    }
+}

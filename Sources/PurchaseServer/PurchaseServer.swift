@@ -107,7 +107,7 @@ public final class PurchaseServer: Sendable {
         guard let object = (try? JSONParser.parse(body))?.objectValue else {
             throw PurchaseServerError.invalid("the body is not a JSON object")
         }
-        if object["notification_type"] != nil { return try await ingestV1(object, body: body, app: app) }
+        if let v1 = V1Notification(object) { return try await ingestV1(v1, body: body, app: app) }
         guard let signed = object["signedPayload"]?.stringValue else {
             throw PurchaseServerError.invalid("the body has no signedPayload")
         }
@@ -155,15 +155,14 @@ public final class PurchaseServer: Sendable {
     }
 
     /// V1: only with the app's shared secret, and only what the re-verified `latest_receipt` says.
-    func ingestV1(_ object: JSONObject, body: [UInt8], app: AppRuntime) async throws -> Ingested {
-        guard let secret = app.settings.sharedSecret, let password = object["password"]?.stringValue,
+    func ingestV1(_ notification: V1Notification, body: [UInt8], app: AppRuntime) async throws -> Ingested {
+        guard let secret = app.settings.sharedSecret, let password = notification.password,
             ConstantTime.equals(Array(password.utf8), Array(secret.utf8))
         else {
             metrics.count("storekeeper_verifications_total", ["kind": "notification-v1", "outcome": "BAD_PASSWORD"])
             throw PurchaseServerError.unauthorized("the V1 notification's password is not the app's shared secret")
         }
-        guard let latest = object["unified_receipt"]?["latest_receipt"]?.stringValue,
-            let receipt = Data(base64Encoded: latest)
+        guard let latest = notification.latestReceipt, let receipt = Data(base64Encoded: latest)
         else { throw PurchaseServerError.invalid("the V1 notification has no unified_receipt.latest_receipt") }
         let verified = app.receipts.verify(
             Array(receipt), expecting: ReceiptExpectations(bundleID: app.settings.bundleID), now: now())
@@ -173,22 +172,20 @@ public final class PurchaseServer: Sendable {
         guard let parsed = verified.receipt, verified.isValid else {
             throw PurchaseServerError.verification("the V1 notification's receipt did not verify")
         }
-        let type = object["notification_type"]?.stringValue ?? "UNKNOWN"
+        let type = notification.type
         metrics.count("storekeeper_notifications_total", ["type": "V1:" + type])
         var found = Self.purchases(of: parsed).map {
             PurchaseUpdate(source: "notification", transaction: $0, notificationType: type)
         }
-        for renewal in object["unified_receipt"]?["pending_renewal_info"]?.arrayValue ?? [] {
-            guard let original = renewal["original_transaction_id"]?.stringValue else { continue }
+        for renewal in notification.pendingRenewals {
             found.append(
                 PurchaseUpdate(
                     source: "notification",
                     renewal: RenewalFacts(
-                        originalTransactionID: original,
-                        autoRenewStatus: renewal["auto_renew_status"]?.stringValue.map { $0 == "1" },
-                        autoRenewProductID: renewal["auto_renew_product_id"]?.stringValue,
-                        expirationIntent: renewal["expiration_intent"]?.stringValue.flatMap { Int64($0) },
-                        signedDate: parsed.creationDate), notificationType: type))
+                        originalTransactionID: renewal.originalTransactionID,
+                        autoRenewStatus: renewal.autoRenewStatus, autoRenewProductID: renewal.autoRenewProductID,
+                        expirationIntent: renewal.expirationIntent, signedDate: parsed.creationDate),
+                    notificationType: type))
         }
         let updates = found
         let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
@@ -560,6 +557,42 @@ public final class PurchaseServer: Sendable {
                 revocationDate: item.cancellationDate,
                 offerType: item.isTrialPeriod == true || item.isInIntroOfferPeriod == true ? 1 : nil,
                 offerDiscountType: item.isTrialPeriod == true ? "FREE_TRIAL" : nil, signedDate: receipt.creationDate)
+        }
+    }
+}
+
+/// An App Store Server Notification V1 as the server uses it: read from its JSON at the edge of ingestion.
+/// Nothing in it is trusted but through the app's shared secret (`password`) and the receipt it carries,
+/// which is verified again.
+struct V1Notification: Sendable {
+    var type: String
+    var password: String?
+    /// `unified_receipt.latest_receipt`, base64.
+    var latestReceipt: String?
+    /// `unified_receipt.pending_renewal_info`.
+    var pendingRenewals: [PendingRenewal]
+
+    struct PendingRenewal: Sendable {
+        var originalTransactionID: String
+        var autoRenewStatus: Bool?
+        var autoRenewProductID: String?
+        var expirationIntent: Int64?
+    }
+
+    /// Nil when `object` is not a V1 notification (no `notification_type`).
+    init?(_ object: JSONObject) {
+        guard let type = object["notification_type"] else { return nil }
+        self.type = type.stringValue ?? "UNKNOWN"
+        password = object["password"]?.stringValue
+        latestReceipt = object["unified_receipt"]?["latest_receipt"]?.stringValue
+        pendingRenewals = (object["unified_receipt"]?["pending_renewal_info"]?.arrayValue ?? []).compactMap {
+            renewal in
+            guard let original = renewal["original_transaction_id"]?.stringValue else { return nil }
+            return PendingRenewal(
+                originalTransactionID: original,
+                autoRenewStatus: renewal["auto_renew_status"]?.stringValue.map { $0 == "1" },
+                autoRenewProductID: renewal["auto_renew_product_id"]?.stringValue,
+                expirationIntent: renewal["expiration_intent"]?.stringValue.flatMap { Int64($0) })
         }
     }
 }

@@ -185,6 +185,7 @@ let package = Package(
                 "PurchaseServer", "AppStoreEmulator", "AppStoreServerAPI", "AppStoreSignedData", "AppStoreReceipts",
                 "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StoreModel", "StoreTime",
                 "StorekeeperTestSupport", "SubscriptionLifecycle", "StorekeeperPostgres", "StorekeeperCLITestSupport",
+                "StorekeeperSQL",
             ],
             swiftSettings: upcoming),
         .testTarget(

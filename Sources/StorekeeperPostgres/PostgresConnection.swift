@@ -261,3 +261,5 @@ public final class PostgresConnection {
         return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
     }
 }
+
+extension PostgresConnection: MigrationConnection {}

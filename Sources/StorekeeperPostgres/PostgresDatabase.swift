@@ -86,27 +86,10 @@ public final class PostgresDatabase: Sendable {
         defer { release(index) }
         return try await sessions[index].transaction(.plain) { connection in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtextextended('storekeeper-migrations', 0))")
-            try connection.executeScript(
-                """
-                CREATE TABLE IF NOT EXISTS schema_migrations (
-                    position INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-                )
-                """)
-            let applied = try connection.execute("SELECT id FROM schema_migrations ORDER BY position").compactMap {
-                $0["id"].string
-            }
-            guard let pending = Migration.pending(migrations, applied: applied) else {
-                throw PostgresError(.misuse, "the database's migrations \(applied) do not start this build's list")
-            }
-            var done: [String] = []
-            for (position, migration) in pending {
-                try connection.executeScript(migration.sql)
-                try connection.execute(
-                    "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",
-                    [.integer(Int64(position)), .text(migration.id)])
-                done.append(migration.id)
-            }
-            return done
+            return try Migration.run(
+                migrations, on: connection, timestamp: "TIMESTAMPTZ NOT NULL DEFAULT now()",
+                misuse: { PostgresError(.misuse, $0) }
+            ) { _, _, apply in try apply(connection) }
         }
     }
 

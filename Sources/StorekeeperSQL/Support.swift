@@ -30,4 +30,45 @@ public struct Migration: Sendable, Hashable {
         guard applied.count <= list.count, zip(applied, list).allSatisfy({ $0 == $1.id }) else { return nil }
         return list.enumerated().dropFirst(applied.count).map { ($0.offset, $0.element) }
     }
+
+    /// The one migration runner, for both wrappers: makes `schema_migrations` (its timestamp column in the
+    /// dialect's `timestamp` type), reads what was applied, then runs each pending migration and records it,
+    /// each inside `step` (SQLite: a write transaction each; PostgreSQL: the caller's one transaction).
+    /// Throws `misuse` when the database's list does not start this build's; answers the ids it applied.
+    public static func run<C: MigrationConnection & SendableMetatype>(
+        _ list: [Migration], on connection: C, timestamp: String, misuse: (String) -> any Error,
+        step: (Migration, Int, @escaping @Sendable (C) throws -> Void) throws -> Void
+    ) throws -> [String] {
+        try connection.executeScript(
+            """
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                position INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                applied_at \(timestamp)
+            )
+            """)
+        let applied = try connection.execute("SELECT id FROM schema_migrations ORDER BY position", []).compactMap {
+            $0["id"].string
+        }
+        guard let pending = pending(list, applied: applied) else {
+            throw misuse("the database's migrations \(applied) do not start this build's list")
+        }
+        var done: [String] = []
+        for (position, migration) in pending {
+            try step(migration, position) { connection in
+                try connection.executeScript(migration.sql)
+                _ = try connection.execute(
+                    "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",
+                    [.integer(Int64(position)), .text(migration.id)])
+            }
+            done.append(migration.id)
+        }
+        return done
+    }
+}
+
+/// What the migration runner needs of a connection; both wrappers' connections have it.
+public protocol MigrationConnection {
+    func executeScript(_ sql: String) throws
+    func execute(_ sql: String, _ values: [SQLValue]) throws -> [Row]
 }

@@ -150,3 +150,5 @@ public final class Connection {
             code: .init(sqlite3_extended_errcode(handle)), message: String(cString: sqlite3_errmsg(handle)), sql: sql)
     }
 }
+
+extension Connection: MigrationConnection {}

@@ -108,31 +108,9 @@ public actor Database {
     /// (a newer build's, or an edited list).
     @discardableResult
     public func migrate(_ migrations: [Migration]) throws -> [String] {
-        try connection.executeScript(
-            """
-            CREATE TABLE IF NOT EXISTS schema_migrations (
-                position INTEGER PRIMARY KEY,
-                id TEXT NOT NULL UNIQUE,
-                applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP
-            )
-            """)
-        let applied = try connection.execute("SELECT id FROM schema_migrations ORDER BY position").compactMap {
-            $0["id"].string
-        }
-        guard let pending = Migration.pending(migrations, applied: applied) else {
-            throw SQLiteError(
-                code: .misuse, message: "the database's migrations \(applied) do not start this build's list", sql: nil)
-        }
-        var done: [String] = []
-        for (position, migration) in pending {
-            try write { connection in
-                try connection.executeScript(migration.sql)
-                try connection.execute(
-                    "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",
-                    [.integer(Int64(position)), .text(migration.id)])
-            }
-            done.append(migration.id)
-        }
-        return done
+        try Migration.run(
+            migrations, on: connection, timestamp: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
+            misuse: { SQLiteError(code: .misuse, message: $0, sql: nil) }
+        ) { _, _, apply in try write { try apply($0) } }
     }
 }

@@ -100,6 +100,16 @@ public struct SQLiteServerStorage: ServerStorage {
                 price, currency, trial
             );
             """),
+        // The columns 003 added and 004 read once: gone, so that both backends hold the same columns
+        // (SchemaParityTests).
+        Migration(
+            "007-drop-003-columns",
+            """
+            DROP INDEX IF EXISTS subscriptions_overdue;
+            ALTER TABLE subscriptions DROP COLUMN status;
+            ALTER TABLE subscriptions DROP COLUMN expires;
+            ALTER TABLE subscriptions DROP COLUMN renewal_signed;
+            """),
     ]
 
     public init(path: String) async throws {

@@ -5,13 +5,14 @@ public import StoreKitCatalog
 import StoreModel
 public import StoreTime
 public import StorekeeperCrypto
+public import StorekeeperHTTP
 import StorekeeperJSON
 public import StorekeeperLogging
 import SubscriptionLifecycle
 import Synchronization
 
 /// A caller mistake or a missing resource, reported by the API as a 4xx JSON error.
-public struct EmulatorError: Error, Sendable, Hashable, CustomStringConvertible {
+public struct EmulatorError: Error, Sendable, Hashable, CustomStringConvertible, HTTPErrorConvertible {
     public let status: Int
     public let code: String
     public let message: String
@@ -30,6 +31,8 @@ public struct EmulatorError: Error, Sendable, Hashable, CustomStringConvertible 
     }
 
     public var description: String { message }
+
+    public var httpError: HTTPError { HTTPError(status: status, code: code, message: message) }
 }
 
 /// The emulated App Store: catalogue, accounts, devices, installs, the payment queue, receipts and signed

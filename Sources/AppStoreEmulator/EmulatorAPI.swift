@@ -41,12 +41,8 @@ extension AppStore {
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
         {
             { request, context in
-                do {
-                    try await store.catchUp()
-                    return try await body(request, context)
-                } catch let error as EmulatorError {
-                    throw HTTPError(status: error.status, code: error.code, message: error.message)
-                }
+                try await store.catchUp()
+                return try await body(request, context)
             }
         }
         for (path, production) in [("/verifyReceipt", true), ("/sandbox/verifyReceipt", false)] {

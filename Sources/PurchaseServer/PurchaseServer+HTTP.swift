@@ -17,12 +17,8 @@ extension PurchaseServer {
         let server = self
         func handle(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler {
             { request, context in
-                do {
-                    server.metrics.count("storekeeper_http_requests_total", ["route": Self.routeName(request.path)])
-                    return try await body(request, context)
-                } catch let error as PurchaseServerError {
-                    throw HTTPError(status: error.status, code: error.code.rawValue, message: error.message)
-                }
+                server.metrics.count("storekeeper_http_requests_total", ["route": Self.routeName(request.path)])
+                return try await body(request, context)
             }
         }
         router.add("GET", "/healthz", inline: { _, _ in .json(.object(["status": .string("ok")])) })
@@ -93,18 +89,14 @@ extension PurchaseServer {
             "GET", "/v1/subscribers/{user}",
             inline: { request, context in
                 // From memory when the user's records are cached: answered on the server's thread.
-                do {
-                    try server.authorizeSecret(request)
-                    guard
-                        let view = try server.cachedSubscriber(
-                            bundleID: try server.bundleID(request.query["bundleId"]),
-                            appUserID: try context.parameter("user"))
-                    else { return nil }
-                    server.metrics.count("storekeeper_http_requests_total", ["route": "subscribers"])
-                    return .json(.object(Self.render(view)))
-                } catch let error as PurchaseServerError {
-                    throw HTTPError(status: error.status, code: error.code.rawValue, message: error.message)
-                }
+                try server.authorizeSecret(request)
+                guard
+                    let view = try server.cachedSubscriber(
+                        bundleID: try server.bundleID(request.query["bundleId"]),
+                        appUserID: try context.parameter("user"))
+                else { return nil }
+                server.metrics.count("storekeeper_http_requests_total", ["route": "subscribers"])
+                return .json(.object(Self.render(view)))
             },
             otherwise: handle { request, context in
                 try server.authorizeSecret(request)

@@ -1,6 +1,8 @@
+public import StorekeeperHTTP
+
 /// A purchase-server failure: a caller's mistake, a refused input, a missing resource or a configuration
 /// that cannot work; answered as `{"error": {"code", "message"}}` with `status`.
-public struct PurchaseServerError: Error, Sendable, Hashable, CustomStringConvertible {
+public struct PurchaseServerError: Error, Sendable, Hashable, CustomStringConvertible, HTTPErrorConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         public let rawValue: String
         private init(_ rawValue: String) { self.rawValue = rawValue }
@@ -21,6 +23,8 @@ public struct PurchaseServerError: Error, Sendable, Hashable, CustomStringConver
     public let message: String
 
     public var description: String { "\(code): \(message)" }
+
+    public var httpError: HTTPError { HTTPError(status: status, code: code.rawValue, message: message) }
 
     public static func == (lhs: Self, rhs: Self) -> Bool { lhs.code == rhs.code }
     public func hash(into hasher: inout Hasher) { hasher.combine(code) }

@@ -151,9 +151,16 @@ public struct HTTPResponse: Sendable {
     }
 }
 
+/// An error a module of its own defines that knows how it reaches a client: the router answers it as its
+/// ``httpError``, so no layer rethrows another's error by hand. Domain errors adopt it (the emulator's, the
+/// purchase server's); an error that does not is a 500.
+public protocol HTTPErrorConvertible: Error {
+    var httpError: HTTPError { get }
+}
+
 /// A failure a handler reports to the client with an HTTP status. How it is written is the responder's
 /// ``HTTPErrorRenderer`` (by default `{"error": {"code", "message"}}`).
-public struct HTTPError: Error, Sendable, Hashable, CustomStringConvertible {
+public struct HTTPError: Error, Sendable, Hashable, CustomStringConvertible, HTTPErrorConvertible {
     public let status: Int
     public let code: String
     public let message: String
@@ -166,6 +173,8 @@ public struct HTTPError: Error, Sendable, Hashable, CustomStringConvertible {
         self.message = message
         self.headers = headers
     }
+
+    public var httpError: HTTPError { self }
 
     public var description: String { "\(status) \(code): \(message)" }
 

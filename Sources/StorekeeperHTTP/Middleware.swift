@@ -37,7 +37,9 @@ public struct AccessLogMiddleware: InlineMiddleware {
         let started = ContinuousClock.now
         let response: HTTPResponse?
         do { response = try next(request, context) } catch {
-            if let error = error as? HTTPError { log(request, context, error.status, 0, started) }
+            if let error = error as? any HTTPErrorConvertible {
+                log(request, context, error.httpError.status, 0, started)
+            }
             throw error
         }
         if let response { log(request, context, response.status, response.body.count, started) }
@@ -48,7 +50,9 @@ public struct AccessLogMiddleware: InlineMiddleware {
         let started = ContinuousClock.now
         let response: HTTPResponse
         do { response = try await next(request, context) } catch {
-            if let error = error as? HTTPError { log(request, context, error.status, 0, started) }
+            if let error = error as? any HTTPErrorConvertible {
+                log(request, context, error.httpError.status, 0, started)
+            }
             throw error
         }
         log(request, context, response.status, response.body.count, started)

@@ -310,7 +310,7 @@ public struct Responder: Sendable {
         renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
     ) -> HTTPResponse {
         let renderer = renderers.first { request.path.hasPrefix($0.prefix) }?.renderer ?? .standard
-        if let error = error as? HTTPError { return renderer.render(error) }
+        if let error = error as? any HTTPErrorConvertible { return renderer.render(error.httpError) }
         context.logger.error("request.failed", ["error": String(describing: type(of: error))])
         return renderer.render(
             HTTPError(status: 500, code: "internal_error", message: "the server failed to handle the request"))

@@ -58,12 +58,13 @@ extension ServerAPIService {
         do {
             try await appStore.catchUp()
             return try await handler(request, context, scope)
-        } catch let error as EmulatorError {
+        } catch let error as any HTTPErrorConvertible {
+            // Apple's endpoints answer Apple's numeric codes: the general one for the status otherwise.
+            let answer = error.httpError
+            guard Int64(answer.code) == nil else { throw answer }
             throw HTTPError(
-                status: error.status, code: Self.appleCode(error.code, status: error.status), message: error.message)
-        } catch let error as HTTPError where Int64(error.code) == nil {
-            throw HTTPError(
-                status: error.status, code: Self.appleCode(error.code, status: error.status), message: error.message)
+                status: answer.status, code: Self.appleCode(answer.code, status: answer.status),
+                message: answer.message, headers: answer.headers)
         }
     }
 

@@ -12,25 +12,25 @@ enum RefundReason: String, CaseIterable {
     var revocationReason: RevocationReason { self == .appIssue ? .appIssue : .other }
 }
 
-extension AppStore {
+extension EmulatorRoutes {
     /// The lifecycle's control verbs (the SKTestSession vocabulary), product-level changes and the
     /// notification settings and history.
     func addLifecycleRoutes(
         to router: inout Router, base: String,
         guarded: (@escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
     ) {
-        let store = self
+        let store = self.store
         /// The transaction and its subscription's state; with `latest`, the subscription names the transaction
         /// of its current period too (a refund of any other is of a past period).
         @Sendable func answer(
             _ result: (transaction: StoredTransaction, subscription: SubscriptionState?), latest: TransactionID? = nil
         ) async throws -> HTTPResponse {
             var object: JSONObject = [
-                "transaction": .object(AppStore.render(.transaction(result.transaction, state: "purchased"))),
+                "transaction": .object(Self.render(.transaction(result.transaction, state: "purchased"))),
                 "jwsRepresentation": .string(try await store.signedTransaction(result.transaction)),
             ]
             if let state = result.subscription {
-                var subscription = AppStore.render(state)
+                var subscription = Self.render(state)
                 if let latest { subscription["latestTransactionId"] = .string(latest.rawValue) }
                 object["subscription"] = .object(subscription)
             }
@@ -131,19 +131,19 @@ extension AppStore {
                     return id
                 }
                 let family = try await store.createFamily(organizer: organizer, members: members)
-                return .json(.object(AppStore.render(family)), status: 201)
+                return .json(.object(Self.render(family)), status: 201)
             })
         router.get(
             base + "/families/{family}",
             guarded { _, context in
-                .json(.object(AppStore.render(try await store.family(try context.parameter("family")))))
+                .json(.object(Self.render(try await store.family(try context.parameter("family")))))
             })
         router.delete(
             base + "/families/{family}/members/{account}",
             guarded { _, context in
                 let family = try await store.removeFamilyMember(
                     familyID: try context.parameter("family"), accountID: try context.parameter("account"))
-                return .json(.object(AppStore.render(family)))
+                return .json(.object(Self.render(family)))
             })
         router.post(
             base + "/products/{product}/price-increase",
@@ -249,10 +249,10 @@ extension AppStore {
             "status": .integer(state.status.rawValue), "productId": .string(state.productID.rawValue),
             "autoRenewProductId": .string(state.autoRenewProductID.rawValue), "autoRenew": .bool(state.autoRenew),
         ]
-        if let expires = state.expiresDate { object["expiresDate"] = milliseconds(expires) }
+        if let expires = state.expiresDate { object["expiresDate"] = AppStore.milliseconds(expires) }
         if let intent = state.expirationIntent { object["expirationIntent"] = .integer(intent.rawValue) }
-        if let grace = state.gracePeriodExpiresDate { object["gracePeriodExpiresDate"] = milliseconds(grace) }
-        if let retry = state.billingRetryEndsDate { object["billingRetryEndsDate"] = milliseconds(retry) }
+        if let grace = state.gracePeriodExpiresDate { object["gracePeriodExpiresDate"] = AppStore.milliseconds(grace) }
+        if let retry = state.billingRetryEndsDate { object["billingRetryEndsDate"] = AppStore.milliseconds(retry) }
         if let price = state.priceIncreaseStatus { object["priceIncreaseStatus"] = .integer(price.rawValue) }
         return object
     }

@@ -9,12 +9,15 @@ import StorekeeperJSON
 /// (camelCase, epoch milliseconds) for `/_emulator/v1`.
 extension AppStore {
     static func milliseconds(_ date: Date) -> JSONValue { .integer(ReceiptDate.milliseconds(date)) }
+}
 
+/// The control plane's wire JSON for the store's values.
+extension EmulatorRoutes {
     static func render(_ install: Install, environment: Environment) -> JSONObject {
         [
             "bundleId": .string(install.bundleID.rawValue), "applicationVersion": .string(install.version),
             "originalApplicationVersion": .string(install.originalVersion),
-            "originalPurchaseDate": milliseconds(install.originalPurchaseDate),
+            "originalPurchaseDate": AppStore.milliseconds(install.originalPurchaseDate),
             "receiptType": .string(ReceiptType(environment: environment, volumePurchase: false).rawValue),
         ]
     }
@@ -33,7 +36,7 @@ extension AppStore {
         return object
     }
 
-    static func render(_ entry: QueueEntry) -> JSONObject {
+    static func render(_ entry: AppStore.QueueEntry) -> JSONObject {
         switch entry {
         case .transaction(let stored, let state):
             let transaction = stored.transaction
@@ -41,7 +44,7 @@ extension AppStore {
                 "transactionIdentifier": .string(transaction.id.rawValue),
                 "originalTransactionIdentifier": .string(transaction.originalID.rawValue),
                 "productIdentifier": .string(transaction.productID.rawValue), "state": .string(state),
-                "transactionDate": milliseconds(transaction.purchaseDate),
+                "transactionDate": AppStore.milliseconds(transaction.purchaseDate),
                 "quantity": .integer(Int64(transaction.quantity)),
             ]
             if let username = stored.applicationUsername { object["applicationUsername"] = .string(username) }
@@ -52,7 +55,7 @@ extension AppStore {
             var object: JSONObject = [
                 "transactionIdentifier": .string(payment.id.rawValue),
                 "productIdentifier": .string(payment.productID.rawValue),
-                "state": .string(payment.state.rawValue), "transactionDate": milliseconds(payment.date),
+                "state": .string(payment.state.rawValue), "transactionDate": AppStore.milliseconds(payment.date),
                 "quantity": .integer(Int64(payment.quantity)),
             ]
             if let reason = payment.reason {
@@ -80,13 +83,17 @@ extension AppStore {
     static func render(_ install: Install) -> JSONObject {
         var object: JSONObject = ["assigned": .bool(install.vppAssigned)]
         if let revoked = install.vppRevokedAt {
-            object["revokedAt"] = milliseconds(revoked)
-            object["expiresAt"] = milliseconds(revoked.addingTimeInterval(vppGrace))
+            object["revokedAt"] = AppStore.milliseconds(revoked)
+            object["expiresAt"] = AppStore.milliseconds(revoked.addingTimeInterval(AppStore.vppGrace))
         }
         return object
     }
 
     /// `verifyReceipt`'s answer in Apple's JSON (shared/spec/server-api.md §B).
+}
+
+/// verifyReceipt's answer in Apple's shape: what the endpoint returns and what a V1 notification carries.
+extension AppStore {
     static func render(_ result: VerifyReceiptResult) -> JSONObject {
         var response: JSONObject = [
             "status": .integer(result.status), "environment": .string(result.environment.rawValue),

@@ -25,7 +25,15 @@ extension RequestBody {
     }
 }
 
-extension AppStore {
+/// The emulator's HTTP layer: Apple's `verifyReceipt` and App Store Server API paths and the emulator's own
+/// under `/_emulator/v1`, the dashboard, and the wire JSON of each; the store answers typed values.
+public struct EmulatorRoutes: Sendable {
+    public let store: AppStore
+
+    public init(_ store: AppStore) { self.store = store }
+}
+
+extension EmulatorRoutes {
     /// The HTTP API: Apple's `verifyReceipt` paths and the emulator's own under `/_emulator/v1`.
     /// The control plane is protected by `guard` (by default: loopback host names, no token).
     public func responder(logger: Logger? = nil, guard controlPlane: ControlPlaneGuard? = nil) -> Responder {
@@ -36,8 +44,8 @@ extension AppStore {
         router.limitBodies { method, path, authorization in
             controlPlane.bodyLimit(method: method, path: path, authorization: authorization)
         }
-        router.use(serverAPI.state.faults)
-        let store = self
+        router.use(store.serverAPI.state.faults)
+        let store = self.store
         func guarded(_ body: @escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
         {
             { request, context in
@@ -152,7 +160,7 @@ extension AppStore {
                 let (install, environment) = try await store.install(
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
                     version: try body.version("version"))
-                return .json(.object(AppStore.render(install, environment: environment)))
+                return .json(.object(Self.render(install, environment: environment)))
             })
         router.get(
             app + "/products",
@@ -165,7 +173,7 @@ extension AppStore {
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"))
                 return .json(
                     .object([
-                        "products": .array(products.map { .object(AppStore.render($0)) }),
+                        "products": .array(products.map { .object(Self.render($0)) }),
                         "invalidProductIdentifiers": .array(invalid.map(JSONValue.string)),
                     ]))
             })
@@ -179,7 +187,7 @@ extension AppStore {
                     identifiers.isEmpty ? store.catalogEntries.map(\.productID) : identifiers)
                 return .json(
                     .object([
-                        "products": .array(products.map { .object(AppStore.render($0)) }),
+                        "products": .array(products.map { .object(Self.render($0)) }),
                         "invalidProductIdentifiers": .array(invalid.map(JSONValue.string)),
                     ]))
             })
@@ -202,8 +210,8 @@ extension AppStore {
                 let (transaction, jws): (JSONObject, String?) =
                     switch outcome {
                     case .purchased(let stored, let jws):
-                        (AppStore.render(.transaction(stored, state: "purchased")), jws)
-                    case .pending(let payment): (AppStore.render(.payment(payment)), nil)
+                        (Self.render(.transaction(stored, state: "purchased")), jws)
+                    case .pending(let payment): (Self.render(.payment(payment)), nil)
                     }
                 return .json(
                     .object([
@@ -219,7 +227,7 @@ extension AppStore {
                         "transactions": .array(
                             try await store.unfinished(
                                 deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle")
-                            ).map { .object(AppStore.render($0)) })
+                            ).map { .object(Self.render($0)) })
                     ]))
             })
         router.post(
@@ -240,7 +248,7 @@ extension AppStore {
                         "transactions": .array(
                             try await store.restore(
                                 deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle")
-                            ).map { .object(AppStore.render(.transaction($0, state: "restored"))) })
+                            ).map { .object(Self.render(.transaction($0, state: "restored"))) })
                     ]))
             })
         router.get(
@@ -279,7 +287,7 @@ extension AppStore {
                 }
                 return .json(
                     .object(
-                        AppStore.render(
+                        Self.render(
                             try await store.volumePurchase(
                                 deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
                                 action: action))))
@@ -295,7 +303,7 @@ extension AppStore {
                     account, askToBuy: try body.bool("askToBuy"), purchaseFailure: failure)
                 return .json(
                     .object(
-                        AppStore.render(
+                        Self.render(
                             try await store.configureBilling(
                                 account, retryOnRenewal: try body.bool("billingRetryOnRenewal"),
                                 gracePeriod: try body.bool("billingGracePeriod")))))
@@ -307,7 +315,7 @@ extension AppStore {
                     _ = try RequestBody(request, allowed: [])
                     return .json(
                         .object(
-                            AppStore.render(
+                            Self.render(
                                 try await store.decide(
                                     accountID: try context.parameter("account"),
                                     paymentID: try context.parameter("transaction"),
@@ -322,18 +330,18 @@ extension AppStore {
                     .object([
                         "transactions": .array(
                             try await store.resolveInterruptions(accountID: try context.parameter("account")).map {
-                                .object(AppStore.render(.transaction($0, state: "purchased")))
+                                .object(Self.render(.transaction($0, state: "purchased")))
                             })
                     ]))
             })
         addLifecycleRoutes(to: &router, base: base, guarded: guarded)
-        serverAPI.addServerAPIRoutes(to: &router, base: base, guarded: guarded)
-        EmulatorDashboard(store: self).addDashboardRoutes(to: &router, login: controlPlane.login)
-        return router.freeze(logger: logger ?? self.logger)
+        store.serverAPI.addServerAPIRoutes(to: &router, base: base, guarded: guarded)
+        EmulatorDashboard(store: store).addDashboardRoutes(to: &router, login: controlPlane.login)
+        return router.freeze(logger: logger ?? self.store.logger)
     }
 }
 
-extension AppStore {
+extension EmulatorRoutes {
     /// The payment's offer: at most one of `offer` (a promotional offer: `{"offerId", "keyId", "nonce",
     /// "timestamp", "signature"}` as StoreKit's V1 purchase option, or `{"jws"}` for V2), `offerCode` and
     /// `winBackOfferId`.

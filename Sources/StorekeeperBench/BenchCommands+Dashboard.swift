@@ -44,7 +44,7 @@ extension BenchCommands {
             progress(console, "an emulator with \(size) transactions…")
             let directory = root.appendingPathComponent("emulator-\(size)")
             let (store, account, transaction) = try await emulatorStore(size: size, directory: directory, now: now)
-            let responder = store.responder()
+            let responder = EmulatorRoutes(store).responder()
             for (name, path, query) in [
                 ("GET / (overview)", "/", HTTPQuery()),
                 ("GET / filtered by product", "/", ["product": "com.example.storekeeper.monthly"] as HTTPQuery),

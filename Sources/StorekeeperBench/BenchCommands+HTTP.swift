@@ -101,7 +101,7 @@ extension BenchCommands {
         // The held connections all come from 127.0.0.1: the per-address cap is off so that all are held.
         var limits = HTTPLimits()
         limits.perAddressLimit = 0
-        let server = try HTTPServer(port: 0, limits: limits, responder: store.responder())
+        let server = try HTTPServer(port: 0, limits: limits, responder: EmulatorRoutes(store).responder())
         defer { server.stop() }
         var receipts: [String] = []
         for product in ["com.example.storekeeper.pro", "com.example.storekeeper.monthly"] {

@@ -49,7 +49,7 @@ extension BenchCommands {
         let (store, firstIDs) = try await historyStore(
             subscribers: subscribers, perCustomer: perCustomer, directory: root, catalog: catalog, now: now)
         defer { store.close() }
-        let server = try HTTPServer(port: 0, responder: store.responder())
+        let server = try HTTPServer(port: 0, responder: EmulatorRoutes(store).responder())
         defer { server.stop() }
         let minted = try await store.serverAPI.mintAPIKey(bundleID: DefaultCatalog.bundleID)
         let key = try PrivateKey(pem: minted.privateKey)

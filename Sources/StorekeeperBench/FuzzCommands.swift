@@ -191,7 +191,7 @@ enum FuzzCommands {
         var limits = HTTPLimits()
         limits.requestTimeout = .seconds(2)
         limits.idleTimeout = 1
-        let server = try HTTPServer(port: 0, limits: limits, responder: store.responder())
+        let server = try HTTPServer(port: 0, limits: limits, responder: EmulatorRoutes(store).responder())
         defer { server.stop() }
         let body = #"{"environment":"Sandbox","storefront":"USA"}"#
         let seeds = [

@@ -220,7 +220,7 @@ enum AppStoreCommands {
         let server: HTTPServer
         do {
             server = try HTTPServer(
-                host: host, port: port, limits: limits, responder: store.responder(guard: controlPlane),
+                host: host, port: port, limits: limits, responder: EmulatorRoutes(store).responder(guard: controlPlane),
                 logger: logger)
         } catch let error as HTTPError {
             // A failed start leaves nothing behind.

@@ -220,7 +220,7 @@ enum ScenarioCommands {
         let nobody = "http://127.0.0.1:9/scenario"
         try await store.setNotifications(
             bundleID: bundleID, AppNotifications(productionURLs: [nobody], sandboxURLs: [nobody], retrySchedule: []))
-        let responder = store.responder()
+        let responder = EmulatorRoutes(store).responder()
         let target = Target(
             send: { method, path, body in
                 var headers: [(name: String, value: String)] = [("Host", "127.0.0.1:8080")]

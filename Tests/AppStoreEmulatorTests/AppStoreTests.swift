@@ -52,7 +52,7 @@ struct AppStoreTests {
                 catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)],
                 dataDirectory: directory, rate: rate ?? catalog.settings.timeRate,
                 maxEventsPerRequest: maxEventsPerRequest, realNow: { time.now })
-            return Harness(store: store, responder: store.responder(), directory: directory)
+            return Harness(store: store, responder: EmulatorRoutes(store).responder(), directory: directory)
         }
 
         func call(_ method: String, _ path: String, _ body: JSONObject? = nil, headers: [(String, String)] = [])

@@ -21,7 +21,7 @@ struct ControlPlaneTests {
         let harness = try await AppStoreTests.Harness.make()
         let controlPlane = ControlPlaneGuard(listeningOn: "127.0.0.1")
         controlPlane.setPort(8080)
-        let responder = harness.store.responder(guard: controlPlane)
+        let responder = EmulatorRoutes(harness.store).responder(guard: controlPlane)
         let accounts = "/_emulator/v1/accounts"
         let body = #"{"environment":"Sandbox"}"#
         let cases: [([(String, String)], Int, String)] = [
@@ -70,7 +70,7 @@ struct ControlPlaneTests {
     @Test("Apple's endpoints keep Apple's behaviour: any content type, sandbox host names")
     func appleEndpoints() async throws {
         let harness = try await AppStoreTests.Harness.make()
-        let responder = harness.store.responder(
+        let responder = EmulatorRoutes(harness.store).responder(
             guard: ControlPlaneGuard(listeningOn: "127.0.0.1", token: "a-long-enough-token"))
         for headers in [
             [("Host", "sandbox.itunes.apple.com")], [("Host", "buy.itunes.apple.com"), ("Content-Type", "text/plain")],
@@ -88,7 +88,7 @@ struct ControlPlaneTests {
     @Test("With a token, the control plane needs Authorization: Bearer <token>")
     func token() async throws {
         let harness = try await AppStoreTests.Harness.make()
-        let responder = harness.store.responder(
+        let responder = EmulatorRoutes(harness.store).responder(
             guard: ControlPlaneGuard(
                 listeningOn: "0.0.0.0", extraHosts: ["emulator.test"], token: "a-long-enough-token"))
         let base: [(String, String)] = [("Host", "emulator.test"), ("Content-Type", "application/json")]

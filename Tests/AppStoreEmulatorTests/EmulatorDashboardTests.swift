@@ -23,7 +23,8 @@ struct EmulatorDashboardTests {
     @Test("With a token: pages go to the form, a wrong token is refused, the right one sets a cookie that works")
     func signIn() async throws {
         let harness = try await AppStoreTests.Harness.make()
-        let responder = harness.store.responder(guard: ControlPlaneGuard(listeningOn: "127.0.0.1", token: "t0ken-123"))
+        let responder = EmulatorRoutes(harness.store).responder(
+            guard: ControlPlaneGuard(listeningOn: "127.0.0.1", token: "t0ken-123"))
         for path in ["/", "/dashboard/accounts/x", "/dashboard/certificates/jws-root.cer"] {
             let response = await Self.send(responder, "GET", path)
             #expect(response.status == 303, "\(path)")
@@ -72,7 +73,7 @@ struct EmulatorDashboardTests {
     func pages() async throws {
         let harness = try await AppStoreTests.Harness.make()
         let store = harness.store
-        let responder = store.responder()
+        let responder = EmulatorRoutes(store).responder()
         let account = try await store.createAccount(environment: .sandbox, storefront: "USA")
         let device = try await store.createDevice(accountID: account.id, deviceID: nil)
         _ = try await store.install(deviceID: device.id.rawValue, bundleID: AppStoreTests.bundleID, version: "1")

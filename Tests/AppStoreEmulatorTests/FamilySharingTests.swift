@@ -31,7 +31,7 @@ struct FamilySharingTests {
             catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID)], dataDirectory: directory,
             rate: .monthlyRenewalEveryFiveMinutes, realNow: { time.now })
         store.startScheduler(granularity: .milliseconds(10))
-        return AppStoreTests.Harness(store: store, responder: store.responder(), directory: directory)
+        return AppStoreTests.Harness(store: store, responder: EmulatorRoutes(store).responder(), directory: directory)
     }
 
     /// The decoded transactions a device is entitled to, by product.

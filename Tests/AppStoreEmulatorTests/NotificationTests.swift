@@ -139,7 +139,7 @@ struct NotificationTests {
             dataDirectory: directory, rate: rate, maxNotificationsInFlight: maxNotificationsInFlight,
             notificationRetention: notificationRetention, realNow: { time.now })
         store.startScheduler(granularity: .milliseconds(10))
-        return AppStoreTests.Harness(store: store, responder: store.responder(), directory: directory)
+        return AppStoreTests.Harness(store: store, responder: EmulatorRoutes(store).responder(), directory: directory)
     }
 
     /// Verifies a notification as a receiver would, against the emulator's JWS root.
@@ -543,7 +543,7 @@ struct NotificationTests {
             storage: storage, maxNotificationsInFlight: 1, realNow: { time.now })
         defer { store.close() }
         let harness = AppStoreTests.Harness(
-            store: store, responder: store.responder(), directory: URL(fileURLWithPath: "/"))
+            store: store, responder: EmulatorRoutes(store).responder(), directory: URL(fileURLWithPath: "/"))
         let sink = try GatedSink(hold: 0)
         try await Self.configure(harness, ["productionURL": .string(sink.url)])
         // Each purchase writes its notification with an attempt due now, which the next catch-up claims.

@@ -47,7 +47,8 @@ struct OfferTests {
             catalog: [catalog], apps: [app], dataDirectory: directory, rate: .monthlyRenewalEveryFiveMinutes,
             realNow: { Date() })
         store.startScheduler(granularity: .milliseconds(10))
-        let harness = AppStoreTests.Harness(store: store, responder: store.responder(), directory: directory)
+        let harness = AppStoreTests.Harness(
+            store: store, responder: EmulatorRoutes(store).responder(), directory: directory)
         let sink = try NotificationSink()
         try await NotificationTests.configure(harness, ["sandboxURL": .string(sink.url)])
         return Fixture(harness: harness, key: key, sink: sink)

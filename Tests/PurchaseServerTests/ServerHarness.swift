@@ -120,7 +120,7 @@ struct ServerHarness {
             catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID, sharedSecret: "s3cret")],
             dataDirectory: directory.appendingPathComponent("emulator"), rate: .monthlyRenewalEveryFiveMinutes)
         store.startScheduler(granularity: .milliseconds(20))
-        let emulator = try HTTPServer(port: 0, responder: store.responder())
+        let emulator = try HTTPServer(port: 0, responder: EmulatorRoutes(store).responder())
         let sink = try WebhookSink(secret: webhookSecret, failFirst: failFirstWebhooks)
         var api: ServerAPISettings?
         if withAPI {

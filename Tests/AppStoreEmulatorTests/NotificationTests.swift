@@ -427,6 +427,16 @@ struct NotificationTests {
         }
     }
 
+    /// Waits (up to ten seconds) until the outbox's delivery queue holds `depth` notifications, then checks it.
+    static func waitForQueue(_ harness: AppStoreTests.Harness, depth: Int) async throws {
+        var queued = try await harness.store.deliveryQueueDepth()
+        for _ in 0..<1_000 where queued != depth {
+            try await Task.sleep(for: .milliseconds(10))
+            queued = try await harness.store.deliveryQueueDepth()
+        }
+        #expect(queued == depth, "notifications in the delivery queue")
+    }
+
     @Test(
         "A receiver that does not answer holds at most its share of the in-flight limit; the rest wait in the queue, none lost"
     )
@@ -439,8 +449,8 @@ struct NotificationTests {
         try await Self.configure(harness, ["productionURL": .string(sink.url), "timeoutSeconds": .integer(60)])
         try await Self.subscribe(harness, count: 8)
         try await sink.wait { $0.received.count >= 2 }
-        // Time for any send beyond the limit to arrive (none may).
-        try await Task.sleep(for: .milliseconds(300))
+        // The other six wait in the outbox's delivery queue: nothing more can be sent until a slot is free.
+        try await Self.waitForQueue(harness, depth: 6)
         #expect(sink.received.count == 2)
         #expect(sink.mostInside == 2)
         sink.release()
@@ -467,8 +477,14 @@ struct NotificationTests {
         try await answering.wait { $0.received.count >= subscribers }
         #expect(answering.received.count == subscribers, "none waits behind the receiver that does not answer")
         try await stuck.wait { $0.received.count >= held }
-        // Time for any send beyond its share to arrive (none may): three quarters of the slots, 16 of the lanes.
-        try await Task.sleep(for: .milliseconds(300))
+        if inFlight < subscribers {
+            // The rest of its share of the slots used, its others wait in the outbox's delivery queue.
+            try await Self.waitForQueue(harness, depth: subscribers - held)
+        } else {
+            // Slots to spare: its others wait for one of its 16 lanes, in memory. Time for any send beyond
+            // them to arrive (none may).
+            try await Task.sleep(for: .milliseconds(300))
+        }
         #expect(stuck.received.count == held)
         #expect(stuck.mostInside == held)
         stuck.release()
@@ -500,7 +516,8 @@ struct NotificationTests {
         for _ in 0..<1_000 where stuck[0].received.count + stuck[1].received.count < 7 {
             try await Task.sleep(for: .milliseconds(10))
         }
-        try await Task.sleep(for: .milliseconds(300))
+        // Twelve for the two that hang, seven of them sent: five wait in the delivery queue.
+        try await Self.waitForQueue(harness, depth: 5)
         #expect(stuck[0].received.count + stuck[1].received.count == 7, "seven of the eight slots, no more")
         for sink in stuck { sink.release() }
         for sink in stuck { try await sink.wait { $0.received.count >= 6 } }
@@ -571,7 +588,7 @@ struct NotificationTests {
         try await Self.configure(first, ["productionURL": .string(sink.url), "timeoutSeconds": .integer(60)])
         try await Self.subscribe(first, count: 3)
         try await sink.wait { $0.received.count >= 1 }
-        try await Task.sleep(for: .milliseconds(200))
+        try await Self.waitForQueue(first, depth: 2)
         #expect(sink.received.count == 1, "two wait in the queue")
         first.store.close()
         let second = try await Self.harness(directory: directory)

@@ -185,12 +185,10 @@ extension EmulatorRoutes {
         router.get(
             base + "/apps/{bundle}/notifications/history",
             guarded { request, context in
-                let environment: Environment =
-                    switch request.query["environment"] {
-                    case nil, "Sandbox"?: .sandbox
-                    case "Production"?: .production
-                    default: throw EmulatorError.invalid("environment must be Sandbox or Production")
-                    }
+                let name = request.query["environment"] ?? Environment.sandbox.rawValue
+                guard let environment = Environment(name: name, among: Environment.customerEnvironments) else {
+                    throw EmulatorError.invalid("environment must be Sandbox or Production")
+                }
                 let after = try request.query["after"].map { text -> Int64 in
                     guard let value = Int64(text), value >= 0 else {
                         throw EmulatorError.invalid("after must be a position from an earlier page")

@@ -7,14 +7,6 @@ public import StorekeeperHTTP
 import StorekeeperJSON
 public import StorekeeperLogging
 
-/// The environments an account can be created in.
-enum AccountEnvironment: String, CaseIterable {
-    case sandbox = "Sandbox"
-    case production = "Production"
-
-    var environment: Environment { self == .sandbox ? .sandbox : .production }
-}
-
 extension RequestBody {
     /// An app version: 1–32 characters of letters, digits, `.`, `-` and `_`.
     func version(_ name: String) throws -> String? {
@@ -132,9 +124,16 @@ extension EmulatorRoutes {
             base + "/accounts",
             guarded { request, _ in
                 let body = try RequestBody(request, allowed: ["environment", "storefront"])
-                let environment = try body.choice("environment", AccountEnvironment.self) ?? .sandbox
+                let environment = try body.string("environment").map { name in
+                    guard let environment = Environment(name: name, among: Environment.customerEnvironments) else {
+                        throw HTTPError.invalidRequest(
+                            "member 'environment' must be one of \(Environment.names(Environment.customerEnvironments))"
+                        )
+                    }
+                    return environment
+                }
                 let account = try await store.createAccount(
-                    environment: environment.environment,
+                    environment: environment ?? .sandbox,
                     storefront: try body.string("storefront", maxBytes: 3) ?? "USA")
                 return .json(.object(["accountId": .string(account.id.rawValue)]), status: 201)
             })

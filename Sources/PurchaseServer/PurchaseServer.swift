@@ -267,7 +267,7 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.verification(
                 "the receipt did not verify: \(verified.failure.map { String(describing: $0.code) } ?? "invalid")")
         }
-        let environment: Environment = parsed.environment == "Production" ? .production : .sandbox
+        let environment = Environment(name: parsed.environment, among: Environment.customerEnvironments) ?? .sandbox
         guard app.settings.environments.contains(environment) else {
             throw PurchaseServerError.invalid("receipts from \(environment.rawValue) are not accepted")
         }
@@ -543,7 +543,7 @@ public final class PurchaseServer: Sendable {
 
     /// The purchases a receipt holds, as of its creation date.
     static func purchases(of receipt: Receipt) -> [PurchaseRecord] {
-        let environment: Environment = receipt.environment == "Production" ? .production : .sandbox
+        let environment = Environment(name: receipt.environment, among: Environment.customerEnvironments) ?? .sandbox
         return receipt.inAppPurchases.map { item in
             let kind =
                 item.productKind

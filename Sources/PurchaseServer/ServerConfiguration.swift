@@ -145,8 +145,8 @@ public struct ServerConfiguration: Sendable {
             if let names = item["environments"]?.arrayValue {
                 environments = try Set(
                     names.map { name in
-                        guard let text = name.stringValue, let environment = Environment(rawValue: text),
-                            [.production, .sandbox].contains(environment)
+                        guard let text = name.stringValue,
+                            let environment = Environment(name: text, among: Environment.customerEnvironments)
                         else {
                             throw PurchaseServerError.configuration("\(bundleID): environments are Production, Sandbox")
                         }

@@ -4,6 +4,20 @@ public enum Environment: String, Sendable, Hashable, CaseIterable, Codable {
     case sandbox = "Sandbox"
     case xcode = "Xcode"
     case localTesting = "LocalTesting"
+
+    /// Where the App Store has customers (accounts, notifications, the Server API): Sandbox and Production.
+    public static let customerEnvironments: [Environment] = [.sandbox, .production]
+
+    /// The one reading of an environment's name: Apple's ("Production", "Sandbox", "Xcode", "LocalTesting";
+    /// a receipt's "ProductionSandbox" is the sandbox), limited to `allowed`; nil for anything else.
+    public init?(name: String, among allowed: [Environment] = Environment.allCases) {
+        let value = name == "ProductionSandbox" ? Environment.sandbox : Environment(rawValue: name)
+        guard let value, allowed.contains(value) else { return nil }
+        self = value
+    }
+
+    /// `allowed`'s names for a message: "Sandbox, Production".
+    public static func names(_ allowed: [Environment]) -> String { allowed.map(\.rawValue).joined(separator: ", ") }
 }
 
 /// The four kinds of in-app product. Raw values are the JWS `type` strings; the receipt's attribute 1707

@@ -248,8 +248,8 @@ enum LifecycleCommands {
         ])
 
     static func notificationsHistory(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
-        let environment = arguments.value("environment") ?? "Sandbox"
-        guard ["Sandbox", "Production"].contains(environment) else {
+        let environment = arguments.value("environment") ?? Environment.sandbox.rawValue
+        guard Environment(name: environment, among: Environment.customerEnvironments) != nil else {
             throw CommandError.usage("'\(environment)' is not an environment (one of Sandbox, Production)")
         }
         return try await AppStoreCommands.call(

@@ -147,12 +147,10 @@ enum ScenarioCommands {
             throw CommandError.input("'\(path)' is not a scenario: an object with a \"steps\" array")
         }
         guard steps.count <= maxSteps else { throw CommandError.input("'\(path)' has more than \(maxSteps) steps") }
-        let environment: Environment =
-            switch object["environment"]?.stringValue {
-            case nil, "Sandbox"?: .sandbox
-            case "Production"?: .production
-            case let other?: throw CommandError.input("'\(path)': environment '\(other)' is not Sandbox or Production")
-            }
+        let name = object["environment"]?.stringValue ?? Environment.sandbox.rawValue
+        guard let environment = Environment(name: name, among: Environment.customerEnvironments) else {
+            throw CommandError.input("'\(path)': environment '\(name)' is not Sandbox or Production")
+        }
         return Scenario(
             name: object["name"]?.stringValue ?? URL(fileURLWithPath: path).lastPathComponent,
             seed: UInt64(max(0, object["seed"]?.int64Value ?? 1)), environment: environment,

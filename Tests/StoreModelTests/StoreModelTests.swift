@@ -52,3 +52,19 @@ struct StoreModelTests {
         #expect(lifetime.isActive(at: .distantFuture))
     }
 }
+
+@Suite("Environment: one reading of its names")
+struct EnvironmentNameTests {
+    @Test("Apple's names, the receipt's ProductionSandbox, and a limit to the customers' environments")
+    func names() {
+        #expect(Environment(name: "Production") == .production)
+        #expect(Environment(name: "Sandbox") == .sandbox)
+        #expect(Environment(name: "ProductionSandbox") == .sandbox)
+        #expect(Environment(name: "Xcode") == .xcode)
+        #expect(Environment(name: "LocalTesting") == .localTesting)
+        #expect(Environment(name: "sandbox") == nil, "names are Apple's, case and all")
+        #expect(Environment(name: "Xcode", among: Environment.customerEnvironments) == nil)
+        #expect(Environment(name: "Production", among: Environment.customerEnvironments) == .production)
+        #expect(Environment.names(Environment.customerEnvironments) == "Sandbox, Production")
+    }
+}

@@ -109,7 +109,7 @@ extension PurchaseServer {
         }
         var environment: Environment?
         if let text = parameters("environment"), !text.isEmpty, text != "all" {
-            guard let parsed = Environment(rawValue: text) else {
+            guard let parsed = Environment(name: text, among: Environment.customerEnvironments) else {
                 throw PurchaseServerError.invalid("environment is Production, Sandbox or all")
             }
             environment = parsed

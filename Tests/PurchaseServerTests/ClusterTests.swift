@@ -100,14 +100,16 @@ struct ClusterTests {
     }
 }
 
-/// The scenarios against several servers on one PostgreSQL, in a few lanes that run side by side (each lane
-/// one scenario at a time): most of a case is waiting for a reconciliation pass, so lanes overlap well, and
-/// a few of them keep the machine's load bounded.
+/// The scenarios against several servers on one PostgreSQL, in two lanes that run side by side (each lane
+/// one scenario at a time): most of a case is waiting for a reconciliation pass, so lanes overlap well. Two,
+/// not more: each lane holds a few hundred descriptors, and with the rest of the suite in parallel the
+/// process passed 1,360 of them, where Foundation's `Process.run` (which lists /proc/self/fd and copies
+/// whole `d_name`s past a short last entry) crashed once reading beyond its buffer.
 @Suite(
     "Purchase server: every scenario with several servers on one PostgreSQL",
     .enabled(if: PostgresTesting.url != nil, PostgresTesting.skipMessage))
 struct ClusterScenarioTests {
-    static let lanes = 3
+    static let lanes = 2
 
     static let cases: [(Int, String)] = [2, 4].flatMap { count in ScenarioTruthTests.scenarios.map { (count, $0) } }
 

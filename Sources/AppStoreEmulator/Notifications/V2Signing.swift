@@ -1,7 +1,7 @@
-public import AppStoreSignedData
+package import AppStoreSignedData
 import Dispatch
 import Foundation
-public import StorekeeperJSON
+package import StorekeeperJSON
 import Synchronization
 
 /// The signatures of one change's V2 notifications, rendered but not yet signed: the transaction, the
@@ -85,9 +85,9 @@ struct V2Signing: Sendable {
 /// How a V2 notification's payload is made from its parts: the transaction and renewal info signed into
 /// `data`, then the payload around `data` written as JSON, ready to sign. ``V2Signing`` makes every
 /// notification this way, and `storekeeper bench lifecycle`'s floors repeat it, so they measure this code.
-public enum V2NotificationSigning {
+package enum V2NotificationSigning {
     /// `data` with `signedTransactionInfo` and, given renewal info, `signedRenewalInfo` (two signatures).
-    public static func data(
+    package static func data(
         _ data: JSONObject, transaction: JSONObject, renewalInfo: JSONObject?, signer: JWSChainSigner
     ) throws -> JSONObject {
         var data = data
@@ -97,7 +97,7 @@ public enum V2NotificationSigning {
     }
 
     /// `payload` with `data`, `version` 2.0 and `signedDate` (appended, or replaced in place), as JSON.
-    public static func payloadBytes(_ payload: JSONObject, data: JSONObject, signedDate: JSONValue) -> [UInt8] {
+    package static func payloadBytes(_ payload: JSONObject, data: JSONObject, signedDate: JSONValue) -> [UInt8] {
         var payload = payload
         payload["data"] = .object(data)
         payload["version"] = .string("2.0")

@@ -26,7 +26,7 @@ public enum ExternalTool {
     public static func run(
         _ executable: String, _ arguments: [String], stdin: [UInt8] = [], environment: [String: String] = [:]
     ) throws -> Output {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         if !environment.isEmpty {

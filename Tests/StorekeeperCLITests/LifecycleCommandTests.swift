@@ -21,7 +21,7 @@ struct LifecycleCommandTests {
             emulator.waitUntilExit()
         }
         // The receiver: the emulator's root from --url, stops after four notifications.
-        let listener = Process()
+        let listener = ChildProcess()
         listener.executableURL = URL(fileURLWithPath: binary)
         listener.arguments = ["appstore", "notifications", "listen", "--url", base, "--port", "0", "--count", "4"]
         let output = Pipe()
@@ -92,7 +92,7 @@ struct ListenVersionOneTests {
             emulator.terminate()
             emulator.waitUntilExit()
         }
-        let listener = Process()
+        let listener = ChildProcess()
         listener.executableURL = URL(fileURLWithPath: binary)
         // The emulator's default app has no shared secret: its V1 bodies carry none, so a listener that
         // expects one refuses them.

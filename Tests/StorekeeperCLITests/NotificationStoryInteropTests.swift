@@ -54,7 +54,7 @@ struct NotificationStoryInteropTests {
 
         // Apple's library as the receiver: it answers 503 to the first delivery of about a third of them.
         let received = directory.appendingPathComponent("received.jsonl")
-        let receiver = Process()
+        let receiver = ChildProcess()
         receiver.executableURL = URL(fileURLWithPath: python)
         receiver.arguments = [
             URL(fileURLWithPath: PythonInterop.verifierScript).deletingLastPathComponent()

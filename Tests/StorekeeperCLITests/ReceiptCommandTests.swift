@@ -273,8 +273,8 @@ struct StartFailure: Error {
 @Suite("storekeeper appstore serve")
 struct AppStoreServeTests {
     /// Starts the emulator and returns the process and its base URL (read from its first output line).
-    static func start(binary: String, data: URL, extra: [String] = []) throws -> (Process, String, Pipe) {
-        let process = Process()
+    static func start(binary: String, data: URL, extra: [String] = []) throws -> (ChildProcess, String, Pipe) {
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["appstore", "serve", "--port", "0", "--data", data.path] + extra
         let output = Pipe()

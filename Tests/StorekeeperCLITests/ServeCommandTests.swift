@@ -63,9 +63,9 @@ struct ServeCommandTests {
     }
 
     static func start(_ binary: String, _ setup: Setup, extra: [String] = [], scheme: String = "http") throws
-        -> (Process, String)
+        -> (ChildProcess, String)
     {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments =
             [
@@ -203,7 +203,7 @@ struct ServeCommandTests {
             """.utf8
         ).write(to: setup.config)
         let database = try PostgresTesting.freshDatabase()
-        var servers: [(Process, String)] = []
+        var servers: [(ChildProcess, String)] = []
         for _ in 0..<3 { servers.append(try Self.start(binary, setup, extra: ["--database", database])) }
         defer {
             for (process, _) in servers where process.isRunning {

@@ -152,7 +152,7 @@ extension AppStore {
                         sourceOriginalID: subscription.originalTransactionID, memberAccountID: member,
                         memberOriginalID: id))
                 try enqueue(
-                    Notice(.subscribed, .initialBuy, v1: "INITIAL_BUY"), subscription: memberSubscription,
+                    Notice(.subscribed, .initialBuy, v1: .initialBuy), subscription: memberSubscription,
                     account: memberAccount, in: store, now: now)
                 continue
             }
@@ -235,7 +235,7 @@ extension AppStore {
         ended.revoked = true
         try store.save(ended)
         guard let memberAccount = try store.account(share.memberAccountID) else { return }
-        let notice = Notice(.revoke, v1: "REVOKE")
+        let notice = Notice(.revoke, v1: .revoke)
         if var subscription = try store.subscription(share.memberOriginalID) {
             if var latest = try store.transaction(subscription.latestTransactionID),
                 latest.transaction.revocationDate == nil

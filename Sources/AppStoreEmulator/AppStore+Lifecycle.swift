@@ -210,7 +210,7 @@ extension AppStore {
         stored.transaction.revocationReason = reason
         try store.update(stored)
         try enqueue(
-            Notice(.refund, v1: "REFUND"), transaction: stored, renewal: nil, account: account, in: store, now: now)
+            Notice(.refund, v1: .refund), transaction: stored, renewal: nil, account: account, in: store, now: now)
         try revokeShares(of: stored.transaction.originalID, in: store, now: now)
         return (stored, nil)
     }
@@ -242,7 +242,7 @@ extension AppStore {
         try store.update(past)
         let started = try store.transaction(subscription.originalTransactionID)?.transaction.purchaseDate
         try enqueue(
-            reason == nil ? Notice(.refundReversed) : Notice(.refund, v1: "CANCEL"), transaction: past,
+            reason == nil ? Notice(.refundReversed) : Notice(.refund, v1: .cancel), transaction: past,
             renewal: (subscription.state, started), account: account, in: store, now: now)
         return (past, subscription.state)
     }

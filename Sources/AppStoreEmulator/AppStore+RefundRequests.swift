@@ -26,7 +26,7 @@ extension AppStore {
             let kind = stored.transaction.kind
             guard kind == .consumable || kind == .autoRenewable else { return (stored, nil) }
             // V1's CONSUMPTION_REQUEST is for consumables only; V2's covers subscriptions too.
-            let notice = Notice(.consumptionRequest, v1: kind == .consumable ? "CONSUMPTION_REQUEST" : nil)
+            let notice = Notice(.consumptionRequest, v1: kind == .consumable ? .consumptionRequest : nil)
             let extra: JSONObject = ["consumptionRequestReason": .string(reason.rawValue)]
             guard kind == .autoRenewable, var subscription = try store.subscription(stored.transaction.originalID)
             else {

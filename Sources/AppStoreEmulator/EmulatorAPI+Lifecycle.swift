@@ -220,7 +220,8 @@ extension EmulatorRoutes {
                             item["version"] = .integer(Int64(notification.version))
                             if notification.version == 1 {
                                 // The V1 body as sent, less the shared secret.
-                                item["v1NotificationType"] = notification.notice.v1Type.map(JSONValue.string) ?? .null
+                                item["v1NotificationType"] =
+                                    notification.notice.v1Type.map { .string($0.rawValue) } ?? .null
                                 var body = (try? JSONParser.parse(notification.body))?.objectValue ?? [:]
                                 body["password"] = nil
                                 item["payload"] = .object(body)

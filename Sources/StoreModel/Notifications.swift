@@ -48,13 +48,45 @@ public enum NotificationSubtype: String, Sendable, Hashable, CaseIterable, Codab
 
 /// One notification a change of state causes: its V2 type and subtype, and the V1 `notification_type`
 /// when V1 has an equivalent (shared/spec/notifications.md §2.3).
+/// App Store Server Notifications V1's `notification_type`. A struct rather than an enum so that a value
+/// Apple adds (or a stored one this build does not know) keeps its raw name.
+public struct NotificationTypeV1: RawRepresentable, Sendable, Hashable, Codable, ExpressibleByStringLiteral,
+    CustomStringConvertible
+{
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(stringLiteral value: String) { self.init(rawValue: value) }
+    public var description: String { rawValue }
+
+    public static let initialBuy: Self = "INITIAL_BUY"
+    public static let cancel: Self = "CANCEL"
+    public static let didChangeRenewalPref: Self = "DID_CHANGE_RENEWAL_PREF"
+    public static let didChangeRenewalStatus: Self = "DID_CHANGE_RENEWAL_STATUS"
+    public static let didFailToRenew: Self = "DID_FAIL_TO_RENEW"
+    public static let didRecover: Self = "DID_RECOVER"
+    public static let didRenew: Self = "DID_RENEW"
+    public static let interactiveRenewal: Self = "INTERACTIVE_RENEWAL"
+    public static let priceIncreaseConsent: Self = "PRICE_INCREASE_CONSENT"
+    public static let refund: Self = "REFUND"
+    public static let revoke: Self = "REVOKE"
+    public static let consumptionRequest: Self = "CONSUMPTION_REQUEST"
+    /// A deprecated alias of ``didRecover``, not sent since 2021-03-10.
+    public static let renewal: Self = "RENEWAL"
+
+    /// Every type Apple documents, in its table's order.
+    public static let known: [Self] = [
+        .initialBuy, .cancel, .didChangeRenewalPref, .didChangeRenewalStatus, .didFailToRenew, .didRecover,
+        .didRenew, .interactiveRenewal, .priceIncreaseConsent, .refund, .revoke, .consumptionRequest, .renewal,
+    ]
+}
+
 public struct Notice: Sendable, Hashable, CustomStringConvertible {
     public var type: NotificationType
     public var subtype: NotificationSubtype?
     /// V1's name for the same event; nil when V1 sends nothing.
-    public var v1Type: String?
+    public var v1Type: NotificationTypeV1?
 
-    public init(_ type: NotificationType, _ subtype: NotificationSubtype? = nil, v1: String? = nil) {
+    public init(_ type: NotificationType, _ subtype: NotificationSubtype? = nil, v1: NotificationTypeV1? = nil) {
         self.type = type
         self.subtype = subtype
         self.v1Type = v1

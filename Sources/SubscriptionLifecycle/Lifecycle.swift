@@ -142,8 +142,8 @@ public struct Lifecycle: Sendable {
         }
         let notice =
             resubscribe
-            ? Notice(.subscribed, .resubscribe, v1: "INTERACTIVE_RENEWAL")
-            : Notice(.subscribed, .initialBuy, v1: "INITIAL_BUY")
+            ? Notice(.subscribed, .resubscribe, v1: .interactiveRenewal)
+            : Notice(.subscribed, .initialBuy, v1: .initialBuy)
         return (state, [.notify(notice), .schedule(.renewal, at: expires)])
     }
 
@@ -185,7 +185,7 @@ public struct Lifecycle: Sendable {
             return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
                 + startPeriod(
                     &state, productID: state.autoRenewProductID, start: now, reason: .renewal,
-                    notice: Notice(.didRenew, .billingRecovery, v1: "DID_RECOVER"))
+                    notice: Notice(.didRenew, .billingRecovery, v1: .didRecover))
 
         case .setAutoRenew(let enabled):
             guard state.status != .expired, state.status != .revoked else {
@@ -196,7 +196,7 @@ public struct Lifecycle: Sendable {
             // Turning it off after a price-increase notice is Apple's "no subtype" case.
             let subtype: NotificationSubtype? =
                 enabled ? .autoRenewEnabled : (state.priceIncreaseStatus == .pending ? nil : .autoRenewDisabled)
-            return [.notify(Notice(.didChangeRenewalStatus, subtype, v1: "DID_CHANGE_RENEWAL_STATUS"))]
+            return [.notify(Notice(.didChangeRenewalStatus, subtype, v1: .didChangeRenewalStatus))]
 
         case .expireNow:
             guard state.status != .expired, state.status != .revoked else {
@@ -227,7 +227,7 @@ public struct Lifecycle: Sendable {
             state.billingRetryEndsDate = nil
             return [
                 .revokeLatest(reason, at: now), .unschedule(.renewal), .unschedule(.gracePeriodEnd),
-                .unschedule(.billingRetryEnd), .notify(Notice(.refund, v1: "CANCEL")),
+                .unschedule(.billingRetryEnd), .notify(Notice(.refund, v1: .cancel)),
             ]
 
         case .refundReversed:
@@ -267,7 +267,7 @@ public struct Lifecycle: Sendable {
             return [
                 .notify(
                     requiresConsent
-                        ? Notice(.priceIncrease, .pending, v1: "PRICE_INCREASE_CONSENT")
+                        ? Notice(.priceIncrease, .pending, v1: .priceIncreaseConsent)
                         : Notice(.priceIncrease, .accepted))
             ]
 
@@ -283,7 +283,7 @@ public struct Lifecycle: Sendable {
             // Declining turns auto-renew off; the status stays pending, so the expiry says why.
             guard state.autoRenew else { return [] }
             state.autoRenew = false
-            return [.notify(Notice(.didChangeRenewalStatus, v1: "DID_CHANGE_RENEWAL_STATUS"))]
+            return [.notify(Notice(.didChangeRenewalStatus, v1: .didChangeRenewalStatus))]
 
         case .changeProduct(let productID):
             return try change(&state, to: productID, at: now)
@@ -352,16 +352,16 @@ public struct Lifecycle: Sendable {
                 state.status = .billingGracePeriod
                 state.gracePeriodExpiresDate = graceEnds
                 effects.append(.schedule(.gracePeriodEnd, at: graceEnds))
-                effects.append(.notify(Notice(.didFailToRenew, .gracePeriod, v1: "DID_FAIL_TO_RENEW")))
+                effects.append(.notify(Notice(.didFailToRenew, .gracePeriod, v1: .didFailToRenew)))
             } else {
                 state.status = .billingRetry
-                effects.append(.notify(Notice(.didFailToRenew, v1: "DID_FAIL_TO_RENEW")))
+                effects.append(.notify(Notice(.didFailToRenew, v1: .didFailToRenew)))
             }
             return effects
         }
         return startPeriod(
             &state, productID: state.autoRenewProductID, start: end, reason: .renewal,
-            notice: Notice(.didRenew, v1: "DID_RENEW"))
+            notice: Notice(.didRenew, v1: .didRenew))
     }
 
     /// A new period of `productID` from `start`, unless it would end past the horizon (then it expires).
@@ -439,7 +439,7 @@ public struct Lifecycle: Sendable {
             state.offerPeriodsLeft = 0
             state.autoRenewProductID = productID
             state.autoRenew = true
-            return [.notify(Notice(.didChangeRenewalPref, v1: "DID_CHANGE_RENEWAL_PREF"))]
+            return [.notify(Notice(.didChangeRenewalPref, v1: .didChangeRenewalPref))]
         }
         let immediate = new.level < current.level || (new.level == current.level && new.period == current.period)
         // Another product ends a running offer.
@@ -448,7 +448,7 @@ public struct Lifecycle: Sendable {
         guard immediate else {
             state.autoRenewProductID = productID
             state.autoRenew = true
-            return [.notify(Notice(.didChangeRenewalPref, .downgrade, v1: "DID_CHANGE_RENEWAL_PREF"))]
+            return [.notify(Notice(.didChangeRenewalPref, .downgrade, v1: .didChangeRenewalPref))]
         }
         var effects: [LifecycleEffect] = [
             .endLatestPeriod(at: now, refundUnused: state.status == .active), .unschedule(.renewal),
@@ -457,7 +457,7 @@ public struct Lifecycle: Sendable {
         state.autoRenew = true
         effects += startPeriod(
             &state, productID: productID, start: now, reason: .purchase,
-            notice: Notice(.didChangeRenewalPref, .upgrade, v1: "INTERACTIVE_RENEWAL"))
+            notice: Notice(.didChangeRenewalPref, .upgrade, v1: .interactiveRenewal))
         return effects
     }
 }

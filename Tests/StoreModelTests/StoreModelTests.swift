@@ -68,3 +68,16 @@ struct EnvironmentNameTests {
         #expect(Environment.names(Environment.customerEnvironments) == "Sandbox, Production")
     }
 }
+
+@Suite("Notification types V1: Apple's names, unknown ones kept")
+struct NotificationTypeV1Tests {
+    @Test("The documented types, and a name this build does not know keeps its raw value")
+    func names() {
+        #expect(NotificationTypeV1.known.count == 13)
+        #expect(Set(NotificationTypeV1.known.map(\.rawValue)).count == 13, "no name twice")
+        #expect(NotificationTypeV1.initialBuy.rawValue == "INITIAL_BUY")
+        #expect(Notice(.subscribed, .initialBuy, v1: .initialBuy).v1Type == "INITIAL_BUY")
+        let future = NotificationTypeV1(rawValue: "SOMETHING_NEW")
+        #expect(future.rawValue == "SOMETHING_NEW" && !NotificationTypeV1.known.contains(future))
+    }
+}

@@ -502,7 +502,7 @@ struct EmulatorDashboard: Sendable {
                     notification.created, "Notification " + Self.notice(notification),
                     "V\(notification.version) to <code>\(notification.url)</code>: \(notification.state.rawValue); "
                         + Self.attempts(notification),
-                    failed || notification.notice.type.rawValue == "DID_FAIL_TO_RENEW"
+                    failed || notification.notice.type == .didFailToRenew
                 ))
         }
         entries.sort { $0.date < $1.date }

@@ -143,7 +143,7 @@ extension AppStore {
     /// A V1 notification (`responseBodyV1`, shared/spec/notifications.md §3): unsigned JSON with the app's
     /// shared secret as `password` and the account's unified receipt as verifyReceipt would answer it now.
     func v1Body(
-        _ type: String, transaction: StoredTransaction, state: SubscriptionState?, account: Account,
+        _ type: NotificationTypeV1, transaction: StoredTransaction, state: SubscriptionState?, account: Account,
         app: AppConfiguration?, in store: any EmulatorStore, now: Date
     ) throws -> [UInt8] {
         let bundle = transaction.transaction.bundleID
@@ -178,7 +178,7 @@ extension AppStore {
         unified["latest_receipt_info"] = rendered["latest_receipt_info"]
         unified["pending_renewal_info"] = rendered["pending_renewal_info"]
         var body: JSONObject = [
-            "notification_type": .string(type), "environment": .string(production ? "PROD" : "Sandbox"),
+            "notification_type": .string(type.rawValue), "environment": .string(production ? "PROD" : "Sandbox"),
             "bid": .string(bundle.rawValue), "bvrs": .string(app?.version ?? "1.0"),
             "original_transaction_id": .string(transaction.transaction.originalID.rawValue),
         ]

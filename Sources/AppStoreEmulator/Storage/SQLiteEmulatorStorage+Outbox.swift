@@ -62,7 +62,8 @@ extension SQLiteEmulatorStorage.Store {
             version: version, url: row["url"].string ?? "", body: body, signedPayload: signedPayload,
             notice: Notice(
                 NotificationType(rawValue: row["type"].string ?? "") ?? .test,
-                row["subtype"].string.flatMap(NotificationSubtype.init(rawValue:)), v1: row["v1_type"].string),
+                row["subtype"].string.flatMap(NotificationSubtype.init(rawValue:)),
+                v1: row["v1_type"].string.map(NotificationTypeV1.init(rawValue:))),
             originalTransactionID: row["original_transaction_id"].string.map(TransactionID.init),
             created: date(row["created"]) ?? .distantPast,
             state: OutboxState(rawValue: row["state"].string ?? "") ?? .pending,
@@ -86,7 +87,7 @@ extension SQLiteEmulatorStorage.Store {
                     .text(notification.environment.rawValue), .integer(Int64(notification.version)),
                     .text(notification.url), .blob([]), .null,
                     .text(notification.notice.type.rawValue), text(notification.notice.subtype?.rawValue),
-                    text(notification.notice.v1Type), text(notification.originalTransactionID?.rawValue),
+                    text(notification.notice.v1Type?.rawValue), text(notification.originalTransactionID?.rawValue),
                     real(notification.created), .text(notification.state.rawValue),
                     .text(Self.attemptsText(notification.attempts)),
                     .text(notification.retryDelays.map { String($0) }.joined(separator: ",")),

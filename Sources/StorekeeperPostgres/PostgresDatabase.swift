@@ -89,7 +89,7 @@ public final class PostgresDatabase: Sendable {
             return try Migration.run(
                 migrations, on: connection, timestamp: "TIMESTAMPTZ NOT NULL DEFAULT now()",
                 misuse: { PostgresError(.misuse, $0) }
-            ) { _, _, apply in try apply(connection) }
+            ) { apply in try apply(connection) }
         }
     }
 

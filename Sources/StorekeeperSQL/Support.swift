@@ -37,7 +37,7 @@ public struct Migration: Sendable, Hashable {
     /// Throws `misuse` when the database's list does not start this build's; answers the ids it applied.
     public static func run<C: MigrationConnection & SendableMetatype>(
         _ list: [Migration], on connection: C, timestamp: String, misuse: (String) -> any Error,
-        step: (Migration, Int, @escaping @Sendable (C) throws -> Void) throws -> Void
+        step: (@escaping @Sendable (C) throws -> Void) throws -> Void
     ) throws -> [String] {
         try connection.executeScript(
             """
@@ -55,7 +55,7 @@ public struct Migration: Sendable, Hashable {
         }
         var done: [String] = []
         for (position, migration) in pending {
-            try step(migration, position) { connection in
+            try step { connection in
                 try connection.executeScript(migration.sql)
                 _ = try connection.execute(
                     "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",

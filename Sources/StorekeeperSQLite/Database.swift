@@ -111,6 +111,6 @@ public actor Database {
         try Migration.run(
             migrations, on: connection, timestamp: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
             misuse: { SQLiteError(code: .misuse, message: $0, sql: nil) }
-        ) { _, _, apply in try write { try apply($0) } }
+        ) { apply in try write { try apply($0) } }
     }
 }

@@ -114,8 +114,8 @@ public struct NotificationPayload: SignedPayload {
     public var json: JSONObject
     public init(json: JSONObject) { self.json = json }
 
-    public var notificationType: String? { string("notificationType") }
-    public var subtype: String? { string("subtype") }
+    public var notificationType: NotificationType? { string("notificationType").map(NotificationType.init) }
+    public var subtype: NotificationSubtype? { string("subtype").map(NotificationSubtype.init) }
     public var notificationUUID: String? { string("notificationUUID") }
     public var version: String? { string("version") }
     public var signedDate: Date? { date("signedDate") }

@@ -1,25 +1,63 @@
 public import Foundation
-import StoreModel
+public import StoreModel
 
 /// What the server learned, verified: a transaction, renewal facts (with Apple's status), or both, and the
 /// Apple notification that carried them when there was one.
 public struct PurchaseUpdate: Sendable, Hashable {
-    /// `notification`, `app` or `api`.
-    public var source: String
+    public var source: ServerEventSource
     public var transaction: PurchaseRecord?
     public var renewal: RenewalFacts?
-    public var notificationType: String?
-    public var notificationSubtype: String?
+    public var notice: AppleNotice?
 
     public init(
-        source: String, transaction: PurchaseRecord? = nil, renewal: RenewalFacts? = nil,
-        notificationType: String? = nil, notificationSubtype: String? = nil
+        source: ServerEventSource, transaction: PurchaseRecord? = nil, renewal: RenewalFacts? = nil,
+        notice: AppleNotice? = nil
     ) {
         self.source = source
         self.transaction = transaction
         self.renewal = renewal
-        self.notificationType = notificationType
-        self.notificationSubtype = notificationSubtype
+        self.notice = notice
+    }
+}
+
+/// The Apple notification an update came in: V2's type and subtype, or V1's type.
+public enum AppleNotice: Sendable, Hashable {
+    case v2(NotificationType, NotificationSubtype?)
+    case v1(NotificationTypeV1)
+
+    /// Apple's name for it, as an event records it.
+    public var typeName: String {
+        switch self {
+        case .v2(let type, _): type.rawValue
+        case .v1(let type): type.rawValue
+        }
+    }
+
+    public var subtypeName: String? {
+        if case .v2(_, let subtype) = self { return subtype?.rawValue }
+        return nil
+    }
+
+    /// The customer asked for a refund (CONSUMPTION_REQUEST in either version).
+    var isRefundRequest: Bool {
+        switch self {
+        case .v2(let type, _): type == .consumptionRequest
+        case .v1(let type): type == .consumptionRequest
+        }
+    }
+
+    /// V2's type; nil for V1.
+    var type: NotificationType? {
+        if case .v2(let type, _) = self { return type }
+        return nil
+    }
+
+    /// Apple decided a refund request (REFUND, REFUND_DECLINED or REFUND_REVERSED; V1 only has REFUND).
+    var decidesRefundRequest: Bool {
+        switch self {
+        case .v2(let type, _): [.refund, .refundDeclined, .refundReversed].contains(type)
+        case .v1(let type): type == .refund
+        }
     }
 }
 
@@ -74,10 +112,10 @@ public enum PurchaseEngine {
         }
         if var current = subscription {
             current.owner = context.owner
-            switch update.notificationType {
-            case "CONSUMPTION_REQUEST": current.refundRequestDate = current.refundRequestDate ?? now
-            case "REFUND", "REFUND_DECLINED", "REFUND_REVERSED": current.refundRequestDate = nil
-            default: if current.revocationDate != nil { current.refundRequestDate = nil }
+            if update.notice?.isRefundRequest == true {
+                current.refundRequestDate = current.refundRequestDate ?? now
+            } else if update.notice?.decidesRefundRequest == true || current.revocationDate != nil {
+                current.refundRequestDate = nil
             }
             if let before = storedSubscription { diffEvents(before, current, context: context, into: &outcome) }
             subscription = current
@@ -92,7 +130,7 @@ public enum PurchaseEngine {
         var owner: String?
 
         func event(
-            _ type: String, id: String, subscription: SubscriptionRecord?, transaction: PurchaseRecord?,
+            _ type: ServerEventType, id: String, subscription: SubscriptionRecord?, transaction: PurchaseRecord?,
             date: Date, details: [String: String] = [:]
         ) -> ServerEvent {
             ServerEvent(
@@ -102,7 +140,7 @@ public enum PurchaseEngine {
                 transactionID: transaction?.transactionID ?? subscription?.latestTransactionID,
                 originalTransactionID: transaction?.originalTransactionID ?? subscription?.originalTransactionID,
                 expiresDate: transaction?.expiresDate ?? subscription?.expiresDate, source: update.source,
-                appleNotificationType: update.notificationType, appleSubtype: update.notificationSubtype,
+                appleNotificationType: update.notice?.typeName, appleSubtype: update.notice?.subtypeName,
                 details: details)
         }
     }
@@ -127,7 +165,7 @@ public enum PurchaseEngine {
             if transaction.kind != .autoRenewable {
                 outcome.events.append(
                     context.event(
-                        "NON_RENEWING_PURCHASE", id: "NON_RENEWING_PURCHASE:\(id)", subscription: nil,
+                        .nonRenewingPurchase, id: "\(ServerEventType.nonRenewingPurchase):\(id)", subscription: nil,
                         transaction: transaction, date: transaction.purchaseDate))
             }
         }
@@ -142,7 +180,7 @@ public enum PurchaseEngine {
             }
             outcome.events.append(
                 context.event(
-                    "REFUND", id: "REFUND:\(id)", subscription: nil, transaction: transaction,
+                    .refund, id: "\(ServerEventType.refund):\(id)", subscription: nil, transaction: transaction,
                     date: transaction.revocationDate ?? transaction.signedDate,
                     details: [
                         "reason": "CUSTOMER_SUPPORT", "revocationReason": String(transaction.revocationReason ?? 0),
@@ -156,7 +194,7 @@ public enum PurchaseEngine {
             }
             outcome.events.append(
                 context.event(
-                    "REFUND_REVERSED", id: "REFUND_REVERSED:\(id):\(milliseconds(transaction.signedDate))",
+                    .refundReversed, id: "\(ServerEventType.refundReversed):\(id):\(milliseconds(transaction.signedDate))",
                     subscription: nil, transaction: transaction, date: transaction.signedDate))
         }
     }
@@ -179,8 +217,8 @@ public enum PurchaseEngine {
                 renewalSignedDate: nil, owner: context.owner)
             outcome.events.append(
                 context.event(
-                    "INITIAL_PURCHASE",
-                    id: "INITIAL_PURCHASE:\(transaction.originalTransactionID):\(transaction.transactionID)",
+                    .initialPurchase,
+                    id: "\(ServerEventType.initialPurchase):\(transaction.originalTransactionID):\(transaction.transactionID)",
                     subscription: record, transaction: transaction, date: transaction.purchaseDate,
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             return record
@@ -195,23 +233,24 @@ public enum PurchaseEngine {
             // resubscription. Without one (receipts), the stored status decides.
             let wasEnded =
                 switch transaction.reason {
-                case "RENEWAL": false
-                case "PURCHASE":
+                case .renewal?: false
+                case .purchase?:
                     transaction.productID == subscription.productID || [2, 5].contains(subscription.status)
                 default: [2, 5].contains(subscription.status)
                 }
-            if transaction.productID != subscription.productID && !wasEnded && transaction.reason != "RENEWAL" {
+            if transaction.productID != subscription.productID && !wasEnded && transaction.reason != .renewal {
                 outcome.events.append(
                     context.event(
-                        "PRODUCT_CHANGE", id: "PRODUCT_CHANGE:\(transaction.transactionID)", subscription: subscription,
+                        .productChange, id: "\(ServerEventType.productChange):\(transaction.transactionID)", subscription: subscription,
                         transaction: transaction, date: transaction.purchaseDate,
                         details: ["newProductId": transaction.productID, "previousProductId": subscription.productID]))
             }
             outcome.events.append(
                 context.event(
-                    wasEnded ? "INITIAL_PURCHASE" : "RENEWAL",
-                    id:
-                        "\(wasEnded ? "INITIAL_PURCHASE:\(transaction.originalTransactionID)" : "RENEWAL"):\(transaction.transactionID)",
+                    wasEnded ? .initialPurchase : .renewal,
+                    id: wasEnded
+                        ? "\(ServerEventType.initialPurchase):\(transaction.originalTransactionID):\(transaction.transactionID)"
+                        : "\(ServerEventType.renewal):\(transaction.transactionID)",
                     subscription: subscription, transaction: transaction, date: transaction.purchaseDate,
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             subscription.latestTransactionID = transaction.transactionID
@@ -221,13 +260,13 @@ public enum PurchaseEngine {
             subscription.offerDiscountType = transaction.offerDiscountType
         } else if let expires = transaction.expiresDate, let before = subscription.expiresDate, expires > before,
             transaction.revocationDate == nil,
-            context.update.notificationType == "RENEWAL_EXTENDED"
+            context.update.notice?.type == .renewalExtended
                 || transaction.signedDate > subscription.transactionSignedDate
         {
             outcome.events.append(
                 context.event(
-                    "SUBSCRIPTION_EXTENDED",
-                    id: "SUBSCRIPTION_EXTENDED:\(transaction.transactionID):\(milliseconds(expires))",
+                    .subscriptionExtended,
+                    id: "\(ServerEventType.subscriptionExtended):\(transaction.transactionID):\(milliseconds(expires))",
                     subscription: subscription, transaction: transaction, date: transaction.signedDate))
         }
         subscription.expiresDate = transaction.expiresDate
@@ -272,7 +311,7 @@ public enum PurchaseEngine {
         if before.autoRenewStatus && !after.autoRenewStatus && after.status != 5 && live.contains(after.status) {
             outcome.events.append(
                 context.event(
-                    "CANCELLATION", id: "CANCELLATION:\(key):\(stamp)", subscription: after, transaction: nil, date: at,
+                    .cancellation, id: "\(ServerEventType.cancellation):\(key):\(stamp)", subscription: after, transaction: nil, date: at,
                     details: ["reason": after.status == 1 ? "UNSUBSCRIBE" : "BILLING_ERROR"]))
         }
         if !before.autoRenewStatus && after.autoRenewStatus && live.contains(after.status)
@@ -280,7 +319,7 @@ public enum PurchaseEngine {
         {
             outcome.events.append(
                 context.event(
-                    "UNCANCELLATION", id: "UNCANCELLATION:\(key):\(stamp)", subscription: after, transaction: nil,
+                    .uncancellation, id: "\(ServerEventType.uncancellation):\(key):\(stamp)", subscription: after, transaction: nil,
                     date: at))
         }
         if before.status == 1 && (after.status == 3 || after.status == 4) {
@@ -288,14 +327,14 @@ public enum PurchaseEngine {
             if let grace = after.gracePeriodExpiresDate { details["gracePeriodExpiresDate"] = milliseconds(grace) }
             outcome.events.append(
                 context.event(
-                    "BILLING_ISSUE", id: "BILLING_ISSUE:\(key):\(milliseconds(after.expiresDate))", subscription: after,
+                    .billingIssue, id: "\(ServerEventType.billingIssue):\(key):\(milliseconds(after.expiresDate))", subscription: after,
                     transaction: nil, date: at, details: details))
         }
         if live.contains(before.status) && after.status == 2 {
             let reasons: [Int64: String] = [1: "UNSUBSCRIBE", 2: "BILLING_ERROR", 3: "PRICE_INCREASE", 4: "UNKNOWN"]
             outcome.events.append(
                 context.event(
-                    "EXPIRATION", id: "EXPIRATION:\(key):\(milliseconds(after.expiresDate))", subscription: after,
+                    .expiration, id: "\(ServerEventType.expiration):\(key):\(milliseconds(after.expiresDate))", subscription: after,
                     transaction: nil, date: at,
                     details: ["reason": after.expirationIntent.flatMap { reasons[$0] } ?? "UNKNOWN"]))
         }
@@ -304,7 +343,7 @@ public enum PurchaseEngine {
         {
             outcome.events.append(
                 context.event(
-                    "PRODUCT_CHANGE", id: "PRODUCT_CHANGE:\(key):\(next):\(stamp)", subscription: after,
+                    .productChange, id: "\(ServerEventType.productChange):\(key):\(next):\(stamp)", subscription: after,
                     transaction: nil,
                     date: at, details: ["newProductId": next, "previousProductId": after.productID]))
         }

@@ -360,8 +360,8 @@ extension PurchaseServer {
 
     static func render(_ event: ServerEvent) -> JSONObject {
         var object: JSONObject = [
-            "id": .string(event.id), "type": .string(event.type), "date": ms(event.date),
-            "source": .string(event.source),
+            "id": .string(event.id), "type": .string(event.type.rawValue), "date": ms(event.date),
+            "source": .string(event.source.rawValue),
         ]
         if let product = event.productID { object["productId"] = .string(product) }
         if let id = event.transactionID { object["transactionId"] = .string(id) }

@@ -24,7 +24,7 @@ extension PurchaseServer {
             let suffix = Digest.hex(Digest.sha256(Array(target.url.utf8)).prefix(6))
             _ = try store.insert(
                 WebhookDelivery(
-                    id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type, bundleID: event.bundleID,
+                    id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type.rawValue, bundleID: event.bundleID,
                     url: target.url, body: body, created: wallClock()))
         }
     }
@@ -35,7 +35,7 @@ extension PurchaseServer {
             date.map { .integer(EpochMilliseconds.milliseconds($0)) } ?? .null
         }
         var object: JSONObject = [
-            "id": .string(event.id), "type": .string(event.type), "app_id": .string(event.bundleID),
+            "id": .string(event.id), "type": .string(event.type.rawValue), "app_id": .string(event.bundleID),
             "event_timestamp_ms": ms(event.date), "app_user_id": event.appUserID.map(JSONValue.string) ?? .null,
             "store": .string("APP_STORE"),
         ]
@@ -50,20 +50,20 @@ extension PurchaseServer {
         if event.expiresDate != nil { object["expiration_at_ms"] = ms(event.expiresDate) }
         if let period = event.details["periodType"] { object["period_type"] = .string(period.uppercased()) }
         switch event.type {
-        case "CANCELLATION": object["cancel_reason"] = event.details["reason"].map(JSONValue.string) ?? .null
-        case "EXPIRATION": object["expiration_reason"] = event.details["reason"].map(JSONValue.string) ?? .null
-        case "PRODUCT_CHANGE": object["new_product_id"] = event.details["newProductId"].map(JSONValue.string) ?? .null
-        case "TRANSFER":
+        case .cancellation: object["cancel_reason"] = event.details["reason"].map(JSONValue.string) ?? .null
+        case .expiration: object["expiration_reason"] = event.details["reason"].map(JSONValue.string) ?? .null
+        case .productChange: object["new_product_id"] = event.details["newProductId"].map(JSONValue.string) ?? .null
+        case .transfer:
             object["transferred_from"] = .array([event.details["transferredFrom"].map(JSONValue.string) ?? .null])
             object["transferred_to"] = .array([event.details["transferredTo"].map(JSONValue.string) ?? .null])
-        case "BILLING_ISSUE":
+        case .billingIssue:
             object["grace_period_expiration_at_ms"] =
                 event.details["gracePeriodExpiresDate"].flatMap { Int64($0) }.map(JSONValue.integer) ?? .null
         default: break
         }
         if let type = event.appleNotificationType { object["apple_notification_type"] = .string(type) }
         if let subtype = event.appleSubtype { object["apple_notification_subtype"] = .string(subtype) }
-        object["source"] = .string(event.source)
+        object["source"] = .string(event.source.rawValue)
         return object
     }
 

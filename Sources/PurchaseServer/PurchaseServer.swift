@@ -129,10 +129,10 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.invalid(
                 "notifications from \(environment.rawValue) are not accepted for \(bundleID)")
         }
-        metrics.count("storekeeper_notifications_total", ["type": type])
+        metrics.count("storekeeper_notifications_total", ["type": type.rawValue])
         let signedDate = notification.signedDate ?? now()
         var parsed = PurchaseUpdate(
-            source: "notification", notificationType: type, notificationSubtype: notification.subtype)
+            source: .notification, notice: .v2(type, notification.subtype))
         if let transaction = verified.transaction { parsed.transaction = Self.purchase(transaction) }
         if let renewal = verified.renewalInfo {
             parsed.renewal = Self.renewal(renewal, status: data["status"]?.int64Value, signedDate: signedDate)
@@ -140,10 +140,10 @@ public final class PurchaseServer: Sendable {
         let current = now()
         let update = parsed
         let testEvent =
-            type == "TEST"
+            type == .test
             ? ServerEvent(
-                id: "TEST:\(uuid)", type: "TEST", bundleID: bundleID, appUserID: nil, date: signedDate,
-                source: "notification", appleNotificationType: type) : nil
+                id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: bundleID, appUserID: nil,
+                date: signedDate, source: .notification, appleNotificationType: type.rawValue) : nil
         return try await write(input: ("notification:\(uuid)", "notification-v2", body)) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
             if let testEvent, try store.append(testEvent) {
@@ -173,19 +173,19 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.verification("the V1 notification's receipt did not verify")
         }
         let type = notification.type
-        metrics.count("storekeeper_notifications_total", ["type": "V1:" + type])
+        metrics.count("storekeeper_notifications_total", ["type": "V1:" + type.rawValue])
         var found = Self.purchases(of: parsed).map {
-            PurchaseUpdate(source: "notification", transaction: $0, notificationType: type)
+            PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
         }
         for renewal in notification.pendingRenewals {
             found.append(
                 PurchaseUpdate(
-                    source: "notification",
+                    source: .notification,
                     renewal: RenewalFacts(
                         originalTransactionID: renewal.originalTransactionID,
                         autoRenewStatus: renewal.autoRenewStatus, autoRenewProductID: renewal.autoRenewProductID,
                         expirationIntent: renewal.expirationIntent, signedDate: parsed.creationDate),
-                    notificationType: type))
+                    notice: .v1(type)))
         }
         let updates = found
         let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
@@ -228,7 +228,7 @@ public final class PurchaseServer: Sendable {
         let current = now()
         _ = try await write(input: (key, "transaction", Array(signedTransaction.utf8))) { store in
             try self.apply(
-                PurchaseUpdate(source: "app", transaction: purchase), bundleID: bundleID, claimant: appUserID,
+                PurchaseUpdate(source: .app, transaction: purchase), bundleID: bundleID, claimant: appUserID,
                 in: store,
                 now: current)
         }
@@ -278,7 +278,7 @@ public final class PurchaseServer: Sendable {
         _ = try await write(input: (key, "receipt", receipt)) { store in
             try purchases.flatMap {
                 try self.apply(
-                    PurchaseUpdate(source: "app", transaction: $0), bundleID: bundleID, claimant: appUserID, in: store,
+                    PurchaseUpdate(source: .app, transaction: $0), bundleID: bundleID, claimant: appUserID, in: store,
                     now: current)
             }
         }
@@ -314,7 +314,7 @@ public final class PurchaseServer: Sendable {
                         let payload = AppStoreServerAPIClient.decodedPayload(signed),
                         let transaction = Self.purchase(JWSTransaction(json: payload))
                     else { continue }
-                    var update = PurchaseUpdate(source: "api", transaction: transaction)
+                    var update = PurchaseUpdate(source: .api, transaction: transaction)
                     if let renewal = item.signedRenewalInfo.flatMap(AppStoreServerAPIClient.decodedPayload) {
                         let info = JWSRenewalInfo(json: renewal)
                         update.renewal = Self.renewal(info, status: item.status, signedDate: info.signedDate ?? now())
@@ -360,7 +360,7 @@ public final class PurchaseServer: Sendable {
         }
         // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)
         // counts nothing twice.
-        for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type]) }
+        for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }
         if !result.events.isEmpty { wakeDelivery() }
         return result
     }
@@ -412,8 +412,8 @@ public final class PurchaseServer: Sendable {
                     events.append(
                         ServerEvent(
                             id:
-                                "TRANSFER:\(originalID):\(claimant):\(PurchaseEngine.milliseconds(update.transaction?.signedDate))",
-                            type: "TRANSFER", bundleID: bundleID, appUserID: claimant, date: now,
+                                "\(ServerEventType.transfer):\(originalID):\(claimant):\(PurchaseEngine.milliseconds(update.transaction?.signedDate))",
+                            type: .transfer, bundleID: bundleID, appUserID: claimant, date: now,
                             environment: update.transaction?.environment, productID: update.transaction?.productID,
                             transactionID: update.transaction?.transactionID, originalTransactionID: originalID,
                             source: update.source, details: ["transferredFrom": current, "transferredTo": claimant]))
@@ -527,7 +527,7 @@ public final class PurchaseServer: Sendable {
             revocationDate: transaction.revocationDate, revocationReason: transaction.revocationReason?.rawValue,
             offerType: transaction.offerType?.rawValue, offerDiscountType: transaction.string("offerDiscountType"),
             appAccountToken: transaction.appAccountToken?.uuidString.lowercased(), price: transaction.price,
-            currency: transaction.currency, reason: transaction.transactionReason?.rawValue,
+            currency: transaction.currency, reason: transaction.transactionReason?.known,
             signedDate: transaction.signedDate ?? purchaseDate)
     }
 
@@ -565,7 +565,7 @@ public final class PurchaseServer: Sendable {
 /// Nothing in it is trusted but through the app's shared secret (`password`) and the receipt it carries,
 /// which is verified again.
 struct V1Notification: Sendable {
-    var type: String
+    var type: NotificationTypeV1
     var password: String?
     /// `unified_receipt.latest_receipt`, base64.
     var latestReceipt: String?
@@ -582,7 +582,7 @@ struct V1Notification: Sendable {
     /// Nil when `object` is not a V1 notification (no `notification_type`).
     init?(_ object: JSONObject) {
         guard let type = object["notification_type"] else { return nil }
-        self.type = type.stringValue ?? "UNKNOWN"
+        self.type = NotificationTypeV1(rawValue: type.stringValue ?? "UNKNOWN")
         password = object["password"]?.stringValue
         latestReceipt = object["unified_receipt"]?["latest_receipt"]?.stringValue
         pendingRenewals = (object["unified_receipt"]?["pending_renewal_info"]?.arrayValue ?? []).compactMap {

@@ -46,7 +46,7 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var currency: String?
     /// Apple's `transactionReason`: `PURCHASE` (bought by the customer: a first purchase, a resubscription,
     /// an upgrade) or `RENEWAL`; nil when unknown (receipts).
-    public var reason: String?
+    public var reason: TransactionReason?
     /// When Apple signed what this record says.
     public var signedDate: Date
     public var owner: String?
@@ -56,7 +56,7 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
         quantity: Int = 1, purchaseDate: Date, expiresDate: Date? = nil, webOrderLineItemID: String? = nil,
         environment: Environment, ownership: OwnershipType = .purchased, revocationDate: Date? = nil,
         revocationReason: Int64? = nil, offerType: Int64? = nil, offerDiscountType: String? = nil,
-        appAccountToken: String? = nil, price: Int64? = nil, currency: String? = nil, reason: String? = nil,
+        appAccountToken: String? = nil, price: Int64? = nil, currency: String? = nil, reason: TransactionReason? = nil,
         signedDate: Date, owner: String? = nil
     ) {
         self.transactionID = transactionID
@@ -206,7 +206,7 @@ public struct Grant: Codable, Sendable, Hashable {
 /// `id` is stable: the same change learned twice is one event.
 public struct ServerEvent: Codable, Sendable, Hashable {
     public var id: String
-    public var type: String
+    public var type: ServerEventType
     public var bundleID: String
     public var appUserID: String?
     public var date: Date
@@ -217,16 +217,18 @@ public struct ServerEvent: Codable, Sendable, Hashable {
     public var expiresDate: Date?
     /// Where it was learned: `notification`, `app` (a posted transaction or receipt), `api` (the App Store
     /// Server API), `developer` (a grant).
-    public var source: String
+    public var source: ServerEventSource
+    /// The Apple notification that told of it, as Apple named it: V2's `notificationType` and `subtype`, or
+    /// V1's `notification_type` (see ``AppleNotice``).
     public var appleNotificationType: String?
     public var appleSubtype: String?
     /// More about it: `reason` (cancellation, expiration), `newProductId`, `transferredFrom`, …
     public var details: [String: String]
 
     public init(
-        id: String, type: String, bundleID: String, appUserID: String?, date: Date, environment: Environment? = nil,
+        id: String, type: ServerEventType, bundleID: String, appUserID: String?, date: Date, environment: Environment? = nil,
         productID: String? = nil, transactionID: String? = nil, originalTransactionID: String? = nil,
-        expiresDate: Date? = nil, source: String, appleNotificationType: String? = nil, appleSubtype: String? = nil,
+        expiresDate: Date? = nil, source: ServerEventSource, appleNotificationType: String? = nil, appleSubtype: String? = nil,
         details: [String: String] = [:]
     ) {
         self.id = id

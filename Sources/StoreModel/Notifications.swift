@@ -1,62 +1,100 @@
-/// App Store Server Notifications V2 `notificationType` (Apple's names; unknown ones decode as `.unknown`).
-public enum NotificationType: String, Sendable, Hashable, CaseIterable, Codable {
-    case subscribed = "SUBSCRIBED"
-    case didRenew = "DID_RENEW"
-    case didChangeRenewalPref = "DID_CHANGE_RENEWAL_PREF"
-    case didChangeRenewalStatus = "DID_CHANGE_RENEWAL_STATUS"
-    case offerRedeemed = "OFFER_REDEEMED"
-    case didFailToRenew = "DID_FAIL_TO_RENEW"
-    case gracePeriodExpired = "GRACE_PERIOD_EXPIRED"
-    case expired = "EXPIRED"
-    case priceIncrease = "PRICE_INCREASE"
-    case refund = "REFUND"
-    case refundDeclined = "REFUND_DECLINED"
-    case refundReversed = "REFUND_REVERSED"
-    case consumptionRequest = "CONSUMPTION_REQUEST"
-    case renewalExtended = "RENEWAL_EXTENDED"
-    case renewalExtension = "RENEWAL_EXTENSION"
-    case revoke = "REVOKE"
-    case test = "TEST"
-    case oneTimeCharge = "ONE_TIME_CHARGE"
-    case externalPurchaseToken = "EXTERNAL_PURCHASE_TOKEN"
-    case rescindConsent = "RESCIND_CONSENT"
-    case metadataUpdate = "METADATA_UPDATE"
-    case migration = "MIGRATION"
-    case priceChange = "PRICE_CHANGE"
+/// A name from a vocabulary that grows: Apple's notification types, the server's event types. A struct
+/// rather than an enum, so that a name Apple adds (or a stored one this build does not know) keeps its raw
+/// value; the names this build knows are constants, listed in `known`.
+public protocol OpenVocabulary: RawRepresentable, Sendable, Hashable, Codable, ExpressibleByStringLiteral,
+    CustomStringConvertible
+where RawValue == String {
+    init(rawValue: String)
+    /// Every name this build knows, in the order of its documentation.
+    static var known: [Self] { get }
+}
+
+extension OpenVocabulary {
+    public init(stringLiteral value: String) { self.init(rawValue: value) }
+    public var description: String { rawValue }
+    /// Whether this build knows the name.
+    public var isKnown: Bool { Self.known.contains(self) }
+    /// A known name; nil for any other.
+    public init?(known name: String) {
+        let value = Self(rawValue: name)
+        guard value.isKnown else { return nil }
+        self = value
+    }
+}
+
+/// App Store Server Notifications V2 `notificationType`.
+public struct NotificationType: OpenVocabulary {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    public static let subscribed: Self = "SUBSCRIBED"
+    public static let didRenew: Self = "DID_RENEW"
+    public static let didChangeRenewalPref: Self = "DID_CHANGE_RENEWAL_PREF"
+    public static let didChangeRenewalStatus: Self = "DID_CHANGE_RENEWAL_STATUS"
+    public static let offerRedeemed: Self = "OFFER_REDEEMED"
+    public static let didFailToRenew: Self = "DID_FAIL_TO_RENEW"
+    public static let gracePeriodExpired: Self = "GRACE_PERIOD_EXPIRED"
+    public static let expired: Self = "EXPIRED"
+    public static let priceIncrease: Self = "PRICE_INCREASE"
+    public static let refund: Self = "REFUND"
+    public static let refundDeclined: Self = "REFUND_DECLINED"
+    public static let refundReversed: Self = "REFUND_REVERSED"
+    public static let consumptionRequest: Self = "CONSUMPTION_REQUEST"
+    public static let renewalExtended: Self = "RENEWAL_EXTENDED"
+    public static let renewalExtension: Self = "RENEWAL_EXTENSION"
+    public static let revoke: Self = "REVOKE"
+    public static let test: Self = "TEST"
+    public static let oneTimeCharge: Self = "ONE_TIME_CHARGE"
+    public static let externalPurchaseToken: Self = "EXTERNAL_PURCHASE_TOKEN"
+    public static let rescindConsent: Self = "RESCIND_CONSENT"
+    public static let metadataUpdate: Self = "METADATA_UPDATE"
+    public static let migration: Self = "MIGRATION"
+    public static let priceChange: Self = "PRICE_CHANGE"
+
+    public static let known: [Self] = [
+        .subscribed, .didRenew, .didChangeRenewalPref, .didChangeRenewalStatus, .offerRedeemed, .didFailToRenew,
+        .gracePeriodExpired, .expired, .priceIncrease, .refund, .refundDeclined, .refundReversed,
+        .consumptionRequest, .renewalExtended, .renewalExtension, .revoke, .test, .oneTimeCharge,
+        .externalPurchaseToken, .rescindConsent, .metadataUpdate, .migration, .priceChange,
+    ]
 }
 
 /// V2 `subtype`.
-public enum NotificationSubtype: String, Sendable, Hashable, CaseIterable, Codable {
-    case initialBuy = "INITIAL_BUY"
-    case resubscribe = "RESUBSCRIBE"
-    case downgrade = "DOWNGRADE"
-    case upgrade = "UPGRADE"
-    case autoRenewEnabled = "AUTO_RENEW_ENABLED"
-    case autoRenewDisabled = "AUTO_RENEW_DISABLED"
-    case voluntary = "VOLUNTARY"
-    case billingRetry = "BILLING_RETRY"
-    case priceIncrease = "PRICE_INCREASE"
-    case gracePeriod = "GRACE_PERIOD"
-    case pending = "PENDING"
-    case accepted = "ACCEPTED"
-    case billingRecovery = "BILLING_RECOVERY"
-    case productNotForSale = "PRODUCT_NOT_FOR_SALE"
-    case summary = "SUMMARY"
-    case failure = "FAILURE"
-    case unreported = "UNREPORTED"
-}
-
-/// One notification a change of state causes: its V2 type and subtype, and the V1 `notification_type`
-/// when V1 has an equivalent (shared/spec/notifications.md §2.3).
-/// App Store Server Notifications V1's `notification_type`. A struct rather than an enum so that a value
-/// Apple adds (or a stored one this build does not know) keeps its raw name.
-public struct NotificationTypeV1: RawRepresentable, Sendable, Hashable, Codable, ExpressibleByStringLiteral,
-    CustomStringConvertible
-{
+public struct NotificationSubtype: OpenVocabulary {
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
-    public init(stringLiteral value: String) { self.init(rawValue: value) }
-    public var description: String { rawValue }
+
+    public static let initialBuy: Self = "INITIAL_BUY"
+    public static let resubscribe: Self = "RESUBSCRIBE"
+    public static let downgrade: Self = "DOWNGRADE"
+    public static let upgrade: Self = "UPGRADE"
+    public static let autoRenewEnabled: Self = "AUTO_RENEW_ENABLED"
+    public static let autoRenewDisabled: Self = "AUTO_RENEW_DISABLED"
+    public static let voluntary: Self = "VOLUNTARY"
+    public static let billingRetry: Self = "BILLING_RETRY"
+    public static let priceIncrease: Self = "PRICE_INCREASE"
+    public static let gracePeriod: Self = "GRACE_PERIOD"
+    public static let pending: Self = "PENDING"
+    public static let accepted: Self = "ACCEPTED"
+    public static let billingRecovery: Self = "BILLING_RECOVERY"
+    public static let productNotForSale: Self = "PRODUCT_NOT_FOR_SALE"
+    public static let summary: Self = "SUMMARY"
+    public static let failure: Self = "FAILURE"
+    public static let unreported: Self = "UNREPORTED"
+    public static let created: Self = "CREATED"
+    public static let activeTokenReminder: Self = "ACTIVE_TOKEN_REMINDER"
+
+    public static let known: [Self] = [
+        .initialBuy, .resubscribe, .downgrade, .upgrade, .autoRenewEnabled, .autoRenewDisabled, .voluntary,
+        .billingRetry, .priceIncrease, .gracePeriod, .pending, .accepted, .billingRecovery, .productNotForSale,
+        .summary, .failure, .unreported, .created, .activeTokenReminder,
+    ]
+}
+
+/// App Store Server Notifications V1's `notification_type`.
+public struct NotificationTypeV1: OpenVocabulary {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
 
     public static let initialBuy: Self = "INITIAL_BUY"
     public static let cancel: Self = "CANCEL"
@@ -80,6 +118,8 @@ public struct NotificationTypeV1: RawRepresentable, Sendable, Hashable, Codable,
     ]
 }
 
+/// One notification a change of state causes: its V2 type and subtype, and the V1 `notification_type`
+/// when V1 has an equivalent (shared/spec/notifications.md §2.3).
 public struct Notice: Sendable, Hashable, CustomStringConvertible {
     public var type: NotificationType
     public var subtype: NotificationSubtype?

@@ -188,7 +188,7 @@ extension BenchCommands {
                             bundleID: bundle, productID: "monthly", kind: .autoRenewable, purchaseDate: purchased,
                             expiresDate: purchased.addingTimeInterval(30 * 86_400), environment: .production,
                             price: 2_990,
-                            currency: "USD", reason: index % 4 == 0 ? "PURCHASE" : "RENEWAL", signedDate: purchased,
+                            currency: "USD", reason: index % 4 == 0 ? .purchase : .renewal, signedDate: purchased,
                             owner: user))
                 }
             }

@@ -12,14 +12,14 @@ struct PurchaseEngineTests {
 
     static func period(
         _ index: Int, product: String = "monthly", signed: TimeInterval? = nil, revoked: Bool = false,
-        reason: String? = nil
+        reason: TransactionReason? = nil
     ) -> PurchaseRecord {
         let begins = start.addingTimeInterval(Double(index) * month)
         return PurchaseRecord(
             transactionID: String(1000 + index), originalTransactionID: "1000", bundleID: "app", productID: product,
             kind: .autoRenewable, purchaseDate: begins, expiresDate: begins.addingTimeInterval(month),
             environment: .sandbox, revocationDate: revoked ? begins.addingTimeInterval(10) : nil,
-            reason: reason ?? (index == 0 ? "PURCHASE" : "RENEWAL"), signedDate: begins.addingTimeInterval(signed ?? 1))
+            reason: reason ?? (index == 0 ? .purchase : .renewal), signedDate: begins.addingTimeInterval(signed ?? 1))
     }
 
     static func renewal(
@@ -33,11 +33,11 @@ struct PurchaseEngineTests {
 
     /// Applies updates in order, keeping the records between them; answers the last records and every event.
     static func run(_ updates: [PurchaseUpdate], now: Date = start) -> (
-        purchases: [String: PurchaseRecord], subscription: SubscriptionRecord?, events: [String], ledger: [LedgerEntry]
+        purchases: [String: PurchaseRecord], subscription: SubscriptionRecord?, events: [ServerEventType], ledger: [LedgerEntry]
     ) {
         var purchases: [String: PurchaseRecord] = [:]
         var subscription: SubscriptionRecord?
-        var events: [String] = []
+        var events: [ServerEventType] = []
         var seen: Set<String> = []
         var ledger: [LedgerEntry] = []
         for update in updates {
@@ -58,7 +58,7 @@ struct PurchaseEngineTests {
         let first = PurchaseUpdate(source: "app", transaction: Self.period(0))
         let renewed = PurchaseUpdate(
             source: "notification", transaction: Self.period(1), renewal: Self.renewal(Self.month + 1, status: 1),
-            notificationType: "DID_RENEW")
+            notice: .v2("DID_RENEW", nil))
         let result = Self.run([first, renewed, renewed, first], now: Self.start.addingTimeInterval(Self.month + 5))
         #expect(result.events == ["INITIAL_PURCHASE", "RENEWAL"])
         #expect(result.subscription?.latestTransactionID == "1001")
@@ -103,7 +103,7 @@ struct PurchaseEngineTests {
         #expect(pending.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE"])
         let upgrade = Self.run([
             PurchaseUpdate(source: "app", transaction: Self.period(0)),
-            PurchaseUpdate(source: "notification", transaction: Self.period(1, product: "premium", reason: "PURCHASE")),
+            PurchaseUpdate(source: "notification", transaction: Self.period(1, product: "premium", reason: .purchase)),
         ])
         #expect(upgrade.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
         #expect(upgrade.subscription?.productID == "premium")
@@ -137,7 +137,7 @@ struct PurchaseEngineTests {
         extended.expiresDate = extended.expiresDate?.addingTimeInterval(50)
         let result = Self.run([
             PurchaseUpdate(source: "app", transaction: Self.period(0)),
-            PurchaseUpdate(source: "notification", transaction: extended, notificationType: "RENEWAL_EXTENDED"),
+            PurchaseUpdate(source: "notification", transaction: extended, notice: .v2("RENEWAL_EXTENDED", nil)),
             PurchaseUpdate(source: "notification", transaction: Self.period(0, signed: 30, revoked: true)),
         ])
         #expect(result.events == ["INITIAL_PURCHASE", "SUBSCRIPTION_EXTENDED", "REFUND"])

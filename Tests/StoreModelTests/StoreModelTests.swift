@@ -80,4 +80,32 @@ struct NotificationTypeV1Tests {
         let future = NotificationTypeV1(rawValue: "SOMETHING_NEW")
         #expect(future.rawValue == "SOMETHING_NEW" && !NotificationTypeV1.known.contains(future))
     }
+
+    @Test("V2 types and subtypes and the server's event types: Apple's names, unknown ones kept through JSON")
+    func openVocabularies() throws {
+        #expect(NotificationType.known.count == 23, "the 23 types of Apple's library (spec §2.2)")
+        #expect(Set(NotificationType.known).count == NotificationType.known.count, "no name twice")
+        #expect(NotificationSubtype.known.count == 19)
+        #expect(Set(NotificationSubtype.known).count == NotificationSubtype.known.count)
+        #expect(Set(ServerEventType.known).count == ServerEventType.known.count)
+        #expect(NotificationType(known: "DID_RENEW") == .didRenew)
+        #expect(NotificationType(known: "DID_RENEW_LATER") == nil, "an unknown name is not a known one")
+        #expect(NotificationSubtype(known: "SUMMARY") == .summary)
+        #expect(ServerEventType.initialPurchase.rawValue == "INITIAL_PURCHASE")
+        #expect(ServerEventType.refund.isLoss && !ServerEventType.renewal.isLoss)
+        #expect("\(ServerEventType.transfer):1" == "TRANSFER:1", "ids are written with the raw name")
+
+        struct Stored: Codable, Equatable {
+            var type: NotificationType
+            var subtype: NotificationSubtype?
+            var event: ServerEventType
+            var source: ServerEventSource
+        }
+        let json = #"{"type":"SOMETHING_NEW","subtype":"SUMMARY","event":"FUTURE_EVENT","source":"app"}"#
+        let decoded = try JSONDecoder().decode(Stored.self, from: Data(json.utf8))
+        #expect(decoded.type.rawValue == "SOMETHING_NEW" && !decoded.type.isKnown)
+        #expect(decoded.subtype == .summary && decoded.event.rawValue == "FUTURE_EVENT" && decoded.source == .app)
+        let again = try JSONDecoder().decode(Stored.self, from: JSONEncoder().encode(decoded))
+        #expect(again == decoded, "a name this build does not know survives a round trip")
+    }
 }

@@ -94,14 +94,14 @@ extension NotificationHistoryQuery {
         }
         var type: NotificationType?
         if let name = text("notificationType") {
-            guard let parsed = NotificationType(rawValue: name) else {
+            guard let parsed = NotificationType(known: name) else {
                 throw EmulatorError.api(.invalidNotificationType, "Invalid notification type.")
             }
             type = parsed
         }
         var subtype: NotificationSubtype?
         if let name = text("notificationSubtype") {
-            guard type != nil, let parsed = NotificationSubtype(rawValue: name) else {
+            guard type != nil, let parsed = NotificationSubtype(known: name) else {
                 throw EmulatorError.api(.invalidNotificationType, "Invalid notification type and subtype.")
             }
             subtype = parsed

@@ -61,8 +61,8 @@ extension SQLiteEmulatorStorage.Store {
             environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
             version: version, url: row["url"].string ?? "", body: body, signedPayload: signedPayload,
             notice: Notice(
-                NotificationType(rawValue: row["type"].string ?? "") ?? .test,
-                row["subtype"].string.flatMap(NotificationSubtype.init(rawValue:)),
+                NotificationType(rawValue: row["type"].string ?? NotificationType.test.rawValue),
+                row["subtype"].string.map(NotificationSubtype.init(rawValue:)),
                 v1: row["v1_type"].string.map(NotificationTypeV1.init(rawValue:))),
             originalTransactionID: row["original_transaction_id"].string.map(TransactionID.init),
             created: date(row["created"]) ?? .distantPast,

@@ -183,14 +183,14 @@ extension PurchaseServer {
             rows: events.map { item in
                 let event = item.event
                 return [
-                    HTML.date(event.date), "<span class=\"event-type\">\(event.type)</span>",
+                    HTML.date(event.date), "<span class=\"event-type\">\(event.type.rawValue)</span>",
                     "\(event.productID ?? "—")",
-                    "\(event.source)",
+                    "\(event.source.rawValue)",
                     "\(event.appleNotificationType.map { type in event.appleSubtype.map { "\(type) / \($0)" } ?? type } ?? "—")",
                 ]
             }, empty: "none.",
             rowClasses: events.map {
-                ["CANCELLATION", "BILLING_ISSUE", "EXPIRATION", "REFUND"].contains($0.event.type) ? "bad" : nil
+                $0.event.type.isLoss ? "bad" : nil
             })
         return dashboardPage("Subscriber", body: body)
     }

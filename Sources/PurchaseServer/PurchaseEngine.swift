@@ -130,11 +130,12 @@ public enum PurchaseEngine {
         var owner: String?
 
         func event(
-            _ type: ServerEventType, id: String, subscription: SubscriptionRecord?, transaction: PurchaseRecord?,
+            _ type: ServerEventType, key: String, subscription: SubscriptionRecord?, transaction: PurchaseRecord?,
             date: Date, details: [String: String] = [:]
         ) -> ServerEvent {
             ServerEvent(
-                id: id, type: type, bundleID: transaction?.bundleID ?? subscription?.bundleID ?? "", appUserID: owner,
+                id: "\(type.rawValue):\(key)", type: type,
+                bundleID: transaction?.bundleID ?? subscription?.bundleID ?? "", appUserID: owner,
                 date: date, environment: transaction?.environment ?? subscription?.environment,
                 productID: transaction?.productID ?? subscription?.productID,
                 transactionID: transaction?.transactionID ?? subscription?.latestTransactionID,
@@ -165,7 +166,7 @@ public enum PurchaseEngine {
             if transaction.kind != .autoRenewable {
                 outcome.events.append(
                     context.event(
-                        .nonRenewingPurchase, id: "\(ServerEventType.nonRenewingPurchase):\(id)", subscription: nil,
+                        .nonRenewingPurchase, key: "\(id)", subscription: nil,
                         transaction: transaction, date: transaction.purchaseDate))
             }
         }
@@ -180,7 +181,7 @@ public enum PurchaseEngine {
             }
             outcome.events.append(
                 context.event(
-                    .refund, id: "\(ServerEventType.refund):\(id)", subscription: nil, transaction: transaction,
+                    .refund, key: "\(id)", subscription: nil, transaction: transaction,
                     date: transaction.revocationDate ?? transaction.signedDate,
                     details: [
                         "reason": "CUSTOMER_SUPPORT", "revocationReason": String(transaction.revocationReason ?? 0),
@@ -194,7 +195,8 @@ public enum PurchaseEngine {
             }
             outcome.events.append(
                 context.event(
-                    .refundReversed, id: "\(ServerEventType.refundReversed):\(id):\(milliseconds(transaction.signedDate))",
+                    .refundReversed,
+                    key: "\(id):\(milliseconds(transaction.signedDate))",
                     subscription: nil, transaction: transaction, date: transaction.signedDate))
         }
     }
@@ -218,7 +220,7 @@ public enum PurchaseEngine {
             outcome.events.append(
                 context.event(
                     .initialPurchase,
-                    id: "\(ServerEventType.initialPurchase):\(transaction.originalTransactionID):\(transaction.transactionID)",
+                    key: "\(transaction.originalTransactionID):\(transaction.transactionID)",
                     subscription: record, transaction: transaction, date: transaction.purchaseDate,
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             return record
@@ -241,16 +243,17 @@ public enum PurchaseEngine {
             if transaction.productID != subscription.productID && !wasEnded && transaction.reason != .renewal {
                 outcome.events.append(
                     context.event(
-                        .productChange, id: "\(ServerEventType.productChange):\(transaction.transactionID)", subscription: subscription,
+                        .productChange, key: "\(transaction.transactionID)",
+                        subscription: subscription,
                         transaction: transaction, date: transaction.purchaseDate,
                         details: ["newProductId": transaction.productID, "previousProductId": subscription.productID]))
             }
             outcome.events.append(
                 context.event(
                     wasEnded ? .initialPurchase : .renewal,
-                    id: wasEnded
-                        ? "\(ServerEventType.initialPurchase):\(transaction.originalTransactionID):\(transaction.transactionID)"
-                        : "\(ServerEventType.renewal):\(transaction.transactionID)",
+                    key: wasEnded
+                        ? "\(transaction.originalTransactionID):\(transaction.transactionID)"
+                        : transaction.transactionID,
                     subscription: subscription, transaction: transaction, date: transaction.purchaseDate,
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             subscription.latestTransactionID = transaction.transactionID
@@ -266,7 +269,7 @@ public enum PurchaseEngine {
             outcome.events.append(
                 context.event(
                     .subscriptionExtended,
-                    id: "\(ServerEventType.subscriptionExtended):\(transaction.transactionID):\(milliseconds(expires))",
+                    key: "\(transaction.transactionID):\(milliseconds(expires))",
                     subscription: subscription, transaction: transaction, date: transaction.signedDate))
         }
         subscription.expiresDate = transaction.expiresDate
@@ -311,7 +314,8 @@ public enum PurchaseEngine {
         if before.autoRenewStatus && !after.autoRenewStatus && after.status != 5 && live.contains(after.status) {
             outcome.events.append(
                 context.event(
-                    .cancellation, id: "\(ServerEventType.cancellation):\(key):\(stamp)", subscription: after, transaction: nil, date: at,
+                    .cancellation, key: "\(key):\(stamp)", subscription: after,
+                    transaction: nil, date: at,
                     details: ["reason": after.status == 1 ? "UNSUBSCRIBE" : "BILLING_ERROR"]))
         }
         if !before.autoRenewStatus && after.autoRenewStatus && live.contains(after.status)
@@ -319,7 +323,8 @@ public enum PurchaseEngine {
         {
             outcome.events.append(
                 context.event(
-                    .uncancellation, id: "\(ServerEventType.uncancellation):\(key):\(stamp)", subscription: after, transaction: nil,
+                    .uncancellation, key: "\(key):\(stamp)", subscription: after,
+                    transaction: nil,
                     date: at))
         }
         if before.status == 1 && (after.status == 3 || after.status == 4) {
@@ -327,14 +332,16 @@ public enum PurchaseEngine {
             if let grace = after.gracePeriodExpiresDate { details["gracePeriodExpiresDate"] = milliseconds(grace) }
             outcome.events.append(
                 context.event(
-                    .billingIssue, id: "\(ServerEventType.billingIssue):\(key):\(milliseconds(after.expiresDate))", subscription: after,
+                    .billingIssue, key: "\(key):\(milliseconds(after.expiresDate))",
+                    subscription: after,
                     transaction: nil, date: at, details: details))
         }
         if live.contains(before.status) && after.status == 2 {
             let reasons: [Int64: String] = [1: "UNSUBSCRIBE", 2: "BILLING_ERROR", 3: "PRICE_INCREASE", 4: "UNKNOWN"]
             outcome.events.append(
                 context.event(
-                    .expiration, id: "\(ServerEventType.expiration):\(key):\(milliseconds(after.expiresDate))", subscription: after,
+                    .expiration, key: "\(key):\(milliseconds(after.expiresDate))",
+                    subscription: after,
                     transaction: nil, date: at,
                     details: ["reason": after.expirationIntent.flatMap { reasons[$0] } ?? "UNKNOWN"]))
         }
@@ -343,7 +350,7 @@ public enum PurchaseEngine {
         {
             outcome.events.append(
                 context.event(
-                    .productChange, id: "\(ServerEventType.productChange):\(key):\(next):\(stamp)", subscription: after,
+                    .productChange, key: "\(key):\(next):\(stamp)", subscription: after,
                     transaction: nil,
                     date: at, details: ["newProductId": next, "previousProductId": after.productID]))
         }

@@ -24,7 +24,8 @@ extension PurchaseServer {
             let suffix = Digest.hex(Digest.sha256(Array(target.url.utf8)).prefix(6))
             _ = try store.insert(
                 WebhookDelivery(
-                    id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type.rawValue, bundleID: event.bundleID,
+                    id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type.rawValue,
+                    bundleID: event.bundleID,
                     url: target.url, body: body, created: wallClock()))
         }
     }

@@ -226,9 +226,11 @@ public struct ServerEvent: Codable, Sendable, Hashable {
     public var details: [String: String]
 
     public init(
-        id: String, type: ServerEventType, bundleID: String, appUserID: String?, date: Date, environment: Environment? = nil,
+        id: String, type: ServerEventType, bundleID: String, appUserID: String?, date: Date,
+        environment: Environment? = nil,
         productID: String? = nil, transactionID: String? = nil, originalTransactionID: String? = nil,
-        expiresDate: Date? = nil, source: ServerEventSource, appleNotificationType: String? = nil, appleSubtype: String? = nil,
+        expiresDate: Date? = nil, source: ServerEventSource, appleNotificationType: String? = nil,
+        appleSubtype: String? = nil,
         details: [String: String] = [:]
     ) {
         self.id = id

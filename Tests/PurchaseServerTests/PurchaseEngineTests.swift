@@ -33,12 +33,14 @@ struct PurchaseEngineTests {
 
     /// Applies updates in order, keeping the records between them; answers the last records and every event.
     static func run(_ updates: [PurchaseUpdate], now: Date = start) -> (
-        purchases: [String: PurchaseRecord], subscription: SubscriptionRecord?, events: [ServerEventType], ledger: [LedgerEntry]
+        purchases: [String: PurchaseRecord], subscription: SubscriptionRecord?, events: [ServerEventType],
+        ledger: [LedgerEntry], ids: [String]
     ) {
         var purchases: [String: PurchaseRecord] = [:]
         var subscription: SubscriptionRecord?
         var events: [ServerEventType] = []
         var seen: Set<String> = []
+        var ids: [String] = []
         var ledger: [LedgerEntry] = []
         for update in updates {
             let outcome = PurchaseEngine.apply(
@@ -47,10 +49,13 @@ struct PurchaseEngineTests {
                 owner: "user", now: now)
             if let purchase = outcome.purchase { purchases[purchase.transactionID] = purchase }
             subscription = outcome.subscription ?? subscription
-            for event in outcome.events where seen.insert(event.id).inserted { events.append(event.type) }
+            for event in outcome.events where seen.insert(event.id).inserted {
+                events.append(event.type)
+                ids.append(event.id)
+            }
             ledger += outcome.ledger
         }
-        return (purchases, subscription, events, ledger)
+        return (purchases, subscription, events, ledger, ids)
     }
 
     @Test("A purchase, its renewals and a replay: INITIAL_PURCHASE, RENEWAL once each, nothing for the replay")
@@ -61,6 +66,8 @@ struct PurchaseEngineTests {
             notice: .v2("DID_RENEW", nil))
         let result = Self.run([first, renewed, renewed, first], now: Self.start.addingTimeInterval(Self.month + 5))
         #expect(result.events == ["INITIAL_PURCHASE", "RENEWAL"])
+        // Stored ids de-duplicate events across restarts and processes: their form must not change.
+        #expect(result.ids == ["INITIAL_PURCHASE:1000:1000", "RENEWAL:1001"])
         #expect(result.subscription?.latestTransactionID == "1001")
         #expect(result.subscription?.status == 1 && result.subscription?.autoRenewStatus == true)
     }

@@ -103,6 +103,9 @@ struct ServerHarness {
     /// Every instance with its own HTTP server (several share one PostgreSQL database).
     var instances: [(server: PurchaseServer, http: HTTPServer)] = []
     var balancer: Balancer?
+    /// The single instance's routes, which ``call(_:_:_:key:)`` answers through without a socket; nil when a
+    /// balancer fronts several instances (requests then go over loopback, as clients' would).
+    var responder: Responder?
 
     /// An emulator and a purchase server: by default one instance on SQLite; with `postgres`, `instances`
     /// server instances on that database (each its own pool, cache, webhook sender and leader election,
@@ -142,6 +145,7 @@ struct ServerHarness {
             secretKey: secret, apps: [app], transferPolicy: transferPolicy, webhookRetrySchedule: [0.05, 0.05, 0.05])
         configuration.maxAPIRequestsPerHour = maxAPIRequestsPerHour
         var instances: [(server: PurchaseServer, http: HTTPServer)] = []
+        var responders: [Responder] = []
         for _ in 0..<max(1, count) {
             let chosen: any ServerStorage
             if let postgres {
@@ -155,7 +159,9 @@ struct ServerHarness {
             let server = try PurchaseServer(configuration: configuration, storage: chosen, now: { store.now })
             server.startDelivery(granularity: .milliseconds(20))
             if let reconcileEvery { server.startReconciliation(every: reconcileEvery) }
-            instances.append((server, try HTTPServer(port: 0, responder: server.responder())))
+            let responder = server.responder()
+            responders.append(responder)
+            instances.append((server, try HTTPServer(port: 0, responder: responder)))
         }
         var balancer: Balancer?
         if instances.count > 1 || faults != .none {
@@ -172,6 +178,7 @@ struct ServerHarness {
             directory: directory)
         harness.instances = instances
         harness.balancer = balancer
+        harness.responder = balancer == nil ? responders[0] : nil
         return harness
     }
 
@@ -217,8 +224,14 @@ struct ServerHarness {
     {
         var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
         if let key { headers.append(("Authorization", "Bearer " + key)) }
-        let response = try await HTTPClient().send(
-            method, base + path, headers: headers, body: body.map { JSONWriter.bytes(.object($0)) } ?? [])
+        let bytes = body.map { JSONWriter.bytes(.object($0)) } ?? []
+        if let responder {
+            var request = HTTPRequest(method: method, target: path, headers: headers, body: bytes)
+            request.remoteAddress = "127.0.0.1"
+            let response = await responder.respond(to: request)
+            return (response.status, response.body.isEmpty ? .null : try JSONParser.parse(response.body))
+        }
+        let response = try await HTTPClient().send(method, base + path, headers: headers, body: bytes)
         return (response.status, response.body.isEmpty ? .null : try JSONParser.parse(response.body))
     }
 

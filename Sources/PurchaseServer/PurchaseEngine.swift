@@ -246,14 +246,17 @@ public enum PurchaseEngine {
                         .productChange, key: "\(transaction.transactionID)",
                         subscription: subscription,
                         transaction: transaction, date: transaction.purchaseDate,
-                        details: ["newProductId": transaction.productID, "previousProductId": subscription.productID]))
+                        details: [
+                            "newProductId": transaction.productID.rawValue,
+                            "previousProductId": subscription.productID.rawValue,
+                        ]))
             }
             outcome.events.append(
                 context.event(
                     wasEnded ? .initialPurchase : .renewal,
                     key: wasEnded
                         ? "\(transaction.originalTransactionID):\(transaction.transactionID)"
-                        : transaction.transactionID,
+                        : transaction.transactionID.rawValue,
                     subscription: subscription, transaction: transaction, date: transaction.purchaseDate,
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             subscription.latestTransactionID = transaction.transactionID
@@ -352,7 +355,7 @@ public enum PurchaseEngine {
                 context.event(
                     .productChange, key: "\(key):\(next):\(stamp)", subscription: after,
                     transaction: nil,
-                    date: at, details: ["newProductId": next, "previousProductId": after.productID]))
+                    date: at, details: ["newProductId": next.rawValue, "previousProductId": after.productID.rawValue]))
         }
     }
 

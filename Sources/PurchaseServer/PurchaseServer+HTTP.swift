@@ -296,7 +296,8 @@ extension PurchaseServer {
         let posts = posted.view.purchases.filter { posted.transactionIDs.contains($0.transactionID) }
         let originals = Set(posts.map(\.originalTransactionID))
         var subscriptions = JSONObject()
-        for member in object["subscriptions"]?.objectValue?.members ?? [] where originals.contains(member.key) {
+        for member in object["subscriptions"]?.objectValue?.members ?? []
+        where originals.contains(TransactionID(member.key)) {
             subscriptions[member.key] = member.value
         }
         return [
@@ -304,7 +305,8 @@ extension PurchaseServer {
             "entitlements": object["entitlements"] ?? .object([:]), "subscriptions": .object(subscriptions),
             "purchases": .array(
                 (object["purchases"]?.arrayValue ?? []).filter { purchase in
-                    purchase["transactionId"]?.stringValue.map(posted.transactionIDs.contains) ?? false
+                    purchase["transactionId"]?.stringValue.map { posted.transactionIDs.contains(TransactionID($0)) }
+                        ?? false
                 }),
             "flags": object["flags"] ?? .array([]),
         ]
@@ -322,10 +324,10 @@ extension PurchaseServer {
         }
         var subscriptions = JSONObject()
         for subscription in view.subscriptions {
-            subscriptions[subscription.originalTransactionID] = .object([
-                "productId": .string(subscription.productID), "status": .integer(subscription.status),
+            subscriptions[subscription.originalTransactionID.rawValue] = .object([
+                "productId": .string(subscription.productID.rawValue), "status": .integer(subscription.status),
                 "expiresDate": ms(subscription.expiresDate), "autoRenewStatus": .bool(subscription.autoRenewStatus),
-                "autoRenewProductId": subscription.autoRenewProductID.map(JSONValue.string) ?? .null,
+                "autoRenewProductId": subscription.autoRenewProductID.map { .string($0.rawValue) } ?? .null,
                 "gracePeriodExpiresDate": ms(subscription.gracePeriodExpiresDate),
                 "expirationIntent": subscription.expirationIntent.map(JSONValue.integer) ?? .null,
                 "environment": .string(subscription.environment.rawValue),
@@ -346,12 +348,13 @@ extension PurchaseServer {
             "purchases": .array(
                 view.purchases.map { purchase in
                     .object([
-                        "transactionId": .string(purchase.transactionID), "productId": .string(purchase.productID),
+                        "transactionId": .string(purchase.transactionID.rawValue),
+                        "productId": .string(purchase.productID.rawValue),
                         "type": .string(purchase.kind.rawValue), "purchaseDate": ms(purchase.purchaseDate),
                         "quantity": .integer(Int64(purchase.quantity)),
                         "revoked": .bool(purchase.revocationDate != nil),
                         "expiresDate": ms(purchase.expiresDate), "revocationDate": ms(purchase.revocationDate),
-                        "originalTransactionId": .string(purchase.originalTransactionID),
+                        "originalTransactionId": .string(purchase.originalTransactionID.rawValue),
                     ])
                 }),
             "balances": .object(balances), "flags": .array(view.flags.map(JSONValue.string)),
@@ -363,9 +366,9 @@ extension PurchaseServer {
             "id": .string(event.id), "type": .string(event.type.rawValue), "date": ms(event.date),
             "source": .string(event.source.rawValue),
         ]
-        if let product = event.productID { object["productId"] = .string(product) }
-        if let id = event.transactionID { object["transactionId"] = .string(id) }
-        if let id = event.originalTransactionID { object["originalTransactionId"] = .string(id) }
+        if let product = event.productID { object["productId"] = .string(product.rawValue) }
+        if let id = event.transactionID { object["transactionId"] = .string(id.rawValue) }
+        if let id = event.originalTransactionID { object["originalTransactionId"] = .string(id.rawValue) }
         if let environment = event.environment { object["environment"] = .string(environment.rawValue) }
         if let type = event.appleNotificationType { object["appleNotificationType"] = .string(type) }
         if let subtype = event.appleSubtype { object["appleSubtype"] = .string(subtype) }

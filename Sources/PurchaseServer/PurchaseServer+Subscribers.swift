@@ -70,13 +70,13 @@ extension PurchaseServer {
         var entitlements: [String: SubscriberView.Entitlement] = [:]
         for (name, products) in map {
             var candidates: [SubscriberView.Entitlement] = []
-            for subscription in subscriptions where products.contains(subscription.productID) {
+            for subscription in subscriptions where products.contains(subscription.productID.rawValue) {
                 let graceActive =
                     subscription.status == 4 && (subscription.gracePeriodExpiresDate ?? .distantPast) > now
                 let periodActive = subscription.status == 1 && (subscription.expiresDate ?? .distantFuture) > now
                 candidates.append(
                     SubscriberView.Entitlement(
-                        active: periodActive || graceActive, productID: subscription.productID,
+                        active: periodActive || graceActive, productID: subscription.productID.rawValue,
                         expiresDate: subscription.expiresDate,
                         willRenew: subscription.autoRenewStatus && [1, 3, 4].contains(subscription.status),
                         periodType: PurchaseEngine.periodType(subscription.offerType, subscription.offerDiscountType),
@@ -84,12 +84,12 @@ extension PurchaseServer {
                         source: "app_store"))
             }
             for purchase in purchases
-            where products.contains(purchase.productID) && purchase.kind != .autoRenewable
+            where products.contains(purchase.productID.rawValue) && purchase.kind != .autoRenewable
                 && purchase.kind != .consumable
             {
                 candidates.append(
                     SubscriberView.Entitlement(
-                        active: purchase.revocationDate == nil, productID: purchase.productID,
+                        active: purchase.revocationDate == nil, productID: purchase.productID.rawValue,
                         expiresDate: purchase.expiresDate, willRenew: false, periodType: "normal", inGracePeriod: false,
                         inBillingRetry: false, source: "app_store"))
             }

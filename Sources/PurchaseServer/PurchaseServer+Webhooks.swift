@@ -42,12 +42,13 @@ extension PurchaseServer {
         ]
         if let environment = event.environment { object["environment"] = .string(environment.rawValue.uppercased()) }
         if let product = event.productID {
-            object["product_id"] = .string(product)
+            object["product_id"] = .string(product.rawValue)
             object["entitlement_ids"] = .array(
-                app.entitlements.filter { $0.value.contains(product) }.map(\.key).sorted().map(JSONValue.string))
+                app.entitlements.filter { $0.value.contains(product.rawValue) }.map(\.key).sorted().map(
+                    JSONValue.string))
         }
-        if let id = event.transactionID { object["transaction_id"] = .string(id) }
-        if let id = event.originalTransactionID { object["original_transaction_id"] = .string(id) }
+        if let id = event.transactionID { object["transaction_id"] = .string(id.rawValue) }
+        if let id = event.originalTransactionID { object["original_transaction_id"] = .string(id.rawValue) }
         if event.expiresDate != nil { object["expiration_at_ms"] = ms(event.expiresDate) }
         if let period = event.details["periodType"] { object["period_type"] = .string(period.uppercased()) }
         switch event.type {

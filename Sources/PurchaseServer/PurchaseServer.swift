@@ -182,8 +182,9 @@ public final class PurchaseServer: Sendable {
                 PurchaseUpdate(
                     source: .notification,
                     renewal: RenewalFacts(
-                        originalTransactionID: renewal.originalTransactionID,
-                        autoRenewStatus: renewal.autoRenewStatus, autoRenewProductID: renewal.autoRenewProductID,
+                        originalTransactionID: TransactionID(renewal.originalTransactionID),
+                        autoRenewStatus: renewal.autoRenewStatus,
+                        autoRenewProductID: renewal.autoRenewProductID.map(ProductID.init),
                         expirationIntent: renewal.expirationIntent, signedDate: parsed.creationDate),
                     notice: .v1(type)))
         }
@@ -199,7 +200,7 @@ public final class PurchaseServer: Sendable {
     /// What an app's post did: the user's view, and the purchases the post carried.
     struct Posted {
         var view: SubscriberView
-        var transactionIDs: Set<String>
+        var transactionIDs: Set<TransactionID>
     }
 
     /// A StoreKit 2 transaction the app posts for its user.
@@ -295,7 +296,9 @@ public final class PurchaseServer: Sendable {
     /// not ask. A failure is logged, not fatal (the notification or the next poll will tell). `polled`
     /// records the ask on the subscription (the reconciler's).
     @discardableResult
-    func refreshFromAPI(app: AppRuntime, originalTransactionID: String, environment: Environment, polled: Bool = false)
+    func refreshFromAPI(
+        app: AppRuntime, originalTransactionID: TransactionID, environment: Environment, polled: Bool = false
+    )
         async -> Int?
     {
         guard let client = app.api[environment],
@@ -303,7 +306,7 @@ public final class PurchaseServer: Sendable {
         else { return nil }
         do {
             let statuses: StatusResponse
-            do { statuses = try await client.subscriptionStatuses(originalTransactionID) } catch {
+            do { statuses = try await client.subscriptionStatuses(originalTransactionID.rawValue) } catch {
                 await noteRateLimit(error, "subscriptionStatuses", app: app, environment: environment)
                 throw error
             }
@@ -520,8 +523,10 @@ public final class PurchaseServer: Sendable {
             let environment = transaction.environment?.known
         else { return nil }
         return PurchaseRecord(
-            transactionID: id, originalTransactionID: transaction.originalTransactionID ?? id, bundleID: bundleID,
-            productID: productID, kind: kind, quantity: Int(transaction.quantity ?? 1), purchaseDate: purchaseDate,
+            transactionID: TransactionID(id),
+            originalTransactionID: TransactionID(transaction.originalTransactionID ?? id),
+            bundleID: bundleID, productID: ProductID(productID), kind: kind, quantity: Int(transaction.quantity ?? 1),
+            purchaseDate: purchaseDate,
             expiresDate: transaction.expiresDate, webOrderLineItemID: transaction.webOrderLineItemID,
             environment: environment, ownership: transaction.inAppOwnershipType?.known ?? .purchased,
             revocationDate: transaction.revocationDate, revocationReason: transaction.revocationReason?.rawValue,
@@ -534,8 +539,10 @@ public final class PurchaseServer: Sendable {
     static func renewal(_ info: JWSRenewalInfo, status: Int64?, signedDate: Date) -> RenewalFacts? {
         guard let original = info.originalTransactionID else { return nil }
         return RenewalFacts(
-            originalTransactionID: original, status: status, autoRenewStatus: info.autoRenewStatus.map { $0 == 1 },
-            autoRenewProductID: info.autoRenewProductID, expirationIntent: info.expirationIntent?.rawValue,
+            originalTransactionID: TransactionID(original), status: status,
+            autoRenewStatus: info.autoRenewStatus.map { $0 == 1 },
+            autoRenewProductID: info.autoRenewProductID.map(ProductID.init),
+            expirationIntent: info.expirationIntent?.rawValue,
             gracePeriodExpiresDate: info.gracePeriodExpiresDate, isInBillingRetryPeriod: info.isInBillingRetryPeriod,
             priceIncreaseStatus: info.priceIncreaseStatus, renewalDate: info.renewalDate,
             signedDate: info.signedDate ?? signedDate)
@@ -549,9 +556,10 @@ public final class PurchaseServer: Sendable {
                 item.productKind
                 ?? (item.expiresDate != nil || item.webOrderLineItemID != nil ? .autoRenewable : .nonConsumable)
             return PurchaseRecord(
-                transactionID: item.transactionID,
-                originalTransactionID: item.originalTransactionID ?? item.transactionID,
-                bundleID: receipt.bundleID, productID: item.productID, kind: kind, quantity: Int(item.quantity),
+                transactionID: TransactionID(item.transactionID),
+                originalTransactionID: TransactionID(item.originalTransactionID ?? item.transactionID),
+                bundleID: receipt.bundleID, productID: ProductID(item.productID), kind: kind,
+                quantity: Int(item.quantity),
                 purchaseDate: item.purchaseDate, expiresDate: item.expiresDate,
                 webOrderLineItemID: item.webOrderLineItemID.map { String($0) }, environment: environment,
                 revocationDate: item.cancellationDate,

@@ -26,10 +26,10 @@ public struct Subscriber: Codable, Sendable, Hashable {
 /// One App Store transaction as the server last verified it (a one-time purchase or one subscription
 /// period), with the app user who owns it.
 public struct PurchaseRecord: Codable, Sendable, Hashable {
-    public var transactionID: String
-    public var originalTransactionID: String
+    public var transactionID: TransactionID
+    public var originalTransactionID: TransactionID
     public var bundleID: String
-    public var productID: String
+    public var productID: ProductID
     public var kind: ProductKind
     public var quantity: Int
     public var purchaseDate: Date
@@ -52,7 +52,8 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var owner: String?
 
     public init(
-        transactionID: String, originalTransactionID: String, bundleID: String, productID: String, kind: ProductKind,
+        transactionID: TransactionID, originalTransactionID: TransactionID, bundleID: String, productID: ProductID,
+        kind: ProductKind,
         quantity: Int = 1, purchaseDate: Date, expiresDate: Date? = nil, webOrderLineItemID: String? = nil,
         environment: Environment, ownership: OwnershipType = .purchased, revocationDate: Date? = nil,
         revocationReason: Int64? = nil, offerType: Int64? = nil, offerDiscountType: String? = nil,
@@ -85,11 +86,11 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
 
 /// What Apple's renewal info (and a notification's `status`) says of a subscription at its signed date.
 public struct RenewalFacts: Codable, Sendable, Hashable {
-    public var originalTransactionID: String
+    public var originalTransactionID: TransactionID
     /// Apple's status 1–5, when Apple said it (notifications, Get All Subscription Statuses).
     public var status: Int64?
     public var autoRenewStatus: Bool?
-    public var autoRenewProductID: String?
+    public var autoRenewProductID: ProductID?
     public var expirationIntent: Int64?
     public var gracePeriodExpiresDate: Date?
     public var isInBillingRetryPeriod: Bool?
@@ -98,8 +99,8 @@ public struct RenewalFacts: Codable, Sendable, Hashable {
     public var signedDate: Date
 
     public init(
-        originalTransactionID: String, status: Int64? = nil, autoRenewStatus: Bool? = nil,
-        autoRenewProductID: String? = nil, expirationIntent: Int64? = nil, gracePeriodExpiresDate: Date? = nil,
+        originalTransactionID: TransactionID, status: Int64? = nil, autoRenewStatus: Bool? = nil,
+        autoRenewProductID: ProductID? = nil, expirationIntent: Int64? = nil, gracePeriodExpiresDate: Date? = nil,
         isInBillingRetryPeriod: Bool? = nil, priceIncreaseStatus: Int64? = nil, renewalDate: Date? = nil,
         signedDate: Date
     ) {
@@ -118,17 +119,17 @@ public struct RenewalFacts: Codable, Sendable, Hashable {
 
 /// An auto-renewable subscription (one original transaction) as the server knows it.
 public struct SubscriptionRecord: Codable, Sendable, Hashable {
-    public var originalTransactionID: String
+    public var originalTransactionID: TransactionID
     public var bundleID: String
     public var environment: Environment
-    public var productID: String
-    public var latestTransactionID: String
+    public var productID: ProductID
+    public var latestTransactionID: TransactionID
     /// The purchase date of the latest period (a newer period is one bought later).
     public var latestPurchaseDate: Date
     /// Apple's status: 1 active, 2 expired, 3 billing retry, 4 billing grace period, 5 revoked.
     public var status: Int64
     public var autoRenewStatus: Bool
-    public var autoRenewProductID: String?
+    public var autoRenewProductID: ProductID?
     public var expiresDate: Date?
     public var gracePeriodExpiresDate: Date?
     public var expirationIntent: Int64?
@@ -177,13 +178,13 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
 /// a reversed refund credits again. One entry per (transaction, reason).
 public struct LedgerEntry: Codable, Sendable, Hashable {
     public enum Reason: String, Codable, Sendable, Hashable { case purchase, refund, refundReversed }
-    public var transactionID: String
-    public var productID: String
+    public var transactionID: TransactionID
+    public var productID: ProductID
     public var quantity: Int
     public var reason: Reason
     public var date: Date
 
-    public init(transactionID: String, productID: String, quantity: Int, reason: Reason, date: Date) {
+    public init(transactionID: TransactionID, productID: ProductID, quantity: Int, reason: Reason, date: Date) {
         self.transactionID = transactionID
         self.productID = productID
         self.quantity = quantity
@@ -211,9 +212,9 @@ public struct ServerEvent: Codable, Sendable, Hashable {
     public var appUserID: String?
     public var date: Date
     public var environment: Environment?
-    public var productID: String?
-    public var transactionID: String?
-    public var originalTransactionID: String?
+    public var productID: ProductID?
+    public var transactionID: TransactionID?
+    public var originalTransactionID: TransactionID?
     public var expiresDate: Date?
     /// Where it was learned: `notification`, `app` (a posted transaction or receipt), `api` (the App Store
     /// Server API), `developer` (a grant).
@@ -228,7 +229,7 @@ public struct ServerEvent: Codable, Sendable, Hashable {
     public init(
         id: String, type: ServerEventType, bundleID: String, appUserID: String?, date: Date,
         environment: Environment? = nil,
-        productID: String? = nil, transactionID: String? = nil, originalTransactionID: String? = nil,
+        productID: ProductID? = nil, transactionID: TransactionID? = nil, originalTransactionID: TransactionID? = nil,
         expiresDate: Date? = nil, source: ServerEventSource, appleNotificationType: String? = nil,
         appleSubtype: String? = nil,
         details: [String: String] = [:]

@@ -183,8 +183,8 @@ extension BenchCommands {
                     let purchased = first.addingTimeInterval(Double(index % 4) * 30 * 86_400)
                     try store.save(
                         PurchaseRecord(
-                            transactionID: String(5_000_000_000 + index),
-                            originalTransactionID: String(5_000_000_000 + index - index % 4),
+                            transactionID: TransactionID(String(5_000_000_000 + index)),
+                            originalTransactionID: TransactionID(String(5_000_000_000 + index - index % 4)),
                             bundleID: bundle, productID: "monthly", kind: .autoRenewable, purchaseDate: purchased,
                             expiresDate: purchased.addingTimeInterval(30 * 86_400), environment: .production,
                             price: 2_990,

@@ -16,7 +16,8 @@ struct PurchaseEngineTests {
     ) -> PurchaseRecord {
         let begins = start.addingTimeInterval(Double(index) * month)
         return PurchaseRecord(
-            transactionID: String(1000 + index), originalTransactionID: "1000", bundleID: "app", productID: product,
+            transactionID: TransactionID(String(1000 + index)), originalTransactionID: "1000", bundleID: "app",
+            productID: ProductID(product),
             kind: .autoRenewable, purchaseDate: begins, expiresDate: begins.addingTimeInterval(month),
             environment: .sandbox, revocationDate: revoked ? begins.addingTimeInterval(10) : nil,
             reason: reason ?? (index == 0 ? .purchase : .renewal), signedDate: begins.addingTimeInterval(signed ?? 1))
@@ -27,16 +28,17 @@ struct PurchaseEngineTests {
         intent: Int64? = nil
     ) -> RenewalFacts {
         RenewalFacts(
-            originalTransactionID: "1000", status: status, autoRenewStatus: autoRenew, autoRenewProductID: next,
+            originalTransactionID: "1000", status: status, autoRenewStatus: autoRenew,
+            autoRenewProductID: ProductID(next),
             expirationIntent: intent, signedDate: start.addingTimeInterval(signed))
     }
 
     /// Applies updates in order, keeping the records between them; answers the last records and every event.
     static func run(_ updates: [PurchaseUpdate], now: Date = start) -> (
-        purchases: [String: PurchaseRecord], subscription: SubscriptionRecord?, events: [ServerEventType],
+        purchases: [TransactionID: PurchaseRecord], subscription: SubscriptionRecord?, events: [ServerEventType],
         ledger: [LedgerEntry], ids: [String]
     ) {
-        var purchases: [String: PurchaseRecord] = [:]
+        var purchases: [TransactionID: PurchaseRecord] = [:]
         var subscription: SubscriptionRecord?
         var events: [ServerEventType] = []
         var seen: Set<String> = []

@@ -61,21 +61,21 @@ struct ScenarioTruthTests {
             let expires = truth.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) }
             func matches(_ record: SubscriptionRecord?) -> Bool {
                 record?.status == truth.status.rawValue && record?.autoRenewStatus == truth.autoRenew
-                    && record?.productID == truth.productID.rawValue
+                    && record?.productID == truth.productID
                     && record.map { $0.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) } }
                         == expires
             }
-            var record = try await storage.read { try $0.subscription(original) }
+            var record = try await storage.read { try $0.subscription(TransactionID(original)) }
             let deadline = ContinuousClock.now + repairWithin
             while !matches(record), ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(50))
-                record = try await storage.read { try $0.subscription(original) }
+                record = try await storage.read { try $0.subscription(TransactionID(original)) }
             }
             let server = try #require(record, "the server knows subscription \(original)")
             #expect(server.status == truth.status.rawValue, "\(original): status")
             #expect(server.autoRenewStatus == truth.autoRenew, "\(original): auto-renew")
-            #expect(server.productID == truth.productID.rawValue, "\(original): product")
-            #expect(server.autoRenewProductID == truth.autoRenewProductID.rawValue, "\(original): renewal product")
+            #expect(server.productID == truth.productID, "\(original): product")
+            #expect(server.autoRenewProductID == truth.autoRenewProductID, "\(original): renewal product")
             #expect(
                 server.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) } == expires,
                 "\(original): renewal date")

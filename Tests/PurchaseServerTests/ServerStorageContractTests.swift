@@ -36,7 +36,8 @@ struct ServerStorageContractTests {
         -> PurchaseRecord
     {
         PurchaseRecord(
-            transactionID: id, originalTransactionID: original ?? id, bundleID: "app", productID: "coins", kind: kind,
+            transactionID: TransactionID(id), originalTransactionID: TransactionID(original ?? id), bundleID: "app",
+            productID: "coins", kind: kind,
             quantity: 2, purchaseDate: start.addingTimeInterval(Double(id) ?? 0), environment: .sandbox,
             appAccountToken: "0f4b8f3e-0000-4000-8000-000000000001", signedDate: start, owner: owner)
     }

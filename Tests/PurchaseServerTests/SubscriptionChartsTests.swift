@@ -17,7 +17,8 @@ struct SubscriptionChartsTests {
         trial: Bool = false, revoked: Double? = nil, currency: String = "USD", kind: ProductKind = .autoRenewable
     ) -> PurchaseRecord {
         PurchaseRecord(
-            transactionID: id, originalTransactionID: original, bundleID: "app", productID: product, kind: kind,
+            transactionID: TransactionID(id), originalTransactionID: TransactionID(original), bundleID: "app",
+            productID: ProductID(product), kind: kind,
             purchaseDate: at(from), expiresDate: kind == .autoRenewable ? at(to) : nil, environment: .production,
             revocationDate: revoked.map(at), offerType: trial ? 1 : nil, offerDiscountType: trial ? "FREE_TRIAL" : nil,
             price: trial ? 0 : price, currency: currency, signedDate: at(from))

@@ -107,5 +107,8 @@ struct NotificationTypeV1Tests {
         #expect(decoded.subtype == .summary && decoded.event.rawValue == "FUTURE_EVENT" && decoded.source == .app)
         let again = try JSONDecoder().decode(Stored.self, from: JSONEncoder().encode(decoded))
         #expect(again == decoded, "a name this build does not know survives a round trip")
+        // Stored records (the purchase server's documents) hold ids as plain strings.
+        #expect(String(decoding: try JSONEncoder().encode(TransactionID("2000")), as: UTF8.self) == #""2000""#)
+        #expect(try JSONDecoder().decode(ProductID.self, from: Data(#""com.x.pro""#.utf8)) == "com.x.pro")
     }
 }

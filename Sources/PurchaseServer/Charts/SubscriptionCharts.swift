@@ -307,8 +307,8 @@ public struct SubscriptionCharts: Sendable {
 extension SubscriptionCharts.Record {
     /// What charts need of a stored purchase.
     public init(_ purchase: PurchaseRecord) {
-        originalTransactionID = purchase.originalTransactionID
-        productID = purchase.productID
+        originalTransactionID = purchase.originalTransactionID.rawValue
+        productID = purchase.productID.rawValue
         kind = purchase.kind
         environment = purchase.environment
         purchaseDate = purchase.purchaseDate

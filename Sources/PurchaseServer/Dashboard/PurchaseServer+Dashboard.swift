@@ -154,7 +154,7 @@ extension PurchaseServer {
             columns: ["Original transaction", "Product", "Status", "Expires", "Auto-renew", "Revoked"],
             rows: view.subscriptions.map { subscription in
                 [
-                    "<code>\(subscription.originalTransactionID)</code>", "\(subscription.productID)",
+                    "<code>\(subscription.originalTransactionID.rawValue)</code>", "\(subscription.productID.rawValue)",
                     Self.statusBadge(subscription.status), HTML.date(subscription.expiresDate),
                     subscription.autoRenewStatus ? "on" : "off", HTML.date(subscription.revocationDate),
                 ]
@@ -165,7 +165,8 @@ extension PurchaseServer {
             columns: ["Transaction", "Product", "Type", "Purchased", "Expires", "Price", "Refunded"],
             rows: view.purchases.map { purchase in
                 [
-                    "<code>\(purchase.transactionID)</code>", "\(purchase.productID)", "\(purchase.kind.rawValue)",
+                    "<code>\(purchase.transactionID.rawValue)</code>", "\(purchase.productID.rawValue)",
+                    "\(purchase.kind.rawValue)",
                     HTML.date(purchase.purchaseDate), HTML.date(purchase.expiresDate),
                     purchase.price.map { "\(String(format: "%.2f", Double($0) / 1000)) \(purchase.currency ?? "")" }
                         ?? "—",
@@ -184,7 +185,7 @@ extension PurchaseServer {
                 let event = item.event
                 return [
                     HTML.date(event.date), "<span class=\"event-type\">\(event.type.rawValue)</span>",
-                    "\(event.productID ?? "—")",
+                    "\(event.productID?.rawValue ?? "—")",
                     "\(event.source.rawValue)",
                     "\(event.appleNotificationType.map { type in event.appleSubtype.map { "\(type) / \($0)" } ?? type } ?? "—")",
                 ]

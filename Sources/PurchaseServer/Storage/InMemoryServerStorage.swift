@@ -1,4 +1,5 @@
 import Foundation
+import StoreModel
 import Synchronization
 
 /// The purchase server's state in memory (tests, throw-away servers): one write at a time; a write that
@@ -13,8 +14,8 @@ public final class InMemoryServerStorage: ServerStorage {
         var tokens: [String: String] = [:]
         var aliases: [String: String] = [:]
         var checkpoints: [String: String] = [:]
-        var purchases: [String: PurchaseRecord] = [:]
-        var subscriptions: [String: SubscriptionRecord] = [:]
+        var purchases: [TransactionID: PurchaseRecord] = [:]
+        var subscriptions: [TransactionID: SubscriptionRecord] = [:]
         var ledger: [String: LedgerEntry] = [:]
         var grants: [String: Grant] = [:]
         var events: [(position: Int64, event: ServerEvent)] = []
@@ -63,7 +64,7 @@ public final class InMemoryServerStorage: ServerStorage {
             tables.aliases[Self.key(bundle, alias)] = user
         }
 
-        func purchase(_ transactionID: String) -> PurchaseRecord? { tables.purchases[transactionID] }
+        func purchase(_ transactionID: TransactionID) -> PurchaseRecord? { tables.purchases[transactionID] }
         func save(_ purchase: PurchaseRecord) { tables.purchases[purchase.transactionID] = purchase }
         func purchases(bundle: String, owner: String) -> [PurchaseRecord] {
             tables.purchases.values.filter { $0.bundleID == bundle && $0.owner == owner }.sorted {
@@ -71,7 +72,7 @@ public final class InMemoryServerStorage: ServerStorage {
             }
         }
 
-        func purchases(original: String) -> [PurchaseRecord] {
+        func purchases(original: TransactionID) -> [PurchaseRecord] {
             tables.purchases.values.filter { $0.originalTransactionID == original }.sorted {
                 ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID)
             }
@@ -85,7 +86,7 @@ public final class InMemoryServerStorage: ServerStorage {
                     .prefix(limit).map(\.1))
         }
 
-        func subscription(_ originalTransactionID: String) -> SubscriptionRecord? {
+        func subscription(_ originalTransactionID: TransactionID) -> SubscriptionRecord? {
             tables.subscriptions[originalTransactionID]
         }
         func save(_ subscription: SubscriptionRecord) {
@@ -111,7 +112,7 @@ public final class InMemoryServerStorage: ServerStorage {
         func setCheckpoint(_ key: String, _ value: String) { tables.checkpoints[key] = value }
 
         func append(_ entry: LedgerEntry) -> Bool {
-            let key = Self.key(entry.transactionID, entry.reason.rawValue)
+            let key = Self.key(entry.transactionID.rawValue, entry.reason.rawValue)
             guard tables.ledger[key] == nil else { return false }
             tables.ledger[key] = entry
             return true
@@ -122,7 +123,7 @@ public final class InMemoryServerStorage: ServerStorage {
                 guard let purchase = tables.purchases[entry.transactionID], purchase.bundleID == bundle,
                     purchase.owner == owner
                 else { continue }
-                result[entry.productID, default: 0] += entry.quantity
+                result[entry.productID.rawValue, default: 0] += entry.quantity
             }
             return result
         }
@@ -153,7 +154,7 @@ public final class InMemoryServerStorage: ServerStorage {
                             || item.event.originalTransactionID.map(owned.contains) == true)
                 }.prefix(limit))
         }
-        func claimOwnerlessEvents(original: String, owner: String) -> [ServerEvent] {
+        func claimOwnerlessEvents(original: TransactionID, owner: String) -> [ServerEvent] {
             var claimed: [ServerEvent] = []
             for index in tables.events.indices
             where tables.events[index].event.originalTransactionID == original

@@ -85,9 +85,11 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
 
     // MARK: Purchases and subscriptions
 
-    func purchase(_ transactionID: String) throws -> PurchaseRecord? {
-        try connection.execute("SELECT document FROM purchases WHERE transaction_id = ?", [.text(transactionID)])
-            .first.map { try Self.decode(PurchaseRecord.self, $0["document"]) }
+    func purchase(_ transactionID: TransactionID) throws -> PurchaseRecord? {
+        try connection.execute(
+            "SELECT document FROM purchases WHERE transaction_id = ?", [.text(transactionID.rawValue)]
+        )
+        .first.map { try Self.decode(PurchaseRecord.self, $0["document"]) }
     }
 
     func save(_ purchase: PurchaseRecord) throws {
@@ -103,7 +105,8 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             currency = excluded.currency, trial = excluded.trial
             """,
             [
-                .text(purchase.transactionID), .text(purchase.originalTransactionID), .text(purchase.bundleID),
+                .text(purchase.transactionID.rawValue), .text(purchase.originalTransactionID.rawValue),
+                .text(purchase.bundleID),
                 text(purchase.owner), .real(purchase.purchaseDate.timeIntervalSince1970), try Self.encode(purchase),
             ] + Self.chartColumns(purchase))
     }
@@ -131,7 +134,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
                 """
                 UPDATE purchases SET product_id = ?, kind = ?, environment = ?, expires = ?, revoked = ?,
                 last_date = ?, price = ?, currency = ?, trial = ? WHERE transaction_id = ?
-                """, Self.chartColumns(purchase) + [.text(purchase.transactionID)])
+                """, Self.chartColumns(purchase) + [.text(purchase.transactionID.rawValue)])
         }
         return rows.count
     }
@@ -162,16 +165,16 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
     }
 
-    func purchases(original: String) throws -> [PurchaseRecord] {
+    func purchases(original: TransactionID) throws -> [PurchaseRecord] {
         try connection.execute(
             "SELECT document FROM purchases WHERE original_id = ? ORDER BY purchase_date, transaction_id",
-            [.text(original)]
+            [.text(original.rawValue)]
         ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
     }
 
-    func subscription(_ originalTransactionID: String) throws -> SubscriptionRecord? {
+    func subscription(_ originalTransactionID: TransactionID) throws -> SubscriptionRecord? {
         try connection.execute(
-            "SELECT document FROM subscriptions WHERE original_id = ?", [.text(originalTransactionID)]
+            "SELECT document FROM subscriptions WHERE original_id = ?", [.text(originalTransactionID.rawValue)]
         ).first.map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
     }
 
@@ -183,7 +186,8 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             document = excluded.document, check_due = excluded.check_due
             """,
             [
-                .text(subscription.originalTransactionID), .text(subscription.bundleID), text(subscription.owner),
+                .text(subscription.originalTransactionID.rawValue), .text(subscription.bundleID),
+                text(subscription.owner),
                 try Self.encode(subscription),
                 subscription.reconciliationDue.map { .real($0.timeIntervalSince1970) } ?? .null,
             ])
@@ -225,7 +229,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             ON CONFLICT DO NOTHING
             """,
             [
-                .text(entry.transactionID), .text(entry.reason.rawValue), .text(entry.productID),
+                .text(entry.transactionID.rawValue), .text(entry.reason.rawValue), .text(entry.productID.rawValue),
                 .integer(Int64(entry.quantity)), .real(entry.date.timeIntervalSince1970),
             ])
         return connection.changes > 0
@@ -270,7 +274,8 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             ON CONFLICT DO NOTHING
             """,
             [
-                .text(event.id), .text(event.bundleID), text(event.appUserID), text(event.originalTransactionID),
+                .text(event.id), .text(event.bundleID), text(event.appUserID),
+                text(event.originalTransactionID?.rawValue),
                 try Self.encode(event),
             ])
         return connection.changes > 0
@@ -292,11 +297,11 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         ).map { ($0["position"].int64 ?? 0, try Self.decode(ServerEvent.self, $0["document"])) }
     }
 
-    func claimOwnerlessEvents(original: String, owner: String) throws -> [ServerEvent] {
+    func claimOwnerlessEvents(original: TransactionID, owner: String) throws -> [ServerEvent] {
         var claimed: [ServerEvent] = []
         for row in try connection.execute(
             "SELECT position, document FROM events WHERE original_id = ? AND owner IS NULL ORDER BY position",
-            [.text(original)])
+            [.text(original.rawValue)])
         {
             var event = try Self.decode(ServerEvent.self, row["document"])
             event.appUserID = owner

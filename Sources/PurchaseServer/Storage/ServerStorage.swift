@@ -1,4 +1,5 @@
 public import Foundation
+public import StoreModel
 
 /// App users by (app, user id) and by the app account tokens they use.
 public protocol SubscriberRepository {
@@ -14,13 +15,13 @@ public protocol SubscriberRepository {
 
 /// Transactions by id, and an owner's.
 public protocol PurchaseRepository {
-    func purchase(_ transactionID: String) throws -> PurchaseRecord?
+    func purchase(_ transactionID: TransactionID) throws -> PurchaseRecord?
     /// Inserts or replaces.
     func save(_ purchase: PurchaseRecord) throws
     /// The owner's transactions for the app, by purchase date.
     func purchases(bundle: String, owner: String) throws -> [PurchaseRecord]
     /// The transactions of one original transaction (a purchase and its renewals), by purchase date.
-    func purchases(original: String) throws -> [PurchaseRecord]
+    func purchases(original: TransactionID) throws -> [PurchaseRecord]
     /// What charts need of the app's transactions bought before `to` whose last date (expiry, refund or
     /// purchase) is at or after `from`, by purchase date, at most `limit`.
     func chartRecords(bundle: String, from: Date, to: Date, limit: Int) throws -> [SubscriptionCharts.Record]
@@ -28,7 +29,7 @@ public protocol PurchaseRepository {
 
 /// Subscriptions by original transaction id, and an owner's.
 public protocol SubscriptionRecordRepository {
-    func subscription(_ originalTransactionID: String) throws -> SubscriptionRecord?
+    func subscription(_ originalTransactionID: TransactionID) throws -> SubscriptionRecord?
     /// Inserts or replaces.
     func save(_ subscription: SubscriptionRecord) throws
     func subscriptions(bundle: String, owner: String) throws -> [SubscriptionRecord]
@@ -60,7 +61,7 @@ public protocol EventRepository {
         position: Int64, event: ServerEvent
     )]
     /// Gives the events of `original` that had no owner to `owner`; answers them as they are now.
-    func claimOwnerlessEvents(original: String, owner: String) throws -> [ServerEvent]
+    func claimOwnerlessEvents(original: TransactionID, owner: String) throws -> [ServerEvent]
     /// Keeps an input exactly as received; false when one with this key was kept before (a duplicate).
     func recordInput(key: String, kind: String, body: [UInt8], received: Date) throws -> Bool
     func inputCount() throws -> Int
@@ -95,7 +96,7 @@ extension ServerStore {
     /// The lock of one app user's records.
     public func lock(user: String, bundle: String) throws { try lock("u:" + bundle + "\u{1F}" + user) }
     /// The lock of one purchase and its subscription (its original transaction's).
-    public func lock(original: String) throws { try lock("o:" + original) }
+    public func lock(original: TransactionID) throws { try lock("o:" + original.rawValue) }
 }
 
 /// Where the purchase server keeps its state. A write is all or nothing and durable when it returns. On

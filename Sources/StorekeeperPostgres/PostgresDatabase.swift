@@ -79,15 +79,16 @@ public final class PostgresDatabase: Sendable {
 
     /// Applies the migrations not yet recorded in `schema_migrations`, in order, in one transaction that
     /// holds an advisory lock (processes starting together apply them once). Refuses a database whose
-    /// applied list this list does not start with. Answers the ids applied.
+    /// applied list this list does not start with. Answers the ids applied. An empty database gets
+    /// `baseline` instead, when there is one.
     @discardableResult
-    public func migrate(_ migrations: [Migration]) async throws -> [String] {
+    public func migrate(_ migrations: [Migration], baseline: String? = nil) async throws -> [String] {
         let index = await acquire()
         defer { release(index) }
         return try await sessions[index].transaction(.plain) { connection in
             try connection.execute("SELECT pg_advisory_xact_lock(hashtextextended('storekeeper-migrations', 0))")
             return try Migration.run(
-                migrations, on: connection, timestamp: "TIMESTAMPTZ NOT NULL DEFAULT now()",
+                migrations, baseline: baseline, on: connection, timestamp: "TIMESTAMPTZ NOT NULL DEFAULT now()",
                 misuse: { PostgresError(.misuse, $0) }
             ) { apply in try apply(connection) }
         }

@@ -35,9 +35,13 @@ public struct Migration: Sendable, Hashable {
     /// dialect's `timestamp` type), reads what was applied, then runs each pending migration and records it,
     /// each inside `step` (SQLite: a write transaction each; PostgreSQL: the caller's one transaction).
     /// Throws `misuse` when the database's list does not start this build's; answers the ids it applied.
+    ///
+    /// With a `baseline` (the schema the whole list ends with, declared at once), an empty database gets
+    /// the baseline in one step and every id of `list` recorded as applied; a database that has applied
+    /// part of the list goes on through the list.
     public static func run<C: MigrationConnection & SendableMetatype>(
-        _ list: [Migration], on connection: C, timestamp: String, misuse: (String) -> any Error,
-        step: (@escaping @Sendable (C) throws -> Void) throws -> Void
+        _ list: [Migration], baseline: String? = nil, on connection: C, timestamp: String,
+        misuse: (String) -> any Error, step: (@escaping @Sendable (C) throws -> Void) throws -> Void
     ) throws -> [String] {
         try connection.executeScript(
             """
@@ -52,6 +56,17 @@ public struct Migration: Sendable, Hashable {
         }
         guard let pending = pending(list, applied: applied) else {
             throw misuse("the database's migrations \(applied) do not start this build's list")
+        }
+        if let baseline, applied.isEmpty, !list.isEmpty {
+            try step { connection in
+                try connection.executeScript(baseline)
+                for (position, migration) in list.enumerated() {
+                    _ = try connection.execute(
+                        "INSERT INTO schema_migrations (position, id) VALUES (?, ?)",
+                        [.integer(Int64(position)), .text(migration.id)])
+                }
+            }
+            return list.map(\.id)
         }
         var done: [String] = []
         for (position, migration) in pending {

@@ -105,11 +105,12 @@ public actor Database {
 
     /// Applies the migrations not yet recorded in `schema_migrations`, in order, each in its own transaction;
     /// returns the ids applied. Refuses a database that has a migration this list does not start with
-    /// (a newer build's, or an edited list).
+    /// (a newer build's, or an edited list). An empty database gets `baseline` instead, when there is one
+    /// (``Migration/run(_:baseline:on:timestamp:misuse:step:)``).
     @discardableResult
-    public func migrate(_ migrations: [Migration]) throws -> [String] {
+    public func migrate(_ migrations: [Migration], baseline: String? = nil) throws -> [String] {
         try Migration.run(
-            migrations, on: connection, timestamp: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
+            migrations, baseline: baseline, on: connection, timestamp: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
             misuse: { SQLiteError(code: .misuse, message: $0, sql: nil) }
         ) { apply in try write { try apply($0) } }
     }

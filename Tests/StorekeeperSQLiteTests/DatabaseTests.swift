@@ -65,6 +65,32 @@ struct DatabaseTests {
         #expect(recorded.map { $0["id"] } == ["001-accounts", "002-transactions", "003-index"])
     }
 
+    @Test("A new database gets the baseline and every id recorded; one part-way goes on through the list")
+    func baseline() async throws {
+        let baseline = """
+            CREATE TABLE accounts (id TEXT PRIMARY KEY, storefront TEXT NOT NULL);
+            CREATE TABLE transactions (id TEXT PRIMARY KEY, account_id TEXT NOT NULL, raw BLOB NOT NULL);
+            CREATE TABLE from_baseline (x INTEGER);
+            """
+        let fresh = try Database(path: try Self.temporaryPath())
+        #expect(try await fresh.migrate(Self.schema, baseline: baseline) == ["001-accounts", "002-transactions"])
+        let tables = try await fresh.read {
+            try $0.execute("SELECT name FROM sqlite_master WHERE name = 'from_baseline'")
+        }
+        #expect(tables.count == 1, "the baseline ran, not the list")
+        let extended =
+            Self.schema + [Migration("003-index", "CREATE INDEX transactions_account ON transactions(account_id)")]
+        #expect(try await fresh.migrate(extended, baseline: baseline) == ["003-index"], "later steps still apply")
+
+        let older = try Database(path: try Self.temporaryPath())
+        #expect(try await older.migrate([Self.schema[0]]) == ["001-accounts"])
+        #expect(try await older.migrate(Self.schema, baseline: baseline) == ["002-transactions"])
+        let none = try await older.read {
+            try $0.execute("SELECT name FROM sqlite_master WHERE name = 'from_baseline'")
+        }
+        #expect(none.isEmpty, "a database part-way through the list never gets the baseline")
+    }
+
     @Test("A database with migrations this build does not know is refused")
     func unknownMigration() async throws {
         let database = try Database(path: try Self.temporaryPath())

@@ -16,6 +16,7 @@ public final class PostgresServerStorage: ServerStorage {
     private let database: PostgresDatabase
     public let location: String
 
+    /// The path existing databases took to ``ServerSchema/current(_:)`` (new ones get that at once).
     static let migrations = [
         Migration(
             "001-purchase-server",
@@ -93,10 +94,17 @@ public final class PostgresServerStorage: ServerStorage {
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.
-    public init(url: String, poolSize: Int = 8) async throws {
+    public convenience init(url: String, poolSize: Int = 8) async throws {
+        try await self.init(url: url, poolSize: poolSize, replayingHistory: false)
+    }
+
+    /// `replayingHistory`: a new database goes through every migration rather than getting the current
+    /// schema at once (as databases made by earlier builds did; the schema tests compare both).
+    package init(url: String, poolSize: Int, replayingHistory: Bool) async throws {
         location = PostgresDatabase.redacted(url)
         database = try PostgresDatabase(url: url, poolSize: poolSize)
-        try await database.migrate(Self.migrations)
+        try await database.migrate(
+            Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.postgres))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}
     }
 

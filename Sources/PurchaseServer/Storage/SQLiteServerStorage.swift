@@ -9,6 +9,7 @@ public struct SQLiteServerStorage: ServerStorage {
     private let database: Database
     public let location: String
 
+    /// The path existing databases took to ``ServerSchema/current(_:)`` (new ones get that at once).
     static let migrations = [
         Migration(
             "001-purchase-server",
@@ -113,13 +114,20 @@ public struct SQLiteServerStorage: ServerStorage {
     ]
 
     public init(path: String) async throws {
+        try await self.init(path: path, replayingHistory: false)
+    }
+
+    /// `replayingHistory`: a new database goes through every migration rather than getting the current
+    /// schema at once (as databases made by earlier builds did; the schema tests compare both).
+    package init(path: String, replayingHistory: Bool) async throws {
         if path != ":memory:" {
             let descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
             if descriptor >= 0 { close(descriptor) }
         }
         location = path
         database = try Database(path: path)
-        try await database.migrate(Self.migrations)
+        try await database.migrate(
+            Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.sqlite))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}
     }
 

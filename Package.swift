@@ -126,10 +126,18 @@ let package = Package(
                 "AppStoreServerAPI", "PurchaseServer", "StorekeeperPostgres", "SubscriptionLifecycle",
             ],
             swiftSettings: upcoming),
+        // The emulator and the purchase server wired for a developer's rehearsal (`storekeeper dev`).
+        .target(
+            name: "StorekeeperRehearsal",
+            dependencies: [
+                "AppStoreEmulator", "PurchaseServer", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP",
+                "StorekeeperJSON", "StorekeeperLogging", "StoreModel", "StoreTime",
+            ],
+            swiftSettings: upcoming),
         .target(
             name: "StorekeeperCLI",
             dependencies: [
-                "StorekeeperCommandLine", "StorekeeperBench", "AppStoreReceipts", "AppStoreSignedData",
+                "StorekeeperCommandLine", "StorekeeperBench", "StorekeeperRehearsal", "AppStoreReceipts", "AppStoreSignedData",
                 "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "AppStoreEmulator", "StoreKitCatalog",
                 "StorekeeperHTTP", "StorekeeperLogging", "StoreTime", "StoreModel", "AppStoreServerAPI",
                 "PurchaseServer", "StorekeeperPostgres",
@@ -185,7 +193,7 @@ let package = Package(
                 "PurchaseServer", "AppStoreEmulator", "AppStoreServerAPI", "AppStoreSignedData", "AppStoreReceipts",
                 "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StoreModel", "StoreTime",
                 "StorekeeperTestSupport", "SubscriptionLifecycle", "StorekeeperPostgres", "StorekeeperCLITestSupport",
-                "StorekeeperSQL",
+                "StorekeeperSQL", "StorekeeperRehearsal",
             ],
             swiftSettings: upcoming),
         .testTarget(

@@ -18,7 +18,7 @@ import Synchronization
 public final class PurchaseServer: Sendable {
     public let configuration: ServerConfiguration
     let apps: [String: AppRuntime]
-    let storage: any ServerStorage
+    package let storage: any ServerStorage
     /// The clock of purchase state (renewal dates, events): the emulator's in tests.
     let now: @Sendable () -> Date
     /// Real time, for what happens in the world whatever the state's clock says: webhook schedules and

@@ -36,4 +36,5 @@ public struct PurchaseServerError: Error, Sendable, Hashable, CustomStringConver
         Self(code: .verificationFailed, status: 422, message: message)
     }
     static func configuration(_ message: String) -> Self { Self(code: .configuration, status: 500, message: message) }
+    static func unavailable(_ message: String) -> Self { Self(code: .unavailable, status: 503, message: message) }
 }

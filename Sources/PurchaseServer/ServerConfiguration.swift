@@ -100,6 +100,9 @@ public struct ServerConfiguration: Sendable {
     /// Where the state is kept: a `postgres://` URL, or nil for SQLite in the data folder. Config:
     /// `"database"`; `serve --database` overrides it.
     public var database: String?
+    /// `"clock"`: an App Store emulator's URL whose store time the purchase state follows (rehearsals only;
+    /// ``FollowedClock``); `serve --clock` overrides it. Nil: the wall clock.
+    public var clock: String?
 
     public init(
         secretKey: String, apps: [AppSettings], transferPolicy: TransferPolicy = .transfer,
@@ -159,6 +162,8 @@ public struct ServerConfiguration: Sendable {
                     guard let path = value.stringValue else {
                         throw PurchaseServerError.configuration("\(bundleID): \(name) holds file paths")
                     }
+                    // Apple's two roots, beside others (an emulator's, say).
+                    if path == "apple" { return try AppleRoots.certificates() }
                     do { return try Certificate.load(try file(path)) } catch let error as PurchaseServerError {
                         throw error
                     } catch { throw PurchaseServerError.configuration("\(bundleID): '\(path)' is not a certificate") }
@@ -240,6 +245,12 @@ public struct ServerConfiguration: Sendable {
                 throw PurchaseServerError.configuration("database is a postgres:// URL (leave it out for SQLite)")
             }
             configuration.database = url
+        }
+        if let clock = root["clock"] {
+            guard let url = clock.stringValue, url.hasPrefix("http://") || url.hasPrefix("https://") else {
+                throw PurchaseServerError.configuration("clock is an App Store emulator's http(s) URL")
+            }
+            configuration.clock = url
         }
         if let timeout = root["webhookTimeoutSeconds"] {
             guard let seconds = timeout.doubleValue, (1...300).contains(seconds) else {

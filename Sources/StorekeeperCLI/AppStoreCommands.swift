@@ -129,6 +129,15 @@ enum AppStoreCommands {
             .init(
                 name: "offer-signature", valueName: "json|jws",
                 help: "What 'storekeeper offer sign' printed: V1 JSON, or a V2 JWS."),
+            .init(
+                name: "app-user-id", valueName: "id",
+                help:
+                    "Then post the purchase to the purchase server for this user, as the app would (POST "
+                    + "/v1/transactions; needs --server and --app-key)."),
+            .init(
+                name: "server", valueName: "url",
+                help: "The purchase server (default: $STOREKEEPER_SERVER; 'storekeeper dev' prints it)."),
+            .init(name: "app-key", valueName: "key", help: "The app's public key (default: $STOREKEEPER_APP_KEY)."),
         ])
     static let transactionsSpec = Arguments.Spec(
         command: "storekeeper appstore transactions", abstract: "List the device's unfinished transactions.",
@@ -400,7 +409,50 @@ enum AppStoreCommands {
         case (_, nil): throw CommandError.usage("--promotional-offer needs --offer-signature")
         case (nil, _): throw CommandError.usage("--offer-signature needs --promotional-offer")
         }
-        return try await call(arguments, console, "POST", try appPath(arguments) + "/payments", body)
+        let answer = try await fetch(arguments, "POST", try appPath(arguments) + "/payments", body)
+        if let user = arguments.value("app-user-id") {
+            try await postToServer(answer, user: user, arguments, console)
+        }
+        try printAnswer(answer, arguments, console)
+        return 0
+    }
+
+    /// The app's part after a purchase: its signed transaction to the purchase server, for `user`.
+    static func postToServer(_ answer: JSONValue, user: String, _ arguments: Arguments, _ console: Console)
+        async throws
+    {
+        let environment = ProcessInfo.processInfo.environment
+        guard let server = arguments.value("server") ?? environment["STOREKEEPER_SERVER"],
+            let key = arguments.value("app-key") ?? environment["STOREKEEPER_APP_KEY"]
+        else {
+            throw CommandError.usage(
+                "--app-user-id posts to the purchase server: give --server and --app-key (or STOREKEEPER_SERVER and "
+                    + "STOREKEEPER_APP_KEY, which 'storekeeper dev' prints)")
+        }
+        guard let jws = answer["jwsRepresentation"]?.stringValue else {
+            console.writeError("the purchase is not complete (no signed transaction yet): nothing posted\n")
+            return
+        }
+        let body: JSONObject = [
+            "bundleId": .string(bundleID(arguments)), "appUserId": .string(user), "signedTransaction": .string(jws),
+        ]
+        let response: HTTPClient.Response
+        do {
+            response = try await HTTPClient(timeout: .seconds(30)).send(
+                "POST", server + "/v1/transactions",
+                headers: [("Content-Type", "application/json"), ("Authorization", "Bearer " + key)],
+                body: JSONWriter.bytes(.object(body)))
+        } catch {
+            throw CommandError.unavailable("cannot reach the purchase server at \(server): \(error.code)")
+        }
+        guard (200..<300).contains(response.status) else {
+            let parsed = try? JSONParser.parse(response.body)
+            throw CommandError.runtime(
+                "the purchase server refused the transaction (HTTP \(response.status), "
+                    + "\(parsed?["error"]?["code"]?.stringValue ?? "error")): "
+                    + (parsed?["error"]?["message"]?.stringValue ?? "no details"))
+        }
+        console.writeError("posted to the purchase server for '\(user)'\n")
     }
 
     static func transactions(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {

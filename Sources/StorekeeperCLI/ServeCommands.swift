@@ -30,6 +30,11 @@ enum ServeCommands {
                 help: "Serve HTTPS with this PEM certificate chain (Apple sends notifications to https URLs only)."),
             .init(name: "tls-key", valueName: "file", help: "The certificate's PEM private key (with --tls-cert)."),
             .init(name: "port", valueName: "n", help: "Port to listen on; 0 picks a free one (default: 8090)."),
+            .init(
+                name: "clock", valueName: "url",
+                help:
+                    "Follow this App Store emulator's store time for purchase state, charts and reconciliation "
+                    + "(rehearsals; default: the config's \"clock\", else the wall clock)."),
             LoggingOptions.level, LoggingOptions.format,
         ] + ConnectionOptions.all,
         discussion: """
@@ -40,7 +45,9 @@ enum ServeCommands {
             /v1/notifications/apple/{bundleId} (Apple's, verified by signature), GET /v1/subscribers/{appUserId} \
             and …/events, POST …/entitlements/{name}/grant|revoke and …/aliases, GET /v1/webhooks/deliveries (the \
             secret key), \
-            GET /healthz and /metrics.
+            GET /healthz and /metrics. With --clock, purchase state, entitlements, charts and reconciliation run \
+            on the emulator's store time (read every quarter second; a token from $STOREKEEPER_TOKEN), while \
+            webhooks, leases and Apple's rate limits stay on the wall clock.
             """)
 
     static func run(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
@@ -84,7 +91,16 @@ enum ServeCommands {
             }
         default: throw CommandError.usage("--tls-cert and --tls-key go together")
         }
-        let server = try PurchaseServer(configuration: configuration, storage: storage, logger: logger)
+        var followed: FollowedClock?
+        if let url = arguments.value("clock") ?? configuration.clock {
+            do {
+                followed = try await FollowedClock(
+                    url: url, token: ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"])
+            } catch { throw CommandError.unavailable(error.message) }
+        }
+        let clock = followed
+        let server = try PurchaseServer(
+            configuration: configuration, storage: storage, logger: logger, now: { clock?.now() ?? Date() })
         let http: HTTPServer
         do {
             http = try HTTPServer(
@@ -94,6 +110,7 @@ enum ServeCommands {
         } catch let error as HTTPError {
             throw CommandError.runtime(error.message)
         }
+        followed?.start()
         server.startDelivery()
         if configuration.reconcileEverySeconds > 0, configuration.apps.contains(where: { $0.serverAPI != nil }) {
             server.startReconciliation(every: .milliseconds(Int64(configuration.reconcileEverySeconds * 1000)))
@@ -103,10 +120,12 @@ enum ServeCommands {
             "purchase server listening on \(scheme)://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
         console.write(
             "  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(storage.location)\n")
+        if let followed { console.write("  store time followed from \(followed.url)\n") }
         await TerminationSignals.received()
         // Requests in flight finish (up to ten seconds) before the server stops.
         await http.stop(waitingUpTo: .seconds(10))
         server.stopDelivery()
+        followed?.stop()
         console.write("stopped\n")
         return 0
     }

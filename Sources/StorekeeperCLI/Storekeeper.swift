@@ -48,6 +48,8 @@ public enum Storekeeper {
                                       test-notification, test-notification-status, notification-history,
                                       consumption, app-account-token, app-transaction.
           serve                       Run the purchase server (receipts, transactions, Apple's notifications; entitlements, webhooks).
+          dev                         Run the emulator and the purchase server together, wired for a rehearsal.
+          server subscriber|events    Read a subscriber's state or events from a running purchase server.
           bench receipt               Measure receipt verification against bare OpenSSL RSA.
           bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
           bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
@@ -132,6 +134,9 @@ public enum Storekeeper {
             (["appstore", "scenario", "run"], ScenarioCommands.runSpec, ScenarioCommands.run),
             (["appstore", "api-key"], ServerAPICommands.apiKeySpec, ServerAPICommands.apiKey),
             (["serve"], ServeCommands.spec, ServeCommands.run),
+            (["dev"], DevCommand.spec, DevCommand.run),
+            (["server", "subscriber"], ServerClientCommands.subscriberSpec, ServerClientCommands.subscriber),
+            (["server", "events"], ServerClientCommands.eventsSpec, ServerClientCommands.events),
         ]
 
     /// `storekeeper api <endpoint>`, one command per App Store Server API endpoint.

@@ -8,8 +8,10 @@ package enum LoggingOptions {
     package static let format = Arguments.Spec.Option(
         name: "log-format", valueName: "format", help: "text (default) or json lines, on standard error.")
 
-    package static func logger(_ arguments: Arguments, label: String) throws -> Logger {
-        var level = Logger.Level.info
+    package static func logger(_ arguments: Arguments, label: String, level defaultLevel: Logger.Level = .info) throws
+        -> Logger
+    {
+        var level = defaultLevel
         if let name = arguments.value("log-level") {
             guard let parsed = Logger.Level(name: name) else {
                 throw CommandError.usage(

@@ -84,8 +84,9 @@ extension PurchaseServer {
         }
     }
 
-    /// A chart's query from `?bundleId&from&to&resolution&environment` (times in milliseconds; by default the
-    /// last 30 days by day, every environment).
+    /// A chart's query from `?bundleId&from&to&resolution&environment` (times in milliseconds; by default
+    /// the resolution's range up to now — 30 days by day, 2 days by hour, 3 hours by minute — every
+    /// environment).
     func chartQuery(_ parameters: (String) -> String?) throws -> ChartQuery {
         let bundleID = try bundleID(parameters("bundleId"))
         func time(_ name: String) throws -> Date? {
@@ -98,15 +99,15 @@ extension PurchaseServer {
             }
             return date
         }
-        let to = try time("to") ?? now()
-        let from = try time("from") ?? to.addingTimeInterval(-30 * 86_400)
         var resolution = SubscriptionCharts.Resolution.day
         if let text = parameters("resolution"), !text.isEmpty {
             guard let parsed = SubscriptionCharts.Resolution(rawValue: text) else {
-                throw PurchaseServerError.invalid("resolution is day, week or month")
+                throw PurchaseServerError.invalid("resolution is day, week, month, hour or minute")
             }
             resolution = parsed
         }
+        let to = try time("to") ?? now()
+        let from = try time("from") ?? to.addingTimeInterval(-resolution.defaultRange)
         var environment: Environment?
         if let text = parameters("environment"), !text.isEmpty, text != "all" {
             guard let parsed = Environment(name: text, among: Environment.customerEnvironments) else {

@@ -35,6 +35,29 @@ public struct SubscriptionCharts: Sendable {
 
     public enum Resolution: String, Sendable, CaseIterable {
         case day, week, month
+        /// For rehearsals on compressed store time, where a month lasts minutes.
+        case hour, minute
+
+        /// The length of one period, when it is fixed (hours and minutes).
+        var fixedLength: TimeInterval? {
+            switch self {
+            case .hour: 3_600
+            case .minute: 60
+            default: nil
+            }
+        }
+
+        /// Hours and minutes: periods of one length, shown with their time.
+        public var isFixed: Bool { fixedLength != nil }
+
+        /// The range a chart covers when none is asked for.
+        public var defaultRange: TimeInterval {
+            switch self {
+            case .day, .week, .month: 30 * 86_400
+            case .hour: 2 * 86_400
+            case .minute: 3 * 3_600
+            }
+        }
     }
 
     /// One period of a chart: `[start, end)`.
@@ -84,8 +107,14 @@ public struct SubscriptionCharts: Sendable {
     /// At most this many periods per chart.
     public static let maxPoints = 400
 
-    /// The periods of `[from, to)` at `resolution` in UTC: whole days, weeks from Monday, calendar months.
+    /// The periods of `[from, to)` at `resolution` in UTC: whole days, weeks from Monday, calendar months,
+    /// hours, minutes. At most ``maxPoints``: the first of days, weeks and months, the last of hours and
+    /// minutes (a long range at a fine resolution shows its end).
     public static func periods(from: Date, to: Date, resolution: Resolution) -> [(Date, Date)] {
+        var from = from
+        if let length = resolution.fixedLength {
+            from = max(from, to.addingTimeInterval(-length * Double(maxPoints)))
+        }
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
         calendar.firstWeekday = 2
@@ -94,6 +123,8 @@ public struct SubscriptionCharts: Sendable {
             case .day: .day
             case .week: .weekOfYear
             case .month: .month
+            case .hour: .hour
+            case .minute: .minute
             }
         var start = calendar.dateInterval(of: component, for: from)?.start ?? from
         var result: [(Date, Date)] = []

@@ -242,7 +242,9 @@ extension PurchaseServer {
         for result in results {
             let chart = result.chart
             let title: String = chart.isMoney ? chart.title + " (" + currency + ")" : chart.title
-            let labels: [String] = result.points.map { dayText($0.start) }
+            let labels: [String] = result.points.map {
+                range.resolution.isFixed ? String($0.start.ISO8601Format().dropFirst(5).prefix(11)) : dayText($0.start)
+            }
             let values: [Double] = result.points.map { Self.chartValue(chart, $0.value) }
             let format: @Sendable (Double) -> String = chart.isMoney ? Self.moneyText : LineChart.number
             let drawn = LineChart(

@@ -1,0 +1,91 @@
+public import Foundation
+import StorekeeperHTTP
+import StorekeeperJSON
+import Synchronization
+
+/// Store time followed from an App Store emulator (`serve --clock URL`, config `"clock"`), so that a
+/// server rehearsed against the emulator sees the purchases as the emulator does after an `advance`: the
+/// wall clock plus the emulator's offset, read from its `GET /_emulator/v1/clock`.
+///
+/// The emulator's store time runs at the wall clock's pace and only jumps forward (an advance), so one
+/// offset describes it; a background task reads it again every `interval` (a quarter second by default), and
+/// a jump is seen within that. The offset only moves forward, by more than the reading's noise, unless the
+/// emulator went back by more than a second (it was started again on new data).
+public final class FollowedClock: Sendable {
+    public let url: String
+    private let token: String?
+    private let wallClock: @Sendable () -> Date
+    private let offset = Atomic<Int64>(0)
+    private let task = Mutex<Task<Void, Never>?>(nil)
+    private let client = HTTPClient(timeout: .seconds(2), connectTimeout: .seconds(1), maxResponseBytes: 4_096)
+
+    /// Reads the emulator's clock once: an emulator that cannot be reached is an error here, not later.
+    /// `token` is the emulator's control-plane token, when it has one.
+    public init(url: String, token: String? = nil, wallClock: @escaping @Sendable () -> Date = { Date() })
+        async throws(PurchaseServerError)
+    {
+        var base = url
+        while base.hasSuffix("/") { base.removeLast() }
+        guard base.hasPrefix("http://") || base.hasPrefix("https://") else {
+            throw PurchaseServerError.configuration(
+                "clock is the emulator's http(s) URL, such as http://127.0.0.1:8080")
+        }
+        self.url = base
+        self.token = token
+        self.wallClock = wallClock
+        offset.store(try await read(), ordering: .relaxed)
+    }
+
+    deinit { task.withLock { $0?.cancel() } }
+
+    /// Store time now.
+    public func now() -> Date {
+        wallClock().addingTimeInterval(Double(offset.load(ordering: .relaxed)) / 1000)
+    }
+
+    /// The emulator's store time minus the wall clock, in milliseconds, read at the middle of the request.
+    private func read() async throws(PurchaseServerError) -> Int64 {
+        var headers: [(name: String, value: String)] = []
+        if let token { headers.append(("Authorization", "Bearer " + token)) }
+        let before = wallClock()
+        let response: HTTPClient.Response
+        do { response = try await client.send("GET", url + "/_emulator/v1/clock", headers: headers) } catch {
+            throw PurchaseServerError.unavailable("cannot read the emulator's clock at \(url): \(error)")
+        }
+        let after = wallClock()
+        guard response.status == 200, let milliseconds = (try? JSONParser.parse(response.body))?["now"]?.int64Value
+        else {
+            throw PurchaseServerError.unavailable(
+                "\(url)/_emulator/v1/clock answered \(response.status), not an emulator's clock")
+        }
+        let middle = before.addingTimeInterval(after.timeIntervalSince(before) / 2)
+        return milliseconds - Int64((middle.timeIntervalSince1970 * 1000).rounded())
+    }
+
+    /// Reads the clock again now; answers whether the offset changed.
+    @discardableResult
+    public func refresh() async throws(PurchaseServerError) -> Bool {
+        let measured = try await read()
+        let current = offset.load(ordering: .relaxed)
+        guard measured > current + 50 || measured < current - 1_000 else { return false }
+        offset.store(measured, ordering: .relaxed)
+        return true
+    }
+
+    /// Follows the emulator every `interval` until ``stop()``; a failed read keeps the last offset.
+    public func start(every interval: Duration = .milliseconds(250)) {
+        let next = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                guard let self else { return }
+                _ = try? await self.refresh()
+            }
+        }
+        task.withLock {
+            $0?.cancel()
+            $0 = next
+        }
+    }
+
+    public func stop() { task.withLock { $0?.cancel() } }
+}

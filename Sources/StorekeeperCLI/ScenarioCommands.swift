@@ -42,8 +42,10 @@ enum ScenarioCommands {
             {"priceConsent": bool}, {"availability": {"product", "forSale"}}, and {"expect": {"notifications": \
             ["TYPE/SUBTYPE", ...] (exactly those written since the last expect, in order), "status": 1-5, \
             "autoRenew": bool, "expirationIntent": 1-5, "productId": id, "entitled": bool}}. Exit 0 when every \
-            expectation holds, 1 otherwise. With --url, the steps go to a running emulator (its clock, its \
-            notification settings: expectations on notifications need a receiver URL set). See examples/scenarios/.
+            expectation holds, 1 otherwise. The embedded emulator sells from the scenario's "storekit" (a path \
+            relative to the scenario; default: the built-in catalogue). With --url, the steps go to a running \
+            emulator (its catalogue, its clock, its notification settings: expectations on notifications need a \
+            receiver URL set). See examples/scenarios/ and examples/Products.scenario.json.
             """)
 
     /// What a scenario file holds.
@@ -52,6 +54,9 @@ enum ScenarioCommands {
         var seed: UInt64
         var environment: Environment
         var steps: [JSONObject]
+        /// The scenario's own catalogue (`"storekit"`, a path relative to the scenario), which the embedded
+        /// emulator sells from; nil: the built-in one.
+        var catalog: StoreKitConfiguration? = nil
     }
 
     static let maxFile = 1 << 20
@@ -151,6 +156,24 @@ enum ScenarioCommands {
         guard let environment = Environment(name: name, among: Environment.customerEnvironments) else {
             throw CommandError.input("'\(path)': environment '\(name)' is not Sandbox or Production")
         }
+        var catalog: StoreKitConfiguration?
+        if let member = object["storekit"] {
+            guard let relative = member.stringValue, !relative.isEmpty else {
+                throw CommandError.input("'\(path)': \"storekit\" is the path of a .storekit file")
+            }
+            let file = URL(
+                fileURLWithPath: relative, relativeTo: URL(fileURLWithPath: path).deletingLastPathComponent())
+            guard let handle = FileHandle(forReadingAtPath: file.path) else {
+                throw CommandError.input(
+                    "'\(path)': cannot read its storekit '\(relative)' (\(file.standardized.path))")
+            }
+            defer { try? handle.close() }
+            let bytes = try readLimited(handle, limit: 8 << 20, name: "'\(file.path)'")
+            do { catalog = try StoreKitConfiguration(data: bytes) } catch {
+                throw CommandError.input(
+                    "'\(path)': its storekit '\(relative)' is not a catalogue: \(error.description)")
+            }
+        }
         return Scenario(
             name: object["name"]?.stringValue ?? URL(fileURLWithPath: path).lastPathComponent,
             seed: UInt64(max(0, object["seed"]?.int64Value ?? 1)), environment: environment,
@@ -159,7 +182,7 @@ enum ScenarioCommands {
                     throw CommandError.input("'\(path)': step \(index + 1) must be an object with one member")
                 }
                 return step
-            })
+            }, catalog: catalog)
     }
 
     /// A deterministic source of bytes for the emulator's identifiers.
@@ -210,10 +233,11 @@ enum ScenarioCommands {
     static func embedded(_ scenario: Scenario, directory: URL) async throws -> (Target, AppStore) {
         let bytes = SeededBytes(seed: scenario.seed)
         let bundleID = DefaultCatalog.bundleID
+        let catalog = try scenario.catalog ?? StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
         let store = try await AppStore(
-            catalog: [try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))],
-            apps: [AppConfiguration(bundleID: bundleID)], dataDirectory: directory,
-            rate: .monthlyRenewalEveryFiveMinutes, storage: InMemoryEmulatorStorage(), realNow: { start },
+            catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID)], dataDirectory: directory,
+            rate: catalog.settings.timeRate ?? .monthlyRenewalEveryFiveMinutes, storage: InMemoryEmulatorStorage(),
+            realNow: { start },
             randomBytes: { bytes.next($0) })
         let nobody = "http://127.0.0.1:9/scenario"
         try await store.setNotifications(

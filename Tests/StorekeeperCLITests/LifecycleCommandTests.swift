@@ -259,6 +259,31 @@ struct ScenarioTests {
         #expect(reports.allSatisfy { $0["passed"] == .bool(true) })
     }
 
+    @Test("A scenario sells from its own storekit, relative to it; one it cannot read is refused clearly")
+    func ownCatalogue() async throws {
+        let example = Self.examples.deletingLastPathComponent().appendingPathComponent("Products.scenario.json")
+        let run = await CapturedConsole.run(["appstore", "scenario", "run", example.path])
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(run.stdout.contains("PASS") && run.stdout.contains("buy com.example.app.monthly"))
+
+        let directory = try ExternalTool.temporaryDirectory()
+        let scenario = directory.appendingPathComponent("mine.json")
+        let steps = #"[{"buy": "com.example.app.monthly"}]"#
+        try Data(#"{"name": "mine", "storekit": "missing.storekit", "steps": \#(steps)}"#.utf8).write(to: scenario)
+        let missing = await CapturedConsole.run(["appstore", "scenario", "run", scenario.path])
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("cannot read its storekit 'missing.storekit'"), "\(missing.stderr)")
+        #expect(missing.stderr.contains(directory.appendingPathComponent("missing.storekit").path))
+        try Data("not json".utf8).write(to: directory.appendingPathComponent("broken.storekit"))
+        try Data(#"{"name": "mine", "storekit": "broken.storekit", "steps": \#(steps)}"#.utf8).write(to: scenario)
+        let broken = await CapturedConsole.run(["appstore", "scenario", "run", scenario.path])
+        #expect(broken.status == 2)
+        #expect(broken.stderr.contains("its storekit 'broken.storekit' is not a catalogue"), "\(broken.stderr)")
+        // Without its own catalogue, the built-in one does not sell the product.
+        try Data(#"{"name": "mine", "steps": \#(steps)}"#.utf8).write(to: scenario)
+        #expect(await CapturedConsole.run(["appstore", "scenario", "run", scenario.path]).status == 1)
+    }
+
     @Test(
         "--url runs scenarios against a running emulator: only the scenario's notifications count; unreachable is 69",
         .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))

@@ -53,8 +53,9 @@ extension AppStore {
                 next.transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
                 next.transaction.reason = reason
                 next.transaction.offer = offer
-                next.transaction.price =
-                    offer.map { price(of: $0, productID: productID) } ?? catalog.entry(productID.rawValue)?.price
+                next.transaction.price = charged(
+                    offer.map { price(of: $0, productID: productID) } ?? catalog.entry(productID.rawValue)?.price,
+                    account)
                 next.transaction.revocationDate = nil
                 next.transaction.revocationReason = nil
                 next.transaction.isUpgraded = false

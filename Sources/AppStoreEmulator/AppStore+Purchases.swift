@@ -15,11 +15,12 @@ import Synchronization
 extension AppStore {
     // MARK: - Accounts, devices, installs
 
-    public func createAccount(environment: Environment, storefront: String) async throws -> Account {
+    /// A test account in `storefront` (an ISO 3166-1 alpha-3 code; nil: ``defaultStorefront``).
+    public func createAccount(environment: Environment, storefront code: String? = nil) async throws -> Account {
         guard environment == .sandbox || environment == .production else {
             throw EmulatorError.invalid("environment must be Sandbox or Production")
         }
-        guard let storefront = Storefront(countryCode: storefront) else {
+        guard let storefront = code.map(Storefront.init(countryCode:)) ?? defaultStorefront else {
             throw EmulatorError.invalid(
                 "member 'storefront' must be an App Store storefront's ISO 3166-1 alpha-3 code such as USA")
         }
@@ -164,7 +165,7 @@ extension AppStore {
         var transaction = Transaction(
             id: try newTransactionID(in: store), bundleID: BundleID(bundleID), productID: ProductID(entry.productID),
             kind: entry.kind, quantity: quantity, purchaseDate: current,
-            subscriptionGroupID: entry.subscription?.groupID, price: entry.price,
+            subscriptionGroupID: entry.subscription?.groupID, price: charged(entry.price, account),
             appAccountToken: appAccountToken?.lowercased())
         guard let subscriptionEntry = entry.subscription, subscriptionEntry.period != nil else {
             _ = try offerTerms(
@@ -209,7 +210,7 @@ extension AppStore {
         transaction.webOrderLineItemID = try newWebOrderLineItemID(in: store)
         if let terms {
             transaction.offer = terms.offer
-            transaction.price = price(of: terms.offer, productID: transaction.productID)
+            transaction.price = charged(price(of: terms.offer, productID: transaction.productID), account)
         }
         if let previous = existing, let original = try store.transaction(previous.originalTransactionID) {
             // A resubscription keeps the group's original transaction.
@@ -439,6 +440,16 @@ extension AppStore {
     static func uuidBytes(_ text: String) -> [UInt8] {
         guard let uuid = UUID(uuidString: text) else { return Array(text.utf8) }
         return withUnsafeBytes(of: uuid.uuid) { Array($0) }
+    }
+
+    /// A catalogue price as `account` is charged it: the amount as the catalogue gives it, in its storefront's
+    /// currency (Xcode's StoreKit Testing does not convert amounts either).
+    func charged(_ price: Money?, _ account: Account) -> Money? {
+        price.map {
+            Money(
+                milliunits: $0.milliunits,
+                currency: (Storefront(countryCode: account.storefront) ?? defaultStorefront).currency)
+        }
     }
 
     // MARK: - Signed data

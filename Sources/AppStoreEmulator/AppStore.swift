@@ -2,7 +2,7 @@ import AppStoreReceipts
 import AppStoreSignedData
 public import Foundation
 public import StoreKitCatalog
-import StoreModel
+public import StoreModel
 public import StoreTime
 public import StorekeeperCrypto
 public import StorekeeperHTTP
@@ -45,6 +45,8 @@ public struct EmulatorError: Error, Sendable, Hashable, CustomStringConvertible,
 /// (``startScheduler()``) runs it when it falls due, and every request runs what is already due first.
 public final class AppStore: Sendable {
     let catalog: Catalog
+    /// The storefront of accounts made without one: the first catalogue's `_storefront`, else USA.
+    public let defaultStorefront: Storefront
     let apps: [String: AppConfiguration]
     public let pki: EmulatorPKI
     /// Signs StoreKit 2 data with the emulator's JWS chain (its header encoded once).
@@ -153,6 +155,9 @@ public final class AppStore: Sendable {
     ) async throws {
         directoryLock = try DirectoryLock(directory: dataDirectory)
         self.catalog = Catalog(catalog)
+        self.defaultStorefront =
+            catalog.lazy.compactMap { $0.settings.storefront.flatMap(Storefront.init(countryCode:)) }.first
+            ?? .unitedStates
         self.offerKeys = try Self.loadOfferKeys(apps: apps, catalogs: catalog)
         self.apps = Dictionary(apps.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))

@@ -134,7 +134,7 @@ extension EmulatorRoutes {
                 }
                 let account = try await store.createAccount(
                     environment: environment ?? .sandbox,
-                    storefront: try body.string("storefront", maxBytes: 3) ?? "USA")
+                    storefront: try body.string("storefront", maxBytes: 3))
                 return .json(.object(["accountId": .string(account.id.rawValue)]), status: 201)
             })
         router.post(

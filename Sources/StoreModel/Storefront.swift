@@ -17,6 +17,10 @@ public struct Storefront: Sendable, Hashable {
 
     public static let unitedStates = Storefront(countryCode: "USA")!
 
+    /// The currency a purchase is charged in on this storefront (ISO 4217): the table of
+    /// shared/spec/storefront-currencies.md, US dollars where it names none.
+    public var currency: String { Self.currencies[countryCode] ?? "USD" }
+
     /// Every known country code, sorted.
     public static var countryCodes: [String] { ids.keys.sorted() }
 
@@ -47,5 +51,18 @@ public struct Storefront: Sendable, Hashable {
         "LBR": "143588", "MWI": "143589", "MRT": "143590", "FSM": "143591", "MNG": "143592", "MOZ": "143593",
         "NAM": "143594", "PLW": "143595", "PNG": "143597", "STP": "143598", "SYC": "143599", "SLE": "143600",
         "SLB": "143601", "SWZ": "143602", "TJK": "143603", "TKM": "143604", "ZWE": "143605",
+    ]
+
+    /// Storefronts that do not charge in US dollars.
+    static let currencies: [String: String] = [
+        "ARE": "AED", "AUS": "AUD", "AUT": "EUR", "BEL": "EUR", "BGR": "BGN", "BRA": "BRL", "CAN": "CAD",
+        "CHE": "CHF", "CHL": "CLP", "CHN": "CNY", "COL": "COP", "CYP": "EUR", "CZE": "CZK", "DEU": "EUR",
+        "DNK": "DKK", "EGY": "EGP", "ESP": "EUR", "EST": "EUR", "FIN": "EUR", "FRA": "EUR", "GBR": "GBP",
+        "GRC": "EUR", "HKG": "HKD", "HRV": "EUR", "HUN": "HUF", "IDN": "IDR", "IND": "INR", "IRL": "EUR",
+        "ISR": "ILS", "ITA": "EUR", "JPN": "JPY", "KAZ": "KZT", "KOR": "KRW", "LTU": "EUR", "LUX": "EUR",
+        "LVA": "EUR", "MEX": "MXN", "MLT": "EUR", "MYS": "MYR", "NGA": "NGN", "NLD": "EUR", "NOR": "NOK",
+        "NZL": "NZD", "PAK": "PKR", "PER": "PEN", "PHL": "PHP", "POL": "PLN", "PRT": "EUR", "QAT": "QAR",
+        "ROU": "RON", "RUS": "RUB", "SAU": "SAR", "SGP": "SGD", "SVK": "EUR", "SVN": "EUR", "SWE": "SEK",
+        "THA": "THB", "TUR": "TRY", "TWN": "TWD", "TZA": "TZS", "VNM": "VND", "ZAF": "ZAR",
     ]
 }

@@ -101,7 +101,9 @@ enum AppStoreCommands {
         options: [
             urlOption, tokenOption,
             .init(name: "environment", valueName: "name", help: "Sandbox (default) or Production."),
-            .init(name: "storefront", valueName: "code", help: "ISO 3166-1 alpha-3 storefront (default: USA)."),
+            .init(
+                name: "storefront", valueName: "code",
+                help: "ISO 3166-1 alpha-3 storefront (default: the catalogue's, else USA)."),
             fieldOption,
         ])
     static let deviceSpec = Arguments.Spec(
@@ -356,12 +358,9 @@ enum AppStoreCommands {
     // MARK: - Client
 
     static func account(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
-        try await call(
-            arguments, console, "POST", "/_emulator/v1/accounts",
-            [
-                "environment": .string(arguments.value("environment") ?? "Sandbox"),
-                "storefront": .string(arguments.value("storefront") ?? "USA"),
-            ])
+        var body: JSONObject = ["environment": .string(arguments.value("environment") ?? "Sandbox")]
+        if let storefront = arguments.value("storefront") { body["storefront"] = .string(storefront) }
+        return try await call(arguments, console, "POST", "/_emulator/v1/accounts", body)
     }
 
     static func device(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {

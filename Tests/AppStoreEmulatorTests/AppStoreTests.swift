@@ -608,6 +608,53 @@ struct EmulatorVectorCatalogTests {
     }
 }
 
+extension EmulatorVectorCatalogTests {
+    @Test(
+        "A catalogue's storefront is new accounts' default; a transaction's storefront and currency follow the account")
+    func storefronts() async throws {
+        let path = "storekit/05-revenuecat-StoreKitUnitTests-UnitTestsConfiguration.v5_0.storekit"
+        let original = try StoreKitConfiguration(data: Vectors.bytes(path))
+        #expect(original.settings.storefront == "USA")
+        // The same real catalogue, as Xcode saves it after its storefront is set to the United Kingdom.
+        let text = String(decoding: try Vectors.bytes(path), as: UTF8.self)
+        let british = try StoreKitConfiguration(
+            data: Array(text.replacingOccurrences(of: #""_storefront" : "USA""#, with: #""_storefront" : "GBR""#).utf8))
+        let product = try #require(british.products.first { $0.displayPrice != nil })
+        let price = try #require(product.displayPrice.flatMap { Money(decimal: $0, currency: "GBP") })
+        let store = try await AppStore(
+            catalog: [british], apps: [AppConfiguration(bundleID: "com.example.app")],
+            dataDirectory: try ExternalTool.temporaryDirectory(), rate: british.settings.timeRate)
+        #expect(store.defaultStorefront.countryCode == "GBR")
+        func buy(_ account: Account) async throws -> JSONObject {
+            let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
+            _ = try await store.install(deviceID: device, bundleID: "com.example.app", version: "1")
+            let outcome = try await store.pay(
+                deviceID: device, bundleID: "com.example.app", productID: product.productID, quantity: 1,
+                applicationUsername: nil, appAccountToken: nil)
+            guard case .purchased(_, let jws) = outcome else { throw CancellationError() }
+            let segment = try #require(jws.split(separator: ".").dropFirst().first)
+            let bytes = try #require(Base64URL.decode(Array(segment.utf8)))
+            return try #require(try JSONParser.parse(bytes).objectValue)
+        }
+        let defaulted = try await store.createAccount(environment: .sandbox)
+        #expect(defaulted.storefront == "GBR")
+        let inBritain = try await buy(defaulted)
+        #expect(inBritain["storefront"]?.stringValue == "GBR")
+        #expect(inBritain["storefrontId"]?.stringValue == "143444")
+        #expect(inBritain["currency"]?.stringValue == "GBP")
+        #expect(inBritain["price"]?.int64Value == price.milliunits, "the catalogue's amount, not converted")
+        let inGermany = try await buy(try await store.createAccount(environment: .sandbox, storefront: "deu"))
+        #expect(inGermany["storefront"]?.stringValue == "DEU")
+        #expect(inGermany["storefrontId"]?.stringValue == "143443")
+        #expect(inGermany["currency"]?.stringValue == "EUR")
+        let inJapan = try await buy(try await store.createAccount(environment: .sandbox, storefront: "JPN"))
+        #expect(inJapan["currency"]?.stringValue == "JPY" && inJapan["storefrontId"]?.stringValue == "143462")
+        await #expect(throws: EmulatorError.self) {
+            try await store.createAccount(environment: .sandbox, storefront: "XYZ")
+        }
+    }
+}
+
 @Suite("Emulator API robustness")
 struct EmulatorRobustnessTests {
     @Test("Malformed bodies, wrong types and unknown ids on every route give 4xx JSON errors, never a 500")

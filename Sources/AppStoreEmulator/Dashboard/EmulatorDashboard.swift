@@ -127,7 +127,7 @@ struct EmulatorDashboard: Sendable {
                     .select(
                         name: "environment", label: "Environment",
                         options: [("Sandbox", "Sandbox"), ("Production", "Production")]),
-                    .text(name: "storefront", label: "Storefront", placeholder: "USA"),
+                    .text(name: "storefront", label: "Storefront", placeholder: store.defaultStorefront.countryCode),
                 ], next: Self.dashboardRoot + "/accounts/{accountId}", id: "create-account"
             ).html
         body += "</section><section aria-labelledby=\"transactions-heading\">"

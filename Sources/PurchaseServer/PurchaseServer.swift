@@ -40,6 +40,35 @@ public final class PurchaseServer: Sendable {
         let signedData: SignedDataVerifier
         let receipts: ReceiptVerifier
         let api: [Environment: AppStoreServerAPIClient]
+        /// Xcode's StoreKit Testing, when the app names its certificates: signed data verified against
+        /// them alone, in the environment `Xcode` only; receipts signed by one of them.
+        var xcode: (signedData: SignedDataVerifier, receipts: ReceiptVerifier)? = nil
+
+        /// `signed` verified by Apple's roots (the app's), or else by the Xcode certificates when there
+        /// are some; the result says which environment it is from.
+        func verify(_ signed: String, as type: SignedDataType, now: Date) -> SignedDataResult {
+            let result = signedData.verify(signed, as: type, now: now)
+            guard !result.isOK, let xcode else { return result }
+            let fromXcode = xcode.signedData.verify(signed, as: type, now: now)
+            return fromXcode.isOK ? fromXcode : result
+        }
+
+        /// A receipt verified by Apple's roots, or else by the Xcode certificates (then only a receipt of
+        /// type `Xcode`), with the environment it is from.
+        func verify(_ receipt: [UInt8], expecting expectations: ReceiptExpectations, now: Date) -> (
+            ReceiptVerificationResult, Environment?
+        ) {
+            let result = receipts.verify(receipt, expecting: expectations, now: now)
+            if result.isValid, let parsed = result.receipt {
+                return (result, Environment(name: parsed.environment, among: Environment.customerEnvironments))
+            }
+            guard let xcode else { return (result, nil) }
+            let fromXcode = xcode.receipts.verify(receipt, expecting: expectations, now: now)
+            guard fromXcode.isValid, fromXcode.receipt?.environment == Environment.xcode.rawValue else {
+                return (result, nil)
+            }
+            return (fromXcode, .xcode)
+        }
     }
 
     public init(
@@ -72,9 +101,21 @@ public final class PurchaseServer: Sendable {
                         verifier: verifier)
                 }
             }
-            apps[app.bundleID] = AppRuntime(
+            var runtime = AppRuntime(
                 settings: app, signedData: verifier, receipts: ReceiptVerifier(trustedRoots: app.receiptRoots),
                 api: clients)
+            if !app.xcodeCertificates.isEmpty {
+                do {
+                    runtime.xcode = (
+                        try SignedDataVerifier(
+                            SignedDataVerifier.Configuration(
+                                trustedRoots: app.xcodeCertificates, bundleID: app.bundleID,
+                                environment: Environment.xcode.rawValue)),
+                        ReceiptVerifier(trustedRoots: app.xcodeCertificates)
+                    )
+                } catch { throw PurchaseServerError.configuration("\(app.bundleID): xcode: \(error)") }
+            }
+            apps[app.bundleID] = runtime
         }
         self.apps = apps
     }
@@ -174,7 +215,9 @@ public final class PurchaseServer: Sendable {
         }
         let type = notification.type
         metrics.count("storekeeper_notifications_total", ["type": "V1:" + type.rawValue])
-        var found = Self.purchases(of: parsed).map {
+        // Apple's receipts only (Xcode sends no notifications): Production, or else the sandbox.
+        let environment = Environment(name: parsed.environment, among: Environment.customerEnvironments) ?? .sandbox
+        var found = Self.purchases(of: parsed, environment: environment).map {
             PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
         }
         for renewal in notification.pendingRenewals {
@@ -213,14 +256,14 @@ public final class PurchaseServer: Sendable {
     func postTransaction(bundleID: String, appUserID: String, signedTransaction: String) async throws -> Posted {
         let app = try app(bundleID)
         try Self.checkUserID(appUserID)
-        let result = app.signedData.verify(signedTransaction, as: .transaction, now: now())
+        let result = app.verify(signedTransaction, as: .transaction, now: now())
         metrics.count("storekeeper_verifications_total", ["kind": "transaction", "outcome": result.status.rawValue])
         guard result.isOK, let payload = result.payload, let purchase = Self.purchase(JWSTransaction(json: payload))
         else {
             throw PurchaseServerError.verification(
                 "the transaction did not verify: \(result.status.rawValue) (\(result.reason ?? ""))")
         }
-        guard app.settings.environments.contains(purchase.environment) else {
+        guard app.settings.environments.contains(purchase.environment) || purchase.environment == .xcode else {
             throw PurchaseServerError.invalid("transactions from \(purchase.environment.rawValue) are not accepted")
         }
         // Per user: the same transaction posted by another user is a claim of its own (transfer or keep).
@@ -260,7 +303,7 @@ public final class PurchaseServer: Sendable {
             }
             expectations.deviceIdentifier = withUnsafeBytes(of: uuid.uuid) { Array($0) }
         }
-        let verified = app.receipts.verify(receipt, expecting: expectations, now: now())
+        let (verified, verifiedEnvironment) = app.verify(receipt, expecting: expectations, now: now())
         metrics.count(
             "storekeeper_verifications_total",
             ["kind": "receipt", "outcome": verified.isValid ? "OK" : (verified.failure?.code.rawValue ?? "")])
@@ -268,11 +311,11 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.verification(
                 "the receipt did not verify: \(verified.failure.map { String(describing: $0.code) } ?? "invalid")")
         }
-        let environment = Environment(name: parsed.environment, among: Environment.customerEnvironments) ?? .sandbox
-        guard app.settings.environments.contains(environment) else {
+        let environment = verifiedEnvironment ?? .sandbox
+        guard app.settings.environments.contains(environment) || environment == .xcode else {
             throw PurchaseServerError.invalid("receipts from \(environment.rawValue) are not accepted")
         }
-        let purchases = Self.purchases(of: parsed)
+        let purchases = Self.purchases(of: parsed, environment: environment)
         let key =
             "receipt:" + Digest.hex(Digest.sha256(receipt).prefix(16)) + ":\(appUserID)"
         let current = now()
@@ -548,10 +591,9 @@ public final class PurchaseServer: Sendable {
             signedDate: info.signedDate ?? signedDate)
     }
 
-    /// The purchases a receipt holds, as of its creation date.
-    static func purchases(of receipt: Receipt) -> [PurchaseRecord] {
-        let environment = Environment(name: receipt.environment, among: Environment.customerEnvironments) ?? .sandbox
-        return receipt.inAppPurchases.map { item in
+    /// The purchases a receipt holds, as of its creation date, in the environment it was verified for.
+    static func purchases(of receipt: Receipt, environment: Environment) -> [PurchaseRecord] {
+        receipt.inAppPurchases.map { item in
             let kind =
                 item.productKind
                 ?? (item.expiresDate != nil || item.webOrderLineItemID != nil ? .autoRenewable : .nonConsumable)

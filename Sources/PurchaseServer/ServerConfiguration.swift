@@ -60,6 +60,12 @@ public struct AppSettings: Sendable {
     public var currency = "USD"
     /// Each subscription product's period (`P1M`, `P1Y`, …) for MRR. Config: `"subscriptionPeriods"`.
     public var subscriptionPeriods: [String: String] = [:]
+    /// The certificates Xcode's StoreKit Testing signs with, as Xcode exports them (Editor › Save Public
+    /// Certificate) or as a JWS's `x5c` carries them. Config: `"xcode": {"certificates": [files]}`. Empty
+    /// (the default): receipts and signed data from Xcode are refused. Otherwise they are accepted when
+    /// signed by one of these exactly, and recorded in the environment `Xcode`, apart from Sandbox and
+    /// Production; Apple's servers are never asked about them (they do not know them).
+    public var xcodeCertificates: [Certificate] = []
 
     public init(
         bundleID: String, appAppleID: Int64? = nil, environments: Set<Environment> = [.production, .sandbox],
@@ -204,6 +210,22 @@ public struct ServerConfiguration: Sendable {
                     publicKey: publicKey, sharedSecret: item["sharedSecret"]?.stringValue,
                     receiptRoots: try roots("receiptRoots"), jwsRoots: try roots("jwsRoots"), serverAPI: serverAPI,
                     entitlements: entitlements, webhooks: webhooks))
+            if let xcode = item["xcode"] {
+                guard let files = xcode["certificates"]?.arrayValue, !files.isEmpty,
+                    xcode.objectValue?.keys == ["certificates"]
+                else {
+                    throw PurchaseServerError.configuration(
+                        "\(bundleID): xcode is {\"certificates\": [files Xcode exports, such as StoreKitTestCertificate.cer]}")
+                }
+                apps[apps.count - 1].xcodeCertificates = try files.flatMap { value -> [Certificate] in
+                    guard let path = value.stringValue else {
+                        throw PurchaseServerError.configuration("\(bundleID): xcode.certificates holds file paths")
+                    }
+                    do { return try Certificate.load(try file(path)) } catch let error as PurchaseServerError {
+                        throw error
+                    } catch { throw PurchaseServerError.configuration("\(bundleID): '\(path)' is not a certificate") }
+                }
+            }
             if let currency = item["currency"] {
                 guard let code = currency.stringValue, code.count == 3,
                     code.allSatisfy({ $0.isASCII && $0.isUppercase })

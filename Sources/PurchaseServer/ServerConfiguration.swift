@@ -215,7 +215,8 @@ public struct ServerConfiguration: Sendable {
                     xcode.objectValue?.keys == ["certificates"]
                 else {
                     throw PurchaseServerError.configuration(
-                        "\(bundleID): xcode is {\"certificates\": [files Xcode exports, such as StoreKitTestCertificate.cer]}")
+                        "\(bundleID): xcode is {\"certificates\": [files Xcode exports, such as StoreKitTestCertificate.cer]}"
+                    )
                 }
                 apps[apps.count - 1].xcodeCertificates = try files.flatMap { value -> [Certificate] in
                     guard let path = value.stringValue else {

@@ -261,7 +261,8 @@ public final class PurchaseServer: Sendable {
         guard result.isOK, let payload = result.payload, let purchase = Self.purchase(JWSTransaction(json: payload))
         else {
             throw PurchaseServerError.verification(
-                "the transaction did not verify: \(result.status.rawValue) (\(result.reason ?? ""))")
+                "the transaction did not verify: \(result.status.rawValue) (\(result.reason ?? ""))"
+                    + Self.trustHint(result.status))
         }
         guard app.settings.environments.contains(purchase.environment) || purchase.environment == .xcode else {
             throw PurchaseServerError.invalid("transactions from \(purchase.environment.rawValue) are not accepted")
@@ -309,7 +310,8 @@ public final class PurchaseServer: Sendable {
             ["kind": "receipt", "outcome": verified.isValid ? "OK" : (verified.failure?.code.rawValue ?? "")])
         guard verified.isValid, let parsed = verified.receipt else {
             throw PurchaseServerError.verification(
-                "the receipt did not verify: \(verified.failure.map { String(describing: $0.code) } ?? "invalid")")
+                "the receipt did not verify: \(verified.failure.map { String(describing: $0.code) } ?? "invalid")"
+                    + (verified.failure?.code == .untrustedChain ? Self.trustHint(.invalidChain) : ""))
         }
         let environment = verifiedEnvironment ?? .sandbox
         guard app.settings.environments.contains(environment) || environment == .xcode else {
@@ -589,6 +591,19 @@ public final class PurchaseServer: Sendable {
             gracePeriodExpiresDate: info.gracePeriodExpiresDate, isInBillingRetryPeriod: info.isInBillingRetryPeriod,
             priceIncreaseStatus: info.priceIncreaseStatus, renewalDate: info.renewalDate,
             signedDate: info.signedDate ?? signedDate)
+    }
+
+    /// What to do when signed data does not chain to the app's roots: the usual cause is a rehearsal.
+    static func trustHint(_ status: VerificationStatus) -> String {
+        switch status {
+        case .invalidChain, .verificationFailure, .invalidCertificate:
+            "; if it comes from the Storekeeper emulator, add its roots (storekeeper appstore certs) to the app's "
+                + "jwsRoots and receiptRoots beside \"apple\", or run storekeeper dev"
+        case .invalidChainLength:
+            "; Xcode's StoreKit Testing signs with one certificate of its own: name it in the app's "
+                + "\"xcode\": {\"certificates\": [...]}"
+        default: ""
+        }
     }
 
     /// The purchases a receipt holds, as of its creation date, in the environment it was verified for.

@@ -39,10 +39,11 @@ struct XcodeTests {
     @Test("Refused by default: Apple's roots do not sign them")
     func refusedByDefault() async throws {
         let server = try Self.server(xcode: false)
-        await #expect(throws: PurchaseServerError.self) {
+        let error = await #expect(throws: PurchaseServerError.self) {
             _ = try await server.ingestTransaction(
                 bundleID: Self.bundleID, appUserID: "dev", signedTransaction: try Self.jws("xcode-signed-transaction"))
         }
+        #expect(error?.message.contains(#""xcode": {"certificates""#) == true, "says what to configure")
         await #expect(throws: PurchaseServerError.self) {
             _ = try await server.ingestReceipt(
                 bundleID: Self.bundleID, appUserID: "dev",

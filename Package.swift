@@ -137,7 +137,8 @@ let package = Package(
         .target(
             name: "StorekeeperCLI",
             dependencies: [
-                "StorekeeperCommandLine", "StorekeeperBench", "StorekeeperRehearsal", "AppStoreReceipts", "AppStoreSignedData",
+                "StorekeeperCommandLine", "StorekeeperBench", "StorekeeperRehearsal", "AppStoreReceipts",
+                "AppStoreSignedData",
                 "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "AppStoreEmulator", "StoreKitCatalog",
                 "StorekeeperHTTP", "StorekeeperLogging", "StoreTime", "StoreModel", "AppStoreServerAPI",
                 "PurchaseServer", "StorekeeperPostgres",

@@ -195,6 +195,9 @@ struct RehearsalTests {
         #expect(try await Self.chart(rehearsal, "actives").last == 1)
         try await Self.cli(
             rehearsal, ["appstore", "auto-renew", "--transaction", transaction, "--enabled", "false"])
+        // As a developer would: the server has heard of it before the clock moves on (notifications are
+        // not ordered, at Apple's either).
+        _ = try await Self.subscriber(rehearsal, "alice") { Self.plus($0)?["willRenew"] == .bool(false) }
         try await Self.cli(rehearsal, ["appstore", "advance", "--by", "P2M"])
         let ended = try await Self.subscriber(rehearsal, "alice") { Self.plus($0)?["active"] == .bool(false) }
         #expect(Self.plus(ended)?["active"] == .bool(false))

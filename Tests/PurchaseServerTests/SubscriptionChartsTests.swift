@@ -46,6 +46,12 @@ struct SubscriptionChartsTests {
         // 2026-11-01 is a Sunday: its week began on Monday 26 October.
         #expect(weeks.first?.0 == Self.at(-6))
         #expect(SubscriptionCharts.periods(from: Self.at(0), to: Self.at(5000), resolution: .day).count == 400)
+        // Hours and minutes, for compressed store time: a long range shows its last 400 periods.
+        let hours = SubscriptionCharts.periods(from: Self.at(0.5), to: Self.at(1), resolution: .hour)
+        #expect(hours.count == 12 && hours.first?.0 == Self.at(0.5) && hours.last?.1 == Self.at(1))
+        let minutes = SubscriptionCharts.periods(from: Self.at(0), to: Self.at(30), resolution: .minute)
+        #expect(minutes.count == 400 && minutes.last?.1 == Self.at(30))
+        #expect(minutes.first?.0 == Self.at(30).addingTimeInterval(-400 * 60))
     }
 
     @Test("Actives: paid and unexpired at each period's end; cancelled-but-unexpired counts; a refund ends it")

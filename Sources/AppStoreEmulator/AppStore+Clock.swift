@@ -16,6 +16,9 @@ extension AppStore {
 
     public var rate: TimeRate { clockState.withLock { $0.rate } }
 
+    /// Every advance so far: store time minus real time, in seconds.
+    public var clockOffset: TimeInterval { clockState.withLock { $0.offset } }
+
     /// Store time now: the real time plus every advance.
     public var now: Date {
         let clock = clockState.withLock { $0 }

@@ -81,11 +81,13 @@ extension EmulatorRoutes {
         router.add(
             "GET", base + "/clock",
             inline: { _, _ in
-                let (now, rate) = (store.now, store.rate)
+                let (now, rate, offset) = (store.now, store.rate, store.clockOffset)
                 return .json(
                     .object([
                         "now": .integer(EpochMilliseconds.milliseconds(now)),
                         "rate": .string(rate.name),
+                        // Store time minus real time: what a server following this clock adds to its own.
+                        "offsetMs": .integer(Int64((offset * 1000).rounded())),
                     ]))
             })
         router.post(

@@ -8,9 +8,10 @@ import Synchronization
 /// wall clock plus the emulator's offset, read from its `GET /_emulator/v1/clock`.
 ///
 /// The emulator's store time runs at the wall clock's pace and only jumps forward (an advance), so one
-/// offset describes it; a background task reads it again every `interval` (a quarter second by default), and
-/// a jump is seen within that. The offset only moves forward, by more than the reading's noise, unless the
-/// emulator went back by more than a second (it was started again on new data).
+/// offset describes it: the emulator says it (`offsetMs`), and both clocks read the same wall clock (one
+/// machine, or hosts kept in time). A background task reads it again every `interval` (a quarter second by
+/// default), and a jump is seen within that. An emulator that does not say its offset is measured instead:
+/// its `now` against the middle of the request, kept unless it moved by more than the reading's noise.
 public final class FollowedClock: Sendable {
     public let url: String
     private let token: String?
@@ -33,7 +34,7 @@ public final class FollowedClock: Sendable {
         self.url = base
         self.token = token
         self.wallClock = wallClock
-        offset.store(try await read(), ordering: .relaxed)
+        offset.store(try await read().milliseconds, ordering: .relaxed)
     }
 
     deinit { task.withLock { $0?.cancel() } }
@@ -43,8 +44,9 @@ public final class FollowedClock: Sendable {
         wallClock().addingTimeInterval(Double(offset.load(ordering: .relaxed)) / 1000)
     }
 
-    /// The emulator's store time minus the wall clock, in milliseconds, read at the middle of the request.
-    private func read() async throws(PurchaseServerError) -> Int64 {
+    /// The emulator's store time minus the wall clock, in milliseconds: as the emulator says it (`exact`), or
+    /// measured at the middle of the request.
+    private func read() async throws(PurchaseServerError) -> (milliseconds: Int64, exact: Bool) {
         var headers: [(name: String, value: String)] = []
         if let token { headers.append(("Authorization", "Bearer " + token)) }
         let before = wallClock()
@@ -53,21 +55,23 @@ public final class FollowedClock: Sendable {
             throw PurchaseServerError.unavailable("cannot read the emulator's clock at \(url): \(error)")
         }
         let after = wallClock()
-        guard response.status == 200, let milliseconds = (try? JSONParser.parse(response.body))?["now"]?.int64Value
-        else {
+        let answer = try? JSONParser.parse(response.body)
+        guard response.status == 200, let milliseconds = answer?["now"]?.int64Value else {
             throw PurchaseServerError.unavailable(
                 "\(url)/_emulator/v1/clock answered \(response.status), not an emulator's clock")
         }
+        if let offset = answer?["offsetMs"]?.int64Value { return (offset, true) }
         let middle = before.addingTimeInterval(after.timeIntervalSince(before) / 2)
-        return milliseconds - Int64((middle.timeIntervalSince1970 * 1000).rounded())
+        return (milliseconds - Int64((middle.timeIntervalSince1970 * 1000).rounded()), false)
     }
 
     /// Reads the clock again now; answers whether the offset changed.
     @discardableResult
     public func refresh() async throws(PurchaseServerError) -> Bool {
-        let measured = try await read()
+        let (measured, exact) = try await read()
         let current = offset.load(ordering: .relaxed)
-        guard measured > current + 50 || measured < current - 1_000 else { return false }
+        let changed = exact ? measured != current : (measured > current + 50 || measured < current - 1_000)
+        guard changed else { return false }
         offset.store(measured, ordering: .relaxed)
         return true
     }

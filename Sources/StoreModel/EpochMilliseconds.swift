@@ -33,6 +33,15 @@ public enum EpochMilliseconds {
         return Date(timeIntervalSince1970: milliseconds / 1000)
     }
 
+    /// `date` in milliseconds with its fraction, as a stored record keeps it (so it reads back the same date).
+    public static func fractional(_ date: Date) -> Double { date.timeIntervalSince1970 * 1000 }
+
+    /// The date a stored record's ``fractional(_:)`` number stands for, whatever its size (a stored date
+    /// was a `Date` already, one far in the future included); nil when it is not finite.
+    public static func date(stored milliseconds: Double) -> Date? {
+        milliseconds.isFinite ? Date(timeIntervalSince1970: milliseconds / 1000) : nil
+    }
+
     /// `milliseconds` as text, as query parameters and logs write it.
     public static func string(_ date: Date) -> String { String(milliseconds(date)) }
 }

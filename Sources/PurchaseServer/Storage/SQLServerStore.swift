@@ -1,6 +1,7 @@
 import Foundation
 import StoreModel
 import StorekeeperSQL
+package import StorekeeperJSON
 
 /// What the SQL store needs of a connection: SQLite's and PostgreSQL's both have it.
 protocol SQLStatementRunner {
@@ -23,11 +24,11 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     let connection: Connection
 
     static func encode<T: Encodable>(_ value: T) throws -> SQLValue {
-        .blob(Array(try SQLDocuments.encoder.encode(value)))
+        .blob(JSONWriter.bytes(try SQLDocuments.encoder.encode(value)))
     }
     static func decode<T: Decodable>(_ type: T.Type, _ value: SQLValue) throws -> T {
         guard let bytes = value.bytes else { throw ServerStorageError(message: "a stored record is missing") }
-        return try SQLDocuments.decoder.decode(type, from: Data(bytes))
+        return try SQLDocuments.decoder.decode(type, from: JSONParser.parse(bytes))
     }
 
     private func text(_ value: String?) -> SQLValue { value.map(SQLValue.text) ?? .null }
@@ -382,16 +383,17 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 }
 
-/// Records as JSON documents, dates in epoch milliseconds.
-enum SQLDocuments {
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .millisecondsSince1970
-        return encoder
-    }()
-    static let decoder: JSONDecoder = {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .millisecondsSince1970
-        return decoder
-    }()
+/// Records as JSON documents written by ``JSONWriter``, dates in epoch milliseconds with their fraction (as
+/// Foundation's `.millisecondsSince1970` wrote the documents stored before, which read back the same).
+package enum SQLDocuments {
+    package static let encoder = JSONValueEncoder { value in
+        (value as? Date).map { .double(EpochMilliseconds.fractional($0)) }
+    }
+    package static let decoder = JSONValueDecoder { type, json in
+        guard type == Date.self else { return nil }
+        guard let milliseconds = json.doubleValue, let date = EpochMilliseconds.date(stored: milliseconds) else {
+            throw ServerStorageError(message: "a stored date is not milliseconds since 1970: \(json)")
+        }
+        return date
+    }
 }

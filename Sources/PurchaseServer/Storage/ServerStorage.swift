@@ -203,6 +203,12 @@ public struct WebhookDelivery: Codable, Sendable, Hashable {
         public var status: Int?
         /// Why it failed without an answer.
         public var error: String?
+
+        public init(date: Date, status: Int?, error: String?) {
+            self.date = date
+            self.status = status
+            self.error = error
+        }
     }
 
     public var id: String

@@ -1,7 +1,7 @@
 import Foundation
 import StoreModel
-import StorekeeperSQL
 package import StorekeeperJSON
+import StorekeeperSQL
 
 /// What the SQL store needs of a connection: SQLite's and PostgreSQL's both have it.
 protocol SQLStatementRunner {

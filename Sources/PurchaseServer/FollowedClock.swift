@@ -1,4 +1,5 @@
 public import Foundation
+import StoreModel
 import StorekeeperHTTP
 import StorekeeperJSON
 import Synchronization
@@ -39,9 +40,13 @@ public final class FollowedClock: Sendable {
 
     deinit { task.withLock { $0?.cancel() } }
 
+    /// The largest offset taken from an emulator, in milliseconds (about 300 years).
+    static let maxOffset: Int64 = 10_000_000_000_000
+
     /// Store time now.
     public func now() -> Date {
-        wallClock().addingTimeInterval(Double(offset.load(ordering: .relaxed)) / 1000)
+        let milliseconds = EpochMilliseconds.milliseconds(wallClock()) + offset.load(ordering: .relaxed)
+        return EpochMilliseconds.date(milliseconds) ?? .distantFuture
     }
 
     /// The emulator's store time minus the wall clock, in milliseconds: as the emulator says it (`exact`), or
@@ -60,9 +65,20 @@ public final class FollowedClock: Sendable {
             throw PurchaseServerError.unavailable(
                 "\(url)/_emulator/v1/clock answered \(response.status), not an emulator's clock")
         }
-        if let offset = answer?["offsetMs"]?.int64Value { return (offset, true) }
-        let middle = before.addingTimeInterval(after.timeIntervalSince(before) / 2)
-        return (milliseconds - Int64((middle.timeIntervalSince1970 * 1000).rounded()), false)
+        let offset: (Int64, Bool)
+        if let said = answer?["offsetMs"]?.int64Value {
+            offset = (said, true)
+        } else {
+            let middle = before.addingTimeInterval(after.timeIntervalSince(before) / 2)
+            offset = (
+                milliseconds.subtractingReportingOverflow(EpochMilliseconds.milliseconds(middle)).partialValue, false
+            )
+        }
+        // The emulator's clock stops before 2049; anything past a few centuries is not a clock.
+        guard abs(offset.0) < Self.maxOffset else {
+            throw PurchaseServerError.unavailable("\(url)/_emulator/v1/clock says an offset of \(offset.0) ms")
+        }
+        return offset
     }
 
     /// Reads the clock again now; answers whether the offset changed.

@@ -17,7 +17,7 @@ extension PurchaseServer {
     var deliveryLease: TimeInterval { configuration.webhookTimeoutSeconds * 2 + 10 }
 
     func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore) throws {
-        guard let app = apps[event.bundleID], !app.settings.webhooks.isEmpty else { return }
+        guard let app = apps[event.bundleID.rawValue], !app.settings.webhooks.isEmpty else { return }
         let body = JSONWriter.string(
             .object(["api_version": .string("1.0"), "event": .object(webhookEvent(event, app: app.settings))]))
         for target in app.settings.webhooks {
@@ -25,7 +25,7 @@ extension PurchaseServer {
             _ = try store.insert(
                 WebhookDelivery(
                     id: "\(event.id)@\(suffix)", eventID: event.id, eventType: event.type.rawValue,
-                    bundleID: event.bundleID,
+                    bundleID: event.bundleID.rawValue,
                     url: target.url, body: body, created: wallClock()))
         }
     }
@@ -36,7 +36,7 @@ extension PurchaseServer {
             date.map { .integer(EpochMilliseconds.milliseconds($0)) } ?? .null
         }
         var object: JSONObject = [
-            "id": .string(event.id), "type": .string(event.type.rawValue), "app_id": .string(event.bundleID),
+            "id": .string(event.id), "type": .string(event.type.rawValue), "app_id": .string(event.bundleID.rawValue),
             "event_timestamp_ms": ms(event.date), "app_user_id": event.appUserID.map(JSONValue.string) ?? .null,
             "store": .string("APP_STORE"),
         ]

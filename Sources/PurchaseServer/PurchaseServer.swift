@@ -183,7 +183,7 @@ public final class PurchaseServer: Sendable {
         let testEvent =
             type == .test
             ? ServerEvent(
-                id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: bundleID, appUserID: nil,
+                id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: BundleID(bundleID), appUserID: nil,
                 date: signedDate, source: .notification, appleNotificationType: type.rawValue) : nil
         return try await write(input: ("notification:\(uuid)", "notification-v2", body)) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
@@ -428,7 +428,7 @@ public final class PurchaseServer: Sendable {
         // The subscription, then the user: what follows reads them as the last writer left them.
         try store.lock(original: originalID)
         if let claimant { try store.lock(user: claimant, bundle: bundleID) }
-        if let transaction = update.transaction, transaction.bundleID != bundleID {
+        if let transaction = update.transaction, transaction.bundleID.rawValue != bundleID {
             throw PurchaseServerError.invalid("the transaction is for \(transaction.bundleID), not \(bundleID)")
         }
         let storedPurchase = try update.transaction.flatMap { try store.purchase($0.transactionID) }
@@ -461,7 +461,7 @@ public final class PurchaseServer: Sendable {
                         ServerEvent(
                             id:
                                 "\(ServerEventType.transfer):\(originalID):\(claimant):\(PurchaseEngine.milliseconds(update.transaction?.signedDate))",
-                            type: .transfer, bundleID: bundleID, appUserID: claimant, date: now,
+                            type: .transfer, bundleID: BundleID(bundleID), appUserID: claimant, date: now,
                             environment: update.transaction?.environment, productID: update.transaction?.productID,
                             transactionID: update.transaction?.transactionID, originalTransactionID: originalID,
                             source: update.source, details: ["transferredFrom": current, "transferredTo": claimant]))
@@ -570,7 +570,8 @@ public final class PurchaseServer: Sendable {
         return PurchaseRecord(
             transactionID: TransactionID(id),
             originalTransactionID: TransactionID(transaction.originalTransactionID ?? id),
-            bundleID: bundleID, productID: ProductID(productID), kind: kind, quantity: Int(transaction.quantity ?? 1),
+            bundleID: BundleID(bundleID), productID: ProductID(productID), kind: kind,
+            quantity: Int(transaction.quantity ?? 1),
             purchaseDate: purchaseDate,
             expiresDate: transaction.expiresDate, webOrderLineItemID: transaction.webOrderLineItemID,
             environment: environment, ownership: transaction.inAppOwnershipType?.known ?? .purchased,
@@ -615,7 +616,7 @@ public final class PurchaseServer: Sendable {
             return PurchaseRecord(
                 transactionID: TransactionID(item.transactionID),
                 originalTransactionID: TransactionID(item.originalTransactionID ?? item.transactionID),
-                bundleID: receipt.bundleID, productID: ProductID(item.productID), kind: kind,
+                bundleID: BundleID(receipt.bundleID), productID: ProductID(item.productID), kind: kind,
                 quantity: Int(item.quantity),
                 purchaseDate: item.purchaseDate, expiresDate: item.expiresDate,
                 webOrderLineItemID: item.webOrderLineItemID.map { String($0) }, environment: environment,

@@ -28,7 +28,7 @@ public struct Subscriber: Codable, Sendable, Hashable {
 public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var transactionID: TransactionID
     public var originalTransactionID: TransactionID
-    public var bundleID: String
+    public var bundleID: BundleID
     public var productID: ProductID
     public var kind: ProductKind
     public var quantity: Int
@@ -52,7 +52,7 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var owner: String?
 
     public init(
-        transactionID: TransactionID, originalTransactionID: TransactionID, bundleID: String, productID: ProductID,
+        transactionID: TransactionID, originalTransactionID: TransactionID, bundleID: BundleID, productID: ProductID,
         kind: ProductKind,
         quantity: Int = 1, purchaseDate: Date, expiresDate: Date? = nil, webOrderLineItemID: String? = nil,
         environment: Environment, ownership: OwnershipType = .purchased, revocationDate: Date? = nil,
@@ -120,7 +120,7 @@ public struct RenewalFacts: Codable, Sendable, Hashable {
 /// An auto-renewable subscription (one original transaction) as the server knows it.
 public struct SubscriptionRecord: Codable, Sendable, Hashable {
     public var originalTransactionID: TransactionID
-    public var bundleID: String
+    public var bundleID: BundleID
     public var environment: Environment
     public var productID: ProductID
     public var latestTransactionID: TransactionID
@@ -208,7 +208,7 @@ public struct Grant: Codable, Sendable, Hashable {
 public struct ServerEvent: Codable, Sendable, Hashable {
     public var id: String
     public var type: ServerEventType
-    public var bundleID: String
+    public var bundleID: BundleID
     public var appUserID: String?
     public var date: Date
     public var environment: Environment?
@@ -227,7 +227,7 @@ public struct ServerEvent: Codable, Sendable, Hashable {
     public var details: [String: String]
 
     public init(
-        id: String, type: ServerEventType, bundleID: String, appUserID: String?, date: Date,
+        id: String, type: ServerEventType, bundleID: BundleID, appUserID: String?, date: Date,
         environment: Environment? = nil,
         productID: ProductID? = nil, transactionID: TransactionID? = nil, originalTransactionID: TransactionID? = nil,
         expiresDate: Date? = nil, source: ServerEventSource, appleNotificationType: String? = nil,

@@ -185,7 +185,8 @@ extension BenchCommands {
                         PurchaseRecord(
                             transactionID: TransactionID(String(5_000_000_000 + index)),
                             originalTransactionID: TransactionID(String(5_000_000_000 + index - index % 4)),
-                            bundleID: bundle, productID: "monthly", kind: .autoRenewable, purchaseDate: purchased,
+                            bundleID: BundleID(bundle), productID: "monthly", kind: .autoRenewable,
+                            purchaseDate: purchased,
                             expiresDate: purchased.addingTimeInterval(30 * 86_400), environment: .production,
                             price: 2_990,
                             currency: "USD", reason: index % 4 == 0 ? .purchase : .renewal, signedDate: purchased,

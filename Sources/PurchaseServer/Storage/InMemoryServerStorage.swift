@@ -67,7 +67,7 @@ public final class InMemoryServerStorage: ServerStorage {
         func purchase(_ transactionID: TransactionID) -> PurchaseRecord? { tables.purchases[transactionID] }
         func save(_ purchase: PurchaseRecord) { tables.purchases[purchase.transactionID] = purchase }
         func purchases(bundle: String, owner: String) -> [PurchaseRecord] {
-            tables.purchases.values.filter { $0.bundleID == bundle && $0.owner == owner }.sorted {
+            tables.purchases.values.filter { $0.bundleID.rawValue == bundle && $0.owner == owner }.sorted {
                 ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID)
             }
         }
@@ -81,7 +81,7 @@ public final class InMemoryServerStorage: ServerStorage {
         func chartRecords(bundle: String, from: Date, to: Date, limit: Int) -> [SubscriptionCharts.Record] {
             Array(
                 tables.purchases.values.map { ($0, SubscriptionCharts.Record($0)) }
-                    .filter { $0.0.bundleID == bundle && $0.1.purchaseDate < to && $0.1.lastDate >= from }
+                    .filter { $0.0.bundleID.rawValue == bundle && $0.1.purchaseDate < to && $0.1.lastDate >= from }
                     .sorted { ($0.0.purchaseDate, $0.0.transactionID) < ($1.0.purchaseDate, $1.0.transactionID) }
                     .prefix(limit).map(\.1))
         }
@@ -93,7 +93,7 @@ public final class InMemoryServerStorage: ServerStorage {
             tables.subscriptions[subscription.originalTransactionID] = subscription
         }
         func subscriptions(bundle: String, owner: String) -> [SubscriptionRecord] {
-            tables.subscriptions.values.filter { $0.bundleID == bundle && $0.owner == owner }.sorted {
+            tables.subscriptions.values.filter { $0.bundleID.rawValue == bundle && $0.owner == owner }.sorted {
                 $0.originalTransactionID < $1.originalTransactionID
             }
         }
@@ -104,7 +104,7 @@ public final class InMemoryServerStorage: ServerStorage {
         func overdueSubscriptions(bundle: String, before date: Date, limit: Int) -> [SubscriptionRecord] {
             Array(
                 tables.subscriptions.values.filter {
-                    $0.bundleID == bundle && ($0.reconciliationDue.map { $0 < date } ?? false)
+                    $0.bundleID.rawValue == bundle && ($0.reconciliationDue.map { $0 < date } ?? false)
                 }.sorted { ($0.reconciliationDue ?? .distantPast) < ($1.reconciliationDue ?? .distantPast) }
                     .prefix(limit))
         }
@@ -120,7 +120,7 @@ public final class InMemoryServerStorage: ServerStorage {
         func balances(bundle: String, owner: String) -> [String: Int] {
             var result: [String: Int] = [:]
             for entry in tables.ledger.values {
-                guard let purchase = tables.purchases[entry.transactionID], purchase.bundleID == bundle,
+                guard let purchase = tables.purchases[entry.transactionID], purchase.bundleID.rawValue == bundle,
                     purchase.owner == owner
                 else { continue }
                 result[entry.productID.rawValue, default: 0] += entry.quantity
@@ -145,11 +145,11 @@ public final class InMemoryServerStorage: ServerStorage {
             position: Int64, event: ServerEvent
         )] {
             let owned = Set(
-                tables.purchases.values.filter { $0.bundleID == bundle && $0.owner == owner }.map(
+                tables.purchases.values.filter { $0.bundleID.rawValue == bundle && $0.owner == owner }.map(
                     \.originalTransactionID))
             return Array(
                 tables.events.filter { item in
-                    item.position > (position ?? 0) && item.event.bundleID == bundle
+                    item.position > (position ?? 0) && item.event.bundleID.rawValue == bundle
                         && (item.event.appUserID == owner
                             || item.event.originalTransactionID.map(owned.contains) == true)
                 }.prefix(limit))

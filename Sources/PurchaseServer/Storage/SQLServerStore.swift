@@ -107,7 +107,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             """,
             [
                 .text(purchase.transactionID.rawValue), .text(purchase.originalTransactionID.rawValue),
-                .text(purchase.bundleID),
+                .text(purchase.bundleID.rawValue),
                 text(purchase.owner), .real(purchase.purchaseDate.timeIntervalSince1970), try Self.encode(purchase),
             ] + Self.chartColumns(purchase))
     }
@@ -187,7 +187,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             document = excluded.document, check_due = excluded.check_due
             """,
             [
-                .text(subscription.originalTransactionID.rawValue), .text(subscription.bundleID),
+                .text(subscription.originalTransactionID.rawValue), .text(subscription.bundleID.rawValue),
                 text(subscription.owner),
                 try Self.encode(subscription),
                 subscription.reconciliationDue.map { .real($0.timeIntervalSince1970) } ?? .null,
@@ -275,7 +275,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             ON CONFLICT DO NOTHING
             """,
             [
-                .text(event.id), .text(event.bundleID), text(event.appUserID),
+                .text(event.id), .text(event.bundleID.rawValue), text(event.appUserID),
                 text(event.originalTransactionID?.rawValue),
                 try Self.encode(event),
             ])

@@ -322,7 +322,11 @@ public final class PurchaseServer: Sendable {
             "receipt:" + Digest.hex(Digest.sha256(receipt).prefix(16)) + ":\(appUserID)"
         let current = now()
         _ = try await write(input: (key, "receipt", receipt)) { store in
-            try purchases.flatMap {
+            // A receipt with no purchase in it still makes the user known (with nothing to show yet).
+            if purchases.isEmpty, try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
+                try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
+            }
+            return try purchases.flatMap {
                 try self.apply(
                     PurchaseUpdate(source: .app, transaction: $0), bundleID: bundleID, claimant: appUserID, in: store,
                     now: current)

@@ -73,6 +73,35 @@ struct XcodeTests {
         #expect(receiptView.purchases.first?.productID == "pass.premium")
     }
 
+    @Test(
+        "All five real Xcode receipts (2020–2023, four developers' Xcodes) verify for their apps, in Xcode",
+        arguments: [
+            ("tpinappreceipt/receipt-xcode.der", "net.zachariadis.cyclemaps", 1),
+            ("kvitto/storeKitTestReceipt.der", "com.rd.eehelper", 1),
+            ("tpinappreceipt/receipt-no-orig-purchase-date.der", "com.nutcall.alert", 1),
+            ("app-store-server-library-swift/xcode-app-receipt-empty.der", bundleID, 0),
+            ("app-store-server-library-swift/xcode-app-receipt-with-transaction.der", bundleID, 1),
+        ])
+    func everyXcodeReceipt(path: String, bundle: String, purchases: Int) async throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        let certificate = try #require(Vectors.directory).appendingPathComponent(
+            "certs/xcode/storekit-test-certificate_2020-04-01_2040-03-27.cer")
+        let file = directory.appendingPathComponent("server.json")
+        try Data(
+            """
+            {"secretKey": "sk_0123456789abcdef", "apps": [{"bundleId": "\(bundle)", "publicKey": "pk_12345678",
+              "xcode": {"certificates": ["\(certificate.path)"]}}]}
+            """.utf8
+        ).write(to: file)
+        let server = try PurchaseServer(
+            configuration: try ServerConfiguration.load(path: file.path, variables: [:]),
+            storage: InMemoryServerStorage())
+        let view = try await server.ingestReceipt(
+            bundleID: bundle, appUserID: "dev", receipt: try Vectors.bytes("receipts/" + path), deviceID: nil)
+        #expect(view.purchases.count == purchases)
+        #expect(view.purchases.allSatisfy { $0.environment == .xcode })
+    }
+
     @Test("Xcode's certificates vouch for nothing else: another app's Xcode receipt, and a notification")
     func onlyXcode() async throws {
         let server = try Self.server(xcode: true)

@@ -279,6 +279,21 @@ struct ScenarioTests {
         let broken = await CapturedConsole.run(["appstore", "scenario", "run", scenario.path])
         #expect(broken.status == 2)
         #expect(broken.stderr.contains("its storekit 'broken.storekit' is not a catalogue"), "\(broken.stderr)")
+        // A real catalogue (Apple's SKDemo sample), by absolute path: its subscription bought and renewed.
+        if let vectors = Vectors.directory {
+            let sample = vectors.appendingPathComponent("storekit/01-apple-sample-SKDemo-Products.v2_0.storekit")
+            try Data(
+                #"""
+                {"name": "SKDemo", "storekit": "\#(sample.path)", "steps": [
+                  {"buy": "subscription.standard"},
+                  {"expect": {"notifications": ["SUBSCRIBED/INITIAL_BUY"], "status": 1, "entitled": true}},
+                  {"advance": "P1M"},
+                  {"expect": {"notifications": ["DID_RENEW"], "status": 1, "productId": "subscription.standard"}}]}
+                """#.utf8
+            ).write(to: scenario)
+            let real = await CapturedConsole.run(["appstore", "scenario", "run", scenario.path])
+            #expect(real.status == 0, "\(real.stdout)\(real.stderr)")
+        }
         // Without its own catalogue, the built-in one does not sell the product.
         try Data(#"{"name": "mine", "steps": \#(steps)}"#.utf8).write(to: scenario)
         #expect(await CapturedConsole.run(["appstore", "scenario", "run", scenario.path]).status == 1)

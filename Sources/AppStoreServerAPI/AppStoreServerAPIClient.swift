@@ -225,6 +225,12 @@ public struct AppStoreServerAPIClient: Sendable {
             body: ["appAccountToken": .string(token.uuidString.lowercased())])
     }
 
+    /// Finish Transaction (API 1.20): tells the App Store the purchase was delivered, for a server that
+    /// manages entitlements in place of the app's `finish()`.
+    public func finishTransaction(_ transactionID: String) async throws(AppStoreServerAPIError) {
+        let _: EmptyResponse = try await call("POST", "/inApps/v1/transactions/\(segment(transactionID))/finish")
+    }
+
     public func appTransactionInfo(_ anyTransactionID: String) async throws(AppStoreServerAPIError)
         -> AppTransactionInfoResponse
     {

@@ -252,6 +252,14 @@ enum ServerAPICommands {
                 return .object(["appAccountToken": .string(token.uuidString.lowercased())])
             }),
         Endpoint(
+            name: "finish", abstract: "Finish Transaction: the purchase was delivered (API 1.20).",
+            positionals: [("id", "The transaction id.")],
+            run: { client, arguments throws(AppStoreServerAPIError) in
+                let transaction = try id(arguments)
+                try await client.finishTransaction(transaction)
+                return .object(["finished": .string(transaction)])
+            }),
+        Endpoint(
             name: "app-transaction", abstract: "Get App Transaction Info.",
             positionals: [("id", "Any transaction id of the customer.")],
             run: { client, arguments throws(AppStoreServerAPIError) in

@@ -401,6 +401,21 @@ struct ServerAPITests {
         }
         #expect(notUUID?.code == .invalidAppAccountTokenUUID)
 
+        // Finish Transaction: the purchase leaves the device's queue as the app's own finish() takes it out.
+        let (unfinished, devicePath) = try await api.buy("pro")
+        func queued() async throws -> [String] {
+            let answer = try await api.harness.call("GET", devicePath + "/transactions")
+            return (answer.1["transactions"]?.arrayValue ?? []).compactMap {
+                $0["transactionIdentifier"]?.stringValue
+            }
+        }
+        #expect(try await queued().contains(unfinished))
+        try await client.finishTransaction(unfinished)
+        try await client.finishTransaction(unfinished)  // again: nothing changes
+        #expect(try await !queued().contains(unfinished))
+        let unknown = await Self.apiError { try await client.finishTransaction("9999999999999999") }
+        #expect(unknown?.code == .transactionIdNotFound)
+
         let appTransaction = try api.payload(
             try #require(try await client.appTransactionInfo(coins).signedAppTransactionInfo))
         #expect(appTransaction["bundleId"]?.stringValue == AppStoreTests.bundleID)

@@ -482,6 +482,17 @@ def app_transaction():
 
 run("app_transaction", app_transaction)
 
+# 15b. Finish Transaction (API 1.20)
+
+
+def finish_transaction():
+    client.finish_transaction(options.subscription)
+    client.finish_transaction(options.subscription)
+    return True, {"finished": options.subscription}
+
+
+run("finish_transaction", finish_transaction)
+
 # 16. Errors
 expect_api_error("not_found", lambda: client.get_transaction_info("9999999999999999"), 4040010, 404)
 expect_api_error("invalid_id", lambda: client.get_transaction_info("abc"), 4000006, 400)

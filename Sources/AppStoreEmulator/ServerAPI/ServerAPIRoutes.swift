@@ -115,6 +115,13 @@ extension ServerAPIService {
                         ]))
                 }
             ),
+            (
+                "POST", "/v1/transactions/{id}/finish", .finishTransaction,
+                { _, context, scope in
+                    try await store.apiFinishTransaction(try context.parameter("id"), scope: scope)
+                    return HTTPResponse(status: 200)
+                }
+            ),
             ("GET", "/v1/history/{id}", .transactionHistory, history(version: 1)),
             ("GET", "/v2/history/{id}", .transactionHistory, history(version: 2)),
             (

@@ -151,6 +151,17 @@ public final class ServerAPIService: Sendable {
         return try self.appStore.signedTransaction(stored, account: account)
     }
 
+    /// Finish Transaction (API 1.20): the server says it delivered the purchase, and the transaction leaves
+    /// the devices' queue of unfinished transactions as the app's own `finish()` takes it out. Idempotent.
+    func apiFinishTransaction(_ id: String, scope: APIScope) async throws {
+        try await self.appStore.storage.write { store in
+            var (stored, _) = try self.apiTransaction(id, scope: scope, in: store)
+            guard !stored.finished else { return }
+            stored.finished = true
+            try store.update(stored)
+        }
+    }
+
     /// A page of the customer's history in the order transactions last changed, from `revision`.
     func apiHistory(_ id: String, scope: APIScope, filter: HistoryFilter, descending: Bool, revision: String?)
         async throws -> HistoryPage

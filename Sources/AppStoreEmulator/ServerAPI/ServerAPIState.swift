@@ -248,13 +248,13 @@ final class RateLimiter: Sendable {
 enum APIEndpointClass: String, Sendable, CaseIterable {
     case transactionInfo, transactionHistory, subscriptionStatuses, notificationHistory, consumption, appTransaction
     case extend, appAccountToken, orderLookup, refundHistory, massExtend, testNotification, testNotificationStatus
-    case massExtendStatus
+    case massExtendStatus, finishTransaction
 
     /// Requests per second in production.
     var requestsPerSecond: Double {
         switch self {
         case .transactionInfo, .transactionHistory, .subscriptionStatuses, .notificationHistory, .consumption,
-            .appTransaction, .massExtendStatus:
+            .appTransaction, .massExtendStatus, .finishTransaction:
             50
         case .extend, .appAccountToken: 20
         case .orderLookup, .refundHistory: 10

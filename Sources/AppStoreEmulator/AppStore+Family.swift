@@ -140,6 +140,8 @@ extension AppStore {
                 }
                 let id = try newTransactionID(in: store)
                 var copy = Self.familyCopy(of: latest, id: id, originalID: id, member: member)
+                copy.transaction.appTransactionID = try store.makeAppTransaction(
+                    account: member, bundle: copy.transaction.bundleID)
                 copy.transaction.originalPurchaseDate = now
                 try store.insert(copy)
                 var state = subscription.state
@@ -167,6 +169,7 @@ extension AppStore {
                 }
                 var copy = Self.familyCopy(
                     of: latest, id: try newTransactionID(in: store), originalID: share.memberOriginalID, member: member)
+                copy.transaction.appTransactionID = current.transaction.appTransactionID
                 copy.transaction.originalPurchaseDate = current.transaction.originalPurchaseDate
                 copy.renewalNumber = current.renewalNumber + 1
                 try store.insert(copy)
@@ -210,6 +213,8 @@ extension AppStore {
             guard let memberAccount = try store.account(member) else { continue }
             let id = try newTransactionID(in: store)
             var copy = Self.familyCopy(of: stored, id: id, originalID: id, member: member)
+            copy.transaction.appTransactionID = try store.makeAppTransaction(
+                account: member, bundle: copy.transaction.bundleID)
             copy.transaction.originalPurchaseDate = now
             try store.insert(copy)
             try store.save(FamilyShare(sourceOriginalID: stored.id, memberAccountID: member, memberOriginalID: id))

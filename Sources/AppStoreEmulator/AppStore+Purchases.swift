@@ -57,6 +57,8 @@ extension AppStore {
                     originalPurchaseDate: current)
             install.version = version
             try store.save(install)
+            // The download is the account's app transaction (once per account and app).
+            _ = try store.makeAppTransaction(account: account.id, bundle: BundleID(bundleID))
             return (install, account.environment)
         }
     }
@@ -167,6 +169,7 @@ extension AppStore {
             kind: entry.kind, quantity: quantity, purchaseDate: current,
             subscriptionGroupID: entry.subscription?.groupID, price: charged(entry.price, account),
             appAccountToken: appAccountToken?.lowercased())
+        transaction.appTransactionID = try store.makeAppTransaction(account: account.id, bundle: BundleID(bundleID))
         guard let subscriptionEntry = entry.subscription, subscriptionEntry.period != nil else {
             _ = try offerTerms(
                 request, entry: entry, standing: .new, bundleID: bundleID, appAccountToken: appAccountToken, in: store)
@@ -492,19 +495,22 @@ extension AppStore {
 
     public func appTransaction(deviceID: String, bundleID: String) async throws -> String {
         let app = try self.app(bundleID)
-        let (device, account, install) = try await storage.read { store in
+        let (device, account, install, appTransactionID) = try await storage.read { store in
             let (device, account) = try self.device(deviceID, in: store)
             guard let install = try store.install(device: device.id, bundle: BundleID(bundleID)) else {
                 throw EmulatorError.invalid("\(bundleID) is not installed on device \(deviceID)")
             }
-            return (device, account, install)
+            return (
+                device, account, install, try store.appTransactionID(account: account.id, bundle: BundleID(bundleID))
+            )
         }
         let production = account.environment == .production
         let nonce = UUID(bytes: randomBytes(16))
         let verification = Digest.hash(.sha384, Self.uuidBytes(nonce.uuidString) + Self.uuidBytes(device.id.rawValue))
-        let payload = AppTransaction(
+        var payload = AppTransaction(
             app: app, install: install, environment: production ? .production : .sandbox, created: now,
             deviceVerification: Data(verification).base64EncodedString(), nonce: nonce)
+        if let appTransactionID { payload.json["appTransactionId"] = .string(appTransactionID.rawValue) }
         return try signer.sign(payload.json)
     }
 }

@@ -27,6 +27,7 @@ extension JWSTransaction {
         if let group = transaction.subscriptionGroupID { payload["subscriptionGroupIdentifier"] = .string(group) }
         if let expires = transaction.expiresDate { payload["expiresDate"] = milliseconds(expires) }
         if let token = transaction.appAccountToken { payload["appAccountToken"] = .string(token) }
+        if let app = transaction.appTransactionID { payload["appTransactionId"] = .string(app.rawValue) }
         if let price = transaction.price {
             payload["price"] = .integer(price.milliunits)
             payload["currency"] = .string(price.currency)

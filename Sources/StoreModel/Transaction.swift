@@ -46,6 +46,9 @@ public struct Transaction: Sendable, Hashable, Codable {
     public var revocationDate: Date?
     public var revocationReason: RevocationReason?
     public var isUpgraded: Bool
+    /// The id of the customer's download of the app (`appTransactionId`, API 1.20): the same for every
+    /// purchase of one Apple Account in one app. Nil for purchases made before the store had one.
+    public var appTransactionID: TransactionID? = nil
 
     public init(
         id: TransactionID, originalID: TransactionID? = nil, bundleID: BundleID, productID: ProductID,

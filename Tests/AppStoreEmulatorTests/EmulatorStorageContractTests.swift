@@ -40,6 +40,49 @@ struct EmulatorStorageContractTests {
             accountID: account, applicationUsername: "user")
     }
 
+    @Test(
+        "App transactions: one per account and app, made once, found by id, gone with a failed write",
+        arguments: Backend.allCases)
+    func appTransactions(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let (first, again, other, otherApp) = try await storage.write { store in
+            try store.insert(Self.account)
+            try store.insert(Account(id: "A2", environment: .sandbox, storefront: "USA"))
+            #expect(try store.appTransactionID(account: "A1", bundle: "com.example") == nil)
+            return (
+                try store.makeAppTransaction(account: "A1", bundle: "com.example"),
+                try store.makeAppTransaction(account: "A1", bundle: "com.example"),
+                try store.makeAppTransaction(account: "A2", bundle: "com.example"),
+                try store.makeAppTransaction(account: "A1", bundle: "com.example.other")
+            )
+        }
+        #expect(first == again, "made once")
+        #expect(Set([first, other, otherApp]).count == 3)
+        #expect(first.rawValue.count == 16 && first.rawValue.hasPrefix("6"))
+        try await storage.read { store in
+            #expect(try store.appTransactionID(account: "A1", bundle: "com.example") == first)
+            let owner = try #require(try store.appTransaction(otherApp))
+            #expect(owner.account == "A1" && owner.bundle == "com.example.other")
+            #expect(try store.appTransaction("6999999999999999") == nil)
+            #expect(try store.appTransaction("2000000000000001") == nil, "a purchase's id is not one")
+        }
+        struct Abort: Error {}
+        await #expect(throws: Abort.self) {
+            try await storage.write { store in
+                _ = try store.makeAppTransaction(account: "A2", bundle: "com.example.other")
+                throw Abort()
+            }
+        }
+        let rolledBack = try await storage.read { try $0.appTransactionID(account: "A2", bundle: "com.example.other") }
+        #expect(rolledBack == nil)
+        // The id travels with the purchases made since.
+        var made = Self.transaction("11", at: 0)
+        made.transaction.appTransactionID = first
+        let stored = made
+        try await storage.write { try $0.insert(stored) }
+        #expect(try await storage.read { try $0.transaction("11") }?.transaction.appTransactionID == first)
+    }
+
     static let subscription: StoredSubscription = {
         var state = SubscriptionState(
             originalTransactionID: "10", productID: "p", autoRenewProductID: "q", status: .billingRetry,
@@ -581,6 +624,7 @@ struct EmulatorStorageContractTests {
                 DROP INDEX transactions_by_owner_revision;
                 CREATE INDEX transactions_by_owner_revision ON transactions (account_id, bundle_id, revision);
                 CREATE INDEX transactions_unfinished ON transactions (account_id, bundle_id) WHERE finished = 0;
+                DROP TABLE app_transactions; ALTER TABLE transactions DROP COLUMN app_transaction_id;
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
@@ -686,6 +730,7 @@ struct EmulatorStorageContractTests {
                 """
                 DROP TABLE renewal_extensions; DROP TABLE mass_extensions; DROP TABLE consumption;
                 DROP TABLE refund_requests; DROP TABLE api_keys; DROP TABLE offer_nonces;
+                DROP TABLE app_transactions; ALTER TABLE transactions DROP COLUMN app_transaction_id;
                 DELETE FROM schema_migrations WHERE id >= '013';
                 INSERT INTO settings VALUES ('extensions.10', '[{"requestIdentifier":"r1","date":1704067200000,"effectiveDate":1704153600000,"webOrderLineItemId":"7"}]');
                 INSERT INTO settings VALUES ('massExtension.p.m1', '{"requestIdentifier":"m1","productId":"p","environment":"Production","complete":true,"succeededCount":3,"failedCount":1,"completeDate":1704067200000,"storefrontCountryCodes":["USA","GBR"]}');

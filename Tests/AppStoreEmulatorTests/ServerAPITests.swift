@@ -420,6 +420,27 @@ struct ServerAPITests {
             try #require(try await client.appTransactionInfo(coins).signedAppTransactionInfo))
         #expect(appTransaction["bundleId"]?.stringValue == AppStoreTests.bundleID)
         #expect(appTransaction["receiptType"]?.stringValue == "Sandbox")
+
+        // appTransactionId (API 1.20): on every purchase and on the app transaction; the endpoints that take
+        // any id of the customer take it; those about one purchase answer 4000048.
+        let appTransactionID = try #require(appTransaction["appTransactionId"]?.stringValue)
+        let coinsInfo = try api.payload(try #require(try await client.transactionInfo(coins).signedTransactionInfo))
+        #expect(coinsInfo["appTransactionId"]?.stringValue == appTransactionID)
+        #expect(appTransactionID.hasPrefix("6") && appTransactionID.count == 16)
+        let byApp = try api.payload(
+            try #require(try await client.appTransactionInfo(appTransactionID).signedAppTransactionInfo))
+        #expect(byApp["appTransactionId"]?.stringValue == appTransactionID)
+        let history = try await client.transactionHistory(appTransactionID)
+        #expect(
+            try history.signedTransactions.map { try api.payload($0)["transactionId"]?.stringValue }.contains(coins),
+            "the customer's history by the app transaction")
+        for refused in [
+            await Self.apiError { _ = try await client.transactionInfo(appTransactionID) },
+            await Self.apiError { try await client.finishTransaction(appTransactionID) },
+        ] {
+            #expect(refused?.code == .appTransactionIdNotSupported)
+            #expect(refused?.status == 400)
+        }
     }
 
     @Test("Tokens with a wrong aud, bid, kid, signature, issuer or lifetime are refused with a bare 401")

@@ -471,10 +471,15 @@ run("app_account_token", app_account_token)
 # 15. Get App Transaction Info
 
 
+app_transaction_ids = []
+
+
 def app_transaction():
     response = client.get_app_transaction_info(options.subscription)
     decoded = verifier.verify_and_decode_app_transaction(response.signedAppTransactionInfo)
-    return decoded.bundleId == options.bundle_id, {
+    if decoded.appTransactionId:
+        app_transaction_ids.append(decoded.appTransactionId)
+    return decoded.bundleId == options.bundle_id and bool(decoded.appTransactionId), {
         "bundleId": decoded.bundleId, "receiptType": value(decoded.receiptType),
         "appAppleId": decoded.appAppleId, "appTransactionId": decoded.appTransactionId,
         "originalPlatform": value(decoded.originalPlatform)}
@@ -492,6 +497,26 @@ def finish_transaction():
 
 
 run("finish_transaction", finish_transaction)
+
+
+# 15c. appTransactionId where any id of the customer goes, and where it does not (4000048)
+
+
+def any_transaction_id():
+    app_id = app_transaction_ids[0]
+    history = client.get_transaction_history(
+        app_id, None, TransactionHistoryRequest(), GetTransactionHistoryVersion.V2)
+    ids = [verifier.verify_and_decode_signed_transaction(jws).transactionId for jws in history.signedTransactions]
+    statuses = client.get_all_subscription_statuses(app_id)
+    by_app = verifier.verify_and_decode_app_transaction(
+        client.get_app_transaction_info(app_id).signedAppTransactionInfo)
+    ok = options.subscription in ids and len(statuses.data) > 0 and by_app.appTransactionId == app_id
+    return ok, {"appTransactionId": app_id, "history": ids[:5], "groups": len(statuses.data)}
+
+
+run("any_transaction_id", any_transaction_id)
+expect_api_error("app_transaction_id_info", lambda: client.get_transaction_info(app_transaction_ids[0]), 4000048, 400)
+expect_api_error("app_transaction_id_finish", lambda: client.finish_transaction(app_transaction_ids[0]), 4000048, 400)
 
 # 16. Errors
 expect_api_error("not_found", lambda: client.get_transaction_info("9999999999999999"), 4040010, 404)

@@ -93,7 +93,7 @@ struct ServerAPIInteropTests {
             "refund_history", "order", "order_invalid", "extend", "extend_too_many_days", "extend_again_same_id",
             "mass_extend", "test_notification", "notification_history", "notification_history_only_failures",
             "consumption_v2", "consumption_v2_no_consent", "consumption_v1", "app_account_token", "app_transaction",
-            "finish_transaction",
+            "finish_transaction", "any_transaction_id", "app_transaction_id_info", "app_transaction_id_finish",
             "not_found", "invalid_id", "bad_revision", "wrong_key", "wrong_bundle", "fault_429", "fault_retryable",
         ] {
             #expect(steps.contains(expected), "step \(expected) ran (stderr: \(result.stderrText.suffix(2_000)))")

@@ -130,11 +130,34 @@ public final class ServerAPIService: Sendable {
         guard (1...32).contains(id.utf8.count), id.utf8.allSatisfy({ (48...57).contains($0) }) else {
             throw EmulatorError.api(invalid, "Invalid transaction id.")
         }
+        // An app transaction's id names the customer, not a purchase: endpoints about one purchase refuse it.
+        if let owner = try store.appTransaction(TransactionID(id)), owner.bundle.rawValue == scope.bundleID {
+            throw EmulatorError.api(
+                .appTransactionIdNotSupported, "Invalid request. App transactionId not supported by this endpoint.")
+        }
         guard let stored = try store.transaction(TransactionID(id)),
             stored.transaction.bundleID.rawValue == scope.bundleID,
             let account = try store.account(stored.accountID), account.environment == scope.environment
         else { throw EmulatorError.api(notFound, "Transaction id not found.") }
         return (stored, account)
+    }
+
+    /// The customer (account and app) of an `anyTransactionId`: a transaction's id, its original's, or the
+    /// app transaction's (API 1.20).
+    func apiCustomer(_ id: String, scope: APIScope, in store: any EmulatorStore) throws -> (
+        account: Account, bundle: BundleID
+    ) {
+        guard (1...32).contains(id.utf8.count), id.utf8.allSatisfy({ (48...57).contains($0) }) else {
+            throw EmulatorError.api(.invalidTransactionId, "Invalid transaction id.")
+        }
+        if let owner = try store.appTransaction(TransactionID(id)), owner.bundle.rawValue == scope.bundleID {
+            guard let account = try store.account(owner.account), account.environment == scope.environment else {
+                throw EmulatorError.api(.transactionIdNotFound, "Transaction id not found.")
+            }
+            return (account, owner.bundle)
+        }
+        let (stored, account) = try apiTransaction(id, scope: scope, in: store)
+        return (account, stored.transaction.bundleID)
     }
 
     func signed(_ transactions: [StoredTransaction], account: Account) throws -> [String] {
@@ -177,10 +200,10 @@ public final class ServerAPIService: Sendable {
         let start = cursor
         let (page, account, next, hasMore) = try await self.appStore.storage.read {
             store -> ([StoredTransaction], Account, Int64, Bool) in
-            let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
+            let (account, bundle) = try self.apiCustomer(id, scope: scope, in: store)
             let scan = try Self.scanPage(from: start) { position, limit in
                 try store.transactions(
-                    account: stored.accountID, bundle: stored.transaction.bundleID, revisionAfter: position,
+                    account: account.id, bundle: bundle, revisionAfter: position,
                     descending: descending, limit: limit
                 ).map { ($0.revision, $0) }
             } accepts: {
@@ -209,9 +232,9 @@ public final class ServerAPIService: Sendable {
         try await self.appStore.catchUp()
         let current = self.appStore.now
         let (account, rows) = try await self.appStore.storage.read { store in
-            let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
+            let (account, bundle) = try self.apiCustomer(id, scope: scope, in: store)
             var rows: [(StoredSubscription, StoredTransaction, Date?)] = []
-            for subscription in try store.subscriptions(account: stored.accountID, bundle: stored.transaction.bundleID)
+            for subscription in try store.subscriptions(account: account.id, bundle: bundle)
             where statuses.isEmpty || statuses.contains(subscription.state.status.rawValue) {
                 guard let latest = try store.transaction(subscription.latestTransactionID) else { continue }
                 let first = try store.transaction(subscription.originalTransactionID)?.transaction.purchaseDate
@@ -583,9 +606,13 @@ public final class ServerAPIService: Sendable {
     /// Get App Transaction Info: the customer's app transaction, from their earliest install of the app.
     func apiAppTransaction(_ id: String, scope: APIScope) async throws -> String {
         let app = try apiApp(scope)
-        let (account, install) = try await self.appStore.storage.read { store -> (Account, Install?) in
-            let (stored, account) = try self.apiTransaction(id, scope: scope, in: store)
-            return (account, try store.installs(account: stored.accountID, bundle: stored.transaction.bundleID).first)
+        let (account, install, appTransactionID) = try await self.appStore.storage.read {
+            store -> (Account, Install?, TransactionID?) in
+            let (account, bundle) = try self.apiCustomer(id, scope: scope, in: store)
+            return (
+                account, try store.installs(account: account.id, bundle: bundle).first,
+                try store.appTransactionID(account: account.id, bundle: bundle)
+            )
         }
         guard let install else {
             throw EmulatorError.api(.appTransactionDoesNotExist, "No app transaction exists for the customer.")
@@ -597,6 +624,7 @@ public final class ServerAPIService: Sendable {
         // No device asked: nothing to verify it against.
         payload.json["deviceVerification"] = nil
         payload.json["deviceVerificationNonce"] = nil
+        if let appTransactionID { payload.json["appTransactionId"] = .string(appTransactionID.rawValue) }
         return try self.appStore.sign(payload.json)
     }
 

@@ -27,6 +27,33 @@ public protocol InstallRepository {
     func installs(account: AccountID, bundle: BundleID) throws -> [Install]
 }
 
+/// Each account's download of each app, the app transaction: its id is `appTransactionId` (API 1.20), on
+/// every purchase of the account in the app, and one of the ids the App Store Server API takes.
+public protocol AppTransactionRepository {
+    /// The account's app transaction for `bundle`, nil until it downloaded the app or bought in it.
+    func appTransactionID(account: AccountID, bundle: BundleID) throws -> TransactionID?
+    /// The account's app transaction for `bundle`, made now when there is none.
+    func makeAppTransaction(account: AccountID, bundle: BundleID) throws -> TransactionID
+    /// Whose app transaction `id` is.
+    func appTransaction(_ id: TransactionID) throws -> (account: AccountID, bundle: BundleID)?
+}
+
+/// An app transaction id: `6` and a 15-digit serial, so it never looks like a purchase's id (`2…`).
+public enum AppTransactionIDs {
+    public static func id(serial: Int64) -> TransactionID {
+        let digits = String(serial)
+        return TransactionID("6" + String(repeating: "0", count: max(0, 15 - digits.count)) + digits)
+    }
+
+    public static func serial(_ id: TransactionID) -> Int64? {
+        let text = id.rawValue
+        guard text.utf8.count == 16, text.hasPrefix("6"), let serial = Int64(text.dropFirst()), serial > 0 else {
+            return nil
+        }
+        return serial
+    }
+}
+
 /// Transactions by id, and an account's for one app.
 public protocol TransactionRepository {
     func transaction(_ id: TransactionID) throws -> StoredTransaction?
@@ -184,7 +211,8 @@ public protocol RecordRepository {
 }
 
 /// Everything one read or one write transaction reaches.
-public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepository, TransactionRepository,
+public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepository, AppTransactionRepository,
+    TransactionRepository,
     SubscriptionRepository, PaymentRepository, DueEventRepository, NotificationRepository, FamilyRepository,
     RecordRepository, SettingsRepository
 {}

@@ -44,6 +44,9 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         var accounts: [AccountID: Account] = [:]
         var devices: [DeviceID: Device] = [:]
         var installs: [Key<DeviceID, BundleID>: Install] = [:]
+        /// App transactions in the order they were made (serial = index + 1).
+        var appTransactions: [Key<AccountID, BundleID>] = []
+        var appTransactionSerials: [Key<AccountID, BundleID>: Int64] = [:]
         var transactions: [TransactionID: StoredTransaction] = [:]
         /// Transaction ids per (account, app), in insertion order.
         var transactionsByOwner: [Key<AccountID, BundleID>: [TransactionID]] = [:]
@@ -129,6 +132,25 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         func save(_ install: Install) throws {
             guard tables.devices[install.deviceID] != nil else { throw EmulatorStorageError.missing("device") }
             change(\.installs, Key(a: install.deviceID, b: install.bundleID), install)
+        }
+
+        func appTransactionID(account: AccountID, bundle: BundleID) -> TransactionID? {
+            tables.appTransactionSerials[Key(a: account, b: bundle)].map(AppTransactionIDs.id(serial:))
+        }
+        func makeAppTransaction(account: AccountID, bundle: BundleID) throws -> TransactionID {
+            if let id = appTransactionID(account: account, bundle: bundle) { return id }
+            guard tables.accounts[account] != nil else { throw EmulatorStorageError.missing("account") }
+            let key = Key(a: account, b: bundle)
+            tables.appTransactions.append(key)
+            undo.append { $0.appTransactions.removeLast() }
+            let serial = Int64(tables.appTransactions.count)
+            change(\.appTransactionSerials, key, serial)
+            return AppTransactionIDs.id(serial: serial)
+        }
+        func appTransaction(_ id: TransactionID) -> (account: AccountID, bundle: BundleID)? {
+            guard let serial = AppTransactionIDs.serial(id), serial <= tables.appTransactions.count else { return nil }
+            let key = tables.appTransactions[Int(serial) - 1]
+            return (key.a, key.b)
         }
 
         func transaction(_ id: TransactionID) -> StoredTransaction? { tables.transactions[id] }

@@ -226,5 +226,16 @@ extension SQLiteEmulatorStorage {
                 OR key LIKE 'consumption.%' OR key LIKE 'refundRequest.%' OR key = 'apiKeys'
                 OR key LIKE 'offerNonce.%';
             """),
+        // Each account's download of each app (its id, `appTransactionId`, is `6` and the serial), and the
+        // id on the purchases made since.
+        Migration(
+            "014-app-transactions",
+            """
+            CREATE TABLE app_transactions (
+                serial INTEGER PRIMARY KEY AUTOINCREMENT, account_id TEXT NOT NULL, bundle_id TEXT NOT NULL,
+                UNIQUE (account_id, bundle_id)
+            );
+            ALTER TABLE transactions ADD COLUMN app_transaction_id TEXT;
+            """),
     ]
 }

@@ -156,6 +156,32 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             ).first.map(install)
         }
 
+        func appTransactionID(account: AccountID, bundle: BundleID) throws -> TransactionID? {
+            try connection.execute(
+                "SELECT serial FROM app_transactions WHERE account_id = ? AND bundle_id = ?",
+                [.text(account.rawValue), .text(bundle.rawValue)]
+            ).first?["serial"].int64.map(AppTransactionIDs.id(serial:))
+        }
+
+        func makeAppTransaction(account: AccountID, bundle: BundleID) throws -> TransactionID {
+            if let id = try appTransactionID(account: account, bundle: bundle) { return id }
+            let rows = try connection.execute(
+                "INSERT INTO app_transactions (account_id, bundle_id) VALUES (?, ?) RETURNING serial",
+                [.text(account.rawValue), .text(bundle.rawValue)])
+            guard let serial = rows.first?["serial"].int64 else { throw EmulatorStorageError.missing("app transaction") }
+            return AppTransactionIDs.id(serial: serial)
+        }
+
+        func appTransaction(_ id: TransactionID) throws -> (account: AccountID, bundle: BundleID)? {
+            guard let serial = AppTransactionIDs.serial(id) else { return nil }
+            guard
+                let row = try connection.execute(
+                    "SELECT account_id, bundle_id FROM app_transactions WHERE serial = ?", [.integer(serial)]
+                ).first, let account = row["account_id"].string, let bundle = row["bundle_id"].string
+            else { return nil }
+            return (AccountID(account), BundleID(bundle))
+        }
+
         func installs(account: AccountID, bundle: BundleID) throws -> [Install] {
             try connection.execute(
                 """
@@ -187,7 +213,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             id, original_id, account_id, bundle_id, product_id, kind, quantity, purchase_date, original_purchase_date,
             expires_date, web_order_line_item_id, group_id, reason, ownership, offer_type, offer_id, offer_discount,
             offer_period, price, currency, app_account_token, application_username, revocation_date,
-            revocation_reason, is_upgraded, renewal_number, finished, order_id
+            revocation_reason, is_upgraded, renewal_number, finished, order_id, app_transaction_id
             """
 
         func values(_ stored: StoredTransaction) -> [SQLValue] {
@@ -202,6 +228,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 text(t.price?.currency), text(t.appAccountToken), text(stored.applicationUsername),
                 real(t.revocationDate), integer(t.revocationReason?.rawValue), flag(t.isUpgraded),
                 .integer(Int64(stored.renewalNumber)), flag(stored.finished), text(stored.orderID),
+                text(t.appTransactionID?.rawValue),
             ]
         }
 
@@ -213,7 +240,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     period: row["offer_period"].string)
             }
             let price = row["price"].int64.map { Money(milliunits: $0, currency: row["currency"].string ?? "USD") }
-            let transaction = Transaction(
+            var transaction = Transaction(
                 id: TransactionID(row["id"].string ?? ""), originalID: TransactionID(row["original_id"].string ?? ""),
                 bundleID: BundleID(row["bundle_id"].string ?? ""), productID: ProductID(row["product_id"].string ?? ""),
                 kind: ProductKind(rawValue: row["kind"].string ?? "") ?? .consumable,
@@ -226,6 +253,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 revocationDate: date(row["revocation_date"]),
                 revocationReason: row["revocation_reason"].int64.flatMap(RevocationReason.init(rawValue:)),
                 isUpgraded: row["is_upgraded"].int64 == 1)
+            transaction.appTransactionID = row["app_transaction_id"].string.map(TransactionID.init(rawValue:))
             return StoredTransaction(
                 transaction: transaction, accountID: AccountID(row["account_id"].string ?? ""),
                 renewalNumber: Int(row["renewal_number"].int64 ?? 0), finished: row["finished"].int64 == 1,
@@ -243,7 +271,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 try connection.execute(
                     """
                     INSERT INTO transactions (\(Self.transactionColumns), revision)
-                    VALUES (\(Self.placeholders(28)), \(Self.nextRevision))
+                    VALUES (\(Self.placeholders(29)), \(Self.nextRevision))
                     """, values(transaction))
             }
         }

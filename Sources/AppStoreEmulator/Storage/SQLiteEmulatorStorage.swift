@@ -168,7 +168,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             let rows = try connection.execute(
                 "INSERT INTO app_transactions (account_id, bundle_id) VALUES (?, ?) RETURNING serial",
                 [.text(account.rawValue), .text(bundle.rawValue)])
-            guard let serial = rows.first?["serial"].int64 else { throw EmulatorStorageError.missing("app transaction") }
+            guard let serial = rows.first?["serial"].int64 else {
+                throw EmulatorStorageError.missing("app transaction")
+            }
             return AppTransactionIDs.id(serial: serial)
         }
 

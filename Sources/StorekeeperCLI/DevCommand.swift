@@ -105,7 +105,7 @@ enum DevCommand {
         console.write(
             """
             Storekeeper dev: the App Store emulator and the purchase server, wired together
-              emulator         \(rehearsal.emulatorURL)   (dashboard \(rehearsal.emulatorURL)/_emulator/dashboard)
+              emulator         \(rehearsal.emulatorURL)   (dashboard \(rehearsal.emulatorURL)/dashboard)
               purchase server  \(rehearsal.serverURL)   (dashboard \(rehearsal.serverURL)/dashboard)
               configuration    \(rehearsal.configurationFile.path)\(rehearsal.wroteConfiguration ? " (written now)" : "")
               app key          \(app.publicKey)   (what \(app.bundleID) sends; the secret key is in the configuration)

@@ -45,6 +45,12 @@ struct DevCommandTests {
         let clock = try await HTTPClient().send("GET", emulator + "/_emulator/v1/clock")
         #expect(clock.status == 200)
         #expect(try await HTTPClient().send("GET", server + "/healthz").status == 200)
+        // The dashboards it prints are there (their sign-in form first).
+        for line in text.split(separator: "\n") where line.contains("(dashboard ") {
+            let range = try #require(line.range(of: "http://127.0.0.1:[0-9]+/[a-z/_]+", options: .regularExpression))
+            let status = try await HTTPClient().send("GET", String(line[range])).status
+            #expect([200, 303].contains(status), "\(line[range]) answered \(status)")
+        }
         let mode =
             try FileManager.default.attributesOfItem(atPath: data.appendingPathComponent("server.json").path)[
                 .posixPermissions] as? Int

@@ -427,6 +427,10 @@ struct ServerAPITests {
         let coinsInfo = try api.payload(try #require(try await client.transactionInfo(coins).signedTransactionInfo))
         #expect(coinsInfo["appTransactionId"]?.stringValue == appTransactionID)
         #expect(appTransactionID.hasPrefix("6") && appTransactionID.count == 16)
+        let renewal = try #require(
+            try await client.subscriptionStatuses(appTransactionID).groups.first?.lastTransactions.first?
+                .signedRenewalInfo)
+        #expect(try api.payload(renewal)["appTransactionId"]?.stringValue == appTransactionID, "renewal info too")
         let byApp = try api.payload(
             try #require(try await client.appTransactionInfo(appTransactionID).signedAppTransactionInfo))
         #expect(byApp["appTransactionId"]?.stringValue == appTransactionID)

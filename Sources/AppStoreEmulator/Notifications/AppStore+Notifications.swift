@@ -105,7 +105,9 @@ extension AppStore {
         for (key, value) in extra.members { data[key] = value }
         var info: JSONObject?
         if let (state, started) = renewal {
-            info = renewalInfo(state, environment: account.environment, signedDate: now, started: started)
+            info = renewalInfo(
+                state, environment: account.environment, signedDate: now, started: started,
+                appTransactionID: transaction.transaction.appTransactionID)
             data["status"] = .integer(state.status.rawValue)
         }
         let work = V2Signing(
@@ -202,9 +204,10 @@ extension AppStore {
     }
 
     /// `JWSRenewalInfoDecodedPayload` for a subscription's state.
-    func renewalInfo(_ state: SubscriptionState, environment: Environment, signedDate: Date, started: Date?)
-        -> JSONObject
-    {
+    func renewalInfo(
+        _ state: SubscriptionState, environment: Environment, signedDate: Date, started: Date?,
+        appTransactionID: TransactionID?
+    ) -> JSONObject {
         var info: JSONObject = [
             "originalTransactionId": .string(state.originalTransactionID.rawValue),
             "autoRenewProductId": .string(state.autoRenewProductID.rawValue),
@@ -223,6 +226,7 @@ extension AppStore {
         }
         info["signedDate"] = Self.milliseconds(signedDate)
         info["environment"] = .string(environment.rawValue)
+        if let appTransactionID { info["appTransactionId"] = .string(appTransactionID.rawValue) }
         if let started { info["recentSubscriptionStartDate"] = Self.milliseconds(started) }
         if let expires = state.expiresDate { info["renewalDate"] = Self.milliseconds(expires) }
         let nextOffer = state.offerPeriodsLeft > 0 ? state.offer : nil

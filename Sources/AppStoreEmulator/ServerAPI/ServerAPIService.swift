@@ -244,7 +244,8 @@ public final class ServerAPIService: Sendable {
         }
         return try rows.map { subscription, latest, started in
             let info = self.appStore.renewalInfo(
-                subscription.state, environment: account.environment, signedDate: current, started: started)
+                subscription.state, environment: account.environment, signedDate: current, started: started,
+                appTransactionID: latest.transaction.appTransactionID)
             return SubscriptionStatusItem(
                 groupID: latest.transaction.subscriptionGroupID
                     ?? self.appStore.catalog.entry(subscription.state.productID.rawValue)?.subscription?.groupID ?? "",

@@ -100,16 +100,16 @@ struct ClusterTests {
     }
 }
 
-/// The scenarios against several servers on one PostgreSQL, in four lanes that run side by side (each lane
+/// The scenarios against several servers on one PostgreSQL, in three lanes that run side by side (each lane
 /// one scenario at a time): most of a case is waiting for a reconciliation pass, so lanes overlap well, and
-/// this suite is the longest of the run (two lanes took 131–164 s of it, three 148–158 s). Each lane holds a few hundred
+/// this suite is the longest of the run (two lanes took 131–164 s of it). Each lane holds a few hundred
 /// descriptors; child processes are started with posix_spawn (``ChildProcess``), which closes them in the
 /// child without listing them.
 @Suite(
     "Purchase server: every scenario with several servers on one PostgreSQL",
     .enabled(if: PostgresTesting.url != nil, PostgresTesting.skipMessage))
 struct ClusterScenarioTests {
-    static let lanes = 4
+    static let lanes = 3
 
     static let cases: [(Int, String)] = [2, 4].flatMap { count in ScenarioTruthTests.scenarios.map { (count, $0) } }
 

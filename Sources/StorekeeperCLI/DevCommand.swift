@@ -1,4 +1,3 @@
-import AppStoreEmulator
 import Foundation
 import PurchaseServer
 import StoreKitCatalog
@@ -115,10 +114,8 @@ enum DevCommand {
         for hook in configuration.apps.flatMap(\.webhooks) {
             console.write("  webhook          \(hook.url)   secret \(hook.secret)\n")
         }
-        let catalogs =
-            options.catalogs.isEmpty
-            ? [try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))] : options.catalogs
-        let product = catalogs.flatMap(\.subscriptions).first?.productID ?? "com.example.storekeeper.monthly"
+        let product =
+            rehearsal.catalogs.flatMap(\.subscriptions).first?.productID ?? "com.example.storekeeper.monthly"
         console.write(
             """
             Try, in another terminal:

@@ -49,6 +49,8 @@ public final class Rehearsal: Sendable {
     public let configurationFile: URL
     /// True when this start wrote the configuration (the first start on this folder).
     public let wroteConfiguration: Bool
+    /// The catalogues the emulator sells from (the built-in one when none was given).
+    public let catalogs: [StoreKitConfiguration]
 
     public var emulatorURL: String { "http://\(Self.shown(options.host)):\(emulator.port)" }
     public var serverURL: String { "http://\(Self.shown(options.host)):\(http.port)" }
@@ -64,7 +66,8 @@ public final class Rehearsal: Sendable {
 
     private init(
         store: AppStore, emulator: HTTPServer, server: PurchaseServer, http: HTTPServer,
-        configuration: ServerConfiguration, configurationFile: URL, wroteConfiguration: Bool, options: Options
+        configuration: ServerConfiguration, configurationFile: URL, wroteConfiguration: Bool,
+        catalogs: [StoreKitConfiguration], options: Options
     ) {
         self.store = store
         self.emulator = emulator
@@ -73,6 +76,7 @@ public final class Rehearsal: Sendable {
         self.configuration = configuration
         self.configurationFile = configurationFile
         self.wroteConfiguration = wroteConfiguration
+        self.catalogs = catalogs
         self.options = options
     }
 
@@ -145,7 +149,7 @@ public final class Rehearsal: Sendable {
             }
             return Rehearsal(
                 store: store, emulator: emulator, server: server, http: http, configuration: configuration,
-                configurationFile: file, wroteConfiguration: !existing, options: options)
+                configurationFile: file, wroteConfiguration: !existing, catalogs: catalogs, options: options)
         } catch {
             for server in started { server.stop() }
             store.close()
@@ -166,7 +170,7 @@ public final class Rehearsal: Sendable {
     // MARK: - The configuration
 
     static func random(_ prefix: String, _ bytes: Int) -> String {
-        prefix + ((try? SecureRandom.bytes(bytes)) ?? []).map { String(format: "%02x", $0) }.joined()
+        prefix + Digest.hex((try? SecureRandom.bytes(bytes)) ?? [])
     }
 
     /// A webhook's secret: stable for one server and URL, so a receiver keeps it across starts.
@@ -188,12 +192,18 @@ public final class Rehearsal: Sendable {
         return secrets
     }
 
-    /// The emulator's roots as DER files beside the configuration, which names them.
+    /// The emulator's roots as DER files beside the configuration, which names them (written once: the
+    /// emulator keeps its certificates in its data).
     static func writeRoots(_ store: AppStore, into data: URL) throws {
-        try PrivateFile.write(
-            store.pki.receipts.root.derEncoded, to: data.appendingPathComponent("emulator-receipt-root.cer"))
-        try PrivateFile.write(
-            store.pki.signedData.root.derEncoded, to: data.appendingPathComponent("emulator-jws-root.cer"))
+        for (name, root) in [
+            ("emulator-receipt-root.cer", store.pki.receipts.root),
+            ("emulator-jws-root.cer", store.pki.signedData.root),
+        ] {
+            let path = data.appendingPathComponent(name).path
+            if !FileManager.default.fileExists(atPath: path) {
+                try PrivateFiles.create(path, contents: root.derEncoded)
+            }
+        }
     }
 
     /// Entitlements from the catalogue: one per subscription group (its name, lower case, words joined by
@@ -239,8 +249,9 @@ public final class Rehearsal: Sendable {
         for app in apps {
             let minted = try await store.serverAPI.mintAPIKey(bundleID: app.bundleID)
             let keyFile = "api-key-\(app.bundleID).p8"
-            try PrivateFile.write(
-                Array(minted.privateKey.utf8), to: file.deletingLastPathComponent().appendingPathComponent(keyFile))
+            try PrivateFiles.create(
+                file.deletingLastPathComponent().appendingPathComponent(keyFile).path,
+                contents: Array(minted.privateKey.utf8))
             list.append(
                 .object([
                     "bundleId": .string(app.bundleID), "appAppleId": .integer(app.appAppleID),
@@ -267,22 +278,6 @@ public final class Rehearsal: Sendable {
             "secretKey": .string(secretKey), "apps": .array(list),
             "reconciliation": .object(["intervalSeconds": .double(options.reconcileEvery)]),
         ]
-        try PrivateFile.write(JSONWriter.bytes(.object(root), pretty: true) + [0x0A], to: file)
-    }
-}
-
-/// Files only their owner reads (0600), written whole.
-enum PrivateFile {
-    static func write(_ bytes: [UInt8], to url: URL) throws {
-        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw Rehearsal.StartError("cannot write '\(url.path)'") }
-        defer { close(descriptor) }
-        _ = fchmod(descriptor, 0o600)
-        var written = 0
-        while written < bytes.count {
-            let count = bytes[written...].withUnsafeBytes { Foundation.write(descriptor, $0.baseAddress, $0.count) }
-            guard count > 0 else { throw Rehearsal.StartError("cannot write '\(url.path)'") }
-            written += count
-        }
+        try PrivateFiles.create(file.path, contents: JSONWriter.bytes(.object(root), pretty: true) + [0x0A])
     }
 }

@@ -76,7 +76,8 @@ extension AppStore {
         guard let subscription = catalog.entry(productID.rawValue)?.subscription else { return nil }
         switch offer.type {
         case .introductory: return subscription.introductoryOffer
-        case .promotional: return subscription.promotionalOffers.first { $0.offerID == offer.identifier }
+        case .promotional, .retention:
+            return subscription.promotionalOffers.first { $0.offerID == offer.identifier }
         case .offerCode:
             return subscription.codeOffers.first {
                 ($0.referenceName ?? $0.internalID) == offer.identifier

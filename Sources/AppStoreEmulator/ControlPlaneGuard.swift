@@ -100,6 +100,10 @@ public final class ControlPlaneGuard: InlineMiddleware {
     /// the server's whole limit only from a caller with the token (or when there is none).
     public func bodyLimit(method: String, path: String, authorization: String?) -> Int? {
         if Self.applePaths.contains(path) { return 256 << 10 }
+        // Retention Messaging images are PNG files: as large as the server takes.
+        if path.hasPrefix("/inApps/v1/messaging/image/") || path.hasPrefix("/sandbox/inApps/v1/messaging/image/") {
+            return nil
+        }
         if Self.applePrefixes.contains(where: { path.hasPrefix($0) }) { return 64 << 10 }
         guard path.hasPrefix("/_emulator/") else { return 16 << 10 }
         return login.isSignedIn(authorization: authorization) ? nil : 16 << 10

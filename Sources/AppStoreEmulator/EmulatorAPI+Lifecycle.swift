@@ -86,6 +86,45 @@ extension EmulatorRoutes {
                 return try await answer((stored, subscription?.state), latest: subscription?.latestTransactionID)
             })
         router.post(
+            base + "/transactions/{transaction}/retention-request",
+            guarded { request, context in
+                let body = try RequestBody(request, allowed: ["locale", "accept"])
+                return .json(
+                    .object(
+                        try await store.serverAPI.retentionRequest(
+                            transactionID: try context.parameter("transaction"),
+                            locale: try body.string("locale", maxBytes: 35), accept: try body.bool("accept") ?? true)))
+            })
+        router.get(
+            base + "/transactions/{transaction}/retention-requests",
+            guarded { _, context in
+                .json(
+                    .object([
+                        "requests": .array(
+                            try await store.serverAPI.retentionRequests(
+                                transactionID: try context.parameter("transaction")
+                            ).map(JSONValue.object))
+                    ]))
+            })
+        router.post(
+            base + "/apps/{bundle}/retention/{kind}/{id}/review",
+            guarded { request, context in
+                let body = try RequestBody(request, allowed: ["approved", "environment"])
+                guard let approved = try body.bool("approved") else {
+                    throw EmulatorError.invalid("member 'approved' is required (true or false)")
+                }
+                let kinds: [String: RetentionItem.Kind] = ["messages": .message, "images": .image]
+                guard let kind = kinds[try context.parameter("kind")] else {
+                    throw EmulatorError.notFound("App Review looks at messages and images")
+                }
+                let environment = try body.choice("environment", Environment.self) ?? .production
+                return .json(
+                    .object(
+                        try await store.serverAPI.review(
+                            kind, id: try context.parameter("id"), bundle: try context.parameter("bundle"),
+                            environment: environment, approved: approved)))
+            })
+        router.post(
             base + "/transactions/{transaction}/refund-reversal",
             guarded { request, context in
                 _ = try RequestBody(request, allowed: [])

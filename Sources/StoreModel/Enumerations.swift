@@ -79,6 +79,8 @@ public enum OfferType: Int64, Sendable, Hashable, CaseIterable, Codable {
     case promotional = 2
     case offerCode = 3
     case winBack = 4
+    /// A retention offer (WWDC26): redeemed on the cancellation page, from a retention message.
+    case retention = 5
 }
 
 /// `offerDiscountType`.

@@ -65,6 +65,9 @@ parser.add_argument("--consumable", required=True, help="a consumable's transact
 parser.add_argument("--order", required=True, help="an order id of the same customer")
 parser.add_argument("--refunded", required=True, help="a refunded transaction id (same customer)")
 parser.add_argument("--product", default="com.example.storekeeper.monthly", help="the subscription's product id")
+parser.add_argument("--sandbox-subscription", default=None,
+                    help="a sandbox subscription's original transaction id, for the Retention Messaging performance "
+                         "test (default: --subscription in the sandbox; the retention steps are skipped otherwise)")
 parser.add_argument("--wrong-key-file", default=None,
                     help="a P-256 PEM key the emulator does not know (default: a fresh one made here)")
 parser.add_argument("--control-token", default=os.environ.get("STOREKEEPER_TOKEN"),
@@ -592,4 +595,230 @@ def faults_cleared():
 
 
 run("faults_cleared", faults_cleared)
+
+# 18. Retention Messaging: images, messages, default messages, the realtime URL and its performance test,
+# with a receiver here that verifies each realtime request with Apple's verifier and answers with a message.
+import http.server
+import struct
+import threading
+import zlib
+
+from appstoreserverlibrary.models.DefaultConfigurationRequest import DefaultConfigurationRequest
+from appstoreserverlibrary.models.ImageSize import ImageSize
+from appstoreserverlibrary.models.ImageState import ImageState
+from appstoreserverlibrary.models.MessageState import MessageState
+from appstoreserverlibrary.models.PerformanceTestRequest import PerformanceTestRequest
+from appstoreserverlibrary.models.PerformanceTestStatus import PerformanceTestStatus
+from appstoreserverlibrary.models.RealtimeUrlRequest import RealtimeUrlRequest
+from appstoreserverlibrary.models.UploadMessageImage import UploadMessageImage
+from appstoreserverlibrary.models.UploadMessageRequestBody import UploadMessageRequestBody
+from appstoreserverlibrary.models.BulletPoint import BulletPoint
+
+
+def png(width, height):
+    """An opaque RGB PNG of one colour, made with zlib."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    rows = b"".join(b"\x00" + b"\x20\x60\xa0" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))
+
+
+sandbox_subscription = options.sandbox_subscription or (
+    options.subscription if environment == Environment.SANDBOX else None)
+sandbox_client = make_client()
+sandbox_client._base_url = control_base + "/sandbox"
+verifiers = {
+    "sandbox": SignedDataVerifier([base64.b64decode(options.root)], False, Environment.SANDBOX, options.bundle_id,
+                                  None),
+    "production": SignedDataVerifier([base64.b64decode(options.root)], False, Environment.PRODUCTION,
+                                     options.bundle_id, app_apple_id or 1234567890),
+}
+received = []
+answer_message = {"id": None}
+
+
+class RetentionReceiver(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 - the standard library's name
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        which = self.path.strip("/")
+        try:
+            decoded = verifiers[which].verify_and_decode_realtime_request(json.loads(body)["signedPayload"])
+            received.append({"path": which, "originalTransactionId": decoded.originalTransactionId,
+                             "productId": decoded.productId, "environment": value(decoded.environment),
+                             "requestIdentifier": str(decoded.requestIdentifier), "userLocale": decoded.userLocale})
+            answer = json.dumps({"message": {"messageIdentifier": answer_message["id"]}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+        except Exception as error:  # noqa: BLE001 - an unverifiable request is answered 400 and recorded
+            received.append({"path": which, "error": repr(error)})
+            self.send_response(400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RetentionReceiver)
+threading.Thread(target=receiver.serve_forever, daemon=True).start()
+receiver_base = "http://127.0.0.1:%d" % receiver.server_address[1]
+env_path = "sandbox" if environment == Environment.SANDBOX else "production"
+main_image, bullet_image, message_id, spare_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+answer_message["id"] = str(message_id)
+pending = MessageState.APPROVED if environment == Environment.SANDBOX else MessageState.PENDING
+
+
+def upload_images():
+    client.upload_image(main_image, png(3840, 200), ImageSize.FULL_SIZE)
+    client.upload_image(bullet_image, png(1024, 1024), ImageSize.BULLET_POINT)
+    listed = {item.imageIdentifier: item for item in client.get_image_list().imageIdentifiers}
+    ok = (main_image in listed and bullet_image in listed
+          and value(listed[bullet_image].imageSize) == "BULLET_POINT"
+          and value(listed[main_image].imageState) == value(pending))
+    return ok, {"images": {str(k): [value(v.imageState), value(v.imageSize)] for k, v in listed.items()}}
+
+
+run("retention_upload_images", upload_images)
+expect_api_error("retention_image_exists", lambda: client.upload_image(main_image, png(3840, 200)), 4090000, 409)
+expect_api_error("retention_image_invalid", lambda: client.upload_image(uuid.uuid4(), b"not a png"), 4000161, 400)
+
+
+def upload_message():
+    client.upload_message(message_id, UploadMessageRequestBody(
+        header="Before you go", body="Stay for half price next month.",
+        image=UploadMessageImage(imageIdentifier=main_image, altText="A calm picture"),
+        bulletPoints=[BulletPoint(text="Keep your library", imageIdentifier=bullet_image, altText="Books")]))
+    client.upload_message(spare_id, UploadMessageRequestBody(header="Spare", body="To be deleted."))
+    listed = {item.messageIdentifier: value(item.messageState) for item in client.get_message_list().messageIdentifiers}
+    return listed.get(message_id) == value(pending), {"messages": {str(k): v for k, v in listed.items()}}
+
+
+run("retention_upload_message", upload_message)
+expect_api_error("retention_message_exists", lambda: client.upload_message(
+    message_id, UploadMessageRequestBody(header="Again", body="Again.")), 4090001, 409)
+
+
+def delete_message():
+    client.delete_message(spare_id)
+    listed = [item.messageIdentifier for item in client.get_message_list().messageIdentifiers]
+    return spare_id not in listed, {"messages": [str(m) for m in listed]}
+
+
+run("retention_delete_message", delete_message)
+expect_api_error("retention_message_not_found", lambda: client.delete_message(spare_id), 4040015, 404)
+expect_api_error("retention_image_in_use", lambda: client.delete_image(bullet_image), 4030019, 403)
+
+if environment == Environment.PRODUCTION:
+    # Production uploads wait for App Review: not approved, a message cannot be a default yet.
+    expect_api_error("retention_default_not_approved", lambda: client.configure_default_message(
+        options.product, "en-US", DefaultConfigurationRequest(messageIdentifier=message_id)), 4030017, 403)
+
+    def review():
+        for kind, ident in (("images", main_image), ("images", bullet_image), ("messages", message_id)):
+            control("POST", "/_emulator/v1/apps/%s/retention/%s/%s/review" % (options.bundle_id, kind, ident),
+                    {"approved": True})
+        listed = {item.messageIdentifier: value(item.messageState)
+                  for item in client.get_message_list().messageIdentifiers}
+        return listed.get(message_id) == "APPROVED", {"messages": {str(k): v for k, v in listed.items()}}
+
+    run("retention_review", review)
+
+
+def default_message():
+    client.configure_default_message(options.product, "en-US", DefaultConfigurationRequest(messageIdentifier=message_id))
+    got = client.get_default_message(options.product, "en-US").messageIdentifier
+    client.delete_default_message(options.product, "en-US")
+    try:
+        client.get_default_message(options.product, "en-US")
+        gone = False
+    except APIException as error:
+        gone = error.raw_api_error == 4040020
+    client.configure_default_message(options.product, "en-US", DefaultConfigurationRequest(messageIdentifier=message_id))
+    return got == message_id and gone, {"default": str(got), "deletedAnswers4040020": gone}
+
+
+run("retention_default_message", default_message)
+expect_api_error("retention_invalid_locale", lambda: client.get_default_message(options.product, "not a locale!"),
+                 4000164, 400)
+
+
+def performance_test():
+    sandbox_client.configure_realtime_url(RealtimeUrlRequest(realtimeURL=receiver_base + "/sandbox"))
+    started = sandbox_client.initiate_performance_test(PerformanceTestRequest(originalTransactionId=sandbox_subscription))
+    deadline = time.time() + 90
+    result = sandbox_client.get_performance_test_results(started.requestId)
+    while value(result.result) == "PENDING" and time.time() < deadline:
+        time.sleep(0.5)
+        result = sandbox_client.get_performance_test_results(started.requestId)
+    ok = (value(result.result) == value(PerformanceTestStatus.PASS) and result.successRate >= 95
+          and result.config.totalRequests == started.config.totalRequests)
+    return ok, {"result": value(result.result), "successRate": result.successRate,
+                "p90": result.responseTimes.p90 if result.responseTimes else None,
+                "failures": {value(k): v for k, v in (result.failures or {}).items()},
+                "config": {"totalRequests": started.config.totalRequests,
+                           "responseTimeThreshold": started.config.responseTimeThreshold}}
+
+
+if sandbox_subscription is None:
+    emit("retention_performance_test", False, error="no sandbox subscription given (--sandbox-subscription)")
+else:
+    if environment == Environment.PRODUCTION:
+        expect_api_error("retention_realtime_url_needs_test", lambda: client.configure_realtime_url(
+            RealtimeUrlRequest(realtimeURL=receiver_base + "/production")), 4030026, 403)
+    run("retention_performance_test", performance_test)
+expect_api_error("retention_test_not_found", lambda: client.get_performance_test_results(str(uuid.uuid4())),
+                 4040018, 404)
+
+
+def realtime_url():
+    client.configure_realtime_url(RealtimeUrlRequest(realtimeURL=receiver_base + "/" + env_path))
+    configured = client.get_realtime_url().realtimeURL
+    client.delete_realtime_url()
+    try:
+        client.get_realtime_url()
+        gone = False
+    except APIException as error:
+        gone = error.raw_api_error == 4040021
+    client.configure_realtime_url(RealtimeUrlRequest(realtimeURL=receiver_base + "/" + env_path))
+    return configured == receiver_base + "/" + env_path and gone, {"realtimeURL": configured, "deleted": gone}
+
+
+run("retention_realtime_url", realtime_url)
+
+
+def realtime_request():
+    before = len(received)
+    request = urllib.request.Request(
+        control_base + "/_emulator/v1/transactions/%s/retention-request" % options.subscription, method="POST",
+        headers=dict({"Content-Type": "application/json"},
+                     **({"Authorization": "Bearer " + options.control_token} if options.control_token else {})),
+        data=json.dumps({"locale": "en-US"}).encode())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer = json.loads(response.read())
+    mine = [item for item in received[before:] if item.get("path") == env_path]
+    ok = (len(mine) == 1 and "error" not in mine[0] and mine[0]["originalTransactionId"] == options.subscription
+          and answer["outcome"] == "message" and answer["shown"]["messageIdentifier"] == str(message_id)
+          and mine[0]["requestIdentifier"] == answer["requestIdentifier"])
+    return ok, {"received": mine, "outcome": answer.get("outcome"), "milliseconds": answer.get("milliseconds")}
+
+
+run("retention_realtime_request", realtime_request)
+errors = [item for item in received if "error" in item]
+emit("retention_requests_verified", not errors and len(received) > 0, received=len(received), errors=errors[:3])
+
+
+def delete_image():
+    spare = uuid.uuid4()
+    client.upload_image(spare, png(1024, 1024), ImageSize.BULLET_POINT)
+    client.delete_image(spare)
+    listed = [item.imageIdentifier for item in client.get_image_list().imageIdentifiers]
+    return spare not in listed, {"images": len(listed)}
+
+
+run("retention_delete_image", delete_image)
+receiver.shutdown()
 sys.exit(0)

@@ -71,6 +71,21 @@ struct ServerAPIInteropTests {
         let order = await Self.run([
             "appstore", "transactions", "--url", base, "--device", device, "--field", "transactions.0.orderId",
         ])
+        // The Retention Messaging performance test runs in the sandbox, with a sandbox customer's subscription.
+        var sandboxSubscription = subscription
+        if environment != "Sandbox" {
+            let sandboxAccount = await Self.run([
+                "appstore", "account", "--url", base, "--environment", "Sandbox", "--field", "accountId",
+            ])
+            let sandboxDevice = await Self.run([
+                "appstore", "device", "--url", base, "--account", sandboxAccount, "--field", "deviceId",
+            ])
+            _ = await Self.run(["appstore", "install", "--url", base, "--device", sandboxDevice])
+            sandboxSubscription = await Self.run([
+                "appstore", "buy", "--url", base, "--device", sandboxDevice, "--product",
+                "com.example.storekeeper.monthly", "--field", "transaction.transactionIdentifier",
+            ])
+        }
         let root = try #require(
             try JSONParser.parse(try await HTTPClient().send("GET", base + "/_emulator/v1/certificates").body)[
                 "jwsRoot"]?.stringValue)
@@ -84,7 +99,8 @@ struct ServerAPIInteropTests {
                 "--key-id", try #require(minted["keyId"]?.stringValue), "--issuer-id",
                 try #require(minted["issuerId"]?.stringValue), "--bundle-id", "com.example.storekeeper", "--root", root,
                 "--environment", environment, "--app-apple-id", "1234567890", "--subscription", subscription,
-                "--consumable", consumable, "--order", order, "--refunded", refunded,
+                "--consumable", consumable, "--order", order, "--refunded", refunded, "--sandbox-subscription",
+                sandboxSubscription,
             ])
         let lines = result.stdoutText.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
         let steps = lines.compactMap { $0["step"]?.stringValue }
@@ -95,7 +111,15 @@ struct ServerAPIInteropTests {
             "consumption_v2", "consumption_v2_no_consent", "consumption_v1", "app_account_token", "app_transaction",
             "finish_transaction", "any_transaction_id", "app_transaction_id_info", "app_transaction_id_finish",
             "not_found", "invalid_id", "bad_revision", "wrong_key", "wrong_bundle", "fault_429", "fault_retryable",
-        ] {
+            "retention_upload_images", "retention_image_exists", "retention_image_invalid", "retention_upload_message",
+            "retention_message_exists", "retention_delete_message", "retention_message_not_found",
+            "retention_image_in_use", "retention_default_message", "retention_invalid_locale",
+            "retention_performance_test", "retention_test_not_found", "retention_realtime_url",
+            "retention_realtime_request", "retention_requests_verified", "retention_delete_image",
+        ]
+            + (environment == "Sandbox"
+                ? [] : ["retention_default_not_approved", "retention_review", "retention_realtime_url_needs_test"])
+        {
             #expect(steps.contains(expected), "step \(expected) ran (stderr: \(result.stderrText.suffix(2_000)))")
         }
         for line in lines where line["ok"] != .bool(true) {

@@ -74,8 +74,10 @@ public final class ServerAPIService: Sendable {
     unowned let appStore: AppStore
     /// Keys, faults and rate limits.
     let state: ServerAPIState
-    /// Mass extensions and runs of due events that requests start.
+    /// Mass extensions, runs of due events and performance tests that requests start.
     let jobs = BackgroundJobs()
+    /// The Retention Messaging performance tests this process is running, by request id.
+    let performanceRuns = Mutex<Set<String>>([])
 
     init(appStore: AppStore, state: ServerAPIState) {
         self.appStore = appStore

@@ -248,7 +248,7 @@ final class RateLimiter: Sendable {
 enum APIEndpointClass: String, Sendable, CaseIterable {
     case transactionInfo, transactionHistory, subscriptionStatuses, notificationHistory, consumption, appTransaction
     case extend, appAccountToken, orderLookup, refundHistory, massExtend, testNotification, testNotificationStatus
-    case massExtendStatus, finishTransaction
+    case massExtendStatus, finishTransaction, retentionMessaging
 
     /// Requests per second in production.
     var requestsPerSecond: Double {
@@ -256,7 +256,7 @@ enum APIEndpointClass: String, Sendable, CaseIterable {
         case .transactionInfo, .transactionHistory, .subscriptionStatuses, .notificationHistory, .consumption,
             .appTransaction, .massExtendStatus, .finishTransaction:
             50
-        case .extend, .appAccountToken: 20
+        case .extend, .appAccountToken, .retentionMessaging: 20
         case .orderLookup, .refundHistory: 10
         case .massExtend, .testNotification, .testNotificationStatus: 1
         }

@@ -214,7 +214,7 @@ public protocol RecordRepository {
 public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepository, AppTransactionRepository,
     TransactionRepository,
     SubscriptionRepository, PaymentRepository, DueEventRepository, NotificationRepository, FamilyRepository,
-    RecordRepository, SettingsRepository
+    RecordRepository, RetentionRepository, SettingsRepository
 {}
 
 /// Where the emulator keeps its state. Every change runs in one ``write(_:)``: all of it is stored, or

@@ -40,6 +40,13 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         let b: B
     }
 
+    struct RetentionKey: Hashable {
+        var kind: RetentionItem.Kind
+        var bundle: BundleID
+        var environment: Environment
+        var id: String
+    }
+
     struct Tables {
         var accounts: [AccountID: Account] = [:]
         var devices: [DeviceID: Device] = [:]
@@ -74,6 +81,9 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         /// Minted keys by position (the order they were minted).
         var apiKeys: [Int: MintedAPIKey] = [:]
         var offerNonces: [String: Bool] = [:]
+        var retentionItems: [RetentionKey: RetentionItem] = [:]
+        var retentionRequests: [Int: RetentionRequestRecord] = [:]
+        var retentionRequestIDs: [String: Int] = [:]
     }
 
     /// One transaction's view: mutates a copy of the tables (dictionaries are copied lazily, per table
@@ -420,6 +430,46 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             guard tables.offerNonces[nonce] == nil else { return false }
             change(\.offerNonces, nonce, true)
             return true
+        }
+
+        func retentionItem(_ kind: RetentionItem.Kind, bundle: BundleID, environment: Environment, id: String)
+            -> RetentionItem?
+        {
+            tables.retentionItems[RetentionKey(kind: kind, bundle: bundle, environment: environment, id: id)]
+        }
+        func save(_ item: RetentionItem) {
+            change(
+                \.retentionItems,
+                RetentionKey(kind: item.kind, bundle: item.bundleID, environment: item.environment, id: item.id), item)
+        }
+        func deleteRetentionItem(_ kind: RetentionItem.Kind, bundle: BundleID, environment: Environment, id: String)
+            -> Bool
+        {
+            let key = RetentionKey(kind: kind, bundle: bundle, environment: environment, id: id)
+            guard tables.retentionItems[key] != nil else { return false }
+            change(\.retentionItems, key, nil)
+            return true
+        }
+        func retentionItems(_ kind: RetentionItem.Kind, bundle: BundleID, environment: Environment, limit: Int)
+            -> [RetentionItem]
+        {
+            Array(
+                tables.retentionItems.values.filter {
+                    $0.kind == kind && $0.bundleID == bundle && $0.environment == environment
+                }.sorted { ($0.created, $0.id) < ($1.created, $1.id) }.prefix(max(0, limit)))
+        }
+        func insert(_ request: RetentionRequestRecord) throws {
+            guard tables.retentionRequestIDs[request.requestIdentifier] == nil else {
+                throw EmulatorStorageError.duplicate("retention request")
+            }
+            let position = tables.retentionRequests.count
+            change(\.retentionRequests, position, request)
+            change(\.retentionRequestIDs, request.requestIdentifier, position)
+        }
+        func retentionRequests(original: TransactionID, limit: Int) -> [RetentionRequestRecord] {
+            Array(
+                tables.retentionRequests.sorted { $0.key < $1.key }.map(\.value)
+                    .filter { $0.originalTransactionID == original }.suffix(max(0, limit)))
         }
 
         func setting(_ key: String) -> String? { tables.settings[key] }

@@ -237,5 +237,22 @@ extension SQLiteEmulatorStorage {
             );
             ALTER TABLE transactions ADD COLUMN app_transaction_id TEXT;
             """),
+        // Retention Messaging: images, messages, default messages, realtime URLs and performance tests per
+        // app and environment, and the realtime requests sent.
+        Migration(
+            "015-retention-messaging",
+            """
+            CREATE TABLE retention_items (
+                kind TEXT NOT NULL, bundle_id TEXT NOT NULL, environment TEXT NOT NULL, id TEXT NOT NULL,
+                state TEXT NOT NULL, document TEXT NOT NULL, created REAL NOT NULL,
+                PRIMARY KEY (kind, bundle_id, environment, id)
+            ) WITHOUT ROWID;
+            CREATE TABLE retention_requests (
+                position INTEGER PRIMARY KEY, request_identifier TEXT NOT NULL UNIQUE,
+                original_transaction_id TEXT NOT NULL, bundle_id TEXT NOT NULL, environment TEXT NOT NULL,
+                date REAL NOT NULL, document TEXT NOT NULL
+            );
+            CREATE INDEX retention_requests_by_original ON retention_requests (original_transaction_id, position);
+            """),
     ]
 }

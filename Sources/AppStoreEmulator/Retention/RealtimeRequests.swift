@@ -1,0 +1,515 @@
+import AppStoreServerAPI
+import AppStoreSignedData
+import Foundation
+import StoreKitCatalog
+import StoreModel
+import StorekeeperHTTP
+import StorekeeperJSON
+import SubscriptionLifecycle
+import Synchronization
+
+/// One call of a developer's realtime URL (Get Retention Message): what was sent and how it went.
+struct RealtimeExchange: Sendable {
+    var url: String
+    var result: SendAttemptResult
+    var status: Int?
+    var milliseconds: Double
+    /// The answer's body when it was an HTTP 200 with a JSON object.
+    var answer: JSONObject?
+}
+
+/// What the App Store makes of a realtime answer: exactly one of a message, an alternate product or a
+/// promotional offer (Apple ignores `advancedCommerceInfo` for other subscriptions), each naming a message.
+enum RetentionAnswer: Sendable, Hashable {
+    case message(String)
+    case alternateProduct(message: String, productID: String, billingPlanType: String?)
+    case promotionalOffer(message: String, OfferRequest)
+
+    /// Reads an answer; an error says why it is not one (then the default message shows).
+    static func parse(_ body: JSONObject) throws -> RetentionAnswer {
+        let options = ["message", "alternateProduct", "promotionalOffer", "advancedCommerceInfo"]
+        let present = options.filter { body[$0] != nil && body[$0] != .null }
+        guard present.count == 1, let which = present.first, let object = body[which]?.objectValue else {
+            throw EmulatorError.invalid("the answer must hold exactly one of \(options.joined(separator: ", "))")
+        }
+        guard let raw = object["messageIdentifier"]?.stringValue else {
+            throw EmulatorError.invalid("\(which) needs a messageIdentifier")
+        }
+        let message = try RetentionID.parse(raw, what: "message identifier")
+        switch which {
+        case "message": return .message(message)
+        case "alternateProduct":
+            guard let product = object["productId"]?.stringValue else {
+                throw EmulatorError.invalid("alternateProduct needs a productId")
+            }
+            return .alternateProduct(
+                message: message, productID: product, billingPlanType: object["billingPlanType"]?.stringValue)
+        case "promotionalOffer":
+            if let token = object["promotionalOfferSignatureV2"]?.stringValue {
+                return .promotionalOffer(message: message, .promotionalJWS(token))
+            }
+            guard let v1 = object["promotionalOfferSignatureV1"]?.objectValue,
+                let signature = v1["encodedSignature"]?.stringValue, let keyID = v1["keyId"]?.stringValue,
+                let nonce = v1["nonce"]?.stringValue, let timestamp = v1["timestamp"]?.int64Value,
+                let offerID = v1["offerIdentifier"]?.stringValue
+            else {
+                throw EmulatorError.invalid(
+                    "promotionalOffer needs promotionalOfferSignatureV2, or promotionalOfferSignatureV1 with "
+                        + "encodedSignature, keyId, nonce, timestamp and offerIdentifier")
+            }
+            return .promotionalOffer(
+                message: message,
+                .promotional(offerID: offerID, keyID: keyID, nonce: nonce, timestamp: timestamp, signature: signature))
+        default:
+            throw EmulatorError.invalid("advancedCommerceInfo applies to Advanced Commerce subscriptions only")
+        }
+    }
+
+    var messageID: String {
+        switch self {
+        case .message(let id), .alternateProduct(let id, _, _), .promotionalOffer(let id, _): id
+        }
+    }
+
+    var kind: String {
+        switch self {
+        case .message: "message"
+        case .alternateProduct: "alternateProduct"
+        case .promotionalOffer: "promotionalOffer"
+        }
+    }
+}
+
+/// The performance test Apple runs against a sandbox realtime URL: its published configuration.
+enum PerformanceTestPlan {
+    static let maxConcurrentRequests = 4
+    static let totalRequests = 40
+    /// Milliseconds the run may take at most.
+    static let totalDuration = 30_000
+    static let responseTimeThreshold = 700
+    /// Percent of requests that must succeed in time.
+    static let successRateThreshold = 95
+
+    static var config: JSONObject {
+        [
+            "maxConcurrentRequests": .integer(Int64(maxConcurrentRequests)),
+            "totalRequests": .integer(Int64(totalRequests)), "totalDuration": .integer(Int64(totalDuration)),
+            "responseTimeThreshold": .integer(Int64(responseTimeThreshold)),
+            "successRateThreshold": .integer(Int64(successRateThreshold)),
+        ]
+    }
+}
+
+extension ServerAPIService {
+    /// The signed request of Get Retention Message (`RealtimeRequestBody`'s decoded payload).
+    func realtimePayload(
+        original: TransactionID, productID: ProductID, bundle: BundleID, environment: Environment, locale: String,
+        requestIdentifier: String, signedDate: Date
+    ) -> JSONObject {
+        [
+            "originalTransactionId": .string(original.rawValue),
+            "appAppleId": .integer(appStore.apps[bundle.rawValue]?.appAppleID ?? 0),
+            "productId": .string(productID.rawValue), "userLocale": .string(locale),
+            "requestIdentifier": .string(requestIdentifier),
+            "signedDate": .integer(EpochMilliseconds.milliseconds(signedDate)),
+            "environment": .string(environment.rawValue),
+        ]
+    }
+
+    /// Posts `{"signedPayload"}` to `url` and waits at most Apple's time limit.
+    func sendRealtime(_ payload: JSONObject, to url: String) async -> RealtimeExchange {
+        let body: [UInt8]
+        do {
+            body = Array(JSONWriter.string(.object(["signedPayload": .string(try appStore.signer.sign(payload))])).utf8)
+        } catch {
+            return RealtimeExchange(url: url, result: .other, status: nil, milliseconds: 0, answer: nil)
+        }
+        let client = HTTPClient(
+            timeout: RetentionLimits.realtimeTimeout, connectTimeout: RetentionLimits.realtimeTimeout,
+            maxResponseBytes: RetentionLimits.realtimeAnswerBytes)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let outcome: Result<HTTPClient.Response, HTTPClientError>
+        do {
+            outcome = .success(
+                try await client.send("POST", url, headers: [("Content-Type", "application/json")], body: body))
+        } catch {
+            outcome = .failure(error)
+        }
+        let elapsed = start.duration(to: clock.now)
+        let milliseconds =
+            Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        switch outcome {
+        case .success(let response):
+            guard response.status == 200 else {
+                return RealtimeExchange(
+                    url: url, result: .unsuccessfulHTTPResponseCode, status: response.status,
+                    milliseconds: milliseconds, answer: nil)
+            }
+            guard let answer = (try? JSONParser.parse(response.body))?.objectValue else {
+                return RealtimeExchange(
+                    url: url, result: .invalidResponse, status: 200, milliseconds: milliseconds, answer: nil)
+            }
+            return RealtimeExchange(url: url, result: .success, status: 200, milliseconds: milliseconds, answer: answer)
+        case .failure(let error):
+            let result: SendAttemptResult =
+                switch error.code {
+                case .timedOut: .timedOut
+                case .connectFailed, .resolveFailed: .socketIssue
+                case .tlsFailed: .tlsIssue
+                case .responseTooLarge: .invalidResponse
+                default: .other
+                }
+            return RealtimeExchange(url: url, result: result, status: nil, milliseconds: milliseconds, answer: nil)
+        }
+    }
+
+    // MARK: - A customer on the cancellation page
+
+    /// A customer opens the subscription's page where they can cancel: the App Store asks the app's realtime
+    /// URL what to show, shows it (or the default message of the product and locale when the answer fails or
+    /// is not valid), and, when the customer takes it (`accept`), switches to the alternate product or
+    /// redeems the promotional offer as a retention offer (`offerType` 5) from the next renewal.
+    func retentionRequest(transactionID: String, locale rawLocale: String?, accept: Bool) async throws -> JSONObject {
+        try await appStore.catchUp()
+        let locale = try RetentionLocale.parse(rawLocale ?? "en-US")
+        let now = appStore.now
+        let requestIdentifier = appStore.newUUID().lowercased()
+        let subject = try await appStore.storage.read { store in
+            guard let stored = try store.transaction(TransactionID(transactionID)),
+                let subscription = try store.subscription(stored.transaction.originalID),
+                let account = try store.account(subscription.accountID)
+            else { throw EmulatorError.notFound("no subscription with transaction \(transactionID)") }
+            guard subscription.state.status == .active || subscription.state.isInBillingRetry else {
+                throw EmulatorError.invalid(
+                    "subscription \(subscription.originalTransactionID) has ended: there is nothing to cancel")
+            }
+            let url = try self.realtimeURL(
+                bundle: subscription.bundleID, environment: account.environment, in: store)
+            return (subscription, account, url)
+        }
+        let (subscription, account, url) = subject
+        let payload = realtimePayload(
+            original: subscription.originalTransactionID, productID: subscription.state.productID,
+            bundle: subscription.bundleID, environment: account.environment, locale: locale,
+            requestIdentifier: requestIdentifier, signedDate: now)
+        let exchange: RealtimeExchange? = if let url { await sendRealtime(payload, to: url) } else { nil }
+        let answer: Result<RetentionAnswer, EmulatorError>? = exchange.map { exchange in
+            guard exchange.result == .success, let body = exchange.answer else {
+                return .failure(EmulatorError.invalid("the realtime URL did not answer: \(exchange.result.rawValue)"))
+            }
+            do { return .success(try RetentionAnswer.parse(body)) } catch let error as EmulatorError {
+                return .failure(error)
+            } catch { return .failure(EmulatorError.invalid("\(error)")) }
+        }
+        let current = appStore.now
+        return try await appStore.storage.write { store in
+            try self.settleRetention(
+                subscriptionID: subscription.originalTransactionID, account: account, payload: payload,
+                exchange: exchange, answer: answer, locale: locale, accept: accept, in: store, now: current)
+        }
+    }
+
+    /// Checks the answer against what the app configured, applies it, records the request; the verb's answer.
+    private func settleRetention(
+        subscriptionID: TransactionID, account: Account, payload: JSONObject, exchange: RealtimeExchange?,
+        answer: Result<RetentionAnswer, EmulatorError>?, locale: String, accept: Bool, in store: any EmulatorStore,
+        now: Date
+    ) throws -> JSONObject {
+        guard let subscription = try store.subscription(subscriptionID) else {
+            throw EmulatorError.notFound("no subscription \(subscriptionID)")
+        }
+        let bundle = subscription.bundleID
+        let environment = account.environment
+        func approved(_ messageID: String, imagesAllowed: Bool) throws -> Bool {
+            guard
+                let message = try store.retentionItem(
+                    .message, bundle: bundle, environment: environment, id: messageID),
+                message.state == RetentionReviewState.approved.rawValue
+            else { return false }
+            let content = (try? JSONParser.parse(Array(message.document.utf8)))?.objectValue
+                .flatMap { try? RetentionMessage(json: $0) }
+            for imageID in content?.imageIDs ?? [] {
+                guard imagesAllowed,
+                    try store.retentionItem(.image, bundle: bundle, environment: environment, id: imageID)?.state
+                        == RetentionReviewState.approved.rawValue
+                else { return false }
+            }
+            return true
+        }
+        var problem: String?
+        var shown: JSONObject = [:]
+        var outcome = "none"
+        var applied: String?
+        var event: LifecycleEvent?
+        if case .success(let parsed) = answer {
+            do {
+                // Promotional-offer and switch-plan messages carry no image.
+                guard
+                    try approved(
+                        parsed.messageID, imagesAllowed: { if case .message = parsed { true } else { false } }())
+                else {
+                    throw EmulatorError.invalid("message \(parsed.messageID) is not an approved message of the app")
+                }
+                switch parsed {
+                case .message: break
+                case .alternateProduct(_, let productID, let plan):
+                    guard let entry = appStore.catalog.entry(productID), let group = entry.subscription?.groupID,
+                        group == appStore.catalog.entry(subscription.state.productID.rawValue)?.subscription?.groupID,
+                        productID != subscription.state.productID.rawValue
+                    else {
+                        throw EmulatorError.invalid(
+                            "alternate product \(productID) is not another product of the subscription's group")
+                    }
+                    if let plan, plan != "BILLED_UPFRONT", plan != "MONTHLY" {
+                        throw EmulatorError.invalid("billingPlanType \(plan) is not BILLED_UPFRONT or MONTHLY")
+                    }
+                    shown["productId"] = .string(productID)
+                    if let plan { shown["billingPlanType"] = .string(plan) }
+                    event = .changeProduct(ProductID(productID))
+                case .promotionalOffer(_, let request):
+                    let productID: String =
+                        switch request {
+                        case .promotionalJWS(let token):
+                            ((try? CompactJWS(token))?.payload["productId"]?.stringValue)
+                                ?? subscription.state.productID.rawValue
+                        default: subscription.state.productID.rawValue
+                        }
+                    guard let entry = appStore.catalog.entry(productID), entry.subscription != nil else {
+                        throw EmulatorError.invalid(
+                            "the promotional offer's product \(productID) is not a subscription")
+                    }
+                    let latest = try store.transaction(subscription.latestTransactionID)
+                    guard
+                        var terms = try appStore.offerTerms(
+                            request, entry: entry, standing: .existing, bundleID: bundle.rawValue,
+                            appAccountToken: latest?.transaction.appAccountToken, in: store)
+                    else { throw EmulatorError.invalid("the promotional offer has no terms") }
+                    terms.offer.type = .retention
+                    shown["productId"] = .string(productID)
+                    shown["offerIdentifier"] = terms.offer.identifier.map(JSONValue.string) ?? .null
+                    event = .redeemOffer(ProductID(productID), terms)
+                }
+                shown["messageIdentifier"] = .string(parsed.messageID)
+                outcome = parsed.kind
+            } catch let error as EmulatorError {
+                problem = error.message
+                event = nil
+                shown = [:]
+            }
+        } else if case .failure(let error) = answer {
+            problem = error.message
+        } else {
+            problem = "no realtime URL is configured for \(bundle) in \(environment.rawValue)"
+        }
+        if outcome == "none" {
+            // The default message of the product and locale, if one is configured and still approved.
+            let key = subscription.state.productID.rawValue + "/" + locale
+            if let item = try store.retentionItem(.defaultMessage, bundle: bundle, environment: environment, id: key),
+                let messageID = (try? JSONParser.parse(Array(item.document.utf8)))?["messageIdentifier"]?.stringValue,
+                try approved(messageID, imagesAllowed: true)
+            {
+                outcome = "defaultMessage"
+                shown = ["messageIdentifier": .string(messageID)]
+            }
+        }
+        var subscriptionState = subscription.state
+        if accept, let event {
+            let result = try appStore.subscriptionVerb(
+                event, transactionID: subscription.latestTransactionID.rawValue, in: store, now: now)
+            subscriptionState = result.subscription ?? subscriptionState
+            applied = outcome
+        }
+        var record: JSONObject = [
+            "requestIdentifier": payload["requestIdentifier"] ?? .null, "request": .object(payload),
+            "outcome": .string(outcome), "shown": .object(shown), "accepted": .bool(applied != nil),
+        ]
+        if let exchange {
+            record["url"] = .string(exchange.url)
+            record["result"] = .string(exchange.result.rawValue)
+            record["status"] = exchange.status.map { .integer(Int64($0)) } ?? .null
+            record["milliseconds"] = .double((exchange.milliseconds * 10).rounded() / 10)
+            record["withinLimit"] = .bool(exchange.result == .success)
+            if let body = exchange.answer { record["answer"] = .object(body) }
+        }
+        if let problem { record["problem"] = .string(problem) }
+        try store.insert(
+            RetentionRequestRecord(
+                requestIdentifier: payload["requestIdentifier"]?.stringValue ?? "",
+                originalTransactionID: subscription.originalTransactionID, bundleID: bundle,
+                environment: environment, date: now, document: JSONWriter.string(.object(record))))
+        record["date"] = .integer(EpochMilliseconds.milliseconds(now))
+        record["subscription"] = .object(EmulatorRoutes.render(subscriptionState))
+        return record
+    }
+
+    /// The latest realtime requests about a subscription, oldest first.
+    func retentionRequests(transactionID: String) async throws -> [JSONObject] {
+        try await appStore.storage.read { store in
+            guard let stored = try store.transaction(TransactionID(transactionID)) else {
+                throw EmulatorError.notFound("no transaction \(transactionID)")
+            }
+            return try store.retentionRequests(
+                original: stored.transaction.originalID, limit: RetentionLimits.requestsShown
+            )
+            .map { record in
+                var object = (try? JSONParser.parse(Array(record.document.utf8)))?.objectValue ?? [:]
+                object["date"] = .integer(EpochMilliseconds.milliseconds(record.date))
+                return object
+            }
+        }
+    }
+
+    // MARK: - App Review
+
+    /// App Review's decision on an uploaded message or image (production uploads wait for it).
+    func review(_ kind: RetentionItem.Kind, id rawID: String, bundle: String, environment: Environment, approved: Bool)
+        async throws -> JSONObject
+    {
+        guard appStore.apps[bundle] != nil else { throw EmulatorError.notFound("no app \(bundle)") }
+        let id = try RetentionID.parse(rawID, invalid: .generalBadRequest, what: "identifier")
+        return try await appStore.storage.write { store in
+            guard var item = try store.retentionItem(kind, bundle: BundleID(bundle), environment: environment, id: id)
+            else { throw EmulatorError.notFound("no \(kind.rawValue) \(id) for \(bundle) in \(environment.rawValue)") }
+            item.state = (approved ? RetentionReviewState.approved : .rejected).rawValue
+            try store.save(item)
+            return [
+                "id": .string(id), "kind": .string(kind.rawValue), "state": .string(item.state),
+                "environment": .string(environment.rawValue),
+            ]
+        }
+    }
+
+    // MARK: - Performance tests
+
+    func apiInitiatePerformanceTest(body: JSONObject, scope: APIScope) async throws -> (JSONObject, String) {
+        _ = try apiApp(scope)
+        guard let original = body["originalTransactionId"]?.stringValue,
+            body.members.allSatisfy({ $0.key == "originalTransactionId" }),
+            (1...32).contains(original.utf8.count), original.utf8.allSatisfy({ (48...57).contains($0) })
+        else { throw EmulatorError.api(.invalidPerformanceTestRequest, "Invalid performance test request.") }
+        let requestID = appStore.newUUID().lowercased()
+        let now = appStore.now
+        let bundle = BundleID(scope.bundleID)
+        // The test runs in the sandbox, with a sandbox customer's subscription.
+        let (url, subscription) = try await appStore.storage.write { store in
+            guard let stored = try store.transaction(TransactionID(original)), stored.transaction.bundleID == bundle,
+                let subscription = try store.subscription(stored.transaction.originalID),
+                try store.account(subscription.accountID)?.environment == .sandbox
+            else {
+                throw EmulatorError.api(
+                    .invalidPerformanceTestRequest, "The original transaction is not a sandbox subscription of the app."
+                )
+            }
+            guard let url = try self.realtimeURL(bundle: bundle, environment: .sandbox, in: store) else {
+                throw EmulatorError.api(.realtimeUrlNotFound, "Realtime URL not found.")
+            }
+            let running = self.performanceRuns.withLock { $0 }
+            let pending = try store.retentionItems(
+                .performanceTest, bundle: bundle, environment: .sandbox, limit: 1_000
+            )
+            .contains { $0.state == "PENDING" && running.contains($0.id) }
+            guard !pending else {
+                throw EmulatorError.api(.existingPerformanceTestRun, "A performance test is already running.")
+            }
+            var item = RetentionItem(
+                kind: .performanceTest, bundleID: bundle, environment: .sandbox, id: requestID, state: "PENDING",
+                created: now)
+            item.document = JSONWriter.string(
+                .object([
+                    "config": .object(PerformanceTestPlan.config), "target": .string(url),
+                    "numPending": .integer(Int64(PerformanceTestPlan.totalRequests)),
+                ]))
+            try store.save(item)
+            return (url, subscription)
+        }
+        performanceRuns.withLock { _ = $0.insert(requestID) }
+        jobs.start { [self] in
+            await self.runPerformanceTest(requestID, url: url, subscription: subscription)
+            self.performanceRuns.withLock { _ = $0.remove(requestID) }
+        }
+        return (PerformanceTestPlan.config, requestID)
+    }
+
+    /// Sends the plan's requests, a few at a time, and records the result.
+    private func runPerformanceTest(_ requestID: String, url: String, subscription: StoredSubscription) async {
+        let total = PerformanceTestPlan.totalRequests
+        let deadline = ContinuousClock.now + .milliseconds(PerformanceTestPlan.totalDuration)
+        var exchanges: [RealtimeExchange] = []
+        await withTaskGroup(of: RealtimeExchange?.self) { group in
+            var started = 0
+            func startOne() {
+                guard started < total, ContinuousClock.now < deadline, !Task.isCancelled else { return }
+                started += 1
+                let payload = realtimePayload(
+                    original: subscription.originalTransactionID, productID: subscription.state.productID,
+                    bundle: subscription.bundleID, environment: .sandbox, locale: "en-US",
+                    requestIdentifier: appStore.newUUID().lowercased(), signedDate: appStore.now)
+                group.addTask { await self.sendRealtime(payload, to: url) }
+            }
+            for _ in 0..<PerformanceTestPlan.maxConcurrentRequests { startOne() }
+            while let exchange = await group.next() {
+                if let exchange { exchanges.append(exchange) }
+                startOne()
+            }
+        }
+        guard !Task.isCancelled else { return }
+        var failures: [String: Int] = [:]
+        var succeeded = 0
+        for exchange in exchanges {
+            var result = exchange.result
+            if result == .success, exchange.answer.map({ (try? RetentionAnswer.parse($0)) == nil }) ?? true {
+                result = .invalidResponse
+            }
+            if result == .success, exchange.milliseconds > Double(PerformanceTestPlan.responseTimeThreshold) {
+                result = .timedOut
+            }
+            if result == .success { succeeded += 1 } else { failures[result.rawValue, default: 0] += 1 }
+        }
+        let times = exchanges.map(\.milliseconds).sorted()
+        func percentile(_ p: Double) -> JSONValue {
+            guard !times.isEmpty else { return .integer(0) }
+            let index = min(times.count - 1, Int((p * Double(times.count)).rounded(.up)) - 1)
+            return .integer(Int64(times[max(0, index)].rounded()))
+        }
+        var failureCounts = JSONObject()
+        for (name, count) in failures.sorted(by: { $0.key < $1.key }) { failureCounts[name] = .integer(Int64(count)) }
+        let rate = total == 0 ? 0 : succeeded * 100 / total
+        let result = rate >= PerformanceTestPlan.successRateThreshold ? "PASS" : "FAIL"
+        let document: JSONObject = [
+            "config": .object(PerformanceTestPlan.config), "target": .string(url), "result": .string(result),
+            "successRate": .integer(Int64(rate)), "numPending": .integer(0),
+            "responseTimes": .object([
+                "average": .integer(times.isEmpty ? 0 : Int64((times.reduce(0, +) / Double(times.count)).rounded())),
+                "p50": percentile(0.5), "p90": percentile(0.9), "p95": percentile(0.95), "p99": percentile(0.99),
+            ]),
+            "failures": .object(failureCounts),
+        ]
+        _ = try? await appStore.storage.write { store in
+            guard
+                var item = try store.retentionItem(
+                    .performanceTest, bundle: subscription.bundleID, environment: .sandbox, id: requestID)
+            else { return }
+            item.state = result
+            item.document = JSONWriter.string(.object(document))
+            try store.save(item)
+        }
+    }
+
+    func apiPerformanceTestResult(_ rawID: String, scope: APIScope) async throws -> JSONObject {
+        _ = try apiApp(scope)
+        let id = try RetentionID.parse(rawID, invalid: .invalidRequestId, what: "request id")
+        let item = try await appStore.storage.read { store in
+            try store.retentionItem(.performanceTest, bundle: BundleID(scope.bundleID), environment: .sandbox, id: id)
+        }
+        guard let item else { throw EmulatorError.api(.performanceTestRunNotFound, "Performance test not found.") }
+        var document = (try? JSONParser.parse(Array(item.document.utf8)))?.objectValue ?? [:]
+        if item.state == "PENDING", !performanceRuns.withLock({ $0.contains(id) }) {
+            // A run this process did not finish (it stopped meanwhile) failed.
+            document["result"] = .string("FAIL")
+        } else {
+            document["result"] = .string(item.state)
+        }
+        return document
+    }
+}

@@ -244,16 +244,25 @@ public struct AppStoreServerAPIClient: Sendable {
     public func call<Response: APIResponseBody>(
         _ method: String, _ path: String, query: [(String, String)] = [], body: JSONObject? = nil
     ) async throws(AppStoreServerAPIError) -> Response {
+        try await call(
+            method, path, query: query, rawBody: body.map { JSONWriter.bytes(.object($0)) } ?? [],
+            contentType: "application/json")
+    }
+
+    /// A request with a body of any type (Upload Image's PNG).
+    func call<Response: APIResponseBody>(
+        _ method: String, _ path: String, query: [(String, String)] = [], rawBody bodyBytes: [UInt8],
+        contentType: String
+    ) async throws(AppStoreServerAPIError) -> Response {
         var url = environment.baseURL + path
         if !query.isEmpty {
             url += "?" + query.map { "\(Self.encode($0.0))=\(Self.encode($0.1))" }.joined(separator: "&")
         }
-        let bodyBytes = body.map { JSONWriter.bytes(.object($0)) } ?? []
         var attempt = 1
         var backoff = retry.initialBackoff
         while true {
             do {
-                let json = try await once(method, url, body: bodyBytes)
+                let json = try await once(method, url, body: bodyBytes, contentType: contentType)
                 try verify(json)
                 return Response(json: json)
             } catch {
@@ -274,7 +283,8 @@ public struct AppStoreServerAPIClient: Sendable {
         }
     }
 
-    private func once(_ method: String, _ url: String, body: [UInt8]) async throws(AppStoreServerAPIError)
+    private func once(_ method: String, _ url: String, body: [UInt8], contentType: String)
+        async throws(AppStoreServerAPIError)
         -> JSONObject
     {
         let token: String
@@ -287,7 +297,7 @@ public struct AppStoreServerAPIClient: Sendable {
             ("Authorization", "Bearer " + token), ("Accept", "application/json"),
             ("User-Agent", "storekeeper-app-store-server-api"),
         ]
-        if !body.isEmpty || method == "PUT" || method == "POST" { headers.append(("Content-Type", "application/json")) }
+        if !body.isEmpty || method == "PUT" || method == "POST" { headers.append(("Content-Type", contentType)) }
         let response: HTTPClient.Response
         do {
             response = try await http.send(method, url, headers: headers, body: body)

@@ -307,6 +307,14 @@ public struct SignedDataVerifier: Sendable {
             let app = notification.appMetadata
             return appIdentifier(bundleID: app.bundleID, appAppleID: app.appAppleID, checkAppleID: true)
                 ?? environment(app.environment)
+        case .realtimeRequest:
+            // No bundle id: the app Apple ID (in production) and the environment.
+            if expected.environment == Environment.production.rawValue,
+                payload["appAppleId"]?.int64Value != expected.appAppleID
+            {
+                return (.invalidAppIdentifier, "the app Apple ID differs")
+            }
+            return environment(payload["environment"]?.stringValue)
         }
     }
 

@@ -153,3 +153,17 @@ public struct NotificationPayload: SignedPayload {
         return (nil, nil, nil)
     }
 }
+
+/// Retention Messaging's `DecodedRealtimeRequestBody`: a customer is on the page where they can cancel.
+public struct RealtimeRequest: SignedPayload {
+    public var json: JSONObject
+    public init(json: JSONObject) { self.json = json }
+
+    public var originalTransactionID: String? { string("originalTransactionId") }
+    public var appAppleID: Int64? { int64("appAppleId") }
+    public var productID: String? { string("productId") }
+    public var userLocale: String? { string("userLocale") }
+    public var requestIdentifier: UUID? { uuid("requestIdentifier") }
+    public var signedDate: Date? { date("signedDate") }
+    public var environment: AppleEnum<Environment>? { string("environment").map(AppleEnum.init) }
+}

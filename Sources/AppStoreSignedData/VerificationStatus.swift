@@ -32,12 +32,15 @@ public enum SignedDataType: String, Sendable, CaseIterable {
     case renewalInfo = "renewal-info"
     case notification
     case appTransaction = "app-transaction"
+    /// Retention Messaging's realtime request (`RealtimeRequestBody`'s `signedPayload`).
+    case realtimeRequest = "realtime-request"
 
     /// Detects the type from the payload's fields: notifications carry `notificationType`, app transactions
     /// `receiptType`, transactions `transactionId` or `bundleId`; renewal info carries neither.
     public static func detect(_ payload: JSONObject) -> SignedDataType {
         if payload["notificationType"] != nil || payload["notificationUUID"] != nil { return .notification }
         if payload["receiptType"] != nil || payload["applicationVersion"] != nil { return .appTransaction }
+        if payload["requestIdentifier"] != nil && payload["userLocale"] != nil { return .realtimeRequest }
         if payload["transactionId"] != nil || payload["bundleId"] != nil { return .transaction }
         return .renewalInfo
     }

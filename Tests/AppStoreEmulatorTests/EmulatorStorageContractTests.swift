@@ -83,6 +83,72 @@ struct EmulatorStorageContractTests {
         #expect(try await storage.read { try $0.transaction("11") }?.transaction.appTransactionID == first)
     }
 
+    @Test(
+        "Retention Messaging: items per kind, app and environment, replaced and deleted; requests per subscription",
+        arguments: Backend.allCases)
+    func retention(backend: Backend) async throws {
+        let storage = try await backend.make()
+        @Sendable func item(
+            _ id: String, _ kind: RetentionItem.Kind = .message, environment: Environment = .sandbox, at: Double
+        )
+            -> RetentionItem
+        {
+            RetentionItem(
+                kind: kind, bundleID: "com.example", environment: environment, id: id, state: "PENDING",
+                document: #"{"header":"\#(id)"}"#, created: Date(timeIntervalSince1970: at))
+        }
+        try await storage.write { store in
+            try store.save(item("b", at: 2))
+            try store.save(item("a", at: 1))
+            try store.save(item("c", at: 2))
+            try store.save(item("a", .image, at: 1))
+            try store.save(item("a", environment: .production, at: 1))
+            var approved = item("b", at: 2)
+            approved.state = "APPROVED"
+            try store.save(approved)
+        }
+        try await storage.read { store in
+            let messages = try store.retentionItems(.message, bundle: "com.example", environment: .sandbox, limit: 10)
+            #expect(messages.map(\.id) == ["a", "b", "c"], "oldest first, ties by id")
+            #expect(messages[1].state == "APPROVED" && messages[1].document == #"{"header":"b"}"#)
+            #expect(
+                try store.retentionItems(.message, bundle: "com.example", environment: .sandbox, limit: 2).count == 2)
+            #expect(
+                try store.retentionItems(.image, bundle: "com.example", environment: .sandbox, limit: 10).count == 1)
+            #expect(
+                try store.retentionItem(.message, bundle: "com.example", environment: .production, id: "a")?.created
+                    == Date(timeIntervalSince1970: 1))
+            #expect(try store.retentionItem(.message, bundle: "com.other", environment: .sandbox, id: "a") == nil)
+        }
+        let deleted = try await storage.write { store in
+            (
+                try store.deleteRetentionItem(.message, bundle: "com.example", environment: .sandbox, id: "a"),
+                try store.deleteRetentionItem(.message, bundle: "com.example", environment: .sandbox, id: "a")
+            )
+        }
+        #expect(deleted == (true, false))
+        @Sendable func request(_ id: String, _ original: TransactionID, at: Double) -> RetentionRequestRecord {
+            RetentionRequestRecord(
+                requestIdentifier: id, originalTransactionID: original, bundleID: "com.example", environment: .sandbox,
+                date: Date(timeIntervalSince1970: at), document: #"{"outcome":"message"}"#)
+        }
+        try await storage.write { store in
+            for index in 0..<5 { try store.insert(request("r\(index)", "100", at: Double(index))) }
+            try store.insert(request("other", "200", at: 9))
+        }
+        await #expect(throws: (any Error).self, "a request identifier is recorded once") {
+            try await storage.write { try $0.insert(request("r1", "100", at: 10)) }
+        }
+        try await storage.read { store in
+            let latest = try store.retentionRequests(original: "100", limit: 3)
+            #expect(latest.map(\.requestIdentifier) == ["r2", "r3", "r4"], "the latest, oldest first")
+            #expect(
+                latest.last?.date == Date(timeIntervalSince1970: 4)
+                    && latest.last?.document == #"{"outcome":"message"}"#)
+            #expect(try store.retentionRequests(original: "200", limit: 10).count == 1)
+        }
+    }
+
     static let subscription: StoredSubscription = {
         var state = SubscriptionState(
             originalTransactionID: "10", productID: "p", autoRenewProductID: "q", status: .billingRetry,
@@ -625,6 +691,7 @@ struct EmulatorStorageContractTests {
                 CREATE INDEX transactions_by_owner_revision ON transactions (account_id, bundle_id, revision);
                 CREATE INDEX transactions_unfinished ON transactions (account_id, bundle_id) WHERE finished = 0;
                 DROP TABLE app_transactions; ALTER TABLE transactions DROP COLUMN app_transaction_id;
+                DROP TABLE retention_items; DROP TABLE retention_requests;
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
@@ -731,6 +798,7 @@ struct EmulatorStorageContractTests {
                 DROP TABLE renewal_extensions; DROP TABLE mass_extensions; DROP TABLE consumption;
                 DROP TABLE refund_requests; DROP TABLE api_keys; DROP TABLE offer_nonces;
                 DROP TABLE app_transactions; ALTER TABLE transactions DROP COLUMN app_transaction_id;
+                DROP TABLE retention_items; DROP TABLE retention_requests;
                 DELETE FROM schema_migrations WHERE id >= '013';
                 INSERT INTO settings VALUES ('extensions.10', '[{"requestIdentifier":"r1","date":1704067200000,"effectiveDate":1704153600000,"webOrderLineItemId":"7"}]');
                 INSERT INTO settings VALUES ('massExtension.p.m1', '{"requestIdentifier":"m1","productId":"p","environment":"Production","complete":true,"succeededCount":3,"failedCount":1,"completeDate":1704067200000,"storefrontCountryCodes":["USA","GBR"]}');

@@ -24,8 +24,26 @@ extension AppStore {
                     let period = subscription.period
                 else { return nil }
                 return ProductTerms(
-                    period: period, level: subscription.level ?? 1, forSale: !unavailable.contains(productID))
+                    period: period, level: subscription.level ?? 1, forSale: !unavailable.contains(productID),
+                    commitment: entry.monthlyPlan.map { CommitmentTerms(periods: $0.periods) })
             })
+    }
+
+    /// What a month of a commitment costs and the `commitmentInfo` of its transaction.
+    func commitmentBilling(_ commitment: SubscriptionCommitment, productID: ProductID, account: Account) -> (
+        price: Money?, commitment: TransactionCommitment
+    ) {
+        let monthly = catalog.entry(productID.rawValue)?.monthlyPlan?.price
+        let total = monthly.map {
+            Money(milliunits: $0.milliunits * Int64(commitment.totalBillingPeriods), currency: $0.currency)
+        }
+        return (
+            charged(monthly, account),
+            TransactionCommitment(
+                billingPeriodNumber: commitment.billingPeriodNumber,
+                totalBillingPeriods: commitment.totalBillingPeriods,
+                expiresDate: commitment.expiresDate, price: charged(total, account))
+        )
     }
 
     /// Applies `effects` to `subscription` (whose state the engine already changed) and saves it; notices
@@ -56,6 +74,13 @@ extension AppStore {
                 next.transaction.price = charged(
                     offer.map { price(of: $0, productID: productID) } ?? catalog.entry(productID.rawValue)?.price,
                     account)
+                next.transaction.billingPlan = subscription.state.billingPlan
+                next.transaction.commitment = nil
+                if let commitment = subscription.state.commitment {
+                    let billed = commitmentBilling(commitment, productID: productID, account: account)
+                    next.transaction.price = billed.price
+                    next.transaction.commitment = billed.commitment
+                }
                 next.transaction.revocationDate = nil
                 next.transaction.revocationReason = nil
                 next.transaction.isUpgraded = false

@@ -114,10 +114,17 @@ extension AppStore {
     /// gets none.
     public func pay(
         deviceID: String, bundleID: String, productID: String, quantity: Int, applicationUsername: String?,
-        appAccountToken: String?, offer: OfferRequest? = nil
+        appAccountToken: String?, offer: OfferRequest? = nil, billingPlan: BillingPlanType? = nil
     ) async throws -> PaymentOutcome {
         _ = try app(bundleID)
         guard let entry = catalog.entry(productID) else { throw EmulatorError.notFound("no product \(productID)") }
+        if billingPlan == .monthly {
+            guard entry.monthlyPlan != nil else {
+                throw EmulatorError.invalid(
+                    "\(productID) is not sold with a monthly plan (billingPlans in the catalogue)")
+            }
+            guard offer == nil else { throw EmulatorError.invalid("offers for the monthly plan are not modelled") }
+        }
         guard (1...10).contains(quantity), quantity == 1 || entry.kind == .consumable else {
             throw EmulatorError.invalid("quantity must be 1, or 1 to 10 for consumables")
         }
@@ -146,7 +153,7 @@ extension AppStore {
                 try self.purchase(
                     account: account, bundleID: bundleID, entry: entry, quantity: quantity,
                     applicationUsername: applicationUsername, appAccountToken: appAccountToken, offer: offer,
-                    now: current, in: store))
+                    billingPlan: billingPlan, now: current, in: store))
         }
         switch outcome {
         case .purchased(let stored): return .purchased(stored, jws: try await signedTransaction(stored))
@@ -162,7 +169,8 @@ extension AppStore {
     /// Records a completed purchase inside a write.
     func purchase(
         account: Account, bundleID: String, entry: Catalog.Entry, quantity: Int, applicationUsername: String?,
-        appAccountToken: String?, offer request: OfferRequest? = nil, now current: Date, in store: any EmulatorStore
+        appAccountToken: String?, offer request: OfferRequest? = nil, billingPlan: BillingPlanType? = nil,
+        now current: Date, in store: any EmulatorStore
     ) throws -> StoredTransaction {
         var transaction = Transaction(
             id: try newTransactionID(in: store), bundleID: BundleID(bundleID), productID: ProductID(entry.productID),
@@ -193,10 +201,19 @@ extension AppStore {
             catalog.entry($0.state.productID.rawValue)?.subscription?.groupID == group
                 && (try? isPurchaser($0.originalTransactionID, in: store)) == true
         }
-        let terms = try offerTerms(
-            request, entry: entry, standing: GroupStanding(existing), bundleID: bundleID,
-            appAccountToken: appAccountToken, in: store)
+        let monthly = billingPlan == .monthly
+        // The monthly plan's offers are not modelled: its first month is at the plan's price.
+        let terms =
+            monthly
+            ? nil
+            : try offerTerms(
+                request, entry: entry, standing: GroupStanding(existing), bundleID: bundleID,
+                appAccountToken: appAccountToken, in: store)
         if var subscription = existing, subscription.state.status == .active || subscription.state.isInBillingRetry {
+            guard !monthly else {
+                throw EmulatorError.invalid(
+                    "a subscriber changes to the monthly plan at renewal; this customer is subscribed in the group")
+            }
             // Another product of the group while subscribed: an upgrade, downgrade or crossgrade; or an offer
             // redeemed by a subscriber.
             let productID = transaction.productID
@@ -225,9 +242,15 @@ extension AppStore {
         let (state, effects) = try Self.refusing { () throws(LifecycleError) in
             try engine.subscribe(
                 originalTransactionID: originalID, productID: productID, at: current, resubscribe: existing != nil,
-                offer: terms)
+                offer: terms, plan: billingPlan)
         }
         transaction.expiresDate = state.expiresDate
+        transaction.billingPlan = state.billingPlan
+        if let commitment = state.commitment {
+            let billed = commitmentBilling(commitment, productID: productID, account: account)
+            transaction.price = billed.price
+            transaction.commitment = billed.commitment
+        }
         var stored = StoredTransaction(
             transaction: transaction, accountID: account.id, applicationUsername: applicationUsername,
             orderID: newOrderID(at: current))

@@ -15,6 +15,14 @@ public struct Catalog: Sendable {
         public var familyShareable = false
         /// The price in milliunits (the catalogue's currency is USD), parsed once: every renewal reads it.
         public private(set) var price: Money?
+        /// The monthly plan over a commitment (`billingPlans`), for a yearly subscription sold with one: each
+        /// month's price and the number of months.
+        public var monthlyPlan: (price: Money, periods: Int)? {
+            guard let plan = subscription?.monthlyPlan,
+                let price = plan.displayPrice.flatMap({ Money(decimal: $0, currency: "USD") })
+            else { return nil }
+            return (price, plan.totalBillingPeriods)
+        }
 
         init(
             productID: String, kind: ProductKind, displayPrice: String?, name: String?,

@@ -43,6 +43,7 @@ public enum DefaultCatalog {
                   "subscriptionGroupID" : "20000001", "groupNumber" : 1, "recurringSubscriptionPeriod" : "P1Y",
                   "introductoryOffer" : { "internalID" : "30000001", "paymentMode" : "free", "subscriptionPeriod" : "P1W", "numberOfPeriods" : 1 },
                   "adHocOffers" : [ ], "codeOffers" : [ ],
+                  "billingPlans" : [ { "billingPlanType" : "MONTHLY", "displayPrice" : "2.49", "totalBillingPeriods" : 12 } ],
                   "localizations" : [ { "locale" : "en_US", "displayName" : "Plus Yearly", "description" : "Plus, billed yearly" } ] }
               ] }
           ]

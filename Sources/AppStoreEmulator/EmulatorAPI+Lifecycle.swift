@@ -292,6 +292,15 @@ extension EmulatorRoutes {
         if let grace = state.gracePeriodExpiresDate { object["gracePeriodExpiresDate"] = AppStore.milliseconds(grace) }
         if let retry = state.billingRetryEndsDate { object["billingRetryEndsDate"] = AppStore.milliseconds(retry) }
         if let price = state.priceIncreaseStatus { object["priceIncreaseStatus"] = .integer(price.rawValue) }
+        if let plan = state.billingPlan { object["billingPlanType"] = .string(plan.rawValue) }
+        if let commitment = state.commitment {
+            object["commitment"] = .object([
+                "billingPeriodNumber": .integer(Int64(commitment.billingPeriodNumber)),
+                "totalBillingPeriods": .integer(Int64(commitment.totalBillingPeriods)),
+                "expiresDate": AppStore.milliseconds(commitment.expiresDate),
+                "autoRenew": .bool(commitment.autoRenew), "renewalPlan": .string(commitment.renewalPlan.rawValue),
+            ])
+        }
         return object
     }
 }

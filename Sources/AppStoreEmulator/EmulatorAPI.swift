@@ -199,7 +199,7 @@ extension EmulatorRoutes {
                     request,
                     allowed: [
                         "productId", "quantity", "applicationUsername", "appAccountToken", "offer", "offerCode",
-                        "winBackOfferId",
+                        "winBackOfferId", "billingPlanType",
                     ])
                 let product = try body.string("productId", required: true)!
                 let quantity = try body.integer("quantity", in: 1...10) ?? 1
@@ -207,7 +207,8 @@ extension EmulatorRoutes {
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"),
                     productID: product, quantity: Int(quantity),
                     applicationUsername: try body.string("applicationUsername", maxBytes: 1024),
-                    appAccountToken: try body.uuid("appAccountToken")?.uuidString, offer: try Self.offerRequest(body))
+                    appAccountToken: try body.uuid("appAccountToken")?.uuidString, offer: try Self.offerRequest(body),
+                    billingPlan: try body.choice("billingPlanType", BillingPlanType.self))
                 let (transaction, jws): (JSONObject, String?) =
                     switch outcome {
                     case .purchased(let stored, let jws):

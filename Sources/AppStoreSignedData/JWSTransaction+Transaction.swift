@@ -41,6 +41,16 @@ extension JWSTransaction {
         if let revoked = transaction.revocationDate { payload["revocationDate"] = milliseconds(revoked) }
         if let reason = transaction.revocationReason { payload["revocationReason"] = .integer(reason.rawValue) }
         if transaction.isUpgraded { payload["isUpgraded"] = .bool(true) }
+        if let plan = transaction.billingPlan { payload["billingPlanType"] = .string(plan.rawValue) }
+        if let commitment = transaction.commitment {
+            var info: JSONObject = [
+                "billingPeriodNumber": .integer(Int64(commitment.billingPeriodNumber)),
+                "commitmentExpiresDate": milliseconds(commitment.expiresDate),
+            ]
+            if let price = commitment.price { info["commitmentPrice"] = .integer(price.milliunits) }
+            info["totalBillingPeriods"] = .integer(Int64(commitment.totalBillingPeriods))
+            payload["commitmentInfo"] = .object(info)
+        }
         self.init(json: payload)
     }
 }

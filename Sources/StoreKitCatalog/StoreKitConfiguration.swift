@@ -51,6 +51,7 @@ public struct StoreKitConfiguration: Sendable, Hashable {
                         description: "subscription '\(subscription.productID)' has no valid recurringSubscriptionPeriod"
                     )
                 }
+                _ = try subscription.checkedBillingPlans()
             }
             groups.append(group)
         }
@@ -181,6 +182,45 @@ public struct Subscription: CatalogItem, Sendable, Hashable {
         (json["introductoryOffer"]?.objectValue ?? json["introductoryOffers"]?.arrayValue?.first?.objectValue)
             .map(SubscriptionOffer.init)
     }
+    /// The monthly plan over a commitment (`billingPlans`, Storekeeper's key until Xcode's `.storekit` format
+    /// for it is published): `[{"billingPlanType": "MONTHLY", "displayPrice": "2.49", "totalBillingPeriods": 12}]`
+    /// on a yearly subscription.
+    public var monthlyPlan: BillingPlan? { (try? checkedBillingPlans())?.first { $0.type == .monthly } }
+
+    /// A billing plan of a subscription.
+    public struct BillingPlan: Sendable, Hashable {
+        public var type: BillingPlanType
+        /// The price of each billing period.
+        public var displayPrice: String?
+        public var totalBillingPeriods: Int
+    }
+
+    /// `billingPlans`, checked: an array of objects with a known `billingPlanType`, on a yearly subscription.
+    func checkedBillingPlans() throws(StoreKitConfiguration.ConfigurationError) -> [BillingPlan] {
+        guard let value = json["billingPlans"], value != .null else { return [] }
+        func refuse(_ what: String) -> StoreKitConfiguration.ConfigurationError {
+            StoreKitConfiguration.ConfigurationError(
+                description: "subscription '\(productID)': billingPlans \(what)")
+        }
+        guard let items = value.arrayValue else { throw refuse("must be an array") }
+        guard period == StorePeriod(years: 1) else { throw refuse("are for yearly (P1Y) subscriptions") }
+        var plans: [BillingPlan] = []
+        for item in items {
+            guard let raw = item["billingPlanType"]?.stringValue else { throw refuse("entries need a billingPlanType") }
+            guard let type = BillingPlanType(rawValue: raw) else {
+                throw refuse("has an unknown billingPlanType '\(raw)' (BILLED_UPFRONT or MONTHLY)")
+            }
+            let total = item["totalBillingPeriods"]?.int64Value ?? 12
+            guard (2...12).contains(total) else { throw refuse("totalBillingPeriods must be 2 to 12") }
+            let price = item["displayPrice"]?.stringValue
+            if type == .monthly, price.flatMap({ Money(decimal: $0, currency: "USD") }) == nil {
+                throw refuse("MONTHLY needs a displayPrice such as \"2.49\"")
+            }
+            plans.append(BillingPlan(type: type, displayPrice: price, totalBillingPeriods: Int(total)))
+        }
+        return plans
+    }
+
     /// Promotional offers (`adHocOffers`).
     public var promotionalOffers: [SubscriptionOffer] { offers("adHocOffers") }
     public var codeOffers: [SubscriptionOffer] { offers("codeOffers") }

@@ -83,6 +83,13 @@ public enum OfferType: Int64, Sendable, Hashable, CaseIterable, Codable {
     case retention = 5
 }
 
+/// `billingPlanType` and `renewalBillingPlanType` (API 1.21): a yearly subscription billed up front, or
+/// monthly over a 12-month commitment.
+public enum BillingPlanType: String, Sendable, Hashable, CaseIterable, Codable {
+    case billedUpfront = "BILLED_UPFRONT"
+    case monthly = "MONTHLY"
+}
+
 /// `offerDiscountType`.
 public enum OfferDiscountType: String, Sendable, Hashable, CaseIterable, Codable {
     case freeTrial = "FREE_TRIAL"

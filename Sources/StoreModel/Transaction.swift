@@ -49,6 +49,10 @@ public struct Transaction: Sendable, Hashable, Codable {
     /// The id of the customer's download of the app (`appTransactionId`, API 1.20): the same for every
     /// purchase of one Apple Account in one app. Nil for purchases made before the store had one.
     public var appTransactionID: TransactionID? = nil
+    /// How the subscription is billed (`billingPlanType`), for products sold with a commitment plan.
+    public var billingPlan: BillingPlanType? = nil
+    /// The month of a monthly-billed commitment this transaction pays for (`commitmentInfo`).
+    public var commitment: TransactionCommitment? = nil
 
     public init(
         id: TransactionID, originalID: TransactionID? = nil, bundleID: BundleID, productID: ProductID,
@@ -90,6 +94,48 @@ public struct Transaction: Sendable, Hashable, Codable {
     }
 }
 
+/// `commitmentInfo` of a transaction billed monthly over a commitment: which of its billing periods this is,
+/// how many there are, when the commitment ends and what the whole commitment costs.
+public struct TransactionCommitment: Sendable, Hashable, Codable {
+    public var billingPeriodNumber: Int
+    public var totalBillingPeriods: Int
+    public var expiresDate: Date
+    /// The whole commitment's price (`commitmentPrice`, milliunits like `price`).
+    public var price: Money?
+
+    public init(billingPeriodNumber: Int, totalBillingPeriods: Int, expiresDate: Date, price: Money?) {
+        self.billingPeriodNumber = billingPeriodNumber
+        self.totalBillingPeriods = totalBillingPeriods
+        self.expiresDate = expiresDate
+        self.price = price
+    }
+}
+
+/// A subscription's current commitment (monthly billing over 12 months): the billing period it is in, when
+/// it ends, whether it renews (the customer's cancel turns this off; the months left are still billed) and
+/// the plan it renews to.
+public struct SubscriptionCommitment: Sendable, Hashable, Codable {
+    public var billingPeriodNumber: Int
+    public var totalBillingPeriods: Int
+    public var expiresDate: Date
+    public var autoRenew: Bool
+    public var renewalPlan: BillingPlanType
+
+    public init(
+        billingPeriodNumber: Int, totalBillingPeriods: Int, expiresDate: Date, autoRenew: Bool = true,
+        renewalPlan: BillingPlanType = .monthly
+    ) {
+        self.billingPeriodNumber = billingPeriodNumber
+        self.totalBillingPeriods = totalBillingPeriods
+        self.expiresDate = expiresDate
+        self.autoRenew = autoRenew
+        self.renewalPlan = renewalPlan
+    }
+
+    /// Whether the current billing period is the commitment's last.
+    public var isLastPeriod: Bool { billingPeriodNumber >= totalBillingPeriods }
+}
+
 /// The renewal state of one auto-renewable subscription (one original transaction): what Get All
 /// Subscription Statuses, renewal info and `pending_renewal_info` render.
 public struct SubscriptionState: Sendable, Hashable, Codable {
@@ -113,6 +159,10 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     public var offer: Offer?
     /// Discounted periods of ``offer`` still to come at the next renewals.
     public var offerPeriodsLeft: Int = 0
+    /// The billing plan of a product sold with one (`BILLED_UPFRONT` or `MONTHLY`); nil otherwise.
+    public var billingPlan: BillingPlanType? = nil
+    /// The commitment the subscription is in (monthly billing), while it is in one.
+    public var commitment: SubscriptionCommitment? = nil
 
     public init(
         originalTransactionID: TransactionID, productID: ProductID, autoRenewProductID: ProductID? = nil,

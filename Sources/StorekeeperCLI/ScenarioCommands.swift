@@ -343,7 +343,7 @@ enum ScenarioCommands {
             do {
                 switch verb {
                 case "buy":
-                    // A product id, or {"product", "offerCode"?, "winBackOfferId"?}.
+                    // A product id, or {"product", "offerCode"?, "winBackOfferId"?, "billingPlanType"?}.
                     guard let product = value.stringValue ?? value["product"]?.stringValue else {
                         throw ScenarioError(
                             "buy takes a product id, or {\"product\", \"offerCode\" or \"winBackOfferId\"}")
@@ -357,6 +357,10 @@ enum ScenarioCommands {
                     if let id = value["winBackOfferId"]?.stringValue {
                         body["winBackOfferId"] = .string(id)
                         with = " with win-back offer \(id)"
+                    }
+                    if let plan = value["billingPlanType"]?.stringValue {
+                        body["billingPlanType"] = .string(plan)
+                        with += " on the \(plan) plan"
                     }
                     let answer = try await target.call(
                         "POST", app.replacingOccurrences(of: "{device}", with: buyer.device) + "/payments", body)
@@ -461,6 +465,10 @@ enum ScenarioCommands {
                     compare("autoRenew", state?["autoRenew"], as: "autoRenew")
                     compare("expirationIntent", state?["expirationIntent"], as: "expirationIntent")
                     compare("productId", state?["productId"], as: "productId")
+                    compare("billingPlanType", state?["billingPlanType"], as: "billingPlanType")
+                    compare(
+                        "billingPeriodNumber", state?["commitment"]?["billingPeriodNumber"], as: "billingPeriodNumber")
+                    compare("commitmentAutoRenew", state?["commitment"]?["autoRenew"], as: "commitmentAutoRenew")
                     if let entitled = expected["entitled"]?.boolValue {
                         let products = try await entitledProducts(buyer.device)
                         let has = state?["productId"]?.stringValue.map { products.contains($0) } ?? !products.isEmpty

@@ -8,11 +8,25 @@ public struct ProductTerms: Sendable, Hashable {
     public var period: StorePeriod
     public var level: Int
     public var forSale: Bool
+    /// The monthly plan over a commitment, for a yearly product sold with one.
+    public var commitment: CommitmentTerms?
 
-    public init(period: StorePeriod, level: Int = 1, forSale: Bool = true) {
+    public init(period: StorePeriod, level: Int = 1, forSale: Bool = true, commitment: CommitmentTerms? = nil) {
         self.period = period
         self.level = level
         self.forSale = forSale
+        self.commitment = commitment
+    }
+}
+
+/// A commitment plan: how long each billing period is and how many make the commitment (a month, 12).
+public struct CommitmentTerms: Sendable, Hashable {
+    public var billingPeriod: StorePeriod
+    public var periods: Int
+
+    public init(billingPeriod: StorePeriod = StorePeriod(months: 1), periods: Int = 12) {
+        self.billingPeriod = billingPeriod
+        self.periods = max(1, periods)
     }
 }
 
@@ -126,16 +140,36 @@ public struct Lifecycle: Sendable {
     }
 
     /// A first purchase in the group (`resubscribe` after an earlier one expired): the state and its effects.
-    /// With an offer, the first period is its first discounted one.
+    /// With an offer, the first period is its first discounted one. With the monthly plan of a product sold
+    /// with a commitment, the first period is the commitment's first month.
     public func subscribe(
         originalTransactionID: TransactionID, productID: ProductID, at now: Date, resubscribe: Bool,
-        offer: OfferTerms? = nil
+        offer: OfferTerms? = nil, plan: BillingPlanType? = nil
     ) throws(LifecycleError) -> (SubscriptionState, [LifecycleEffect]) {
         guard let product = terms(productID) else { throw LifecycleError("\(productID) is not a subscription") }
         guard product.forSale else { throw LifecycleError("\(productID) is not for sale") }
+        if plan == .monthly {
+            guard let commitment = product.commitment else {
+                throw LifecycleError("\(productID) has no monthly plan with a commitment")
+            }
+            guard offer == nil else { throw LifecycleError("offers for the monthly plan are not modelled") }
+            let expires = settings.rate.end(of: commitment.billingPeriod, from: now)
+            var state = SubscriptionState(
+                originalTransactionID: originalTransactionID, productID: productID, expiresDate: expires)
+            state.billingPlan = .monthly
+            state.commitment = SubscriptionCommitment(
+                billingPeriodNumber: 1, totalBillingPeriods: commitment.periods,
+                expiresDate: commitmentEnd(commitment, periods: commitment.periods, from: now))
+            let notice =
+                resubscribe
+                ? Notice(.subscribed, .resubscribe, v1: .interactiveRenewal)
+                : Notice(.subscribed, .initialBuy, v1: .initialBuy)
+            return (state, [.notify(notice), .schedule(.renewal, at: expires)])
+        }
         let expires = settings.rate.end(of: offer?.period ?? product.period, from: now)
         var state = SubscriptionState(
             originalTransactionID: originalTransactionID, productID: productID, expiresDate: expires)
+        if product.commitment != nil { state.billingPlan = .billedUpfront }
         if let offer {
             state.offer = offer.offer
             state.offerPeriodsLeft = offer.periods - 1
@@ -182,6 +216,13 @@ public struct Lifecycle: Sendable {
             }
             state.gracePeriodExpiresDate = nil
             state.billingRetryEndsDate = nil
+            if let commitment = state.commitment {
+                // The month paid late starts now: the commitment's end moves with it.
+                return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
+                    + commitmentPeriod(
+                        &state, number: commitment.billingPeriodNumber + 1, start: now,
+                        notice: Notice(.didRenew, .billingRecovery, v1: .didRecover), shift: true)
+            }
             return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
                 + startPeriod(
                     &state, productID: state.autoRenewProductID, start: now, reason: .renewal,
@@ -190,6 +231,18 @@ public struct Lifecycle: Sendable {
         case .setAutoRenew(let enabled):
             guard state.status != .expired, state.status != .revoked else {
                 throw LifecycleError("subscription \(state.originalTransactionID) has ended; buy it again instead")
+            }
+            if var commitment = state.commitment {
+                // Cancelling a commitment stops it renewing; the months left are still billed.
+                guard commitment.autoRenew != enabled else { return [] }
+                commitment.autoRenew = enabled
+                state.commitment = commitment
+                return [
+                    .notify(
+                        Notice(
+                            .didChangeRenewalStatus, enabled ? .autoRenewEnabled : .autoRenewDisabled,
+                            v1: .didChangeRenewalStatus))
+                ]
             }
             guard state.autoRenew != enabled else { return [] }
             state.autoRenew = enabled
@@ -225,6 +278,8 @@ public struct Lifecycle: Sendable {
             state.autoRenew = false
             state.gracePeriodExpiresDate = nil
             state.billingRetryEndsDate = nil
+            // Refunding the current month ends the commitment.
+            state.commitment = nil
             return [
                 .revokeLatest(reason, at: now), .unschedule(.renewal), .unschedule(.gracePeriodEnd),
                 .unschedule(.billingRetryEnd), .notify(Notice(.refund, v1: .cancel)),
@@ -289,6 +344,10 @@ public struct Lifecycle: Sendable {
             return try change(&state, to: productID, at: now)
 
         case .redeemOffer(let productID, let offer):
+            guard state.commitment == nil else {
+                throw LifecycleError(
+                    "subscription \(state.originalTransactionID) is in a commitment: offers apply after it ends")
+            }
             guard state.status == .active || state.isInBillingRetry else {
                 throw LifecycleError(
                     "subscription \(state.originalTransactionID) has ended; an offer for it is a resubscription")
@@ -324,6 +383,31 @@ public struct Lifecycle: Sendable {
 
     /// The end of a period at `end`: expiry for one of its reasons, a billing failure, or a renewal.
     private func periodEnd(_ state: inout SubscriptionState, at end: Date) -> [LifecycleEffect] {
+        if let commitment = state.commitment {
+            if !commitment.isLastPeriod {
+                return commitmentRenewal(&state, number: commitment.billingPeriodNumber + 1, at: end)
+            }
+            // The commitment's end: it renews as the customer left it, or the subscription ends.
+            guard commitment.autoRenew, state.autoRenew else {
+                return expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
+            }
+            if state.priceIncreaseStatus == .pending {
+                return expire(&state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))
+            }
+            guard let product = terms(state.autoRenewProductID), product.forSale else {
+                return expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale))
+            }
+            if let cap = settings.renewalCap, state.renewalCount >= cap {
+                state.autoRenew = false
+                return expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
+            }
+            if commitment.renewalPlan == .monthly, product.commitment != nil {
+                state.productID = state.autoRenewProductID
+                return commitmentRenewal(&state, number: 1, at: end)
+            }
+            state.commitment = nil
+            state.billingPlan = product.commitment == nil ? nil : .billedUpfront
+        }
         if !state.autoRenew {
             return state.priceIncreaseStatus == .pending
                 ? expire(&state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))
@@ -362,6 +446,75 @@ public struct Lifecycle: Sendable {
         return startPeriod(
             &state, productID: state.autoRenewProductID, start: end, reason: .renewal,
             notice: Notice(.didRenew, v1: .didRenew))
+    }
+
+    /// The end of a commitment plan's periods from `start`.
+    func commitmentEnd(_ terms: CommitmentTerms, periods: Int, from start: Date) -> Date {
+        var end = start
+        for _ in 0..<max(0, periods) { end = settings.rate.end(of: terms.billingPeriod, from: end) }
+        return end
+    }
+
+    /// A month of a commitment due at `end`: billed (billing period `number`; 1 starts a new commitment), or,
+    /// when billing fails, billing retry without a grace period, for up to 90 days at Apple's rate.
+    private func commitmentRenewal(_ state: inout SubscriptionState, number: Int, at end: Date) -> [LifecycleEffect] {
+        guard settings.renewalsFail else {
+            return commitmentPeriod(&state, number: number, start: end, notice: Notice(.didRenew, v1: .didRenew))
+        }
+        let retryEnds = end.addingTimeInterval(settings.rate.billingRetryPeriod(from: end) * 1.5)
+        state.billingRetryEndsDate = retryEnds
+        state.expirationIntent = .billingError
+        state.status = .billingRetry
+        // The month that failed is the one billing retry would pay: the next number, kept for recovery.
+        if var commitment = state.commitment, number == 1 {
+            commitment.billingPeriodNumber = 0
+            state.commitment = commitment
+        }
+        return [
+            .schedule(.billingRetryEnd, at: retryEnds), .notify(Notice(.didFailToRenew, v1: .didFailToRenew)),
+        ]
+    }
+
+    /// Billing period `number` of the commitment (of the product renewed to), from `start`; `shift` moves the
+    /// commitment's end as a late payment does.
+    private func commitmentPeriod(
+        _ state: inout SubscriptionState, number: Int, start: Date, notice: Notice, shift: Bool = false
+    ) -> [LifecycleEffect] {
+        guard let product = terms(state.productID), let plan = product.commitment else {
+            return expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale))
+        }
+        let expires = settings.rate.end(of: plan.billingPeriod, from: start)
+        guard expires <= settings.horizon else { return expire(&state, intent: .other, notice: Notice(.expired)) }
+        var commitment =
+            state.commitment
+            ?? SubscriptionCommitment(billingPeriodNumber: 0, totalBillingPeriods: plan.periods, expiresDate: start)
+        if number == 1 {
+            commitment = SubscriptionCommitment(
+                billingPeriodNumber: 1, totalBillingPeriods: plan.periods,
+                expiresDate: commitmentEnd(plan, periods: plan.periods, from: start))
+        } else {
+            commitment.billingPeriodNumber = number
+            if shift {
+                commitment.expiresDate = commitmentEnd(
+                    plan, periods: commitment.totalBillingPeriods - number + 1, from: start)
+            }
+        }
+        state.commitment = commitment
+        state.billingPlan = .monthly
+        state.status = .active
+        state.autoRenewProductID = state.productID
+        state.expiresDate = expires
+        state.expirationIntent = nil
+        state.gracePeriodExpiresDate = nil
+        state.billingRetryEndsDate = nil
+        state.offer = nil
+        state.offerPeriodsLeft = 0
+        if state.priceIncreaseStatus == .accepted, number == 1 { state.priceIncreaseStatus = nil }
+        state.renewalCount += 1
+        return [
+            .startPeriod(productID: state.productID, start: start, expires: expires, reason: .renewal, offer: nil),
+            .schedule(.renewal, at: expires), .notify(notice),
+        ]
     }
 
     /// A new period of `productID` from `start`, unless it would end past the horizon (then it expires).
@@ -415,6 +568,7 @@ public struct Lifecycle: Sendable {
         state.expirationIntent = intent
         state.gracePeriodExpiresDate = nil
         state.billingRetryEndsDate = nil
+        state.commitment = nil
         return [.notify(notice)]
     }
 
@@ -446,9 +600,21 @@ public struct Lifecycle: Sendable {
         state.offer = nil
         state.offerPeriodsLeft = 0
         guard immediate else {
+            // In a commitment, a downgrade waits for the commitment's end, billed up front unless the new
+            // product has the monthly plan too.
+            if var commitment = state.commitment {
+                commitment.renewalPlan = new.commitment == nil ? .billedUpfront : commitment.renewalPlan
+                commitment.autoRenew = true
+                state.commitment = commitment
+            }
             state.autoRenewProductID = productID
             state.autoRenew = true
             return [.notify(Notice(.didChangeRenewalPref, .downgrade, v1: .didChangeRenewalPref))]
+        }
+        // An upgrade ends a commitment at once.
+        if state.commitment != nil {
+            state.commitment = nil
+            state.billingPlan = new.commitment == nil ? nil : .billedUpfront
         }
         var effects: [LifecycleEffect] = [
             .endLatestPeriod(at: now, refundUnused: state.status == .active), .unschedule(.renewal),

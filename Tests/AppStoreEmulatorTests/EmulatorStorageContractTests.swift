@@ -156,6 +156,10 @@ struct EmulatorStorageContractTests {
             billingRetryEndsDate: start, renewalCount: 3, priceIncreaseStatus: .pending)
         state.offer = Offer(type: .offerCode, identifier: "SPRING", discountType: .payAsYouGo, period: "P1M")
         state.offerPeriodsLeft = 2
+        state.billingPlan = .monthly
+        state.commitment = SubscriptionCommitment(
+            billingPeriodNumber: 3, totalBillingPeriods: 12, expiresDate: start.addingTimeInterval(0.25),
+            autoRenew: false, renewalPlan: .billedUpfront)
         return StoredSubscription(state: state, accountID: "A1", bundleID: "com.example", latestTransactionID: "10")
     }()
 
@@ -199,6 +203,10 @@ struct EmulatorStorageContractTests {
         changed.finished = true
         changed.transaction.revocationDate = Self.start
         changed.transaction.revocationReason = .appIssue
+        changed.transaction.billingPlan = .monthly
+        changed.transaction.commitment = TransactionCommitment(
+            billingPeriodNumber: 2, totalBillingPeriods: 12, expiresDate: Self.start.addingTimeInterval(1.5),
+            price: Money(milliunits: 29_880, currency: "EUR"))
         let finished = changed
         try await storage.write { try $0.update(finished) }
         try await storage.read { (store: any EmulatorStore) throws in
@@ -692,6 +700,8 @@ struct EmulatorStorageContractTests {
                 CREATE INDEX transactions_unfinished ON transactions (account_id, bundle_id) WHERE finished = 0;
                 DROP TABLE app_transactions; ALTER TABLE transactions DROP COLUMN app_transaction_id;
                 DROP TABLE retention_items; DROP TABLE retention_requests;
+                ALTER TABLE transactions DROP COLUMN billing_plan; ALTER TABLE transactions DROP COLUMN commitment;
+                ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
@@ -799,6 +809,8 @@ struct EmulatorStorageContractTests {
                 DROP TABLE refund_requests; DROP TABLE api_keys; DROP TABLE offer_nonces;
                 DROP TABLE app_transactions; ALTER TABLE transactions DROP COLUMN app_transaction_id;
                 DROP TABLE retention_items; DROP TABLE retention_requests;
+                ALTER TABLE transactions DROP COLUMN billing_plan; ALTER TABLE transactions DROP COLUMN commitment;
+                ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
                 DELETE FROM schema_migrations WHERE id >= '013';
                 INSERT INTO settings VALUES ('extensions.10', '[{"requestIdentifier":"r1","date":1704067200000,"effectiveDate":1704153600000,"webOrderLineItemId":"7"}]');
                 INSERT INTO settings VALUES ('massExtension.p.m1', '{"requestIdentifier":"m1","productId":"p","environment":"Production","complete":true,"succeededCount":3,"failedCount":1,"completeDate":1704067200000,"storefrontCountryCodes":["USA","GBR"]}');

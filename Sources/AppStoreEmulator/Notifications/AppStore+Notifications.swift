@@ -236,6 +236,34 @@ extension AppStore {
             info["currency"] = .string(price.currency)
             info["renewalPrice"] = .integer(price.milliunits)
         }
+        if let plan = state.billingPlan {
+            let next = state.commitment.map { $0.isLastPeriod ? $0.renewalPlan : .monthly } ?? plan
+            info["renewalBillingPlanType"] = .string(next.rawValue)
+        }
+        if let commitment = state.commitment, state.status == .active || state.isInBillingRetry {
+            // Inside the commitment the next renewal is the next month of the same product, at the plan's price;
+            // `commitmentInfo` says what happens when the commitment ends.
+            let renewsTo = state.autoRenewProductID
+            let entry = catalog.entry(renewsTo.rawValue)
+            if !commitment.isLastPeriod {
+                info["autoRenewProductId"] = .string(state.productID.rawValue)
+                if let monthly = catalog.entry(state.productID.rawValue)?.monthlyPlan?.price {
+                    info["currency"] = .string(monthly.currency)
+                    info["renewalPrice"] = .integer(monthly.milliunits)
+                }
+            }
+            var renewal: JSONObject = [
+                "commitmentAutoRenewProductId": .string(renewsTo.rawValue),
+                "commitmentAutoRenewStatus": .integer(commitment.autoRenew ? 1 : 0),
+                "commitmentRenewalBillingPlanType": .string(commitment.renewalPlan.rawValue),
+                "commitmentRenewalDate": Self.milliseconds(commitment.expiresDate),
+            ]
+            let renewalPrice =
+                commitment.renewalPlan == .monthly
+                ? entry?.monthlyPlan.map { $0.price.milliunits * Int64($0.periods) } : entry?.price?.milliunits
+            if let renewalPrice { renewal["commitmentRenewalPrice"] = .integer(renewalPrice) }
+            info["commitmentInfo"] = .object(renewal)
+        }
         return info
     }
 

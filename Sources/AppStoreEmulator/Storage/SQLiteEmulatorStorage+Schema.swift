@@ -254,5 +254,14 @@ extension SQLiteEmulatorStorage {
             );
             CREATE INDEX retention_requests_by_original ON retention_requests (original_transaction_id, position);
             """),
+        // Billing plans (API 1.21): monthly billing over a 12-month commitment.
+        Migration(
+            "016-billing-plans",
+            """
+            ALTER TABLE transactions ADD COLUMN billing_plan TEXT;
+            ALTER TABLE transactions ADD COLUMN commitment TEXT;
+            ALTER TABLE subscriptions ADD COLUMN billing_plan TEXT;
+            ALTER TABLE subscriptions ADD COLUMN commitment TEXT;
+            """),
     ]
 }

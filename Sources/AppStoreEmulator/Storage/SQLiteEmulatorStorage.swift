@@ -215,7 +215,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             id, original_id, account_id, bundle_id, product_id, kind, quantity, purchase_date, original_purchase_date,
             expires_date, web_order_line_item_id, group_id, reason, ownership, offer_type, offer_id, offer_discount,
             offer_period, price, currency, app_account_token, application_username, revocation_date,
-            revocation_reason, is_upgraded, renewal_number, finished, order_id, app_transaction_id
+            revocation_reason, is_upgraded, renewal_number, finished, order_id, app_transaction_id, billing_plan,
+            commitment
             """
 
         func values(_ stored: StoredTransaction) -> [SQLValue] {
@@ -230,7 +231,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 text(t.price?.currency), text(t.appAccountToken), text(stored.applicationUsername),
                 real(t.revocationDate), integer(t.revocationReason?.rawValue), flag(t.isUpgraded),
                 .integer(Int64(stored.renewalNumber)), flag(stored.finished), text(stored.orderID),
-                text(t.appTransactionID?.rawValue),
+                text(t.appTransactionID?.rawValue), text(t.billingPlan?.rawValue),
+                text(CommitmentColumns.text(t.commitment)),
             ]
         }
 
@@ -256,6 +258,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 revocationReason: row["revocation_reason"].int64.flatMap(RevocationReason.init(rawValue:)),
                 isUpgraded: row["is_upgraded"].int64 == 1)
             transaction.appTransactionID = row["app_transaction_id"].string.map(TransactionID.init(rawValue:))
+            transaction.billingPlan = row["billing_plan"].string.flatMap(BillingPlanType.init(rawValue:))
+            transaction.commitment = CommitmentColumns.transactionCommitment(row["commitment"].string)
             return StoredTransaction(
                 transaction: transaction, accountID: AccountID(row["account_id"].string ?? ""),
                 renewalNumber: Int(row["renewal_number"].int64 ?? 0), finished: row["finished"].int64 == 1,
@@ -273,7 +277,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 try connection.execute(
                     """
                     INSERT INTO transactions (\(Self.transactionColumns), revision)
-                    VALUES (\(Self.placeholders(29)), \(Self.nextRevision))
+                    VALUES (\(Self.placeholders(31)), \(Self.nextRevision))
                     """, values(transaction))
             }
         }
@@ -395,6 +399,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     period: row["offer_period"].string)
             }
             state.offerPeriodsLeft = Int(row["offer_periods_left"].int64 ?? 0)
+            state.billingPlan = row["billing_plan"].string.flatMap(BillingPlanType.init(rawValue:))
+            state.commitment = CommitmentColumns.subscriptionCommitment(row["commitment"].string)
             return StoredSubscription(
                 state: state, accountID: AccountID(row["account_id"].string ?? ""),
                 bundleID: BundleID(row["bundle_id"].string ?? ""),
@@ -414,8 +420,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                     INSERT INTO subscriptions (original_id, account_id, bundle_id, product_id,
                         auto_renew_product_id, status, auto_renew, expires_date, expiration_intent,
                         grace_period_expires_date, billing_retry_ends_date, renewal_count, latest_transaction_id,
-                        price_increase_status, offer_type, offer_id, offer_discount, offer_period, offer_periods_left)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        price_increase_status, offer_type, offer_id, offer_discount, offer_period, offer_periods_left,
+                        billing_plan, commitment)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id,
                         auto_renew_product_id = excluded.auto_renew_product_id, status = excluded.status,
                         auto_renew = excluded.auto_renew, expires_date = excluded.expires_date,
@@ -425,7 +432,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         renewal_count = excluded.renewal_count, latest_transaction_id = excluded.latest_transaction_id,
                         price_increase_status = excluded.price_increase_status, offer_type = excluded.offer_type,
                         offer_id = excluded.offer_id, offer_discount = excluded.offer_discount,
-                        offer_period = excluded.offer_period, offer_periods_left = excluded.offer_periods_left
+                        offer_period = excluded.offer_period, offer_periods_left = excluded.offer_periods_left,
+                        billing_plan = excluded.billing_plan, commitment = excluded.commitment
                     WHERE account_id = excluded.account_id AND bundle_id = excluded.bundle_id
                     """,
                     [
@@ -438,6 +446,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         integer(state.priceIncreaseStatus?.rawValue), integer(state.offer?.type.rawValue),
                         text(state.offer?.identifier), text(state.offer?.discountType?.rawValue),
                         text(state.offer?.period), .integer(Int64(state.offerPeriodsLeft)),
+                        text(state.billingPlan?.rawValue), text(CommitmentColumns.text(state.commitment)),
                     ])
             }
             // The owner is not assigned on update (an index of it would be rewritten at every renewal): a save

@@ -124,6 +124,11 @@ enum AppStoreCommands {
             .init(name: "quantity", valueName: "n", help: "How many (consumables only)."),
             .init(name: "app-account-token", valueName: "uuid", help: "The appAccountToken."),
             .init(name: "offer-code", valueName: "code", help: "Redeem an offer code (its reference name)."),
+            .init(
+                name: "billing-plan", valueName: "plan",
+                help:
+                    "MONTHLY: a yearly subscription billed monthly over a 12-month commitment (BILLED_UPFRONT: the default)."
+            ),
             .init(name: "win-back-offer", valueName: "id", help: "Redeem a win-back offer."),
             .init(
                 name: "promotional-offer", valueName: "id", help: "Redeem a promotional offer (with --offer-signature)."
@@ -392,6 +397,7 @@ enum AppStoreCommands {
         if let token = arguments.value("app-account-token") { body["appAccountToken"] = .string(token) }
         if let code = arguments.value("offer-code") { body["offerCode"] = .string(code) }
         if let id = arguments.value("win-back-offer") { body["winBackOfferId"] = .string(id) }
+        if let plan = arguments.value("billing-plan") { body["billingPlanType"] = .string(plan.uppercased()) }
         switch (arguments.value("promotional-offer"), arguments.value("offer-signature")) {
         case (nil, nil): break
         case (let offerID?, let signature?):

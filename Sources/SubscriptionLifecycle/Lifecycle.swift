@@ -502,7 +502,6 @@ public struct Lifecycle: Sendable {
         state.commitment = commitment
         state.billingPlan = .monthly
         state.status = .active
-        state.autoRenewProductID = state.productID
         state.expiresDate = expires
         state.expirationIntent = nil
         state.gracePeriodExpiresDate = nil

@@ -65,6 +65,8 @@ parser.add_argument("--consumable", required=True, help="a consumable's transact
 parser.add_argument("--order", required=True, help="an order id of the same customer")
 parser.add_argument("--refunded", required=True, help="a refunded transaction id (same customer)")
 parser.add_argument("--product", default="com.example.storekeeper.monthly", help="the subscription's product id")
+parser.add_argument("--commitment", default=None,
+                    help="a subscription bought on a monthly plan with a 12-month commitment (its original id)")
 parser.add_argument("--sandbox-subscription", default=None,
                     help="a sandbox subscription's original transaction id, for the Retention Messaging performance "
                          "test (default: --subscription in the sandbox; the retention steps are skipped otherwise)")
@@ -821,4 +823,36 @@ def delete_image():
 
 run("retention_delete_image", delete_image)
 receiver.shutdown()
+
+# 19. Monthly billing with a 12-month commitment (API 1.21): Apple's models read the fields.
+
+
+def commitment_transaction():
+    decoded = verifier.verify_and_decode_signed_transaction(
+        client.get_transaction_info(options.commitment).signedTransactionInfo)
+    info = decoded.commitmentInfo
+    ok = (value(decoded.billingPlanType) == "MONTHLY" and info is not None and info.billingPeriodNumber == 1
+          and info.totalBillingPeriods == 12 and info.commitmentPrice == 12 * decoded.price
+          and info.commitmentExpiresDate > decoded.expiresDate)
+    return ok, {"billingPlanType": value(decoded.billingPlanType), "price": decoded.price,
+                "commitmentInfo": {"billingPeriodNumber": info.billingPeriodNumber if info else None,
+                                   "totalBillingPeriods": info.totalBillingPeriods if info else None,
+                                   "commitmentPrice": info.commitmentPrice if info else None}}
+
+
+def commitment_renewal_info():
+    statuses = client.get_all_subscription_statuses(options.commitment)
+    item = statuses.data[0].lastTransactions[0]
+    renewal = verifier.verify_and_decode_renewal_info(item.signedRenewalInfo)
+    info = renewal.commitmentInfo
+    ok = (value(renewal.renewalBillingPlanType) == "MONTHLY" and info is not None
+          and value(info.commitmentAutoRenewStatus) == 1 and value(info.commitmentRenewalBillingPlanType) == "MONTHLY"
+          and info.commitmentRenewalDate is not None and info.commitmentAutoRenewProductId == renewal.productId)
+    return ok, {"renewalBillingPlanType": value(renewal.renewalBillingPlanType), "renewalPrice": renewal.renewalPrice,
+                "commitmentRenewalPrice": info.commitmentRenewalPrice if info else None}
+
+
+if options.commitment:
+    run("commitment_transaction", commitment_transaction)
+    run("commitment_renewal_info", commitment_renewal_info)
 sys.exit(0)

@@ -65,6 +65,19 @@ struct ServerAPIInteropTests {
             ])
         }
         let subscription = await buy("monthly")
+        // A second customer on the yearly product's monthly plan (commitment billing, API 1.21).
+        let committedAccount = await Self.run([
+            "appstore", "account", "--url", base, "--environment", environment, "--field", "accountId",
+        ])
+        let committedDevice = await Self.run([
+            "appstore", "device", "--url", base, "--account", committedAccount, "--field", "deviceId",
+        ])
+        _ = await Self.run(["appstore", "install", "--url", base, "--device", committedDevice])
+        let commitment = await Self.run([
+            "appstore", "buy", "--url", base, "--device", committedDevice, "--product",
+            "com.example.storekeeper.yearly", "--billing-plan", "MONTHLY", "--field",
+            "transaction.transactionIdentifier",
+        ])
         let consumable = await buy("coins")
         let refunded = await buy("pro")
         _ = await Self.run(["appstore", "refund", "--url", base, "--transaction", refunded])
@@ -100,7 +113,7 @@ struct ServerAPIInteropTests {
                 try #require(minted["issuerId"]?.stringValue), "--bundle-id", "com.example.storekeeper", "--root", root,
                 "--environment", environment, "--app-apple-id", "1234567890", "--subscription", subscription,
                 "--consumable", consumable, "--order", order, "--refunded", refunded, "--sandbox-subscription",
-                sandboxSubscription,
+                sandboxSubscription, "--commitment", commitment,
             ])
         let lines = result.stdoutText.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
         let steps = lines.compactMap { $0["step"]?.stringValue }
@@ -116,6 +129,7 @@ struct ServerAPIInteropTests {
             "retention_image_in_use", "retention_default_message", "retention_invalid_locale",
             "retention_performance_test", "retention_test_not_found", "retention_realtime_url",
             "retention_realtime_request", "retention_requests_verified", "retention_delete_image",
+            "commitment_transaction", "commitment_renewal_info",
         ]
             + (environment == "Sandbox"
                 ? [] : ["retention_default_not_approved", "retention_review", "retention_realtime_url_needs_test"])

@@ -31,13 +31,14 @@ struct Story {
     init(
         _ product: ProductID = "monthly", rate: TimeRate = .monthlyRenewalEveryFiveMinutes, fail: Bool = false,
         grace: Bool = false, cap: Int? = nil, catalogue: [ProductID: ProductTerms] = Story.catalogue,
-        offer: OfferTerms? = nil
+        offer: OfferTerms? = nil, plan: BillingPlanType? = nil
     ) throws {
         engine = Lifecycle(
             settings: LifecycleSettings(rate: rate, renewalsFail: fail, gracePeriod: grace, renewalCap: cap),
             terms: { catalogue[$0] })
         let (state, effects) = try engine.subscribe(
-            originalTransactionID: "1000", productID: product, at: Story.start, resubscribe: false, offer: offer)
+            originalTransactionID: "1000", productID: product, at: Story.start, resubscribe: false, offer: offer,
+            plan: plan)
         self.state = state
         apply(effects)
     }

@@ -53,6 +53,10 @@ public struct JWSTransaction: SignedPayload {
     public var isUpgraded: Bool? { bool("isUpgraded") }
     public var offerType: AppleEnum<OfferType>? { int64("offerType").map(AppleEnum.init) }
     public var offerIdentifier: String? { string("offerIdentifier") }
+    /// `BILLED_UPFRONT` or `MONTHLY` (API 1.21), raw.
+    public var billingPlanType: String? { string("billingPlanType") }
+    /// `commitmentInfo` of a month billed over a commitment.
+    public var commitmentInfo: JSONObject? { json["commitmentInfo"]?.objectValue }
     public var environment: AppleEnum<Environment>? { string("environment").map(AppleEnum.init) }
     public var storefront: String? { string("storefront") }
     public var storefrontID: String? { string("storefrontId") }
@@ -77,6 +81,9 @@ public struct JWSRenewalInfo: SignedPayload {
     public var gracePeriodExpiresDate: Date? { date("gracePeriodExpiresDate") }
     public var priceIncreaseStatus: Int64? { int64("priceIncreaseStatus") }
     public var renewalDate: Date? { date("renewalDate") }
+    public var renewalBillingPlanType: String? { string("renewalBillingPlanType") }
+    /// `commitmentInfo`: what happens when the current commitment ends.
+    public var commitmentInfo: JSONObject? { json["commitmentInfo"]?.objectValue }
     public var recentSubscriptionStartDate: Date? { date("recentSubscriptionStartDate") }
     public var renewalPrice: Int64? { int64("renewalPrice") }
     public var offerType: AppleEnum<OfferType>? { int64("offerType").map(AppleEnum.init) }

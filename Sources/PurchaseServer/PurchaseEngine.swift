@@ -207,7 +207,7 @@ public enum PurchaseEngine {
         into outcome: inout Outcome
     ) -> SubscriptionRecord {
         guard var subscription = stored else {
-            let record = SubscriptionRecord(
+            var record = SubscriptionRecord(
                 originalTransactionID: transaction.originalTransactionID, bundleID: transaction.bundleID,
                 environment: transaction.environment, productID: transaction.productID,
                 latestTransactionID: transaction.transactionID, latestPurchaseDate: transaction.purchaseDate,
@@ -217,6 +217,8 @@ public enum PurchaseEngine {
                 revocationReason: transaction.revocationReason, offerType: transaction.offerType,
                 offerDiscountType: transaction.offerDiscountType, transactionSignedDate: transaction.signedDate,
                 renewalSignedDate: nil, owner: context.owner)
+            record.billingPlanType = transaction.billingPlanType
+            record.commitment = transaction.commitment
             outcome.events.append(
                 context.event(
                     .initialPurchase,
@@ -279,6 +281,19 @@ public enum PurchaseEngine {
         subscription.revocationDate = transaction.revocationDate
         subscription.revocationReason = transaction.revocationReason
         subscription.ownership = transaction.ownership
+        if newPeriod || samePeriod {
+            subscription.billingPlanType = transaction.billingPlanType
+            if let month = transaction.commitment {
+                var commitment = subscription.commitment ?? CommitmentFacts()
+                commitment.billingPeriodNumber = month.billingPeriodNumber
+                commitment.totalBillingPeriods = month.totalBillingPeriods
+                commitment.expiresDate = month.expiresDate
+                commitment.price = month.price
+                subscription.commitment = commitment
+            } else {
+                subscription.commitment = nil
+            }
+        }
         subscription.transactionSignedDate = max(subscription.transactionSignedDate, transaction.signedDate)
         // Without newer renewal facts, the period itself says where the subscription stands.
         if subscription.renewalSignedDate.map({ transaction.signedDate > $0 }) ?? true {
@@ -304,6 +319,13 @@ public enum PurchaseEngine {
         subscription.gracePeriodExpiresDate = renewal.gracePeriodExpiresDate
         subscription.priceIncreaseStatus = renewal.priceIncreaseStatus
         subscription.renewalSignedDate = renewal.signedDate
+        subscription.renewalBillingPlanType = renewal.renewalBillingPlanType
+        if renewal.commitmentAutoRenewStatus != nil || renewal.commitmentRenewalDate != nil {
+            var commitment = subscription.commitment ?? CommitmentFacts()
+            commitment.autoRenewStatus = renewal.commitmentAutoRenewStatus
+            commitment.renewalDate = renewal.commitmentRenewalDate
+            subscription.commitment = commitment
+        }
     }
 
     /// Events that follow from a change of a subscription's state, whatever told of it.
@@ -320,6 +342,16 @@ public enum PurchaseEngine {
                     .cancellation, key: "\(key):\(stamp)", subscription: after,
                     transaction: nil, date: at,
                     details: ["reason": after.status == 1 ? "UNSUBSCRIBE" : "BILLING_ERROR"]))
+        }
+        // A commitment cancelled (or taken back): the subscription still renews month by month until its end.
+        let commitmentBefore = before.commitment?.autoRenewStatus
+        let commitmentAfter = after.commitment?.autoRenewStatus
+        if let was = commitmentBefore, let now = commitmentAfter, was != now, live.contains(after.status) {
+            outcome.events.append(
+                context.event(
+                    now ? .uncancellation : .cancellation, key: "\(key):commitment:\(stamp)", subscription: after,
+                    transaction: nil, date: at,
+                    details: now ? ["commitment": "true"] : ["reason": "UNSUBSCRIBE", "commitment": "true"]))
         }
         if !before.autoRenewStatus && after.autoRenewStatus && live.contains(after.status)
             && live.contains(before.status)

@@ -55,6 +55,15 @@ extension PurchaseServer {
                         "events": .integer(Int64(ingested.events.count)),
                     ]))
             })
+        // Retention Messaging's realtime request: signed by Apple like a notification, answered at once.
+        router.post(
+            "/v1/apple/retention/{bundle}",
+            handle { request, context in
+                let reply = try await server.answerRetention(
+                    bundleID: try context.parameter("bundle"), body: request.body)
+                guard let body = reply.body else { return HTTPResponse(status: 204) }
+                return .json(.object(body))
+            })
         router.limitBodies { _, path, _ in Self.bodyLimit(path) }
         router.use(ServerGuard(login: login))
         router.post(
@@ -238,7 +247,11 @@ extension PurchaseServer {
 
     static func bodyLimit(_ path: String) -> Int {
         if path == "/v1/receipts" { return receiptBodyLimit }
-        if path == "/v1/transactions" || path.hasPrefix("/v1/notifications/apple/") { return appBodyLimit }
+        if path == "/v1/transactions" || path.hasPrefix("/v1/notifications/apple/")
+            || path.hasPrefix("/v1/apple/retention/")
+        {
+            return appBodyLimit
+        }
         return 16 << 10
     }
 
@@ -312,6 +325,18 @@ extension PurchaseServer {
         ]
     }
 
+    /// A subscription's commitment (monthly billing over 12 months).
+    static func render(_ commitment: CommitmentFacts) -> JSONValue {
+        func integer(_ value: Int?) -> JSONValue { value.map { .integer(Int64($0)) } ?? .null }
+        return .object([
+            "billingPeriodNumber": integer(commitment.billingPeriodNumber),
+            "totalBillingPeriods": integer(commitment.totalBillingPeriods), "expiresDate": ms(commitment.expiresDate),
+            "price": commitment.price.map(JSONValue.integer) ?? .null,
+            "autoRenewStatus": commitment.autoRenewStatus.map(JSONValue.bool) ?? .null,
+            "renewalDate": ms(commitment.renewalDate),
+        ])
+    }
+
     static func render(_ view: SubscriberView) -> JSONObject {
         var entitlements = JSONObject()
         for (name, entitlement) in view.entitlements.sorted(by: { $0.key < $1.key }) {
@@ -334,6 +359,9 @@ extension PurchaseServer {
                 "ownershipType": .string(subscription.ownership.rawValue),
                 "revocationDate": ms(subscription.revocationDate),
                 "revocationReason": subscription.revocationReason.map(JSONValue.integer) ?? .null,
+                "billingPlanType": subscription.billingPlanType.map(JSONValue.string) ?? .null,
+                "renewalBillingPlanType": subscription.renewalBillingPlanType.map(JSONValue.string) ?? .null,
+                "commitment": subscription.commitment.map(Self.render) ?? .null,
             ])
         }
         var balances = JSONObject()

@@ -515,6 +515,11 @@ public final class PurchaseServer: Sendable {
             if event.appUserID != nil || event.originalTransactionID == nil {
                 try enqueueWebhooks(for: event, in: store)
             }
+            // A cancellation within a day of a retention answer means the answer did not save it.
+            if event.type == .cancellation, let original = event.originalTransactionID {
+                try store.markRetentionCancelled(
+                    original: original, since: event.date.addingTimeInterval(-Self.retentionSaveWindow), at: event.date)
+            }
             recorded.append(event)
         }
         if let claimant, let owner, owner == claimant, update.transaction?.kind == .autoRenewable {
@@ -571,7 +576,7 @@ public final class PurchaseServer: Sendable {
             let kind = transaction.type?.known,
             let environment = transaction.environment?.known
         else { return nil }
-        return PurchaseRecord(
+        var record = PurchaseRecord(
             transactionID: TransactionID(id),
             originalTransactionID: TransactionID(transaction.originalTransactionID ?? id),
             bundleID: BundleID(bundleID), productID: ProductID(productID), kind: kind,
@@ -584,11 +589,20 @@ public final class PurchaseServer: Sendable {
             appAccountToken: transaction.appAccountToken?.uuidString.lowercased(), price: transaction.price,
             currency: transaction.currency, reason: transaction.transactionReason?.known,
             signedDate: transaction.signedDate ?? purchaseDate)
+        record.billingPlanType = transaction.billingPlanType
+        if let info = transaction.commitmentInfo {
+            record.commitment = CommitmentFacts(
+                billingPeriodNumber: info["billingPeriodNumber"]?.int64Value.map { Int(clamping: $0) },
+                totalBillingPeriods: info["totalBillingPeriods"]?.int64Value.map { Int(clamping: $0) },
+                expiresDate: info["commitmentExpiresDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0) },
+                price: info["commitmentPrice"]?.int64Value)
+        }
+        return record
     }
 
     static func renewal(_ info: JWSRenewalInfo, status: Int64?, signedDate: Date) -> RenewalFacts? {
         guard let original = info.originalTransactionID else { return nil }
-        return RenewalFacts(
+        var facts = RenewalFacts(
             originalTransactionID: TransactionID(original), status: status,
             autoRenewStatus: info.autoRenewStatus.map { $0 == 1 },
             autoRenewProductID: info.autoRenewProductID.map(ProductID.init),
@@ -596,6 +610,14 @@ public final class PurchaseServer: Sendable {
             gracePeriodExpiresDate: info.gracePeriodExpiresDate, isInBillingRetryPeriod: info.isInBillingRetryPeriod,
             priceIncreaseStatus: info.priceIncreaseStatus, renewalDate: info.renewalDate,
             signedDate: info.signedDate ?? signedDate)
+        facts.renewalBillingPlanType = info.renewalBillingPlanType
+        if let commitment = info.commitmentInfo {
+            facts.commitmentAutoRenewStatus = commitment["commitmentAutoRenewStatus"]?.int64Value.map { $0 == 1 }
+            facts.commitmentRenewalDate = commitment["commitmentRenewalDate"]?.doubleValue.flatMap {
+                EpochMilliseconds.date($0)
+            }
+        }
+        return facts
     }
 
     /// What to do when signed data does not chain to the app's roots: the usual cause is a rehearsal.

@@ -50,6 +50,10 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     /// When Apple signed what this record says.
     public var signedDate: Date
     public var owner: String?
+    /// Apple's `billingPlanType` (`BILLED_UPFRONT`, `MONTHLY`), for products sold with a commitment plan.
+    public var billingPlanType: String? = nil
+    /// The month of a commitment this transaction pays for (`commitmentInfo`).
+    public var commitment: CommitmentFacts? = nil
 
     public init(
         transactionID: TransactionID, originalTransactionID: TransactionID, bundleID: BundleID, productID: ProductID,
@@ -97,6 +101,10 @@ public struct RenewalFacts: Codable, Sendable, Hashable {
     public var priceIncreaseStatus: Int64?
     public var renewalDate: Date?
     public var signedDate: Date
+    public var renewalBillingPlanType: String? = nil
+    /// Whether the current commitment renews, and when (`commitmentInfo` of renewal info).
+    public var commitmentAutoRenewStatus: Bool? = nil
+    public var commitmentRenewalDate: Date? = nil
 
     public init(
         originalTransactionID: TransactionID, status: Int64? = nil, autoRenewStatus: Bool? = nil,
@@ -114,6 +122,60 @@ public struct RenewalFacts: Codable, Sendable, Hashable {
         self.priceIncreaseStatus = priceIncreaseStatus
         self.renewalDate = renewalDate
         self.signedDate = signedDate
+    }
+}
+
+/// A monthly-billed commitment as Apple's signed data tell of it: from a transaction's `commitmentInfo`
+/// (the month, the months, the end, the whole price) and from renewal info's (whether and when it renews).
+public struct CommitmentFacts: Codable, Sendable, Hashable {
+    public var billingPeriodNumber: Int?
+    public var totalBillingPeriods: Int?
+    public var expiresDate: Date?
+    /// The whole commitment's price, milliunits.
+    public var price: Int64?
+    public var autoRenewStatus: Bool?
+    public var renewalDate: Date?
+
+    public init(
+        billingPeriodNumber: Int? = nil, totalBillingPeriods: Int? = nil, expiresDate: Date? = nil,
+        price: Int64? = nil, autoRenewStatus: Bool? = nil, renewalDate: Date? = nil
+    ) {
+        self.billingPeriodNumber = billingPeriodNumber
+        self.totalBillingPeriods = totalBillingPeriods
+        self.expiresDate = expiresDate
+        self.price = price
+        self.autoRenewStatus = autoRenewStatus
+        self.renewalDate = renewalDate
+    }
+}
+
+/// One Retention Messaging realtime request and the server's answer.
+public struct RetentionAnswer: Sendable, Hashable {
+    public var requestIdentifier: String
+    public var bundleID: BundleID
+    public var originalTransactionID: TransactionID
+    public var environment: Environment
+    /// When Apple signed the request.
+    public var date: Date
+    /// `message`, `alternateProduct`, `promotionalOffer`, or `none` (no rule matched).
+    public var answer: String
+    /// The rule that matched.
+    public var rule: String?
+    /// When the subscription was cancelled after it (auto-renew off within a day): not a save.
+    public var cancelled: Date?
+
+    public init(
+        requestIdentifier: String, bundleID: BundleID, originalTransactionID: TransactionID,
+        environment: Environment, date: Date, answer: String, rule: String? = nil, cancelled: Date? = nil
+    ) {
+        self.requestIdentifier = requestIdentifier
+        self.bundleID = bundleID
+        self.originalTransactionID = originalTransactionID
+        self.environment = environment
+        self.date = date
+        self.answer = answer
+        self.rule = rule
+        self.cancelled = cancelled
     }
 }
 
@@ -144,6 +206,11 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
     /// When Apple signed the newest renewal facts applied (nil: none yet; the status is inferred).
     public var renewalSignedDate: Date?
     public var owner: String?
+    /// How the current period was billed (`BILLED_UPFRONT`, `MONTHLY`) and how the next one will be.
+    public var billingPlanType: String? = nil
+    public var renewalBillingPlanType: String? = nil
+    /// The commitment the subscription is in: the month, the months, its end, and whether it renews.
+    public var commitment: CommitmentFacts? = nil
     /// When Apple asked for consumption information (a refund request), until its decision arrives.
     public var refundRequestDate: Date?
     /// When the reconciler last asked Apple about it.

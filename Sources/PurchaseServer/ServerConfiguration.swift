@@ -66,6 +66,8 @@ public struct AppSettings: Sendable {
     /// signed by one of these exactly, and recorded in the environment `Xcode`, apart from Sandbox and
     /// Production; Apple's servers are never asked about them (they do not know them).
     public var xcodeCertificates: [Certificate] = []
+    /// Retention Messaging: the rules that answer Apple's realtime request. Config: `"retention"`.
+    public var retention: RetentionSettings? = nil
 
     public init(
         bundleID: String, appAppleID: Int64? = nil, environments: Set<Environment> = [.production, .sandbox],
@@ -234,6 +236,10 @@ public struct ServerConfiguration: Sendable {
                     throw PurchaseServerError.configuration("\(bundleID): currency is an ISO 4217 code such as USD")
                 }
                 apps[apps.count - 1].currency = code
+            }
+            if let retention = item["retention"] {
+                apps[apps.count - 1].retention = try RetentionSettings(
+                    json: retention, bundleID: bundleID, file: file)
             }
             for member in item["subscriptionPeriods"]?.objectValue?.members ?? [] {
                 guard let period = member.value.stringValue, SubscriptionCharts.days(ofPeriod: period) != nil else {

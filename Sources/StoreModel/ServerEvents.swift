@@ -22,10 +22,13 @@ public struct ServerEventType: OpenVocabulary {
     public static let transfer: Self = "TRANSFER"
     /// Apple's TEST notification arrived.
     public static let test: Self = "TEST"
+    /// Apple asked, while the customer was on the cancellation page, which retention message to show
+    /// (Retention Messaging); `details` say what the server answered.
+    public static let retentionRequest: Self = "RETENTION_REQUEST"
 
     public static let known: [Self] = [
         .initialPurchase, .renewal, .cancellation, .uncancellation, .billingIssue, .expiration, .productChange,
-        .nonRenewingPurchase, .refund, .refundReversed, .subscriptionExtended, .transfer, .test,
+        .nonRenewingPurchase, .refund, .refundReversed, .subscriptionExtended, .transfer, .test, .retentionRequest,
     ]
 
     /// The types a dashboard marks as bad news.

@@ -115,12 +115,16 @@ struct ServerHarness {
         storage: (any ServerStorage)? = nil, transferPolicy: TransferPolicy = .transfer, withAPI: Bool = true,
         failFirstWebhooks: [Int] = [], notificationsTo deadEnd: String? = nil, postgres: String? = nil,
         instances count: Int = 1, faults: NotificationFaults = .none, reconcileEvery: Duration? = nil,
-        maxAPIRequestsPerHour: Double? = nil
+        maxAPIRequestsPerHour: Double? = nil, retention: [RetentionSettings.Rule]? = nil
     ) async throws -> ServerHarness {
         let directory = try ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
+        // With retention rules, an In-App Purchase key signs their promotional offers, known to both sides.
+        let offerKey = try PrivateKey.generateP256()
+        var emulatorApp = AppConfiguration(bundleID: bundleID, sharedSecret: "s3cret")
+        if retention != nil { emulatorApp.offerKeys = ["RETENTIONKEY": try offerKey.pemPKCS8()] }
         let store = try await AppStore(
-            catalog: [catalog], apps: [AppConfiguration(bundleID: bundleID, sharedSecret: "s3cret")],
+            catalog: [catalog], apps: [emulatorApp],
             dataDirectory: directory.appendingPathComponent("emulator"), rate: .monthlyRenewalEveryFiveMinutes)
         store.startScheduler(granularity: .milliseconds(20))
         let emulator = try HTTPServer(port: 0, responder: EmulatorRoutes(store).responder())
@@ -133,7 +137,7 @@ struct ServerHarness {
                 productionURL: "http://127.0.0.1:\(emulator.port)",
                 sandboxURL: "http://127.0.0.1:\(emulator.port)/sandbox")
         }
-        let app = AppSettings(
+        var app = AppSettings(
             bundleID: bundleID, appAppleID: 1_234_567_890, publicKey: publicKey, sharedSecret: "s3cret",
             receiptRoots: [store.pki.receipts.root], jwsRoots: [store.pki.signedData.root], serverAPI: api,
             entitlements: [
@@ -141,6 +145,11 @@ struct ServerHarness {
                 "pro": ["com.example.storekeeper.pro"],
             ],
             webhooks: [WebhookTarget(url: sink.url, secret: webhookSecret)])
+        if let retention {
+            app.retention = RetentionSettings(
+                rules: retention,
+                offerKey: RetentionSettings.OfferKey(keyID: "RETENTIONKEY", issuerID: "issuer", key: offerKey))
+        }
         var configuration = ServerConfiguration(
             secretKey: secret, apps: [app], transferPolicy: transferPolicy, webhookRetrySchedule: [0.05, 0.05, 0.05])
         configuration.maxAPIRequestsPerHour = maxAPIRequestsPerHour

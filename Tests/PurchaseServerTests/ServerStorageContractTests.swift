@@ -49,6 +49,43 @@ struct ServerStorageContractTests {
         revocationDate: start.addingTimeInterval(4), offerType: 1, offerDiscountType: "FREE_TRIAL", price: 0,
         currency: "EUR", signedDate: start, owner: "u3")
 
+    @Test(
+        "Retention answers: once per request, by date and by subscription; a cancellation marks those since",
+        arguments: Backend.allCases)
+    func retentionAnswers(backend: Backend) async throws {
+        let storage = try await backend.make()
+        @Sendable func answer(_ id: String, _ original: TransactionID, at offset: Double, bundle: BundleID = "app")
+            -> RetentionAnswer
+        {
+            RetentionAnswer(
+                requestIdentifier: id, bundleID: bundle, originalTransactionID: original, environment: .sandbox,
+                date: Self.start.addingTimeInterval(offset), answer: "message", rule: offset > 5 ? "late" : nil)
+        }
+        let inserted = try await storage.write { store in
+            [
+                try store.insert(answer("r1", "100", at: 0)), try store.insert(answer("r2", "100", at: 10)),
+                try store.insert(answer("r3", "200", at: 5)),
+                try store.insert(answer("r4", "100", at: 20, bundle: "other")),
+                try store.insert(answer("r1", "100", at: 30)),
+            ]
+        }
+        #expect(inserted == [true, true, true, true, false], "a request is recorded once")
+        try await storage.write {
+            try $0.markRetentionCancelled(
+                original: "100", since: Self.start.addingTimeInterval(5), at: Self.start.addingTimeInterval(15))
+        }
+        try await storage.read { store in
+            let byDate = try store.retentionAnswers(
+                bundle: "app", from: Self.start, to: Self.start.addingTimeInterval(11), limit: 10)
+            #expect(byDate.map(\.requestIdentifier) == ["r1", "r3", "r2"])
+            #expect(byDate.map(\.cancelled) == [nil, nil, Self.start.addingTimeInterval(15)], "only those since")
+            #expect(byDate.last?.rule == "late" && byDate.first?.rule == nil && byDate.first?.environment == .sandbox)
+            #expect(try store.retentionAnswers(bundle: "app", from: Self.start, to: Self.start, limit: 10).isEmpty)
+            let latest = try store.retentionAnswers(original: "100", limit: 2)
+            #expect(latest.map(\.requestIdentifier) == ["r2", "r4"], "the latest, oldest first")
+        }
+    }
+
     @Test("Records round-trip; owners, tokens and originals find them", arguments: Backend.allCases)
     func roundTrip(backend: Backend) async throws {
         let storage = try await backend.make()

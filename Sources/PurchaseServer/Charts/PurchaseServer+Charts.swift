@@ -78,10 +78,18 @@ extension PurchaseServer {
             query.environment.map { environment in records.filter { $0.environment == environment } } ?? records
         let engine = SubscriptionCharts(currency: app.settings.currency, periods: app.settings.subscriptionPeriods)
         let current = now()
-        return charts.map {
-            engine.compute(
-                $0, records: selected, from: query.from, to: query.to, resolution: query.resolution, now: current)
+        var results: [SubscriptionCharts.Result] = []
+        for chart in charts {
+            if chart == .retentionSaveRate {
+                results.append(try await retentionSaveRate(query))
+            } else {
+                results.append(
+                    engine.compute(
+                        chart, records: selected, from: query.from, to: query.to, resolution: query.resolution,
+                        now: current))
+            }
         }
+        return results
     }
 
     /// A chart's query from `?bundleId&from&to&resolution&environment` (times in milliseconds; by default
@@ -128,7 +136,9 @@ extension PurchaseServer {
         [
             "chart": .string(result.chart.rawValue), "title": .string(result.chart.title),
             "bundleId": .string(query.bundleID),
-            "unit": .string(result.chart.isMoney ? "currency" : result.chart == .churn ? "percent" : "count"),
+            "unit": .string(
+                result.chart.isMoney
+                    ? "currency" : [.churn, .retentionSaveRate].contains(result.chart) ? "percent" : "count"),
             "currency": .string(result.currency), "resolution": .string(query.resolution.rawValue),
             "environment": .string(query.environment?.rawValue ?? "all"), "from": ms(query.from), "to": ms(query.to),
             "values": .array(

@@ -18,6 +18,8 @@ public import StoreModel
 public struct SubscriptionCharts: Sendable {
     public enum Chart: String, Sendable, CaseIterable {
         case actives, trials, activesNew = "actives_new", churn, revenue, mrr
+        /// Retention Messaging: the share of realtime requests not followed by a cancellation within a day.
+        case retentionSaveRate = "retention_save_rate"
 
         public var title: String {
             switch self {
@@ -27,6 +29,7 @@ public struct SubscriptionCharts: Sendable {
             case .churn: "Churn (%)"
             case .revenue: "Revenue"
             case .mrr: "MRR"
+            case .retentionSaveRate: "Retention save rate (%)"
             }
         }
 
@@ -89,6 +92,9 @@ public struct SubscriptionCharts: Sendable {
         public var price: Int64?
         public var currency: String?
         public var isTrial: Bool
+        /// `MONTHLY` for a month billed over a commitment: its price is the month's, whatever the product's
+        /// period.
+        public var billingPlan: String? = nil
 
         /// The last date a chart may need it on: its purchase, its expiry or its refund, whichever is latest.
         public var lastDate: Date { max(purchaseDate, expiresDate ?? purchaseDate, revocationDate ?? purchaseDate) }
@@ -146,6 +152,8 @@ public struct SubscriptionCharts: Sendable {
     /// The monthly value of one period's price (milliunits).
     func monthly(_ record: Record) -> Double {
         let price = Double(record.price ?? 0)
+        // A commitment billed monthly counts by what is billed each month.
+        if record.billingPlan == "MONTHLY" { return price }
         let days: Double
         if let period = periods[record.productID] {
             days = Self.days(ofPeriod: period) ?? 30
@@ -315,6 +323,9 @@ public struct SubscriptionCharts: Sendable {
             for index in buckets.indices where atStart[index] > 0 && instants[index + 1] > instants[index] {
                 values[index] = (churned[index] / atStart[index] * 10_000).rounded() / 100
             }
+        case .retentionSaveRate:
+            // From the retention answers, not the transactions (``PurchaseServer/retentionSaveRate(_:)``).
+            break
         case .revenue:
             for record in records {
                 guard let price = record.price else { continue }
@@ -348,5 +359,6 @@ extension SubscriptionCharts.Record {
         price = purchase.price
         currency = purchase.currency
         isTrial = SubscriptionCharts.isTrial(purchase)
+        billingPlan = purchase.billingPlanType
     }
 }

@@ -23,6 +23,7 @@ public final class InMemoryServerStorage: ServerStorage {
         var inputs: Set<String> = []
         var deliveries: [(position: Int64, delivery: WebhookDelivery)] = []
         var deliveryIndex: [String: Int] = [:]
+        var retentionAnswers: [RetentionAnswer] = []
     }
 
     public func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
@@ -134,6 +135,32 @@ public final class InMemoryServerStorage: ServerStorage {
         }
         func save(_ grant: Grant, bundle: String, owner: String) {
             tables.grants[Self.key(bundle, owner, grant.entitlement)] = grant
+        }
+
+        func insert(_ answer: RetentionAnswer) -> Bool {
+            guard !tables.retentionAnswers.contains(where: { $0.requestIdentifier == answer.requestIdentifier }) else {
+                return false
+            }
+            tables.retentionAnswers.append(answer)
+            return true
+        }
+        func markRetentionCancelled(original: TransactionID, since: Date, at date: Date) {
+            for index in tables.retentionAnswers.indices {
+                let answer = tables.retentionAnswers[index]
+                if answer.originalTransactionID == original, answer.date >= since, answer.cancelled == nil {
+                    tables.retentionAnswers[index].cancelled = date
+                }
+            }
+        }
+        func retentionAnswers(bundle: String, from: Date, to: Date, limit: Int) -> [RetentionAnswer] {
+            Array(
+                tables.retentionAnswers.filter { $0.bundleID.rawValue == bundle && $0.date >= from && $0.date < to }
+                    .sorted { $0.date < $1.date }.prefix(max(0, limit)))
+        }
+        func retentionAnswers(original: TransactionID, limit: Int) -> [RetentionAnswer] {
+            Array(
+                tables.retentionAnswers.filter { $0.originalTransactionID == original }.sorted { $0.date < $1.date }
+                    .suffix(max(0, limit)))
         }
 
         func append(_ event: ServerEvent) -> Bool {

@@ -91,6 +91,18 @@ public final class PostgresServerStorage: ServerStorage {
                 purchase_date, original_id, product_id, kind, environment, expires, revoked, price, currency, trial
             );
             """),
+        // A month billed over a commitment counts by its own price (MRR): the plan is a chart column too.
+        Migration(
+            "004-billing-plan",
+            """
+            ALTER TABLE purchases ADD COLUMN billing_plan TEXT;
+            DROP INDEX purchases_by_last_date;
+            CREATE INDEX purchases_by_last_date ON purchases (bundle_id, last_date) INCLUDE (
+                purchase_date, original_id, product_id, kind, environment, expires, revoked, price, currency, trial,
+                billing_plan
+            );
+            """),
+        Migration("005-retention-answers", ServerSchema.retentionAnswers(.postgres)),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.

@@ -97,13 +97,13 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         try connection.execute(
             """
             INSERT INTO purchases (transaction_id, original_id, bundle_id, owner, purchase_date, document,
-                product_id, kind, environment, expires, revoked, last_date, price, currency, trial)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (transaction_id) DO UPDATE SET
+                product_id, kind, environment, expires, revoked, last_date, price, currency, trial, billing_plan)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (transaction_id) DO UPDATE SET
             original_id = excluded.original_id, bundle_id = excluded.bundle_id, owner = excluded.owner,
             purchase_date = excluded.purchase_date, document = excluded.document, product_id = excluded.product_id,
             kind = excluded.kind, environment = excluded.environment, expires = excluded.expires,
             revoked = excluded.revoked, last_date = excluded.last_date, price = excluded.price,
-            currency = excluded.currency, trial = excluded.trial
+            currency = excluded.currency, trial = excluded.trial, billing_plan = excluded.billing_plan
             """,
             [
                 .text(purchase.transactionID.rawValue), .text(purchase.originalTransactionID.rawValue),
@@ -113,7 +113,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     /// The chart columns of a purchase: product, kind, environment, expiry, refund, last date, price,
-    /// currency, trial.
+    /// currency, trial, billing plan.
     static func chartColumns(_ purchase: PurchaseRecord) -> [SQLValue] {
         let record = SubscriptionCharts.Record(purchase)
         func real(_ date: Date?) -> SQLValue { date.map { .real($0.timeIntervalSince1970) } ?? .null }
@@ -121,7 +121,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             .text(record.productID), .text(record.kind.rawValue), .text(record.environment.rawValue),
             real(record.expiresDate), real(record.revocationDate), real(record.lastDate),
             record.price.map(SQLValue.integer) ?? .null, record.currency.map(SQLValue.text) ?? .null,
-            .integer(record.isTrial ? 1 : 0),
+            .integer(record.isTrial ? 1 : 0), record.billingPlan.map(SQLValue.text) ?? .null,
         ]
     }
 
@@ -134,7 +134,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             try connection.execute(
                 """
                 UPDATE purchases SET product_id = ?, kind = ?, environment = ?, expires = ?, revoked = ?,
-                last_date = ?, price = ?, currency = ?, trial = ? WHERE transaction_id = ?
+                last_date = ?, price = ?, currency = ?, trial = ?, billing_plan = ? WHERE transaction_id = ?
                 """, Self.chartColumns(purchase) + [.text(purchase.transactionID.rawValue)])
         }
         return rows.count
@@ -143,7 +143,8 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func chartRecords(bundle: String, from: Date, to: Date, limit: Int) throws -> [SubscriptionCharts.Record] {
         try connection.execute(
             """
-            SELECT original_id, product_id, kind, environment, purchase_date, expires, revoked, price, currency, trial
+            SELECT original_id, product_id, kind, environment, purchase_date, expires, revoked, price, currency, trial,
+                billing_plan
             FROM purchases WHERE bundle_id = ? AND last_date >= ? AND purchase_date < ? ORDER BY purchase_date LIMIT ?
             """,
             [.text(bundle), .real(from.timeIntervalSince1970), .real(to.timeIntervalSince1970), .integer(Int64(limit))]
@@ -155,7 +156,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
                 kind: ProductKind(rawValue: row[2].string ?? "") ?? .consumable,
                 environment: Environment(rawValue: row[3].string ?? "") ?? .production,
                 purchaseDate: date(4) ?? .distantPast, expiresDate: date(5), revocationDate: date(6),
-                price: row[7].int64, currency: row[8].string, isTrial: row[9].int64 == 1)
+                price: row[7].int64, currency: row[8].string, isTrial: row[9].int64 == 1, billingPlan: row[10].string)
         }
     }
 
@@ -267,6 +268,55 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     // MARK: Events and inputs
+
+    func insert(_ answer: RetentionAnswer) throws -> Bool {
+        try connection.execute(
+            """
+            INSERT INTO retention_answers (request_id, bundle_id, original_id, environment, date, answer, rule, cancelled)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+            """,
+            [
+                .text(answer.requestIdentifier), .text(answer.bundleID.rawValue),
+                .text(answer.originalTransactionID.rawValue), .text(answer.environment.rawValue),
+                .real(answer.date.timeIntervalSince1970), .text(answer.answer), text(answer.rule),
+                answer.cancelled.map { .real($0.timeIntervalSince1970) } ?? .null,
+            ])
+        return connection.changes > 0
+    }
+
+    func markRetentionCancelled(original: TransactionID, since: Date, at date: Date) throws {
+        try connection.execute(
+            "UPDATE retention_answers SET cancelled = ? WHERE original_id = ? AND date >= ? AND cancelled IS NULL",
+            [.real(date.timeIntervalSince1970), .text(original.rawValue), .real(since.timeIntervalSince1970)])
+    }
+
+    private func retentionAnswer(_ row: Row) -> RetentionAnswer {
+        RetentionAnswer(
+            requestIdentifier: row["request_id"].string ?? "", bundleID: BundleID(row["bundle_id"].string ?? ""),
+            originalTransactionID: TransactionID(row["original_id"].string ?? ""),
+            environment: Environment(rawValue: row["environment"].string ?? "") ?? .production,
+            date: Date(timeIntervalSince1970: row["date"].double ?? 0), answer: row["answer"].string ?? "",
+            rule: row["rule"].string, cancelled: row["cancelled"].double.map(Date.init(timeIntervalSince1970:)))
+    }
+
+    func retentionAnswers(bundle: String, from: Date, to: Date, limit: Int) throws -> [RetentionAnswer] {
+        try connection.execute(
+            """
+            SELECT * FROM retention_answers WHERE bundle_id = ? AND date >= ? AND date < ? ORDER BY date LIMIT ?
+            """,
+            [
+                .text(bundle), .real(from.timeIntervalSince1970), .real(to.timeIntervalSince1970),
+                .integer(Int64(max(0, limit))),
+            ]
+        ).map(retentionAnswer)
+    }
+
+    func retentionAnswers(original: TransactionID, limit: Int) throws -> [RetentionAnswer] {
+        try connection.execute(
+            "SELECT * FROM retention_answers WHERE original_id = ? ORDER BY date DESC LIMIT ?",
+            [.text(original.rawValue), .integer(Int64(max(0, limit)))]
+        ).reversed().map(retentionAnswer)
+    }
 
     func append(_ event: ServerEvent) throws -> Bool {
         try connection.execute(

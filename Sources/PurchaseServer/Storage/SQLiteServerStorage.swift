@@ -111,6 +111,18 @@ public struct SQLiteServerStorage: ServerStorage {
             ALTER TABLE subscriptions DROP COLUMN expires;
             ALTER TABLE subscriptions DROP COLUMN renewal_signed;
             """),
+        // A month billed over a commitment counts by its own price (MRR): the plan is a chart column too.
+        Migration(
+            "008-billing-plan",
+            """
+            ALTER TABLE purchases ADD COLUMN billing_plan TEXT;
+            DROP INDEX purchases_by_last_date;
+            CREATE INDEX purchases_by_last_date ON purchases (
+                bundle_id, last_date, purchase_date, original_id, product_id, kind, environment, expires, revoked,
+                price, currency, trial, billing_plan
+            );
+            """),
+        Migration("009-retention-answers", ServerSchema.retentionAnswers(.sqlite)),
     ]
 
     public init(path: String) async throws {

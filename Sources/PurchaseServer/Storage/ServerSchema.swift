@@ -48,6 +48,18 @@ enum ServerSchema {
     }
 
     /// Every table and index, as they are today.
+    /// Retention Messaging's answers (SQLite migration 009, PostgreSQL 005): kept as they were added.
+    static func retentionAnswers(_ d: Dialect) -> String {
+        """
+        CREATE TABLE retention_answers (
+            request_id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, original_id TEXT NOT NULL, environment TEXT NOT NULL,
+            date \(d.real) NOT NULL, answer TEXT NOT NULL, rule TEXT, cancelled \(d.real)
+        );
+        CREATE INDEX retention_answers_by_date ON retention_answers (bundle_id, date);
+        CREATE INDEX retention_answers_by_original ON retention_answers (original_id, date);
+        """
+    }
+
     static func current(_ d: Dialect) -> String {
         """
         CREATE TABLE subscribers (
@@ -65,20 +77,22 @@ enum ServerSchema {
             purchase_date \(d.real) NOT NULL, document \(d.blob) NOT NULL,
             -- What charts read, beside the document.
             product_id TEXT, kind TEXT, environment TEXT, expires \(d.real), revoked \(d.real), last_date \(d.real),
-            price \(d.integer), currency TEXT, trial \(d.integer)
+            price \(d.integer), currency TEXT, trial \(d.integer), billing_plan TEXT
         );
         CREATE INDEX purchases_by_owner ON purchases (bundle_id, owner, purchase_date);
         CREATE INDEX purchases_by_original ON purchases (original_id);
         -- Covering: a chart reads the index alone, never the documents beside it.
         \(d.covering(
             "purchases_by_last_date", "purchases", "bundle_id, last_date",
-            "purchase_date, original_id, product_id, kind, environment, expires, revoked, price, currency, trial"))
+            "purchase_date, original_id, product_id, kind, environment, expires, revoked, price, currency, trial, "
+                + "billing_plan"))
         CREATE TABLE subscriptions (
             original_id TEXT PRIMARY KEY, bundle_id TEXT NOT NULL, owner TEXT, document \(d.blob) NOT NULL,
             check_due \(d.real)
         );
         CREATE INDEX subscriptions_by_owner ON subscriptions (bundle_id, owner);
         CREATE INDEX subscriptions_check_due ON subscriptions (bundle_id, check_due) WHERE check_due IS NOT NULL;
+        \(retentionAnswers(d))
         CREATE TABLE checkpoints (key TEXT PRIMARY KEY, value TEXT NOT NULL);
         CREATE TABLE ledger (
             transaction_id TEXT NOT NULL, reason TEXT NOT NULL, product_id TEXT NOT NULL,

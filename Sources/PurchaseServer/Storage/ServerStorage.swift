@@ -67,6 +67,19 @@ public protocol EventRepository {
     func inputCount() throws -> Int
 }
 
+/// Retention Messaging: the realtime requests Apple sent and what the server answered, for the save rate.
+public protocol RetentionAnswerRepository {
+    /// Records an answer once; false when its request was recorded before (Apple asked again).
+    func insert(_ answer: RetentionAnswer) throws -> Bool
+    /// Marks the subscription's answers dated from `since` on, not yet marked, as followed by a
+    /// cancellation at `date` (they did not save it).
+    func markRetentionCancelled(original: TransactionID, since: Date, at date: Date) throws
+    /// The app's answers dated in `from..<to`, oldest first, at most `limit`.
+    func retentionAnswers(bundle: String, from: Date, to: Date, limit: Int) throws -> [RetentionAnswer]
+    /// The subscription's latest `limit` answers, oldest first.
+    func retentionAnswers(original: TransactionID, limit: Int) throws -> [RetentionAnswer]
+}
+
 /// The webhook outbox: what is to be sent, was sent or failed, with every attempt.
 public protocol DeliveryRepository {
     /// Adds the delivery; false when it exists.
@@ -84,7 +97,7 @@ public protocol DeliveryRepository {
 
 /// Everything one read or write reaches.
 public protocol ServerStore: SubscriberRepository, PurchaseRepository, SubscriptionRecordRepository,
-    LedgerRepository, EventRepository, DeliveryRepository
+    LedgerRepository, EventRepository, DeliveryRepository, RetentionAnswerRepository
 {
     /// Holds `key` until the write ends: writes that lock the same key run one after the other, and what a
     /// write reads after taking its lock is what the last holder committed. Records read to be changed

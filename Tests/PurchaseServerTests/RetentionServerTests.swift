@@ -4,6 +4,7 @@ import AppStoreSignedData
 import Foundation
 import PurchaseServer
 import StoreModel
+import StoreTime
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -153,5 +154,47 @@ struct RetentionServerTests {
         let (unknown, _) = try await harness.call(
             "POST", "/v1/apple/retention/com.example.other", ["signedPayload": .string(forged)], key: nil)
         #expect(unknown == 404)
+    }
+}
+
+/// Monthly billing over a 12-month commitment, as the purchase server keeps it.
+@Suite("Purchase server: commitment billing")
+struct CommitmentServerTests {
+    @Test("The plan and the commitment are stored and shown; cancelling the commitment is a CANCELLATION")
+    func commitment() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let outcome = try await harness.store.pay(
+            deviceID: device, bundleID: ServerHarness.bundleID, productID: "com.example.storekeeper.yearly",
+            quantity: 1, applicationUsername: nil, appAccountToken: nil, billingPlan: .monthly)
+        guard case .purchased(let stored, let jws) = outcome else {
+            Issue.record("the payment did not go through")
+            return
+        }
+        #expect(try await harness.post(jws, user: "carol").0 == 200)
+        try await harness.settleNotifications()
+        let view = try await harness.subscriber("carol")
+        let subscription = view["subscriptions"]?[stored.id.rawValue]
+        #expect(subscription?["billingPlanType"] == .string("MONTHLY"), "\(view)")
+        #expect(subscription?["renewalBillingPlanType"] == .string("MONTHLY"))
+        #expect(subscription?["commitment"]?["billingPeriodNumber"] == .integer(1))
+        #expect(subscription?["commitment"]?["totalBillingPeriods"] == .integer(12))
+        #expect(subscription?["commitment"]?["price"] == .integer(29_880))
+        #expect(subscription?["commitment"]?["autoRenewStatus"] == .bool(true))
+        // A month later: the second month, billed at the monthly price.
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        try await harness.settleNotifications()
+        let renewed = try await harness.subscriber("carol")
+        #expect(renewed["subscriptions"]?[stored.id.rawValue]?["commitment"]?["billingPeriodNumber"] == .integer(2))
+        _ = try await harness.store.subscriptionVerb(.setAutoRenew(false), transactionID: stored.id.rawValue)
+        try await harness.settleNotifications()
+        let cancelled = try await harness.subscriber("carol")
+        let after = cancelled["subscriptions"]?[stored.id.rawValue]
+        #expect(after?["autoRenewStatus"] == .bool(true), "the months left are still billed")
+        #expect(after?["commitment"]?["autoRenewStatus"] == .bool(false))
+        let (_, events) = try await harness.call("GET", "/v1/subscribers/carol/events")
+        let cancellation = events["events"]?.arrayValue?.first { $0["type"] == .string("CANCELLATION") }
+        #expect(cancellation?["details"]?["commitment"] == .string("true"), "\(events)")
     }
 }

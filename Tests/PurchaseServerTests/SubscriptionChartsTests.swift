@@ -124,6 +124,17 @@ struct SubscriptionChartsTests {
         #expect(values(.mrr, records) == expected)
     }
 
+    @Test("MRR: a yearly product billed monthly over a commitment counts what is billed each month")
+    func mrrOfCommitment() {
+        var month = Self.period("c", "c1", from: 0.5, to: 30, price: 2_490, product: "yearly")
+        month.billingPlanType = "MONTHLY"
+        let upfront = Self.period("y", "y1", from: 0.5, to: 365, price: 24_990, product: "yearly")
+        // 2.49 a month, against 24.99 / 12 = 2.0825 for the year bought up front.
+        #expect(values(.mrr, [month], days: 1) == [2_490])
+        #expect(values(.mrr, [upfront], days: 1) == [2_083])
+        #expect(values(.mrr, [month, upfront], days: 1) == [4_573])
+    }
+
     @Test("Period lengths: ISO 8601 periods parse; anything else is refused")
     func periodLengths() {
         #expect(SubscriptionCharts.days(ofPeriod: "P1M") == 30)

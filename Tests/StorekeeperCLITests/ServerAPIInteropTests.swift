@@ -188,6 +188,29 @@ struct APICommandTests {
             ["api", "statuses", bought] + common + ["--field", "data.0.lastTransactions.0.renewalInfo.autoRenewStatus"])
         #expect(statuses == "1")
 
+        // Retention Messaging from the shell: a message, the default for a product, the realtime URL.
+        let message = UUID().uuidString.lowercased()
+        #expect(
+            await ServerAPIInteropTests.run(
+                ["api", "upload-message", message, "--header", "Stay", "--body", "Please stay"] + common
+                    + ["--field", "messageIdentifier"]) == message)
+        #expect(
+            await ServerAPIInteropTests.run(
+                ["api", "messages"] + common + ["--field", "messageIdentifiers.0.messageState"])
+                == "APPROVED")
+        #expect(
+            await ServerAPIInteropTests.run(
+                ["api", "default-message", "com.example.storekeeper.monthly", "--locale", "en-US", "--set", message]
+                    + common + ["--field", "messageIdentifier"]) == message)
+        #expect(
+            await ServerAPIInteropTests.run(
+                ["api", "realtime-url", "--set", "https://example.com/retention"] + common + ["--field", "realtimeURL"])
+                == "https://example.com/retention")
+        let tooLong = await CapturedConsole.run(
+            ["api", "upload-message", UUID().uuidString, "--header", String(repeating: "h", count: 67), "--body", "b"]
+                + common)
+        #expect(tooLong.status == 1 && tooLong.stderr.contains("4000162"), "\(tooLong.stderr)")
+
         let missing = await CapturedConsole.run(["api", "transaction", "9999999999"] + common)
         #expect(missing.status == 1 && missing.stderr.contains("4040010"), "\(missing.stderr)")
         let noKey = await CapturedConsole.run(["api", "transaction", bought, "--url", base])

@@ -130,8 +130,8 @@ let package = Package(
         .target(
             name: "StorekeeperRehearsal",
             dependencies: [
-                "AppStoreEmulator", "PurchaseServer", "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP",
-                "StorekeeperJSON", "StorekeeperLogging", "StoreModel", "StoreTime",
+                "AppStoreEmulator", "AppStoreServerAPI", "PurchaseServer", "StoreKitCatalog", "StorekeeperCrypto",
+                "StorekeeperHTTP", "StorekeeperJSON", "StorekeeperLogging", "StoreModel", "StoreTime",
             ],
             swiftSettings: upcoming),
         .target(

@@ -39,9 +39,11 @@ enum ScenarioCommands {
             "steps": [...]}. Steps: {"buy": productId}, {"advance": "P1M"}, {"billing": {"retryOnRenewal", \
             "gracePeriod"}}, {"autoRenew": bool}, {"expire": true}, {"renew": true}, {"refund": "OTHER"|"APP_ISSUE"}, \
             {"refundReversal": true}, {"resolveIssue": true}, {"priceIncrease": {"product", "requiresConsent"}}, \
-            {"priceConsent": bool}, {"availability": {"product", "forSale"}}, and {"expect": {"notifications": \
+            {"priceConsent": bool}, {"availability": {"product", "forSale"}}, {"retentionRequest": true or {"locale", \
+            "accept"}} (a customer on the cancellation page), and {"expect": {"notifications": \
             ["TYPE/SUBTYPE", ...] (exactly those written since the last expect, in order), "status": 1-5, \
-            "autoRenew": bool, "expirationIntent": 1-5, "productId": id, "entitled": bool}}. Exit 0 when every \
+            "autoRenew": bool, "expirationIntent": 1-5, "productId": id, "entitled": bool, "billingPlanType", \
+            "billingPeriodNumber", "commitmentAutoRenew", "retentionOutcome"}}. Exit 0 when every \
             expectation holds, 1 otherwise. The embedded emulator sells from the scenario's "storekit" (a path \
             relative to the scenario; default: the built-in catalogue). With --url, the steps go to a running \
             emulator (its catalogue, its clock, its notification settings: expectations on notifications need a \
@@ -319,6 +321,9 @@ enum ScenarioCommands {
         var subscription: String?
         /// The transaction of the last refund or refund request.
         var refunded: String?
+        /// What the last retentionRequest step showed (`message`, `alternateProduct`, `promotionalOffer`,
+        /// `defaultMessage`, `none`).
+        var retentionOutcome: JSONValue?
         var members: [String: (account: String, device: String)] = [:]
         var familyID: String?
         func entitledProducts(_ device: String) async throws -> [String] {
@@ -430,6 +435,23 @@ enum ScenarioCommands {
                     }
                     try await target.call("DELETE", "/_emulator/v1/families/\(familyID)/members/\(member.account)")
                     lines.append("\(number). \(name) leaves the family")
+                case "retentionRequest":
+                    // The customer opens the cancellation page: the App Store asks the app's realtime URL.
+                    guard let original = subscription else {
+                        throw ScenarioError("'retentionRequest' needs a subscription: buy one first")
+                    }
+                    var body = JSONObject()
+                    if let locale = value["locale"]?.stringValue { body["locale"] = .string(locale) }
+                    if let accept = value["accept"]?.boolValue { body["accept"] = .bool(accept) }
+                    guard value.boolValue == true || value.objectValue != nil else {
+                        throw ScenarioError("retentionRequest takes true, or {\"locale\"?, \"accept\"?}")
+                    }
+                    let answer = try await target.call(
+                        "POST", "/_emulator/v1/transactions/\(original)/retention-request", body)
+                    retentionOutcome = answer["outcome"]
+                    lines.append(
+                        "\(number). retention request: \(answer["outcome"]?.stringValue ?? "?")"
+                            + (answer["milliseconds"]?.doubleValue.map { " in \($0) ms" } ?? ""))
                 case "expect":
                     guard let expected = value.objectValue else { throw ScenarioError("expect takes an object") }
                     for member in members.values {
@@ -469,6 +491,7 @@ enum ScenarioCommands {
                     compare(
                         "billingPeriodNumber", state?["commitment"]?["billingPeriodNumber"], as: "billingPeriodNumber")
                     compare("commitmentAutoRenew", state?["commitment"]?["autoRenew"], as: "commitmentAutoRenew")
+                    compare("retentionOutcome", retentionOutcome, as: "retentionOutcome")
                     if let entitled = expected["entitled"]?.boolValue {
                         let products = try await entitledProducts(buyer.device)
                         let has = state?["productId"]?.stringValue.map { products.contains($0) } ?? !products.isEmpty
@@ -491,6 +514,7 @@ enum ScenarioCommands {
                     guard let (route, member) = verbRoutes[verb] else {
                         throw ScenarioError(
                             "unknown step '\(verb)' (known: buy, advance, billing, priceIncrease, availability, family, familyLeave, "
+                                + "retentionRequest, "
                                 + "expect, " + verbRoutes.keys.sorted().joined(separator: ", ") + ")")
                     }
                     guard let original = subscription else {

@@ -1,4 +1,5 @@
 public import AppStoreEmulator
+import AppStoreServerAPI
 public import Foundation
 public import PurchaseServer
 public import StoreKitCatalog
@@ -13,6 +14,9 @@ public import StorekeeperLogging
 /// (`storekeeper dev`): the server trusts the emulator's roots (and Apple's), the emulator's notifications
 /// go to the server, an App Store Server API key minted on the emulator lets the server reconcile,
 /// entitlements come from the catalogue, and the server's purchase state runs on the emulator's store time.
+/// Retention Messaging is wired too: the emulator's sandbox asks the server which retention message to show,
+/// and the server answers from rules written on the first start (a promotional offer the first time, a
+/// message after), signing offers with a key the emulator knows.
 ///
 /// Everything lives under one folder: the emulator's state in `emulator/`, the server's database
 /// `server.sqlite`, and the server's configuration `server.json` (0600) with the files it names (the
@@ -94,8 +98,12 @@ public final class Rehearsal: Sendable {
         let file = data.appendingPathComponent("server.json")
         let existing = FileManager.default.fileExists(atPath: file.path)
         let secrets = existing ? try Self.sharedSecrets(file) : [:]
-        let apps = bundleIDs.map { bundleID in
-            AppConfiguration(bundleID: bundleID, sharedSecret: secrets[bundleID] ?? Self.random("ss_", 16))
+        var apps: [AppConfiguration] = []
+        for bundleID in bundleIDs {
+            var app = AppConfiguration(bundleID: bundleID, sharedSecret: secrets[bundleID] ?? Self.random("ss_", 16))
+            // The In-App Purchase key the server signs retention offers with, made once.
+            app.offerKeys = [Self.offerKeyID: try Self.offerKey(bundleID, in: data)]
+            apps.append(app)
         }
         let store = try await AppStore(
             catalog: catalogs, apps: apps, dataDirectory: data.appendingPathComponent("emulator"),
@@ -141,6 +149,12 @@ public final class Rehearsal: Sendable {
                 let url = "\(serverURL)/v1/notifications/apple/\(app.bundleID)"
                 try await store.setNotifications(
                     bundleID: app.bundleID, AppNotifications(productionURLs: [url], sandboxURLs: [url]))
+                // The sandbox's cancellation page asks the server (production would need a passing
+                // performance test first, as Apple's does).
+                if let api = app.serverAPI {
+                    try await Self.client(api, bundleID: app.bundleID, emulatorURL: emulatorURL)
+                        .configureRealtimeURL("\(serverURL)/v1/apple/retention/\(app.bundleID)")
+                }
             }
             store.startScheduler(granularity: options.granularity)
             server.startDelivery(granularity: options.granularity)
@@ -168,6 +182,67 @@ public final class Rehearsal: Sendable {
     }
 
     // MARK: - The configuration
+
+    /// The id of the key that signs retention offers (the emulator's `offerKeys`, the server's `offerKey`).
+    static let offerKeyID = "STOREKEEPERRETENTION"
+
+    static func offerKeyFile(_ bundleID: String) -> String { "retention-offer-key-\(bundleID).p8" }
+
+    /// The app's retention offer key (PEM), made on the first start and kept (0600) beside the configuration.
+    static func offerKey(_ bundleID: String, in data: URL) throws -> String {
+        let path = data.appendingPathComponent(offerKeyFile(bundleID)).path
+        if let existing = FileManager.default.contents(atPath: path) {
+            return String(decoding: existing, as: UTF8.self)
+        }
+        let pem = try PrivateKey.generateP256().pemPKCS8()
+        try PrivateFiles.create(path, contents: Array(pem.utf8))
+        return pem
+    }
+
+    /// The emulator's sandbox Server API, with the server's key.
+    static func client(_ api: ServerAPISettings, bundleID: String, emulatorURL: String) -> AppStoreServerAPIClient {
+        AppStoreServerAPIClient(
+            key: api.privateKey, keyID: api.keyID, issuerID: api.issuerID, bundleID: bundleID,
+            environment: .custom(emulatorURL + "/sandbox"))
+    }
+
+    /// Two retention messages uploaded to the emulator's sandbox (approved at once there) and the rules that
+    /// use them: the first promotional offer of a subscription that has one, the first time; a message
+    /// after (also each product's default message for en-US).
+    static func retention(
+        client: AppStoreServerAPIClient, catalogs: [StoreKitConfiguration], issuerID: String, bundleID: String
+    ) async throws -> JSONObject {
+        let (offerMessage, stayMessage) = (UUID(), UUID())
+        try await client.uploadMessage(
+            offerMessage, RetentionMessageRequest(header: "Before you go", body: "Stay with an offer made for you."))
+        try await client.uploadMessage(
+            stayMessage, RetentionMessageRequest(header: "Sorry to see you go", body: "Your plan stays until it ends."))
+        var rules: [JSONValue] = []
+        let subscriptions = catalogs.flatMap(\.subscriptions)
+        for subscription in subscriptions {
+            try await client.configureDefaultMessage(
+                productID: subscription.productID, locale: "en-US", messageIdentifier: stayMessage)
+            guard let offer = subscription.promotionalOffers.first?.offerID else { continue }
+            rules.append(
+                .object([
+                    "name": .string("first offer for \(subscription.productID)"),
+                    "when": .object([
+                        "productIds": .array([.string(subscription.productID)]), "maxPastOffers": .integer(0),
+                    ]),
+                    "promotionalOffer": .object([
+                        "offerId": .string(offer), "message": .string(offerMessage.uuidString.lowercased()),
+                    ]),
+                ]))
+        }
+        rules.append(.object(["name": .string("everyone"), "message": .string(stayMessage.uuidString.lowercased())]))
+        return [
+            "offerKey": .object([
+                "keyId": .string(offerKeyID), "issuerId": .string(issuerID),
+                "privateKeyFile": .string(offerKeyFile(bundleID)),
+            ]),
+            "rules": .array(rules),
+        ]
+    }
 
     static func random(_ prefix: String, _ bytes: Int) -> String {
         prefix + Digest.hex((try? SecureRandom.bytes(bytes)) ?? [])
@@ -248,6 +323,11 @@ public final class Rehearsal: Sendable {
         var list: [JSONValue] = []
         for app in apps {
             let minted = try await store.serverAPI.mintAPIKey(bundleID: app.bundleID)
+            let retention = try await Self.retention(
+                client: AppStoreServerAPIClient(
+                    key: try PrivateKey(pem: minted.privateKey), keyID: minted.keyID, issuerID: minted.issuerID,
+                    bundleID: app.bundleID, environment: .custom(emulatorURL + "/sandbox")),
+                catalogs: catalogs, issuerID: minted.issuerID, bundleID: app.bundleID)
             let keyFile = "api-key-\(app.bundleID).p8"
             try PrivateFiles.create(
                 file.deletingLastPathComponent().appendingPathComponent(keyFile).path,
@@ -266,6 +346,7 @@ public final class Rehearsal: Sendable {
                     ]),
                     "entitlements": .object(entitlements),
                     "subscriptionPeriods": .object(periods),
+                    "retention": .object(retention),
                     "webhooks": .array(
                         options.webhooks.map { url in
                             .object([

@@ -1,4 +1,5 @@
 import AppStoreEmulator
+import AppStoreSignedData
 import Foundation
 import PurchaseServer
 import StoreModel
@@ -166,6 +167,30 @@ struct RehearsalTests {
         // And in one step, as `appstore buy --app-user-id` does for a second customer.
         _ = try await Self.buy(rehearsal, device: try await Self.device(rehearsal), user: "bob")
         #expect(Self.plus(try await Self.subscriber(rehearsal, "bob"))?["active"] == .bool(true))
+        await rehearsal.stop()
+    }
+
+    @Test("Retention Messaging is wired: the cancellation page asks the server, whose rules offer, then message")
+    func retention() async throws {
+        let rehearsal = try await Self.start()
+        let scenario = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("examples/retention.scenario.json").path
+        let report = try await Self.cli(rehearsal, ["appstore", "scenario", "run", scenario])
+        #expect(report.hasPrefix("PASS"), "\(report)")
+        // The renewal after the redeemed offer is a retention offer (offerType 5) at the offer's price.
+        let renewals = try await rehearsal.store.notificationHistory(
+            bundleID: DefaultCatalog.bundleID, environment: .sandbox, from: .distantPast, to: .distantFuture,
+            after: nil, limit: 100
+        ).map(\.notification).filter { $0.notice.type == .didRenew }
+        let payload = try #require(renewals.last?.signedPayload.flatMap { try? CompactJWS($0).payload })
+        let transaction = try #require(
+            payload["data"]?["signedTransactionInfo"]?.stringValue.flatMap { try? CompactJWS($0).payload })
+        #expect(transaction["offerType"] == .integer(5), "\(transaction)")
+        let answers = try await rehearsal.server.storage.read {
+            try $0.retentionAnswers(
+                bundle: DefaultCatalog.bundleID, from: .distantPast, to: .distantFuture, limit: 10)
+        }
+        #expect(answers.map(\.answer) == ["promotionalOffer", "message"])
         await rehearsal.stop()
     }
 

@@ -101,12 +101,21 @@ struct EmulatorDashboardTests {
         #expect(transactionPage.status == 200)
         for verb in [
             "refund", "refund-request", "refund-approve", "refund-decline", "renew", "expire", "auto-renew",
-            "resolve-issue", "price-consent", "price-decline", "billing-retry", "advance-period",
+            "resolve-issue", "price-consent", "price-decline", "billing-retry", "advance-period", "retention-request",
         ] {
             #expect(html.contains("id=\"\(verb)\""), "\(verb)")
         }
         #expect(html.contains("data-api=\"/_emulator/v1/transactions/\(stored.id.rawValue)/refund\""))
         #expect(html.contains("Purchase"))
+        // The cancellation page opened (no realtime URL: nothing shown) is on the timeline.
+        let request = await Self.send(
+            responder, "POST", "/_emulator/v1/transactions/\(stored.id.rawValue)/retention-request",
+            headers: [("Host", "127.0.0.1:8080"), ("Content-Type", "application/json")], body: "{}")
+        #expect(request.status == 200, "\(String(decoding: request.body, as: UTF8.self))")
+        let after = String(
+            decoding: await Self.send(responder, "GET", "/dashboard/transactions/\(stored.id.rawValue)").body,
+            as: UTF8.self)
+        #expect(after.contains("Cancellation page (retention request)") && after.contains("shown: none"))
         #expect(await Self.send(responder, "GET", "/dashboard/transactions/999").status == 404)
         #expect(await Self.send(responder, "GET", "/dashboard/accounts/nobody").status == 404)
         let certificate = await Self.send(responder, "GET", "/dashboard/certificates/receipt-root.cer")

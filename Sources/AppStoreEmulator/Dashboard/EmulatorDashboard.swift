@@ -5,6 +5,7 @@ import StoreTime
 import StorekeeperCrypto
 import StorekeeperDashboard
 import StorekeeperHTTP
+import StorekeeperJSON
 import SubscriptionLifecycle
 import Synchronization
 
@@ -405,17 +406,19 @@ struct EmulatorDashboard: Sendable {
     func transactionPage(_ id: TransactionID) async throws -> Page {
         let loaded = try await self.store.storage.read {
             store -> (
-                StoredTransaction, [StoredTransaction], StoredSubscription?, [OutboundNotification], Account?, Install?
+                StoredTransaction, [StoredTransaction], StoredSubscription?, [OutboundNotification], Account?, Install?,
+                [RetentionRequestRecord]
             )? in
             guard let stored = try store.transaction(id) else { return nil }
             let original = stored.transaction.originalID
             return (
                 stored, try store.transactions(original: original), try store.subscription(original),
                 try store.notifications(original: original, limit: 500), try store.account(stored.accountID),
-                try store.installs(account: stored.accountID, bundle: stored.transaction.bundleID).first
+                try store.installs(account: stored.accountID, bundle: stored.transaction.bundleID).first,
+                try store.retentionRequests(original: original, limit: RetentionLimits.requestsShown)
             )
         }
-        guard let (stored, history, subscription, notifications, account, install) = loaded else {
+        guard let (stored, history, subscription, notifications, account, install, retention) = loaded else {
             throw EmulatorError.notFound("no transaction \(id.rawValue)")
         }
         let transaction = stored.transaction
@@ -458,6 +461,18 @@ struct EmulatorDashboard: Sendable {
                     ("Expiration intent", state.expirationIntent.map { "\($0.rawValue)" } ?? "—"),
                     ("Price increase", state.priceIncreaseStatus.map { "\($0.rawValue)" } ?? "—"),
                     ("Renewals", "\(state.renewalCount)"),
+                    ("Billing plan", state.billingPlan.map { "\($0.rawValue)" } ?? "—"),
+                    (
+                        "Commitment",
+                        state.commitment.map { commitment -> HTML in
+                            let months: HTML =
+                                "month \(commitment.billingPeriodNumber) of \(commitment.totalBillingPeriods), ends "
+                            let renewal: HTML =
+                                commitment.autoRenew
+                                ? ", renews (\(commitment.renewalPlan.rawValue))" : ", cancelled: does not renew"
+                            return months + HTML.date(commitment.expiresDate) + renewal
+                        } ?? "—"
+                    ),
                 ], id: "subscription-facts")
         }
         body += "<h2>Actions</h2>"
@@ -494,6 +509,23 @@ struct EmulatorDashboard: Sendable {
                         "transaction \(t.id.rawValue), reason \(t.revocationReason?.rawValue ?? 0)", true
                     ))
             }
+        }
+        for request in retention {
+            // A customer on the cancellation page: what the realtime URL answered, how fast, what was shown.
+            let object = (try? JSONParser.parse(Array(request.document.utf8)))?.objectValue ?? [:]
+            let outcome = object["outcome"]?.stringValue ?? "?"
+            var detail = "shown: \(outcome)"
+            if let result = object["result"]?.stringValue {
+                detail += "; \(result)"
+                if let ms = object["milliseconds"]?.doubleValue { detail += " in \(ms) ms" }
+            }
+            if object["accepted"] == .bool(true) { detail += "; taken" }
+            if let problem = object["problem"]?.stringValue { detail += "; \(problem)" }
+            entries.append(
+                (
+                    request.date, "Cancellation page (retention request)", "\(detail)",
+                    outcome == "none" || outcome == "defaultMessage"
+                ))
         }
         for notification in notifications {
             let failed = notification.state == .failed
@@ -549,6 +581,11 @@ struct EmulatorDashboard: Sendable {
                     id: "auto-renew"
                 ).html
             html += ActionForm("Resolve billing issue", action: base + "/resolve-issue", id: "resolve-issue").html
+            html +=
+                ActionForm(
+                    "Open the cancellation page (retention request)", action: base + "/retention-request",
+                    id: "retention-request"
+                ).html
             html +=
                 ActionForm(
                     "Consent to price increase", action: base + "/price-consent",

@@ -18,7 +18,7 @@ extension ServerAPIService {
         guarded: (@escaping @Sendable (HTTPRequest, RequestContext) async throws -> HTTPResponse) -> Handler
     ) {
         let store = self
-        let routes = serverAPIRoutes()
+        let routes = serverAPIRoutes() + retentionMessagingRoutes()
         for (prefix, sandboxPath) in [("/inApps", false), ("/sandbox/inApps", true)] {
             router.renderErrors(under: prefix, with: .apple)
             for (method, path, endpoint, handler) in routes {
@@ -104,7 +104,7 @@ extension ServerAPIService {
                     ]))
             }
         }
-        let routes: [(String, String, APIEndpointClass, APIHandler)] = [
+        return [
             (
                 "GET", "/v1/transactions/{id}", .transactionInfo,
                 { _, context, scope in
@@ -297,14 +297,18 @@ extension ServerAPIService {
                 }
             ),
         ]
-        return routes + retentionMessagingRoutes(body: body)
     }
 
     /// The Retention Messaging API's endpoints (same host, tokens, limits and errors).
-    func retentionMessagingRoutes(body: @escaping @Sendable (HTTPRequest) throws -> JSONObject)
-        -> [(String, String, APIEndpointClass, APIHandler)]
-    {
+    func retentionMessagingRoutes() -> [(String, String, APIEndpointClass, APIHandler)] {
         let store = self
+        @Sendable func body(_ request: HTTPRequest) throws -> JSONObject {
+            guard !request.body.isEmpty else { return [:] }
+            guard let object = (try? JSONParser.parse(request.body))?.objectValue else {
+                throw EmulatorError.api(.generalBadRequest, "The request body is not a JSON object.")
+            }
+            return object
+        }
         return [
             (
                 "PUT", "/v1/messaging/image/{id}", .retentionMessaging,

@@ -21,6 +21,7 @@ package enum BenchCommands {
         (["bench", "slow-clients"], slowClientsSpec, slowClients),
         (["bench", "hold-connections"], holdSpec, hold),
         (["bench", "dashboard"], dashboardSpec, dashboard),
+        (["bench", "retention"], retentionSpec, retention),
         (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
     ]
 

@@ -315,10 +315,15 @@ extension ServerAPIService {
         }
         var subscriptionState = subscription.state
         if accept, let event {
-            let result = try appStore.subscriptionVerb(
-                event, transactionID: subscription.latestTransactionID.rawValue, in: store, now: now)
-            subscriptionState = result.subscription ?? subscriptionState
-            applied = outcome
+            // The lifecycle refuses before changing anything (a product no longer for sale, say): shown, not taken.
+            do {
+                let result = try appStore.subscriptionVerb(
+                    event, transactionID: subscription.latestTransactionID.rawValue, in: store, now: now)
+                subscriptionState = result.subscription ?? subscriptionState
+                applied = outcome
+            } catch let error as EmulatorError {
+                problem = "shown, but it could not be taken: \(error.message)"
+            }
         }
         var record: JSONObject = [
             "requestIdentifier": payload["requestIdentifier"] ?? .null, "request": .object(payload),

@@ -64,6 +64,21 @@ public struct StoreKitConfiguration: Sendable, Hashable {
         self.settings = Settings(json: root["settings"]?.objectValue ?? JSONObject())
     }
 
+    /// Sets a subscription's `billingPlans` (the emulator's `--config` member of that name, for catalogues
+    /// whose `.storekit` file has none), checked as the file's own would be; false when no subscription
+    /// has `productID`.
+    public mutating func setBillingPlans(productID: String, _ plans: JSONValue) throws(ConfigurationError) -> Bool {
+        for (groupIndex, group) in subscriptionGroups.enumerated() {
+            guard let index = group.subscriptions.firstIndex(where: { $0.productID == productID }) else { continue }
+            var subscription = group.subscriptions[index]
+            subscription.json["billingPlans"] = plans
+            _ = try subscription.checkedBillingPlans()
+            subscriptionGroups[groupIndex].subscriptions[index] = subscription
+            return true
+        }
+        return false
+    }
+
     /// `{major, minor}` of the file format, e.g. (5, 0).
     public var version: (major: Int, minor: Int)? {
         guard let major = json["version"]?["major"]?.int64Value, let minor = json["version"]?["minor"]?.int64Value

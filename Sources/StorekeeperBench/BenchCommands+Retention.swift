@@ -14,7 +14,8 @@ extension BenchCommands {
         abstract: "Measure the purchase server's answer to Retention Messaging's realtime request as answers pile up.",
         options: [
             .init(name: "requests", valueName: "n", help: "Realtime requests per measurement (default: 5000)."),
-            .init(name: "stored", valueName: "n", help: "Answers stored before the second measurement (default: 100000)."),
+            .init(
+                name: "stored", valueName: "n", help: "Answers stored before the second measurement (default: 100000)."),
             .init(name: "subscribers", valueName: "n", help: "Subscriptions the requests are about (default: 2000)."),
             .init(name: "clients", valueName: "n", help: "Concurrent in-process clients (default: 64)."),
         ],

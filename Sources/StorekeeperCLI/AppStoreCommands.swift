@@ -23,7 +23,9 @@ enum AppStoreCommands {
                 repeatable: true),
             .init(
                 name: "config", valueName: "file",
-                help: "Apps as JSON: {\"apps\": [{\"bundleId\", \"appAppleId\", \"version\", \"sharedSecret\"}]}."),
+                help:
+                    "Apps as JSON: {\"apps\": [{\"bundleId\", \"appAppleId\", \"version\", \"sharedSecret\"}], \"billingPlans\"?: {productId: [{\"billingPlanType\": \"MONTHLY\", \"displayPrice\", \"totalBillingPeriods\"}]}}."
+            ),
             .init(
                 name: "bundle-id", valueName: "id", help: "An app to sell for (default: com.example.storekeeper).",
                 repeatable: true),
@@ -193,6 +195,7 @@ enum AppStoreCommands {
         }
         if catalogs.isEmpty { catalogs = [try! StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))] }
         var apps = try loadApps(arguments.value("config"))
+        try applyBillingPlans(arguments.value("config"), to: &catalogs)
         for bundleID in arguments.all("bundle-id") where !apps.contains(where: { $0.bundleID == bundleID }) {
             apps.append(AppConfiguration(bundleID: bundleID))
         }
@@ -254,6 +257,30 @@ enum AppStoreCommands {
         server.stop()
         console.write("stopped\n")
         return 0
+    }
+
+    /// `--config`'s `billingPlans`: a yearly subscription's monthly plan over a commitment, by product id, for
+    /// catalogues that do not carry one (Xcode's `.storekit` key for it is not published).
+    static func applyBillingPlans(_ path: String?, to catalogs: inout [StoreKitConfiguration]) throws {
+        guard let path, let data = FileManager.default.contents(atPath: path),
+            let plans = (try? JSONParser.parse(Array(data)))?["billingPlans"]
+        else { return }
+        guard let byProduct = plans.objectValue else {
+            throw CommandError.input("billingPlans in '\(path)' maps product ids to lists of plans")
+        }
+        for (productID, list) in byProduct.members {
+            var found = false
+            for index in catalogs.indices where !found {
+                do {
+                    found = try catalogs[index].setBillingPlans(productID: productID, list)
+                } catch {
+                    throw CommandError.input("'\(path)': \(error.description)")
+                }
+            }
+            guard found else {
+                throw CommandError.input("billingPlans in '\(path)' names \(productID), which no catalogue sells")
+            }
+        }
     }
 
     static func loadApps(_ path: String?) throws -> [AppConfiguration] {

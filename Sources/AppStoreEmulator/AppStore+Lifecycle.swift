@@ -25,7 +25,8 @@ extension AppStore {
                 else { return nil }
                 return ProductTerms(
                     period: period, level: subscription.level ?? 1, forSale: !unavailable.contains(productID),
-                    commitment: entry.monthlyPlan.map { CommitmentTerms(periods: $0.periods) })
+                    commitment: entry.monthlyPlan.map { CommitmentTerms(periods: $0.periods) },
+                    hasBillingPlans: subscription.json["billingPlans"]?.arrayValue?.isEmpty == false)
             })
     }
 
@@ -33,10 +34,9 @@ extension AppStore {
     func commitmentBilling(_ commitment: SubscriptionCommitment, productID: ProductID, account: Account) -> (
         price: Money?, commitment: TransactionCommitment
     ) {
-        let monthly = catalog.entry(productID.rawValue)?.monthlyPlan?.price
-        let total = monthly.map {
-            Money(milliunits: $0.milliunits * Int64(commitment.totalBillingPeriods), currency: $0.currency)
-        }
+        let plan = catalog.entry(productID.rawValue)?.monthlyPlan
+        let monthly = plan?.price
+        let total = plan?.commitmentPrice
         return (
             charged(monthly, account),
             TransactionCommitment(

@@ -16,12 +16,16 @@ public struct Catalog: Sendable {
         /// The price in milliunits (the catalogue's currency is USD), parsed once: every renewal reads it.
         public private(set) var price: Money?
         /// The monthly plan over a commitment (`billingPlans`), for a yearly subscription sold with one: each
-        /// month's price and the number of months.
-        public var monthlyPlan: (price: Money, periods: Int)? {
+        /// month's price, the number of months, and the whole commitment's price (`commitmentDisplayPrice`,
+        /// else the months' prices added up).
+        public var monthlyPlan: (price: Money, periods: Int, commitmentPrice: Money)? {
             guard let plan = subscription?.monthlyPlan,
                 let price = plan.displayPrice.flatMap({ Money(decimal: $0, currency: "USD") })
             else { return nil }
-            return (price, plan.totalBillingPeriods)
+            let total =
+                plan.commitmentDisplayPrice.flatMap { Money(decimal: $0, currency: "USD") }
+                ?? Money(milliunits: price.milliunits * Int64(plan.totalBillingPeriods), currency: "USD")
+            return (price, plan.totalBillingPeriods, total)
         }
 
         init(

@@ -43,7 +43,10 @@ public enum DefaultCatalog {
                   "subscriptionGroupID" : "20000001", "groupNumber" : 1, "recurringSubscriptionPeriod" : "P1Y",
                   "introductoryOffer" : { "internalID" : "30000001", "paymentMode" : "free", "subscriptionPeriod" : "P1W", "numberOfPeriods" : 1 },
                   "adHocOffers" : [ ], "codeOffers" : [ ],
-                  "billingPlans" : [ { "billingPlanType" : "MONTHLY", "displayPrice" : "2.49", "totalBillingPeriods" : 12 } ],
+                  "billingPlans" : [ { "billingPlanType" : "BILLED_UPFRONT", "displayPrice" : "24.99",
+                      "commitmentDisplayPrice" : "24.99", "internalID" : "40000001", "isEnabled" : true },
+                    { "billingPlanType" : "MONTHLY", "displayPrice" : "2.49", "commitmentDisplayPrice" : "29.88",
+                      "internalID" : "40000002", "isEnabled" : true } ],
                   "localizations" : [ { "locale" : "en_US", "displayName" : "Plus Yearly", "description" : "Plus, billed yearly" } ] }
               ] }
           ]

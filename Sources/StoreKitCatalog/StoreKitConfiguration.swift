@@ -197,41 +197,57 @@ public struct Subscription: CatalogItem, Sendable, Hashable {
         (json["introductoryOffer"]?.objectValue ?? json["introductoryOffers"]?.arrayValue?.first?.objectValue)
             .map(SubscriptionOffer.init)
     }
-    /// The monthly plan over a commitment (`billingPlans`, Storekeeper's key until Xcode's `.storekit` format
-    /// for it is published): `[{"billingPlanType": "MONTHLY", "displayPrice": "2.49", "totalBillingPeriods": 12}]`
-    /// on a yearly subscription.
-    public var monthlyPlan: BillingPlan? { (try? checkedBillingPlans())?.first { $0.type == .monthly } }
-
-    /// A billing plan of a subscription.
-    public struct BillingPlan: Sendable, Hashable {
-        public var type: BillingPlanType
-        /// The price of each billing period.
-        public var displayPrice: String?
-        public var totalBillingPeriods: Int
+    /// The monthly plan over a 12-month commitment, when the subscription is sold with one and it is enabled
+    /// (Xcode 26.5's `billingPlans`: `[{"billingPlanType": "BILLED_UPFRONT", "displayPrice", …},
+    /// {"billingPlanType": "MONTHLY", "displayPrice": "0.5", "commitmentDisplayPrice": "6.00", "internalID",
+    /// "isEnabled": true}]`, on a yearly subscription).
+    public var monthlyPlan: BillingPlan? {
+        (try? checkedBillingPlans())?.first { $0.type == .monthly && $0.isEnabled }
     }
 
-    /// `billingPlans`, checked: an array of objects with a known `billingPlanType`, on a yearly subscription.
+    /// A billing plan of a subscription, as Xcode writes it.
+    public struct BillingPlan: Sendable, Hashable {
+        public var type: BillingPlanType
+        /// The price of each billing period (a month for `MONTHLY`).
+        public var displayPrice: String?
+        /// The whole commitment's price (`commitmentDisplayPrice`).
+        public var commitmentDisplayPrice: String?
+        public var isEnabled: Bool
+        /// Billing periods in the commitment: 12 months for `MONTHLY`, one for `BILLED_UPFRONT`.
+        public var totalBillingPeriods: Int { type == .monthly ? 12 : 1 }
+    }
+
+    /// `billingPlans`, checked: objects with a known `billingPlanType`; `MONTHLY` only on a yearly subscription,
+    /// with a price.
     func checkedBillingPlans() throws(StoreKitConfiguration.ConfigurationError) -> [BillingPlan] {
         guard let value = json["billingPlans"], value != .null else { return [] }
         func refuse(_ what: String) -> StoreKitConfiguration.ConfigurationError {
             StoreKitConfiguration.ConfigurationError(
                 description: "subscription '\(productID)': billingPlans \(what)")
         }
-        guard let items = value.arrayValue else { throw refuse("must be an array") }
-        guard period == StorePeriod(years: 1) else { throw refuse("are for yearly (P1Y) subscriptions") }
+        guard let items = value.arrayValue, items.count <= 16 else { throw refuse("must be an array (at most 16)") }
+        func price(_ text: String?) -> Bool { text.flatMap { Money(decimal: $0, currency: "USD") } != nil }
         var plans: [BillingPlan] = []
         for item in items {
             guard let raw = item["billingPlanType"]?.stringValue else { throw refuse("entries need a billingPlanType") }
             guard let type = BillingPlanType(rawValue: raw) else {
                 throw refuse("has an unknown billingPlanType '\(raw)' (BILLED_UPFRONT or MONTHLY)")
             }
-            let total = item["totalBillingPeriods"]?.int64Value ?? 12
-            guard (2...12).contains(total) else { throw refuse("totalBillingPeriods must be 2 to 12") }
-            let price = item["displayPrice"]?.stringValue
-            if type == .monthly, price.flatMap({ Money(decimal: $0, currency: "USD") }) == nil {
-                throw refuse("MONTHLY needs a displayPrice such as \"2.49\"")
+            let displayPrice = item["displayPrice"]?.stringValue
+            let commitment = item["commitmentDisplayPrice"]?.stringValue
+            if type == .monthly {
+                guard period == StorePeriod(years: 1) else {
+                    throw refuse("MONTHLY is a yearly (P1Y) subscription's plan")
+                }
+                guard price(displayPrice) else { throw refuse("MONTHLY needs a displayPrice such as \"2.49\"") }
             }
-            plans.append(BillingPlan(type: type, displayPrice: price, totalBillingPeriods: Int(total)))
+            if let commitment, !price(commitment) {
+                throw refuse("commitmentDisplayPrice '\(commitment)' is not a price")
+            }
+            plans.append(
+                BillingPlan(
+                    type: type, displayPrice: displayPrice, commitmentDisplayPrice: commitment,
+                    isEnabled: item["isEnabled"]?.boolValue ?? true))
         }
         return plans
     }

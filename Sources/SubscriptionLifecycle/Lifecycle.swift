@@ -10,12 +10,18 @@ public struct ProductTerms: Sendable, Hashable {
     public var forSale: Bool
     /// The monthly plan over a commitment, for a yearly product sold with one.
     public var commitment: CommitmentTerms?
+    /// Whether the product names its billing plans (then a period bought up front says `BILLED_UPFRONT`).
+    public var hasBillingPlans: Bool
 
-    public init(period: StorePeriod, level: Int = 1, forSale: Bool = true, commitment: CommitmentTerms? = nil) {
+    public init(
+        period: StorePeriod, level: Int = 1, forSale: Bool = true, commitment: CommitmentTerms? = nil,
+        hasBillingPlans: Bool? = nil
+    ) {
         self.period = period
         self.level = level
         self.forSale = forSale
         self.commitment = commitment
+        self.hasBillingPlans = hasBillingPlans ?? (commitment != nil)
     }
 }
 
@@ -169,7 +175,7 @@ public struct Lifecycle: Sendable {
         let expires = settings.rate.end(of: offer?.period ?? product.period, from: now)
         var state = SubscriptionState(
             originalTransactionID: originalTransactionID, productID: productID, expiresDate: expires)
-        if product.commitment != nil { state.billingPlan = .billedUpfront }
+        if product.hasBillingPlans { state.billingPlan = .billedUpfront }
         if let offer {
             state.offer = offer.offer
             state.offerPeriodsLeft = offer.periods - 1
@@ -406,7 +412,7 @@ public struct Lifecycle: Sendable {
                 return commitmentRenewal(&state, number: 1, at: end)
             }
             state.commitment = nil
-            state.billingPlan = product.commitment == nil ? nil : .billedUpfront
+            state.billingPlan = product.hasBillingPlans ? .billedUpfront : nil
         }
         if !state.autoRenew {
             return state.priceIncreaseStatus == .pending
@@ -613,7 +619,7 @@ public struct Lifecycle: Sendable {
         // An upgrade ends a commitment at once.
         if state.commitment != nil {
             state.commitment = nil
-            state.billingPlan = new.commitment == nil ? nil : .billedUpfront
+            state.billingPlan = new.hasBillingPlans ? .billedUpfront : nil
         }
         var effects: [LifecycleEffect] = [
             .endLatestPeriod(at: now, refundUnused: state.status == .active), .unschedule(.renewal),

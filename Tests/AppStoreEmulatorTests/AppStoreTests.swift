@@ -655,6 +655,44 @@ extension EmulatorVectorCatalogTests {
     }
 }
 
+extension EmulatorVectorCatalogTests {
+    @Test("Xcode 26.5's billingPlans: the monthly plan of a yearly subscription, at its prices, month by month")
+    func billingPlans() async throws {
+        let catalog = try StoreKitConfiguration(
+            data: Vectors.bytes("storekit/05-revenuecat-StoreKitUnitTests-UnitTestsConfiguration.v5_0.storekit"))
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: "com.example.app")],
+            dataDirectory: try ExternalTool.temporaryDirectory(), rate: .monthlyRenewalEveryFiveMinutes)
+        let account = try await store.createAccount(environment: .sandbox, storefront: "USA")
+        let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
+        _ = try await store.install(deviceID: device, bundleID: "com.example.app", version: "1")
+        let outcome = try await store.pay(
+            deviceID: device, bundleID: "com.example.app", productID: "com.revenuecat.annual_with_commitment",
+            quantity: 1, applicationUsername: nil, appAccountToken: nil, billingPlan: .monthly)
+        guard case .purchased(_, let jws) = outcome else { throw CancellationError() }
+        let payload = try CompactJWS(jws).payload
+        // The plan's own prices: 0.50 a month, 6.00 for the commitment (commitmentDisplayPrice).
+        #expect(payload["billingPlanType"] == .string("MONTHLY") && payload["price"] == .integer(500), "\(payload)")
+        #expect(payload["commitmentInfo"]?["commitmentPrice"] == .integer(6_000))
+        #expect(payload["commitmentInfo"]?["totalBillingPeriods"] == .integer(12))
+        // Only BILLED_UPFRONT for the other yearly product: its monthly plan is refused.
+        let other = try await store.createAccount(environment: .sandbox, storefront: "USA")
+        let phone = try await store.createDevice(accountID: other.id, deviceID: nil).id.rawValue
+        _ = try await store.install(deviceID: phone, bundleID: "com.example.app", version: "1")
+        await #expect(throws: EmulatorError.self) {
+            _ = try await store.pay(
+                deviceID: phone, bundleID: "com.example.app", productID: "com.revenuecat.annual_39.99_no_trial",
+                quantity: 1, applicationUsername: nil, appAccountToken: nil, billingPlan: .monthly)
+        }
+        // Bought up front, a product with plans says so.
+        let upfront = try await store.pay(
+            deviceID: phone, bundleID: "com.example.app", productID: "com.revenuecat.annual_39.99_no_trial",
+            quantity: 1, applicationUsername: nil, appAccountToken: nil)
+        guard case .purchased(_, let upfrontJWS) = upfront else { throw CancellationError() }
+        #expect(try CompactJWS(upfrontJWS).payload["billingPlanType"] == .string("BILLED_UPFRONT"))
+    }
+}
+
 @Suite("Emulator API robustness")
 struct EmulatorRobustnessTests {
     @Test("Malformed bodies, wrong types and unknown ids on every route give 4xx JSON errors, never a 500")

@@ -92,14 +92,14 @@ struct ServerDashboardTests {
         #expect(try await harness.call("GET", "/v1/metrics/actives?resolution=year").0 == 400)
         #expect(try await harness.call("GET", "/v1/metrics/actives?from=0&to=999999999999").0 == 400)
         let list = try await harness.call("GET", "/v1/metrics").1
-        #expect(list["charts"]?.arrayValue?.count == 6)
+        #expect(list["charts"]?.arrayValue?.count == 7)
 
         let now = harness.store.now
         let from = Int64(now.timeIntervalSince1970 * 1000) - 86_400_000
         let to = Int64(now.timeIntervalSince1970 * 1000) + 86_400_000
         let responder = harness.server.responder()
         let cookie = try #require(await Self.cookie(responder, secret: ServerHarness.secret))
-        for chart in ["actives", "trials", "actives_new", "churn", "revenue", "mrr"] {
+        for chart in ["actives", "trials", "actives_new", "churn", "revenue", "mrr", "retention_save_rate"] {
             let (status, body) = try await harness.call(
                 "GET", "/v1/metrics/\(chart)?from=\(from)&to=\(to)&resolution=day")
             #expect(status == 200, "\(body)")
@@ -116,7 +116,7 @@ struct ServerDashboardTests {
             headers: [("Cookie", cookie)])
         let html = String(decoding: page.body, as: UTF8.self)
         #expect(page.status == 200)
-        for chart in ["actives", "trials", "actives_new", "churn", "revenue", "mrr"] {
+        for chart in ["actives", "trials", "actives_new", "churn", "revenue", "mrr", "retention_save_rate"] {
             #expect(html.contains("id=\"chart-\(chart)-svg\""), "\(chart)")
         }
         #expect(html.contains("<span class=\"value\">2.99</span>"), "revenue and MRR drawn in dollars")

@@ -260,7 +260,7 @@ extension AppStore {
             ]
             let renewalPrice =
                 commitment.renewalPlan == .monthly
-                ? entry?.monthlyPlan.map { $0.price.milliunits * Int64($0.periods) } : entry?.price?.milliunits
+                ? entry?.monthlyPlan?.commitmentPrice.milliunits : entry?.price?.milliunits
             if let renewalPrice { renewal["commitmentRenewalPrice"] = .integer(renewalPrice) }
             info["commitmentInfo"] = .object(renewal)
         }

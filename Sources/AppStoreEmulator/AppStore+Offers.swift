@@ -112,7 +112,9 @@ extension AppStore {
             return nil
         }
         guard let request else {
-            guard standing == .new, let intro = subscription.introductoryOffer else { return nil }
+            // Offers are per billing plan (Xcode 26.5's `billingPlanType` on an offer): one for the monthly
+            // plan is not this purchase's, which is billed up front.
+            guard standing == .new, let intro = subscription.introductoryOffer, Self.upfront(intro) else { return nil }
             return Self.terms(intro, type: .introductory, identifier: nil)
         }
         switch request {
@@ -130,6 +132,9 @@ extension AppStore {
                     "offer code '\(code)' is for \(offer.eligibility.joined(separator: ", ")) subscribers; this customer is \(standing.name)"
                 )
             }
+            guard Self.upfront(offer) else {
+                throw EmulatorError.offer("invalidOfferIdentifier", "offer code '\(code)' is for the monthly plan")
+            }
             return try Self.required(
                 Self.terms(offer, type: .offerCode, identifier: offer.referenceName ?? offer.internalID))
         case .winBack(let id):
@@ -139,6 +144,9 @@ extension AppStore {
             guard standing == .expired else {
                 throw EmulatorError.offer(
                     "ineligibleForOffer", "win-back offers are for customers whose subscription in the group ended")
+            }
+            guard Self.upfront(offer) else {
+                throw EmulatorError.offer("invalidOfferIdentifier", "win-back offer '\(id)' is for the monthly plan")
             }
             return try Self.required(Self.terms(offer, type: .winBack, identifier: id))
         case .promotional(let offerID, let keyID, let nonce, let timestamp, let signature):
@@ -186,6 +194,9 @@ extension AppStore {
         }
     }
 
+    /// Whether an offer is for a purchase billed up front (every offer but one marked for the monthly plan).
+    static func upfront(_ offer: SubscriptionOffer) -> Bool { offer.json["billingPlanType"]?.stringValue != "MONTHLY" }
+
     static func required(_ terms: OfferTerms?) throws -> OfferTerms {
         guard let terms else {
             throw EmulatorError.offer("invalidOfferIdentifier", "the offer has no subscriptionPeriod in the catalogue")
@@ -196,9 +207,10 @@ extension AppStore {
     func promotionalOffer(_ offerID: String, in subscription: Subscription, entry: Catalog.Entry) throws
         -> SubscriptionOffer
     {
-        guard let offer = subscription.promotionalOffers.first(where: { $0.offerID == offerID }) else {
+        guard let offer = subscription.promotionalOffers.first(where: { $0.offerID == offerID && Self.upfront($0) })
+        else {
             throw EmulatorError.offer(
-                "invalidOfferIdentifier", "\(entry.productID) has no promotional offer '\(offerID)'")
+                "invalidOfferIdentifier", "\(entry.productID) has no promotional offer '\(offerID)' billed up front")
         }
         return offer
     }

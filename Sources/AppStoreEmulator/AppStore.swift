@@ -84,6 +84,9 @@ public final class AppStore: Sendable {
     let notificationSettings: Mutex<[String: AppNotifications]>
     /// The keys that sign each app's promotional offers, by key id.
     let offerKeys: [String: [String: PublicKey]]
+    /// How long Retention Messaging's realtime request waits for the app's answer (Apple: 700 ms), and the
+    /// performance test's response-time threshold.
+    public let realtimeTimeout: Duration
     /// Whether any family was ever made: until then no change needs the family tables.
     let familiesExist: Mutex<Bool>
     /// The App Store Server API's keys, faults and rate limits, read with the rest of the state at start.
@@ -147,13 +150,14 @@ public final class AppStore: Sendable {
         storage: (any EmulatorStorage)? = nil, logger: Logger = .disabled,
         maxEventsPerRequest: Int = AppStore.defaultMaxEventsPerRequest,
         maxNotificationsInFlight: Int = AppStore.defaultMaxNotificationsInFlight,
-        notificationRetention: StorePeriod? = nil,
+        notificationRetention: StorePeriod? = nil, realtimeTimeout: Duration = RetentionLimits.realtimeTimeout,
         realNow: @escaping @Sendable () -> Date = { Date() },
         randomBytes: @escaping @Sendable (Int) -> [UInt8] = {
             (try? SecureRandom.bytes($0)) ?? [UInt8](repeating: 0, count: $0)
         }
     ) async throws {
         directoryLock = try DirectoryLock(directory: dataDirectory)
+        self.realtimeTimeout = realtimeTimeout
         self.catalog = Catalog(catalog)
         self.defaultStorefront =
             catalog.lazy.compactMap { $0.settings.storefront.flatMap(Storefront.init(countryCode:)) }.first

@@ -43,6 +43,11 @@ enum AppStoreCommands {
                     "Notifications sent at once at most, 3/4 of them to one URL; the rest wait in the outbox's queue (default: 1024)."
             ),
             .init(
+                name: "realtime-timeout-ms", valueName: "ms",
+                help:
+                    "How long Retention Messaging's realtime request waits for the app's answer, and the performance test's threshold (default: Apple's 700)."
+            ),
+            .init(
                 name: "notification-retention-days", valueName: "n",
                 help:
                     "Delete delivered and failed notifications n days after they were made, at the time rate, as Apple's 180-day history does (default: keep all)."
@@ -208,6 +213,12 @@ enum AppStoreCommands {
             return value
         }
         let maxInFlight = inFlight ?? AppStore.defaultMaxNotificationsInFlight
+        let realtimeTimeout = try arguments.value("realtime-timeout-ms").map { text -> Duration in
+            guard let value = Int64(text), (100...30_000).contains(value) else {
+                throw CommandError.usage("--realtime-timeout-ms must be 100 to 30000")
+            }
+            return .milliseconds(value)
+        }
         let retention = try arguments.notificationRetention()
         let logger = try LoggingOptions.logger(arguments, label: "appstore")
         let host = arguments.value("host") ?? "127.0.0.1"
@@ -230,7 +241,8 @@ enum AppStoreCommands {
         do {
             store = try await AppStore(
                 catalog: finalCatalogs, apps: finalApps, dataDirectory: data, rate: finalRate, logger: logger,
-                maxNotificationsInFlight: maxInFlight, notificationRetention: retention)
+                maxNotificationsInFlight: maxInFlight, notificationRetention: retention,
+                realtimeTimeout: realtimeTimeout ?? RetentionLimits.realtimeTimeout)
         } catch let error as EmulatorError {
             throw CommandError.runtime(error.message)
         }

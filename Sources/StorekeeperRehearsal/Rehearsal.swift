@@ -40,6 +40,8 @@ public final class Rehearsal: Sendable {
         public var logger: Logger = .disabled
         /// How often the emulator's scheduler and the server's webhook sender look for work.
         public var granularity: Duration = .milliseconds(250)
+        /// How long the cancellation page waits for the server's retention answer (Apple's 700 ms).
+        public var realtimeTimeout: Duration = RetentionLimits.realtimeTimeout
 
         public init(dataDirectory: URL) { self.dataDirectory = dataDirectory }
     }
@@ -107,7 +109,8 @@ public final class Rehearsal: Sendable {
         }
         let store = try await AppStore(
             catalog: catalogs, apps: apps, dataDirectory: data.appendingPathComponent("emulator"),
-            rate: options.rate ?? catalogs.first?.settings.timeRate, logger: options.logger.with(["half": "emulator"]))
+            rate: options.rate ?? catalogs.first?.settings.timeRate, logger: options.logger.with(["half": "emulator"]),
+            realtimeTimeout: options.realtimeTimeout)
         var started: [HTTPServer] = []
         do {
             let emulator = try HTTPServer(

@@ -690,6 +690,34 @@ extension EmulatorVectorCatalogTests {
             quantity: 1, applicationUsername: nil, appAccountToken: nil)
         guard case .purchased(_, let upfrontJWS) = upfront else { throw CancellationError() }
         #expect(try CompactJWS(upfrontJWS).payload["billingPlanType"] == .string("BILLED_UPFRONT"))
+
+        // Offers are per plan: an introductory offer marked for the monthly plan is not given to a purchase
+        // billed up front (the same catalogue with its two-week trial so marked).
+        func firstPurchase(_ text: String) async throws -> JSONObject {
+            let catalog = try StoreKitConfiguration(data: Array(text.utf8))
+            let store = try await AppStore(
+                catalog: [catalog], apps: [AppConfiguration(bundleID: "com.example.app")],
+                dataDirectory: try ExternalTool.temporaryDirectory(), rate: .monthlyRenewalEveryFiveMinutes)
+            let account = try await store.createAccount(environment: .sandbox, storefront: "USA")
+            let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
+            _ = try await store.install(deviceID: device, bundleID: "com.example.app", version: "1")
+            guard
+                case .purchased(_, let jws) = try await store.pay(
+                    deviceID: device, bundleID: "com.example.app",
+                    productID: "com.revenuecat.annual_39.99.2_week_intro", quantity: 1, applicationUsername: nil,
+                    appAccountToken: nil)
+            else { throw CancellationError() }
+            return try CompactJWS(jws).payload
+        }
+        let text = String(
+            decoding: try Vectors.bytes(
+                "storekit/05-revenuecat-StoreKitUnitTests-UnitTestsConfiguration.v5_0.storekit"), as: UTF8.self)
+        #expect(try await firstPurchase(text)["offerType"] == .integer(1), "the trial, billed up front")
+        let marked = text.replacingOccurrences(
+            of: #""billingPlanType" : "BILLED_UPFRONT",\s*"internalID" : "0539C216""#,
+            with: #""billingPlanType" : "MONTHLY", "internalID" : "0539C216""#, options: .regularExpression)
+        #expect(marked != text)
+        #expect(try await firstPurchase(marked)["offerType"] == nil, "the trial is the monthly plan's")
     }
 }
 

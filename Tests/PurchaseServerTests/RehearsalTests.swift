@@ -24,6 +24,8 @@ struct RehearsalTests {
         options.serverPort = 0
         options.reconcileEvery = reconcileEvery
         options.granularity = .milliseconds(20)
+        // A loaded test machine can take longer than Apple's 700 ms to answer the cancellation page.
+        options.realtimeTimeout = .seconds(5)
         return try await Rehearsal.start(options)
     }
 

@@ -125,7 +125,8 @@ struct ServerHarness {
         if retention != nil { emulatorApp.offerKeys = ["RETENTIONKEY": try offerKey.pemPKCS8()] }
         let store = try await AppStore(
             catalog: [catalog], apps: [emulatorApp],
-            dataDirectory: directory.appendingPathComponent("emulator"), rate: .monthlyRenewalEveryFiveMinutes)
+            dataDirectory: directory.appendingPathComponent("emulator"), rate: .monthlyRenewalEveryFiveMinutes,
+            realtimeTimeout: .seconds(5))
         store.startScheduler(granularity: .milliseconds(20))
         let emulator = try HTTPServer(port: 0, responder: EmulatorRoutes(store).responder())
         let sink = try WebhookSink(secret: webhookSecret, failFirst: failFirstWebhooks)

@@ -5,7 +5,7 @@ import StorekeeperJSON
 
 /// Apple's Retention Messaging limits (the Upload Message and Upload Image pages, the realtime endpoint's
 /// set-up page).
-enum RetentionLimits {
+public enum RetentionLimits {
     static let header = 66
     static let body = 144
     static let altText = 150
@@ -15,7 +15,7 @@ enum RetentionLimits {
     static let images = 2000
     static let realtimeURL = 256
     /// How long the App Store waits for the realtime answer (700 ms in production).
-    static let realtimeTimeout: Duration = .milliseconds(700)
+    public static let realtimeTimeout: Duration = .milliseconds(700)
     /// An answer larger than this is not a retention answer.
     static let realtimeAnswerBytes = 16 << 10
     /// Realtime requests kept per subscription for the control plane and the dashboard.

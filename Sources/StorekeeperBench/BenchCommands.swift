@@ -22,6 +22,7 @@ package enum BenchCommands {
         (["bench", "hold-connections"], holdSpec, hold),
         (["bench", "dashboard"], dashboardSpec, dashboard),
         (["bench", "retention"], retentionSpec, retention),
+        (["bench", "logging"], loggingSpec, logging),
         (["fuzz"], FuzzCommands.spec, FuzzCommands.run),
     ]
 

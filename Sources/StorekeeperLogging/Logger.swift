@@ -1,6 +1,10 @@
 public import Foundation
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// A small structured logger in the manner of swift-log: a value with a label, a level and metadata,
 /// writing through a ``LogHandler``. Messages are constant strings; what varies goes into metadata with
 /// dot-namespaced keys (`request.id`, `response.status`).
@@ -83,9 +87,29 @@ public struct Logger: Sendable {
     /// Whether a metadata key names something that must never be written: any dot-separated part of it
     /// is, or ends with, one of the secret words.
     public static func isSecretKey(_ key: String) -> Bool {
-        let words = ["password", "secret", "token", "key", "authorization", "receipt", "jws", "signed", "cookie"]
-        return key.lowercased().split(separator: ".").contains { part in
-            words.contains { part == $0 || part.hasSuffix($0) || part.hasPrefix($0) }
+        // Byte by byte, lower-cased as it goes (keys are ASCII; anything else compares as it is).
+        var part: [UInt8] = []
+        part.reserveCapacity(32)
+        for byte in key.utf8 {
+            if byte == 0x2E {
+                if isSecretPart(part) { return true }
+                part.removeAll(keepingCapacity: true)
+            } else {
+                part.append(byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte)
+            }
+        }
+        return isSecretPart(part)
+    }
+
+    private static let secretWords: [[UInt8]] = [
+        "password", "secret", "token", "key", "authorization", "receipt", "jws", "signed", "cookie",
+    ].map { Array($0.utf8) }
+
+    private static func isSecretPart(_ part: [UInt8]) -> Bool {
+        guard !part.isEmpty else { return false }
+        return secretWords.contains { word in
+            part.count >= word.count
+                && (part.starts(with: word) || part.suffix(word.count).elementsEqual(word))
         }
     }
 }
@@ -118,76 +142,230 @@ public struct NullLogHandler: LogHandler {
     public func write(_ record: LogRecord) {}
 }
 
-/// Writes one line per record to a file handle (standard error by default), as text
+/// Writes one line per record to a file (standard error by default), as text
 /// (`2026-12-01T10:00:00.123Z info emulator: request answered request.id=… response.status=200`) or as JSON.
+///
+/// Lines are rendered on the caller's thread into a buffer and written off the request path: by a thread of
+/// the handler's every `flushEvery`, by the caller when the buffer passes 64 KiB, on ``flush()``, and at
+/// process exit (``flushAll()`` runs from `atexit`), in the order they were logged. A record costs a
+/// rendering and an append, not a system call.
 public final class StreamLogHandler: LogHandler {
     public enum Format: String, Sendable, CaseIterable { case text, json }
 
     private let format: Format
-    private let output: Mutex<FileHandle>
+    private let descriptor: Int32
+    private let buffer = Mutex<[UInt8]>([])
+    /// Held while a flush takes the buffer and writes it: flushes do not overtake one another.
+    private let writing = Mutex<Void>(())
+    private let stopped = Atomic<Bool>(false)
+    private let second = Mutex<(Int64, [UInt8])>((Int64.min, []))
+    static let highWater = 64 << 10
 
-    public init(format: Format = .text, output: FileHandle = .standardError) {
+    public init(format: Format = .text, output: FileHandle = .standardError, flushEvery: Duration = .milliseconds(100))
+    {
         self.format = format
-        self.output = Mutex(output)
+        self.descriptor = output.fileDescriptor
+        Self.register(self)
+        let interval = UInt32(
+            max(1, flushEvery.components.seconds * 1_000_000 + flushEvery.components.attoseconds / 1_000_000_000_000))
+        let thread = Thread { [weak self] in
+            while true {
+                usleep(interval)
+                guard let handler = self, !handler.stopped.load(ordering: .relaxed) else { return }
+                handler.flush()
+            }
+        }
+        thread.name = "storekeeper.log.flush"
+        thread.start()
+    }
+
+    deinit {
+        stopped.store(true, ordering: .relaxed)
+        flush()
     }
 
     public func write(_ record: LogRecord) {
-        let line = Self.render(record, format: format) + "\n"
-        output.withLock { $0.write(Data(line.utf8)) }
+        var line = Self.render(record, format: format, timestamp: timestamp(record.date))
+        line.append(0x0A)
+        let size = buffer.withLock { pending in
+            pending.append(contentsOf: line)
+            return pending.count
+        }
+        if size >= Self.highWater { flush() }
+    }
+
+    /// Writes what is buffered now.
+    public func flush() {
+        writing.withLock { _ in
+            let pending = buffer.withLock { pending -> [UInt8] in
+                defer { pending.removeAll(keepingCapacity: true) }
+                return pending
+            }
+            var offset = 0
+            pending.withUnsafeBytes { bytes in
+                while offset < bytes.count {
+                    let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                    if written > 0 {
+                        offset += written
+                    } else if written < 0 && errno == EINTR {
+                        continue
+                    } else {
+                        return  // the output is gone (closed, full disk): the lines cannot be written anywhere
+                    }
+                }
+            }
+        }
+    }
+
+    // MARK: Every handler, flushed at exit
+
+    private struct Weak: @unchecked Sendable { weak var handler: StreamLogHandler? }
+    private static let handlers = Mutex<[Weak]>([])
+    private static let atExit: Void = { atexit { StreamLogHandler.flushAll() } }()
+
+    static func register(_ handler: StreamLogHandler) {
+        _ = atExit
+        handlers.withLock { list in
+            list.removeAll { $0.handler == nil }
+            list.append(Weak(handler: handler))
+        }
+    }
+
+    /// Writes every handler's buffered lines (at exit, and before a process ends on purpose).
+    public static func flushAll() {
+        for handler in handlers.withLock({ $0.compactMap(\.handler) }) { handler.flush() }
+    }
+
+    // MARK: Rendering
+
+    /// The record's time as `2026-12-01T10:00:00.123Z`, the part before the milliseconds made once a second.
+    private func timestamp(_ date: Date) -> [UInt8] {
+        let interval = date.timeIntervalSince1970.isFinite ? date.timeIntervalSince1970 : 0
+        let seconds = min(max(interval.rounded(.down), -1e15), 1e15)
+        let whole = Int64(seconds)
+        var prefix = second.withLock { $0.0 == whole ? $0.1 : [] }
+        if prefix.isEmpty {
+            prefix = Array(Self.secondPrefix(whole).utf8)
+            second.withLock { $0 = (whole, prefix) }
+        }
+        let millisecond = min(999, max(0, Int((interval - seconds) * 1_000)))
+        prefix.append(contentsOf: [
+            0x2E, UInt8(0x30 + millisecond / 100), UInt8(0x30 + millisecond / 10 % 10), UInt8(0x30 + millisecond % 10),
+            0x5A,
+        ])
+        return prefix
+    }
+
+    /// `2026-12-01T10:00:00` for a second since 1970, in UTC.
+    static func secondPrefix(_ seconds: Int64) -> String {
+        var time = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let year = Int(parts.tm_year) + 1900
+        let yearText =
+            year >= 0 && year < 10_000
+            ? String(repeating: "0", count: 4 - String(year).count) + String(year) : String(year)
+        return
+            "\(yearText)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
     }
 
     /// One line without its newline.
     public static func render(_ record: LogRecord, format: Format) -> String {
-        let time = timestamp(record.date)
+        String(decoding: render(record, format: format, timestamp: Array(timestamp(record.date).utf8)), as: UTF8.self)
+    }
+
+    static func render(_ record: LogRecord, format: Format, timestamp time: [UInt8]) -> [UInt8] {
         let keys = record.metadata.keys.sorted()
+        var out: [UInt8] = []
+        out.reserveCapacity(160 + record.metadata.count * 24)
         switch format {
         case .text:
-            let fields = keys.map { key in "\(key)=\(quotedIfNeeded(record.metadata[key]!))" }
-            return ([time, record.level.description, "\(record.label):", record.message] + fields)
-                .joined(separator: " ")
+            out += time
+            out.append(0x20)
+            out += Array(record.level.description.utf8)
+            out.append(0x20)
+            out += Array(record.label.utf8)
+            out += [0x3A, 0x20]
+            out += Array(record.message.utf8)
+            for key in keys {
+                out.append(0x20)
+                out += Array(key.utf8)
+                out.append(0x3D)
+                appendQuotedIfNeeded(record.metadata[key]!, to: &out)
+            }
         case .json:
-            var members = [
-                ("time", time), ("level", record.level.description), ("label", record.label),
-                ("message", record.message),
-            ]
-            members += keys.map { ($0, record.metadata[$0]!) }
-            return "{" + members.map { "\(jsonString($0.0)):\(jsonString($0.1))" }.joined(separator: ",") + "}"
+            out.append(0x7B)
+            var first = true
+            func member(_ name: String, _ value: [UInt8], raw: Bool) {
+                if !first { out.append(0x2C) }
+                first = false
+                appendJSONString(name, to: &out)
+                out.append(0x3A)
+                if raw {
+                    out.append(0x22)
+                    out += value
+                    out.append(0x22)
+                } else {
+                    appendJSONString(String(decoding: value, as: UTF8.self), to: &out)
+                }
+            }
+            member("time", time, raw: true)
+            member("level", Array(record.level.description.utf8), raw: true)
+            member("label", Array(record.label.utf8), raw: false)
+            member("message", Array(record.message.utf8), raw: false)
+            for key in keys { member(key, Array(record.metadata[key]!.utf8), raw: false) }
+            out.append(0x7D)
         }
+        return out
     }
 
     static func timestamp(_ date: Date) -> String {
-        // Whole seconds for gmtime, and the millisecond within the second (a wall-clock instant, never
-        // epoch milliseconds on the wire: those are StoreModel's EpochMilliseconds).
         let interval = date.timeIntervalSince1970.isFinite ? date.timeIntervalSince1970 : 0
         let seconds = min(max(interval.rounded(.down), -1e15), 1e15)
-        var time = time_t(seconds)
         let millisecond = min(999, max(0, Int((interval - seconds) * 1_000)))
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        return String(
-            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
-            Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), millisecond)
+        let digits = String(millisecond)
+        return secondPrefix(Int64(seconds)) + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
+    }
+
+    /// Whether a value is written as it is: not empty, no space, quote, `=`, backslash or control character.
+    static func isPlain(_ value: String) -> Bool {
+        !value.isEmpty
+            && value.utf8.allSatisfy { $0 > 0x20 && $0 != 0x22 && $0 != 0x3D && $0 != 0x5C && $0 != 0x7F }
+    }
+
+    static func appendQuotedIfNeeded(_ value: String, to out: inout [UInt8]) {
+        if isPlain(value) { out += Array(value.utf8) } else { appendJSONString(value, to: &out) }
     }
 
     static func quotedIfNeeded(_ value: String) -> String {
-        value.isEmpty || value.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" || $0.isNewline })
-            ? jsonString(value) : value
+        var out: [UInt8] = []
+        appendQuotedIfNeeded(value, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func appendJSONString(_ value: String, to out: inout [UInt8]) {
+        out.append(0x22)
+        for byte in value.utf8 {
+            switch byte {
+            case 0x22: out += [0x5C, 0x22]
+            case 0x5C: out += [0x5C, 0x5C]
+            case 0x0A: out += [0x5C, 0x6E]
+            case 0x0D: out += [0x5C, 0x72]
+            case 0x09: out += [0x5C, 0x74]
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out += [0x5C, 0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            default: out.append(byte)
+            }
+        }
+        out.append(0x22)
     }
 
     static func jsonString(_ value: String) -> String {
-        var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
+        var out: [UInt8] = []
+        appendJSONString(value, to: &out)
+        return String(decoding: out, as: UTF8.self)
     }
 }
 

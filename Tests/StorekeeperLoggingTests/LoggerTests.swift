@@ -47,6 +47,54 @@ struct LoggerTests {
         #expect(object["time"] == "2025-12-01T00:00:00.500Z")
     }
 
+    @Test("Buffered lines reach the file whole and in order from concurrent writers, on flush and on the timer")
+    func buffered() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("log-\(UUID().uuidString)").path
+        #expect(FileManager.default.createFile(atPath: path, contents: nil))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let file = try #require(FileHandle(forWritingAtPath: path))
+        let handler = StreamLogHandler(output: file, flushEvery: .milliseconds(20))
+        let logger = Logger(label: "test", handler: handler)
+        await withTaskGroup(of: Void.self) { group in
+            for writer in 0..<8 {
+                group.addTask {
+                    for line in 0..<2_000 {
+                        logger.info(
+                            "line",
+                            ["writer": String(writer), "n": String(line), "pad": String(repeating: "x", count: 40)])
+                    }
+                }
+            }
+        }
+        handler.flush()
+        let lines = String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self)
+            .split(separator: "\n")
+        #expect(lines.count == 16_000)
+        // Each writer's lines in its own order, none torn.
+        var next = [Int](repeating: 0, count: 8)
+        for line in lines {
+            let fields = Dictionary(
+                uniqueKeysWithValues: line.split(separator: " ").dropFirst(4).compactMap { field -> (String, String)? in
+                    let parts = field.split(separator: "=", maxSplits: 1)
+                    return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
+                })
+            guard let writer = fields["writer"].flatMap({ Int($0) }), let n = fields["n"].flatMap({ Int($0) }) else {
+                Issue.record("torn line: \(line)")
+                continue
+            }
+            #expect(n == next[writer], "writer \(writer)")
+            next[writer] = n + 1
+        }
+        // Without a flush, the handler's own thread writes within its interval.
+        logger.warning("late")
+        var seen = false
+        for _ in 0..<200 where !seen {
+            try await Task.sleep(for: .milliseconds(10))
+            seen = String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self).contains("late")
+        }
+        #expect(seen)
+    }
+
     @Test("level names parse as swift-log's")
     func levelNames() {
         #expect(Logger.Level(name: "WARNING") == .warning)

@@ -1,3 +1,4 @@
+import Foundation
 package import StorekeeperLogging
 
 /// `--log-level` and `--log-format`, shared by every server command.
@@ -27,6 +28,14 @@ package enum LoggingOptions {
             }
             format = parsed
         }
-        return Logger(label: label, level: level, handler: StreamLogHandler(format: format))
+        // How often buffered lines are written (default 100 ms); STOREKEEPER_LOG_FLUSH_MS tunes it (1 to
+        // 600000), for a slow disk or a test that shows a clean stop writes what is buffered.
+        var interval = Duration.milliseconds(100)
+        if let text = ProcessInfo.processInfo.environment["STOREKEEPER_LOG_FLUSH_MS"], let value = Int64(text),
+            (1...600_000).contains(value)
+        {
+            interval = .milliseconds(value)
+        }
+        return Logger(label: label, level: level, handler: StreamLogHandler(format: format, flushEvery: interval))
     }
 }

@@ -18,13 +18,18 @@ public struct Catalog: Sendable {
         /// The monthly plan over a commitment (`billingPlans`), for a yearly subscription sold with one: each
         /// month's price, the number of months, and the whole commitment's price (`commitmentDisplayPrice`,
         /// else the months' prices added up).
-        public var monthlyPlan: (price: Money, periods: Int, commitmentPrice: Money)? {
+        public private(set) var monthlyPlan: (price: Money, periods: Int, commitmentPrice: Money)?
+
+        private static func monthlyPlan(_ subscription: Subscription?) -> (
+            price: Money, periods: Int, commitmentPrice: Money
+        )? {
             guard let plan = subscription?.monthlyPlan,
                 let price = plan.displayPrice.flatMap({ Money(decimal: $0, currency: "USD") })
             else { return nil }
+            let (added, overflow) = price.milliunits.multipliedReportingOverflow(by: Int64(plan.totalBillingPeriods))
             let total =
                 plan.commitmentDisplayPrice.flatMap { Money(decimal: $0, currency: "USD") }
-                ?? Money(milliunits: price.milliunits * Int64(plan.totalBillingPeriods), currency: "USD")
+                ?? Money(milliunits: overflow ? .max : added, currency: "USD")
             return (price, plan.totalBillingPeriods, total)
         }
 
@@ -39,6 +44,7 @@ public struct Catalog: Sendable {
             self.subscription = subscription
             self.familyShareable = familyShareable
             price = Self.price(displayPrice)
+            monthlyPlan = Self.monthlyPlan(subscription)
         }
 
         private static func price(_ displayPrice: String?) -> Money? {

@@ -252,8 +252,10 @@ public struct AppStoreServerAPIClient: Sendable {
     /// A request with a body of any type (Upload Image's PNG).
     func call<Response: APIResponseBody>(
         _ method: String, _ path: String, query: [(String, String)] = [], rawBody bodyBytes: [UInt8],
-        contentType: String
+        contentType: String, idempotent: Bool? = nil
     ) async throws(AppStoreServerAPIError) -> Response {
+        // A request that may have landed is sent again only when sending it twice does no harm.
+        let idempotent = idempotent ?? (method != "POST")
         var url = environment.baseURL + path
         if !query.isEmpty {
             url += "?" + query.map { "\(Self.encode($0.0))=\(Self.encode($0.1))" }.joined(separator: "&")
@@ -267,7 +269,7 @@ public struct AppStoreServerAPIClient: Sendable {
                 return Response(json: json)
             } catch {
                 guard attempt < retry.maxAttempts, error.isRetryable,
-                    error.kind != .transport || method != "POST"
+                    error.kind != .transport || idempotent
                 else { throw error }
                 var wait = backoff
                 if let retryAfter = error.retryAfter {

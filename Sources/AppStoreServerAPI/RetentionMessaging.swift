@@ -115,7 +115,7 @@ extension AppStoreServerAPIClient {
     {
         let _: EmptyResponse = try await call(
             "PUT", "/inApps/v1/messaging/image/\(Self.id(identifier))", query: size.map { [("imageSize", $0)] } ?? [],
-            rawBody: png, contentType: "image/png")
+            rawBody: png, contentType: "image/png", idempotent: false)
     }
 
     public func deleteImage(_ identifier: UUID) async throws(AppStoreServerAPIError) {
@@ -129,8 +129,11 @@ extension AppStoreServerAPIClient {
     public func uploadMessage(_ identifier: UUID, _ message: RetentionMessageRequest)
         async throws(AppStoreServerAPIError)
     {
+        // Not idempotent at Apple (a second upload is a 409): not sent again after a transport error.
         let _: EmptyResponse = try await call(
-            "PUT", "/inApps/v1/messaging/message/\(Self.id(identifier))", body: message.json)
+            "PUT", "/inApps/v1/messaging/message/\(Self.id(identifier))",
+            rawBody: JSONWriter.bytes(.object(message.json)),
+            contentType: "application/json", idempotent: false)
     }
 
     public func deleteMessage(_ identifier: UUID) async throws(AppStoreServerAPIError) {

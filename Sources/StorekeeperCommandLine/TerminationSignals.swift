@@ -1,4 +1,5 @@
 import Foundation
+import StorekeeperLogging
 import Synchronization
 
 #if canImport(Glibc)
@@ -60,6 +61,8 @@ package enum TerminationSignals {
                     sigemptyset(&only)
                     sigaddset(&only, received)
                     pthread_sigmask(SIG_UNBLOCK, &only, nil)
+                    // The default action skips atexit: the log's buffered lines go out first.
+                    StreamLogHandler.flushAll()
                     raise(received)
                 }
                 for continuation in waiting { continuation.resume() }

@@ -153,6 +153,8 @@ public final class StreamLogHandler: LogHandler {
     public enum Format: String, Sendable, CaseIterable { case text, json }
 
     private let format: Format
+    /// Kept open as long as the handler lives (a FileHandle closes its descriptor when it goes).
+    private let output: FileHandle
     private let descriptor: Int32
     private let buffer = Mutex<[UInt8]>([])
     /// Held while a flush takes the buffer and writes it: flushes do not overtake one another.
@@ -164,10 +166,13 @@ public final class StreamLogHandler: LogHandler {
     public init(format: Format = .text, output: FileHandle = .standardError, flushEvery: Duration = .milliseconds(100))
     {
         self.format = format
+        self.output = output
         self.descriptor = output.fileDescriptor
         Self.register(self)
-        let interval = UInt32(
-            max(1, flushEvery.components.seconds * 1_000_000 + flushEvery.components.attoseconds / 1_000_000_000_000))
+        // 1 ms to 10 minutes.
+        let seconds = min(max(flushEvery.components.seconds, 0), 600)
+        let microseconds = seconds * 1_000_000 + flushEvery.components.attoseconds / 1_000_000_000_000
+        let interval = UInt32(min(max(microseconds, 1_000), 600_000_000))
         let thread = Thread { [weak self] in
             while true {
                 usleep(interval)

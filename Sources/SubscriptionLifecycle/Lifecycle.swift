@@ -387,47 +387,29 @@ public struct Lifecycle: Sendable {
         }
     }
 
-    /// The end of a period at `end`: expiry for one of its reasons, a billing failure, or a renewal.
+    /// The end of a period at `end`: expiry for one of its reasons, a billing failure, or a renewal. In a
+    /// commitment the months bill whatever the customer chose; at its end it renews as they left it.
     private func periodEnd(_ state: inout SubscriptionState, at end: Date) -> [LifecycleEffect] {
         if let commitment = state.commitment {
             if !commitment.isLastPeriod {
                 return commitmentRenewal(&state, number: commitment.billingPeriodNumber + 1, at: end)
             }
-            // The commitment's end: it renews as the customer left it, or the subscription ends.
-            guard commitment.autoRenew, state.autoRenew else {
+            guard commitment.autoRenew else {
                 return expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
             }
-            if state.priceIncreaseStatus == .pending {
-                return expire(&state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))
-            }
-            guard let product = terms(state.autoRenewProductID), product.forSale else {
-                return expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale))
-            }
-            if let cap = settings.renewalCap, state.renewalCount >= cap {
-                state.autoRenew = false
-                return expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
-            }
+        }
+        let product: ProductTerms
+        switch renewal(&state) {
+        case .success(let terms): product = terms
+        case .failure(let expiry): return expiry.effects
+        }
+        if let commitment = state.commitment {
             if commitment.renewalPlan == .monthly, product.commitment != nil {
                 state.productID = state.autoRenewProductID
                 return commitmentRenewal(&state, number: 1, at: end)
             }
             state.commitment = nil
             state.billingPlan = product.hasBillingPlans ? .billedUpfront : nil
-        }
-        if !state.autoRenew {
-            return state.priceIncreaseStatus == .pending
-                ? expire(&state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))
-                : expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
-        }
-        if state.priceIncreaseStatus == .pending {
-            return expire(&state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))
-        }
-        guard let product = terms(state.autoRenewProductID), product.forSale else {
-            return expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale))
-        }
-        if let cap = settings.renewalCap, state.renewalCount >= cap {
-            state.autoRenew = false
-            return expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))
         }
         if settings.renewalsFail {
             let retryEnds = end.addingTimeInterval(settings.rate.billingRetryPeriod(from: end))
@@ -452,6 +434,36 @@ public struct Lifecycle: Sendable {
         return startPeriod(
             &state, productID: state.autoRenewProductID, start: end, reason: .renewal,
             notice: Notice(.didRenew, v1: .didRenew))
+    }
+
+    /// Why a period's end does not renew, as the expiry it makes.
+    private struct Expiry: Error { let effects: [LifecycleEffect] }
+
+    /// The product a period's end renews to, or the expiry instead: auto-renew off, a price increase not
+    /// consented to, a product no longer for sale, or the sandbox's renewal cap.
+    private func renewal(_ state: inout SubscriptionState) -> Result<ProductTerms, Expiry> {
+        if state.priceIncreaseStatus == .pending {
+            return .failure(
+                Expiry(
+                    effects: expire(
+                        &state, intent: .didNotConsentToPriceIncrease, notice: Notice(.expired, .priceIncrease))))
+        }
+        guard state.autoRenew else {
+            return .failure(
+                Expiry(effects: expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))))
+        }
+        guard let product = terms(state.autoRenewProductID), product.forSale else {
+            return .failure(
+                Expiry(
+                    effects: expire(&state, intent: .productNotAvailable, notice: Notice(.expired, .productNotForSale)))
+            )
+        }
+        if let cap = settings.renewalCap, state.renewalCount >= cap {
+            state.autoRenew = false
+            return .failure(
+                Expiry(effects: expire(&state, intent: .customerCancelled, notice: Notice(.expired, .voluntary))))
+        }
+        return .success(product)
     }
 
     /// The end of a commitment plan's periods from `start`.
@@ -552,6 +564,8 @@ public struct Lifecycle: Sendable {
         state.status = .active
         state.productID = productID
         state.autoRenewProductID = productID
+        // A period bought up front (no commitment here): the plan its product lists, if it lists any.
+        state.billingPlan = product.hasBillingPlans ? .billedUpfront : nil
         state.expiresDate = expires
         state.expirationIntent = nil
         state.gracePeriodExpiresDate = nil
@@ -598,6 +612,11 @@ public struct Lifecycle: Sendable {
             state.offerPeriodsLeft = 0
             state.autoRenewProductID = productID
             state.autoRenew = true
+            if var commitment = state.commitment, current.commitment != nil {
+                commitment.renewalPlan = .monthly
+                commitment.autoRenew = true
+                state.commitment = commitment
+            }
             return [.notify(Notice(.didChangeRenewalPref, v1: .didChangeRenewalPref))]
         }
         let immediate = new.level < current.level || (new.level == current.level && new.period == current.period)

@@ -94,6 +94,24 @@ struct CommitmentTests {
         #expect(downgraded.state.productID == "yearly-lite" && downgraded.state.commitment == nil)
         let last = try #require(downgraded.periods.last)
         #expect(last.expires.timeIntervalSince(last.start) == 12 * Self.month, "a year billed up front")
+
+        // Taking the downgrade back (buying the current product again) keeps the commitment's own plan.
+        var undone = try Self.story()
+        try undone.send(.changeProduct("yearly-lite"))
+        try undone.send(.changeProduct("yearly"))
+        #expect(undone.state.commitment?.renewalPlan == .monthly && undone.state.autoRenewProductID == "yearly")
+    }
+
+    @Test("A refund reversed after the commitment ended renews a year billed up front, labelled so")
+    func refundReversal() throws {
+        var story = try Self.story()
+        try story.send(.refunded(.other))
+        try story.send(.refundReversed)
+        #expect(story.state.status == .active && story.state.commitment == nil)
+        try story.advance(seconds: Self.month)
+        #expect(story.state.billingPlan == .billedUpfront, "not MONTHLY: no commitment bills this period")
+        let last = try #require(story.periods.last)
+        #expect(last.expires.timeIntervalSince(last.start) == 12 * Self.month)
     }
 
     @Test("Refunding the current month ends the commitment; offers wait for its end; plans need a product with one")

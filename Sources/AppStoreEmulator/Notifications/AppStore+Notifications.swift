@@ -251,6 +251,10 @@ extension AppStore {
                     info["currency"] = .string(monthly.currency)
                     info["renewalPrice"] = .integer(monthly.milliunits)
                 }
+            } else if commitment.renewalPlan == .monthly, let monthly = entry?.monthlyPlan?.price {
+                // The next commitment's first month.
+                info["currency"] = .string(monthly.currency)
+                info["renewalPrice"] = .integer(monthly.milliunits)
             }
             var renewal: JSONObject = [
                 "commitmentAutoRenewProductId": .string(renewsTo.rawValue),

@@ -393,6 +393,9 @@ extension ServerAPIService {
 
     // MARK: - Performance tests
 
+    /// Performance test runs kept per app (the oldest finished ones go first).
+    static let performanceTestsKept = 100
+
     func apiInitiatePerformanceTest(body: JSONObject, scope: APIScope) async throws -> (JSONObject, String) {
         _ = try apiApp(scope)
         guard let original = body["originalTransactionId"]?.stringValue,
@@ -403,38 +406,57 @@ extension ServerAPIService {
         let now = appStore.now
         let bundle = BundleID(scope.bundleID)
         // The test runs in the sandbox, with a sandbox customer's subscription.
-        let (url, subscription) = try await appStore.storage.write { store in
-            guard let stored = try store.transaction(TransactionID(original)), stored.transaction.bundleID == bundle,
-                let subscription = try store.subscription(stored.transaction.originalID),
-                try store.account(subscription.accountID)?.environment == .sandbox
-            else {
-                throw EmulatorError.api(
-                    .invalidPerformanceTestRequest, "The original transaction is not a sandbox subscription of the app."
-                )
+        let written: (String, StoredSubscription)
+        do {
+            written = try await appStore.storage.write { store in
+                guard let stored = try store.transaction(TransactionID(original)),
+                    stored.transaction.bundleID == bundle,
+                    let subscription = try store.subscription(stored.transaction.originalID),
+                    try store.account(subscription.accountID)?.environment == .sandbox
+                else {
+                    throw EmulatorError.api(
+                        .invalidPerformanceTestRequest,
+                        "The original transaction is not a sandbox subscription of the app."
+                    )
+                }
+                guard let url = try self.realtimeURL(bundle: bundle, environment: .sandbox, in: store) else {
+                    throw EmulatorError.api(.realtimeUrlNotFound, "Realtime URL not found.")
+                }
+                // One run at a time per app, claimed inside the write (writes run one at a time).
+                let tests = try store.retentionItems(
+                    .performanceTest, bundle: bundle, environment: .sandbox, limit: Self.performanceTestsKept + 1)
+                let claimed = self.performanceRuns.withLock { runs -> Bool in
+                    guard !tests.contains(where: { $0.state == "PENDING" && runs.contains($0.id) }) else {
+                        return false
+                    }
+                    runs.insert(requestID)
+                    return true
+                }
+                guard claimed else {
+                    throw EmulatorError.api(.existingPerformanceTestRun, "A performance test is already running.")
+                }
+                // The oldest finished runs go (the newest ones, a passed one among them, stay).
+                for old in tests.dropLast(Self.performanceTestsKept - 1) where old.state != "PENDING" {
+                    _ = try store.deleteRetentionItem(
+                        .performanceTest, bundle: bundle, environment: .sandbox, id: old.id)
+                }
+                var item = RetentionItem(
+                    kind: .performanceTest, bundleID: bundle, environment: .sandbox, id: requestID, state: "PENDING",
+                    created: now)
+                item.document = JSONWriter.string(
+                    .object([
+                        "config": .object(PerformanceTestPlan(timeout: self.appStore.realtimeTimeout).config),
+                        "target": .string(url), "numPending": .integer(Int64(PerformanceTestPlan.totalRequests)),
+                    ]))
+                try store.save(item)
+                return (url, subscription)
             }
-            guard let url = try self.realtimeURL(bundle: bundle, environment: .sandbox, in: store) else {
-                throw EmulatorError.api(.realtimeUrlNotFound, "Realtime URL not found.")
-            }
-            let running = self.performanceRuns.withLock { $0 }
-            let pending = try store.retentionItems(
-                .performanceTest, bundle: bundle, environment: .sandbox, limit: 1_000
-            )
-            .contains { $0.state == "PENDING" && running.contains($0.id) }
-            guard !pending else {
-                throw EmulatorError.api(.existingPerformanceTestRun, "A performance test is already running.")
-            }
-            var item = RetentionItem(
-                kind: .performanceTest, bundleID: bundle, environment: .sandbox, id: requestID, state: "PENDING",
-                created: now)
-            item.document = JSONWriter.string(
-                .object([
-                    "config": .object(PerformanceTestPlan(timeout: self.appStore.realtimeTimeout).config),
-                    "target": .string(url), "numPending": .integer(Int64(PerformanceTestPlan.totalRequests)),
-                ]))
-            try store.save(item)
-            return (url, subscription)
+        } catch {
+            // A write that did not commit leaves no claim behind.
+            performanceRuns.withLock { _ = $0.remove(requestID) }
+            throw error
         }
-        performanceRuns.withLock { _ = $0.insert(requestID) }
+        let (url, subscription) = written
         jobs.start { [self] in
             await self.runPerformanceTest(requestID, url: url, subscription: subscription)
             self.performanceRuns.withLock { _ = $0.remove(requestID) }

@@ -293,6 +293,7 @@ extension EmulatorRoutes {
         if let retry = state.billingRetryEndsDate { object["billingRetryEndsDate"] = AppStore.milliseconds(retry) }
         if let price = state.priceIncreaseStatus { object["priceIncreaseStatus"] = .integer(price.rawValue) }
         if let plan = state.billingPlan { object["billingPlanType"] = .string(plan.rawValue) }
+        if let plan = state.renewalBillingPlan { object["renewalBillingPlanType"] = .string(plan.rawValue) }
         if let commitment = state.commitment {
             object["commitment"] = .object([
                 "billingPeriodNumber": .integer(Int64(commitment.billingPeriodNumber)),

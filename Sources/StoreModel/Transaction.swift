@@ -163,6 +163,9 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     public var billingPlan: BillingPlanType? = nil
     /// The commitment the subscription is in (monthly billing), while it is in one.
     public var commitment: SubscriptionCommitment? = nil
+    /// A plan chosen for the next renewal outside a commitment (`MONTHLY`: the next period starts one);
+    /// nil: billed as now.
+    public var renewalBillingPlan: BillingPlanType? = nil
 
     public init(
         originalTransactionID: TransactionID, productID: ProductID, autoRenewProductID: ProductID? = nil,

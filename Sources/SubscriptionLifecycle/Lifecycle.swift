@@ -98,6 +98,9 @@ public enum LifecycleEvent: Sendable, Hashable {
     case priceConsent(Bool)
     /// The customer bought another product of the group while subscribed.
     case changeProduct(ProductID)
+    /// The customer chose a product and billing plan for the next renewal (Retention Messaging's switch-plan
+    /// answer): the same product on another plan, or another product (as ``changeProduct(_:)``) on a plan.
+    case changePlan(ProductID, BillingPlanType)
     /// A subscriber redeemed an offer (promotional, offer code) for a product of the group: the same product
     /// from the next renewal, another one now (upgrade) or at the next renewal (downgrade).
     case redeemOffer(ProductID, OfferTerms)
@@ -222,6 +225,15 @@ public struct Lifecycle: Sendable {
             }
             state.gracePeriodExpiresDate = nil
             state.billingRetryEndsDate = nil
+            if state.commitment == nil, state.renewalBillingPlan == .monthly,
+                terms(state.autoRenewProductID)?.commitment != nil
+            {
+                // The renewal that failed was to start a commitment: it starts now.
+                state.productID = state.autoRenewProductID
+                return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
+                    + commitmentPeriod(
+                        &state, number: 1, start: now, notice: Notice(.didRenew, .billingRecovery, v1: .didRecover))
+            }
             if let commitment = state.commitment {
                 // The month paid late starts now: the commitment's end moves with it.
                 return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
@@ -349,6 +361,44 @@ public struct Lifecycle: Sendable {
         case .changeProduct(let productID):
             return try change(&state, to: productID, at: now)
 
+        case .changePlan(let productID, let plan):
+            guard let new = terms(productID), new.forSale else { throw LifecycleError("\(productID) is not for sale") }
+            if plan == .monthly, new.commitment == nil {
+                throw LifecycleError("\(productID) has no monthly plan with a commitment")
+            }
+            guard productID == state.productID else {
+                // Another product: bought as a change of product, then on that plan from its next renewal.
+                let effects = try change(&state, to: productID, at: now)
+                if plan == .monthly {
+                    if var commitment = state.commitment {
+                        commitment.renewalPlan = .monthly
+                        state.commitment = commitment
+                    } else {
+                        state.renewalBillingPlan = .monthly
+                    }
+                }
+                return effects
+            }
+            guard state.status == .active || state.isInBillingRetry else {
+                throw LifecycleError("subscription \(state.originalTransactionID) has ended")
+            }
+            if var commitment = state.commitment {
+                guard commitment.renewalPlan != plan || !commitment.autoRenew else {
+                    throw LifecycleError("already renewing on \(plan.rawValue)")
+                }
+                commitment.renewalPlan = plan
+                commitment.autoRenew = true
+                state.commitment = commitment
+            } else {
+                guard (state.renewalBillingPlan ?? state.billingPlan ?? .billedUpfront) != plan else {
+                    throw LifecycleError("already renewing on \(plan.rawValue)")
+                }
+                state.renewalBillingPlan = plan == .monthly ? .monthly : nil
+            }
+            state.autoRenewProductID = productID
+            state.autoRenew = true
+            return [.notify(Notice(.didChangeRenewalPref, v1: .didChangeRenewalPref))]
+
         case .redeemOffer(let productID, let offer):
             guard state.commitment == nil else {
                 throw LifecycleError(
@@ -410,6 +460,11 @@ public struct Lifecycle: Sendable {
             }
             state.commitment = nil
             state.billingPlan = product.hasBillingPlans ? .billedUpfront : nil
+        } else if state.renewalBillingPlan == .monthly, product.commitment != nil {
+            // Chosen for this renewal: a commitment starts.
+            state.productID = state.autoRenewProductID
+            state.commitment = nil
+            return commitmentRenewal(&state, number: 1, at: end)
         }
         if settings.renewalsFail {
             let retryEnds = end.addingTimeInterval(settings.rate.billingRetryPeriod(from: end))
@@ -519,6 +574,7 @@ public struct Lifecycle: Sendable {
         }
         state.commitment = commitment
         state.billingPlan = .monthly
+        state.renewalBillingPlan = nil
         state.status = .active
         state.expiresDate = expires
         state.expirationIntent = nil
@@ -588,6 +644,7 @@ public struct Lifecycle: Sendable {
         state.gracePeriodExpiresDate = nil
         state.billingRetryEndsDate = nil
         state.commitment = nil
+        state.renewalBillingPlan = nil
         return [.notify(notice)]
     }
 

@@ -160,6 +160,7 @@ struct EmulatorStorageContractTests {
         state.commitment = SubscriptionCommitment(
             billingPeriodNumber: 3, totalBillingPeriods: 12, expiresDate: start.addingTimeInterval(0.25),
             autoRenew: false, renewalPlan: .billedUpfront)
+        state.renewalBillingPlan = .monthly
         return StoredSubscription(state: state, accountID: "A1", bundleID: "com.example", latestTransactionID: "10")
     }()
 
@@ -702,6 +703,7 @@ struct EmulatorStorageContractTests {
                 DROP TABLE retention_items; DROP TABLE retention_requests;
                 ALTER TABLE transactions DROP COLUMN billing_plan; ALTER TABLE transactions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
+                ALTER TABLE subscriptions DROP COLUMN renewal_billing_plan;
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
@@ -811,6 +813,7 @@ struct EmulatorStorageContractTests {
                 DROP TABLE retention_items; DROP TABLE retention_requests;
                 ALTER TABLE transactions DROP COLUMN billing_plan; ALTER TABLE transactions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
+                ALTER TABLE subscriptions DROP COLUMN renewal_billing_plan;
                 DELETE FROM schema_migrations WHERE id >= '013';
                 INSERT INTO settings VALUES ('extensions.10', '[{"requestIdentifier":"r1","date":1704067200000,"effectiveDate":1704153600000,"webOrderLineItemId":"7"}]');
                 INSERT INTO settings VALUES ('massExtension.p.m1', '{"requestIdentifier":"m1","productId":"p","environment":"Production","complete":true,"succeededCount":3,"failedCount":1,"completeDate":1704067200000,"storefrontCountryCodes":["USA","GBR"]}');

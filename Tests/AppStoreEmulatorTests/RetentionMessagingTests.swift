@@ -33,6 +33,12 @@ struct RetentionMessagingTests {
           {"productID":"lite","type":"RecurringSubscription","displayPrice":"0.99","familyShareable":false,
            "internalID":"6","referenceName":"Lite","subscriptionGroupID":"G1","groupNumber":3,
            "recurringSubscriptionPeriod":"P1M","introductoryOffer":null,"adHocOffers":[],"codeOffers":[],
+           "localizations":[]},
+          {"productID":"annual","type":"RecurringSubscription","displayPrice":"29.99","familyShareable":false,
+           "internalID":"7","referenceName":"Annual","subscriptionGroupID":"G1","groupNumber":2,
+           "recurringSubscriptionPeriod":"P1Y","introductoryOffer":null,"adHocOffers":[],"codeOffers":[],
+           "billingPlans":[{"billingPlanType":"BILLED_UPFRONT","displayPrice":"29.99","isEnabled":true},
+             {"billingPlanType":"MONTHLY","displayPrice":"2.99","commitmentDisplayPrice":"35.88","isEnabled":true}],
            "localizations":[]}]}]}
         """
 
@@ -339,6 +345,49 @@ struct RetentionMessagingTests {
                 "alternateProduct", "alternateProduct",
             ])
         #expect(fixture.receiver.state.failures.withLock { $0 }.isEmpty)
+    }
+
+    @Test("A switch-plan answer (the same product, billingPlanType MONTHLY) starts a commitment at the next renewal")
+    func switchPlan() async throws {
+        let fixture = try await Self.fixture()
+        defer { fixture.stop() }
+        let client = try fixture.client()
+        let message = UUID()
+        try await client.uploadMessage(message, .init(header: "Pay monthly", body: "Keep your year, pay each month"))
+        try await client.configureRealtimeURL(fixture.receiver.url())
+        let app = try await fixture.harness.device(deviceID: UUID().uuidString)
+        let (status, bought) = try await fixture.harness.call(
+            "POST", app + "/payments", ["productId": .string("annual")])
+        #expect(status == 201)
+        let original = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        fixture.receiver.state.answer.withLock {
+            $0 = [
+                "alternateProduct": .object([
+                    "messageIdentifier": .string(message.uuidString.lowercased()), "productId": .string("annual"),
+                    "billingPlanType": .string("MONTHLY"),
+                ])
+            ]
+        }
+        let (_, answer) = try await fixture.harness.call(
+            "POST", "/_emulator/v1/transactions/\(original)/retention-request", [:])
+        #expect(answer["outcome"] == .string("alternateProduct") && answer["accepted"] == .bool(true), "\(answer)")
+        #expect(answer["subscription"]?["renewalBillingPlanType"] == .string("MONTHLY"))
+        _ = try await fixture.harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1Y")])
+        let (_, state) = try await fixture.harness.call("GET", "/_emulator/v1/transactions/\(original)")
+        #expect(state["subscription"]?["billingPlanType"] == .string("MONTHLY"), "\(state)")
+        #expect(state["subscription"]?["commitment"]?["billingPeriodNumber"] != nil)
+        // MONTHLY for a product without the plan is not an answer: nothing is taken.
+        fixture.receiver.state.answer.withLock {
+            $0 = [
+                "alternateProduct": .object([
+                    "messageIdentifier": .string(message.uuidString.lowercased()), "productId": .string("monthly"),
+                    "billingPlanType": .string("MONTHLY"),
+                ])
+            ]
+        }
+        let (_, refused) = try await fixture.harness.call(
+            "POST", "/_emulator/v1/transactions/\(original)/retention-request", [:])
+        #expect(refused["accepted"] == .bool(false) && refused["outcome"] != .string("alternateProduct"), "\(refused)")
     }
 
     @Test("Apple's limit is the default: the realtime request waits 700 ms, the performance test's threshold")

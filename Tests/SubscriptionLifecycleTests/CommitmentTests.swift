@@ -102,6 +102,29 @@ struct CommitmentTests {
         #expect(undone.state.commitment?.renewalPlan == .monthly && undone.state.autoRenewProductID == "yearly")
     }
 
+    @Test("Switching plans: a yearly subscriber's next renewal starts a commitment; a commitment's end bills up front")
+    func switchPlans() throws {
+        var upfront = try Story("yearly", catalogue: Self.catalogue)
+        try upfront.send(.changePlan("yearly", .monthly))
+        #expect(upfront.names.last == "DID_CHANGE_RENEWAL_PREF" && upfront.state.renewalBillingPlan == .monthly)
+        #expect(throws: LifecycleError.self) { try upfront.send(.changePlan("yearly", .monthly)) }
+        try upfront.advance(seconds: 12 * Self.month)
+        #expect(upfront.state.billingPlan == .monthly && upfront.state.commitment?.billingPeriodNumber == 1)
+        #expect(
+            upfront.state.renewalBillingPlan == nil
+                && upfront.state.expiresDate == upfront.now.addingTimeInterval(Self.month))
+        var monthly = try Story("monthly", catalogue: Self.catalogue)
+        #expect(throws: LifecycleError.self) { try monthly.send(.changePlan("monthly", .monthly)) }
+
+        var committed = try Self.story()
+        try committed.send(.changePlan("yearly", .billedUpfront))
+        #expect(committed.state.commitment?.renewalPlan == .billedUpfront)
+        try committed.advance(seconds: 12 * Self.month)
+        #expect(committed.state.commitment == nil && committed.state.billingPlan == .billedUpfront)
+        let last = try #require(committed.periods.last)
+        #expect(last.expires.timeIntervalSince(last.start) == 12 * Self.month)
+    }
+
     @Test("A refund reversed after the commitment ended renews a year billed up front, labelled so")
     func refundReversal() throws {
         var story = try Self.story()

@@ -237,7 +237,8 @@ extension AppStore {
             info["renewalPrice"] = .integer(price.milliunits)
         }
         if let plan = state.billingPlan {
-            let next = state.commitment.map { $0.isLastPeriod ? $0.renewalPlan : .monthly } ?? plan
+            let next =
+                state.commitment.map { $0.isLastPeriod ? $0.renewalPlan : .monthly } ?? state.renewalBillingPlan ?? plan
             info["renewalBillingPlanType"] = .string(next.rawValue)
         }
         if let commitment = state.commitment, state.status == .active || state.isInBillingRetry {

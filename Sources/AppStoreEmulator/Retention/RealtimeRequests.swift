@@ -260,19 +260,31 @@ extension ServerAPIService {
                 switch parsed {
                 case .message: break
                 case .alternateProduct(_, let productID, let plan):
+                    var billingPlan: BillingPlanType?
+                    if let plan {
+                        guard let parsed = BillingPlanType(rawValue: plan) else {
+                            throw EmulatorError.invalid("billingPlanType \(plan) is not BILLED_UPFRONT or MONTHLY")
+                        }
+                        billingPlan = parsed
+                    }
+                    // Another product of the group, or the same product on another plan (API 1.5).
+                    let current = subscription.state.productID.rawValue
                     guard let entry = appStore.catalog.entry(productID), let group = entry.subscription?.groupID,
-                        group == appStore.catalog.entry(subscription.state.productID.rawValue)?.subscription?.groupID,
-                        productID != subscription.state.productID.rawValue
+                        group == appStore.catalog.entry(current)?.subscription?.groupID,
+                        productID != current || billingPlan != nil
                     else {
                         throw EmulatorError.invalid(
-                            "alternate product \(productID) is not another product of the subscription's group")
+                            "alternate product \(productID) is neither another product of the subscription's group "
+                                + "nor another plan of its own")
                     }
-                    if let plan, plan != "BILLED_UPFRONT", plan != "MONTHLY" {
-                        throw EmulatorError.invalid("billingPlanType \(plan) is not BILLED_UPFRONT or MONTHLY")
+                    if billingPlan == .monthly, entry.monthlyPlan == nil {
+                        throw EmulatorError.invalid("\(productID) is not sold with a monthly plan")
                     }
                     shown["productId"] = .string(productID)
                     if let plan { shown["billingPlanType"] = .string(plan) }
-                    event = .changeProduct(ProductID(productID))
+                    event =
+                        billingPlan.map { .changePlan(ProductID(productID), $0) }
+                        ?? .changeProduct(ProductID(productID))
                 case .promotionalOffer(_, let request):
                     let productID: String =
                         switch request {

@@ -263,5 +263,7 @@ extension SQLiteEmulatorStorage {
             ALTER TABLE subscriptions ADD COLUMN billing_plan TEXT;
             ALTER TABLE subscriptions ADD COLUMN commitment TEXT;
             """),
+        // A plan chosen for the next renewal (Retention Messaging's switch-plan answer).
+        Migration("017-renewal-billing-plan", "ALTER TABLE subscriptions ADD COLUMN renewal_billing_plan TEXT;"),
     ]
 }

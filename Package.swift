@@ -24,6 +24,7 @@ let package = Package(
         .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
         .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
         .library(name: "PurchaseServer", targets: ["PurchaseServer"]),
+        .library(name: "StorekeeperWebhooks", targets: ["StorekeeperWebhooks"]),
     ],
     targets: [
         // C system libraries (Debian packages, found through pkg-config).
@@ -126,6 +127,10 @@ let package = Package(
                 "AppStoreServerAPI", "PurchaseServer", "StorekeeperPostgres", "SubscriptionLifecycle",
             ],
             swiftSettings: upcoming),
+        // Verifying and decoding the purchase server's webhooks, for Swift backends.
+        .target(
+            name: "StorekeeperWebhooks", dependencies: ["StorekeeperCrypto", "StorekeeperJSON"],
+            swiftSettings: upcoming),
         // The emulator and the purchase server wired for a developer's rehearsal (`storekeeper dev`).
         .target(
             name: "StorekeeperRehearsal",
@@ -166,6 +171,10 @@ let package = Package(
             name: "StorekeeperJSONTests", dependencies: ["StorekeeperJSON", "StorekeeperTestSupport"],
             swiftSettings: upcoming),
         .testTarget(name: "StorekeeperLoggingTests", dependencies: ["StorekeeperLogging"], swiftSettings: upcoming),
+        .testTarget(
+            name: "StorekeeperWebhooksTests",
+            dependencies: ["StorekeeperWebhooks", "StorekeeperCrypto", "StorekeeperJSON"],
+            swiftSettings: upcoming),
         .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .testTarget(name: "StoreModelTests", dependencies: ["StoreModel"], swiftSettings: upcoming),
         .testTarget(
@@ -194,7 +203,7 @@ let package = Package(
                 "PurchaseServer", "AppStoreEmulator", "AppStoreServerAPI", "AppStoreSignedData", "AppStoreReceipts",
                 "StoreKitCatalog", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StoreModel", "StoreTime",
                 "StorekeeperTestSupport", "SubscriptionLifecycle", "StorekeeperPostgres", "StorekeeperCLITestSupport",
-                "StorekeeperSQL", "StorekeeperRehearsal",
+                "StorekeeperSQL", "StorekeeperRehearsal", "StorekeeperWebhooks",
             ],
             swiftSettings: upcoming),
         .testTarget(

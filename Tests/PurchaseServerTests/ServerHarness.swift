@@ -8,6 +8,7 @@ import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
+import StorekeeperWebhooks
 import Synchronization
 import Testing
 
@@ -35,17 +36,11 @@ final class WebhookSink: Sendable {
         router.add(
             "POST", "/hooks",
             inline: { request, _ in
-                let body = String(decoding: request.body, as: UTF8.self)
-                var valid = false
-                if let header = request.header("Storekeeper-Signature"),
-                    let stamp = header.split(separator: ",").first?.dropFirst(2),
-                    let seconds = Double(stamp)
-                {
-                    valid =
-                        header
-                        == PurchaseServer.signature(
-                            body: body, secret: secret, at: Date(timeIntervalSince1970: seconds))
-                }
+                // As a Swift backend checks it: StorekeeperWebhooks, the signature and the event id header.
+                let valid =
+                    (try? WebhookVerifier(secret: secret).verify(
+                        body: request.body, signature: request.header("Storekeeper-Signature"),
+                        eventID: request.header("Storekeeper-Event-Id"))) != nil
                 let status = state.failFirst.withLock { $0.isEmpty ? 200 : $0.removeFirst() }
                 if status == 200, let event = (try? JSONParser.parse(request.body))?["event"]?.objectValue {
                     state.received.withLock { $0.append(Received(event: event, signatureValid: valid)) }

@@ -198,6 +198,27 @@ public enum Storekeeper {
             }.joined() + "\n  See 'storekeeper help \(name) <subcommand>' for detailed help.\n"
     }
 
+    /// The closest of `names` to a mistyped `word` (at most two edits, and fewer than half its letters), if any.
+    static func suggestion(_ word: String, among names: Set<String>) -> String? {
+        let typed = Array(word.lowercased().utf8.prefix(64))
+        func distance(_ other: [UInt8]) -> Int {
+            var previous = Array(0...other.count)
+            for (i, a) in typed.enumerated() {
+                var current = [i + 1] + Array(repeating: 0, count: other.count)
+                for (j, b) in other.enumerated() {
+                    current[j + 1] = min(previous[j + 1] + 1, current[j] + 1, previous[j] + (a == b ? 0 : 1))
+                }
+                previous = current
+            }
+            return previous[other.count]
+        }
+        let scored = names.sorted().map { ($0, distance(Array($0.utf8.prefix(64)))) }
+        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= 2, best.1 * 2 < max(typed.count, 1) else {
+            return nil
+        }
+        return best.0
+    }
+
     /// Runs the command line `arguments` (without the program name) and returns the exit status.
     public static func run(
         _ arguments: [String], console: Console = .standard, now: @Sendable () -> Date = { Date() }
@@ -236,14 +257,20 @@ public enum Storekeeper {
                     return 0
                 }
                 let names = commands.filter { $0.path[0] == group }.map { $0.path.dropFirst().joined(separator: " ") }
+                let guess = suggestion(
+                    rest[0], among: Set(names.compactMap { $0.split(separator: " ").first.map(String.init) }))
                 console.writeError(
                     "Error: Unknown subcommand '\(rest[0])' of '\(group)' (one of: \(names.joined(separator: ", "))).\n"
+                        + (guess.map { "Did you mean '\(group) \($0)'?\n" } ?? "")
                         + "Usage: storekeeper \(group) <subcommand>\n  See 'storekeeper help \(group)' for more information.\n"
                 )
                 return 64
             }
+            let tops = Set(commands.map { $0.path[0] } + ["help"])
             console.writeError(
-                "Error: Unknown subcommand '\(group)'.\nUsage: storekeeper <subcommand>\n"
+                "Error: Unknown subcommand '\(group)'.\n"
+                    + (suggestion(group, among: tops).map { "Did you mean '\($0)'?\n" } ?? "")
+                    + "Usage: storekeeper <subcommand>\n"
                     + "  See 'storekeeper --help' for the list of subcommands.\n")
             return 64
         }

@@ -127,6 +127,13 @@ struct ConventionTests {
     func refusedValues() async {
         let unknown = await CapturedConsole.run(["bogus"])
         #expect(unknown.status == 64 && unknown.stdout.isEmpty && unknown.stderr.hasPrefix("Error: "))
+        #expect(!unknown.stderr.contains("Did you mean"), "nothing is close to bogus")
+        // A typo gets the closest name.
+        let typo = await CapturedConsole.run(["appstroe", "products"])
+        #expect(typo.status == 64 && typo.stderr.contains("Did you mean 'appstore'?"), "\(typo.stderr)")
+        let sub = await CapturedConsole.run(["appstore", "biy"])
+        #expect(sub.status == 64 && sub.stderr.contains("Did you mean 'appstore buy'?"), "\(sub.stderr)")
+        #expect((await CapturedConsole.run(["serv"])).stderr.contains("Did you mean 'serve'?"))
         let rate = await CapturedConsole.run(["appstore", "advance", "--rate", "bogus"])
         #expect(rate.status == 64)
         #expect(rate.stderr.contains("realTime") && rate.stderr.contains("monthlyRenewalEveryFiveMinutes"))

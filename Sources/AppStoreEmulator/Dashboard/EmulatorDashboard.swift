@@ -512,7 +512,7 @@ struct EmulatorDashboard: Sendable {
         }
         for request in retention {
             // A customer on the cancellation page: what the realtime URL answered, how fast, what was shown.
-            let object = (try? JSONParser.parse(Array(request.document.utf8)))?.objectValue ?? [:]
+            let object = request.object
             let outcome = object["outcome"]?.stringValue ?? "?"
             var detail = "shown: \(outcome)"
             if let result = object["result"]?.stringValue {

@@ -233,8 +233,7 @@ extension ServerAPIService {
                     .message, bundle: bundle, environment: environment, id: messageID),
                 message.state == RetentionReviewState.approved.rawValue
             else { return false }
-            let content = (try? JSONParser.parse(Array(message.document.utf8)))?.objectValue
-                .flatMap { try? RetentionMessage(json: $0) }
+            let content = try? RetentionMessage(json: message.object)
             for imageID in content?.imageIDs ?? [] {
                 guard imagesAllowed,
                     try store.retentionItem(.image, bundle: bundle, environment: environment, id: imageID)?.state
@@ -324,7 +323,7 @@ extension ServerAPIService {
             // The default message of the product and locale, if one is configured and still approved.
             let key = subscription.state.productID.rawValue + "/" + locale
             if let item = try store.retentionItem(.defaultMessage, bundle: bundle, environment: environment, id: key),
-                let messageID = (try? JSONParser.parse(Array(item.document.utf8)))?["messageIdentifier"]?.stringValue,
+                let messageID = item.object["messageIdentifier"]?.stringValue,
                 try approved(messageID, imagesAllowed: true)
             {
                 outcome = "defaultMessage"
@@ -376,7 +375,7 @@ extension ServerAPIService {
                 original: stored.transaction.originalID, limit: RetentionLimits.requestsShown
             )
             .map { record in
-                var object = (try? JSONParser.parse(Array(record.document.utf8)))?.objectValue ?? [:]
+                var object = record.object
                 object["date"] = .integer(EpochMilliseconds.milliseconds(record.date))
                 return object
             }
@@ -549,7 +548,7 @@ extension ServerAPIService {
             try store.retentionItem(.performanceTest, bundle: BundleID(scope.bundleID), environment: .sandbox, id: id)
         }
         guard let item else { throw EmulatorError.api(.performanceTestRunNotFound, "Performance test not found.") }
-        var document = (try? JSONParser.parse(Array(item.document.utf8)))?.objectValue ?? [:]
+        var document = item.object
         if item.state == "PENDING", !performanceRuns.withLock({ $0.contains(id) }) {
             // A run this process did not finish (it stopped meanwhile) failed.
             document["result"] = .string("FAIL")

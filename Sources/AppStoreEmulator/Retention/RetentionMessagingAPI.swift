@@ -16,10 +16,6 @@ extension ServerAPIService {
             created: created)
     }
 
-    private static func document(_ item: RetentionItem) -> JSONObject {
-        (try? JSONParser.parse(Array(item.document.utf8)))?.objectValue ?? [:]
-    }
-
     /// The review state a new upload starts in.
     private static func initialState(_ scope: APIScope) -> RetentionReviewState {
         scope.environment == .sandbox ? .approved : .pending
@@ -74,7 +70,7 @@ extension ServerAPIService {
             let messages = try store.retentionItems(
                 .message, bundle: bundle, environment: scope.environment, limit: RetentionLimits.messages)
             for message in messages {
-                let content = try? RetentionMessage(json: Self.document(message))
+                let content = try? RetentionMessage(json: message.object)
                 if content?.imageIDs.contains(id) == true {
                     throw EmulatorError.api(.imageInUse, "Image in use by message \(message.id).")
                 }
@@ -88,7 +84,7 @@ extension ServerAPIService {
         return try await appStore.storage.read { store in
             try store.retentionItems(
                 .image, bundle: BundleID(scope.bundleID), environment: scope.environment, limit: RetentionLimits.images
-            ).map { ($0.id, $0.state, Self.document($0)["imageSize"]?.stringValue ?? "FULL_SIZE") }
+            ).map { ($0.id, $0.state, $0.object["imageSize"]?.stringValue ?? "FULL_SIZE") }
         }
     }
 
@@ -117,7 +113,7 @@ extension ServerAPIService {
                     let image = try store.retentionItem(
                         .image, bundle: bundle, environment: scope.environment, id: imageID)
                 else { throw EmulatorError.api(.imageNotFound, "Image \(imageID) not found.") }
-                guard Self.document(image)["imageSize"]?.stringValue == size.rawValue else {
+                guard image.object["imageSize"]?.stringValue == size.rawValue else {
                     throw EmulatorError.api(.badRequestImageSize, "Image \(imageID) is not a \(size.rawValue) image.")
                 }
             }
@@ -176,7 +172,7 @@ extension ServerAPIService {
             guard message.state == RetentionReviewState.approved.rawValue else {
                 throw EmulatorError.api(.messageNotApproved, "Message not approved.")
             }
-            for imageID in (try? RetentionMessage(json: Self.document(message)))?.imageIDs ?? [] {
+            for imageID in (try? RetentionMessage(json: message.object))?.imageIDs ?? [] {
                 let image = try store.retentionItem(.image, bundle: bundle, environment: scope.environment, id: imageID)
                 guard image?.state == RetentionReviewState.approved.rawValue else {
                     throw EmulatorError.api(.imageNotApproved, "Image not approved.")
@@ -197,7 +193,7 @@ extension ServerAPIService {
             try store.retentionItem(
                 .defaultMessage, bundle: BundleID(scope.bundleID), environment: scope.environment, id: key)
         }
-        guard let item, let id = Self.document(item)["messageIdentifier"]?.stringValue else {
+        guard let item, let id = item.object["messageIdentifier"]?.stringValue else {
             throw EmulatorError.api(.defaultMessageNotFound, "Default message not found.")
         }
         return id
@@ -256,7 +252,7 @@ extension ServerAPIService {
 
     func realtimeURL(bundle: BundleID, environment: Environment, in store: any EmulatorStore) throws -> String? {
         try store.retentionItem(.realtimeURL, bundle: bundle, environment: environment, id: "").flatMap {
-            Self.document($0)["realtimeURL"]?.stringValue
+            $0.object["realtimeURL"]?.stringValue
         }
     }
 

@@ -68,6 +68,15 @@ extension ServerAPIService {
         }
     }
 
+    /// A request's JSON object body (empty for none), or Apple's general error.
+    static func jsonBody(_ request: HTTPRequest) throws -> JSONObject {
+        guard !request.body.isEmpty else { return [:] }
+        guard let object = (try? JSONParser.parse(request.body))?.objectValue else {
+            throw EmulatorError.api(.generalBadRequest, "The request body is not a JSON object.")
+        }
+        return object
+    }
+
     /// Apple's numeric code for an error: itself when numeric, else the general one for its status.
     static func appleCode(_ code: String, status: Int) -> String {
         if Int64(code) != nil { return code }
@@ -77,13 +86,7 @@ extension ServerAPIService {
     /// Every endpoint: method, path under the prefix, rate-limit class and handler.
     func serverAPIRoutes() -> [(String, String, APIEndpointClass, APIHandler)] {
         let store = self
-        @Sendable func body(_ request: HTTPRequest) throws -> JSONObject {
-            guard !request.body.isEmpty else { return [:] }
-            guard let object = (try? JSONParser.parse(request.body))?.objectValue else {
-                throw EmulatorError.api(.generalBadRequest, "The request body is not a JSON object.")
-            }
-            return object
-        }
+        @Sendable func body(_ request: HTTPRequest) throws -> JSONObject { try Self.jsonBody(request) }
         @Sendable func appleID(_ scope: APIScope) -> JSONValue {
             .integer(store.appStore.apps[scope.bundleID]?.appAppleID ?? 0)
         }
@@ -302,13 +305,7 @@ extension ServerAPIService {
     /// The Retention Messaging API's endpoints (same host, tokens, limits and errors).
     func retentionMessagingRoutes() -> [(String, String, APIEndpointClass, APIHandler)] {
         let store = self
-        @Sendable func body(_ request: HTTPRequest) throws -> JSONObject {
-            guard !request.body.isEmpty else { return [:] }
-            guard let object = (try? JSONParser.parse(request.body))?.objectValue else {
-                throw EmulatorError.api(.generalBadRequest, "The request body is not a JSON object.")
-            }
-            return object
-        }
+        @Sendable func body(_ request: HTTPRequest) throws -> JSONObject { try Self.jsonBody(request) }
         return [
             (
                 "PUT", "/v1/messaging/image/{id}", .retentionMessaging,

@@ -1,5 +1,6 @@
 public import Foundation
 public import StoreModel
+public import StorekeeperJSON
 
 /// One thing the Retention Messaging API keeps for an app in one environment: an image, a message, a
 /// default message of a product and locale, the realtime URL, or a performance test run. `state` is the
@@ -75,4 +76,14 @@ public protocol RetentionRepository {
     func insert(_ request: RetentionRequestRecord) throws
     /// The latest `limit` requests about one subscription, oldest first.
     func retentionRequests(original: TransactionID, limit: Int) throws -> [RetentionRequestRecord]
+}
+
+extension RetentionItem {
+    /// `document` read back (empty when it is not a JSON object).
+    public var object: JSONObject { (try? JSONParser.parse(Array(document.utf8)))?.objectValue ?? [:] }
+}
+
+extension RetentionRequestRecord {
+    /// `document` read back (empty when it is not a JSON object).
+    public var object: JSONObject { (try? JSONParser.parse(Array(document.utf8)))?.objectValue ?? [:] }
 }

@@ -25,6 +25,7 @@ let package = Package(
         .library(name: "AppStoreEmulator", targets: ["AppStoreEmulator"]),
         .library(name: "PurchaseServer", targets: ["PurchaseServer"]),
         .library(name: "StorekeeperWebhooks", targets: ["StorekeeperWebhooks"]),
+        .library(name: "StorekeeperClient", targets: ["StorekeeperClient"]),
     ],
     targets: [
         // C system libraries (Debian packages, found through pkg-config).
@@ -131,6 +132,8 @@ let package = Package(
         .target(
             name: "StorekeeperWebhooks", dependencies: ["StorekeeperCrypto", "StorekeeperJSON"],
             swiftSettings: upcoming),
+        // An app's client of the purchase server: Foundation only (no C), so it builds for iOS and macOS too.
+        .target(name: "StorekeeperClient", swiftSettings: upcoming),
         // The emulator and the purchase server wired for a developer's rehearsal (`storekeeper dev`).
         .target(
             name: "StorekeeperRehearsal",
@@ -174,6 +177,13 @@ let package = Package(
         .testTarget(
             name: "StorekeeperWebhooksTests",
             dependencies: ["StorekeeperWebhooks", "StorekeeperCrypto", "StorekeeperJSON"],
+            swiftSettings: upcoming),
+        .testTarget(
+            name: "StorekeeperClientTests",
+            dependencies: [
+                "StorekeeperClient", "StorekeeperRehearsal", "AppStoreEmulator", "PurchaseServer", "StoreModel",
+                "StorekeeperTestSupport",
+            ],
             swiftSettings: upcoming),
         .testTarget(name: "StoreTimeTests", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .testTarget(name: "StoreModelTests", dependencies: ["StoreModel"], swiftSettings: upcoming),

@@ -1,3 +1,4 @@
+import AppStoreReceipts
 import Foundation
 import StoreModel
 import StorekeeperCrypto
@@ -49,7 +50,7 @@ extension PurchaseServer {
                         received: server.wallClock(), bundleID: bundleID,
                         outcome: ingested.duplicate ? "duplicate" : "stored", type: type, events: ingested.events.count,
                         error: nil))
-                return .json(
+                return Self.answer(
                     .object([
                         "received": .bool(true), "duplicate": .bool(ingested.duplicate),
                         "events": .integer(Int64(ingested.events.count)),
@@ -62,7 +63,7 @@ extension PurchaseServer {
                 let reply = try await server.answerRetention(
                     bundleID: try context.parameter("bundle"), body: request.body)
                 guard let body = reply.body else { return HTTPResponse(status: 204) }
-                return .json(.object(body))
+                return .json(.object(body))  // Apple's shape, as Apple reads it
             })
         router.limitBodies { _, path, _ in Self.bodyLimit(path) }
         router.use(ServerGuard(login: login))
@@ -76,7 +77,7 @@ extension PurchaseServer {
                 let signed = try body.string("signedTransaction", maxBytes: Self.appBodyLimit, required: true)!
                 let posted = try await server.postTransaction(
                     bundleID: bundleID, appUserID: user, signedTransaction: signed)
-                return .json(.object(Self.render(posted, for: caller)))
+                return Self.answer(.object(Self.render(posted, for: caller)))
             })
         router.post(
             "/v1/receipts",
@@ -92,7 +93,54 @@ extension PurchaseServer {
                 let posted = try await server.postReceipt(
                     bundleID: bundleID, appUserID: user, receipt: Array(receipt),
                     deviceID: try body.string("deviceId", maxBytes: 36))
-                return .json(.object(Self.render(posted, for: caller)))
+                return Self.answer(.object(Self.render(posted, for: caller)))
+            })
+        router.post(
+            "/v1/app-transactions",
+            handle { request, _ in
+                let body = try RequestBody(request, allowed: ["bundleId", "appUserId", "signedAppTransaction"])
+                let bundleID = try server.bundleID(try body.string("bundleId"))
+                _ = try server.authorizeApp(request, bundleID: bundleID)
+                let user = try body.string("appUserId", required: true)!
+                let signed = try body.string("signedAppTransaction", maxBytes: Self.appBodyLimit, required: true)!
+                let posted = try await server.postAppTransaction(
+                    bundleID: bundleID, appUserID: user, signedAppTransaction: signed)
+                var object = Self.renderEntitlements(posted.view, now: server.now())
+                object["appTransaction"] = .object([
+                    "appTransactionId": posted.appTransactionID.map(JSONValue.string) ?? .null,
+                    "originalApplicationVersion": posted.originalApplicationVersion.map(JSONValue.string) ?? .null,
+                    "originalPurchaseDate": Self.ms(posted.originalPurchaseDate),
+                    "environment": .string(posted.environment.rawValue),
+                ])
+                return Self.answer(.object(object))
+            })
+        // The app's own read (its public key): the entitlements only, for the user it names.
+        router.add(
+            "GET", "/v1/entitlements/{user}",
+            inline: { request, context in
+                let bundleID = try server.bundleID(request.query["bundleId"])
+                _ = try server.authorizeApp(request, bundleID: bundleID)
+                guard
+                    let view = try server.cachedSubscriber(bundleID: bundleID, appUserID: try context.parameter("user"))
+                else { return nil }
+                server.metrics.count("storekeeper_http_requests_total", ["route": "entitlements"])
+                return Self.answer(.object(Self.renderEntitlements(view, now: server.now())))
+            },
+            otherwise: handle { request, context in
+                let bundleID = try server.bundleID(request.query["bundleId"])
+                _ = try server.authorizeApp(request, bundleID: bundleID)
+                let user = try context.parameter("user")
+                // A user the server has not heard of yet (a fresh install) has no entitlements: no error.
+                let view: SubscriberView
+                do { view = try await server.subscriber(bundleID: bundleID, appUserID: user) } catch let error
+                    as PurchaseServerError where error.code == .notFound
+                {
+                    view = SubscriberView(
+                        appUserID: user, aliases: [], bundleID: bundleID, entitlements: [:], subscriptions: [],
+                        purchases: [],
+                        balances: [:], flags: [])
+                }
+                return Self.answer(.object(Self.renderEntitlements(view, now: server.now())))
             })
         router.add(
             "GET", "/v1/subscribers/{user}",
@@ -105,11 +153,11 @@ extension PurchaseServer {
                         appUserID: try context.parameter("user"))
                 else { return nil }
                 server.metrics.count("storekeeper_http_requests_total", ["route": "subscribers"])
-                return .json(.object(Self.render(view)))
+                return Self.answer(.object(Self.render(view)))
             },
             otherwise: handle { request, context in
                 try server.authorizeSecret(request)
-                return .json(
+                return Self.answer(
                     .object(
                         Self.render(
                             try await server.subscriber(
@@ -127,7 +175,7 @@ extension PurchaseServer {
                     after: after, limit: limit)
                 var object: JSONObject = ["events": .array(events.map { .object(Self.render($0.event)) })]
                 object["nextCursor"] = events.count == limit ? .string(String(events.last!.position)) : .null
-                return .json(.object(object))
+                return Self.answer(.object(object))
             })
         router.post(
             "/v1/subscribers/{user}/aliases",
@@ -135,7 +183,7 @@ extension PurchaseServer {
                 try server.authorizeSecret(request)
                 let body = try RequestBody(request, allowed: ["bundleId", "alias"])
                 let alias = try body.string("alias", required: true)!
-                return .json(
+                return Self.answer(
                     .object(
                         Self.render(
                             try await server.alias(
@@ -154,7 +202,7 @@ extension PurchaseServer {
                     let user = try context.parameter("user")
                     let name = try context.parameter("name")
                     if action == "revoke" {
-                        return .json(
+                        return Self.answer(
                             .object(
                                 Self.render(
                                     try await server.revokeGrant(bundleID: bundleID, appUserID: user, entitlement: name)
@@ -168,7 +216,7 @@ extension PurchaseServer {
                     var expires: Date?
                     if let days { expires = server.now().addingTimeInterval(Double(days) * 86_400) }
                     if let until { expires = EpochMilliseconds.date(until) }
-                    return .json(
+                    return Self.answer(
                         .object(
                             Self.render(
                                 try await server.grant(
@@ -202,13 +250,13 @@ extension PurchaseServer {
                         })
                 ]
                 object["nextCursor"] = list.count == limit ? .string(String(list.last!.position)) : .null
-                return .json(.object(object))
+                return Self.answer(.object(object))
             })
         router.get(
             "/v1/metrics",
             handle { request, _ in
                 try server.authorizeSecret(request)
-                return .json(
+                return Self.answer(
                     .object([
                         "charts": .array(SubscriptionCharts.Chart.allCases.map { .string($0.rawValue) }),
                         "resolutions": .array(SubscriptionCharts.Resolution.allCases.map { .string($0.rawValue) }),
@@ -226,7 +274,7 @@ extension PurchaseServer {
                 }
                 let query = try server.chartQuery { request.query[$0] }
                 let result = try await server.charts([chart], query)[0]
-                return .json(.object(Self.render(result, query: query)))
+                return Self.answer(.object(Self.render(result, query: query)))
             })
         addDashboardRoutes(to: &router, login: login)
         return router.freeze(logger: logger ?? self.logger)
@@ -234,6 +282,7 @@ extension PurchaseServer {
 
     static func routeName(_ path: String) -> String {
         if path.hasPrefix("/v1/notifications/") { return "notifications" }
+        if path.hasPrefix("/v1/entitlements/") { return "entitlements" }
         if path.hasPrefix("/v1/subscribers/") { return path.contains("/entitlements/") ? "grants" : "subscribers" }
         if path.hasPrefix("/dashboard") { return "dashboard" }
         return path.split(separator: "/").prefix(2).joined(separator: "/")
@@ -247,7 +296,7 @@ extension PurchaseServer {
 
     static func bodyLimit(_ path: String) -> Int {
         if path == "/v1/receipts" { return receiptBodyLimit }
-        if path == "/v1/transactions" || path.hasPrefix("/v1/notifications/apple/")
+        if path == "/v1/transactions" || path == "/v1/app-transactions" || path.hasPrefix("/v1/notifications/apple/")
             || path.hasPrefix("/v1/apple/retention/")
         {
             return appBodyLimit
@@ -296,6 +345,12 @@ extension PurchaseServer {
         return .app
     }
 
+    /// A JSON answer of the server's own API: every epoch-milliseconds date (`…Date`, `…At`) with its ISO 8601
+    /// sibling (`…DateISO`), as the command line prints them.
+    static func answer(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
+        .json(ISODates.annotated(value), status: status)
+    }
+
     static func ms(_ date: Date) -> JSONValue { .integer(EpochMilliseconds.milliseconds(date)) }
     static func ms(_ date: Date?) -> JSONValue { date.map(ms) ?? .null }
 
@@ -337,7 +392,15 @@ extension PurchaseServer {
         ])
     }
 
-    static func render(_ view: SubscriberView) -> JSONObject {
+    /// What `GET /v1/entitlements/{user}` answers an app: its user's entitlements, and when.
+    static func renderEntitlements(_ view: SubscriberView, now: Date) -> JSONObject {
+        [
+            "appUserId": .string(view.appUserID), "bundleId": .string(view.bundleID),
+            "entitlements": .object(render(entitlements: view)), "requestDate": ms(now),
+        ]
+    }
+
+    static func render(entitlements view: SubscriberView) -> JSONObject {
         var entitlements = JSONObject()
         for (name, entitlement) in view.entitlements.sorted(by: { $0.key < $1.key }) {
             entitlements[name] = .object([
@@ -347,6 +410,11 @@ extension PurchaseServer {
                 "inBillingRetry": .bool(entitlement.inBillingRetry), "source": .string(entitlement.source),
             ])
         }
+        return entitlements
+    }
+
+    static func render(_ view: SubscriberView) -> JSONObject {
+        let entitlements = render(entitlements: view)
         var subscriptions = JSONObject()
         for subscription in view.subscriptions {
             subscriptions[subscription.originalTransactionID.rawValue] = .object([

@@ -286,6 +286,66 @@ public final class PurchaseServer: Sendable {
             transactionIDs: [purchase.transactionID])
     }
 
+    /// What an app's `AppTransaction` said: who bought or downloaded the app, when and which version first.
+    struct PostedAppTransaction {
+        var view: SubscriberView
+        var appTransactionID: String?
+        var originalApplicationVersion: String?
+        var originalPurchaseDate: Date?
+        var environment: Environment
+    }
+
+    /// StoreKit 2's `AppTransaction` the app posts for its user: verified as a transaction is (chain, bundle,
+    /// environment), recorded once per user as an `APP_TRANSACTION` event.
+    func postAppTransaction(bundleID: String, appUserID: String, signedAppTransaction: String) async throws
+        -> PostedAppTransaction
+    {
+        let app = try app(bundleID)
+        try Self.checkUserID(appUserID)
+        let result = app.verify(signedAppTransaction, as: .appTransaction, now: now())
+        metrics.count(
+            "storekeeper_verifications_total", ["kind": "app-transaction", "outcome": result.status.rawValue])
+        guard result.isOK, let payload = result.payload else {
+            throw PurchaseServerError.verification(
+                "the app transaction did not verify: \(result.status.rawValue) (\(result.reason ?? ""))"
+                    + Self.trustHint(result.status))
+        }
+        let appTransaction = AppTransaction(json: payload)
+        guard appTransaction.bundleID == bundleID else {
+            throw PurchaseServerError.invalid(
+                "the app transaction is for \(appTransaction.bundleID ?? "no app"), not \(bundleID)")
+        }
+        guard let environment = appTransaction.receiptType.flatMap({ Environment(name: $0.rawValue) }) else {
+            throw PurchaseServerError.invalid("the app transaction names no environment this server knows")
+        }
+        guard app.settings.environments.contains(environment) || environment == .xcode else {
+            throw PurchaseServerError.invalid("app transactions from \(environment.rawValue) are not accepted")
+        }
+        var details: [String: String] = [:]
+        details["appTransactionId"] = appTransaction.appTransactionID
+        details["originalApplicationVersion"] = appTransaction.originalApplicationVersion
+        details["applicationVersion"] = appTransaction.applicationVersion
+        details["originalPurchaseDate"] = appTransaction.originalPurchaseDate.map {
+            String(EpochMilliseconds.milliseconds($0))
+        }
+        let identity =
+            appTransaction.appTransactionID ?? Digest.hex(Digest.sha256(Array(signedAppTransaction.utf8)).prefix(16))
+        let event = ServerEvent(
+            id: "\(ServerEventType.appTransaction):\(identity):\(appUserID)", type: .appTransaction,
+            bundleID: BundleID(bundleID), appUserID: appUserID, date: now(), environment: environment,
+            source: .app, details: details)
+        _ = try await write(input: nil) { store in
+            try store.lock(user: appUserID, bundle: bundleID)
+            return try store.append(event) ? [event] : []
+        }
+        cache.invalidate(bundleID, appUserID)
+        return PostedAppTransaction(
+            view: try await subscriber(bundleID: bundleID, appUserID: appUserID),
+            appTransactionID: appTransaction.appTransactionID,
+            originalApplicationVersion: appTransaction.originalApplicationVersion,
+            originalPurchaseDate: appTransaction.originalPurchaseDate, environment: environment)
+    }
+
     /// An app receipt the app posts for its user: verified locally (chain, bundle, and the device hash when
     /// `deviceID` is given); every purchase in it applied.
     public func ingestReceipt(bundleID: String, appUserID: String, receipt: [UInt8], deviceID: String?) async throws

@@ -3,17 +3,20 @@ import StorekeeperHTTP
 
 /// Deny by default: every path of the purchase server needs the secret key (`Authorization: Bearer`, or the
 /// dashboard's session cookie under `/dashboard`) except the few that authenticate otherwise — Apple's
-/// notifications and Retention Messaging requests (verified by their signature), the app's posts (the app's public key, checked by the
-/// route for the app it names), health and metrics, and the dashboard's sign-in form and assets. A route
+/// notifications and Retention Messaging requests (verified by their signature), the app's posts and its entitlements read (the app's public key,
+/// checked by the route for the app it names), health and metrics, and the dashboard's sign-in form and assets. A route
 /// added later is protected until it is named here. The responder has already refused non-canonical paths,
 /// so this check and the router see the same path.
 struct ServerGuard: InlineMiddleware {
     let login: DashboardLogin
 
     static let openPaths: Set<String> = [
-        "/healthz", "/metrics", "/v1/transactions", "/v1/receipts", "/dashboard/login", "/dashboard/logout",
+        "/healthz", "/metrics", "/v1/transactions", "/v1/app-transactions", "/v1/receipts", "/dashboard/login",
+        "/dashboard/logout",
     ]
-    static let openPrefixes = ["/v1/notifications/apple/", "/v1/apple/retention/", "/dashboard/assets/"]
+    static let openPrefixes = [
+        "/v1/notifications/apple/", "/v1/apple/retention/", "/v1/entitlements/", "/dashboard/assets/",
+    ]
 
     static func isOpen(_ path: String) -> Bool {
         openPaths.contains(path) || openPrefixes.contains { path.hasPrefix($0) }

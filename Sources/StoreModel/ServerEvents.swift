@@ -25,10 +25,14 @@ public struct ServerEventType: OpenVocabulary {
     /// Apple asked, while the customer was on the cancellation page, which retention message to show
     /// (Retention Messaging); `details` say what the server answered.
     public static let retentionRequest: Self = "RETENTION_REQUEST"
+    /// The app posted StoreKit 2's `AppTransaction` for a user (who bought or downloaded the app, and when);
+    /// `details` carry its `appTransactionId` and `originalApplicationVersion`.
+    public static let appTransaction: Self = "APP_TRANSACTION"
 
     public static let known: [Self] = [
         .initialPurchase, .renewal, .cancellation, .uncancellation, .billingIssue, .expiration, .productChange,
         .nonRenewingPurchase, .refund, .refundReversed, .subscriptionExtended, .transfer, .test, .retentionRequest,
+        .appTransaction,
     ]
 
     /// The types a dashboard marks as bad news.

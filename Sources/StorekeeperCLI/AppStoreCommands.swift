@@ -1,4 +1,5 @@
 import AppStoreEmulator
+import AppStoreReceipts
 import Foundation
 import StoreKitCatalog
 import StoreTime

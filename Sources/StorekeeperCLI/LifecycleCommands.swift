@@ -1,4 +1,5 @@
 import AppStoreEmulator
+import AppStoreReceipts
 import AppStoreSignedData
 import Foundation
 import StoreModel

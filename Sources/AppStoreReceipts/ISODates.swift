@@ -1,9 +1,8 @@
-import AppStoreReceipts
 import Foundation
 import StoreModel
 package import StorekeeperJSON
 
-/// ISO 8601 beside epoch milliseconds in what the command line prints.
+/// ISO 8601 beside epoch milliseconds in what the command line prints and the purchase server answers.
 package enum ISODates {
     package static func string(milliseconds: Int64) -> String {
         ReceiptDate.rfc3339String(EpochMilliseconds.date(milliseconds) ?? .distantPast)

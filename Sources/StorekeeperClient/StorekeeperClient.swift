@@ -1,0 +1,346 @@
+public import Foundation
+
+#if canImport(FoundationNetworking)
+    public import FoundationNetworking
+#endif
+
+/// An app's client of the purchase server (`storekeeper serve`), with the app's public key: it sends StoreKit 2's
+/// signed transactions and app transaction for a user, and reads that user's entitlements. Foundation only, so
+/// the same code runs in an iOS or macOS app and on Linux.
+///
+/// ```swift
+/// let client = StorekeeperClient(serverURL: URL(string: "https://purchases.example.com")!, publicKey: "pk_…")
+/// let result = try await client.syncTransaction(verification.jwsRepresentation, appUserID: userID)
+/// if try await client.entitlements(appUserID: userID).isActive("pro") { … }
+/// ```
+///
+/// Calls the server could not answer (unreachable, 5xx, 429) are tried again with exponential back-off; errors
+/// are ``StorekeeperClientError`` values carrying the server's code. The last entitlements read or synced for each
+/// user are kept with their age: ``entitlements(appUserID:maxAge:)`` answers from them while they are younger
+/// than `maxAge`, and ``cachedEntitlements(appUserID:)`` gives them whatever their age (for an offline start).
+public actor StorekeeperClient {
+    public struct Configuration: Sendable {
+        public var serverURL: URL
+        /// The app's public key from the server's configuration (`apps[].publicKey`); it ships in the app.
+        public var publicKey: String
+        /// The app's bundle id; needed when the server serves more than one app.
+        public var bundleID: String?
+        /// Tries per call, the first included.
+        public var maxAttempts = 4
+        /// The first retry's wait, doubled for each one after, at most `maxBackoff` (seconds).
+        public var initialBackoff: TimeInterval = 0.5
+        public var maxBackoff: TimeInterval = 8
+        /// How long a read is reused by ``entitlements(appUserID:maxAge:)`` unless the call says otherwise.
+        public var cacheLifetime: TimeInterval = 300
+        /// Seconds a request may take.
+        public var timeout: TimeInterval = 30
+
+        public init(serverURL: URL, publicKey: String, bundleID: String? = nil) {
+            self.serverURL = serverURL
+            self.publicKey = publicKey
+            self.bundleID = bundleID
+        }
+    }
+
+    /// Sends one request: URLSession by default; a test can answer in its place.
+    public protocol Transport: Sendable {
+        func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse)
+    }
+
+    public let configuration: Configuration
+    private let transport: any Transport
+    private let now: @Sendable () -> Date
+    private let sleep: @Sendable (TimeInterval) async -> Void
+    private var cache: [String: Entitlements] = [:]
+    /// Users whose entitlements are kept; the oldest read goes first.
+    static let cacheCapacity = 32
+    /// The largest answer read (a user with a long history is well under it).
+    static let maxAnswerBytes = 4 << 20
+
+    public init(serverURL: URL, publicKey: String, bundleID: String? = nil) {
+        self.init(configuration: Configuration(serverURL: serverURL, publicKey: publicKey, bundleID: bundleID))
+    }
+
+    public init(
+        configuration: Configuration, transport: (any Transport)? = nil,
+        now: @escaping @Sendable () -> Date = { Date() },
+        sleep: @escaping @Sendable (TimeInterval) async -> Void = { seconds in
+            try? await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000))
+        }
+    ) {
+        self.configuration = configuration
+        self.transport = transport ?? URLSessionTransport(timeout: configuration.timeout)
+        self.now = now
+        self.sleep = sleep
+    }
+
+    // MARK: - Calls
+
+    /// Sends a StoreKit 2 transaction (`VerificationResult<Transaction>.jwsRepresentation`) for `appUserID`
+    /// (`POST /v1/transactions`). The server verifies it, records it, and answers the user's entitlements.
+    /// Finish the StoreKit transaction after this returns, not before.
+    public func syncTransaction(_ jws: String, appUserID: String) async throws(StorekeeperClientError) -> SyncResult {
+        try Self.check(appUserID)
+        var body: [String: String] = ["appUserId": appUserID, "signedTransaction": jws]
+        body["bundleId"] = configuration.bundleID
+        let answer: PostAnswer = try await call("POST", path: ["v1", "transactions"], query: [:], body: body)
+        return remember(answer)
+    }
+
+    /// Sends StoreKit 2's `AppTransaction` (`AppTransaction.shared`'s `jwsRepresentation`) for `appUserID`
+    /// (`POST /v1/app-transactions`): who bought or downloaded the app, when, and which version first.
+    public func syncAppTransaction(_ jws: String, appUserID: String) async throws(StorekeeperClientError)
+        -> SyncResult
+    {
+        try Self.check(appUserID)
+        var body: [String: String] = ["appUserId": appUserID, "signedAppTransaction": jws]
+        body["bundleId"] = configuration.bundleID
+        let answer: PostAnswer = try await call("POST", path: ["v1", "app-transactions"], query: [:], body: body)
+        return remember(answer)
+    }
+
+    /// The user's entitlements (`GET /v1/entitlements/{appUserID}`): from this client's cache when its last
+    /// answer is younger than `maxAge` seconds (default: the configuration's `cacheLifetime`; 0 asks the server).
+    public func entitlements(appUserID: String, maxAge: TimeInterval? = nil) async throws(StorekeeperClientError)
+        -> Entitlements
+    {
+        try Self.check(appUserID)
+        if let cached = cache[appUserID], cached.age(at: now()) < (maxAge ?? configuration.cacheLifetime) {
+            return cached
+        }
+        var query: [String: String] = [:]
+        query["bundleId"] = configuration.bundleID
+        let answer: EntitlementsAnswer = try await call(
+            "GET", path: ["v1", "entitlements", appUserID], query: query, body: nil)
+        let entitlements = answer.entitlements(received: now())
+        store(entitlements)
+        return entitlements
+    }
+
+    /// The last entitlements read or synced for the user, whatever their age (check ``Entitlements/age(at:)``).
+    public func cachedEntitlements(appUserID: String) -> Entitlements? { cache[appUserID] }
+
+    /// Forgets the cached entitlements (of one user, or of all).
+    public func invalidate(appUserID: String? = nil) {
+        if let appUserID { cache[appUserID] = nil } else { cache.removeAll() }
+    }
+
+    // MARK: - Requests
+
+    private func remember(_ answer: PostAnswer) -> SyncResult {
+        let entitlements = answer.entitlementsAnswer.entitlements(received: now())
+        store(entitlements)
+        return SyncResult(
+            entitlements: entitlements, purchases: (answer.purchases ?? []).map(\.purchase),
+            appTransaction: answer.appTransaction?.facts)
+    }
+
+    private func store(_ entitlements: Entitlements) {
+        cache[entitlements.appUserID] = entitlements
+        while cache.count > Self.cacheCapacity,
+            let oldest = cache.min(by: { $0.value.receivedDate < $1.value.receivedDate })
+        {
+            cache[oldest.key] = nil
+        }
+    }
+
+    static func check(_ appUserID: String) throws(StorekeeperClientError) {
+        guard (1...256).contains(appUserID.utf8.count) else {
+            throw StorekeeperClientError(kind: .invalidArgument, message: "appUserID must be 1 to 256 bytes")
+        }
+        // The server takes no encoded `/`, `\` or NUL in a path, so such an id could be synced but not read.
+        guard !appUserID.contains(where: { $0 == "/" || $0 == "\\" || $0 == "\u{0}" || $0.isNewline }) else {
+            throw StorekeeperClientError(
+                kind: .invalidArgument, message: "appUserID must not contain '/', '\\', NUL or a line break")
+        }
+    }
+
+    /// The request for `path` (segments, each percent-encoded) and `query` under the server's URL.
+    func request(_ method: String, path: [String], query: [String: String], body: [String: String]?)
+        throws(StorekeeperClientError) -> URLRequest
+    {
+        var segment = CharacterSet.urlPathAllowed
+        segment.remove(charactersIn: "/;?#")
+        var text = configuration.serverURL.absoluteString
+        while text.hasSuffix("/") { text.removeLast() }
+        for part in path {
+            guard let encoded = part.addingPercentEncoding(withAllowedCharacters: segment) else {
+                throw StorekeeperClientError(kind: .invalidArgument, message: "cannot encode '\(part)' in a URL")
+            }
+            text += "/" + encoded
+        }
+        guard var components = URLComponents(string: text) else {
+            throw StorekeeperClientError(kind: .invalidArgument, message: "the server URL is not a URL")
+        }
+        if !query.isEmpty {
+            components.queryItems = query.sorted { $0.key < $1.key }.map { URLQueryItem(name: $0.key, value: $0.value) }
+        }
+        guard let url = components.url else {
+            throw StorekeeperClientError(kind: .invalidArgument, message: "the server URL is not a URL")
+        }
+        var request = URLRequest(url: url, timeoutInterval: configuration.timeout)
+        request.httpMethod = method
+        request.setValue("Bearer " + configuration.publicKey, forHTTPHeaderField: "Authorization")
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        if let body {
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            do { request.httpBody = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]) } catch {
+                throw StorekeeperClientError(kind: .invalidArgument, message: "cannot encode the request body")
+            }
+        }
+        return request
+    }
+
+    /// Sends a request, trying again with back-off while the failure is retryable, and decodes the answer.
+    private func call<Answer: Decodable>(
+        _ method: String, path: [String], query: [String: String], body: [String: String]?
+    ) async throws(StorekeeperClientError) -> Answer {
+        let request = try request(method, path: path, query: query, body: body)
+        var attempt = 1
+        while true {
+            let failure: StorekeeperClientError
+            var retryAfter: TimeInterval?
+            do {
+                let (data, response) = try await transport.send(request)
+                if (200...299).contains(response.statusCode) { return try Self.decode(data) }
+                failure = Self.serverError(status: response.statusCode, data: data)
+                retryAfter = response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init)
+            } catch let error as StorekeeperClientError {
+                failure = error
+            } catch {
+                failure = StorekeeperClientError(kind: .transport, message: error.localizedDescription)
+            }
+            guard failure.isRetryable, attempt < max(1, configuration.maxAttempts), !Task.isCancelled else {
+                throw failure
+            }
+            await sleep(backoff(attempt: attempt, retryAfter: retryAfter))
+            attempt += 1
+        }
+    }
+
+    /// The wait before try `attempt + 1`: the server's `Retry-After` when it gave one, otherwise
+    /// `initialBackoff` doubled per try; never more than `maxBackoff`.
+    func backoff(attempt: Int, retryAfter: TimeInterval?) -> TimeInterval {
+        let doubled = configuration.initialBackoff * pow(2, Double(min(attempt - 1, 30)))
+        return min(configuration.maxBackoff, max(0, retryAfter ?? doubled))
+    }
+
+    static func decode<Answer: Decodable>(_ data: Data) throws(StorekeeperClientError) -> Answer {
+        guard data.count <= maxAnswerBytes else {
+            throw StorekeeperClientError(kind: .invalidAnswer, message: "the answer is larger than 4 MiB")
+        }
+        do { return try JSONDecoder().decode(Answer.self, from: data) } catch {
+            throw StorekeeperClientError(kind: .invalidAnswer, message: "the server's answer does not read: \(error)")
+        }
+    }
+
+    static func serverError(status: Int, data: Data) -> StorekeeperClientError {
+        struct Body: Decodable {
+            struct Detail: Decodable {
+                let code: String?
+                let message: String?
+            }
+            let error: Detail
+        }
+        let detail = data.count <= maxAnswerBytes ? (try? JSONDecoder().decode(Body.self, from: data))?.error : nil
+        return StorekeeperClientError(
+            kind: .server, status: status, code: detail?.code,
+            message: detail?.message ?? HTTPURLResponse.localizedString(forStatusCode: status))
+    }
+}
+
+/// URLSession as the transport (on Linux, FoundationNetworking over libcurl).
+struct URLSessionTransport: StorekeeperClient.Transport {
+    let session: URLSession
+
+    init(timeout: TimeInterval) {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = timeout
+        configuration.httpShouldSetCookies = false
+        session = URLSession(configuration: configuration)
+    }
+
+    func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+        let (data, response) = try await session.data(for: request)
+        guard let http = response as? HTTPURLResponse else {
+            throw StorekeeperClientError(kind: .invalidAnswer, message: "the answer is not HTTP")
+        }
+        return (data, http)
+    }
+}
+
+// MARK: - The server's answers, as they arrive
+
+struct EntitlementsAnswer: Decodable {
+    struct Item: Decodable {
+        let active: Bool
+        let productId: String?
+        let expiresDate: Int64?
+        let willRenew: Bool
+        let periodType: String
+        let inGracePeriod: Bool
+        let inBillingRetry: Bool
+        let source: String
+    }
+    let appUserId: String
+    let bundleId: String
+    let entitlements: [String: Item]
+    let requestDate: Int64?
+
+    func entitlements(received: Date) -> Entitlements {
+        var all: [String: Entitlement] = [:]
+        for (name, item) in entitlements {
+            all[name] = Entitlement(
+                name: name, isActive: item.active, productID: item.productId, expiresDate: date(item.expiresDate),
+                willRenew: item.willRenew, periodType: item.periodType, isInGracePeriod: item.inGracePeriod,
+                isInBillingRetry: item.inBillingRetry, source: item.source)
+        }
+        return Entitlements(
+            appUserID: appUserId, bundleID: bundleId, all: all, serverDate: date(requestDate), receivedDate: received)
+    }
+}
+
+struct PostAnswer: Decodable {
+    struct Purchase: Decodable {
+        let transactionId: String
+        let originalTransactionId: String
+        let productId: String
+        let type: String
+        let purchaseDate: Int64?
+        let expiresDate: Int64?
+        let revoked: Bool
+
+        var purchase: SyncedPurchase {
+            SyncedPurchase(
+                transactionID: transactionId, originalTransactionID: originalTransactionId, productID: productId,
+                type: type, purchaseDate: date(purchaseDate), expiresDate: date(expiresDate), isRevoked: revoked)
+        }
+    }
+    struct AppTransactionFacts: Decodable {
+        let appTransactionId: String?
+        let originalApplicationVersion: String?
+        let originalPurchaseDate: Int64?
+        let environment: String
+
+        var facts: SyncedAppTransaction {
+            SyncedAppTransaction(
+                appTransactionID: appTransactionId, originalApplicationVersion: originalApplicationVersion,
+                originalPurchaseDate: date(originalPurchaseDate), environment: environment)
+        }
+    }
+    let appUserId: String
+    let bundleId: String
+    let entitlements: [String: EntitlementsAnswer.Item]
+    let purchases: [Purchase]?
+    let appTransaction: AppTransactionFacts?
+    let requestDate: Int64?
+
+    var entitlementsAnswer: EntitlementsAnswer {
+        EntitlementsAnswer(
+            appUserId: appUserId, bundleId: bundleId, entitlements: entitlements, requestDate: requestDate)
+    }
+}
+
+private func date(_ milliseconds: Int64?) -> Date? {
+    milliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+}

@@ -32,8 +32,41 @@ extension EmulatorRoutes {
             object["subscriptionPeriod"] = .string(subscription.period?.description ?? "")
             object["subscriptionGroupId"] = subscription.groupID.map(JSONValue.string) ?? .null
             object["groupLevel"] = subscription.level.map { .integer(Int64($0)) } ?? .null
+            // StoreKit's `Product.SubscriptionInfo`: the offers an app can show, and the billing plans.
+            object["introductoryOffer"] =
+                subscription.introductoryOffer.map { render($0, type: "introductory") } ?? .null
+            object["promotionalOffers"] = .array(subscription.promotionalOffers.map { render($0, type: "promotional") })
+            object["winBackOffers"] = .array(subscription.winBackOffers.map { render($0, type: "winBack") })
+            object["offerCodes"] = .array(subscription.codeOffers.map { render($0, type: "code") })
+            if let plan = entry.subscription?.monthlyPlan {
+                object["billingPlans"] = .array([
+                    .object([
+                        "billingPlanType": .string(BillingPlanType.monthly.rawValue),
+                        "displayPrice": plan.displayPrice.map(JSONValue.string) ?? .null,
+                        "commitmentDisplayPrice": plan.commitmentDisplayPrice.map(JSONValue.string) ?? .null,
+                        "totalBillingPeriods": .integer(Int64(plan.totalBillingPeriods)),
+                    ])
+                ])
+            }
         }
         return object
+    }
+
+    /// An offer as StoreKit's `Product.SubscriptionOffer` describes it (`paymentMode` in StoreKit's words).
+    static func render(_ offer: SubscriptionOffer, type: String) -> JSONValue {
+        let mode: JSONValue =
+            switch offer.paymentMode {
+            case "free": .string("freeTrial")
+            case let other?: .string(other)
+            case nil: .null
+            }
+        return .object([
+            "id": offer.offerID.map(JSONValue.string) ?? .null, "type": .string(type), "paymentMode": mode,
+            "period": offer.period.map { .string($0.description) } ?? .null,
+            "periodCount": .integer(Int64(offer.numberOfPeriods)),
+            "displayPrice": .string(offer.displayPrice ?? "0.00"),
+            "referenceName": offer.referenceName.map(JSONValue.string) ?? .null,
+        ])
     }
 
     static func render(_ entry: AppStore.QueueEntry) -> JSONObject {

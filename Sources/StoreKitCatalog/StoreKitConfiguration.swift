@@ -32,9 +32,18 @@ public struct StoreKitConfiguration: Sendable, Hashable {
         json = root
         var products: [Product] = []
         for key in ["products", "nonRenewingSubscriptions"] {
-            for item in root[key]?.arrayValue ?? [] {
-                guard let object = item.objectValue, let product = Product(json: object) else {
-                    throw ConfigurationError(description: "a product in '\(key)' has no productID or type")
+            for (index, item) in (root[key]?.arrayValue ?? []).enumerated() {
+                let place = "\(key)[\(index)]"
+                guard let object = item.objectValue, let id = object["productID"]?.stringValue else {
+                    throw ConfigurationError(description: "\(place) has no productID")
+                }
+                guard let type = object["type"]?.stringValue else {
+                    throw ConfigurationError(description: "\(place) ('\(id)') has no type")
+                }
+                guard let product = Product(json: object) else {
+                    throw ConfigurationError(
+                        description:
+                            "\(place) ('\(id)'): type '\(type)' is not one of Consumable, NonConsumable, NonRenewable")
                 }
                 products.append(product)
             }
@@ -45,6 +54,16 @@ public struct StoreKitConfiguration: Sendable, Hashable {
                 throw ConfigurationError(description: "a subscription group is not an object")
             }
             let group = SubscriptionGroup(json: object)
+            for (index, item) in (object["subscriptions"]?.arrayValue ?? []).enumerated() {
+                let place = "subscriptionGroups[\(groups.count)].subscriptions[\(index)]"
+                guard let subscription = item.objectValue, let id = subscription["productID"]?.stringValue else {
+                    throw ConfigurationError(description: "\(place) has no productID")
+                }
+                if let type = subscription["type"]?.stringValue, ProductKind(storeKitType: type) != .autoRenewable {
+                    throw ConfigurationError(
+                        description: "\(place) ('\(id)'): type '\(type)' is not RecurringSubscription")
+                }
+            }
             for subscription in group.subscriptions {
                 guard subscription.period != nil else {
                     throw ConfigurationError(

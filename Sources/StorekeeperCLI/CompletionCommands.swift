@@ -24,7 +24,12 @@ enum CompletionCommands {
     /// Words that may follow `prefix` (a group, or a command's options).
     static func table() -> [(prefix: String, words: [String])] {
         var rows: [(String, [String])] = [
-            ("", Storekeeper.groups.map(\.name) + ["fuzz", "completion", "help", "--help", "--version"])
+            (
+                "",
+                Storekeeper.commands.map { $0.path[0] }.reduce(into: [String]()) { words, word in
+                    if !words.contains(word) { words.append(word) }
+                } + ["help", "--help", "--version"]
+            )
         ]
         // Every intermediate path (`appstore`, `appstore notifications`) completes to the words below it.
         var prefixes: [[String]] = []

@@ -213,7 +213,13 @@ enum TextReport {
             lines.append("Expires:          \(ReceiptDate.rfc3339String(expiry))")
         }
         lines.append("Purchases:        \(receipt.inAppPurchases.count)")
-        for (index, purchase) in receipt.inAppPurchases.enumerated() {
+        // The receipt's SET OF order is its DER encoding's; people read purchases by date, then by id.
+        let ordered = receipt.inAppPurchases.sorted { a, b in
+            if a.purchaseDate != b.purchaseDate { return a.purchaseDate < b.purchaseDate }
+            if a.transactionID.count != b.transactionID.count { return a.transactionID.count < b.transactionID.count }
+            return a.transactionID < b.transactionID
+        }
+        for (index, purchase) in ordered.enumerated() {
             var line =
                 "  \(index + 1). \(purchase.productID) ×\(purchase.quantity)  transaction \(purchase.transactionID)"
             if let original = purchase.originalTransactionID, original != purchase.transactionID {

@@ -9,63 +9,55 @@ import StorekeeperHTTP
 public enum Storekeeper {
     static let version = "0.1.0"
 
-    static let overview = """
-        OVERVIEW: Storekeeper — self-hosted in-app purchase verification, App Store emulation and purchase server.
+    /// The top-level help, made from the command table (so that it lists every command): one line per
+    /// command, the App Store Server API's endpoints on one.
+    static var overview: String {
+        func row(_ name: String, _ abstract: String) -> String {
+            let pad =
+                name.count < 28
+                ? String(repeating: " ", count: 28 - name.count) : "\n" + String(repeating: " ", count: 30)
+            return "  " + name + pad + abstract + "\n"
+        }
+        var rows = ""
+        var listedAPI = false
+        for command in commands {
+            if command.path[0] == "api" {
+                guard !listedAPI else { continue }
+                listedAPI = true
+                rows += row(
+                    "api <endpoint>",
+                    "Call the App Store Server API (Apple's or the emulator's): "
+                        + ServerAPICommands.endpoints.map(\.name).joined(separator: ", ") + ".")
+                continue
+            }
+            rows += row(command.path.joined(separator: " "), command.spec.abstract)
+        }
+        return """
+            OVERVIEW: Storekeeper — self-hosted in-app purchase verification, App Store emulation and purchase server.
 
-        USAGE: storekeeper <subcommand>
+            USAGE: storekeeper <subcommand>
 
-        OPTIONS:
-          --version                   Show the version.
-          -h, --help                  Show help information.
+            OPTIONS:
+              --version                   Show the version.
+              -h, --help                  Show help information.
 
-        SUBCOMMANDS:
-          receipt verify              Verify an App Store receipt (signature, chain, bundle, device, expiry).
-          receipt decode              Decode an App Store receipt without verifying it.
-          receipt sample              Write a sample receipt and the root that verifies it.
-          jws verify                  Verify StoreKit 2 signed data (transactions, renewal info, notifications).
-          jws decode                  Decode a JWS without verifying it.
-          jws sign                    Sign a JSON payload as ES256 with an x5c chain.
-          offer sign                  Sign a promotional offer (V1 signature or V2 JWS).
-          appstore serve              Run the App Store emulator (verifyReceipt, /_emulator/v1 API).
-          appstore certs              Export the emulator's root certificates (from its data or --url).
-          appstore products           List the products a running emulator sells.
-          appstore account|device|install|buy|transactions|finish|receipt|advance
-                                      Drive a running emulator from the shell.
-          appstore expire|renew|auto-renew|resolve-issue|price-consent
-                                      Drive a subscription's lifecycle (SKTestSession's verbs).
-          appstore refund|refund-request|refund-decision|refund-reversal
-                                      Refund a purchase; or a customer's request, then Apple's decision.
-          appstore billing|price-increase|availability
-                                      Fail an account's renewals; raise a price; take a product off sale.
-          appstore notifications set|history|listen
-                                      Send server notifications somewhere, read their history, receive them.
-          appstore family create|remove
-                                      Family Sharing: share purchases among accounts, and end it (REVOKE).
-          appstore scenario run       Run lifecycle scenario files (examples/scenarios) against an embedded emulator.
-          appstore api-key            Mint an App Store Server API key for an app on a running emulator.
-          api <endpoint>              Call the App Store Server API (Apple's or the emulator's): transaction,
-                                      history, statuses, refunds, order, extend, mass-extend, mass-extend-status,
-                                      test-notification, test-notification-status, notification-history,
-                                      consumption, app-account-token, app-transaction.
-          serve                       Run the purchase server (receipts, transactions, Apple's notifications; entitlements, webhooks).
-          dev                         Run the emulator and the purchase server together, wired for a rehearsal.
-          server subscriber|events    Read a subscriber's state or events from a running purchase server.
-          bench receipt               Measure receipt verification against bare OpenSSL RSA.
-          bench jws                   Measure JWS verification against bare OpenSSL ECDSA P-256.
-          bench emulator              Measure purchase cost with 100,000 transactions stored against 100.
-          bench http                  Measure the HTTP layer against bare libmicrohttpd, and under idle and slow clients.
-          bench lifecycle             Simulate subscriber-years of subscriptions with notifications delivered locally.
-          bench serve                 Measure the purchase server: notification ingestion, receipts, subscriber reads.
-          bench server-api            Page through a 1,000-transaction history over loopback; the bearer-token check.
-          fuzz                        Feed mutated receipts, JWS, JSON, .storekit and HTTP to their parsers.
-          completion                  Print a bash or zsh completion script.
+            SUBCOMMANDS:
+            \(rows)
+              See 'storekeeper help <subcommand>' for detailed help.
 
-          See 'storekeeper help <subcommand>' for detailed help.
-
-        """
+            """
+    }
 
     /// Every subcommand, in the order help lists them.
-    static let commands: [Command] = verbs + BenchCommands.commands + apiCommands + completion
+    static let commands: [Command] = (verbs + BenchCommands.commands + apiCommands + completion).map { command in
+        // Every command that prints an answer shortens its JWS for people; `--json` prints it whole.
+        guard command.spec.options.contains(where: { $0.name == "field" }),
+            !command.spec.flags.contains(where: { $0.name == "json" })
+        else { return command }
+        var spec = command.spec
+        spec.flags.append(("json", "Print the whole answer as JSON, signed data (JWS) in full."))
+        return (command.path, spec, command.run)
+    }
 
     static let completion: [Command] = [(["completion"], CompletionCommands.spec, CompletionCommands.run)]
 

@@ -89,6 +89,29 @@ struct StoreKitConfigurationErrorTests {
         }
     }
 
+    @Test("An unknown product type is refused with its place, id and value named")
+    func unknownType() {
+        let cases = [
+            (
+                #"{"products":[{"productID":"a","type":"Consumable"},{"productID":"b","type":"Gift"}]}"#,
+                "products[1] ('b'): type 'Gift' is not one of Consumable, NonConsumable, NonRenewable"
+            ),
+            (#"{"nonRenewingSubscriptions":[{"productID":"n"}]}"#, "nonRenewingSubscriptions[0] ('n') has no type"),
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","type":"Consumable","recurringSubscriptionPeriod":"P1M"}]}]}"#,
+                "subscriptionGroups[0].subscriptions[0] ('s'): type 'Consumable' is not RecurringSubscription"
+            ),
+        ]
+        for (text, message) in cases {
+            do {
+                _ = try StoreKitConfiguration(data: Array(text.utf8))
+                Issue.record("accepted: \(text)")
+            } catch {
+                #expect(error.description == message)
+            }
+        }
+    }
+
     @Test("Unknown keys are kept")
     func unknownKeys() throws {
         let text =

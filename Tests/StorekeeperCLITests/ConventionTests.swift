@@ -1,5 +1,6 @@
 import Foundation
 import StorekeeperCLITestSupport
+import StorekeeperCommandLine
 import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing
@@ -236,10 +237,20 @@ struct ConventionTests {
         }
         // Products are discoverable, through the environment variable as through --url.
         let products = try ExternalTool.run(
-            binary, ["appstore", "products"], environment: ["STOREKEEPER_URL": base])
+            binary, ["appstore", "products", "--json"], environment: ["STOREKEEPER_URL": base])
         #expect(products.status == 0, "\(products.stderrText)")
         let listed = try JSONParser.parse(products.stdout)["products"]?.arrayValue ?? []
         #expect(listed.contains { $0["productId"] == .string("com.example.storekeeper.monthly") })
+        let yearly = listed.first { $0["productId"] == .string("com.example.storekeeper.yearly") }
+        #expect(yearly?["introductoryOffer"]?["paymentMode"] == .string("freeTrial"))
+        #expect(yearly?["billingPlans"]?.arrayValue?.first?["billingPlanType"] == .string("MONTHLY"))
+        // For people, a table: a line per product, its offers and plans below it.
+        let table = await CapturedConsole.run(["appstore", "products", "--url", base])
+        let lines = table.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first { $0.hasPrefix("com.example.storekeeper.yearly ") }?.contains("every P1Y") == true)
+        #expect(lines.contains("    introductory offer: freeTrial, free for 1 × P1W"), "\(table.stdout)")
+        #expect(lines.contains { $0.hasPrefix("    billing plan MONTHLY: ") })
+        #expect(lines.contains { $0.hasPrefix("    winBack offer 'com.example.storekeeper.missyou': payAsYouGo") })
 
         let refused = await CapturedConsole.run([
             "appstore", "buy", "--url", base, "--device", "nope", "--product", "x",
@@ -261,6 +272,16 @@ struct ConventionTests {
         let buy = await CapturedConsole.run(
             ["appstore", "buy", "--url", base, "--device", deviceID, "--product", "com.example.storekeeper.monthly"])
         #expect(buy.status == 0, "\(buy.stderr)")
+        // The signed transaction is shortened for people, whole with --json.
+        #expect(
+            try JSONParser.parse(buy.stdout)["jwsRepresentation"]?.stringValue?.wholeMatch(
+                of: /<JWS, \d+ bytes: --field jwsRepresentation>/) != nil, "\(buy.stdout)")
+        let whole = await CapturedConsole.run([
+            "appstore", "buy", "--url", base, "--device", deviceID, "--product", "com.example.storekeeper.coins",
+            "--json",
+        ])
+        let signed = try JSONParser.parse(whole.stdout)["jwsRepresentation"]?.stringValue ?? ""
+        #expect(signed.split(separator: ".").count == 3 && signed.count > 500, "\(whole.stdout.prefix(300))")
         let bought = try JSONParser.parse(buy.stdout)["transaction"]
         let milliseconds = try #require(bought?["transactionDate"]?.int64Value)
         let iso = try #require(bought?["transactionDateISO"]?.stringValue)
@@ -295,5 +316,21 @@ struct ConventionTests {
         let wrong = await CapturedConsole.run(["appstore", "certs", "--data", nowhere.path, "--out", out.path])
         #expect(wrong.status == 2)
         #expect(!FileManager.default.fileExists(atPath: nowhere.path), "a wrong --data creates nothing")
+    }
+}
+
+@Suite("Notes said once")
+struct NotesTests {
+    @Test("a note is said the first time only, per id, and always where its state cannot be kept")
+    func once() throws {
+        let folder = try ExternalTool.temporaryDirectory().appendingPathComponent("state")
+        let environment = ["STOREKEEPER_STATE_DIR": folder.path]
+        #expect(Notes.firstTime("compressed-periods-a", environment: environment))
+        #expect(!Notes.firstTime("compressed-periods-a", environment: environment))
+        #expect(Notes.firstTime("compressed-periods-b", environment: environment))
+        #expect(!Notes.firstTime("compressed-periods-b", environment: environment))
+        #expect(Notes.firstTime("x", environment: [:]) && Notes.firstTime("x", environment: [:]))
+        let unwritable = ["STOREKEEPER_STATE_DIR": "/proc/storekeeper-cannot-be-here"]
+        #expect(Notes.firstTime("y", environment: unwritable) && Notes.firstTime("y", environment: unwritable))
     }
 }

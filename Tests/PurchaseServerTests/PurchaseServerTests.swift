@@ -41,6 +41,14 @@ struct PurchaseServerTests {
             server["expiresDate"]?.doubleValue
                 == truth.expiresDate.map { ($0.timeIntervalSince1970 * 1000).rounded(.down) })
         #expect(view["entitlements"]?["plus"]?["willRenew"] == .bool(false))
+        // Every date in the answer has its ISO 8601 sibling, the same instant.
+        let milliseconds = try #require(server["expiresDate"]?.int64Value)
+        let iso = try #require(server["expiresDateISO"]?.stringValue)
+        let parsed = try #require(
+            try? Date(iso, strategy: .iso8601.year().month().day().time(includingFractionalSeconds: iso.contains("."))))
+        #expect(Int64((parsed.timeIntervalSince1970 * 1000).rounded()) == milliseconds)
+        #expect(view["entitlements"]?["plus"]?["expiresDateISO"]?.stringValue?.hasSuffix("Z") == true)
+        #expect(view["purchases"]?.arrayValue?.first?["purchaseDateISO"]?.stringValue != nil)
 
         _ = try await harness.store.subscriptionVerb(.expireNow, transactionID: id)
         try await harness.settleNotifications()

@@ -10,15 +10,18 @@ package enum ISODates {
 
     /// A copy of `value` in which every member that holds epoch milliseconds (a name ending in `Date`, `At`
     /// or equal to `now`, with a plausible value) gains an ISO 8601 sibling named `…ISO`.
-    package static func annotated(_ value: JSONValue) -> JSONValue {
+    /// `names`: more members that hold epoch milliseconds whatever their suffix (the purchase server's `date`,
+    /// `nextAttempt`, a chart point's `start` and `end`).
+    package static func annotated(_ value: JSONValue, names: Set<String> = []) -> JSONValue {
         switch value {
-        case .array(let items): return .array(items.map(annotated))
+        case .array(let items): return .array(items.map { annotated($0, names: names) })
         case .object(let object):
             var result = JSONObject()
             for member in object.members {
-                result[member.key] = annotated(member.value)
+                result[member.key] = annotated(member.value, names: names)
                 if case .integer(let milliseconds) = member.value, (0...253_402_300_799_999).contains(milliseconds),
                     member.key == "now" || member.key.hasSuffix("Date") || member.key.hasSuffix("At")
+                        || names.contains(member.key)
                 {
                     result[member.key + "ISO"] = .string(string(milliseconds: milliseconds))
                 }

@@ -345,11 +345,14 @@ extension PurchaseServer {
         return .app
     }
 
-    /// A JSON answer of the server's own API: every epoch-milliseconds date (`…Date`, `…At`) with its ISO 8601
-    /// sibling (`…DateISO`), as the command line prints them.
+    /// A JSON answer of the server's own API: every epoch-milliseconds date (`…Date`, `…At`, an event's or
+    /// attempt's `date`, `nextAttempt`, a chart's `from`, `to`, `start` and `end`) with its ISO 8601 sibling
+    /// (`…ISO`), as the command line prints them.
     static func answer(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
-        .json(ISODates.annotated(value), status: status)
+        .json(ISODates.annotated(value, names: dateNames), status: status)
     }
+
+    static let dateNames: Set<String> = ["date", "nextAttempt", "from", "to", "start", "end"]
 
     static func ms(_ date: Date) -> JSONValue { .integer(EpochMilliseconds.milliseconds(date)) }
     static func ms(_ date: Date?) -> JSONValue { date.map(ms) ?? .null }

@@ -164,7 +164,8 @@ extension PurchaseServer {
                 for (delivery, status, error) in attempted {
                     var updated = delivery
                     updated.attempts.append(.init(date: recorded, status: status, error: error))
-                    if let status, status == 200 {
+                    // Any 2xx is an acknowledgement (201, 202, 204 as well as 200); redirects are not followed.
+                    if let status, (200..<300).contains(status) {
                         updated.state = .delivered
                         updated.nextAttempt = nil
                     } else if updated.attempts.count - 1 < schedule.count {
@@ -179,7 +180,7 @@ extension PurchaseServer {
         } catch {
             logger.error("webhooks.record-failed", ["error": String(describing: error)])
         }
-        for (delivery, status, _) in results where status != 200 {
+        for (delivery, status, _) in results where !(200..<300).contains(status ?? 0) {
             metrics.count("storekeeper_webhook_failures_total", ["type": delivery.eventType])
         }
         return results.count

@@ -25,7 +25,7 @@ enum AppStoreCommands {
             .init(
                 name: "config", valueName: "file",
                 help:
-                    "Apps as JSON: {\"apps\": [{\"bundleId\", \"appAppleId\", \"version\", \"sharedSecret\"}], \"billingPlans\"?: {productId: [{\"billingPlanType\": \"MONTHLY\", \"displayPrice\", \"totalBillingPeriods\"}]}}."
+                    "Apps as JSON: {\"apps\": [{\"bundleId\", \"appAppleId\", \"version\", \"sharedSecret\"}], \"billingPlans\"?: {productId: [{\"billingPlanType\": \"MONTHLY\", \"displayPrice\", \"commitmentDisplayPrice\"?}]}} (12 months)."
             ),
             .init(
                 name: "bundle-id", valueName: "id", help: "An app to sell for (default: com.example.storekeeper).",

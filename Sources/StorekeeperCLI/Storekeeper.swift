@@ -147,6 +147,7 @@ public enum Storekeeper {
         ("appstore", "Run the App Store emulator and drive it from the shell."),
         ("api", "Call the App Store Server API, Apple's or the emulator's."),
         ("bench", "Measure throughput against baselines measured in the same run."),
+        ("server", "Read a running purchase server: a subscriber's state and events."),
     ]
 
     static let exitCodes = """
@@ -178,7 +179,12 @@ public enum Storekeeper {
     static func help(for path: [String]) -> String? {
         if path.isEmpty { return overview + "\n" + exitCodes }
         if let command = commands.first(where: { $0.path == path }) { return command.spec.help + "\n" + exitCodes }
-        if path.count == 1, groups.contains(where: { $0.name == path[0] }) { return groupHelp(path[0]) }
+        if path.count == 1,
+            groups.contains(where: { $0.name == path[0] })
+                || commands.contains(where: { $0.path.count > 1 && $0.path[0] == path[0] })
+        {
+            return groupHelp(path[0])
+        }
         // A path below a group (`appstore notifications`): the commands under it.
         let below = commands.filter { $0.path.count > path.count && Array($0.path.prefix(path.count)) == path }
         guard !below.isEmpty else { return nil }
@@ -238,7 +244,9 @@ public enum Storekeeper {
                 return 0
             }
             let group = words[0]
-            if groups.contains(where: { $0.name == group }) {
+            if groups.contains(where: { $0.name == group })
+                || commands.contains(where: { $0.path.count > 1 && $0.path[0] == group })
+            {
                 let rest = Array(words.dropFirst())
                 if rest.isEmpty || rest.allSatisfy({ $0 == "--help" || $0 == "-h" }) {
                     console.write(groupHelp(group))

@@ -248,6 +248,26 @@ struct PurchaseServerTests {
         #expect(attempts == [500, 503, 200])
     }
 
+    @Test("Any 2xx acknowledges a webhook: a receiver answering 204 is not asked again")
+    func webhookNoContent() async throws {
+        let harness = try await ServerHarness.make(withAPI: false, failFirstWebhooks: [204])
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (_, jws) = try await harness.buy("pro", device: device)
+        _ = try await harness.post(jws, user: "judy")
+        var deliveries: [JSONValue] = []
+        for _ in 0..<3_000 {
+            let (_, body) = try await harness.call("GET", "/v1/webhooks/deliveries")
+            deliveries = body["deliveries"]?.arrayValue ?? []
+            if !deliveries.isEmpty, deliveries.allSatisfy({ $0["state"] == .string("delivered") }) { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(deliveries.count == 1)
+        #expect(deliveries.first?["state"] == .string("delivered"))
+        #expect(deliveries.first?["attempts"]?.arrayValue?.compactMap { $0["status"]?.int64Value } == [204])
+        #expect(deliveries.first?["nextAttempt"] == .null)
+    }
+
     @Test("Apple's TEST notification becomes a TEST webhook; /metrics counts it")
     func testNotification() async throws {
         let harness = try await ServerHarness.make(withAPI: false)

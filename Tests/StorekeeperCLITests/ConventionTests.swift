@@ -197,6 +197,23 @@ struct ConventionTests {
         }
     }
 
+    @Test("every group's help answers, and the top-level help and completion list every command")
+    func groupsFromTheTable() async {
+        for group in ["receipt", "jws", "offer", "appstore", "api", "bench", "server"] {
+            let help = await CapturedConsole.run([group, "--help"])
+            #expect(help.status == 0 && help.stdout.hasPrefix("OVERVIEW: "), "\(group): \(help.stderr)")
+        }
+        let top = await CapturedConsole.run(["--help"])
+        let bash = await CapturedConsole.run(["completion", "bash"])
+        for name in ["bench serve-cluster", "bench dashboard", "bench hold-connections", "server subscriber", "dev"] {
+            #expect(top.stdout.contains("  \(name) "), "the help lists \(name)")
+        }
+        let first = bash.stdout.split(separator: "\n").first { $0.contains("\"\") words=") } ?? ""
+        for word in ["serve", "dev", "server", "bench", "api", "appstore"] {
+            #expect(first.split(separator: " ").contains { $0.hasSuffix(word) || $0 == Substring(word) }, "\(word)")
+        }
+    }
+
     @Test("completion bash and zsh print scripts that know every subcommand and option")
     func completion() async {
         let bash = await CapturedConsole.run(["completion", "bash"])

@@ -91,14 +91,19 @@ struct EmulatorDashboard: Sendable {
 
     // MARK: Pages
 
+    /// Accounts the overview lists at a time.
+    static let accountsPerPage = 50
+
     func overviewPage(_ query: HTTPQuery) async throws -> Page {
         let filter = TransactionFilter(
             account: query["account"].flatMap { $0.isEmpty ? nil : AccountID($0) },
             bundle: query["app"].flatMap { $0.isEmpty ? nil : BundleID($0) },
             product: query["product"].flatMap { $0.isEmpty ? nil : ProductID($0) })
         let before = query["before"].flatMap { Int64($0) }
+        let accountsAfter = query["accountsAfter"].flatMap { $0.isEmpty ? nil : AccountID($0) }
         let (accounts, transactions, outbox, deviceCounts) = try await self.store.storage.read { store in
-            let accounts = try store.accounts(after: nil, limit: 200)
+            // A page of accounts, as of transactions: the page costs the same whatever the store holds.
+            let accounts = try store.accounts(after: accountsAfter, limit: Self.accountsPerPage)
             let transactions = try store.transactions(matching: filter, revisionBefore: before, limit: 50)
             let pending = try store.events(kind: .notificationAttempt, limit: 200).sorted { $0.due < $1.due }
             let outbox = try pending.prefix(50).compactMap { event in
@@ -111,7 +116,7 @@ struct EmulatorDashboard: Sendable {
         body += clockSection()
         body += "</section><section aria-labelledby=\"accounts-heading\"><h2 id=\"accounts-heading\">Accounts</h2>"
         body += HTML.table(
-            id: "accounts", caption: "Accounts (first 200 by id)",
+            id: "accounts", caption: "Accounts by id, \(Self.accountsPerPage) at a time",
             columns: ["Account", "Environment", "Storefront", "Devices", "Ask to Buy", "Billing retry", "Grace"],
             rows: accounts.enumerated().map { index, account in
                 [
@@ -121,6 +126,13 @@ struct EmulatorDashboard: Sendable {
                     Self.yesNo(account.billingGracePeriod),
                 ]
             }, empty: "no account yet; create one below.")
+        if accounts.count == Self.accountsPerPage, let last = accounts.last {
+            var next = query.parameters.filter { $0.name != "accountsAfter" }.map {
+                "\($0.name)=\(HTML.component($0.value))"
+            }
+            next.append("accountsAfter=\(HTML.component(last.id.rawValue))")
+            body += "<p>" + HTML.link("Next accounts", to: "/?" + next.joined(separator: "&")) + "</p>"
+        }
         body +=
             ActionForm(
                 "Create account", action: "/_emulator/v1/accounts",

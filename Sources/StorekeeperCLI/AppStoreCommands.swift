@@ -163,7 +163,7 @@ enum AppStoreCommands {
     )
     static let receiptSpec = Arguments.Spec(
         command: "storekeeper appstore receipt", abstract: "Print the device's app receipt (base64).",
-        options: clientOptions)
+        options: clientOptions.filter { $0.name != "field" })
     static let advanceSpec = Arguments.Spec(
         command: "storekeeper appstore advance", abstract: "Advance the store clock and run what falls due.",
         options: [

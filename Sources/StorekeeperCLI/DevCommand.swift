@@ -34,7 +34,10 @@ enum DevCommand {
             .init(
                 name: "reconcile-every", valueName: "seconds",
                 help: "How often the server polls the emulator for news it missed (default: 15; 0: never)."),
-            LoggingOptions.level, LoggingOptions.format,
+            .init(
+                name: "log-level", valueName: "level",
+                help: "trace, debug, info, notice, warning (default: requests are not logged), error or critical."),
+            LoggingOptions.format,
         ],
         discussion: """
             On its first start in --data it writes the server's configuration, server.json (mode 0600): a \

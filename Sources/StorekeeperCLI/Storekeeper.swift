@@ -256,13 +256,30 @@ public enum Storekeeper {
                     console.write("\(version)\n")
                     return 0
                 }
-                let names = commands.filter { $0.path[0] == group }.map { $0.path.dropFirst().joined(separator: " ") }
+                // The deepest known prefix is the group the mistyped word belongs to (`appstore notifications`
+                // for `appstore notifications sett`).
+                var known = [group]
+                var next = 0
+                while next < rest.count - 1,
+                    commands.contains(where: {
+                        $0.path.count > known.count + 1
+                            && Array($0.path.prefix(known.count + 1)) == known + [rest[next]]
+                    })
+                {
+                    known.append(rest[next])
+                    next += 1
+                }
+                let parent = known.joined(separator: " ")
+                let names = commands.filter {
+                    $0.path.count > known.count && Array($0.path.prefix(known.count)) == known
+                }
+                .map { $0.path.dropFirst(known.count).joined(separator: " ") }
                 let guess = suggestion(
-                    rest[0], among: Set(names.compactMap { $0.split(separator: " ").first.map(String.init) }))
+                    rest[next], among: Set(names.compactMap { $0.split(separator: " ").first.map(String.init) }))
                 console.writeError(
-                    "Error: Unknown subcommand '\(rest[0])' of '\(group)' (one of: \(names.joined(separator: ", "))).\n"
-                        + (guess.map { "Did you mean '\(group) \($0)'?\n" } ?? "")
-                        + "Usage: storekeeper \(group) <subcommand>\n  See 'storekeeper help \(group)' for more information.\n"
+                    "Error: Unknown subcommand '\(rest[next])' of '\(parent)' (one of: \(names.joined(separator: ", "))).\n"
+                        + (guess.map { "Did you mean '\(parent) \($0)'?\n" } ?? "")
+                        + "Usage: storekeeper \(parent) <subcommand>\n  See 'storekeeper help \(parent)' for more information.\n"
                 )
                 return 64
             }

@@ -135,6 +135,13 @@ struct ConventionTests {
         let sub = await CapturedConsole.run(["appstore", "biy"])
         #expect(sub.status == 64 && sub.stderr.contains("Did you mean 'appstore buy'?"), "\(sub.stderr)")
         #expect((await CapturedConsole.run(["serv"])).stderr.contains("Did you mean 'serve'?"))
+        // A mistyped third word is named with the group it belongs to.
+        let deep = await CapturedConsole.run(["appstore", "notifications", "sett"])
+        #expect(deep.status == 64, "\(deep.stderr)")
+        #expect(deep.stderr.contains("Unknown subcommand 'sett' of 'appstore notifications'"), "\(deep.stderr)")
+        #expect(deep.stderr.contains("Did you mean 'appstore notifications set'?"), "\(deep.stderr)")
+        let server = await CapturedConsole.run(["server", "subscrber"])
+        #expect(server.stderr.contains("Did you mean 'server subscriber'?"), "\(server.stderr)")
         let rate = await CapturedConsole.run(["appstore", "advance", "--rate", "bogus"])
         #expect(rate.status == 64)
         #expect(rate.stderr.contains("realTime") && rate.stderr.contains("monthlyRenewalEveryFiveMinutes"))

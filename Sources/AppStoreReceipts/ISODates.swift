@@ -12,13 +12,19 @@ package enum ISODates {
     /// or equal to `now`, with a plausible value) gains an ISO 8601 sibling named `…ISO`.
     /// `names`: more members that hold epoch milliseconds whatever their suffix (the purchase server's `date`,
     /// `nextAttempt`, a chart point's `start` and `end`).
-    package static func annotated(_ value: JSONValue, names: Set<String> = []) -> JSONValue {
+    /// `skipping`: members whose value is copied as it is (maps keyed by ids, such as the server's `balances`).
+    package static func annotated(_ value: JSONValue, names: Set<String> = [], skipping: Set<String> = []) -> JSONValue
+    {
         switch value {
-        case .array(let items): return .array(items.map { annotated($0, names: names) })
+        case .array(let items): return .array(items.map { annotated($0, names: names, skipping: skipping) })
         case .object(let object):
             var result = JSONObject()
             for member in object.members {
-                result[member.key] = annotated(member.value, names: names)
+                if skipping.contains(member.key) {
+                    result[member.key] = member.value
+                    continue
+                }
+                result[member.key] = annotated(member.value, names: names, skipping: skipping)
                 if case .integer(let milliseconds) = member.value, (0...253_402_300_799_999).contains(milliseconds),
                     member.key == "now" || member.key.hasSuffix("Date") || member.key.hasSuffix("At")
                         || names.contains(member.key)

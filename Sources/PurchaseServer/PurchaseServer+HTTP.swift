@@ -77,7 +77,9 @@ extension PurchaseServer {
                 let signed = try body.string("signedTransaction", maxBytes: Self.appBodyLimit, required: true)!
                 let posted = try await server.postTransaction(
                     bundleID: bundleID, appUserID: user, signedTransaction: signed)
-                return Self.answer(.object(Self.render(posted, for: caller)))
+                var object = Self.render(posted, for: caller)
+                object["requestDate"] = Self.ms(server.now())
+                return Self.answer(.object(object))
             })
         router.post(
             "/v1/receipts",
@@ -105,7 +107,7 @@ extension PurchaseServer {
                 let signed = try body.string("signedAppTransaction", maxBytes: Self.appBodyLimit, required: true)!
                 let posted = try await server.postAppTransaction(
                     bundleID: bundleID, appUserID: user, signedAppTransaction: signed)
-                var object = Self.renderEntitlements(posted.view, now: server.now())
+                var object = Self.renderEntitlements(posted.view, asked: user, now: server.now())
                 object["appTransaction"] = .object([
                     "appTransactionId": posted.appTransactionID.map(JSONValue.string) ?? .null,
                     "originalApplicationVersion": posted.originalApplicationVersion.map(JSONValue.string) ?? .null,
@@ -124,7 +126,8 @@ extension PurchaseServer {
                     let view = try server.cachedSubscriber(bundleID: bundleID, appUserID: try context.parameter("user"))
                 else { return nil }
                 server.metrics.count("storekeeper_http_requests_total", ["route": "entitlements"])
-                return Self.answer(.object(Self.renderEntitlements(view, now: server.now())))
+                return Self.answer(
+                    .object(Self.renderEntitlements(view, asked: try context.parameter("user"), now: server.now())))
             },
             otherwise: handle { request, context in
                 let bundleID = try server.bundleID(request.query["bundleId"])
@@ -140,7 +143,7 @@ extension PurchaseServer {
                         purchases: [],
                         balances: [:], flags: [])
                 }
-                return Self.answer(.object(Self.renderEntitlements(view, now: server.now())))
+                return Self.answer(.object(Self.renderEntitlements(view, asked: user, now: server.now())))
             })
         router.add(
             "GET", "/v1/subscribers/{user}",
@@ -349,7 +352,7 @@ extension PurchaseServer {
     /// attempt's `date`, `nextAttempt`, a chart's `from`, `to`, `start` and `end`) with its ISO 8601 sibling
     /// (`…ISO`), as the command line prints them.
     static func answer(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
-        .json(ISODates.annotated(value, names: dateNames), status: status)
+        .json(ISODates.annotated(value, names: dateNames, skipping: ["balances"]), status: status)
     }
 
     static let dateNames: Set<String> = ["date", "nextAttempt", "from", "to", "start", "end"]
@@ -395,10 +398,11 @@ extension PurchaseServer {
         ])
     }
 
-    /// What `GET /v1/entitlements/{user}` answers an app: its user's entitlements, and when.
-    static func renderEntitlements(_ view: SubscriberView, now: Date) -> JSONObject {
+    /// What `GET /v1/entitlements/{user}` answers an app: its user's entitlements, and when; under the id the
+    /// app asked for (an alias's user is not the app key's to learn).
+    static func renderEntitlements(_ view: SubscriberView, asked: String, now: Date) -> JSONObject {
         [
-            "appUserId": .string(view.appUserID), "bundleId": .string(view.bundleID),
+            "appUserId": .string(asked), "bundleId": .string(view.bundleID),
             "entitlements": .object(render(entitlements: view)), "requestDate": ms(now),
         ]
     }

@@ -328,16 +328,27 @@ public final class PurchaseServer: Sendable {
         details["originalPurchaseDate"] = appTransaction.originalPurchaseDate.map {
             String(EpochMilliseconds.milliseconds($0))
         }
+        // Once per user and app download: `appTransactionId` (iOS 18.4 and later), else what stays the same
+        // on every signing of it (the first purchase's date and version).
         let identity =
-            appTransaction.appTransactionID ?? Digest.hex(Digest.sha256(Array(signedAppTransaction.utf8)).prefix(16))
-        let event = ServerEvent(
-            id: "\(ServerEventType.appTransaction):\(identity):\(appUserID)", type: .appTransaction,
-            bundleID: BundleID(bundleID), appUserID: appUserID, date: now(), environment: environment,
-            source: .app, details: details)
-        _ = try await write(input: nil) { store in
-            try store.lock(user: appUserID, bundle: bundleID)
+            appTransaction.appTransactionID
+            ?? "\(details["originalPurchaseDate"] ?? "-"):\(appTransaction.originalApplicationVersion ?? "-")"
+        let current = now()
+        let facts = details
+        let recorded = try await write(input: nil) { store -> [ServerEvent] in
+            // An alias is its user; a user the server has not seen becomes known (a first launch, nothing bought).
+            let user = try store.user(bundle: bundleID, alias: appUserID) ?? appUserID
+            try store.lock(user: user, bundle: bundleID)
+            if try store.subscriber(bundle: bundleID, appUserID: user) == nil {
+                try store.save(Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current))
+            }
+            let event = ServerEvent(
+                id: "\(ServerEventType.appTransaction):\(identity):\(user)", type: .appTransaction,
+                bundleID: BundleID(bundleID), appUserID: user, date: current, environment: environment,
+                source: .app, details: facts)
             return try store.append(event) ? [event] : []
         }
+        for event in recorded.events { cache.invalidate(bundleID, event.appUserID ?? appUserID) }
         cache.invalidate(bundleID, appUserID)
         return PostedAppTransaction(
             view: try await subscriber(bundleID: bundleID, appUserID: appUserID),

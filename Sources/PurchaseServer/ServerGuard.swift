@@ -15,12 +15,18 @@ struct ServerGuard: InlineMiddleware {
         "/dashboard/logout",
     ]
     static let openPrefixes = [
-        "/v1/notifications/apple/", "/v1/apple/retention/", "/v1/entitlements/", "/dashboard/assets/",
+        "/v1/notifications/apple/", "/v1/apple/retention/", "/dashboard/assets/",
     ]
 
     static func isOpen(_ path: String) -> Bool {
-        openPaths.contains(path) || openPrefixes.contains { path.hasPrefix($0) }
+        if openPaths.contains(path) || openPrefixes.contains(where: { path.hasPrefix($0) }) { return true }
+        // The app's read of its user's entitlements: exactly one segment after the prefix, so that a route added
+        // below it later is not open by accident.
+        let rest = path.dropFirst(entitlementsPrefix.count)
+        return path.hasPrefix(entitlementsPrefix) && !rest.isEmpty && !rest.contains("/")
     }
+
+    static let entitlementsPrefix = "/v1/entitlements/"
 
     func check(_ request: HTTPRequest) throws(HTTPError) {
         guard !Self.isOpen(request.path), !login.isSignedIn(request) else { return }

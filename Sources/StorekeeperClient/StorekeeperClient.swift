@@ -18,6 +18,7 @@ public import Foundation
 /// are ``StorekeeperClientError`` values carrying the server's code. The last entitlements read or synced for each
 /// user are kept with their age: ``entitlements(appUserID:maxAge:)`` answers from them while they are younger
 /// than `maxAge`, and ``cachedEntitlements(appUserID:)`` gives them whatever their age (for an offline start).
+@available(macOS 12, iOS 15, tvOS 15, watchOS 8, visionOS 1, *)
 public actor StorekeeperClient {
     public struct Configuration: Sendable {
         public var serverURL: URL
@@ -51,7 +52,9 @@ public actor StorekeeperClient {
     private let transport: any Transport
     private let now: @Sendable () -> Date
     private let sleep: @Sendable (TimeInterval) async -> Void
-    private var cache: [String: Entitlements] = [:]
+    private var cache: [String: (entitlements: Entitlements, ticket: Int)] = [:]
+    /// Counts requests: an answer is kept only if its request started after the one cached (calls overlap).
+    private var tickets = 0
     /// Users whose entitlements are kept; the oldest read goes first.
     static let cacheCapacity = 32
     /// The largest answer read (a user with a long history is well under it).
@@ -83,8 +86,9 @@ public actor StorekeeperClient {
         try Self.check(appUserID)
         var body: [String: String] = ["appUserId": appUserID, "signedTransaction": jws]
         body["bundleId"] = configuration.bundleID
+        let ticket = nextTicket()
         let answer: PostAnswer = try await call("POST", path: ["v1", "transactions"], query: [:], body: body)
-        return remember(answer)
+        return remember(answer, for: appUserID, ticket: ticket)
     }
 
     /// Sends StoreKit 2's `AppTransaction` (`AppTransaction.shared`'s `jwsRepresentation`) for `appUserID`
@@ -95,8 +99,9 @@ public actor StorekeeperClient {
         try Self.check(appUserID)
         var body: [String: String] = ["appUserId": appUserID, "signedAppTransaction": jws]
         body["bundleId"] = configuration.bundleID
+        let ticket = nextTicket()
         let answer: PostAnswer = try await call("POST", path: ["v1", "app-transactions"], query: [:], body: body)
-        return remember(answer)
+        return remember(answer, for: appUserID, ticket: ticket)
     }
 
     /// The user's entitlements (`GET /v1/entitlements/{appUserID}`): from this client's cache when its last
@@ -105,20 +110,21 @@ public actor StorekeeperClient {
         -> Entitlements
     {
         try Self.check(appUserID)
-        if let cached = cache[appUserID], cached.age(at: now()) < (maxAge ?? configuration.cacheLifetime) {
-            return cached
+        // A clock set back makes an answer look younger than it is: such an answer is read again.
+        if let cached = cache[appUserID]?.entitlements {
+            let age = now().timeIntervalSince(cached.receivedDate)
+            if age >= 0, age < (maxAge ?? configuration.cacheLifetime) { return cached }
         }
         var query: [String: String] = [:]
         query["bundleId"] = configuration.bundleID
+        let ticket = nextTicket()
         let answer: EntitlementsAnswer = try await call(
             "GET", path: ["v1", "entitlements", appUserID], query: query, body: nil)
-        let entitlements = answer.entitlements(received: now())
-        store(entitlements)
-        return entitlements
+        return store(answer.entitlements(received: now()), for: appUserID, ticket: ticket)
     }
 
     /// The last entitlements read or synced for the user, whatever their age (check ``Entitlements/age(at:)``).
-    public func cachedEntitlements(appUserID: String) -> Entitlements? { cache[appUserID] }
+    public func cachedEntitlements(appUserID: String) -> Entitlements? { cache[appUserID]?.entitlements }
 
     /// Forgets the cached entitlements (of one user, or of all).
     public func invalidate(appUserID: String? = nil) {
@@ -127,31 +133,45 @@ public actor StorekeeperClient {
 
     // MARK: - Requests
 
-    private func remember(_ answer: PostAnswer) -> SyncResult {
-        let entitlements = answer.entitlementsAnswer.entitlements(received: now())
-        store(entitlements)
+    private func nextTicket() -> Int {
+        tickets += 1
+        return tickets
+    }
+
+    private func remember(_ answer: PostAnswer, for appUserID: String, ticket: Int) -> SyncResult {
+        let entitlements = store(
+            answer.entitlementsAnswer.entitlements(received: now()), for: appUserID, ticket: ticket)
         return SyncResult(
             entitlements: entitlements, purchases: (answer.purchases ?? []).map(\.purchase),
             appTransaction: answer.appTransaction?.facts)
     }
 
-    private func store(_ entitlements: Entitlements) {
-        cache[entitlements.appUserID] = entitlements
+    /// Keeps an answer under the id the app asked for, unless a request that started later was answered first;
+    /// answers what is kept.
+    @discardableResult
+    private func store(_ entitlements: Entitlements, for appUserID: String, ticket: Int) -> Entitlements {
+        if let cached = cache[appUserID], cached.ticket > ticket { return cached.entitlements }
+        cache[appUserID] = (entitlements, ticket)
         while cache.count > Self.cacheCapacity,
-            let oldest = cache.min(by: { $0.value.receivedDate < $1.value.receivedDate })
+            let oldest = cache.min(by: { $0.value.entitlements.receivedDate < $1.value.entitlements.receivedDate })
         {
             cache[oldest.key] = nil
         }
+        return entitlements
     }
 
     static func check(_ appUserID: String) throws(StorekeeperClientError) {
         guard (1...256).contains(appUserID.utf8.count) else {
             throw StorekeeperClientError(kind: .invalidArgument, message: "appUserID must be 1 to 256 bytes")
         }
-        // The server takes no encoded `/`, `\` or NUL in a path, so such an id could be synced but not read.
-        guard !appUserID.contains(where: { $0 == "/" || $0 == "\\" || $0 == "\u{0}" || $0.isNewline }) else {
+        // The server takes no encoded `/`, `\` or NUL in a path, nor a `.` or `..` segment, so such an id could be
+        // synced but not read.
+        guard !appUserID.contains(where: { $0 == "/" || $0 == "\\" || $0 == "\u{0}" || $0.isNewline }),
+            appUserID != ".", appUserID != ".."
+        else {
             throw StorekeeperClientError(
-                kind: .invalidArgument, message: "appUserID must not contain '/', '\\', NUL or a line break")
+                kind: .invalidArgument,
+                message: "appUserID must not contain '/', '\\', NUL or a line break, nor be '.' or '..'")
         }
     }
 
@@ -250,6 +270,7 @@ public actor StorekeeperClient {
 }
 
 /// URLSession as the transport (on Linux, FoundationNetworking over libcurl).
+@available(macOS 12, iOS 15, tvOS 15, watchOS 8, visionOS 1, *)
 struct URLSessionTransport: StorekeeperClient.Transport {
     let session: URLSession
 

@@ -111,6 +111,7 @@ struct StorekeeperClientTests {
         #expect(synced.entitlements[name]?.willRenew == true)
         #expect(synced.purchases.map(\.productID) == [Self.monthly])
         #expect(synced.purchases.first?.type == "Auto-Renewable Subscription")
+        #expect(synced.entitlements.serverDate != nil)
 
         let read = try await client.entitlements(appUserID: user, maxAge: 0)
         #expect(read.isActive(name))
@@ -135,6 +136,34 @@ struct StorekeeperClientTests {
         // A user with nothing has no entitlements, and is no error.
         let nobody = try await client.entitlements(appUserID: "nobody-\(UUID())")
         #expect(nobody.all.isEmpty)
+
+        // An alias reads its user's entitlements under the id the app asked for, and is cached under it.
+        _ = try await rehearsal.server.alias(
+            bundleID: rehearsal.configuration.apps[0].bundleID, appUserID: user, alias: "alias-of-user")
+        let aliased = try await client.entitlements(appUserID: "alias-of-user", maxAge: 0)
+        #expect(aliased.appUserID == "alias-of-user")
+        #expect(aliased.isActive(name))
+        #expect(await client.cachedEntitlements(appUserID: "alias-of-user")?.isActive(name) == true)
+    }
+
+    @Test("a first launch: the app transaction of a user the server has not seen makes the user known")
+    func appTransactionFirst() async throws {
+        let rehearsal = try await Self.start()
+        defer { Task { await rehearsal.stop() } }
+        let store = rehearsal.store
+        let bundle = rehearsal.configuration.apps[0].bundleID
+        let account = try await store.createAccount(environment: .sandbox)
+        let device = try await store.createDevice(accountID: account.id, deviceID: nil).id.rawValue
+        _ = try await store.install(deviceID: device, bundleID: bundle, version: "3")
+        let signed = try await store.appTransaction(deviceID: device, bundleID: bundle)
+        let client = Self.client(rehearsal)
+        let first = try await client.syncAppTransaction(signed, appUserID: "first-launch")
+        #expect(first.entitlements.all.isEmpty)
+        #expect(first.appTransaction?.originalApplicationVersion == "3")
+        #expect(first.entitlements.appUserID == "first-launch" && first.entitlements.serverDate != nil)
+        let events = try await rehearsal.server.events(
+            bundleID: bundle, appUserID: "first-launch", after: nil, limit: 10)
+        #expect(events.map(\.event.type) == [.appTransaction])
     }
 
     @Test("errors are values with the server's code; a refusal is not retried")
@@ -166,7 +195,7 @@ struct StorekeeperClientTests {
             #expect(error.status == 422)
             #expect(error.code == "verification_failed")
         }
-        for user in ["", "a/b", "a\\b", String(repeating: "x", count: 257)] {
+        for user in ["", "a/b", "a\\b", ".", "..", String(repeating: "x", count: 257)] {
             do {
                 _ = try await client.syncTransaction(jws, appUserID: user)
                 Issue.record("the user id '\(user)' was sent")
@@ -189,15 +218,18 @@ struct StorekeeperClientTests {
         #expect(transport.sent == ["POST /v1/transactions", "POST /v1/transactions", "POST /v1/transactions"])
         #expect(time.waits == [0.5, 3])
 
-        // Nothing listens on the port: three tries, then a transport error.
-        let closed = try await Self.start()
-        let url = closed.serverURL
-        await closed.stop()
+        // Nothing answers: three tries, then a transport error.
+        struct Unreachable: StorekeeperClient.Transport {
+            func send(_ request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+                throw URLError(.cannotConnectToHost)
+            }
+        }
         let down = FakeTime()
-        var configuration = StorekeeperClient.Configuration(serverURL: URL(string: url)!, publicKey: "pk")
+        var configuration = StorekeeperClient.Configuration(
+            serverURL: URL(string: rehearsal.serverURL)!, publicKey: "pk")
         configuration.maxAttempts = 3
         let unreachable = StorekeeperClient(
-            configuration: configuration, now: { down.now }, sleep: { down.wait($0) })
+            configuration: configuration, transport: Unreachable(), now: { down.now }, sleep: { down.wait($0) })
         do {
             _ = try await unreachable.entitlements(appUserID: "u1")
             Issue.record("an unreachable server answered")

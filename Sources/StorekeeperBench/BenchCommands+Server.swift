@@ -16,6 +16,9 @@ extension BenchCommands {
         options: [
             .init(name: "notifications", valueName: "n", help: "Notifications to ingest (default: 20000)."),
             .init(name: "receipts", valueName: "n", help: "Receipts to post (default: 2000)."),
+            .init(
+                name: "app-transactions", valueName: "n",
+                help: "App transactions to post for distinct users (default: 20000)."),
             .init(name: "clients", valueName: "n", help: "Concurrent in-process clients (default: 64)."),
             .init(name: "seconds", valueName: "s", help: "Seconds of wrk per read measurement (default: 5)."),
             .init(name: "connections", valueName: "n", help: "wrk connections for the reads (default: 64)."),
@@ -26,19 +29,24 @@ extension BenchCommands {
             subscribers, three ES256 signatures each), ingested by --clients concurrent callers, each acknowledged \
             only once stored; baseline: verifying the same notifications alone, on both cores. (2) --receipts \
             receipts of three purchases each posted for distinct users; baseline: bare receipt verification on \
-            both cores. (3) GET /v1/subscribers/{id} over HTTP with wrk (2 threads, --connections), req/s and \
-            p99 (targets: ≥ 5,000 notifications/s, ≥ 20,000 reads/s with p99 < 5 ms).
+            both cores. (3) --app-transactions app transactions (one ES256 signature each) posted through \
+            POST /v1/app-transactions by --clients concurrent callers, each for a user the server has not seen; \
+            baseline: verifying them alone, on both cores. (4) GET /v1/subscribers/{id} (secret key) and GET \
+            /v1/entitlements/{id} (the app's key) over HTTP with wrk (2 threads, --connections), req/s and p99 \
+            (targets: ≥ 5,000 notifications/s, ≥ 20,000 reads/s with p99 < 5 ms).
             """)
 
     static func serve(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let count = Int(arguments.value("notifications") ?? "20000") ?? 0
         let receiptCount = Int(arguments.value("receipts") ?? "2000") ?? 0
+        let appTransactionCount = Int(arguments.value("app-transactions") ?? "20000") ?? 0
         let clients = Int(arguments.value("clients") ?? "64") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
         let connections = Int(arguments.value("connections") ?? "64") ?? 0
         guard (1...10_000).contains(connections) else { throw CommandError.usage("--connections must be 1 to 10000") }
-        guard count > 0, receiptCount > 0, (1...1024).contains(clients), seconds > 0 else {
-            throw CommandError.usage("--notifications, --receipts, --clients and --seconds must be positive")
+        guard count > 0, receiptCount > 0, appTransactionCount > 0, (1...1024).contains(clients), seconds > 0 else {
+            throw CommandError.usage(
+                "--notifications, --receipts, --app-transactions, --clients and --seconds must be positive")
         }
         let root = try FileManager.default.url(
             for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
@@ -104,19 +112,52 @@ extension BenchCommands {
                 bundleID: bundleID, appUserID: "user-\(index)", receipt: receipts[index], deviceID: nil)
         }
 
-        // 3. Reads over HTTP.
-        var readLine = "  GET /v1/subscribers/{id}: wrk not found (scripts/bootstrap installs it)"
+        // 3. App transactions, each for a user the server has not seen (a first launch), through the route.
+        progress(console, "signing \(appTransactionCount) app transactions…")
+        let appTransactions: [String] = try (0..<appTransactionCount).map {
+            try benchAppTransaction($0, signer: signer, bundleID: bundleID, start: start)
+        }
+        let appTransactionVerifyRate = try verificationRate(
+            appTransactions, as: .appTransaction, root: pki.signedData.root, bundleID: bundleID, now: now)
+        let responder = server.responder()
+        let appTransactionRate = try await concurrentRate(appTransactionCount, clients: clients) { index in
+            let body = JSONWriter.bytes(
+                .object([
+                    "bundleId": .string(bundleID), "appUserId": .string("first-launch-\(index)"),
+                    "signedAppTransaction": .string(appTransactions[index]),
+                ]))
+            let response = await responder.respond(
+                to: HTTPRequest(
+                    method: "POST", path: "/v1/app-transactions",
+                    headers: [
+                        ("Host", "127.0.0.1"), ("Content-Type", "application/json"),
+                        ("Authorization", "Bearer pk_bench_key"),
+                    ],
+                    body: body))
+            guard response.status == 200 else {
+                throw CommandError.runtime(
+                    "POST /v1/app-transactions answered \(response.status): \(String(decoding: response.body.prefix(300), as: UTF8.self))"
+                )
+            }
+        }
+
+        // 4. Reads over HTTP.
+        var readLines = ["  GET /v1/subscribers/{id}: wrk not found (scripts/bootstrap installs it)"]
         if let wrk = findExecutable("wrk") {
-            let http = try HTTPServer(port: 0, responder: server.responder())
+            let http = try HTTPServer(port: 0, responder: responder)
             defer { http.stop() }
-            let url = "http://127.0.0.1:\(http.port)/v1/subscribers/user-7"
             _ = try await server.subscriber(bundleID: bundleID, appUserID: "user-7")
-            progress(console, "wrk against GET /v1/subscribers…")
-            let result = try runWrk(
-                wrk, url: url, seconds: seconds, connections: 64,
-                headers: ["Authorization: Bearer sk_bench_secret_0123"])
-            readLine =
-                "  GET /v1/subscribers/{id}, wrk -t2 -c\(connections) (same 2 cores)  \(rate(result.requestsPerSecond)) req/s, p99 \(latency(result.p99Milliseconds))   (target ≥ 20,000 req/s, p99 < 5 ms)\(errors(result))"
+            readLines = []
+            for (route, key) in [("subscribers", "sk_bench_secret_0123"), ("entitlements", "pk_bench_key")] {
+                progress(console, "wrk against GET /v1/\(route)…")
+                let result = try runWrk(
+                    wrk, url: "http://127.0.0.1:\(http.port)/v1/\(route)/user-7", seconds: seconds,
+                    connections: connections, headers: ["Authorization: Bearer \(key)"])
+                let name = "GET /v1/\(route)/{id}".padding(toLength: 26, withPad: " ", startingAt: 0)
+                readLines.append(
+                    "  \(name) wrk -t2 -c\(connections) (same 2 cores)  \(rate(result.requestsPerSecond)) req/s, p99 \(latency(result.p99Milliseconds))   (target ≥ 20,000 req/s, p99 < 5 ms)\(errors(result))"
+                )
+            }
         }
         console.write(
             """
@@ -127,7 +168,10 @@ extension BenchCommands {
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
               ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare
-            \(readLine)
+              app transactions (POST /v1/app-transactions in process, each a new user: \(appTransactionCount))
+              verification alone, 2 cores        \(rate(appTransactionVerifyRate)) /s
+              posted (verify, store user and event) \(rate(appTransactionRate)) /s   ratio \(format(appTransactionRate / appTransactionVerifyRate)) of verification alone
+            \(readLines.joined(separator: "\n"))
 
             """)
         return 0
@@ -186,16 +230,37 @@ extension BenchCommands {
     static func notificationVerificationRate(_ bodies: [[UInt8]], root: Certificate, bundleID: String, now: Date)
         throws -> Double
     {
+        try verificationRate(
+            bodies.map { (try? JSONParser.parse($0))?["signedPayload"]?.stringValue ?? "" }, as: .notification,
+            root: root, bundleID: bundleID, now: now)
+    }
+
+    /// Signed payloads of one type verified per second on both cores, alone.
+    static func verificationRate(
+        _ payloads: [String], as type: SignedDataType, root: Certificate, bundleID: String, now: Date
+    ) throws -> Double {
         let verifier = try SignedDataVerifier(
             SignedDataVerifier.Configuration(trustedRoots: [root], bundleID: bundleID))
-        let payloads = bodies.map { (try? JSONParser.parse($0))?["signedPayload"]?.stringValue ?? "" }
         let clock = ContinuousClock()
         let start = clock.now
         DispatchQueue.concurrentPerform(iterations: 2) { half in
             for index in stride(from: half, to: payloads.count, by: 2) {
-                _ = verifier.verify(payloads[index], as: .notification, now: now)
+                _ = verifier.verify(payloads[index], as: type, now: now)
             }
         }
-        return Double(bodies.count) / (clock.now - start).seconds
+        return Double(payloads.count) / (clock.now - start).seconds
+    }
+
+    /// StoreKit 2's `AppTransaction` of download `index` (one ES256 signature), as an app reads it.
+    static func benchAppTransaction(_ index: Int, signer: JWSChainSigner, bundleID: String, start: Date) throws
+        -> String
+    {
+        let ms = EpochMilliseconds.milliseconds(start) + Int64(index)
+        return try signer.sign([
+            "receiptType": .string("Sandbox"), "appAppleId": .integer(1_234_567_890), "bundleId": .string(bundleID),
+            "applicationVersion": .string("2"), "originalApplicationVersion": .string("1"),
+            "originalPurchaseDate": .integer(ms), "receiptCreationDate": .integer(ms), "signedDate": .integer(ms),
+            "appTransactionId": .string(String(7_000_000_000_000_000 + index)), "originalPlatform": .string("iOS"),
+        ])
     }
 }

@@ -349,16 +349,18 @@ struct PostAnswer: Decodable {
                 originalPurchaseDate: date(originalPurchaseDate), environment: environment)
         }
     }
-    let appUserId: String
-    let bundleId: String
-    let entitlements: [String: EntitlementsAnswer.Item]
+    /// The answer's entitlements part, read as `GET /v1/entitlements` answers it.
+    let entitlementsAnswer: EntitlementsAnswer
     let purchases: [Purchase]?
     let appTransaction: AppTransactionFacts?
-    let requestDate: Int64?
 
-    var entitlementsAnswer: EntitlementsAnswer {
-        EntitlementsAnswer(
-            appUserId: appUserId, bundleId: bundleId, entitlements: entitlements, requestDate: requestDate)
+    enum CodingKeys: String, CodingKey { case purchases, appTransaction }
+
+    init(from decoder: any Decoder) throws {
+        entitlementsAnswer = try EntitlementsAnswer(from: decoder)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        purchases = try container.decodeIfPresent([Purchase].self, forKey: .purchases)
+        appTransaction = try container.decodeIfPresent(AppTransactionFacts.self, forKey: .appTransaction)
     }
 }
 

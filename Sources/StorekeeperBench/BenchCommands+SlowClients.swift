@@ -2,6 +2,7 @@ import Foundation
 import StorekeeperCommandLine
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperLogging
 
 extension BenchCommands {
     static let slowClientsSpec = Arguments.Spec(
@@ -118,8 +119,7 @@ extension BenchCommands {
             let started = clock.now
             let result = client.sendBlocking("GET", url)
             let elapsed = clock.now - started
-            latencies.append(
-                Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+            latencies.append(elapsed.milliseconds)
             if case .success(let response) = result, response.status == 200 { answered += 1 }
         }
         latencies.sort()

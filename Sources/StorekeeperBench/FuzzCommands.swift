@@ -9,6 +9,7 @@ import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperLogging
 
 #if canImport(Glibc)
     import Glibc
@@ -66,9 +67,7 @@ enum FuzzCommands {
             var mutator = Mutator(seed: seed &+ target.utf8.reduce(UInt64(0)) { $0 &* 31 &+ UInt64($1) })
             let outcome = try await fuzz(target, seconds: seconds, mutator: &mutator, now: now)
             total += outcome.inputs
-            let slowest =
-                Double(outcome.slowest.components.attoseconds) / 1e15
-                + Double(outcome.slowest.components.seconds) * 1000
+            let slowest = outcome.slowest.milliseconds
             console.write(
                 "fuzz \(target): \(outcome.inputs) inputs, \(outcome.accepted) accepted as valid, slowest "
                     + String(format: "%.1f ms", slowest) + ", \(outcome.failures.count) failures\n")

@@ -1,6 +1,7 @@
 internal import CStorekeeperCurl
 import Dispatch
 import Foundation
+import StorekeeperLogging
 
 /// A failed outbound request: no HTTP answer arrived (an HTTP error status is a ``HTTPClient/Response``).
 public struct HTTPClientError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -102,9 +103,7 @@ public struct HTTPClient: Sendable {
         -> Result<Response, HTTPClientError>
     {
         _ = Self.initialised
-        func milliseconds(_ duration: Duration) -> Int {
-            Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
-        }
+        func milliseconds(_ duration: Duration) -> Int { Int(duration.wholeMilliseconds) }
         let names = headers.map { strdup($0.name) }
         let values = headers.map { strdup($0.value) }
         let ca = caFile.flatMap { strdup($0) }

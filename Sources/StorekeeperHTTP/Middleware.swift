@@ -72,7 +72,7 @@ public struct AccessLogMiddleware: InlineMiddleware {
     ) {
         guard context.logger.level <= .info else { return }
         let elapsed = ContinuousClock.now - started
-        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let milliseconds = elapsed.milliseconds
         context.logger.info(
             "request answered",
             [

@@ -1,6 +1,7 @@
 public import Foundation
 public import StoreModel
 import StorekeeperJSON
+import StorekeeperLogging
 
 /// How notifications are delivered for one app and environment: where, which version, the retry schedule
 /// (store time after the previous attempt), the receiver's time limit and whether a 4xx answer is retried.
@@ -24,7 +25,7 @@ public struct NotificationSettings: Sendable, Hashable {
 
     /// The receiver's time limit in whole milliseconds.
     public var timeoutMilliseconds: Int {
-        Int(timeout.components.seconds * 1000) + Int(timeout.components.attoseconds / 1_000_000_000_000_000)
+        Int(timeout.wholeMilliseconds)
     }
 
     /// Apple's schedules, in hours after the previous attempt: V2 retries 1, 12, 24, 48 and 72, V1 6, 24 and

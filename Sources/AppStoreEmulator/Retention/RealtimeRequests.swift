@@ -5,6 +5,7 @@ import StoreKitCatalog
 import StoreModel
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperLogging
 import SubscriptionLifecycle
 import Synchronization
 
@@ -92,8 +93,7 @@ struct PerformanceTestPlan {
     let responseTimeThreshold: Int
 
     init(timeout: Duration) {
-        responseTimeThreshold = Int(
-            timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        responseTimeThreshold = Int(timeout.wholeMilliseconds)
     }
 
     var config: JSONObject {
@@ -143,8 +143,7 @@ extension ServerAPIService {
             outcome = .failure(error)
         }
         let elapsed = start.duration(to: clock.now)
-        let milliseconds =
-            Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let milliseconds = elapsed.milliseconds
         switch outcome {
         case .success(let response):
             guard response.status == 200 else {

@@ -1,0 +1,127 @@
+import AppStoreReceipts
+import AppStoreSignedData
+import Foundation
+import StoreModel
+import StorekeeperJSON
+
+/// Apple's payloads read into the server's records: signed transactions and renewal info, receipts, and V1
+/// notifications (read from their JSON at the edge of ingestion).
+extension PurchaseServer {
+    static func purchase(_ transaction: JWSTransaction) -> PurchaseRecord? {
+        guard let id = transaction.transactionID, let bundleID = transaction.bundleID,
+            let productID = transaction.productID, let purchaseDate = transaction.purchaseDate,
+            let kind = transaction.type?.known,
+            let environment = transaction.environment?.known
+        else { return nil }
+        var record = PurchaseRecord(
+            transactionID: TransactionID(id),
+            originalTransactionID: TransactionID(transaction.originalTransactionID ?? id),
+            bundleID: BundleID(bundleID), productID: ProductID(productID), kind: kind,
+            quantity: Int(transaction.quantity ?? 1),
+            purchaseDate: purchaseDate,
+            expiresDate: transaction.expiresDate, webOrderLineItemID: transaction.webOrderLineItemID,
+            environment: environment, ownership: transaction.inAppOwnershipType?.known ?? .purchased,
+            revocationDate: transaction.revocationDate, revocationReason: transaction.revocationReason?.rawValue,
+            offerType: transaction.offerType?.rawValue, offerDiscountType: transaction.string("offerDiscountType"),
+            appAccountToken: transaction.appAccountToken?.uuidString.lowercased(), price: transaction.price,
+            currency: transaction.currency, reason: transaction.transactionReason?.known,
+            signedDate: transaction.signedDate ?? purchaseDate)
+        record.billingPlanType = transaction.billingPlanType
+        if let info = transaction.commitmentInfo {
+            record.commitment = CommitmentFacts(
+                billingPeriodNumber: info["billingPeriodNumber"]?.int64Value.map { Int(clamping: $0) },
+                totalBillingPeriods: info["totalBillingPeriods"]?.int64Value.map { Int(clamping: $0) },
+                expiresDate: info["commitmentExpiresDate"]?.doubleValue.flatMap { EpochMilliseconds.date($0) },
+                price: info["commitmentPrice"]?.int64Value)
+        }
+        return record
+    }
+
+    static func renewal(_ info: JWSRenewalInfo, status: Int64?, signedDate: Date) -> RenewalFacts? {
+        guard let original = info.originalTransactionID else { return nil }
+        var facts = RenewalFacts(
+            originalTransactionID: TransactionID(original), status: status,
+            autoRenewStatus: info.autoRenewStatus.map { $0 == 1 },
+            autoRenewProductID: info.autoRenewProductID.map(ProductID.init),
+            expirationIntent: info.expirationIntent?.rawValue,
+            gracePeriodExpiresDate: info.gracePeriodExpiresDate, isInBillingRetryPeriod: info.isInBillingRetryPeriod,
+            priceIncreaseStatus: info.priceIncreaseStatus, renewalDate: info.renewalDate,
+            signedDate: info.signedDate ?? signedDate)
+        facts.renewalBillingPlanType = info.renewalBillingPlanType
+        if let commitment = info.commitmentInfo {
+            facts.commitmentAutoRenewStatus = commitment["commitmentAutoRenewStatus"]?.int64Value.map { $0 == 1 }
+            facts.commitmentRenewalDate = commitment["commitmentRenewalDate"]?.doubleValue.flatMap {
+                EpochMilliseconds.date($0)
+            }
+        }
+        return facts
+    }
+
+    /// What to do when signed data does not chain to the app's roots: the usual cause is a rehearsal.
+    static func trustHint(_ status: VerificationStatus) -> String {
+        switch status {
+        case .invalidChain, .verificationFailure, .invalidCertificate:
+            "; if it comes from the Storekeeper emulator, add its roots (storekeeper appstore certs) to the app's "
+                + "jwsRoots and receiptRoots beside \"apple\", or run storekeeper dev"
+        case .invalidChainLength:
+            "; Xcode's StoreKit Testing signs with one certificate of its own: name it in the app's "
+                + "\"xcode\": {\"certificates\": [...]}"
+        default: ""
+        }
+    }
+
+    /// The purchases a receipt holds, as of its creation date, in the environment it was verified for.
+    static func purchases(of receipt: Receipt, environment: Environment) -> [PurchaseRecord] {
+        receipt.inAppPurchases.map { item in
+            let kind =
+                item.productKind
+                ?? (item.expiresDate != nil || item.webOrderLineItemID != nil ? .autoRenewable : .nonConsumable)
+            return PurchaseRecord(
+                transactionID: TransactionID(item.transactionID),
+                originalTransactionID: TransactionID(item.originalTransactionID ?? item.transactionID),
+                bundleID: BundleID(receipt.bundleID), productID: ProductID(item.productID), kind: kind,
+                quantity: Int(item.quantity),
+                purchaseDate: item.purchaseDate, expiresDate: item.expiresDate,
+                webOrderLineItemID: item.webOrderLineItemID.map { String($0) }, environment: environment,
+                revocationDate: item.cancellationDate,
+                offerType: item.isTrialPeriod == true || item.isInIntroOfferPeriod == true ? 1 : nil,
+                offerDiscountType: item.isTrialPeriod == true ? "FREE_TRIAL" : nil, signedDate: receipt.creationDate)
+        }
+    }
+}
+
+/// An App Store Server Notification V1 as the server uses it: read from its JSON at the edge of ingestion.
+/// Nothing in it is trusted but through the app's shared secret (`password`) and the receipt it carries,
+/// which is verified again.
+struct V1Notification: Sendable {
+    var type: NotificationTypeV1
+    var password: String?
+    /// `unified_receipt.latest_receipt`, base64.
+    var latestReceipt: String?
+    /// `unified_receipt.pending_renewal_info`.
+    var pendingRenewals: [PendingRenewal]
+
+    struct PendingRenewal: Sendable {
+        var originalTransactionID: String
+        var autoRenewStatus: Bool?
+        var autoRenewProductID: String?
+        var expirationIntent: Int64?
+    }
+
+    /// Nil when `object` is not a V1 notification (no `notification_type`).
+    init?(_ object: JSONObject) {
+        guard let type = object["notification_type"] else { return nil }
+        self.type = NotificationTypeV1(rawValue: type.stringValue ?? "UNKNOWN")
+        password = object["password"]?.stringValue
+        latestReceipt = object["unified_receipt"]?["latest_receipt"]?.stringValue
+        pendingRenewals = (object["unified_receipt"]?["pending_renewal_info"]?.arrayValue ?? []).compactMap {
+            renewal in
+            guard let original = renewal["original_transaction_id"]?.stringValue else { return nil }
+            return PendingRenewal(
+                originalTransactionID: original,
+                autoRenewStatus: renewal["auto_renew_status"]?.stringValue.map { $0 == "1" },
+                autoRenewProductID: renewal["auto_renew_product_id"]?.stringValue,
+                expirationIntent: renewal["expiration_intent"]?.stringValue.flatMap { Int64($0) })
+        }
+    }
+}

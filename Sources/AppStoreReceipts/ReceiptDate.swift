@@ -95,11 +95,60 @@ public enum ReceiptDate {
     /// are written (`.686Z`) only when the date has them.
     public static func rfc3339String(_ date: Date) -> String {
         let ms = milliseconds(date)
+        return rfc3339Bytes(milliseconds: ms) ?? rfc3339Formatted(milliseconds: ms)
+    }
+
+    /// ``rfc3339String(_:)`` for any year, through the general formatter.
+    static func rfc3339Formatted(milliseconds ms: Int64) -> String {
         let text = format(milliseconds: ms, offsetSeconds: 0).replacingOccurrences(of: " ", with: "T")
         let fraction = Int(((ms % 1000) + 1000) % 1000)
         guard fraction != 0 else { return text + "Z" }
         let digits = String(fraction)
         return text + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
+    }
+
+    /// ``rfc3339String(_:)`` for years 0 to 9999, written digit by digit into one buffer (the purchase server
+    /// writes one beside every date it answers); nil for other years.
+    static func rfc3339Bytes(milliseconds ms: Int64) -> String? {
+        let totalSeconds = Int(ms.floorDivided(by: 1000))
+        let days = totalSeconds.floorDivided(by: 86_400)
+        let secondOfDay = totalSeconds - days * 86_400
+        let (year, month, day) = civilFromDays(days)
+        guard (0...9999).contains(year) else { return nil }
+        let fraction = Int(ms - Int64(totalSeconds) * 1000)
+        return String(unsafeUninitializedCapacity: 24) { buffer in
+            var count = 0
+            func put(_ value: Int, _ width: Int) {
+                var divisor = 1
+                for _ in 1..<width { divisor *= 10 }
+                while divisor > 0 {
+                    buffer[count] = UInt8(ascii: "0") + UInt8(value / divisor % 10)
+                    count += 1
+                    divisor /= 10
+                }
+            }
+            func put(_ byte: Unicode.Scalar) {
+                buffer[count] = UInt8(ascii: byte)
+                count += 1
+            }
+            put(year, 4)
+            put("-")
+            put(month, 2)
+            put("-")
+            put(day, 2)
+            put("T")
+            put(secondOfDay / 3600, 2)
+            put(":")
+            put(secondOfDay / 60 % 60, 2)
+            put(":")
+            put(secondOfDay % 60, 2)
+            if fraction != 0 {
+                put(".")
+                put(fraction, 3)
+            }
+            put("Z")
+            return count
+        }
     }
 
     /// The three verifyReceipt keys for a date: `name`, `name_ms`, `name_pst`.

@@ -351,11 +351,15 @@ extension PurchaseServer {
     /// A JSON answer of the server's own API: every epoch-milliseconds date (`…Date`, `…At`, an event's or
     /// attempt's `date`, `nextAttempt`, a chart's `from`, `to`, `start` and `end`) with its ISO 8601 sibling
     /// (`…ISO`), as the command line prints them.
+    /// The siblings are written as the answer is (no copy of it).
     static func answer(_ value: JSONValue, status: Int = 200) -> HTTPResponse {
-        .json(ISODates.annotated(value, names: dateNames, skipping: ["balances"]), status: status)
+        HTTPResponse(
+            status: status, headers: [("Content-Type", "application/json")],
+            body: JSONWriter.bytes(value, siblings: dateSiblings))
     }
 
-    static let dateNames: Set<String> = ["date", "nextAttempt", "from", "to", "start", "end"]
+    static let dateSiblings = ISODates.writerSiblings(
+        names: ["date", "nextAttempt", "from", "to", "start", "end"], skipping: ["balances"])
 
     static func ms(_ date: Date) -> JSONValue { .integer(EpochMilliseconds.milliseconds(date)) }
     static func ms(_ date: Date?) -> JSONValue { date.map(ms) ?? .null }

@@ -63,6 +63,10 @@ public struct JSONObject: Sendable, Hashable, ExpressibleByDictionaryLiteral {
     }
 
     public var keys: [String] { members.map(\.key) }
+
+    /// Appends a member whose key the object does not hold (the caller knows it: no search), for code that
+    /// copies an object member by member.
+    package mutating func appendUnique(_ key: String, _ value: JSONValue) { members.append((key, value)) }
     public var isEmpty: Bool { members.isEmpty }
 
     public subscript(key: String) -> JSONValue? {

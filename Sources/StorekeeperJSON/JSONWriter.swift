@@ -1,18 +1,35 @@
 /// Serializes ``JSONValue`` (RFC 8259), compact or indented by two spaces, members in stored order.
 public enum JSONWriter {
+    /// Members written beside others as the value is written, with no copy of it: after an integer member
+    /// `key`, the member `add` answers (a date's ISO 8601 form beside its epoch milliseconds); nothing inside
+    /// the members named in `skipping` (maps keyed by ids).
+    public struct Siblings: Sendable {
+        public var add: @Sendable (_ key: String, _ value: Int64) -> (key: String, value: String)?
+        public var skipping: Set<String>
+
+        public init(
+            skipping: Set<String> = [], add: @escaping @Sendable (String, Int64) -> (key: String, value: String)?
+        ) {
+            self.add = add
+            self.skipping = skipping
+        }
+    }
+
     public static func string(_ value: JSONValue, pretty: Bool = false) -> String {
         String(decoding: bytes(value, pretty: pretty), as: UTF8.self)
     }
 
     /// The UTF-8 bytes, written straight into one array (no intermediate string to copy out of).
-    public static func bytes(_ value: JSONValue, pretty: Bool = false) -> [UInt8] {
+    public static func bytes(_ value: JSONValue, pretty: Bool = false, siblings: Siblings? = nil) -> [UInt8] {
         var output: [UInt8] = []
         output.reserveCapacity(256)
-        write(value, into: &output, pretty: pretty, indent: 0)
+        write(value, into: &output, pretty: pretty, indent: 0, siblings: siblings)
         return output
     }
 
-    private static func write(_ value: JSONValue, into output: inout [UInt8], pretty: Bool, indent: Int) {
+    private static func write(
+        _ value: JSONValue, into output: inout [UInt8], pretty: Bool, indent: Int, siblings: Siblings? = nil
+    ) {
         switch value {
         case .null: output += "null".utf8
         case .bool(let flag): output += (flag ? "true" : "false").utf8
@@ -38,7 +55,7 @@ public enum JSONWriter {
             for (index, item) in items.enumerated() {
                 if index > 0 { output.append(UInt8(ascii: ",")) }
                 newline(&output, pretty: pretty, indent: indent + 1)
-                write(item, into: &output, pretty: pretty, indent: indent + 1)
+                write(item, into: &output, pretty: pretty, indent: indent + 1, siblings: siblings)
             }
             newline(&output, pretty: pretty, indent: indent)
             output.append(UInt8(ascii: "]"))
@@ -53,7 +70,27 @@ public enum JSONWriter {
                 newline(&output, pretty: pretty, indent: indent + 1)
                 writeString(member.key, into: &output)
                 output += (pretty ? ": " : ":").utf8
-                write(member.value, into: &output, pretty: pretty, indent: indent + 1)
+                guard let siblings else {
+                    write(member.value, into: &output, pretty: pretty, indent: indent + 1)
+                    continue
+                }
+                switch member.value {
+                case .integer(let number):
+                    write(member.value, into: &output, pretty: pretty, indent: indent + 1)
+                    if let sibling = siblings.add(member.key, number) {
+                        output.append(UInt8(ascii: ","))
+                        newline(&output, pretty: pretty, indent: indent + 1)
+                        writeString(sibling.key, into: &output)
+                        output += (pretty ? ": " : ":").utf8
+                        writeString(sibling.value, into: &output)
+                    }
+                case .object, .array:
+                    write(
+                        member.value, into: &output, pretty: pretty, indent: indent + 1,
+                        siblings: siblings.skipping.contains(member.key) ? nil : siblings)
+                default:
+                    write(member.value, into: &output, pretty: pretty, indent: indent + 1)
+                }
             }
             newline(&output, pretty: pretty, indent: indent)
             output.append(UInt8(ascii: "}"))

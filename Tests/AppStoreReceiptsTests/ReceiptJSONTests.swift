@@ -1,8 +1,9 @@
-import AppStoreReceipts
 import Foundation
 import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing
+
+@testable import AppStoreReceipts
 
 @Suite("verifyReceipt JSON form")
 struct ReceiptJSONTests {
@@ -133,5 +134,16 @@ struct ReceiptDateTests {
         #expect(ReceiptDate.milliseconds(fraction) == 1_601_208_439_686)
         #expect(ReceiptDate.rfc3339String(fraction) == "2020-09-27T12:07:19.686Z")
         #expect(ReceiptDate.rfc3339String(summer) == "2020-07-14T19:36:40Z")
+        // The digit-by-digit writer says what the general formatter says, for every year it takes.
+        var generator = SystemRandomNumberGenerator()
+        let edges: [Int64] = [0, 999, 1_000, -1, -86_400_000, 253_402_300_799_999, 951_782_400_000, 1_583_020_800_001]
+        for ms in edges
+            + (0..<2_000).map({ _ in Int64.random(in: -62_167_219_200_000...253_402_300_799_999, using: &generator) })
+        {
+            #expect(
+                ReceiptDate.rfc3339Bytes(milliseconds: ms) == ReceiptDate.rfc3339Formatted(milliseconds: ms),
+                "\(ms)")
+        }
+        #expect(ReceiptDate.rfc3339Bytes(milliseconds: 253_402_300_800_000) == nil, "year 10000: the general one")
     }
 }

@@ -57,7 +57,7 @@ public final class ControlPlaneGuard: InlineMiddleware {
     func check(_ request: HTTPRequest) throws(HTTPError) {
         guard !Self.isApplePath(request.path) else { return }
         let open = Self.open.contains { request.path.hasPrefix($0) }
-        guard let host = request.header("Host"), allowedHosts.contains(Self.bare(host).lowercased()) else {
+        guard let host = request.header("Host"), allows(host: Self.bare(host)) else {
             throw HTTPError(
                 status: 403, code: "forbidden_host",
                 message: "the control plane answers only to its own host names (see --allow-host)")
@@ -90,6 +90,13 @@ public final class ControlPlaneGuard: InlineMiddleware {
         }
     }
 
+    /// Whether a host name (without port) is one the control plane answers to; lower-cased only when it
+    /// has capitals.
+    private func allows(host: String) -> Bool {
+        allowedHosts.contains(host)
+            || (host.utf8.contains { $0 >= 0x41 && $0 <= 0x5A } && allowedHosts.contains(host.lowercased()))
+    }
+
     /// Whether a (canonical) path is one of Apple's endpoints, which the guard leaves alone.
     static func isApplePath(_ path: String) -> Bool {
         applePaths.contains(path) || applePrefixes.contains { path.hasPrefix($0) }
@@ -115,10 +122,11 @@ public final class ControlPlaneGuard: InlineMiddleware {
             guard let end = host.firstIndex(of: "]") else { return host }
             return String(host[...end])
         }
-        if host.filter({ $0 == ":" }).count == 1, let colon = host.firstIndex(of: ":") {
-            return String(host[..<colon])
+        let utf8 = host.utf8
+        guard let colon = utf8.firstIndex(of: 0x3A), !utf8[utf8.index(after: colon)...].contains(0x3A) else {
+            return host
         }
-        return host
+        return String(host[..<colon])
     }
 
     /// Whether an address is a loopback one (binding it exposes nothing beyond this machine).

@@ -114,7 +114,7 @@ public struct HTTPRequest: Sendable {
 
     /// The first header with this name, compared case-insensitively.
     public func header(_ name: String) -> String? {
-        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+        headers.first { HTTPHeaderName.equal($0.name, name) }?.value
     }
 
     /// The body as a JSON object; a client mistake (400) when it is not one.
@@ -147,7 +147,7 @@ public struct HTTPResponse: Sendable {
 
     /// The first header with this name, compared case-insensitively.
     public func header(_ name: String) -> String? {
-        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+        headers.first { HTTPHeaderName.equal($0.name, name) }?.value
     }
 }
 
@@ -204,5 +204,16 @@ public struct HTTPErrorRenderer: Sendable {
             status: error.status)
         for (name, value) in error.headers.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
         return response
+    }
+}
+
+/// Header names compared as HTTP does (ASCII letters without regard to case), without making lower-cased
+/// copies: a lookup is on every request's path.
+enum HTTPHeaderName {
+    static func equal(_ a: String, _ b: String) -> Bool {
+        guard a.utf8.count == b.utf8.count else { return false }
+        return a.utf8.elementsEqual(b.utf8) { x, y in
+            x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7A)
+        }
     }
 }

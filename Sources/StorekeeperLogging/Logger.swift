@@ -66,9 +66,12 @@ public struct Logger: Sendable {
 
     public func log(_ level: Level, _ message: @autoclosure () -> String, _ extra: Metadata = [:]) {
         guard level >= self.level else { return }
-        var merged = metadata
-        merged.merge(extra) { $1 }
-        for key in merged.keys where Self.isSecretKey(key) { merged[key] = "<redacted>" }
+        // One table of the right size, each value redacted as it goes in (the record's own is extra's).
+        var merged = Metadata(minimumCapacity: metadata.count + extra.count)
+        for (key, value) in metadata where extra[key] == nil {
+            merged[key] = Self.isSecretKey(key) ? "<redacted>" : value
+        }
+        for (key, value) in extra { merged[key] = Self.isSecretKey(key) ? "<redacted>" : value }
         handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: merged))
     }
 
@@ -87,29 +90,37 @@ public struct Logger: Sendable {
     /// Whether a metadata key names something that must never be written: any dot-separated part of it
     /// is, or ends with, one of the secret words.
     public static func isSecretKey(_ key: String) -> Bool {
-        // Byte by byte, lower-cased as it goes (keys are ASCII; anything else compares as it is).
-        var part: [UInt8] = []
-        part.reserveCapacity(32)
-        for byte in key.utf8 {
-            if byte == 0x2E {
-                if isSecretPart(part) { return true }
-                part.removeAll(keepingCapacity: true)
-            } else {
-                part.append(byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte)
+        // Byte by byte over the key's own storage, each dot-separated part compared in place with the words,
+        // lower-casing ASCII as it goes: no copy, on every record's every key.
+        var copy = key
+        return copy.withUTF8 { bytes in
+            var start = 0
+            for index in 0...bytes.count where index == bytes.count || bytes[index] == 0x2E {
+                if index > start, isSecretPart(UnsafeBufferPointer(rebasing: bytes[start..<index])) { return true }
+                start = index + 1
             }
+            return false
         }
-        return isSecretPart(part)
     }
 
     private static let secretWords: [[UInt8]] = [
         "password", "secret", "token", "key", "authorization", "receipt", "jws", "signed", "cookie",
     ].map { Array($0.utf8) }
 
-    private static func isSecretPart(_ part: [UInt8]) -> Bool {
-        guard !part.isEmpty else { return false }
-        return secretWords.contains { word in
-            part.count >= word.count
-                && (part.starts(with: word) || part.suffix(word.count).elementsEqual(word))
+    private static func lower(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte }
+
+    private static func isSecretPart(_ part: UnsafeBufferPointer<UInt8>) -> Bool {
+        secretWords.contains { word in
+            guard part.count >= word.count else { return false }
+            var starts = true
+            var ends = true
+            let tail = part.count - word.count
+            for offset in 0..<word.count {
+                if starts, lower(part[offset]) != word[offset] { starts = false }
+                if ends, lower(part[tail + offset]) != word[offset] { ends = false }
+                if !starts && !ends { return false }
+            }
+            return true
         }
     }
 }
@@ -281,23 +292,24 @@ public final class StreamLogHandler: LogHandler {
     }
 
     static func render(_ record: LogRecord, format: Format, timestamp time: [UInt8]) -> [UInt8] {
-        let keys = record.metadata.keys.sorted()
+        let keys = record.metadata.sorted { $0.key < $1.key }
         var out: [UInt8] = []
         out.reserveCapacity(160 + record.metadata.count * 24)
         switch format {
         case .text:
-            out += time
+            out.append(contentsOf: time)
             out.append(0x20)
-            out += Array(record.level.description.utf8)
+            out.append(contentsOf: record.level.description.utf8)
             out.append(0x20)
-            out += Array(record.label.utf8)
-            out += [0x3A, 0x20]
-            out += Array(record.message.utf8)
-            for key in keys {
+            out.append(contentsOf: record.label.utf8)
+            out.append(0x3A)
+            out.append(0x20)
+            out.append(contentsOf: record.message.utf8)
+            for (key, value) in keys {
                 out.append(0x20)
-                out += Array(key.utf8)
+                out.append(contentsOf: key.utf8)
                 out.append(0x3D)
-                appendQuotedIfNeeded(record.metadata[key]!, to: &out)
+                appendQuotedIfNeeded(value, to: &out)
             }
         case .json:
             out.append(0x7B)
@@ -319,7 +331,7 @@ public final class StreamLogHandler: LogHandler {
             member("level", Array(record.level.description.utf8), raw: true)
             member("label", Array(record.label.utf8), raw: false)
             member("message", Array(record.message.utf8), raw: false)
-            for key in keys { member(key, Array(record.metadata[key]!.utf8), raw: false) }
+            for (key, value) in keys { member(key, Array(value.utf8), raw: false) }
             out.append(0x7D)
         }
         return out
@@ -340,7 +352,7 @@ public final class StreamLogHandler: LogHandler {
     }
 
     static func appendQuotedIfNeeded(_ value: String, to out: inout [UInt8]) {
-        if isPlain(value) { out += Array(value.utf8) } else { appendJSONString(value, to: &out) }
+        if isPlain(value) { out.append(contentsOf: value.utf8) } else { appendJSONString(value, to: &out) }
     }
 
     static func quotedIfNeeded(_ value: String) -> String {

@@ -123,11 +123,11 @@ extension PurchaseServer {
                 let bundleID = try server.bundleID(request.query["bundleId"])
                 _ = try server.authorizeApp(request, bundleID: bundleID)
                 guard
-                    let view = try server.cachedSubscriber(bundleID: bundleID, appUserID: try context.parameter("user"))
+                    let body = try server.cachedAnswer(
+                        .entitlements, bundleID: bundleID, appUserID: try context.parameter("user"))
                 else { return nil }
                 server.metrics.count("storekeeper_http_requests_total", ["route": "entitlements"])
-                return Self.answer(
-                    .object(Self.renderEntitlements(view, asked: try context.parameter("user"), now: server.now())))
+                return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)
             },
             otherwise: handle { request, context in
                 let bundleID = try server.bundleID(request.query["bundleId"])
@@ -151,12 +151,12 @@ extension PurchaseServer {
                 // From memory when the user's records are cached: answered on the server's thread.
                 try server.authorizeSecret(request)
                 guard
-                    let view = try server.cachedSubscriber(
-                        bundleID: try server.bundleID(request.query["bundleId"]),
+                    let body = try server.cachedAnswer(
+                        .subscriber, bundleID: try server.bundleID(request.query["bundleId"]),
                         appUserID: try context.parameter("user"))
                 else { return nil }
                 server.metrics.count("storekeeper_http_requests_total", ["route": "subscribers"])
-                return Self.answer(.object(Self.render(view)))
+                return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)
             },
             otherwise: handle { request, context in
                 try server.authorizeSecret(request)

@@ -1,6 +1,7 @@
 public import Foundation
 import StoreModel
 import StorekeeperHTTP
+import StorekeeperJSON
 
 /// What an app user has: entitlements, subscriptions, purchases, consumable balances and flags.
 public struct SubscriberView: Sendable {
@@ -53,6 +54,51 @@ extension PurchaseServer {
         let app = try app(bundleID)
         guard let entry = cache.entry(bundleID, appUserID) else { return nil }
         return Self.view(entry, entitlements: app.settings.entitlements, now: now())
+    }
+
+    /// A cached user's answer as bytes, rendered once per change of the user's records (and once more each
+    /// time one of their expiry dates passes), not per request; nil when the user's records are not cached.
+    /// The entitlements answer is rendered without its `requestDate`, which is added per request.
+    func cachedAnswer(_ answer: SubscriberCache.Answer, bundleID: String, appUserID: String) throws -> [UInt8]? {
+        let app = try app(bundleID)
+        guard let entry = cache.entry(bundleID, appUserID) else { return nil }
+        let now = now()
+        let body: [UInt8]
+        if let rendered = entry.rendered[answer], rendered.holds(at: now) {
+            body = rendered.bytes
+        } else {
+            let view = Self.view(entry, entitlements: app.settings.entitlements, now: now)
+            switch answer {
+            case .subscriber: body = Self.answer(.object(Self.render(view))).body
+            case .entitlements:
+                var object = Self.renderEntitlements(view, asked: appUserID, now: now)
+                object["requestDate"] = nil
+                body = Self.answer(.object(object)).body
+            }
+            let (from, until) = Self.span(of: entry, around: now)
+            cache.store(.init(bytes: body, from: from, until: until), as: answer, for: entry, bundleID, appUserID)
+        }
+        guard answer == .entitlements else { return body }
+        // `…}` + `,"requestDate":…,"requestDateISO":"…"}`, as the whole object would be written.
+        let tail = Self.answer(.object(["requestDate": Self.ms(now)])).body
+        return body.dropLast() + [0x2C] + tail.dropFirst()
+    }
+
+    /// The span of time around `now` in which no expiry date of the entry passes: from the latest one at or
+    /// before `now` to the first one after it. What the view says is the same anywhere in it.
+    static func span(of entry: SubscriberCache.Entry, around now: Date) -> (from: Date, until: Date) {
+        var from = Date.distantPast
+        var until = Date.distantFuture
+        func consider(_ date: Date?) {
+            guard let date else { return }
+            if date <= now { from = max(from, date) } else { until = min(until, date) }
+        }
+        for subscription in entry.subscriptions {
+            consider(subscription.expiresDate)
+            consider(subscription.gracePeriodExpiresDate)
+        }
+        for grant in entry.grants { consider(grant.expiresDate) }
+        return (from, until)
     }
 
     static func view(_ entry: SubscriberCache.Entry, entitlements: [String: [String]], now: Date) -> SubscriberView {

@@ -80,7 +80,9 @@ public final class PurchaseServer: Sendable {
         self.storage = storage
         self.logger = logger
         self.now = now
-        self.cache = SubscriberCache(enabled: !storage.isShared)
+        let cache = SubscriberCache(enabled: !storage.isShared)
+        if storage.afterCommit({ cache.committed() }) { cache.trackCommits() }
+        self.cache = cache
         var apps: [String: AppRuntime] = [:]
         for app in configuration.apps {
             let verifier: SignedDataVerifier

@@ -12,6 +12,23 @@ final class SubscriberCache: Sendable {
         var purchases: [PurchaseRecord]
         var balances: [String: Int]
         var grants: [Grant]
+        /// Answers already rendered from these records, by route, each with the span of time it holds for.
+        var rendered: [Answer: Rendered] = [:]
+        /// The user's generation when the records were read (set by ``SubscriberCache/store(_:_:_:since:)``).
+        var generation: UInt64 = 0
+    }
+
+    /// The answers kept rendered.
+    enum Answer: Sendable, Hashable { case subscriber, entitlements }
+
+    /// An answer's bytes and the times they are right for: `from ≤ now < until` (the answer depends on the
+    /// time only through which expiry dates have passed).
+    struct Rendered: Sendable {
+        var bytes: [UInt8]
+        var from: Date
+        var until: Date
+
+        func holds(at now: Date) -> Bool { from <= now && now < until }
     }
 
     private struct State {
@@ -19,13 +36,23 @@ final class SubscriberCache: Sendable {
         /// The invalidation count at each user's last invalidation.
         var generations: [String: UInt64] = [:]
         var counter: UInt64 = 0
+        /// Users invalidated by writes that have not committed yet (tracked when the storage says when
+        /// writes commit).
+        var uncommitted: Set<String> = []
     }
 
     private let state = Mutex(State())
     /// Off when other processes write the same storage: their commits would not invalidate this memory.
     let enabled: Bool
 
+    /// Whether ``committed()`` is called after each write transaction (storage whose reads run beside its
+    /// writes).
+    private let tracksCommits = Atomic<Bool>(false)
+
     init(enabled: Bool = true) { self.enabled = enabled }
+
+    /// From now on, ``committed()`` follows every write transaction.
+    func trackCommits() { tracksCommits.store(true, ordering: .releasing) }
     /// Users kept at most; when full, the cache starts afresh.
     static let capacity = 100_000
 
@@ -47,16 +74,49 @@ final class SubscriberCache: Sendable {
         state.withLock { state in
             guard (state.generations[key] ?? 0) == generation else { return }
             if state.entries.count >= Self.capacity { state.entries.removeAll(keepingCapacity: true) }
+            var entry = entry
+            entry.generation = generation
             state.entries[key] = entry
         }
     }
 
+    /// Keeps an answer rendered from `entry` when the cache still holds those records (no write since).
+    func store(_ rendered: Rendered, as answer: Answer, for entry: Entry, _ bundleID: String, _ user: String) {
+        guard enabled else { return }
+        let key = Self.key(bundleID, user)
+        state.withLock { state in
+            guard state.entries[key]?.generation == entry.generation,
+                (state.generations[key] ?? 0) == entry.generation
+            else { return }
+            state.entries[key]?.rendered[answer] = rendered
+        }
+    }
+
+    /// Called inside a write that changes the user: what was read before is dropped, and a read already
+    /// under way does not keep what it read.
     func invalidate(_ bundleID: String, _ user: String) {
         let key = Self.key(bundleID, user)
+        let tracks = tracksCommits.load(ordering: .acquiring)
         state.withLock { state in
             state.counter += 1
             state.generations[key] = state.counter
             state.entries[key] = nil
+            if tracks { state.uncommitted.insert(key) }
+        }
+    }
+
+    /// After a write transaction ended: the users it invalidated are invalidated again, so that a read
+    /// that began between the invalidation and the commit (seeing the state before the write) does not keep
+    /// what it read, and what such a read kept is dropped.
+    func committed() {
+        state.withLock { state in
+            guard !state.uncommitted.isEmpty else { return }
+            for key in state.uncommitted {
+                state.counter += 1
+                state.generations[key] = state.counter
+                state.entries[key] = nil
+            }
+            state.uncommitted.removeAll(keepingCapacity: true)
         }
     }
 }

@@ -1,4 +1,5 @@
 public import StorekeeperSQL
+import Synchronization
 
 /// A SQLite database reached only through ``read(_:)`` and transactional ``write(_:)`` closures, each run on
 /// the database's own serial executor (GRDB's model). Opened in WAL mode with `synchronous=FULL`, so a write
@@ -9,8 +10,15 @@ public actor Database {
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
+    /// Run on the writer's executor after every write transaction ends (committed or rolled back), before
+    /// any other write begins and before the writes are answered.
+    private let afterCommit: @Sendable () -> Void
+
     /// Opens or creates the database file at `path` (`":memory:"` for a private in-memory database).
-    public init(path: String) throws(SQLiteError) {
+    /// `afterCommit` runs after every write transaction ends (see ``readConcurrently(_:)``: a reader that
+    /// keeps what it read must know which writes have committed).
+    public init(path: String, afterCommit: @escaping @Sendable () -> Void = {}) throws(SQLiteError) {
+        self.afterCommit = afterCommit
         executor = DispatchSerialExecutor(label: "storekeeper.sqlite")
         connection = try Connection(path: path)
         if path != ":memory:" { try connection.execute("PRAGMA journal_mode=WAL") }
@@ -22,6 +30,7 @@ public actor Database {
         try connection.executeScript("PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=4000;")
         // Savepoints of a group commit keep their sub-journal in memory.
         try connection.executeScript("PRAGMA temp_store=MEMORY")
+        readers = path == ":memory:" ? nil : ReaderPool(path: path)
     }
 
     /// Runs `body` with the connection, outside any explicit transaction.
@@ -30,10 +39,28 @@ public actor Database {
         try body(connection)
     }
 
+    /// Connections that only read, beside the writer's: WAL lets them read the last commit while the writer
+    /// writes, so reads neither wait for a group commit nor hold one up. Nil for `:memory:` (a private
+    /// database no other connection can open).
+    private nonisolated let readers: ReaderPool?
+
+    /// Runs `body` in a read transaction of its own (one snapshot: the last commit when it began) on one of
+    /// the reading connections, on the caller's thread; on the writer's connection for `:memory:`.
+    public nonisolated func readConcurrently<T: Sendable>(_ body: @Sendable (Connection) throws -> T) async throws -> T
+    {
+        guard let readers else { return try await read(body) }
+        return try readers.withConnection { connection in
+            try connection.executeScript("BEGIN")
+            defer { try? connection.executeScript("COMMIT") }
+            return try body(connection)
+        }
+    }
+
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     @discardableResult
     public func write<T: Sendable>(_ body: @Sendable (Connection) throws -> T) throws -> T {
         try connection.executeScript("BEGIN IMMEDIATE")
+        defer { afterCommit() }
         do {
             let result = try body(connection)
             try connection.executeScript("COMMIT")
@@ -71,6 +98,7 @@ public actor Database {
         group = []
         guard !writes.isEmpty else { return }
         var results: [Result<any Sendable, any Error>] = []
+        defer { afterCommit() }
         do {
             try connection.executeScript("BEGIN IMMEDIATE")
             // Alone, a write is the transaction: no savepoint (inside a transaction one makes SQLite copy every
@@ -113,5 +141,33 @@ public actor Database {
             migrations, baseline: baseline, on: connection, timestamp: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
             misuse: { SQLiteError(code: .misuse, message: $0, sql: nil) }
         ) { apply in try write { try apply($0) } }
+    }
+}
+
+/// Reading connections to one database file, opened as needed and kept for reuse (at most `kept` idle).
+final class ReaderPool: Sendable {
+    // @unchecked Sendable: a connection is used by one thread at a time, the one that took it from the pool.
+    private struct Idle: @unchecked Sendable { var connections: [Connection] = [] }
+    private let idle = Mutex(Idle())
+    private let path: String
+    static let kept = 8
+
+    init(path: String) { self.path = path }
+
+    func withConnection<T>(_ body: (Connection) throws -> T) throws -> T {
+        let connection = try idle.withLock { $0.connections.popLast() } ?? open()
+        defer {
+            idle.withLock { idle in
+                if idle.connections.count < Self.kept { idle.connections.append(connection) }
+            }
+        }
+        return try body(connection)
+    }
+
+    private func open() throws -> Connection {
+        let connection = try Connection(path: path)
+        // Reads only; a small cache each (the writer's holds the hot pages, the OS the rest).
+        try connection.executeScript("PRAGMA query_only=1; PRAGMA cache_size=-8192;")
+        return connection
     }
 }

@@ -175,6 +175,39 @@ struct DatabaseTests {
         #expect(total.first?["s"] == .integer(19_900))
     }
 
+    @Test("Reads on the reading connections see every committed write, in one snapshot each, while writes go on")
+    func concurrentReads() async throws {
+        let database = try Database(path: try Self.temporaryPath())
+        try await database.migrate(Self.schema)
+        try await database.write { try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')") }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<100 {
+                group.addTask {
+                    _ = try await database.writeGrouped { connection in
+                        try connection.execute(
+                            "INSERT INTO transactions VALUES (?, 'a1', ?)", [.text("t\(index)"), .integer(1)])
+                    }
+                    // Acknowledged: a read that starts now sees it, and its two statements see one state.
+                    let (count, sum) = try await database.readConcurrently { connection in
+                        let own = try connection.execute(
+                            "SELECT COUNT(*) AS n FROM transactions WHERE id = ?", [.text("t\(index)")])
+                        let all = try connection.execute("SELECT COUNT(*) AS n FROM transactions")
+                        let sum = try connection.execute("SELECT SUM(amount) AS s FROM transactions")
+                        return (own.first?["n"], all.first?["n"] == sum.first?["s"])
+                    }
+                    #expect(count == .integer(1))
+                    #expect(sum)
+                }
+            }
+            try await group.waitForAll()
+        }
+        await #expect(throws: SQLiteError.self) {
+            try await database.readConcurrently { try $0.execute("DELETE FROM transactions") }
+        }
+        let total = try await database.readConcurrently { try $0.execute("SELECT COUNT(*) AS n FROM transactions") }
+        #expect(total.first?["n"] == .integer(100))
+    }
+
     @Test("A parameter count mismatch is an error, not undefined behaviour")
     func parameterCount() async throws {
         let database = try Database(path: ":memory:")

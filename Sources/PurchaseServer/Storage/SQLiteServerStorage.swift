@@ -1,6 +1,7 @@
 import Foundation
 import StorekeeperSQL
 import StorekeeperSQLite
+import Synchronization
 
 /// The purchase server's state in SQLite (WAL, `synchronous=FULL`): one row per subscriber, transaction,
 /// subscription, ledger entry, grant, event, raw input and webhook delivery, each record kept as JSON beside
@@ -8,6 +9,7 @@ import StorekeeperSQLite
 public struct SQLiteServerStorage: ServerStorage {
     private let database: Database
     public let location: String
+    private let hooks = CommitHooks()
 
     /// The path existing databases took to ``ServerSchema/current(_:)`` (new ones get that at once).
     static let migrations = [
@@ -137,20 +139,36 @@ public struct SQLiteServerStorage: ServerStorage {
             if descriptor >= 0 { close(descriptor) }
         }
         location = path
-        database = try Database(path: path)
+        let hooks = self.hooks
+        database = try Database(path: path, afterCommit: { hooks.run() })
         try await database.migrate(
             Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.sqlite))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}
     }
 
+    /// Reads run on reading connections of their own (WAL), each in one snapshot, beside the writer.
     public func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
-        try await database.read { try body(SQLServerStore(connection: $0)) }
+        try await database.readConcurrently { try body(SQLServerStore(connection: $0)) }
+    }
+
+    /// Reads run beside the writer, so one may read the state before a write that is between its work and
+    /// its commit: `hook` tells a reader that keeps what it read when that write has committed.
+    public func afterCommit(_ hook: @escaping @Sendable () -> Void) -> Bool {
+        hooks.add(hook)
+        return true
     }
 
     /// Writes wait for one another's commit: concurrent inputs share one fsync (group commit).
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
         try await database.writeGrouped { try body(SQLServerStore(connection: $0)) }
     }
+}
+
+/// What runs after each write transaction of one storage.
+final class CommitHooks: Sendable {
+    private let hooks = Mutex<[@Sendable () -> Void]>([])
+    func add(_ hook: @escaping @Sendable () -> Void) { hooks.withLock { $0.append(hook) } }
+    func run() { for hook in hooks.withLock({ $0 }) { hook() } }
 }
 
 extension Connection: SQLStatementRunner {

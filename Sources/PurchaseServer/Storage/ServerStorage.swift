@@ -125,6 +125,10 @@ public protocol ServerStorage: Sendable {
     /// Whether other processes write the same state (then nothing read may be kept in memory).
     var isShared: Bool { get }
 
+    /// Asks for `hook` after every write transaction ends, before the write is answered; false when the
+    /// storage has no such moment to offer (its reads never see a write before it committed).
+    func afterCommit(_ hook: @escaping @Sendable () -> Void) -> Bool
+
     /// Where the state is, for people (a path, or a database URL without its password).
     var location: String { get }
 
@@ -146,6 +150,7 @@ public protocol ServerStorage: Sendable {
 /// One process owns the state: leading is always true, and claims and budgets are ordinary writes.
 extension ServerStorage {
     public var isShared: Bool { false }
+    public func afterCommit(_ hook: @escaping @Sendable () -> Void) -> Bool { false }
 
     public var location: String { "memory" }
 

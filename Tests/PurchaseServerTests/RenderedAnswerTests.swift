@@ -1,0 +1,94 @@
+import AppStoreEmulator
+import Foundation
+import PurchaseServer
+import StorekeeperHTTP
+import StorekeeperJSON
+import Synchronization
+import Testing
+
+@Suite("Purchase server: answers rendered once per change, right as expiry dates pass")
+struct RenderedAnswerTests {
+    static let secret = "sk_test_rendered_0123"
+    static let publicKey = "pk_test_rendered"
+    static let bundleID = "com.example.rendered"
+
+    /// The server's clock, set by the test.
+    final class Clock: Sendable {
+        private let time: Mutex<Date>
+        init(_ start: Date) { time = Mutex(start) }
+        var now: Date { time.withLock { $0 } }
+        func set(_ date: Date) { time.withLock { $0 = date } }
+    }
+
+    /// A server on SQLite in a scratch directory whose clock the test sets.
+    static func make(in directory: URL, clock: Clock) async throws -> (PurchaseServer, Responder) {
+        let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
+        let app = AppSettings(
+            bundleID: bundleID, publicKey: publicKey, receiptRoots: [pki.receipts.root],
+            jwsRoots: [pki.signedData.root], entitlements: ["plus": ["monthly"], "pro": ["pro"]])
+        let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: secret, apps: [app]), storage: storage,
+            now: { clock.now })
+        return (server, server.responder())
+    }
+
+    static func request(_ method: String, _ path: String, key: String, body: JSONObject? = nil) -> HTTPRequest {
+        var request = HTTPRequest(
+            method: method, target: path,
+            headers: [("Host", "127.0.0.1"), ("Content-Type", "application/json"), ("Authorization", "Bearer \(key)")],
+            body: body.map { JSONWriter.bytes(.object($0)) } ?? [])
+        request.remoteAddress = "127.0.0.1"
+        return request
+    }
+
+    @Test("The cached bytes are the full rendering's, before and after a grant expires, a revoke and a clock set back")
+    func cachedBytesMatchTheFullRendering() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        let clock = Clock(start)
+        let (_, responder) = try await Self.make(in: directory, clock: clock)
+
+        let granted = await responder.respond(
+            to: Self.request(
+                "POST", "/v1/subscribers/ana/entitlements/plus/grant", key: Self.secret,
+                body: ["durationDays": .integer(2)]))
+        #expect(granted.status == 200)
+        let subscriber = Self.request("GET", "/v1/subscribers/ana", key: Self.secret)
+        let entitlements = Self.request("GET", "/v1/entitlements/ana", key: Self.publicKey)
+
+        /// Both answers, inline (from the rendered cache) and through the full path, at the clock's time.
+        func check(active: Bool, _ comment: Comment) async throws {
+            for request in [subscriber, entitlements] {
+                let full = await responder.respond(to: request)
+                #expect(full.status == 200, comment)
+                // Twice inline: the first renders and keeps the bytes, the second answers from them.
+                for _ in 0..<2 {
+                    let answered = responder.respondInline(to: request)
+                    let inline = try #require(answered, comment)
+                    #expect(inline.status == 200, comment)
+                    #expect(inline.body == full.body, comment)
+                }
+                let object: JSONValue = try JSONParser.parse(full.body)
+                #expect(object["entitlements"]?["plus"]?["active"] == .bool(active), comment)
+                if request.path.hasPrefix("/v1/entitlements") {
+                    let now = clock.now
+                    #expect(object["requestDate"] == .integer(Int64(now.timeIntervalSince1970 * 1000)), comment)
+                    #expect(object["requestDateISO"]?.stringValue != nil, comment)
+                }
+            }
+        }
+        try await check(active: true, "just granted")
+        clock.set(start.addingTimeInterval(86_400))
+        try await check(active: true, "a day later (the same bytes for the subscriber; a new requestDate)")
+        clock.set(start.addingTimeInterval(2 * 86_400))
+        try await check(active: false, "at the grant's end")
+        clock.set(start.addingTimeInterval(86_400))
+        try await check(active: true, "the clock set back before the end (a followed emulator's clock can)")
+        let revoked = await responder.respond(
+            to: Self.request("POST", "/v1/subscribers/ana/entitlements/plus/revoke", key: Self.secret))
+        #expect(revoked.status == 200)
+        try await check(active: false, "revoked: the write invalidated what was rendered")
+    }
+}

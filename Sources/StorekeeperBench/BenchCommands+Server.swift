@@ -156,12 +156,23 @@ extension BenchCommands {
             readLines = []
             // Every user read once (from SQLite, on the reading connections), so that what wrk measures is
             // the steady state of a server whose users have each been seen.
+            // What the writes left dirty in the page cache written out now, not while wrk measures.
+            sync()
             progress(console, "reading each of the \(receiptCount) users once…")
+            let residentBefore = residentKilobytes()
             let warmRate = try await concurrentRate(receiptCount, clients: clients) { index in
-                _ = try await server.subscriber(bundleID: bundleID, appUserID: "user-\(index)")
+                for (route, key) in [("subscribers", "sk_bench_secret_0123"), ("entitlements", "pk_bench_key")] {
+                    let response = await responder.respond(
+                        to: HTTPRequest(
+                            method: "GET", path: "/v1/\(route)/user-\(index)",
+                            headers: [("Host", "127.0.0.1"), ("Authorization", "Bearer \(key)")]))
+                    guard response.status == 200 else {
+                        throw CommandError.runtime("GET /v1/\(route)/user-\(index) answered \(response.status)")
+                    }
+                }
             }
             readLines.append(
-                "  each of the \(receiptCount) users read once, in process (\(clients) clients; the database)   \(rate(warmRate)) /s"
+                "  each of the \(receiptCount) users' two answers read once, in process (\(clients) clients; from the database, then rendered and kept)   \(rate(warmRate)) users/s; resident memory \(residentBefore / 1024) → \(residentKilobytes() / 1024) MiB"
             )
             for (route, key) in [("subscribers", "sk_bench_secret_0123"), ("entitlements", "pk_bench_key")] {
                 let sample = try await HTTPClient().send(
@@ -184,8 +195,8 @@ extension BenchCommands {
                 for round in 0..<readRounds {
                     progress(console, "wrk against GET /v1/\(route), round \(round + 1) of \(readRounds)…")
                     let bareResult = try runWrk(
-                        wrk, url: "http://127.0.0.1:\(bare.port)/v1/\(route)/user-7", seconds: seconds,
-                        connections: connections)
+                        wrk, url: "http://127.0.0.1:\(bare.port)/", seconds: seconds, connections: connections,
+                        script: script)
                     let result = try runWrk(
                         wrk, url: "http://127.0.0.1:\(http.port)/", seconds: seconds, connections: connections,
                         script: script)
@@ -194,11 +205,12 @@ extension BenchCommands {
                 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
                 let ratios = pairs.map { $0.server.requestsPerSecond / $0.bare.requestsPerSecond }
                 let p99s = pairs.compactMap(\.server.p99Milliseconds)
+                let bareP99s = pairs.compactMap(\.bare.p99Milliseconds)
                 let name = "GET /v1/\(route)/{random of \(receiptCount)}"
                 readLines.append(
                     """
                       \(name), wrk -t2 -c\(connections) (same 2 cores), \(readRounds) interleaved rounds of \(seconds) s (medians)
-                        bare libmicrohttpd, one answer's bytes  \(rate(median(pairs.map(\.bare.requestsPerSecond)))) req/s
+                        bare libmicrohttpd, one answer's bytes (the same random paths)  \(rate(median(pairs.map(\.bare.requestsPerSecond)))) req/s, p99 \(latency(bareP99s.isEmpty ? nil : median(bareP99s)))
                         the server                              \(rate(median(pairs.map(\.server.requestsPerSecond)))) req/s, p99 \(latency(p99s.isEmpty ? nil : median(p99s)))   ratio to bare \(format(median(ratios))) (each round: \(ratios.map(format).joined(separator: ", ")))   (target ≥ 0.35, p99 < 5 ms)\(pairs.map { errors($0.server) }.first { !$0.isEmpty } ?? "")
                     """)
             }

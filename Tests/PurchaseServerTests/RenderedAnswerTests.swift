@@ -58,10 +58,12 @@ struct RenderedAnswerTests {
         let subscriber = Self.request("GET", "/v1/subscribers/ana", key: Self.secret)
         let entitlements = Self.request("GET", "/v1/entitlements/ana", key: Self.publicKey)
 
-        /// Both answers, inline (from the rendered cache) and through the full path, at the clock's time.
+        /// Both answers, inline from what the server keeps rendered, against a server just opened on the same
+        /// file (nothing kept: rendered at the clock's time).
         func check(active: Bool, _ comment: Comment) async throws {
+            let (_, fresh) = try await Self.make(in: directory, clock: clock)
             for request in [subscriber, entitlements] {
-                let full = await responder.respond(to: request)
+                let full = await fresh.respond(to: request)
                 #expect(full.status == 200, comment)
                 // Twice inline: the first renders and keeps the bytes, the second answers from them.
                 for _ in 0..<2 {

@@ -163,13 +163,9 @@ extension BenchCommands {
         var readLine = "  GET /v1/subscribers/{id}: wrk not found (scripts/bootstrap installs it)"
         if let wrk = findExecutable("wrk") {
             progress(console, "wrk against every process at once…")
-            let script = root.appendingPathComponent("random-subscriber.lua")
-            try """
-            wrk.headers["Authorization"] = "Bearer sk_bench_secret_0123"
-            request = function()
-              return wrk.format("GET", "/v1/subscribers/user-" .. math.random(0, \(subscriberCount - 1)))
-            end
-            """.write(to: script, atomically: true, encoding: .utf8)
+            let script = try randomUserScript(
+                at: root.appendingPathComponent("random-subscriber.lua"), route: "subscribers",
+                key: "sk_bench_secret_0123", users: subscriberCount)
             let results = try runWrkEverywhere(
                 wrk, bases: servers.map(\.base), script: script, seconds: seconds,
                 connections: max(1, 64 / servers.count))

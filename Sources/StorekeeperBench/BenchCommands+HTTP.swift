@@ -318,6 +318,17 @@ extension BenchCommands {
         return seen
     }
 
+    /// A wrk script asking `GET /v1/{route}/user-{random of users}` with the key.
+    static func randomUserScript(at url: URL, route: String, key: String, users: Int) throws -> URL {
+        try """
+        wrk.headers["Authorization"] = "Bearer \(key)"
+        request = function()
+          return wrk.format("GET", "/v1/\(route)/user-" .. math.random(0, \(users - 1)))
+        end
+        """.write(to: url, atomically: true, encoding: .utf8)
+        return url
+    }
+
     static func runWrk(
         _ wrk: String, url: String, seconds: Int, connections: Int = 16, body: URL? = nil, headers: [String] = [],
         script: URL? = nil, threads: Int = 2

@@ -184,13 +184,8 @@ extension BenchCommands {
                 let bare = try BareBaseline(
                     response: HTTPResponse(
                         status: 200, headers: [("Content-Type", "application/json")], body: sample.body))
-                let script = root.appendingPathComponent("random-\(route).lua")
-                try """
-                wrk.headers["Authorization"] = "Bearer \(key)"
-                request = function()
-                  return wrk.format("GET", "/v1/\(route)/user-" .. math.random(0, \(receiptCount - 1)))
-                end
-                """.write(to: script, atomically: true, encoding: .utf8)
+                let script = try randomUserScript(
+                    at: root.appendingPathComponent("random-\(route).lua"), route: route, key: key, users: receiptCount)
                 var pairs: [(bare: WrkResult, server: WrkResult)] = []
                 for round in 0..<readRounds {
                     progress(console, "wrk against GET /v1/\(route), round \(round + 1) of \(readRounds)…")

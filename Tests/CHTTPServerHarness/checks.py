@@ -220,12 +220,17 @@ expect_error("Content-Length over max_body, no Expect: 413 before the body",
 s = connect(P)
 s.sendall(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
 piece = b"x" * 65536
-for _ in range(24):  # 1.5 MiB
-    s.sendall(b"10000\r\n" + piece + b"\r\n")
-s.sendall(b"0\r\n\r\n")
+try:
+    for _ in range(24):  # 1.5 MiB
+        s.sendall(b"10000\r\n" + piece + b"\r\n")
+    s.sendall(b"0\r\n\r\n")
+except (BrokenPipeError, ConnectionResetError):
+    # The server answers once the stream passes the limit and closes; loopback buffers usually take the
+    # rest first, but not always on a busy machine (a CI run saw the pipe break). The answer is the same.
+    pass
 status, headers, body, _ = read_response(s)
 s.close()
-check("chunked body growing past max_body (1.5 MiB): 413 when it ends",
+check("chunked body growing past max_body (1.5 MiB): 413, then closed",
       status == 413 and error_code(body) == "payload_too_large" and headers.get("connection") == "close")
 s = connect(P)
 sent, outcome = 0, "all sent"

@@ -33,6 +33,9 @@ public actor Database {
         readers = path == ":memory:" ? nil : ReaderPool(path: path)
     }
 
+    /// Reading connections open now (at most ``ReaderPool/limit``).
+    package nonisolated var readingConnections: Int { readers?.open ?? 0 }
+
     /// Runs `body` with the connection, outside any explicit transaction.
     @discardableResult
     public func read<T: Sendable>(_ body: @Sendable (Connection) throws -> T) throws -> T {
@@ -45,15 +48,15 @@ public actor Database {
     private nonisolated let readers: ReaderPool?
 
     /// Runs `body` in a read transaction of its own (one snapshot: the last commit when it began) on one of
-    /// the reading connections, on the caller's thread; on the writer's connection for `:memory:`.
+    /// the reading connections, on the caller's thread. With every reading connection busy (or for
+    /// `:memory:`), it waits its turn on the writer's connection instead.
     public nonisolated func readConcurrently<T: Sendable>(_ body: @Sendable (Connection) throws -> T) async throws -> T
     {
-        guard let readers else { return try await read(body) }
-        return try readers.withConnection { connection in
-            try connection.executeScript("BEGIN")
-            defer { try? connection.executeScript("COMMIT") }
-            return try body(connection)
-        }
+        guard let readers, let connection = try readers.take() else { return try await read(body) }
+        defer { readers.give(connection) }
+        try connection.executeScript("BEGIN")
+        defer { try? connection.executeScript("COMMIT") }
+        return try body(connection)
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
@@ -144,30 +147,45 @@ public actor Database {
     }
 }
 
-/// Reading connections to one database file, opened as needed and kept for reuse (at most `kept` idle).
+/// Reading connections to one database file, opened as needed, at most `limit` of them.
 final class ReaderPool: Sendable {
     // @unchecked Sendable: a connection is used by one thread at a time, the one that took it from the pool.
-    private struct Idle: @unchecked Sendable { var connections: [Connection] = [] }
-    private let idle = Mutex(Idle())
+    private struct State: @unchecked Sendable {
+        var idle: [Connection] = []
+        var open = 0
+    }
+    private let state = Mutex(State())
     private let path: String
-    static let kept = 8
+    static let limit = 8
 
     init(path: String) { self.path = path }
 
-    func withConnection<T>(_ body: (Connection) throws -> T) throws -> T {
-        let connection = try idle.withLock { $0.connections.popLast() } ?? open()
-        defer {
-            idle.withLock { idle in
-                if idle.connections.count < Self.kept { idle.connections.append(connection) }
+    /// An idle connection, a new one while fewer than `limit` are open, or nil when all are busy.
+    func take() throws -> Connection? {
+        enum Taken { case idle(Connection), new, none }
+        let taken: Taken = state.withLock { state in
+            if let connection = state.idle.popLast() { return .idle(connection) }
+            guard state.open < Self.limit else { return .none }
+            state.open += 1
+            return .new
+        }
+        switch taken {
+        case .idle(let connection): return connection
+        case .none: return nil
+        case .new:
+            do {
+                let connection = try Connection(path: path)
+                // Reads only; a small cache each (the writer's holds the hot pages, the OS the rest).
+                try connection.executeScript("PRAGMA query_only=1; PRAGMA cache_size=-8192;")
+                return connection
+            } catch {
+                state.withLock { $0.open -= 1 }
+                throw error
             }
         }
-        return try body(connection)
     }
 
-    private func open() throws -> Connection {
-        let connection = try Connection(path: path)
-        // Reads only; a small cache each (the writer's holds the hot pages, the OS the rest).
-        try connection.executeScript("PRAGMA query_only=1; PRAGMA cache_size=-8192;")
-        return connection
-    }
+    func give(_ connection: Connection) { state.withLock { $0.idle.append(connection) } }
+
+    var open: Int { state.withLock { $0.open } }
 }

@@ -206,6 +206,20 @@ struct DatabaseTests {
         }
         let total = try await database.readConcurrently { try $0.execute("SELECT COUNT(*) AS n FROM transactions") }
         #expect(total.first?["n"] == .integer(100))
+        // Sixty-four slow reads at once: at most eight reading connections; the rest wait on the writer's.
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            for _ in 0..<64 {
+                group.addTask {
+                    try await database.readConcurrently { connection in
+                        usleep(5_000)
+                        return try connection.execute("SELECT COUNT(*) AS n FROM transactions").first?["n"]
+                            == .integer(100)
+                    }
+                }
+            }
+            for try await right in group { #expect(right) }
+        }
+        #expect((1...8).contains(database.readingConnections))
     }
 
     @Test("A parameter count mismatch is an error, not undefined behaviour")

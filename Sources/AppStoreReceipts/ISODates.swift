@@ -8,8 +8,6 @@ package enum ISODates {
         ReceiptDate.rfc3339String(EpochMilliseconds.date(milliseconds) ?? .distantPast)
     }
 
-    /// A copy of `value` in which every member that holds epoch milliseconds (a name ending in `Date`, `At`
-    /// or equal to `now`, with a plausible value) gains an ISO 8601 sibling named `…ISO`.
     /// The ISO 8601 sibling of member `key` holding `milliseconds`, when the member is a date (a name ending in
     /// `Date` or `At`, `now`, or one of `names`, with a plausible value).
     package static func sibling(_ key: String, _ milliseconds: Int64, names: Set<String> = []) -> (
@@ -27,6 +25,7 @@ package enum ISODates {
         JSONWriter.Siblings(skipping: skipping) { key, milliseconds in sibling(key, milliseconds, names: names) }
     }
 
+    /// A copy of `value` in which every date member (``sibling(_:_:names:)``) gains its ISO 8601 sibling.
     /// `names`: more members that hold epoch milliseconds whatever their suffix (the purchase server's `date`,
     /// `nextAttempt`, a chart point's `start` and `end`).
     /// `skipping`: members whose value is copied as it is (maps keyed by ids, such as the server's `balances`).

@@ -1,3 +1,4 @@
+import AppStoreReceipts
 public import Foundation
 import StoreModel
 import StorekeeperHTTP
@@ -79,9 +80,18 @@ extension PurchaseServer {
             cache.store(.init(bytes: body, from: from, until: until), as: answer, for: entry, bundleID, appUserID)
         }
         guard answer == .entitlements else { return body }
-        // `…}` + `,"requestDate":…,"requestDateISO":"…"}`, as the whole object would be written.
-        let tail = Self.answer(.object(["requestDate": Self.ms(now)])).body
-        return body.dropLast() + [0x2C] + tail.dropFirst()
+        // `…}` + `,"requestDate":…,"requestDateISO":"…"}`, as the writer writes the whole object.
+        let milliseconds = EpochMilliseconds.milliseconds(now)
+        var tail = #","requestDate":\#(milliseconds)"#
+        if let sibling = ISODates.sibling("requestDate", milliseconds) {
+            tail += #","\#(sibling.key)":"\#(sibling.value)""#
+        }
+        var answer = [UInt8]()
+        answer.reserveCapacity(body.count + tail.utf8.count)
+        answer.append(contentsOf: body.dropLast())
+        answer.append(contentsOf: tail.utf8)
+        answer.append(0x7D)
+        return answer
     }
 
     /// The span of time around `now` in which no expiry date of the entry passes: from the latest one at or

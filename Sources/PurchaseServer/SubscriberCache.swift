@@ -90,9 +90,9 @@ final class SubscriberCache: Sendable {
         guard enabled else { return }
         let key = Self.key(bundleID, user)
         state.withLock { state in
-            guard state.entries[key]?.generation == entry.generation,
-                (state.generations[key] ?? 0) == entry.generation
-            else { return }
+            // Any invalidation since the records were read removed them (and a newer read's carry its own
+            // generation).
+            guard state.entries[key]?.generation == entry.generation else { return }
             state.entries[key]?.rendered[answer] = rendered
         }
     }

@@ -48,7 +48,7 @@ public struct HTTPClient: Sendable {
         public var body: [UInt8]
 
         public func header(_ name: String) -> String? {
-            headers.first { $0.name.lowercased() == name.lowercased() }?.value
+            headers.first { HTTPHeaderName.equal($0.name, name) }?.value
         }
     }
 

@@ -101,7 +101,8 @@ public actor Database {
         group = []
         guard !writes.isEmpty else { return }
         var results: [Result<any Sendable, any Error>] = []
-        defer { afterCommit() }
+        // The hook runs once the transaction has ended and before any write is answered: a write's caller
+        // that reads next must find nothing kept from before its own commit.
         do {
             try connection.executeScript("BEGIN IMMEDIATE")
             // Alone, a write is the transaction: no savepoint (inside a transaction one makes SQLite copy every
@@ -111,6 +112,7 @@ public actor Database {
                     results.append(.success(try writes[0].body(connection)))
                 } catch {
                     try connection.executeScript("ROLLBACK")
+                    afterCommit()
                     writes[0].resume(.failure(error))
                     return
                 }
@@ -128,9 +130,11 @@ public actor Database {
             try connection.executeScript("COMMIT")
         } catch {
             try? connection.executeScript("ROLLBACK")
+            afterCommit()
             for write in writes { write.resume(.failure(error)) }
             return
         }
+        afterCommit()
         for (write, result) in zip(writes, results) { write.resume(result) }
     }
 

@@ -28,6 +28,26 @@ public final class Connection {
         sqlite3_close_v2(handle)
     }
 
+    /// What ``onCommit(_:)`` calls, kept alive as long as the connection.
+    private final class CommitHook {
+        let call: (Int) -> Void
+        init(_ call: @escaping (Int) -> Void) { self.call = call }
+    }
+    private var commitHook: CommitHook?
+
+    /// Calls `hook` after each commit in WAL mode with the number of frames the WAL holds, in place of
+    /// SQLite's automatic checkpoint (which ran on the committing connection, inside its write).
+    func onCommit(walFrames hook: @escaping (Int) -> Void) {
+        let box = CommitHook(hook)
+        commitHook = box
+        sqlite3_wal_hook(
+            handle,
+            { context, _, _, frames in
+                if let context { Unmanaged<CommitHook>.fromOpaque(context).takeUnretainedValue().call(Int(frames)) }
+                return SQLITE_OK
+            }, Unmanaged.passUnretained(box).toOpaque())
+    }
+
     private func prepared(_ sql: String) throws(SQLiteError) -> OpaquePointer {
         if let statement = statements[sql] { return statement }
         var statement: OpaquePointer?  // sqlite3_stmt
@@ -76,12 +96,12 @@ public final class Connection {
             case .null: status = sqlite3_bind_null(statement, index)
             case .integer(let number): status = sqlite3_bind_int64(statement, index, number)
             case .real(let number): status = sqlite3_bind_double(statement, index, number)
-            case .text(let text):
-                let bytes = Array(text.utf8)
-                status = bytes.withUnsafeBufferPointer { buffer in
-                    buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: max(buffer.count, 1)) {
-                        shim_sqlite3_bind_text(statement, index, $0, Int32(buffer.count))
-                    }
+            case .text(var text):
+                // In place for a native string (no copy of its bytes).
+                status = text.withUTF8 { buffer in
+                    UnsafeRawPointer(buffer.baseAddress ?? UnsafePointer(bitPattern: 1)!).withMemoryRebound(
+                        to: CChar.self, capacity: max(buffer.count, 1)
+                    ) { shim_sqlite3_bind_text(statement, index, $0, Int32(buffer.count)) }
                 }
             case .blob(let bytes):
                 status = bytes.withUnsafeBytes {

@@ -1,3 +1,4 @@
+import Dispatch
 public import StorekeeperSQL
 import Synchronization
 
@@ -27,11 +28,35 @@ public actor Database {
         // default 2 MiB cache it spilled them into the WAL mid-transaction and read them back, and every
         // commit crossed the 1,000-page checkpoint mark. Up to 32 MiB of cache (used only as it fills) and
         // a checkpoint every 4,000 pages (16 MiB of WAL) copy each hot page back once per checkpoint.
-        try connection.executeScript("PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=4000;")
+        try connection.executeScript("PRAGMA cache_size=-32768;")
         // Savepoints of a group commit keep their sub-journal in memory.
         try connection.executeScript("PRAGMA temp_store=MEMORY")
         readers = path == ":memory:" ? nil : ReaderPool(path: path)
+        if path != ":memory:" {
+            // The checkpoint runs on a connection of its own, beside the writer: run by the writer after its
+            // commit, it held up every write behind it (a fifth of the writer's time ingesting notifications).
+            let checkpointer = Checkpointer(path: path)
+            self.checkpointer = checkpointer
+            let writer = connection
+            connection.onCommit { frames in
+                switch checkpointer.afterCommit(walFrames: frames) {
+                case .none: break
+                case .background: checkpointer.request()
+                case .here:
+                    // Only the frames since the background checkpoint are left: copying them here lets the
+                    // next write start the WAL again from its beginning (it otherwise grows without end).
+                    if (try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)").first?.values.first?.int64) == 0 {
+                        checkpointer.restarted()
+                    }
+                }
+            }
+        } else {
+            checkpointer = nil
+        }
     }
+
+    /// Copies the WAL back into the database file when it has grown past its threshold.
+    private nonisolated let checkpointer: Checkpointer?
 
     /// Reading connections open now (at most ``ReaderPool/limit``).
     package nonisolated var readingConnections: Int { readers?.open ?? 0 }
@@ -79,16 +104,25 @@ public actor Database {
 
     private struct GroupedWrite {
         let body: (Connection) throws -> any Sendable
+        let repeatable: Bool
         let resume: (Result<any Sendable, any Error>) -> Void
     }
 
     /// Runs `body` in a transaction shared with the other grouped writes waiting at the moment it runs (a
-    /// group commit: one fsync for many). Each body is all or nothing on its own — a savepoint rolls back
-    /// one that throws — and a write returns only after the group committed, so it is durable.
-    public func writeGrouped<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+    /// group commit: one fsync for many). Each body is all or nothing on its own, and a write returns only
+    /// after the group committed, so it is durable.
+    ///
+    /// A `repeatable` body may run twice (its effects outside the database must not matter when repeated):
+    /// a group of them runs without a savepoint per write, and only when one throws is the group rolled
+    /// back and run again with savepoints. A savepoint makes SQLite copy each page a write changes; that
+    /// was a sixth of the time of ingesting notifications.
+    public func writeGrouped<T: Sendable>(
+        repeatable: Bool = false, _ body: @escaping @Sendable (Connection) throws -> T
+    ) async throws -> T {
         let result: any Sendable = try await withCheckedThrowingContinuation { continuation in
             group.append(
-                GroupedWrite(body: { try body($0) }, resume: { continuation.resume(with: $0) }))
+                GroupedWrite(
+                    body: { try body($0) }, repeatable: repeatable, resume: { continuation.resume(with: $0) }))
             // A task on this actor: it runs after the jobs already waiting, so their writes join the group.
             if group.count == 1 { Task { self.commitGroup() } }
         }
@@ -100,34 +134,15 @@ public actor Database {
         let writes = group
         group = []
         guard !writes.isEmpty else { return }
-        var results: [Result<any Sendable, any Error>] = []
+        let results: [Result<any Sendable, any Error>]
         // The hook runs once the transaction has ended and before any write is answered: a write's caller
         // that reads next must find nothing kept from before its own commit.
         do {
-            try connection.executeScript("BEGIN IMMEDIATE")
-            // Alone, a write is the transaction: no savepoint (inside a transaction one makes SQLite copy every
-            // page it changes to a sub-journal, a third of a large write's time).
-            if writes.count == 1 {
-                do {
-                    results.append(.success(try writes[0].body(connection)))
-                } catch {
-                    try connection.executeScript("ROLLBACK")
-                    afterCommit()
-                    writes[0].resume(.failure(error))
-                    return
-                }
+            if writes.count == 1 || writes.allSatisfy(\.repeatable), let together = try runTogether(writes) {
+                results = together
+            } else {
+                results = try runApart(writes)
             }
-            for write in writes where writes.count > 1 {
-                try connection.executeScript("SAVEPOINT grouped")
-                do {
-                    results.append(.success(try write.body(connection)))
-                    try connection.executeScript("RELEASE grouped")
-                } catch {
-                    try connection.executeScript("ROLLBACK TO grouped; RELEASE grouped")
-                    results.append(.failure(error))
-                }
-            }
-            try connection.executeScript("COMMIT")
         } catch {
             try? connection.executeScript("ROLLBACK")
             afterCommit()
@@ -136,6 +151,42 @@ public actor Database {
         }
         afterCommit()
         for (write, result) in zip(writes, results) { write.resume(result) }
+    }
+
+    /// The writes in one transaction with no savepoint: their results, or nil when one threw (the
+    /// transaction rolled back). A write alone is answered with its failure: it is the transaction.
+    private func runTogether(_ writes: [GroupedWrite]) throws -> [Result<any Sendable, any Error>]? {
+        try connection.executeScript("BEGIN IMMEDIATE")
+        var results: [Result<any Sendable, any Error>] = []
+        results.reserveCapacity(writes.count)
+        for write in writes {
+            do {
+                results.append(.success(try write.body(connection)))
+            } catch {
+                try connection.executeScript("ROLLBACK")
+                return writes.count == 1 ? [.failure(error)] : nil
+            }
+        }
+        try connection.executeScript("COMMIT")
+        return results
+    }
+
+    /// The writes in one transaction, each in a savepoint: one that throws is rolled back alone.
+    private func runApart(_ writes: [GroupedWrite]) throws -> [Result<any Sendable, any Error>] {
+        try connection.executeScript("BEGIN IMMEDIATE")
+        var results: [Result<any Sendable, any Error>] = []
+        for write in writes {
+            try connection.executeScript("SAVEPOINT grouped")
+            do {
+                results.append(.success(try write.body(connection)))
+                try connection.executeScript("RELEASE grouped")
+            } catch {
+                try connection.executeScript("ROLLBACK TO grouped; RELEASE grouped")
+                results.append(.failure(error))
+            }
+        }
+        try connection.executeScript("COMMIT")
+        return results
     }
 
     /// Applies the migrations not yet recorded in `schema_migrations`, in order, each in its own transaction;
@@ -148,6 +199,63 @@ public actor Database {
             migrations, baseline: baseline, on: connection, timestamp: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
             misuse: { SQLiteError(code: .misuse, message: $0, sql: nil) }
         ) { apply in try write { try apply($0) } }
+    }
+}
+
+/// Checkpoints of one database's WAL. Most of the copying runs on a connection and a thread of their own,
+/// when the writer asks (after a commit that left the WAL past ``threshold`` frames); a passive checkpoint
+/// copies what no reader still needs and never waits for the writer or a reader. The WAL starts again from
+/// its beginning only after a checkpoint that caught up with the last commit, which one running beside a
+/// busy writer never does: once the background one has copied all but a few frames, the writer copies
+/// those itself, right after its commit.
+final class Checkpointer: Sendable {
+    /// 4,000 pages (16 MiB of WAL), as the writer's automatic checkpoint was set before.
+    static let threshold = 4_000
+    enum Step { case none, background, here }
+
+    private let queue = DispatchQueue(label: "storekeeper.sqlite.checkpoint")
+    private let path: String
+    // @unchecked Sendable: the connection is used on `queue` only.
+    private struct Slot: @unchecked Sendable { var connection: Connection? }
+    private let slot = Mutex(Slot())
+    /// Whether a background checkpoint is asked for or running (requests meanwhile are the same one).
+    private let busy = Atomic<Bool>(false)
+    /// Frames of the WAL the last background checkpoint copied.
+    private let copied = Atomic<Int>(0)
+
+    init(path: String) { self.path = path }
+
+    /// What to do after a commit left the WAL at `frames` frames.
+    func afterCommit(walFrames frames: Int) -> Step {
+        guard frames >= Self.threshold else { return .none }
+        // A quarter of the threshold left; or the WAL at three times it (a bound, however far behind).
+        if frames - copied.load(ordering: .acquiring) <= Self.threshold / 4, !busy.load(ordering: .acquiring) {
+            return .here
+        }
+        return frames >= 3 * Self.threshold ? .here : .background
+    }
+
+    /// The writer's checkpoint caught up: the WAL starts again at its next write.
+    func restarted() { copied.store(0, ordering: .releasing) }
+
+    func request() {
+        guard !busy.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        queue.async { [self] in
+            defer { busy.store(false, ordering: .releasing) }
+            slot.withLock { slot in
+                do {
+                    if slot.connection == nil { slot.connection = try Connection(path: path) }
+                    // One row: busy, frames in the WAL, frames copied.
+                    if let row = try slot.connection?.execute("PRAGMA wal_checkpoint(PASSIVE)").first,
+                        row.values.count == 3, let done = row.values[2].int64
+                    {
+                        copied.store(Int(done), ordering: .releasing)
+                    }
+                } catch {
+                    // A busy or failed checkpoint leaves the WAL as it is: the next request tries again.
+                }
+            }
+        }
     }
 }
 

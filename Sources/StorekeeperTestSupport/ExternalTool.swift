@@ -60,10 +60,22 @@ public enum ExternalTool {
         return Output(status: process.terminationStatus, stdout: Array(outputData), stderr: Array(stderr ?? Data()))
     }
 
-    /// A fresh temporary directory.
+    /// A fresh temporary directory, removed with everything in it when the process exits.
     public static func temporaryDirectory() throws -> URL {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        let first = temporaryDirectories.withLock { made in
+            made.append(url)
+            return made.count == 1
+        }
+        if first {
+            atexit {
+                for url in temporaryDirectories.withLock({ $0 }) { try? FileManager.default.removeItem(at: url) }
+            }
+        }
         return url
     }
 }
+
+/// The directories ``ExternalTool/temporaryDirectory()`` made (a test run made thousands, left in /tmp).
+private let temporaryDirectories = Mutex<[URL]>([])

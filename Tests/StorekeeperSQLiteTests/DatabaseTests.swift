@@ -2,6 +2,7 @@ import Foundation
 import StorekeeperSQL
 import StorekeeperSQLite
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 @Suite("SQLite database")
@@ -220,6 +221,74 @@ struct DatabaseTests {
             for try await right in group { #expect(right) }
         }
         #expect((1...8).contains(database.readingConnections))
+    }
+
+    @Test(
+        "Grouped writes: one that throws is rolled back alone; repeatable ones may run again, the others once",
+        arguments: [false, true])
+    func groupedFailures(repeatable: Bool) async throws {
+        let database = try Database(path: try Self.temporaryPath())
+        try await database.migrate(Self.schema)
+        try await database.write { try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')") }
+        struct Refused: Error {}
+        final class Runs: Sendable { let counts = Mutex([Int: Int]()) }
+        let runs = Runs()
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            for index in 0..<120 {
+                group.addTask {
+                    do {
+                        _ = try await database.writeGrouped(repeatable: repeatable) { connection in
+                            runs.counts.withLock { $0[index, default: 0] += 1 }
+                            // The first holds the writer while the others gather into groups behind it.
+                            if index == 0 { usleep(20_000) }
+                            try connection.execute(
+                                "INSERT INTO transactions VALUES (?, 'a1', ?)",
+                                [.text("t\(index)"), .integer(Int64(index))])
+                            // Every tenth throws after its change: the change must not stay.
+                            if index % 10 == 5 { throw Refused() }
+                        }
+                        return index % 10 != 5
+                    } catch is Refused {
+                        return index % 10 == 5
+                    }
+                }
+            }
+            for try await answered in group { #expect(answered) }
+        }
+        let rows = try await database.read { try $0.execute("SELECT id FROM transactions ORDER BY amount") }
+        #expect(rows.count == 108)
+        #expect(!rows.contains { $0["id"] == "t5" || $0["id"] == "t115" })
+        let counts = runs.counts.withLock { $0 }
+        #expect(counts.count == 120)
+        if repeatable {
+            // A group with a failure ran again: some bodies ran twice, none more.
+            #expect(counts.values.allSatisfy { (1...2).contains($0) })
+            #expect(counts.values.contains(2))
+        } else {
+            #expect(counts.values.allSatisfy { $0 == 1 })
+        }
+    }
+
+    @Test("The WAL stays bounded under continuous writes: checkpoints run beside the writer and it starts again")
+    func walBounded() async throws {
+        let path = try Self.temporaryPath()
+        let database = try Database(path: path)
+        try await database.migrate([Migration("001-blobs", "CREATE TABLE blobs (id INTEGER PRIMARY KEY, body BLOB)")])
+        // 96 MiB in writes of 1 MiB: six times the 16 MiB of WAL at which a checkpoint is asked for.
+        let body = [UInt8](repeating: 7, count: 1 << 20)
+        var largest = 0
+        for index in 0..<96 {
+            _ = try await database.writeGrouped(repeatable: true) { connection in
+                try connection.execute("INSERT INTO blobs VALUES (?, ?)", [.integer(Int64(index)), .blob(body)])
+            }
+            let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+            largest = max(largest, size)
+        }
+        // At most three times the threshold of 4,000 pages of 4 KiB, and one write past it.
+        #expect(largest > 0)
+        #expect(largest <= 3 * 4_000 * 4_096 + 2 * (1 << 20) + 65_536)
+        let count = try await database.read { try $0.execute("SELECT COUNT(*) AS n FROM blobs") }
+        #expect(count.first?["n"] == .integer(96))
     }
 
     @Test("A parameter count mismatch is an error, not undefined behaviour")

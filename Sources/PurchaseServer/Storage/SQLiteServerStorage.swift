@@ -160,7 +160,7 @@ public struct SQLiteServerStorage: ServerStorage {
 
     /// Writes wait for one another's commit: concurrent inputs share one fsync (group commit).
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
-        try await database.writeGrouped { try body(SQLServerStore(connection: $0)) }
+        try await database.writeGrouped(repeatable: true) { try body(SQLServerStore(connection: $0)) }
     }
 }
 

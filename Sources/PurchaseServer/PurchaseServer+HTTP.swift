@@ -133,21 +133,16 @@ extension PurchaseServer {
                 let bundleID = try server.bundleID(request.query["bundleId"])
                 _ = try server.authorizeApp(request, bundleID: bundleID)
                 let user = try context.parameter("user")
-                // A user the server has not heard of yet (a fresh install) has no entitlements: no error.
-                let view: SubscriberView
-                do { view = try await server.subscriber(bundleID: bundleID, appUserID: user) } catch let error
-                    as PurchaseServerError where error.code == .notFound
-                {
-                    view = SubscriberView(
-                        appUserID: user, aliases: [], bundleID: bundleID, entitlements: [:], subscriptions: [],
-                        purchases: [],
-                        balances: [:], flags: [])
-                }
-                // The read kept the user's records: rendered now and kept, as the next request would.
-                if let body = try server.cachedAnswer(.entitlements, bundleID: bundleID, appUserID: user) {
+                do {
+                    let body = try await server.answer(.entitlements, bundleID: bundleID, appUserID: user)
                     return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)
+                } catch let error as PurchaseServerError where error.code == .notFound {
+                    // A user the server has not heard of yet (a fresh install) has no entitlements: no error.
+                    let view = SubscriberView(
+                        appUserID: user, aliases: [], bundleID: bundleID, entitlements: [:], subscriptions: [],
+                        purchases: [], balances: [:], flags: [])
+                    return Self.answer(.object(Self.renderEntitlements(view, asked: user, now: server.now())))
                 }
-                return Self.answer(.object(Self.renderEntitlements(view, asked: user, now: server.now())))
             })
         router.add(
             "GET", "/v1/subscribers/{user}",
@@ -165,13 +160,9 @@ extension PurchaseServer {
             otherwise: handle { request, context in
                 try server.authorizeSecret(request)
                 let bundleID = try server.bundleID(request.query["bundleId"])
-                let user = try context.parameter("user")
-                let view = try await server.subscriber(bundleID: bundleID, appUserID: user)
-                // The read kept the user's records: rendered now and kept, as the next request would.
-                if let body = try server.cachedAnswer(.subscriber, bundleID: bundleID, appUserID: user) {
-                    return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)
-                }
-                return Self.answer(.object(Self.render(view)))
+                let body = try await server.answer(
+                    .subscriber, bundleID: bundleID, appUserID: try context.parameter("user"))
+                return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)
             })
         router.get(
             "/v1/subscribers/{user}/events",

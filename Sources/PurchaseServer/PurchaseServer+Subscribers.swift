@@ -32,37 +32,60 @@ public struct SubscriberView: Sendable {
 extension PurchaseServer {
     /// The user's view now; an unknown user is a 404.
     public func subscriber(bundleID: String, appUserID requested: String) async throws -> SubscriberView {
-        if let view = try cachedSubscriber(bundleID: bundleID, appUserID: requested) { return view }
         let app = try app(bundleID)
-        let appUserID = try await user(bundleID: bundleID, requested)
-        let generation = cache.generation(bundleID, appUserID)
-        let found = try await storage.read { store -> SubscriberCache.Entry? in
-            guard let subscriber = try store.subscriber(bundle: bundleID, appUserID: appUserID) else { return nil }
-            return SubscriberCache.Entry(
-                subscriber: subscriber, subscriptions: try store.subscriptions(bundle: bundleID, owner: appUserID),
-                purchases: try store.purchases(bundle: bundleID, owner: appUserID),
-                balances: try store.balances(bundle: bundleID, owner: appUserID),
-                grants: try store.grants(bundle: bundleID, owner: appUserID))
-        }
-        guard let found else { throw PurchaseServerError.notFound("no subscriber \(RequestBody.printable(requested))") }
+        return Self.view(
+            try await records(bundleID: bundleID, requested), entitlements: app.settings.entitlements, now: now())
+    }
+
+    /// The records of the user (or of the user `requested` is an alias of): those kept when current, else
+    /// read in one snapshot (one statement on PostgreSQL) and kept; an unknown user is a 404.
+    func records(bundleID: String, _ requested: String) async throws -> SubscriberCache.Entry {
+        if let entry = try await currentEntry(bundleID, requested) { return entry }
+        let generation = cache.generation(bundleID, requested)
+        guard
+            let found = try await storage.readStatement({
+                try $0.subscriberRecords(bundle: bundleID, appUserID: requested)
+            })
+        else { throw PurchaseServerError.notFound("no subscriber \(RequestBody.printable(requested))") }
+        let entry = SubscriberCache.Entry(
+            subscriber: found.subscriber, subscriptions: found.subscriptions, purchases: found.purchases,
+            balances: found.balances, grants: found.grants, version: found.version)
         // Only under the user's own id: an alias's answer is not cached (its user's writes invalidate the user).
-        if requested == appUserID { cache.store(found, bundleID, appUserID, since: generation) }
-        return Self.view(found, entitlements: app.settings.entitlements, now: now())
+        if found.subscriber.appUserID == requested { cache.store(entry, bundleID, requested, since: generation) }
+        return entry
     }
 
-    /// The view from memory, when the user's records are cached (no database, no suspension).
-    func cachedSubscriber(bundleID: String, appUserID: String) throws -> SubscriberView? {
-        let app = try app(bundleID)
-        guard let entry = cache.entry(bundleID, appUserID) else { return nil }
-        return Self.view(entry, entitlements: app.settings.entitlements, now: now())
+    /// The user's kept records if they are current: on storage other processes write, once the storage said
+    /// the user's version has not moved since they were read.
+    func currentEntry(_ bundleID: String, _ user: String) async throws -> SubscriberCache.Entry? {
+        guard cache.shared else { return cache.entry(bundleID, user) }
+        guard cache.holds(bundleID, user) else { return nil }
+        let version = try await storage.readStatement { try $0.version(bundle: bundleID, appUserID: user) }
+        return cache.entry(bundleID, user, version: version)
     }
 
-    /// A cached user's answer as bytes, rendered once per change of the user's records (and once more each
-    /// time one of their expiry dates passes), not per request; nil when the user's records are not cached.
-    /// The entitlements answer is rendered without its `requestDate`, which is added per request.
+    /// A cached user's answer as bytes without the database, for answering inline; nil when the user's
+    /// records are not kept, or are kept beside other processes' writes (they need a version check).
     func cachedAnswer(_ answer: SubscriberCache.Answer, bundleID: String, appUserID: String) throws -> [UInt8]? {
         let app = try app(bundleID)
-        guard let entry = cache.entry(bundleID, appUserID) else { return nil }
+        guard !cache.shared, let entry = cache.entry(bundleID, appUserID) else { return nil }
+        return rendered(answer, of: entry, app: app, bundleID: bundleID, appUserID: appUserID)
+    }
+
+    /// The user's answer as bytes, from current kept records or read ones.
+    func answer(_ answer: SubscriberCache.Answer, bundleID: String, appUserID: String) async throws -> [UInt8] {
+        let app = try app(bundleID)
+        let entry = try await records(bundleID: bundleID, appUserID)
+        return rendered(answer, of: entry, app: app, bundleID: bundleID, appUserID: appUserID)
+    }
+
+    /// An answer rendered once per change of the user's records (and once more each time one of their expiry
+    /// dates passes), not per request. The entitlements answer is kept without its `requestDate`, which is
+    /// added per request.
+    func rendered(
+        _ answer: SubscriberCache.Answer, of entry: SubscriberCache.Entry, app: AppRuntime, bundleID: String,
+        appUserID: String
+    ) -> [UInt8] {
         let now = now()
         let body: [UInt8]
         if let rendered = entry.rendered[answer], rendered.holds(at: now) {
@@ -206,8 +229,8 @@ extension PurchaseServer {
             guard existing == nil else {
                 throw PurchaseServerError.invalid("\(RequestBody.printable(alias)) is already an alias of another user")
             }
-            self.cache.invalidate(bundleID, user)
-            self.cache.invalidate(bundleID, alias)
+            try self.changed(bundleID, user, in: store)
+            try self.changed(bundleID, alias, in: store)
             var main =
                 try store.subscriber(bundle: bundleID, appUserID: user)
                 ?? Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current)
@@ -267,7 +290,7 @@ extension PurchaseServer {
         }
         _ = try await write(input: nil) { store in
             try store.lock(user: appUserID, bundle: bundleID)
-            self.cache.invalidate(bundleID, appUserID)
+            try self.changed(bundleID, appUserID, in: store)
             if try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
             }
@@ -288,7 +311,7 @@ extension PurchaseServer {
         let current = now()
         _ = try await write(input: nil) { store in
             try store.lock(user: appUserID, bundle: bundleID)
-            self.cache.invalidate(bundleID, appUserID)
+            try self.changed(bundleID, appUserID, in: store)
             guard
                 var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: {
                     $0.entitlement == entitlement

@@ -80,7 +80,7 @@ public final class PurchaseServer: Sendable {
         self.storage = storage
         self.logger = logger
         self.now = now
-        let cache = SubscriberCache(enabled: !storage.isShared)
+        let cache = SubscriberCache(shared: storage.isShared)
         if storage.afterCommit({ cache.committed() }) { cache.trackCommits() }
         self.cache = cache
         var apps: [String: AppRuntime] = [:]
@@ -319,6 +319,13 @@ public final class PurchaseServer: Sendable {
         return result
     }
 
+    /// Inside a write that changes what the user's answers are made from: what this process keeps of them
+    /// goes, and on storage other processes share the user's version moves, so what they keep is not used.
+    func changed(_ bundleID: String, _ user: String, in store: any ServerStore) throws {
+        cache.invalidate(bundleID, user)
+        if cache.shared { try store.touch(bundle: bundleID, appUserID: user) }
+    }
+
     /// Applies one update inside a write: ownership (the claimant and the transfer policy), the engine,
     /// the records, the ledger, events and their webhooks. Answers the events it recorded (not those already
     /// there).
@@ -382,7 +389,7 @@ public final class PurchaseServer: Sendable {
             try store.save(subscriber)
         }
         for user in Set([owner, claimant, storedSubscription?.owner, storedPurchase?.owner].compactMap { $0 }) {
-            cache.invalidate(bundleID, user)
+            try changed(bundleID, user, in: store)
         }
         let outcome = PurchaseEngine.apply(
             update, purchase: storedPurchase, subscription: storedSubscription, owner: owner, now: now)

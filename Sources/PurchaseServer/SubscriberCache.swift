@@ -5,6 +5,10 @@ import Synchronization
 /// inline, on the HTTP server's thread). Every write that touches a user invalidates the user's entry
 /// inside the write; a read stores what it read only if no invalidation came since it started, so the
 /// cache never keeps a state older than the last commit.
+///
+/// On storage other processes write too (``shared``), their writes cannot reach this memory: an entry is
+/// used only after the storage said the user's version is still the one it was read at (one round trip
+/// on PostgreSQL), and never inline.
 final class SubscriberCache: Sendable {
     struct Entry: Sendable {
         var subscriber: Subscriber
@@ -12,6 +16,8 @@ final class SubscriberCache: Sendable {
         var purchases: [PurchaseRecord]
         var balances: [String: Int]
         var grants: [Grant]
+        /// The storage's count of changes to the user when these were read.
+        var version: Int64 = 0
         /// Answers already rendered from these records, by route, each with the span of time it holds for.
         var rendered: [Answer: Rendered] = [:]
         /// The user's generation when the records were read (set by ``SubscriberCache/store(_:_:_:since:)``).
@@ -42,14 +48,14 @@ final class SubscriberCache: Sendable {
     }
 
     private let state = Mutex(State())
-    /// Off when other processes write the same storage: their commits would not invalidate this memory.
-    let enabled: Bool
+    /// Whether other processes write the same storage: entries are used only at the version they were read.
+    let shared: Bool
 
     /// Whether ``committed()`` is called after each write transaction (storage whose reads run beside its
     /// writes).
     private let tracksCommits = Atomic<Bool>(false)
 
-    init(enabled: Bool = true) { self.enabled = enabled }
+    init(shared: Bool = false) { self.shared = shared }
 
     /// From now on, ``committed()`` follows every write transaction.
     func trackCommits() { tracksCommits.store(true, ordering: .releasing) }
@@ -59,9 +65,17 @@ final class SubscriberCache: Sendable {
 
     static func key(_ bundleID: String, _ user: String) -> String { bundleID + "\u{1F}" + user }
 
-    func entry(_ bundleID: String, _ user: String) -> Entry? {
-        guard enabled else { return nil }
-        return state.withLock { $0.entries[Self.key(bundleID, user)] }
+    /// The user's entry; when ``shared``, only if it was read at `version` (the storage's now).
+    func entry(_ bundleID: String, _ user: String, version: Int64? = nil) -> Entry? {
+        let entry = state.withLock { $0.entries[Self.key(bundleID, user)] }
+        guard shared else { return entry }
+        guard let entry, let version, entry.version == version else { return nil }
+        return entry
+    }
+
+    /// Whether anything is kept of the user (current or not).
+    func holds(_ bundleID: String, _ user: String) -> Bool {
+        state.withLock { $0.entries[Self.key(bundleID, user)] != nil }
     }
 
     /// The generation to hand back to ``store(_:_:_:since:)``.
@@ -70,7 +84,6 @@ final class SubscriberCache: Sendable {
     }
 
     func store(_ entry: Entry, _ bundleID: String, _ user: String, since generation: UInt64) {
-        guard enabled else { return }
         let key = Self.key(bundleID, user)
         state.withLock { state in
             guard (state.generations[key] ?? 0) == generation else { return }
@@ -87,7 +100,6 @@ final class SubscriberCache: Sendable {
 
     /// Keeps an answer rendered from `entry` when the cache still holds those records (no write since).
     func store(_ rendered: Rendered, as answer: Answer, for entry: Entry, _ bundleID: String, _ user: String) {
-        guard enabled else { return }
         let key = Self.key(bundleID, user)
         state.withLock { state in
             // Any invalidation since the records were read removed them (and a newer read's carry its own

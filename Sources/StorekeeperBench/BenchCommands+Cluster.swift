@@ -30,6 +30,9 @@ extension BenchCommands {
             .init(name: "subscribers", valueName: "n", help: "Subscribers stored before the reads (default: 100000)."),
             .init(name: "clients", valueName: "n", help: "Concurrent HTTP clients (default: 64)."),
             .init(name: "seconds", valueName: "s", help: "Seconds of wrk for the reads (default: 5)."),
+            .init(
+                name: "read-rounds", valueName: "n",
+                help: "Interleaved read rounds, SQLite then PostgreSQL (default: 3; medians reported)."),
         ],
         discussion: """
             Baseline, same run and path: one process on SQLite. For each process count, a scratch database is created on the server and that many `storekeeper serve \
@@ -38,7 +41,8 @@ extension BenchCommands {
             only once committed; then the stored inputs are counted. Baseline, same run: verifying the same \
             notifications alone on both cores. Then, with the largest count, --subscribers users each post a \
             transaction (POST /v1/transactions), and wrk reads random subscribers from every process at once \
-            (GET /v1/subscribers/{id}). The scratch databases are dropped at the end. PostgreSQL runs on the same \
+            (GET /v1/subscribers/{id}); baseline, same run: one process on SQLite holding the same users, read by \
+            the same script, the rounds interleaved. The scratch databases are dropped at the end. PostgreSQL runs on the same \
             cores as the servers and the clients.
             """)
 
@@ -52,6 +56,8 @@ extension BenchCommands {
         let subscriberCount = Int(arguments.value("subscribers") ?? "100000") ?? 0
         let clients = Int(arguments.value("clients") ?? "64") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
+        let rounds = Int(arguments.value("read-rounds") ?? "3") ?? 0
+        guard (1...99).contains(rounds) else { throw CommandError.usage("--read-rounds must be 1 to 99") }
         guard !counts.isEmpty, counts.allSatisfy({ (1...16).contains($0) }), count > 0, subscriberCount > 0,
             (1...1024).contains(clients), seconds > 0
         else { throw CommandError.usage("--processes is 1 to 16 each; the other numbers are positive") }
@@ -131,14 +137,16 @@ extension BenchCommands {
             )
         }
 
-        // Reads, with the largest count, over 100,000 stored subscribers.
+        // Reads, with the largest count, over 100,000 stored subscribers; baseline, same run: one process on
+        // SQLite with the same subscribers, read by the same wrk script, the rounds interleaved.
         let processes = counts.max() ?? 1
-        progress(console, "\(processes) processes: storing \(subscriberCount) subscribers…")
         let database = try freshDatabase()
         let servers = try (0..<processes).map { _ in
             try startServer(binary, config: config, database: database, data: root)
         }
         defer { stopServers(servers) }
+        let sqlite = try startServer(binary, config: config, database: nil, data: root.appendingPathComponent("reads"))
+        defer { stopServers([sqlite]) }
         let posts: [[UInt8]] = try (0..<subscriberCount).map { index in
             let ms = EpochMilliseconds.milliseconds(start) + Int64(index)
             let id = String(5_000_000_000_000_000 + index)
@@ -155,25 +163,60 @@ extension BenchCommands {
                     "signedTransaction": .string(transaction),
                 ]))
         }
+        progress(console, "\(processes) processes: storing \(subscriberCount) subscribers…")
         let postRate = try await concurrentRate(subscriberCount, clients: clients) { index in
             try await postAcknowledged(
                 servers[index % servers.count].base + "/v1/transactions", body: posts[index],
                 authorization: "Bearer pk_bench_key")
         }
-        var readLine = "  GET /v1/subscribers/{id}: wrk not found (scripts/bootstrap installs it)"
+        progress(console, "1 process on SQLite: storing the same subscribers…")
+        _ = try await concurrentRate(subscriberCount, clients: clients) { index in
+            try await postAcknowledged(
+                sqlite.base + "/v1/transactions", body: posts[index], authorization: "Bearer pk_bench_key")
+        }
+        // Every process reads each user once first (as the SQLite bench does), so the rounds measure reads
+        // of kept answers, each checked against the user's version.
+        progress(console, "every process reads each user once…")
+        let everyServer = servers + [sqlite]
+        let warmRate = try await concurrentRate(subscriberCount * everyServer.count, clients: clients) { index in
+            let server = everyServer[index % everyServer.count]
+            let user = index / everyServer.count
+            let response = try await HTTPClient(timeout: .seconds(30)).send(
+                "GET", server.base + "/v1/subscribers/user-\(user)",
+                headers: [("Authorization", "Bearer sk_bench_secret_0123")], body: [])
+            guard response.status == 200 else { throw CommandError.runtime("user-\(user): HTTP \(response.status)") }
+        }
+        var readLines = ["  GET /v1/subscribers/{id}: wrk not found (scripts/bootstrap installs it)"]
         if let wrk = findExecutable("wrk") {
-            progress(console, "wrk against every process at once…")
             let script = try randomUserScript(
                 at: root.appendingPathComponent("random-subscriber.lua"), route: "subscribers",
                 key: "sk_bench_secret_0123", users: subscriberCount)
-            let results = try runWrkEverywhere(
-                wrk, bases: servers.map(\.base), script: script, seconds: seconds,
-                connections: max(1, 64 / servers.count))
-            let total = results.reduce(0) { $0 + $1.requestsPerSecond }
-            let p99 = results.compactMap(\.p99Milliseconds).max()
-            let non2xx = results.reduce(0) { $0 + $1.non2xx }
-            readLine =
-                "  GET /v1/subscribers/{random of \(subscriberCount)}, \(processes) wrk -t1 at once, 64 connections in all   \(rate(total)) req/s, p99 \(latency(p99))\(non2xx > 0 ? "  (\(non2xx) non-2xx!)" : "")"
+            var sqliteRounds: [(rate: Double, p99: Double?)] = []
+            var postgresRounds: [(rate: Double, p99: Double?, non2xx: Int)] = []
+            for round in 1...rounds {
+                progress(console, "reads, round \(round) of \(rounds): SQLite, then every PostgreSQL process at once…")
+                let alone = try runWrk(
+                    wrk, url: sqlite.base + "/", seconds: seconds, connections: 64, script: script, threads: 2)
+                sqliteRounds.append((alone.requestsPerSecond, alone.p99Milliseconds))
+                let results = try runWrkEverywhere(
+                    wrk, bases: servers.map(\.base), script: script, seconds: seconds,
+                    connections: max(1, 64 / servers.count))
+                postgresRounds.append(
+                    (
+                        results.reduce(0) { $0 + $1.requestsPerSecond }, results.compactMap(\.p99Milliseconds).max(),
+                        results.reduce(0) { $0 + $1.non2xx }
+                    ))
+            }
+            func median(_ values: [Double]) -> Double? { values.isEmpty ? nil : values.sorted()[values.count / 2] }
+            let sqliteRate = median(sqliteRounds.map(\.rate)) ?? 0
+            let postgresRate = median(postgresRounds.map(\.rate)) ?? 0
+            let non2xx = postgresRounds.reduce(0) { $0 + $1.non2xx }
+            readLines = [
+                "  each user read once from every process first (\(rate(warmRate)) reads/s over loopback)",
+                "  GET /v1/subscribers/{random of \(subscriberCount)}, 64 connections, \(rounds) interleaved rounds of \(seconds) s (medians)",
+                "    1 process, SQLite (wrk -t2)                      \(rate(sqliteRate)) req/s, p99 \(latency(median(sqliteRounds.compactMap(\.p99))))",
+                "    \(processes) processes, PostgreSQL (\(processes) wrk -t1 at once)   \(rate(postgresRate)) req/s, p99 \(latency(median(postgresRounds.compactMap(\.p99))))   ratio \(format(postgresRate / sqliteRate)) of SQLite (each round: \(zip(postgresRounds, sqliteRounds).map { format($0.rate / $1.rate) }.joined(separator: ", ")))   (target ≥ 0.8, p99 < 10 ms)\(non2xx > 0 ? "  (\(non2xx) non-2xx!)" : "")",
+            ]
         }
         console.write(
             """
@@ -182,7 +225,7 @@ extension BenchCommands {
               verification alone, 2 cores   \(rate(verifyRate)) /s
             \(lines.joined(separator: "\n"))
               POST /v1/transactions of \(subscriberCount) users over \(processes) processes   \(rate(postRate)) /s
-            \(readLine)
+            \(readLines.joined(separator: "\n"))
 
             """)
         return 0

@@ -59,6 +59,15 @@ public final class PostgresDatabase: Sendable {
         return try await sessions[index].transaction(.read, body)
     }
 
+    /// Runs `body`, which makes one statement, outside any transaction: one round trip, the statement its
+    /// own snapshot.
+    @discardableResult
+    public func readStatement<T: Sendable>(_ body: @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let index = await acquire()
+        defer { release(index) }
+        return try await sessions[index].transaction(.statement, body)
+    }
+
     /// Runs `body` in a serializable transaction, again after a serialization failure; committed when it
     /// returns, rolled back when it throws.
     @discardableResult
@@ -133,12 +142,14 @@ public final class PostgresDatabase: Sendable {
 /// One connection, reopened when lost, confined to its own serial executor.
 actor PostgresSession {
     enum Mode {
-        case read, write, plain
-        var begin: String {
+        /// No transaction: one statement, its own snapshot.
+        case read, write, plain, statement
+        var begin: String? {
             switch self {
             case .read: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
             case .write: "BEGIN ISOLATION LEVEL SERIALIZABLE"
             case .plain: "BEGIN"
+            case .statement: nil
             }
         }
     }
@@ -177,20 +188,29 @@ actor PostgresSession {
             }
             var committing = false
             do {
-                try connection.executeScript(mode.begin)
+                guard let begin = mode.begin else { return try body(connection) }
+                try connection.executeScript(begin)
                 let result = try body(connection)
                 committing = true
                 try connection.executeScript("COMMIT")
                 return result
             } catch let error as PostgresError {
-                if connection.isOpen { try? connection.executeScript("ROLLBACK") } else { self.connection = nil }
+                if !connection.isOpen {
+                    self.connection = nil
+                } else if mode.begin != nil {
+                    try? connection.executeScript("ROLLBACK")
+                }
                 let again =
                     error.isSerializationFailure || (error.isConnectionFailure && !committing && attempt < 3)
                 guard again, attempt < PostgresDatabase.maxAttempts else { throw error }
                 counter.value.add(1, ordering: .relaxed)
                 Self.pause(attempt)
             } catch {
-                if connection.isOpen { try? connection.executeScript("ROLLBACK") } else { self.connection = nil }
+                if !connection.isOpen {
+                    self.connection = nil
+                } else if mode.begin != nil {
+                    try? connection.executeScript("ROLLBACK")
+                }
                 throw error
             }
         }

@@ -34,6 +34,46 @@ struct ClusterTests {
         #expect(taken)
     }
 
+    @Test("What a process keeps of a user is never older than a write another process acknowledged")
+    func sharedCache() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let harness = try await ServerHarness.make(withAPI: false, postgres: url, instances: 2)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (_, jws) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(jws, user: "ola")
+        let (writer, reader) = (harness.instances[0], harness.instances[1])
+        func read(_ route: String, key: String) async throws -> JSONValue {
+            let response = try await HTTPClient().send(
+                "GET", "http://127.0.0.1:\(reader.http.port)/v1/\(route)/ola",
+                headers: [("Authorization", "Bearer " + key)], body: [])
+            #expect(response.status == 200)
+            return try JSONParser.parse(response.body)
+        }
+        for round in 0..<12 {
+            // The reader keeps both answers (read twice: the second from what it kept, once its version held).
+            for _ in 0..<2 {
+                _ = try await read("subscribers", key: ServerHarness.secret)
+                _ = try await read("entitlements", key: ServerHarness.publicKey)
+            }
+            // The other process changes the user and acknowledges.
+            let granted = round % 2 == 0
+            if granted {
+                _ = try await writer.server.grant(
+                    bundleID: ServerHarness.bundleID, appUserID: "ola", entitlement: "pro", expiresDate: nil)
+            } else {
+                _ = try await writer.server.revokeGrant(
+                    bundleID: ServerHarness.bundleID, appUserID: "ola", entitlement: "pro")
+            }
+            let subscriber = try await read("subscribers", key: ServerHarness.secret)
+            #expect(subscriber["entitlements"]?["pro"]?["active"]?.boolValue ?? false == granted, "round \(round)")
+            let entitlements = try await read("entitlements", key: ServerHarness.publicKey)
+            #expect(entitlements["entitlements"]?["pro"]?["active"]?.boolValue ?? false == granted, "round \(round)")
+            // The subscription bought stays in every answer.
+            #expect(subscriber["entitlements"]?["plus"]?["active"]?.boolValue == true)
+        }
+    }
+
     @Test("A notification dropped on every attempt is repaired by the leader's next pass")
     func repairAndBudget() async throws {
         let url = try PostgresTesting.freshDatabase()

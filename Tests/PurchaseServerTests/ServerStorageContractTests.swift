@@ -137,6 +137,63 @@ struct ServerStorageContractTests {
     }
 
     @Test(
+        "A user's records read together equal those read one by one, through an alias too; touches count changes",
+        arguments: Backend.allCases)
+    func subscriberRecords(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let grant = try JSONDecoder().decode(
+            Grant.self, from: Data(#"{"entitlement":"plus","grantedAt":100,"expiresDate":900}"#.utf8))
+        try await storage.write { store in
+            for user in ["u1", "u2"] {
+                try store.save(Subscriber(bundleID: "app", appUserID: user, firstSeen: Self.start))
+            }
+            try store.save(Self.purchase("3", owner: "u1"))
+            try store.save(Self.purchase("1", owner: "u1"))
+            try store.save(Self.purchase("2", owner: "u2"))
+            try store.save(Self.period)
+            for id in ["1", "3"] {
+                _ = try store.append(
+                    LedgerEntry(
+                        transactionID: TransactionID(id), productID: "coins", quantity: 2, reason: .purchase,
+                        date: Self.start))
+            }
+            try store.save(grant, bundle: "app", owner: "u1")
+            try store.saveAlias(bundle: "app", alias: "old-u1", user: "u1")
+        }
+        let together = try await storage.readStatement { try $0.subscriberRecords(bundle: "app", appUserID: "u1") }
+        let apart = try await storage.read { try $0.subscriberRecordsOneByOne(bundle: "app", appUserID: "u1") }
+        let records = try #require(together)
+        #expect(together == apart)
+        #expect(records.purchases.map(\.transactionID) == ["1", "3"])
+        #expect(records.balances == ["coins": 4])
+        #expect(records.grants == [grant])
+        #expect(records.subscriptions.isEmpty)
+        #expect(records.version == 0)
+        // Through the alias: the same user's records.
+        #expect(
+            try await storage.readStatement { try $0.subscriberRecords(bundle: "app", appUserID: "old-u1") } == together
+        )
+        #expect(try await storage.readStatement { try $0.subscriberRecords(bundle: "app", appUserID: "nobody") } == nil)
+        #expect(try await storage.readStatement { try $0.subscriberRecords(bundle: "other", appUserID: "u1") } == nil)
+        // A touch moves one user's version, and nobody else's; a user who does not exist has none.
+        try await storage.write { store in
+            try store.touch(bundle: "app", appUserID: "u1")
+            try store.touch(bundle: "app", appUserID: "u1")
+            try store.touch(bundle: "app", appUserID: "nobody")
+        }
+        #expect(try await storage.readStatement { try $0.version(bundle: "app", appUserID: "u1") } == 2)
+        #expect(try await storage.readStatement { try $0.version(bundle: "app", appUserID: "u2") } == 0)
+        #expect(try await storage.readStatement { try $0.version(bundle: "app", appUserID: "nobody") } == nil)
+        #expect(
+            try await storage.readStatement { try $0.subscriberRecords(bundle: "app", appUserID: "u1") }?.version == 2)
+        // Saving the subscriber again keeps its count.
+        try await storage.write { store in
+            try store.save(Subscriber(bundleID: "app", appUserID: "u1", firstSeen: Self.start))
+        }
+        #expect(try await storage.readStatement { try $0.version(bundle: "app", appUserID: "u1") } == 2)
+    }
+
+    @Test(
         "The ledger keeps one entry per transaction and reason; balances follow ownership", arguments: Backend.allCases)
     func ledger(backend: Backend) async throws {
         let storage = try await backend.make()

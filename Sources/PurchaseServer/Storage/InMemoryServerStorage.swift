@@ -11,6 +11,7 @@ public final class InMemoryServerStorage: ServerStorage {
 
     struct Tables {
         var subscribers: [String: Subscriber] = [:]
+        var versions: [String: Int64] = [:]
         var tokens: [String: String] = [:]
         var aliases: [String: String] = [:]
         var checkpoints: [String: String] = [:]
@@ -47,6 +48,17 @@ public final class InMemoryServerStorage: ServerStorage {
 
         func subscriber(bundle: String, appUserID: String) -> Subscriber? {
             tables.subscribers[Self.key(bundle, appUserID)]
+        }
+        func touch(bundle: String, appUserID: String) {
+            let key = Self.key(bundle, appUserID)
+            if tables.subscribers[key] != nil { tables.versions[key, default: 0] += 1 }
+        }
+        func version(bundle: String, appUserID: String) -> Int64? {
+            let key = Self.key(bundle, appUserID)
+            return tables.subscribers[key] == nil ? nil : tables.versions[key, default: 0]
+        }
+        func subscriberRecords(bundle: String, appUserID: String) throws -> SubscriberRecords? {
+            try subscriberRecordsOneByOne(bundle: bundle, appUserID: appUserID)
         }
         func subscriber(bundle: String, appAccountToken: String) -> Subscriber? {
             tables.tokens[Self.key(bundle, appAccountToken.lowercased())].flatMap {

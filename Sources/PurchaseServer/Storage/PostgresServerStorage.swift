@@ -103,6 +103,7 @@ public final class PostgresServerStorage: ServerStorage {
             );
             """),
         Migration("005-retention-answers", ServerSchema.retentionAnswers(.postgres)),
+        Migration("006-subscriber-versions", ServerSchema.subscriberVersions(.postgres)),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.
@@ -127,6 +128,10 @@ public final class PostgresServerStorage: ServerStorage {
 
     public func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
         try await database.read { try body(SQLServerStore(connection: $0)) }
+    }
+
+    public func readStatement<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
+        try await database.readStatement { try body(SQLServerStore(connection: $0)) }
     }
 
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
@@ -183,6 +188,8 @@ public final class PostgresServerStorage: ServerStorage {
 }
 
 extension PostgresConnection: SQLStatementRunner {
+    static var readsSubscriberInOneStatement: Bool { true }
+
     func lockForTransaction(_ key: String) throws {
         try execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [.text(key)])
     }

@@ -10,6 +10,9 @@ protocol SQLStatementRunner {
     var changes: Int { get }
     /// Holds `key` until the transaction ends (nothing where transactions run one at a time).
     func lockForTransaction(_ key: String) throws
+    /// Whether a subscriber's records are read in one statement (PostgreSQL aggregates them as JSON: one
+    /// round trip instead of six); else one statement per repository call (SQLite, in process).
+    static var readsSubscriberInOneStatement: Bool { get }
 }
 
 extension SQLStatementRunner {
@@ -67,6 +70,76 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
                 """,
                 [.text(subscriber.bundleID), .text(token.lowercased()), .text(subscriber.appUserID)])
         }
+    }
+
+    func touch(bundle: String, appUserID: String) throws {
+        try connection.execute(
+            "UPDATE subscribers SET version = version + 1 WHERE bundle_id = ? AND app_user_id = ?",
+            [.text(bundle), .text(appUserID)])
+    }
+
+    func version(bundle: String, appUserID: String) throws -> Int64? {
+        try connection.execute(
+            "SELECT version FROM subscribers WHERE bundle_id = ? AND app_user_id = ?",
+            [.text(bundle), .text(appUserID)]
+        ).first?["version"].int64
+    }
+
+    func subscriberRecords(bundle: String, appUserID: String) throws -> SubscriberRecords? {
+        guard Connection.readsSubscriberInOneStatement else {
+            return try subscriberRecordsOneByOne(bundle: bundle, appUserID: appUserID)
+        }
+        // Each list as one JSON array of the stored documents, in the order of the repository's own reads;
+        // the user is the one the id is an alias of, if it is one.
+        func documents(_ table: String, order: String) -> String {
+            """
+            (SELECT '[' || string_agg(convert_from(document, 'UTF8'), ',' ORDER BY \(order)) || ']' FROM \(table)
+                WHERE bundle_id = user_id.bundle AND owner = user_id.id)
+            """
+        }
+        guard
+            let row = try connection.execute(
+                """
+                WITH user_id AS (
+                    SELECT CAST(? AS TEXT) AS bundle, COALESCE(
+                        (SELECT app_user_id FROM aliases WHERE bundle_id = ? AND alias = ?), CAST(? AS TEXT)) AS id
+                )
+                SELECT version, document, \(documents("subscriptions", order: "original_id")) AS subscriptions,
+                    \(documents("purchases", order: "purchase_date, transaction_id")) AS purchases,
+                    \(documents("grants", order: "entitlement")) AS grants,
+                    (SELECT json_object_agg(product, total) FROM (
+                        SELECT ledger.product_id AS product, CAST(sum(ledger.quantity) AS BIGINT) AS total FROM ledger
+                        JOIN purchases ON purchases.transaction_id = ledger.transaction_id
+                        WHERE purchases.bundle_id = user_id.bundle AND purchases.owner = user_id.id
+                        GROUP BY ledger.product_id) AS sums
+                    ) AS balances
+                FROM user_id JOIN subscribers ON bundle_id = user_id.bundle AND app_user_id = user_id.id
+                """, [.text(bundle), .text(bundle), .text(appUserID), .text(appUserID)]
+            ).first
+        else { return nil }
+        func list<T: Decodable>(_ type: T.Type, _ column: String) throws -> [T] {
+            guard let text = row[column].string else { return [] }
+            guard case .array(let items) = try JSONParser.parse(Array(text.utf8), limits: Self.aggregateLimits) else {
+                throw ServerStorageError(message: "stored \(column) are not a list")
+            }
+            return try items.map { try SQLDocuments.decoder.decode(type, from: $0) }
+        }
+        var balances: [String: Int] = [:]
+        if let text = row["balances"].string {
+            for (product, total) in try JSONParser.parse(Array(text.utf8)).objectValue?.members ?? [] {
+                balances[product] = total.int64Value.map(Int.init)
+            }
+        }
+        return SubscriberRecords(
+            subscriber: try Self.decode(Subscriber.self, row["document"]),
+            subscriptions: try list(SubscriptionRecord.self, "subscriptions"),
+            purchases: try list(PurchaseRecord.self, "purchases"), balances: balances,
+            grants: try list(Grant.self, "grants"), version: row["version"].int64 ?? 0)
+    }
+
+    /// A user's records read together may be many: bounded, far above any user's.
+    static var aggregateLimits: JSONParser.Limits {
+        JSONParser.Limits(maxSize: 256 << 20, maxDepth: 32, maxMembers: 10_000_000)
     }
 
     func user(bundle: String, alias: String) throws -> String? {

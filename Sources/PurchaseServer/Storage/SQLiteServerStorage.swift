@@ -125,6 +125,7 @@ public struct SQLiteServerStorage: ServerStorage {
             );
             """),
         Migration("009-retention-answers", ServerSchema.retentionAnswers(.sqlite)),
+        Migration("010-subscriber-versions", ServerSchema.subscriberVersions(.sqlite)),
     ]
 
     public init(path: String) async throws {
@@ -174,4 +175,6 @@ final class CommitHooks: Sendable {
 extension Connection: SQLStatementRunner {
     /// SQLite writes run one at a time: there is nothing more to hold.
     func lockForTransaction(_ key: String) {}
+    /// In process, six statements cost less than decoding one aggregate.
+    static var readsSubscriberInOneStatement: Bool { false }
 }

@@ -60,11 +60,17 @@ enum ServerSchema {
         """
     }
 
+    /// A count of changes to each user's records (SQLite migration 010, PostgreSQL 006): processes sharing
+    /// the state keep a user's answers while it stays the same.
+    static func subscriberVersions(_ d: Dialect) -> String {
+        "ALTER TABLE subscribers ADD COLUMN version \(d.integer) NOT NULL DEFAULT 0;"
+    }
+
     static func current(_ d: Dialect) -> String {
         """
         CREATE TABLE subscribers (
             bundle_id TEXT NOT NULL, app_user_id TEXT NOT NULL, document \(d.blob) NOT NULL,
-            PRIMARY KEY (bundle_id, app_user_id)
+            version \(d.integer) NOT NULL DEFAULT 0, PRIMARY KEY (bundle_id, app_user_id)
         );
         CREATE TABLE account_tokens (
             bundle_id TEXT NOT NULL, token TEXT NOT NULL, app_user_id TEXT NOT NULL, PRIMARY KEY (bundle_id, token)

@@ -7,10 +7,58 @@ public protocol SubscriberRepository {
     func subscriber(bundle: String, appAccountToken: String) throws -> Subscriber?
     /// Inserts or replaces.
     func save(_ subscriber: Subscriber) throws
+    /// Counts a change to what the user's answers are made from (their records, purchases, subscriptions,
+    /// ledger or grants): another process that kept the user's answers in memory finds the count moved.
+    func touch(bundle: String, appUserID: String) throws
+    /// The count of changes ``touch(bundle:appUserID:)`` made to the user; nil when there is no such user.
+    func version(bundle: String, appUserID: String) throws -> Int64?
+    /// Everything the answers of `appUserID` (or of the user it is an alias of) are made from, with their
+    /// version; nil when there is no such user. One statement on PostgreSQL.
+    func subscriberRecords(bundle: String, appUserID: String) throws -> SubscriberRecords?
     /// The user an alias stands for, if it is one.
     func user(bundle: String, alias: String) throws -> String?
     /// Records that `alias` stands for `user` from now on.
     func saveAlias(bundle: String, alias: String, user: String) throws
+}
+
+/// What a subscriber's answers are made from, read together.
+public struct SubscriberRecords: Sendable, Hashable {
+    public var subscriber: Subscriber
+    public var subscriptions: [SubscriptionRecord]
+    public var purchases: [PurchaseRecord]
+    public var balances: [String: Int]
+    public var grants: [Grant]
+    /// ``SubscriberRepository/version(bundle:appUserID:)`` when they were read.
+    public var version: Int64
+
+    public init(
+        subscriber: Subscriber, subscriptions: [SubscriptionRecord], purchases: [PurchaseRecord],
+        balances: [String: Int], grants: [Grant], version: Int64
+    ) {
+        self.subscriber = subscriber
+        self.subscriptions = subscriptions
+        self.purchases = purchases
+        self.balances = balances
+        self.grants = grants
+        self.version = version
+    }
+}
+
+extension ServerStore {
+    /// The records one repository call after another (the version first: records read after it are at least
+    /// as new as it says).
+    public func subscriberRecordsOneByOne(bundle: String, appUserID requested: String) throws -> SubscriberRecords? {
+        let appUserID = try user(bundle: bundle, alias: requested) ?? requested
+        guard let version = try version(bundle: bundle, appUserID: appUserID),
+            let subscriber = try subscriber(bundle: bundle, appUserID: appUserID)
+        else { return nil }
+        return SubscriberRecords(
+            subscriber: subscriber, subscriptions: try subscriptions(bundle: bundle, owner: appUserID),
+            purchases: try purchases(bundle: bundle, owner: appUserID),
+            balances: try balances(bundle: bundle, owner: appUserID),
+            grants: try grants(bundle: bundle, owner: appUserID),
+            version: version)
+    }
 }
 
 /// Transactions by id, and an owner's.
@@ -117,6 +165,9 @@ extension ServerStore {
 /// (``ServerStore/lock(_:)``) do, and the rest run side by side. One contract suite holds for every backend.
 public protocol ServerStorage: Sendable {
     func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T
+    /// A read whose `body` makes one statement, run as cheaply as the storage can (on PostgreSQL outside a
+    /// transaction: one round trip, the statement its own snapshot).
+    func readStatement<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T
     /// `body` may be held until the write commits (SQLite commits concurrent writes together), and may run
     /// more than once (PostgreSQL runs a write again that lost to a concurrent one): it must not have
     /// effects outside the store that matter when repeated.
@@ -150,6 +201,9 @@ public protocol ServerStorage: Sendable {
 /// One process owns the state: leading is always true, and claims and budgets are ordinary writes.
 extension ServerStorage {
     public var isShared: Bool { false }
+    public func readStatement<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
+        try await read(body)
+    }
     public func afterCommit(_ hook: @escaping @Sendable () -> Void) -> Bool { false }
 
     public var location: String { "memory" }

@@ -351,6 +351,8 @@ public final class PurchaseServer: Sendable {
         if owner == nil, let token = update.transaction?.appAccountToken {
             owner = try store.subscriber(bundle: bundleID, appAccountToken: token)?.appUserID
         }
+        // Whoever held it before a transfer below loses it: their answers change too.
+        let previousOwner = owner
         var events: [ServerEvent] = []
         var transferred = false
         if let claimant, let token = update.transaction?.appAccountToken?.lowercased() {
@@ -388,7 +390,9 @@ public final class PurchaseServer: Sendable {
             }
             try store.save(subscriber)
         }
-        for user in Set([owner, claimant, storedSubscription?.owner, storedPurchase?.owner].compactMap { $0 }) {
+        for user in Set(
+            [owner, previousOwner, claimant, storedSubscription?.owner, storedPurchase?.owner].compactMap { $0 })
+        {
             try changed(bundleID, user, in: store)
         }
         let outcome = PurchaseEngine.apply(

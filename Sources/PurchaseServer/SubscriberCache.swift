@@ -103,8 +103,10 @@ final class SubscriberCache: Sendable {
         let key = Self.key(bundleID, user)
         state.withLock { state in
             // Any invalidation since the records were read removed them (and a newer read's carry its own
-            // generation).
-            guard state.entries[key]?.generation == entry.generation else { return }
+            // generation); on shared storage another process's write moves the version instead, and an entry
+            // read after it may have replaced these records under the same generation.
+            guard let kept = state.entries[key], kept.generation == entry.generation, kept.version == entry.version
+            else { return }
             state.entries[key]?.rendered[answer] = rendered
         }
     }

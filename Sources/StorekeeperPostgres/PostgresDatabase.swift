@@ -142,7 +142,7 @@ public final class PostgresDatabase: Sendable {
 /// One connection, reopened when lost, confined to its own serial executor.
 actor PostgresSession {
     enum Mode {
-        /// No transaction: one statement, its own snapshot.
+        /// `statement`: no transaction, one statement, its own snapshot.
         case read, write, plain, statement
         var begin: String? {
             switch self {

@@ -37,15 +37,18 @@ public actor Database {
             // commit, it held up every write behind it (a fifth of the writer's time ingesting notifications).
             let checkpointer = Checkpointer(path: path)
             self.checkpointer = checkpointer
-            let writer = connection
-            connection.onCommit { frames in
+            // Unowned: the connection keeps the hook, and calls it only while it lives.
+            connection.onCommit { [unowned connection] frames in
                 switch checkpointer.afterCommit(walFrames: frames) {
                 case .none: break
                 case .background: checkpointer.request()
                 case .here:
                     // Only the frames since the background checkpoint are left: copying them here lets the
                     // next write start the WAL again from its beginning (it otherwise grows without end).
-                    if (try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)").first?.values.first?.int64) == 0 {
+                    // One row: busy, frames in the WAL, frames copied; caught up when the last two agree.
+                    if let row = try? connection.execute("PRAGMA wal_checkpoint(PASSIVE)").first,
+                        row.values.count == 3, row.values[1] == row.values[2]
+                    {
                         checkpointer.restarted()
                     }
                 }
@@ -163,7 +166,9 @@ public actor Database {
             do {
                 results.append(.success(try write.body(connection)))
             } catch {
-                try connection.executeScript("ROLLBACK")
+                // SQLite may have rolled back already (a full disk, an I/O error): the body's error is the one
+                // to answer, not ROLLBACK's.
+                try? connection.executeScript("ROLLBACK")
                 return writes.count == 1 ? [.failure(error)] : nil
             }
         }
@@ -227,6 +232,8 @@ final class Checkpointer: Sendable {
 
     /// What to do after a commit left the WAL at `frames` frames.
     func afterCommit(walFrames frames: Int) -> Step {
+        // Fewer frames than the last checkpoint copied: the WAL started again since.
+        if frames < copied.load(ordering: .acquiring) { copied.store(0, ordering: .releasing) }
         guard frames >= Self.threshold else { return .none }
         // A quarter of the threshold left; or the WAL at three times it (a bound, however far behind).
         if frames - copied.load(ordering: .acquiring) <= Self.threshold / 4, !busy.load(ordering: .acquiring) {
@@ -244,7 +251,12 @@ final class Checkpointer: Sendable {
             defer { busy.store(false, ordering: .releasing) }
             slot.withLock { slot in
                 do {
-                    if slot.connection == nil { slot.connection = try Connection(path: path) }
+                    if slot.connection == nil {
+                        let connection = try Connection(path: path)
+                        // A checkpoint syncs the WAL before copying and the database after.
+                        try connection.executeScript("PRAGMA synchronous=FULL")
+                        slot.connection = connection
+                    }
                     // One row: busy, frames in the WAL, frames copied.
                     if let row = try slot.connection?.execute("PRAGMA wal_checkpoint(PASSIVE)").first,
                         row.values.count == 3, let done = row.values[2].int64

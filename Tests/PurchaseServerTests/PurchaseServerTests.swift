@@ -178,6 +178,28 @@ struct PurchaseServerTests {
         }
     }
 
+    @Test("A purchase moved to another user by a transfer leaves its former owner's kept answers")
+    func transferLeavesFormerOwner() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("pro", device: device)
+        _ = try await harness.post(jws, user: "erin")
+        // Read, so kept.
+        #expect(try await harness.subscriber("erin")["entitlements"]?["pro"]?["active"] == .bool(true))
+        // The same purchase under a new transaction id (as StoreKit 1 restores it), posted by another user: the
+        // owner is known only from the original's other transactions.
+        var payload = try CompactJWS(jws).payload
+        payload["transactionId"] = .string(String((Int(id) ?? 0) + 1_000_000))
+        let pki = harness.store.pki
+        let signer = try JWSChainSigner(
+            key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
+        let (status, frank) = try await harness.post(try signer.sign(payload), user: "frank")
+        #expect(status == 200)
+        #expect(frank["entitlements"]?["pro"]?["active"] == .bool(true))
+        #expect(try await harness.subscriber("erin")["entitlements"]?["pro"]?["active"] != .bool(true))
+    }
+
     @Test("Receipts are verified (bundle, device) and their purchases applied; V1 notifications need the password")
     func receiptsAndV1() async throws {
         let harness = try await ServerHarness.make()

@@ -291,6 +291,24 @@ struct DatabaseTests {
         #expect(count.first?["n"] == .integer(96))
     }
 
+    @Test("A database let go closes its connections: the last one to close removes the WAL")
+    func closes() async throws {
+        let path = try Self.temporaryPath()
+        do {
+            let database = try Database(path: path)
+            try await database.migrate(Self.schema)
+            _ = try await database.writeGrouped(repeatable: true) {
+                try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')")
+            }
+            _ = try await database.readConcurrently { try $0.execute("SELECT * FROM accounts") }
+            #expect(FileManager.default.fileExists(atPath: path + "-wal"))
+        }
+        for _ in 0..<200 where FileManager.default.fileExists(atPath: path + "-wal") {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(!FileManager.default.fileExists(atPath: path + "-wal"))
+    }
+
     @Test("A parameter count mismatch is an error, not undefined behaviour")
     func parameterCount() async throws {
         let database = try Database(path: ":memory:")

@@ -102,13 +102,15 @@ public actor Database {
         }
     }
 
-    /// Writes waiting for the next group commit.
-    private var group: [GroupedWrite] = []
+    /// Writes waiting for the next group commit. Behind a lock rather than on the actor: a write joins the
+    /// group from its own thread, and only the first of a group hops to the writer's executor (a hop per
+    /// write was a job and a thread wake-up per write on the writer's queue).
+    private nonisolated let group = Mutex<[GroupedWrite]>([])
 
-    private struct GroupedWrite {
-        let body: (Connection) throws -> any Sendable
+    private struct GroupedWrite: Sendable {
+        let body: @Sendable (Connection) throws -> any Sendable
         let repeatable: Bool
-        let resume: (Result<any Sendable, any Error>) -> Void
+        let resume: @Sendable (Result<any Sendable, any Error>) -> Void
     }
 
     /// Runs `body` in a transaction shared with the other grouped writes waiting at the moment it runs (a
@@ -119,23 +121,29 @@ public actor Database {
     /// a group of them runs without a savepoint per write, and only when one throws is the group rolled
     /// back and run again with savepoints. A savepoint makes SQLite copy each page a write changes; that
     /// was a sixth of the time of ingesting notifications.
-    public func writeGrouped<T: Sendable>(
+    public nonisolated func writeGrouped<T: Sendable>(
         repeatable: Bool = false, _ body: @escaping @Sendable (Connection) throws -> T
     ) async throws -> T {
         let result: any Sendable = try await withCheckedThrowingContinuation { continuation in
-            group.append(
-                GroupedWrite(
-                    body: { try body($0) }, repeatable: repeatable, resume: { continuation.resume(with: $0) }))
-            // A task on this actor: it runs after the jobs already waiting, so their writes join the group.
-            if group.count == 1 { Task { self.commitGroup() } }
+            let write = GroupedWrite(
+                body: { try body($0) }, repeatable: repeatable, resume: { continuation.resume(with: $0) })
+            let first = group.withLock { waiting in
+                waiting.append(write)
+                return waiting.count == 1
+            }
+            // The group's commit runs on the writer's executor; writes arriving until it starts join the group.
+            if first { Task { await self.commitGroup() } }
         }
         return result as! T
     }
 
     /// Runs every waiting write in one transaction and answers them once it committed.
     private func commitGroup() {
-        let writes = group
-        group = []
+        let writes = group.withLock { waiting in
+            let writes = waiting
+            waiting = []
+            return writes
+        }
         guard !writes.isEmpty else { return }
         let results: [Result<any Sendable, any Error>]
         // The hook runs once the transaction has ended and before any write is answered: a write's caller

@@ -47,9 +47,7 @@ extension PurchaseServer {
                 try $0.subscriberRecords(bundle: bundleID, appUserID: requested)
             })
         else { throw PurchaseServerError.notFound("no subscriber \(RequestBody.printable(requested))") }
-        let entry = SubscriberCache.Entry(
-            subscriber: found.subscriber, subscriptions: found.subscriptions, purchases: found.purchases,
-            balances: found.balances, grants: found.grants, version: found.version)
+        let entry = SubscriberCache.Entry(records: found)
         // Only under the user's own id: an alias's answer is not cached (its user's writes invalidate the user).
         if found.subscriber.appUserID == requested { cache.store(entry, bundleID, requested, since: generation) }
         return entry
@@ -126,18 +124,18 @@ extension PurchaseServer {
             guard let date else { return }
             if date <= now { from = max(from, date) } else { until = min(until, date) }
         }
-        for subscription in entry.subscriptions {
+        for subscription in entry.records.subscriptions {
             consider(subscription.expiresDate)
             consider(subscription.gracePeriodExpiresDate)
         }
-        for grant in entry.grants { consider(grant.expiresDate) }
+        for grant in entry.records.grants { consider(grant.expiresDate) }
         return (from, until)
     }
 
     static func view(_ entry: SubscriberCache.Entry, entitlements: [String: [String]], now: Date) -> SubscriberView {
         view(
-            entry.subscriber, subscriptions: entry.subscriptions, purchases: entry.purchases, balances: entry.balances,
-            grants: entry.grants, entitlements: entitlements, now: now)
+            entry.records.subscriber, subscriptions: entry.records.subscriptions, purchases: entry.records.purchases,
+            balances: entry.records.balances, grants: entry.records.grants, entitlements: entitlements, now: now)
     }
 
     /// Entitlements from the product map: an active or grace-period subscription (until its renewal date,

@@ -11,13 +11,9 @@ import Synchronization
 /// on PostgreSQL), and never inline.
 final class SubscriberCache: Sendable {
     struct Entry: Sendable {
-        var subscriber: Subscriber
-        var subscriptions: [SubscriptionRecord]
-        var purchases: [PurchaseRecord]
-        var balances: [String: Int]
-        var grants: [Grant]
-        /// The storage's count of changes to the user when these were read.
-        var version: Int64 = 0
+        /// The user's records as read, with the storage's count of changes to the user then.
+        var records: SubscriberRecords
+        var version: Int64 { records.version }
         /// Answers already rendered from these records, by route, each with the span of time it holds for.
         var rendered: [Answer: Rendered] = [:]
         /// The user's generation when the records were read (set by ``SubscriberCache/store(_:_:_:since:)``).

@@ -207,7 +207,6 @@ extension BenchCommands {
                         results.reduce(0) { $0 + $1.non2xx }
                     ))
             }
-            func median(_ values: [Double]) -> Double? { values.isEmpty ? nil : values.sorted()[values.count / 2] }
             let sqliteRate = median(sqliteRounds.map(\.rate)) ?? 0
             let postgresRate = median(postgresRounds.map(\.rate)) ?? 0
             let non2xx = postgresRounds.reduce(0) { $0 + $1.non2xx }

@@ -381,6 +381,9 @@ extension BenchCommands {
         return nil
     }
 
+    /// The middle value (the upper one of an even count); nil for none.
+    static func median(_ values: [Double]) -> Double? { values.isEmpty ? nil : values.sorted()[values.count / 2] }
+
     static func latency(_ value: Double?) -> String { value.map { String(format: "%.2f ms", $0) } ?? "?" }
     static func errors(_ result: WrkResult) -> String { result.non2xx > 0 ? "  (\(result.non2xx) non-2xx!)" : "" }
 

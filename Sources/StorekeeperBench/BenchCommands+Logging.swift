@@ -92,7 +92,6 @@ extension BenchCommands {
                 try runWrk(wrk, url: "http://127.0.0.1:\(warning.port)/_emulator/v1/clock", seconds: seconds)
                     .requestsPerSecond)
         }
-        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         let toBare = zip(rates.info, rates.bare).map { $0 / $1 }
         let infoCost = zip(rates.info, rates.warning).map { 1 - $0 / $1 }
         console.write(
@@ -101,9 +100,9 @@ extension BenchCommands {
               a line, buffered (written by the handler's thread)   \(format(buffered)) µs
               a line and a write of it (as before the buffer)      \(format(unbuffered)) µs
             GET /_emulator/v1/clock, wrk -t2 -c16, \(rounds) interleaved rounds of \(seconds) s (medians)
-              bare libmicrohttpd, the same bytes                   \(rate(median(rates.bare))) req/s
-              the emulator, logging at info (its default)          \(rate(median(rates.info))) req/s   ratio to bare \(format(toBare.sorted()[toBare.count / 2])) (each round: \(toBare.map(format).joined(separator: ", ")))   (target ≥ 0.5)
-              the emulator, logging at warning                     \(rate(median(rates.warning))) req/s   info costs \(format(100 * infoCost.sorted()[infoCost.count / 2]))% (each round: \(infoCost.map { format(100 * $0) }.joined(separator: ", ")))   (target ≤ 15%)
+              bare libmicrohttpd, the same bytes                   \(rate(median(rates.bare) ?? 0)) req/s
+              the emulator, logging at info (its default)          \(rate(median(rates.info) ?? 0)) req/s   ratio to bare \(format(median(toBare) ?? 0)) (each round: \(toBare.map(format).joined(separator: ", ")))   (target ≥ 0.5)
+              the emulator, logging at warning                     \(rate(median(rates.warning) ?? 0)) req/s   info costs \(format(100 * (median(infoCost) ?? 0)))% (each round: \(infoCost.map { format(100 * $0) }.joined(separator: ", ")))   (target ≤ 15%)
 
             """)
         return 0

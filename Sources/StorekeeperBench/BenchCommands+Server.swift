@@ -197,7 +197,6 @@ extension BenchCommands {
                         script: script)
                     pairs.append((bareResult, result))
                 }
-                func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
                 let ratios = pairs.map { $0.server.requestsPerSecond / $0.bare.requestsPerSecond }
                 let p99s = pairs.compactMap(\.server.p99Milliseconds)
                 let bareP99s = pairs.compactMap(\.bare.p99Milliseconds)
@@ -205,8 +204,8 @@ extension BenchCommands {
                 readLines.append(
                     """
                       \(name), wrk -t2 -c\(connections) (same 2 cores), \(readRounds) interleaved rounds of \(seconds) s (medians)
-                        bare libmicrohttpd, one answer's bytes (the same random paths)  \(rate(median(pairs.map(\.bare.requestsPerSecond)))) req/s, p99 \(latency(bareP99s.isEmpty ? nil : median(bareP99s)))
-                        the server                              \(rate(median(pairs.map(\.server.requestsPerSecond)))) req/s, p99 \(latency(p99s.isEmpty ? nil : median(p99s)))   ratio to bare \(format(median(ratios))) (each round: \(ratios.map(format).joined(separator: ", ")))   (target ≥ 0.35, p99 < 5 ms)\(pairs.map { errors($0.server) }.first { !$0.isEmpty } ?? "")
+                        bare libmicrohttpd, one answer's bytes (the same random paths)  \(rate(median(pairs.map(\.bare.requestsPerSecond)) ?? 0)) req/s, p99 \(latency(median(bareP99s)))
+                        the server                              \(rate(median(pairs.map(\.server.requestsPerSecond)) ?? 0)) req/s, p99 \(latency(median(p99s)))   ratio to bare \(format(median(ratios) ?? 0)) (each round: \(ratios.map(format).joined(separator: ", ")))   (target ≥ 0.35, p99 < 5 ms)\(pairs.map { errors($0.server) }.first { !$0.isEmpty } ?? "")
                     """)
             }
         }

@@ -195,8 +195,7 @@ package enum BenchCommands {
 
         /// The median over rounds of workload `index`'s rate divided by workload `base`'s in the same round.
         func medianRatio(_ index: Int, to base: Int) -> Double {
-            let ratios = rounds.map { $0[index] / $0[base] }.sorted()
-            return ratios.isEmpty ? 0 : ratios[ratios.count / 2]
+            BenchCommands.median(rounds.map { $0[index] / $0[base] }) ?? 0
         }
     }
 

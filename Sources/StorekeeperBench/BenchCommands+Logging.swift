@@ -34,7 +34,7 @@ extension BenchCommands {
             throw CommandError.runtime("cannot open /dev/null")
         }
         // 1. A line on its own.
-        let metadata: Logger.Metadata = [
+        let metadata: LogFields = [
             "request.id": "k3x9a-1f", "request.method": "GET", "request.path": "/_emulator/v1/clock",
             "response.status": "200", "response.bytes": "96", "duration.ms": "0.04",
         ]

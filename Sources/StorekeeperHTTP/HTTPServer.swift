@@ -253,15 +253,37 @@ private final class Exchange: Sendable {
     /// Sends the answer if nobody else has.
     func respond(_ response: HTTPResponse) {
         guard claim() else { return }
-        let names = response.headers.map { strdup($0.name) }
-        let values = response.headers.map { strdup($0.value) }
-        defer { (names + values).forEach { free($0) } }
-        var headers = zip(names, values).map { sk_header(name: $0, value: $1) }
-        response.body.withUnsafeBufferPointer { body in
-            headers.withUnsafeMutableBufferPointer { headerBuffer in
-                sk_exchange_respond(
-                    raw.pointer, UInt32(response.status), body.baseAddress, body.count, headerBuffer.baseAddress,
-                    headerBuffer.count)
+        Self.respond(raw.pointer, response)
+    }
+
+    /// Sends the answer on an exchange no one else can answer (a request answered inline).
+    static func respond(_ exchange: OpaquePointer, _ response: HTTPResponse) {
+        // Every name and value NUL-terminated in one buffer, and one array of pointers into it.
+        var text: [CChar] = []
+        text.reserveCapacity(response.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 2 })
+        for header in response.headers {
+            for byte in header.name.utf8 { text.append(CChar(bitPattern: byte)) }
+            text.append(0)
+            for byte in header.value.utf8 { text.append(CChar(bitPattern: byte)) }
+            text.append(0)
+        }
+        text.withUnsafeMutableBufferPointer { text in
+            var headers: [sk_header] = []
+            headers.reserveCapacity(response.headers.count)
+            var offset = 0
+            for header in response.headers {
+                let name = text.baseAddress! + offset
+                offset += header.name.utf8.count + 1
+                let value = text.baseAddress! + offset
+                offset += header.value.utf8.count + 1
+                headers.append(sk_header(name: name, value: value))
+            }
+            response.body.withUnsafeBufferPointer { body in
+                headers.withUnsafeMutableBufferPointer { headerBuffer in
+                    sk_exchange_respond(
+                        exchange, UInt32(response.status), body.baseAddress, body.count, headerBuffer.baseAddress,
+                        headerBuffer.count)
+                }
             }
         }
     }
@@ -390,12 +412,12 @@ private func handleRequest(
         headers: headers, body: body, remoteAddress: raw.remote.map { String(cString: $0) })
     if malformed {
         let error = HTTPError(status: 400, code: "invalid_query", message: "the query has a malformed percent-escape")
-        Exchange(pointer: exchange, id: 0).respond(box.sent(box.responder.refusal(error, for: request)))
+        Exchange.respond(exchange, box.sent(box.responder.refusal(error, for: request)))
         return
     }
     // Routes that need not await answer here, on the pool thread: no task, no suspension.
     if let response = box.responder.respondInline(to: request) {
-        Exchange(pointer: exchange, id: 0).respond(box.sent(response))
+        Exchange.respond(exchange, box.sent(response))
         return
     }
     let pendingExchange = box.register(exchange)

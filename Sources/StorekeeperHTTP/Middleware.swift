@@ -10,8 +10,20 @@ public enum RequestIDs {
     /// A process-unique id such as `k3x9a-1f`.
     @Sendable public static func next() -> String {
         let value = counter.add(1, ordering: .relaxed).newValue
-        return prefix + "-" + String(value, radix: 36)
+        // The counter's base-36 digits written by hand (String(_:radix:) cost more than the rest of the id).
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 14) { digits in
+            var rest = value
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits[start] = base36[Int(rest % 36)]
+                rest /= 36
+            } while rest > 0
+            return prefix + "-" + String(decoding: UnsafeBufferPointer(rebasing: digits[start...]), as: UTF8.self)
+        }
     }
+
+    private static let base36 = Array("0123456789abcdefghijklmnopqrstuvwxyz".utf8)
 
     /// A client-supplied id, when it is 1–64 characters of letters, digits, `-`, `_` or `.`.
     public static func accept(_ value: String) -> String? {
@@ -70,14 +82,15 @@ public struct AccessLogMiddleware: InlineMiddleware {
         _ request: HTTPRequest, _ context: RequestContext, _ status: Int, _ bytes: Int,
         _ started: ContinuousClock.Instant
     ) {
-        guard context.logger.level <= .info else { return }
+        guard context.baseLogger.level <= .info else { return }
         let elapsed = ContinuousClock.now - started
         let milliseconds = elapsed.milliseconds
-        context.logger.info(
+        context.baseLogger.info(
             "request answered",
             [
-                "request.method": request.method, "request.path": request.path, "response.status": String(status),
-                "response.bytes": String(bytes), "duration.ms": Self.hundredths(milliseconds),
+                "request.id": context.requestID, "request.method": request.method, "request.path": request.path,
+                "response.status": String(status), "response.bytes": String(bytes),
+                "duration.ms": Self.hundredths(milliseconds),
             ])
     }
 }

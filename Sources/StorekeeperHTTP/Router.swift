@@ -5,14 +5,25 @@ public import StorekeeperLogging
 public struct RequestContext: Sendable {
     public var parameters: [String: String]
     public var requestID: String
-    public var logger: Logger
+    /// The server's logger, without the request id (the access log adds it to its own line).
+    public var baseLogger: Logger
     /// Who the request is from, when an authentication middleware said so.
     public var caller: String?
 
     public init(parameters: [String: String] = [:], requestID: String = "", logger: Logger = .disabled) {
         self.parameters = parameters
         self.requestID = requestID
-        self.logger = logger
+        self.baseLogger = logger
+    }
+
+    /// A logger carrying `request.id`: made when a handler asks for it, not for every request (most
+    /// requests log only their access line).
+    public var logger: Logger {
+        get {
+            requestID.isEmpty || baseLogger.level == .critical || baseLogger.metadata["request.id"] == requestID
+                ? baseLogger : baseLogger.with(["request.id": requestID])
+        }
+        set { baseLogger = newValue }
     }
 
     /// A captured path parameter (`{name}` in the route).
@@ -191,6 +202,9 @@ public struct Responder: Sendable {
     let limitBodies: BodyLimit?
     let logger: Logger
     let requestID: @Sendable () -> String
+    /// For each path a route spells without parameters, every route that matches it, in order, with what
+    /// each captures: such a path is routed with one lookup instead of a walk over every route.
+    let literalPaths: [String: [(route: Router.Route, parameters: [String: String])]]
     /// The middleware chain run inline, built once; nil when some middleware cannot run inline.
     private var inlineChain: (@Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse?)? = nil
 
@@ -205,9 +219,11 @@ public struct Responder: Sendable {
         self.limitBodies = bodyLimit
         self.logger = logger
         self.requestID = requestID
+        let literalPaths = Self.literalPaths(routes)
+        self.literalPaths = literalPaths
         let inline = middleware.compactMap { $0 as? any InlineMiddleware }
         guard inline.count == middleware.count else { return }
-        let routing = Self.routeInline(routes: routes, renderers: renderers)
+        let routing = Self.routeInline(routes: routes, literalPaths: literalPaths, renderers: renderers)
         var chain: @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse? = routing
         for current in inline.reversed() {
             let next = chain
@@ -234,19 +250,54 @@ public struct Responder: Sendable {
 
     private func makeContext(_ request: HTTPRequest) -> RequestContext {
         let id = request.header("X-Request-ID").flatMap(RequestIDs.accept) ?? requestID()
-        // A logger that writes nothing need not carry the id.
-        return RequestContext(
-            requestID: id, logger: logger.level == .critical ? logger : logger.with(["request.id": id]))
+        return RequestContext(requestID: id, logger: logger)
+    }
+
+    private static func literalPaths(_ routes: [Router.Route]) -> [String: [(
+        route: Router.Route, parameters: [String: String]
+    )]] {
+        var table: [String: [(route: Router.Route, parameters: [String: String])]] = [:]
+        for route in routes where !route.segments.contains(where: { $0.hasPrefix("{") }) {
+            let path = "/" + route.segments.joined(separator: "/")
+            guard table[path] == nil else { continue }
+            table[path] = routes.compactMap { other in (try? other.match(route.segments))?.map { (other, $0) } }
+        }
+        return table
+    }
+
+    /// The routes matching a path, in order, with their parameters: from the table when the path is one a
+    /// route spells, otherwise found one by one as asked for (a malformed escape throws when reached).
+    struct Matches {
+        private var known: ArraySlice<(route: Router.Route, parameters: [String: String])>?
+        private var routes: ArraySlice<Router.Route>
+        private let segments: [Substring]
+
+        init(
+            _ path: String, routes: [Router.Route],
+            literalPaths: [String: [(route: Router.Route, parameters: [String: String])]]
+        ) {
+            known = literalPaths[path].map { $0[...] }
+            self.routes = routes[...]
+            segments = known == nil ? Router.segments(path) : []
+        }
+
+        mutating func next() throws(HTTPError) -> (route: Router.Route, parameters: [String: String])? {
+            if known != nil { return known!.popFirst() }
+            while let route = routes.popFirst() {
+                if let parameters = try route.match(segments) { return (route, parameters) }
+            }
+            return nil
+        }
     }
 
     private static func routeInline(
-        routes: [Router.Route], renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
+        routes: [Router.Route], literalPaths: [String: [(route: Router.Route, parameters: [String: String])]],
+        renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
     ) -> @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse? {
         { request, context in
-            let path = Router.segments(request.path)
             var pathMatched = false
-            for route in routes {
-                guard let parameters = try route.match(path) else { continue }
+            var matches = Matches(request.path, routes: routes, literalPaths: literalPaths)
+            while let (route, parameters) = try matches.next() {
                 pathMatched = true
                 guard route.method == request.method else { continue }
                 guard let inline = route.inline else { return nil }
@@ -324,10 +375,9 @@ public struct Responder: Sendable {
     }
 
     private func route(_ request: HTTPRequest, _ context: RequestContext) async throws -> HTTPResponse {
-        let path = Router.segments(request.path)
         var pathMatched = false
-        for route in routes {
-            guard let parameters = try route.match(path) else { continue }
+        var matches = Matches(request.path, routes: routes, literalPaths: literalPaths)
+        while let (route, parameters) = try matches.next() {
             pathMatched = true
             guard route.method == request.method else { continue }
             var context = context

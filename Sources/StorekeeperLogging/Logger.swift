@@ -64,26 +64,36 @@ public struct Logger: Sendable {
         return copy
     }
 
-    public func log(_ level: Level, _ message: @autoclosure () -> String, _ extra: Metadata = [:]) {
+    public func log(_ level: Level, _ message: @autoclosure () -> String, _ extra: LogFields = [:]) {
         guard level >= self.level else { return }
-        // One table of the right size, each value redacted as it goes in (the record's own is extra's).
-        var merged = Metadata(minimumCapacity: metadata.count + extra.count)
-        for (key, value) in metadata where extra[key] == nil {
-            merged[key] = Self.isSecretKey(key) ? "<redacted>" : value
+        var fields: [(String, String)]
+        if metadata.isEmpty {
+            fields = extra.pairs  // the call's own array, copied only when a value needs redacting
+        } else {
+            // The logger's own (sorted, less the keys the call sets), then the call's.
+            fields = []
+            fields.reserveCapacity(metadata.count + extra.pairs.count)
+            for (key, value) in metadata.sorted(by: { $0.key < $1.key })
+            where !extra.pairs.contains(where: { $0.0 == key }) {
+                fields.append((key, value))
+            }
+            fields.append(contentsOf: extra.pairs)
         }
-        for (key, value) in extra { merged[key] = Self.isSecretKey(key) ? "<redacted>" : value }
-        handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: merged))
+        for index in fields.indices where Self.isSecretKey(fields[index].0) { fields[index].1 = "<redacted>" }
+        handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), fields: fields))
     }
 
-    public func trace(_ message: @autoclosure () -> String, _ extra: Metadata = [:]) { log(.trace, message(), extra) }
-    public func debug(_ message: @autoclosure () -> String, _ extra: Metadata = [:]) { log(.debug, message(), extra) }
-    public func info(_ message: @autoclosure () -> String, _ extra: Metadata = [:]) { log(.info, message(), extra) }
-    public func notice(_ message: @autoclosure () -> String, _ extra: Metadata = [:]) { log(.notice, message(), extra) }
-    public func warning(_ message: @autoclosure () -> String, _ extra: Metadata = [:]) {
+    public func trace(_ message: @autoclosure () -> String, _ extra: LogFields = [:]) { log(.trace, message(), extra) }
+    public func debug(_ message: @autoclosure () -> String, _ extra: LogFields = [:]) { log(.debug, message(), extra) }
+    public func info(_ message: @autoclosure () -> String, _ extra: LogFields = [:]) { log(.info, message(), extra) }
+    public func notice(_ message: @autoclosure () -> String, _ extra: LogFields = [:]) {
+        log(.notice, message(), extra)
+    }
+    public func warning(_ message: @autoclosure () -> String, _ extra: LogFields = [:]) {
         log(.warning, message(), extra)
     }
-    public func error(_ message: @autoclosure () -> String, _ extra: Metadata = [:]) { log(.error, message(), extra) }
-    public func critical(_ message: @autoclosure () -> String, _ extra: Metadata = [:]) {
+    public func error(_ message: @autoclosure () -> String, _ extra: LogFields = [:]) { log(.error, message(), extra) }
+    public func critical(_ message: @autoclosure () -> String, _ extra: LogFields = [:]) {
         log(.critical, message(), extra)
     }
 
@@ -109,9 +119,23 @@ public struct Logger: Sendable {
 
     private static func lower(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte }
 
+    /// For each byte, the secret words (bits by index) that start with it, and that end with it: a part is
+    /// compared only with the words that could start or end it.
+    private static let startingWith: [UInt16] = words { $0.first! }
+    private static let endingWith: [UInt16] = words { $0.last! }
+
+    private static func words(by byte: ([UInt8]) -> UInt8) -> [UInt16] {
+        var table = [UInt16](repeating: 0, count: 256)
+        for (index, word) in secretWords.enumerated() { table[Int(byte(word))] |= 1 << index }
+        return table
+    }
+
     private static func isSecretPart(_ part: UnsafeBufferPointer<UInt8>) -> Bool {
-        secretWords.contains { word in
-            guard part.count >= word.count else { return false }
+        let candidates = startingWith[Int(lower(part[0]))] | endingWith[Int(lower(part[part.count - 1]))]
+        guard candidates != 0 else { return false }
+        return secretWords.indices.contains { index in
+            let word = secretWords[index]
+            guard candidates & (1 << index) != 0, part.count >= word.count else { return false }
             var starts = true
             var ends = true
             let tail = part.count - word.count
@@ -125,20 +149,41 @@ public struct Logger: Sendable {
     }
 }
 
+/// A log call's own metadata, written as a dictionary literal (`["response.status": "200"]`) and kept in
+/// that order, without building a table: the last key given wins when one is repeated.
+public struct LogFields: Sendable, ExpressibleByDictionaryLiteral {
+    public var pairs: [(String, String)]
+
+    public init(dictionaryLiteral elements: (String, String)...) { pairs = elements }
+
+    public init(_ metadata: Logger.Metadata) { pairs = metadata.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+}
+
 /// One log event as a handler receives it (metadata already redacted).
 public struct LogRecord: Sendable {
     public var date: Date
     public var level: Logger.Level
     public var label: String
     public var message: String
-    public var metadata: Logger.Metadata
+    /// The metadata in the order it is written: the logger's own, sorted by key, then the call's in its order.
+    public var fields: [(String, String)]
 
-    public init(date: Date, level: Logger.Level, label: String, message: String, metadata: Logger.Metadata) {
+    public init(date: Date, level: Logger.Level, label: String, message: String, fields: [(String, String)]) {
         self.date = date
         self.level = level
         self.label = label
         self.message = message
-        self.metadata = metadata
+        self.fields = fields
+    }
+
+    public init(date: Date, level: Logger.Level, label: String, message: String, metadata: Logger.Metadata) {
+        self.init(date: date, level: level, label: label, message: message, fields: LogFields(metadata).pairs)
+    }
+
+    /// The metadata as a table (a repeated key: its last value).
+    public var metadata: Logger.Metadata {
+        get { Dictionary(fields, uniquingKeysWith: { $1 }) }
+        set { fields = LogFields(newValue).pairs }
     }
 }
 
@@ -171,7 +216,6 @@ public final class StreamLogHandler: LogHandler {
     /// Held while a flush takes the buffer and writes it: flushes do not overtake one another.
     private let writing = Mutex<Void>(())
     private let stopped = Atomic<Bool>(false)
-    private let second = Mutex<(Int64, [UInt8])>((Int64.min, []))
     static let highWater = 64 << 10
 
     public init(format: Format = .text, output: FileHandle = .standardError, flushEvery: Duration = .milliseconds(100))
@@ -201,7 +245,7 @@ public final class StreamLogHandler: LogHandler {
     }
 
     public func write(_ record: LogRecord) {
-        var line = Self.render(record, format: format, timestamp: timestamp(record.date))
+        var line = Self.renderBytes(record, format: format)
         line.append(0x0A)
         let size = buffer.withLock { pending in
             pending.append(contentsOf: line)
@@ -254,22 +298,50 @@ public final class StreamLogHandler: LogHandler {
 
     // MARK: Rendering
 
-    /// The record's time as `2026-12-01T10:00:00.123Z`, the part before the milliseconds made once a second.
-    private func timestamp(_ date: Date) -> [UInt8] {
+    /// Appends the time as `2026-12-01T10:00:00.123Z` (UTC), worked out with integers: no lock, no table,
+    /// no call into the C library for years 0 to 9999 (others, rare, through `gmtime_r`).
+    static func appendTimestamp(_ date: Date, to out: inout [UInt8]) {
         let interval = date.timeIntervalSince1970.isFinite ? date.timeIntervalSince1970 : 0
         let seconds = min(max(interval.rounded(.down), -1e15), 1e15)
         let whole = Int64(seconds)
-        var prefix = second.withLock { $0.0 == whole ? $0.1 : [] }
-        if prefix.isEmpty {
-            prefix = Array(Self.secondPrefix(whole).utf8)
-            second.withLock { $0 = (whole, prefix) }
-        }
         let millisecond = min(999, max(0, Int((interval - seconds) * 1_000)))
-        prefix.append(contentsOf: [
-            0x2E, UInt8(0x30 + millisecond / 100), UInt8(0x30 + millisecond / 10 % 10), UInt8(0x30 + millisecond % 10),
-            0x5A,
-        ])
-        return prefix
+        // Days since 1970 to a civil date (Howard Hinnant's `civil_from_days`).
+        let days = whole >= 0 ? whole / 86_400 : (whole - 86_399) / 86_400
+        let inDay = Int(whole - days * 86_400)
+        let shifted = days + 719_468
+        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        let day = Int(dayOfYear - (153 * monthIndex + 2) / 5 + 1)
+        let month = Int(monthIndex < 10 ? monthIndex + 3 : monthIndex - 9)
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        guard year >= 0 && year < 10_000 else {
+            out.append(contentsOf: secondPrefix(whole).utf8)
+            appendDigits(millisecond, 3, separator: 0x2E, to: &out)
+            out.append(0x5A)
+            return
+        }
+        appendDigits(Int(year), 4, separator: nil, to: &out)
+        appendDigits(month, 2, separator: 0x2D, to: &out)
+        appendDigits(day, 2, separator: 0x2D, to: &out)
+        appendDigits(inDay / 3_600, 2, separator: 0x54, to: &out)
+        appendDigits(inDay / 60 % 60, 2, separator: 0x3A, to: &out)
+        appendDigits(inDay % 60, 2, separator: 0x3A, to: &out)
+        appendDigits(millisecond, 3, separator: 0x2E, to: &out)
+        out.append(0x5A)
+    }
+
+    /// `separator` (if any), then `value` in `count` decimal digits (0 ≤ value < 10^count).
+    private static func appendDigits(_ value: Int, _ count: Int, separator: UInt8?, to out: inout [UInt8]) {
+        if let separator { out.append(separator) }
+        var divisor = 1
+        for _ in 1..<count { divisor *= 10 }
+        while divisor > 0 {
+            out.append(UInt8(0x30 + value / divisor % 10))
+            divisor /= 10
+        }
     }
 
     /// `2026-12-01T10:00:00` for a second since 1970, in UTC.
@@ -288,16 +360,16 @@ public final class StreamLogHandler: LogHandler {
 
     /// One line without its newline.
     public static func render(_ record: LogRecord, format: Format) -> String {
-        String(decoding: render(record, format: format, timestamp: Array(timestamp(record.date).utf8)), as: UTF8.self)
+        String(decoding: renderBytes(record, format: format), as: UTF8.self)
     }
 
-    static func render(_ record: LogRecord, format: Format, timestamp time: [UInt8]) -> [UInt8] {
-        let keys = record.metadata.sorted { $0.key < $1.key }
+    static func renderBytes(_ record: LogRecord, format: Format) -> [UInt8] {
+        let keys = record.fields
         var out: [UInt8] = []
-        out.reserveCapacity(160 + record.metadata.count * 24)
+        out.reserveCapacity(160 + keys.count * 24)
         switch format {
         case .text:
-            out.append(contentsOf: time)
+            appendTimestamp(record.date, to: &out)
             out.append(0x20)
             out.append(contentsOf: record.level.description.utf8)
             out.append(0x20)
@@ -327,7 +399,11 @@ public final class StreamLogHandler: LogHandler {
                     appendJSONString(String(decoding: value, as: UTF8.self), to: &out)
                 }
             }
-            member("time", time, raw: true)
+            appendJSONString("time", to: &out)
+            out.append(contentsOf: [0x3A, 0x22])
+            appendTimestamp(record.date, to: &out)
+            out.append(0x22)
+            first = false
             member("level", Array(record.level.description.utf8), raw: true)
             member("label", Array(record.label.utf8), raw: false)
             member("message", Array(record.message.utf8), raw: false)
@@ -335,14 +411,6 @@ public final class StreamLogHandler: LogHandler {
             out.append(0x7D)
         }
         return out
-    }
-
-    static func timestamp(_ date: Date) -> String {
-        let interval = date.timeIntervalSince1970.isFinite ? date.timeIntervalSince1970 : 0
-        let seconds = min(max(interval.rounded(.down), -1e15), 1e15)
-        let millisecond = min(999, max(0, Int((interval - seconds) * 1_000)))
-        let digits = String(millisecond)
-        return secondPrefix(Int64(seconds)) + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
     }
 
     /// Whether a value is written as it is: not empty, no space, quote, `=`, backslash or control character.

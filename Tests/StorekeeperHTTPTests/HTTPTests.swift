@@ -79,6 +79,71 @@ struct RouterTests {
     }
 }
 
+@Suite("Routing order: literal paths found by lookup route as the walk over every route did")
+struct RouteOrderTests {
+    /// `/items/{id}` comes first, so it answers `GET /items/new`; the literal route answers only `POST`.
+    func responder(inline: Bool, log: InMemoryLogHandler) -> Responder {
+        var router = Router()
+        let parameter: @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse = { _, context in
+            context.logger.info("handled")
+            return .json(.object(["route": .string("id"), "id": .string(try context.parameter("id"))]))
+        }
+        let literal: @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse = { _, _ in
+            .json(.object(["route": .string("new")]))
+        }
+        if inline {
+            router.add("GET", "/items/{id}", inline: parameter)
+            router.add("POST", "/items/new", inline: literal)
+            router.add("GET", "/", inline: literal)
+        } else {
+            router.get("/items/{id}") { try parameter($0, $1) }
+            router.post("/items/new") { try literal($0, $1) }
+            router.get("/") { try literal($0, $1) }
+        }
+        router.use(AccessLogMiddleware())
+        return router.freeze(logger: Logger(label: "test", handler: log))
+    }
+
+    @Test("Each method and spelling reaches the first route that matches it", arguments: [true, false])
+    func order(inline: Bool) async throws {
+        let log = InMemoryLogHandler()
+        let responder = responder(inline: inline, log: log)
+        let cases: [(String, String, Int, String?, String?)] = [
+            ("GET", "/items/new", 200, "id", "new"),
+            ("POST", "/items/new", 200, "new", nil),
+            ("DELETE", "/items/new", 405, nil, nil),
+            ("GET", "/items/n%65w", 200, "id", "new"),  // not the literal spelling: found by the walk
+            ("POST", "/items/n%65w", 405, nil, nil),
+            ("GET", "/items/x%zz", 400, nil, nil),
+            ("GET", "/", 200, "new", nil),
+            ("GET", "/items", 404, nil, nil),
+        ]
+        for (method, path, status, route, id) in cases {
+            let request = HTTPRequest(method: method, path: path)
+            let response: HTTPResponse
+            if inline {
+                response = try #require(responder.respondInline(to: request))
+            } else {
+                response = await responder.respond(to: request)
+            }
+            #expect(response.status == status, "\(method) \(path)")
+            if let route {
+                let body = try JSONParser.parse(response.body)
+                #expect(body["route"] == .string(route), "\(method) \(path)")
+                #expect(body["id"]?.stringValue == id, "\(method) \(path)")
+            }
+        }
+        // A handler's own line and the access line carry the same request id.
+        let handled = log.records.filter { $0.message == "handled" }
+        #expect(handled.count == 2)
+        for record in handled {
+            let id = try #require(record.metadata["request.id"])
+            #expect(log.records.filter { $0.metadata["request.id"] == id }.count == 2)
+        }
+        #expect(log.records.filter { $0.message == "request answered" }.count == cases.count)
+    }
+}
+
 @Suite("HTTP server over loopback")
 struct HTTPServerTests {
     static func send(_ method: String, _ url: String, body: [UInt8]? = nil) async throws -> (Int, [UInt8]) {

@@ -47,6 +47,32 @@ struct LoggerTests {
         #expect(object["time"] == "2025-12-01T00:00:00.500Z")
     }
 
+    @Test("Timestamps worked out with integers match the Gregorian calendar, to the second, from 1600 to 9999")
+    func timestamps() {
+        var generator = SystemRandomNumberGenerator()
+        let fixed: [TimeInterval] = [
+            0, -1, 86_399, 86_400, 951_782_400, 951_868_799, 951_868_800, -2_203_891_200, 4_107_542_400,
+            1_796_471_254.397, -11_676_096_000, 253_402_300_799,
+        ]
+        // Foundation's calendar is Julian before 1582; ours (as gmtime's) is Gregorian throughout.
+        let random = (0..<5_000).map { _ in
+            TimeInterval(Int64.random(in: -11_676_096_000...253_402_300_799, using: &generator))
+        }
+        for seconds in fixed + random {
+            let date = Date(timeIntervalSince1970: seconds)
+            let line = StreamLogHandler.render(
+                LogRecord(date: date, level: .info, label: "t", message: "m", metadata: [:]), format: .text)
+            let expected = date.formatted(.iso8601).dropLast()  // 2026-12-01T10:00:00 without its Z
+            #expect(line.prefix(19) == expected, "\(seconds)")
+            #expect(line.dropFirst(19).prefix(5).first == ".", "\(seconds)")
+        }
+        let line = StreamLogHandler.render(
+            LogRecord(
+                date: Date(timeIntervalSince1970: 1_796_471_254.397), level: .info, label: "t", message: "m",
+                metadata: [:]), format: .text)
+        #expect(line.hasPrefix("2026-12-05T11:47:34.397Z info t: m"))
+    }
+
     @Test("Buffered lines reach the file whole and in order from concurrent writers, on flush and on the timer")
     func buffered() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("log-\(UUID().uuidString)").path

@@ -41,6 +41,9 @@ extension PurchaseServer {
     /// read in one snapshot (one statement on PostgreSQL) and kept; an unknown user is a 404.
     func records(bundleID: String, _ requested: String) async throws -> SubscriberCache.Entry {
         if let entry = try await currentEntry(bundleID, requested) { return entry }
+        // On shared storage nothing is kept before the follower's first asking (which vouches for nothing
+        // kept before it and drops it all).
+        if let follower, !follower.started { try await follower.catchUp() }
         let generation = cache.generation(bundleID, requested)
         guard
             let found = try await storage.readStatement({
@@ -53,13 +56,13 @@ extension PurchaseServer {
         return entry
     }
 
-    /// The user's kept records if they are current: on storage other processes write, once the storage said
-    /// the user's version has not moved since they were read.
+    /// The user's kept records if they are current: on storage other processes write, once the follower
+    /// has dropped the users changed up to now (a user not kept is read afresh without waiting for it).
     func currentEntry(_ bundleID: String, _ user: String) async throws -> SubscriberCache.Entry? {
-        guard cache.shared else { return cache.entry(bundleID, user) }
+        guard let follower else { return cache.entry(bundleID, user) }
         guard cache.holds(bundleID, user) else { return nil }
-        let version = try await storage.readStatement { try $0.version(bundle: bundleID, appUserID: user) }
-        return cache.entry(bundleID, user, version: version)
+        try await follower.catchUp()
+        return cache.entry(bundleID, user)
     }
 
     /// A cached user's answer as bytes without the database, for answering inline; nil when the user's

@@ -28,6 +28,8 @@ public final class PurchaseServer: Sendable {
     let metrics = Metrics()
     let notificationLog = NotificationLog()
     let cache: SubscriberCache
+    /// On storage other processes write: keeps `cache` clear of what they changed.
+    let follower: ChangeFollower?
     let worker = Mutex<Task<Void, Never>?>(nil)
     /// The polling task (``startReconciliation(every:)``).
     let reconciler = Mutex<Task<Void, Never>?>(nil)
@@ -83,6 +85,14 @@ public final class PurchaseServer: Sendable {
         let cache = SubscriberCache(shared: storage.isShared)
         if storage.afterCommit({ cache.committed() }) { cache.trackCommits() }
         self.cache = cache
+        follower =
+            storage.isShared
+            ? ChangeFollower(cache: cache) { watermark in
+                guard let changes = try await storage.subscriberChanges(since: watermark) else {
+                    throw PurchaseServerError.unavailable("the shared storage cannot say which users changed")
+                }
+                return changes
+            } : nil
         var apps: [String: AppRuntime] = [:]
         for app in configuration.apps {
             let verifier: SignedDataVerifier

@@ -7,8 +7,8 @@ import Synchronization
 /// cache never keeps a state older than the last commit.
 ///
 /// On storage other processes write too (``shared``), their writes cannot reach this memory: an entry is
-/// used only after the storage said the user's version is still the one it was read at (one round trip
-/// on PostgreSQL), and never inline.
+/// used only after a ``ChangeFollower`` asked the storage which users changed since it last asked and
+/// dropped them (one round trip on PostgreSQL, shared by every read waiting), and never inline.
 final class SubscriberCache: Sendable {
     struct Entry: Sendable {
         /// The user's records as read, with the storage's count of changes to the user then.
@@ -38,6 +38,9 @@ final class SubscriberCache: Sendable {
         /// The invalidation count at each user's last invalidation.
         var generations: [String: UInt64] = [:]
         var counter: UInt64 = 0
+        /// The invalidation count when everything was dropped (``removeAll()``): every user's generation is
+        /// at least this.
+        var floor: UInt64 = 0
         /// Users invalidated by writes that have not committed yet (tracked when the storage says when
         /// writes commit).
         var uncommitted: Set<String> = []
@@ -61,12 +64,10 @@ final class SubscriberCache: Sendable {
 
     static func key(_ bundleID: String, _ user: String) -> String { bundleID + "\u{1F}" + user }
 
-    /// The user's entry; when ``shared``, only if it was read at `version` (the storage's now).
-    func entry(_ bundleID: String, _ user: String, version: Int64? = nil) -> Entry? {
-        let entry = state.withLock { $0.entries[Self.key(bundleID, user)] }
-        guard shared else { return entry }
-        guard let entry, let version, entry.version == version else { return nil }
-        return entry
+    /// The user's entry. When ``shared``, current only once the ``ChangeFollower`` caught up after the read
+    /// arrived.
+    func entry(_ bundleID: String, _ user: String) -> Entry? {
+        state.withLock { $0.entries[Self.key(bundleID, user)] }
     }
 
     /// Whether anything is kept of the user (current or not).
@@ -76,13 +77,13 @@ final class SubscriberCache: Sendable {
 
     /// The generation to hand back to ``store(_:_:_:since:)``.
     func generation(_ bundleID: String, _ user: String) -> UInt64 {
-        state.withLock { $0.generations[Self.key(bundleID, user)] ?? 0 }
+        state.withLock { max($0.generations[Self.key(bundleID, user)] ?? 0, $0.floor) }
     }
 
     func store(_ entry: Entry, _ bundleID: String, _ user: String, since generation: UInt64) {
         let key = Self.key(bundleID, user)
         state.withLock { state in
-            guard (state.generations[key] ?? 0) == generation else { return }
+            guard max(state.generations[key] ?? 0, state.floor) == generation else { return }
             if state.entries.count >= Self.capacity {
                 // An eighth goes, in the table's own (hash) order: about as good as random, and no reader of
                 // the rest starts cold.
@@ -117,6 +118,16 @@ final class SubscriberCache: Sendable {
             state.generations[key] = state.counter
             state.entries[key] = nil
             if tracks { state.uncommitted.insert(key) }
+        }
+    }
+
+    /// Drops every user, and keeps no read already under way.
+    func removeAll() {
+        state.withLock { state in
+            state.counter += 1
+            state.floor = state.counter
+            state.entries.removeAll()
+            state.generations.removeAll()
         }
     }
 

@@ -137,6 +137,47 @@ struct ServerStorageContractTests {
     }
 
     @Test(
+        "Shared storage names the users changed since the last asking, a transaction still running at it included",
+        arguments: Backend.allCases)
+    func subscriberChanges(backend: Backend) async throws {
+        let storage = try await backend.make()
+        guard storage.isShared else {
+            #expect(try await storage.subscriberChanges(since: nil) == nil)
+            return
+        }
+        try await storage.write { store in
+            for user in ["u1", "u2", "u3"] {
+                try store.save(Subscriber(bundleID: "app", appUserID: user, firstSeen: Self.start))
+            }
+        }
+        let first = try #require(try await storage.subscriberChanges(since: nil))
+        #expect(first.users.isEmpty && first.complete)
+        try await storage.write { store in try store.touch(bundle: "app", appUserID: "u1") }
+        let second = try #require(try await storage.subscriberChanges(since: first.watermark))
+        #expect(second.users == [.init(bundleID: "app", appUserID: "u1")])
+        // A write still running when another asking is made: not in that answer (not committed), in the next.
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let running = Task {
+            try await storage.write { store in
+                try store.touch(bundle: "app", appUserID: "u2")
+                entered.signal()
+                release.wait()
+            }
+        }
+        await Task.detached { entered.wait() }.value
+        // A later transaction commits first: the answer covers it without passing the one still running.
+        try await storage.write { store in try store.touch(bundle: "app", appUserID: "u3") }
+        let third = try #require(try await storage.subscriberChanges(since: second.watermark))
+        #expect(!third.users.contains(.init(bundleID: "app", appUserID: "u2")))
+        #expect(third.users.contains(.init(bundleID: "app", appUserID: "u3")))
+        release.signal()
+        try await running.value
+        let fourth = try #require(try await storage.subscriberChanges(since: third.watermark))
+        #expect(fourth.users.contains(.init(bundleID: "app", appUserID: "u2")))
+    }
+
+    @Test(
         "A user's records read together equal those read one by one, through an alias too; touches count changes",
         arguments: Backend.allCases)
     func subscriberRecords(backend: Backend) async throws {

@@ -1,4 +1,5 @@
 public import Foundation
+import StorekeeperJSON
 import StorekeeperPostgres
 import StorekeeperSQL
 
@@ -104,6 +105,7 @@ public final class PostgresServerStorage: ServerStorage {
             """),
         Migration("005-retention-answers", ServerSchema.retentionAnswers(.postgres)),
         Migration("006-subscriber-versions", ServerSchema.subscriberVersions(.postgres)),
+        Migration("007-subscriber-changes", ServerSchema.subscriberChanges),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.
@@ -136,6 +138,49 @@ public final class PostgresServerStorage: ServerStorage {
 
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
         try await database.lockingWrite { try body(SQLServerStore(connection: $0)) }
+    }
+
+    public func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges? {
+        try await database.readStatement { connection in
+            // One statement, one snapshot: every transaction before its oldest running one has ended, and
+            // those that committed are visible here; a later commit has an id at or after that one. The upper
+            // bound changes no answer (a visible change's transaction is below it) but makes the condition a
+            // range the planner takes to the index for (an open `>=` went to a scan of every user).
+            guard let watermark else {
+                let row = try connection.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS watermark")
+                guard let value = row.first?["watermark"].string else {
+                    throw ServerStorageError(message: "PostgreSQL gave no snapshot")
+                }
+                return SubscriberChanges(watermark: .init(value), users: [], complete: true)
+            }
+            let rows = try connection.execute(
+                """
+                SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS watermark, changed.pairs FROM (
+                    SELECT json_agg(json_build_array(bundle_id, app_user_id)) AS pairs FROM (
+                        SELECT bundle_id, app_user_id FROM subscribers
+                        WHERE changed >= ?::xid8 AND changed < pg_snapshot_xmax(pg_current_snapshot()) LIMIT ?
+                    ) AS recent
+                ) AS changed
+                """, [.text(watermark.value), .integer(Int64(SubscriberChanges.limit + 1))])
+            guard let row = rows.first, let value = row["watermark"].string else {
+                throw ServerStorageError(message: "PostgreSQL gave no snapshot")
+            }
+            var users: [SubscriberChanges.Pair] = []
+            if let pairs = row["pairs"].string {
+                let limits = SQLServerStore<PostgresConnection>.aggregateLimits
+                guard case .array(let list) = try JSONParser.parse(Array(pairs.utf8), limits: limits) else {
+                    throw ServerStorageError(message: "PostgreSQL's list of changed users is not a list")
+                }
+                for pair in list {
+                    guard case .array(let parts) = pair, parts.count == 2, let bundle = parts[0].stringValue,
+                        let user = parts[1].stringValue
+                    else { throw ServerStorageError(message: "PostgreSQL's list of changed users is malformed") }
+                    users.append(.init(bundleID: bundle, appUserID: user))
+                }
+            }
+            let complete = users.count <= SubscriberChanges.limit
+            return SubscriberChanges(watermark: .init(value), users: complete ? users : [], complete: complete)
+        }
     }
 
     public func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery] {
@@ -189,6 +234,7 @@ public final class PostgresServerStorage: ServerStorage {
 
 extension PostgresConnection: SQLStatementRunner {
     static var readsSubscriberInOneStatement: Bool { true }
+    static var marksChangingTransactions: Bool { true }
 
     func lockForTransaction(_ key: String) throws {
         try execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [.text(key)])

@@ -13,6 +13,9 @@ protocol SQLStatementRunner {
     /// Whether a subscriber's records are read in one statement (PostgreSQL aggregates them as JSON: one
     /// round trip instead of six); else one statement per repository call (SQLite, in process).
     static var readsSubscriberInOneStatement: Bool { get }
+    /// Whether a change to a user also records the transaction that made it (`subscribers.changed`, on
+    /// PostgreSQL): what processes sharing the database ask for to drop what they keep.
+    static var marksChangingTransactions: Bool { get }
 }
 
 extension SQLStatementRunner {
@@ -74,7 +77,12 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
 
     func touch(bundle: String, appUserID: String) throws {
         try connection.execute(
-            "UPDATE subscribers SET version = version + 1 WHERE bundle_id = ? AND app_user_id = ?",
+            Connection.marksChangingTransactions
+                ? """
+                UPDATE subscribers SET version = version + 1, changed = pg_current_xact_id()
+                WHERE bundle_id = ? AND app_user_id = ?
+                """
+                : "UPDATE subscribers SET version = version + 1 WHERE bundle_id = ? AND app_user_id = ?",
             [.text(bundle), .text(appUserID)])
     }
 

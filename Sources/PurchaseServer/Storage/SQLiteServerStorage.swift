@@ -177,4 +177,5 @@ extension Connection: SQLStatementRunner {
     func lockForTransaction(_ key: String) {}
     /// In process, six statements cost less than decoding one aggregate.
     static var readsSubscriberInOneStatement: Bool { false }
+    static var marksChangingTransactions: Bool { false }
 }

@@ -44,6 +44,7 @@ enum ServerSchema {
                 CREATE TABLE request_budgets (
                     key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL
                 );
+                \(ServerSchema.subscriberChanges)
                 """)
     }
 
@@ -65,6 +66,14 @@ enum ServerSchema {
     static func subscriberVersions(_ d: Dialect) -> String {
         "ALTER TABLE subscribers ADD COLUMN version \(d.integer) NOT NULL DEFAULT 0;"
     }
+
+    /// PostgreSQL only (migration 007): the transaction that last changed each user. Processes sharing the
+    /// database ask which users transactions since their last asking changed, and drop what they keep of
+    /// them (`PostgresServerStorage.subscriberChanges(since:)`).
+    static let subscriberChanges = """
+        ALTER TABLE subscribers ADD COLUMN changed xid8;
+        CREATE INDEX subscribers_by_change ON subscribers (changed);
+        """
 
     static func current(_ d: Dialect) -> String {
         """

@@ -21,6 +21,40 @@ public protocol SubscriberRepository {
     func saveAlias(bundle: String, alias: String, user: String) throws
 }
 
+/// The users other processes changed since a process last asked (``ServerStorage/subscriberChanges(since:)``).
+public struct SubscriberChanges: Sendable, Hashable {
+    /// Where the next asking starts: on PostgreSQL the oldest transaction still running at this asking
+    /// (every one before it had ended), so a transaction that commits later is in a later answer.
+    public struct Watermark: Sendable, Hashable {
+        public var value: String
+        public init(_ value: String) { self.value = value }
+    }
+
+    public var watermark: Watermark
+    /// (app, user) pairs; empty at the first asking (nothing was kept before it).
+    public var users: [Pair]
+    /// False when more users changed than an answer holds (``limit``): the asker drops everything it keeps.
+    public var complete: Bool
+
+    public struct Pair: Sendable, Hashable {
+        public var bundleID: String
+        public var appUserID: String
+        public init(bundleID: String, appUserID: String) {
+            self.bundleID = bundleID
+            self.appUserID = appUserID
+        }
+    }
+
+    /// Users an answer names at most.
+    public static let limit = 10_000
+
+    public init(watermark: Watermark, users: [Pair], complete: Bool) {
+        self.watermark = watermark
+        self.users = users
+        self.complete = complete
+    }
+}
+
 /// What a subscriber's answers are made from, read together.
 public struct SubscriberRecords: Sendable, Hashable {
     public var subscriber: Subscriber
@@ -180,6 +214,11 @@ public protocol ServerStorage: Sendable {
     /// storage has no such moment to offer (its reads never see a write before it committed).
     func afterCommit(_ hook: @escaping @Sendable () -> Void) -> Bool
 
+    /// On storage other processes write (``isShared``): the users changed (``SubscriberRepository/touch(bundle:appUserID:)``)
+    /// by transactions that committed since the asking that answered `watermark`, in one round trip. A write
+    /// acknowledged before this call is in its answer or an earlier one. Nil when the storage is not shared.
+    func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges?
+
     /// Where the state is, for people (a path, or a database URL without its password).
     var location: String { get }
 
@@ -205,6 +244,9 @@ extension ServerStorage {
         try await read(body)
     }
     public func afterCommit(_ hook: @escaping @Sendable () -> Void) -> Bool { false }
+    public func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges? {
+        nil
+    }
 
     public var location: String { "memory" }
 

@@ -39,7 +39,7 @@ public struct RequestBody: Sendable {
         guard text.utf8.count <= maxBytes else {
             throw HTTPError.invalidRequest("member '\(name)' is longer than \(maxBytes) bytes")
         }
-        guard !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+        guard !Self.hasControlCharacter(text) else {
             throw HTTPError.invalidRequest("member '\(name)' contains control characters")
         }
         return text
@@ -90,6 +90,19 @@ public struct RequestBody: Sendable {
         if value == .null { return .some(nil) }
         guard let choice = try choice(name, type) else { return nil }
         return .some(choice)
+    }
+
+    /// Whether `text` holds a control character (Unicode's general category Cc: U+0000–U+001F and
+    /// U+007F–U+009F), found over its UTF-8 bytes: asking each scalar's properties cost ~10 ns a character,
+    /// on receipts of up to 256 KiB.
+    public static func hasControlCharacter(_ text: String) -> Bool {
+        var previous: UInt8 = 0
+        for byte in text.utf8 {
+            // U+0080–U+009F are 0xC2 0x80–0x9F; 0xC2 is never a continuation byte.
+            if byte < 0x20 || byte == 0x7F || (previous == 0xC2 && byte >= 0x80 && byte <= 0x9F) { return true }
+            previous = byte
+        }
+        return false
     }
 
     /// A name fit for an error message (unknown keys come from the client).

@@ -313,3 +313,32 @@ struct MiddlewareTests {
         #expect(!FaultInjectionMiddleware.glob("/inApps/*/x", matches: "/inApps/v1/y"))
     }
 }
+
+@Suite("Request bodies: control characters found over bytes")
+struct ControlCharacterTests {
+    @Test("Every scalar is a control character exactly when Unicode's general category says Cc, alone or in text")
+    func everyScalar() {
+        var disagreements: [UInt32] = []
+        for value in UInt32(0)...0x10FFFF {
+            guard let scalar = Unicode.Scalar(value) else { continue }  // surrogates
+            let control = scalar.properties.generalCategory == .control
+            let alone = String(Character(scalar))
+            if RequestBody.hasControlCharacter(alone) != control
+                || RequestBody.hasControlCharacter("aé" + alone + "€z") != control
+            {
+                disagreements.append(value)
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(10).map { String($0, radix: 16) })")
+        #expect(!RequestBody.hasControlCharacter(String(repeating: "eyJhbGciOiJFUzI1NiJ9.", count: 1_000)))
+    }
+
+    @Test("A string member with a control character is refused; without one it is kept", arguments: ["\u{85}", "\t"])
+    func refused(control: String) throws {
+        let request = HTTPRequest(
+            method: "POST", path: "/", body: JSONWriter.bytes(.object(["a": .string("x" + control), "b": .string("Ä")])))
+        let body = try RequestBody(request, allowed: ["a", "b"])
+        #expect(throws: HTTPError.self) { try body.string("a") }
+        #expect(try body.string("b") == "Ä")
+    }
+}

@@ -336,7 +336,8 @@ struct ControlCharacterTests {
     @Test("A string member with a control character is refused; without one it is kept", arguments: ["\u{85}", "\t"])
     func refused(control: String) throws {
         let request = HTTPRequest(
-            method: "POST", path: "/", body: JSONWriter.bytes(.object(["a": .string("x" + control), "b": .string("Ä")])))
+            method: "POST", path: "/",
+            body: JSONWriter.bytes(.object(["a": .string("x" + control), "b": .string("Ä")])))
         let body = try RequestBody(request, allowed: ["a", "b"])
         #expect(throws: HTTPError.self) { try body.string("a") }
         #expect(try body.string("b") == "Ä")

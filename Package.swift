@@ -44,7 +44,7 @@ let package = Package(
         // Swift wrappers and small hand-written foundations.
         .target(name: "StorekeeperASN1", swiftSettings: upcoming),
         .target(name: "StorekeeperJSON", swiftSettings: upcoming),
-        .target(name: "StorekeeperLogging", swiftSettings: upcoming),
+        .target(name: "StorekeeperLogging", dependencies: ["StoreModel"], swiftSettings: upcoming),
         .target(name: "StoreTime", swiftSettings: upcoming),
         .target(name: "StorekeeperSQL", swiftSettings: upcoming),
         .target(

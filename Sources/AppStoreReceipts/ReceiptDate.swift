@@ -72,7 +72,7 @@ public enum ReceiptDate {
         default:
             return nil
         }
-        let days = daysFromCivil(year: year, month: month, day: day)
+        let days = CivilCalendar.days(year: year, month: month, day: day)
         let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
         return Date(timeIntervalSince1970: Double(seconds) + fraction)
     }
@@ -113,7 +113,7 @@ public enum ReceiptDate {
         let totalSeconds = Int(ms.floorDivided(by: 1000))
         let days = totalSeconds.floorDivided(by: 86_400)
         let secondOfDay = totalSeconds - days * 86_400
-        let (year, month, day) = civilFromDays(days)
+        let (year, month, day) = CivilCalendar.date(days: days)
         guard (0...9999).contains(year) else { return nil }
         let fraction = Int(ms - Int64(totalSeconds) * 1000)
         return String(unsafeUninitializedCapacity: 24) { buffer in
@@ -162,7 +162,7 @@ public enum ReceiptDate {
         let totalSeconds = Int(milliseconds.floorDivided(by: 1000)) + offsetSeconds
         let days = totalSeconds.floorDivided(by: 86_400)
         let secondOfDay = totalSeconds - days * 86_400
-        let (year, month, day) = civilFromDays(days)
+        let (year, month, day) = CivilCalendar.date(days: days)
         func pad(_ value: Int, _ width: Int) -> String {
             let text = String(value)
             return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
@@ -177,29 +177,6 @@ public enum ReceiptDate {
         case 4, 6, 9, 11: return 30
         default: return 31
         }
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
-    }
-
-    /// The inverse of ``daysFromCivil(year:month:day:)``.
-    static func civilFromDays(_ days: Int) -> (year: Int, month: Int, day: Int) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let mp = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 }
 

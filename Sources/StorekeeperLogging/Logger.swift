@@ -1,4 +1,5 @@
 public import Foundation
+import StoreModel
 import Synchronization
 
 #if canImport(Glibc)
@@ -305,25 +306,16 @@ public final class StreamLogHandler: LogHandler {
         let seconds = min(max(interval.rounded(.down), -1e15), 1e15)
         let whole = Int64(seconds)
         let millisecond = min(999, max(0, Int((interval - seconds) * 1_000)))
-        // Days since 1970 to a civil date (Howard Hinnant's `civil_from_days`).
         let days = whole >= 0 ? whole / 86_400 : (whole - 86_399) / 86_400
         let inDay = Int(whole - days * 86_400)
-        let shifted = days + 719_468
-        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
-        let dayOfEra = shifted - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let monthIndex = (5 * dayOfYear + 2) / 153
-        let day = Int(dayOfYear - (153 * monthIndex + 2) / 5 + 1)
-        let month = Int(monthIndex < 10 ? monthIndex + 3 : monthIndex - 9)
-        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        let (year, month, day) = CivilCalendar.date(days: Int(days))
         guard year >= 0 && year < 10_000 else {
             out.append(contentsOf: secondPrefix(whole).utf8)
             appendDigits(millisecond, 3, separator: 0x2E, to: &out)
             out.append(0x5A)
             return
         }
-        appendDigits(Int(year), 4, separator: nil, to: &out)
+        appendDigits(year, 4, separator: nil, to: &out)
         appendDigits(month, 2, separator: 0x2D, to: &out)
         appendDigits(day, 2, separator: 0x2D, to: &out)
         appendDigits(inDay / 3_600, 2, separator: 0x54, to: &out)

@@ -30,6 +30,9 @@ final class ChangeFollower: Sendable {
         self.ask = ask
     }
 
+    /// Reads waiting for the next asking.
+    var waiting: Int { state.withLock { $0.waiting.count } }
+
     /// Round trips made so far.
     var askings: Int { state.withLock { $0.askings } }
 

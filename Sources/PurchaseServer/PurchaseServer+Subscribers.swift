@@ -66,7 +66,7 @@ extension PurchaseServer {
     }
 
     /// A cached user's answer as bytes without the database, for answering inline; nil when the user's
-    /// records are not kept, or are kept beside other processes' writes (they need a version check).
+    /// records are not kept, or are kept beside other processes' writes (they wait for the follower).
     func cachedAnswer(_ answer: SubscriberCache.Answer, bundleID: String, appUserID: String) throws -> [UInt8]? {
         let app = try app(bundleID)
         guard !cache.shared, let entry = cache.entry(bundleID, appUserID) else { return nil }

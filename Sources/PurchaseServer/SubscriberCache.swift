@@ -47,7 +47,8 @@ final class SubscriberCache: Sendable {
     }
 
     private let state = Mutex(State())
-    /// Whether other processes write the same storage: entries are used only at the version they were read.
+    /// Whether other processes write the same storage: entries are used only once a ``ChangeFollower`` caught
+    /// up after the read arrived.
     let shared: Bool
 
     /// Whether ``committed()`` is called after each write transaction (storage whose reads run beside its
@@ -69,6 +70,9 @@ final class SubscriberCache: Sendable {
     func entry(_ bundleID: String, _ user: String) -> Entry? {
         state.withLock { $0.entries[Self.key(bundleID, user)] }
     }
+
+    /// Users whose last invalidation is remembered (at most twice ``capacity``).
+    var generationsRemembered: Int { state.withLock { $0.generations.count } }
 
     /// Whether anything is kept of the user (current or not).
     func holds(_ bundleID: String, _ user: String) -> Bool {
@@ -100,8 +104,8 @@ final class SubscriberCache: Sendable {
         let key = Self.key(bundleID, user)
         state.withLock { state in
             // Any invalidation since the records were read removed them (and a newer read's carry its own
-            // generation); on shared storage another process's write moves the version instead, and an entry
-            // read after it may have replaced these records under the same generation.
+            // generation); an entry read since may have replaced these records under the same generation
+            // (after a floor moved), so the version must match too.
             guard let kept = state.entries[key], kept.generation == entry.generation, kept.version == entry.version
             else { return }
             state.entries[key]?.rendered[answer] = rendered
@@ -115,6 +119,12 @@ final class SubscriberCache: Sendable {
         let tracks = tracksCommits.load(ordering: .acquiring)
         state.withLock { state in
             state.counter += 1
+            if state.generations.count >= 2 * Self.capacity {
+                // Bounded like the entries: the floor stands for every generation forgotten (reads under way
+                // then keep nothing; what is kept stays).
+                state.floor = state.counter
+                state.generations.removeAll()
+            }
             state.generations[key] = state.counter
             state.entries[key] = nil
             if tracks { state.uncommitted.insert(key) }

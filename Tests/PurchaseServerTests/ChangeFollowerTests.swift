@@ -78,7 +78,7 @@ struct ChangeFollowerTests {
                 returned.add()
             }
         }
-        try await Task.sleep(for: .milliseconds(50))
+        while follower.waiting < 20 { try await Task.sleep(for: .milliseconds(1)) }
         await storage.answer(.success(Self.changes([], watermark: "1")))
         try await first.value
         #expect(returned.value == 1)
@@ -124,6 +124,18 @@ struct ChangeFollowerTests {
         #expect(!cache.holds("app", "d"))
         cache.store(Self.entry("d"), "app", "d", since: cache.generation("app", "d"))
         #expect(cache.holds("app", "d"))
+    }
+
+    @Test("What the cache remembers of invalidated users is bounded; what it keeps stays, reads under way keep nothing")
+    func boundedGenerations() {
+        let cache = SubscriberCache(shared: true)
+        cache.store(Self.entry("kept"), "app", "kept", since: cache.generation("app", "kept"))
+        let underWay = cache.generation("app", "late")
+        for user in 0..<(2 * SubscriberCache.capacity + 1) { cache.invalidate("app", "u\(user)") }
+        #expect(cache.generationsRemembered <= 2 * SubscriberCache.capacity)
+        #expect(cache.holds("app", "kept"))
+        cache.store(Self.entry("late"), "app", "late", since: underWay)
+        #expect(!cache.holds("app", "late"))
     }
 
     @Test("An asking that fails fails the reads waiting for it; the next one is asked again")

@@ -51,7 +51,7 @@ struct ClusterTests {
             return try JSONParser.parse(response.body)
         }
         for round in 0..<12 {
-            // The reader keeps both answers (read twice: the second from what it kept, once its version held).
+            // The reader keeps both answers (read twice: the second from what it kept, once the follower caught up).
             for _ in 0..<2 {
                 _ = try await read("subscribers", key: ServerHarness.secret)
                 _ = try await read("entitlements", key: ServerHarness.publicKey)

@@ -2,6 +2,7 @@ import Foundation
 import PurchaseServer
 import StoreModel
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// One contract for every ``ServerStorage`` backend.
@@ -31,6 +32,12 @@ struct ServerStorageContractTests {
     }
 
     static let start = Date(timeIntervalSince1970: 1_800_000_000)
+
+    final class Flag: Sendable {
+        private let value = Mutex(false)
+        func set() { value.withLock { $0 = true } }
+        var isSet: Bool { value.withLock { $0 } }
+    }
 
     static func purchase(_ id: String, original: String? = nil, owner: String?, kind: ProductKind = .consumable)
         -> PurchaseRecord
@@ -156,16 +163,16 @@ struct ServerStorageContractTests {
         let second = try #require(try await storage.subscriberChanges(since: first.watermark))
         #expect(second.users == [.init(bundleID: "app", appUserID: "u1")])
         // A write still running when another asking is made: not in that answer (not committed), in the next.
-        let entered = DispatchSemaphore(value: 0)
+        let entered = Flag()
         let release = DispatchSemaphore(value: 0)
         let running = Task {
             try await storage.write { store in
                 try store.touch(bundle: "app", appUserID: "u2")
-                entered.signal()
-                release.wait()
+                entered.set()
+                release.wait()  // on the storage's own connection thread
             }
         }
-        await Task.detached { entered.wait() }.value
+        while !entered.isSet { try await Task.sleep(for: .milliseconds(1)) }
         // A later transaction commits first: the answer covers it without passing the one still running.
         try await storage.write { store in try store.touch(bundle: "app", appUserID: "u3") }
         let third = try #require(try await storage.subscriberChanges(since: second.watermark))

@@ -10,6 +10,8 @@ public final class PostgresConnection {
     private let handle: OpaquePointer  // PGconn, owned
     /// Prepared statement names by SQL text and value types.
     private var statements: [String: String] = [:]
+    /// Statement names given so far on this connection.
+    private var statementsNamed = 0
     /// Rows the last statement changed.
     public private(set) var changes = 0
 
@@ -39,47 +41,171 @@ public final class PostgresConnection {
     deinit { PQfinish(handle) }
 
     /// Whether libpq still considers the connection usable.
-    public var isOpen: Bool { PQstatus(handle) == CONNECTION_OK }
+    public var isOpen: Bool { !broken && PQstatus(handle) == CONNECTION_OK }
+    /// Set when the connection could not leave pipeline mode: it is then treated as lost.
+    private var broken = false
 
-    /// Runs statements without values (one or several separated by `;`), as a script.
+    /// Runs statements without values (one or several separated by `;`), as a script. In a pipelined
+    /// transaction, what was sent before is answered first (a script cannot be pipelined).
     public func executeScript(_ sql: String) throws(PostgresError) {
+        if pipelined {
+            try synchronize()
+            PQexitPipelineMode(handle)
+            defer { PQenterPipelineMode(handle) }
+            roundTrips += 1
+            guard let result = PQexec(handle, sql) else { throw connectionError() }
+            defer { PQclear(result) }
+            do { try check(result) } catch {
+                if transactionFailure == nil { transactionFailure = error }
+                throw error
+            }
+            return
+        }
+        roundTrips += 1
         guard let result = PQexec(handle, sql) else { throw connectionError() }
         defer { PQclear(result) }
         try check(result)
     }
 
+    // MARK: Pipelined transactions
+
+    /// Statements sent in pipeline mode whose results are not read yet, in order.
+    private var unanswered: [Sent] = []
+    private struct Sent {
+        /// The statement, for an error's text; nil for a transaction's own statements.
+        let sql: String?
+        /// The prepared statement's cache key when this is its preparation (forgotten if it fails).
+        let preparing: String?
+    }
+    /// The first statement that failed in the open pipelined transaction.
+    private var transactionFailure: PostgresError?
+    /// Whether the connection is in pipeline mode (between ``beginPipelined(_:)`` and
+    /// ``commitPipelined()`` or ``abandonPipeline()``).
+    public private(set) var pipelined = false
+    /// Times this connection waited for the server: one per statement run alone, one per pipeline
+    /// synchronisation however many statements it answers.
+    public private(set) var roundTrips = 0
+
+    /// Starts a transaction with `begin` in pipeline mode (libpq's): `begin`, and statements sent with
+    /// ``executeLater(_:_:)``, go with the next statement whose rows are needed, in one round trip.
+    public func beginPipelined(_ begin: String) throws(PostgresError) {
+        precondition(!pipelined && unanswered.isEmpty, "a pipelined transaction is already open")
+        guard PQenterPipelineMode(handle) == 1 else { throw connectionError() }
+        pipelined = true
+        transactionFailure = nil
+        try send(nil) { PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) }
+    }
+
+    /// Sends `COMMIT` with whatever is still unanswered, waits once for all of it and leaves pipeline mode.
+    /// Throws the first failure among them (the transaction is then not committed).
+    public func commitPipelined() throws(PostgresError) {
+        precondition(pipelined, "no pipelined transaction is open")
+        try send(nil) { PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) }
+        let result = try synchronize(keepingLast: true)
+        defer { if let result { PQclear(result) } }
+        if PQexitPipelineMode(handle) != 1 { broken = true }
+        pipelined = false
+        // A statement that failed earlier, even one whose error the caller caught, left the transaction
+        // aborted: COMMIT then rolls back without an error of its own.
+        if let failure = transactionFailure { throw failure }
+        guard let result, String(cString: PQcmdStatus(result)) == "COMMIT" else {
+            throw PostgresError(.server, sqlState: "40000", "the transaction was rolled back, not committed")
+        }
+    }
+
+    /// Reads and drops whatever is unanswered and leaves pipeline mode (after a failure, before
+    /// `ROLLBACK`). Nothing happens outside pipeline mode.
+    public func abandonPipeline() {
+        guard pipelined else { return }
+        if !unanswered.isEmpty { _ = try? synchronize() }
+        unanswered = []
+        if PQexitPipelineMode(handle) != 1 { broken = true }
+        pipelined = false
+    }
+
+    /// Runs a statement whose rows and count are not needed. In a pipelined transaction it is only sent:
+    /// it runs, in order, when the next statement whose rows are needed (or `COMMIT`) is answered, and its
+    /// failure is thrown there. Otherwise it runs now.
+    public func executeLater(_ sql: String, _ values: [SQLValue] = []) throws(PostgresError) {
+        guard pipelined else {
+            try execute(sql, values)
+            return
+        }
+        try sendPrepared(sql, values)
+    }
+
+    /// Sends a statement in pipeline mode, remembering it as unanswered.
+    private func send(_ sent: Sent?, _ call: () -> Int32) throws(PostgresError) {
+        guard call() == 1 else { throw connectionError() }
+        unanswered.append(sent ?? Sent(sql: nil, preparing: nil))
+    }
+
+    /// Marks a synchronisation point, then reads every unanswered result in order: the last statement's
+    /// result is answered (the caller clears it), the first failure thrown once all are read.
+    @discardableResult
+    private func synchronize(keepingLast: Bool = false) throws(PostgresError) -> OpaquePointer? {
+        roundTrips += 1
+        let sent = unanswered
+        unanswered = []
+        guard PQpipelineSync(handle) == 1 else { throw forget(sent[...], connectionError()) }
+        var read = 0
+        var failure: PostgresError?
+        var last: OpaquePointer?
+        for (index, statement) in sent.enumerated() {
+            guard let result = PQgetResult(handle) else { throw forget(sent[read...], connectionError()) }
+            read += 1
+            // Each statement's results end with a null.
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+            let status = PQresultStatus(result)
+            let succeeded = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY
+            // A preparation that did not run leaves no statement: it is prepared again when next used.
+            if !succeeded, let key = statement.preparing { statements[key] = nil }
+            if failure == nil, status != PGRES_PIPELINE_ABORTED {
+                do { try check(result, sql: statement.sql) } catch { failure = error }
+            }
+            if keepingLast && index == sent.count - 1 && failure == nil {
+                last = result
+            } else {
+                PQclear(result)
+            }
+        }
+        guard let sync = PQgetResult(handle) else { throw connectionError() }
+        let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
+        PQclear(sync)
+        if let failure {
+            if let last { PQclear(last) }
+            if transactionFailure == nil { transactionFailure = failure }
+            throw failure
+        }
+        guard synced else {
+            if let last { PQclear(last) }
+            throw PostgresError(.connection, "the pipeline lost its place")
+        }
+        return last
+    }
+
+    /// Statements whose results were never read: what they prepared may not exist, so it is prepared again
+    /// when next used. Answers `error`.
+    private func forget(_ sent: ArraySlice<Sent>, _ error: PostgresError) -> PostgresError {
+        for statement in sent { if let key = statement.preparing { statements[key] = nil } }
+        return error
+    }
+
     /// Runs one statement with its values and answers every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(PostgresError) -> [Row] {
-        var types: [UInt32] = []
-        var formats: [Int32] = []
-        var buffers: [[UInt8]?] = []
-        types.reserveCapacity(values.count)
-        for value in values {
-            switch value {
-            case .null:
-                types.append(0)
-                formats.append(0)
-                buffers.append(nil)
-            case .integer(let number):
-                types.append(20)  // int8
-                formats.append(0)
-                buffers.append(Array(String(number).utf8) + [0])
-            case .real(let number):
-                types.append(701)  // float8
-                formats.append(0)
-                buffers.append(Array(Self.text(number).utf8) + [0])
-            case .text(let string):
-                types.append(0)  // inferred from the statement
-                formats.append(0)
-                buffers.append(Array(string.utf8) + [0])
-            case .blob(let bytes):
-                types.append(17)  // bytea, sent as bytes
-                formats.append(1)
-                buffers.append(bytes)
-            }
-        }
+        let (types, formats, buffers) = Self.parameters(values)
         let name = try prepared(sql, types: types)
+        if pipelined {
+            try sendPrepared(name: name, sql: sql, buffers: buffers, formats: formats)
+            guard let result = try synchronize(keepingLast: true) else {
+                throw PostgresError(.connection, "the pipeline answered nothing")
+            }
+            defer { PQclear(result) }
+            changes = Int(String(cString: PQcmdTuples(result))) ?? 0
+            return Self.rows(result)
+        }
+        roundTrips += 1
         let lengths = buffers.map { Int32($0?.count ?? 0) }
         let pointers = UnsafeMutablePointer<UnsafePointer<CChar>?>.allocate(capacity: max(values.count, 1))
         var owned: [UnsafeMutableRawPointer] = []
@@ -110,6 +236,74 @@ public final class PostgresConnection {
         return Self.rows(result)
     }
 
+    /// The values of a statement as libpq takes them: parameter types, formats and bytes.
+    private static func parameters(_ values: [SQLValue]) -> (types: [UInt32], formats: [Int32], buffers: [[UInt8]?]) {
+        var types: [UInt32] = []
+        var formats: [Int32] = []
+        var buffers: [[UInt8]?] = []
+        types.reserveCapacity(values.count)
+        for value in values {
+            switch value {
+            case .null:
+                types.append(0)
+                formats.append(0)
+                buffers.append(nil)
+            case .integer(let number):
+                types.append(20)  // int8
+                formats.append(0)
+                buffers.append(Array(String(number).utf8) + [0])
+            case .real(let number):
+                types.append(701)  // float8
+                formats.append(0)
+                buffers.append(Array(Self.text(number).utf8) + [0])
+            case .text(let string):
+                types.append(0)  // inferred from the statement
+                formats.append(0)
+                buffers.append(Array(string.utf8) + [0])
+            case .blob(let bytes):
+                types.append(17)  // bytea, sent as bytes
+                formats.append(1)
+                buffers.append(bytes)
+            }
+        }
+        return (types, formats, buffers)
+    }
+
+    /// Sends a statement in pipeline mode (prepared first when new), unanswered.
+    private func sendPrepared(_ sql: String, _ values: [SQLValue]) throws(PostgresError) {
+        let (types, formats, buffers) = Self.parameters(values)
+        let name = try prepared(sql, types: types)
+        try sendPrepared(name: name, sql: sql, buffers: buffers, formats: formats)
+    }
+
+    private func sendPrepared(name: String, sql: String, buffers: [[UInt8]?], formats: [Int32]) throws(PostgresError) {
+        let lengths = buffers.map { Int32($0?.count ?? 0) }
+        let pointers = UnsafeMutablePointer<UnsafePointer<CChar>?>.allocate(capacity: max(buffers.count, 1))
+        var owned: [UnsafeMutableRawPointer] = []
+        defer {
+            for pointer in owned { pointer.deallocate() }
+            pointers.deallocate()
+        }
+        for (index, buffer) in buffers.enumerated() {
+            guard let buffer else {
+                pointers[index] = nil
+                continue
+            }
+            let copy = UnsafeMutableRawPointer.allocate(byteCount: max(buffer.count, 1), alignment: 1)
+            buffer.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            owned.append(copy)
+            pointers[index] = UnsafePointer(copy.assumingMemoryBound(to: CChar.self))
+        }
+        try send(Sent(sql: sql, preparing: nil)) {
+            lengths.withUnsafeBufferPointer { lengths in
+                formats.withUnsafeBufferPointer { formats in
+                    PQsendQueryPrepared(
+                        handle, name, Int32(buffers.count), pointers, lengths.baseAddress, formats.baseAddress, 0)
+                }
+            }
+        }
+    }
+
     private func prepared(_ sql: String, types: [UInt32]) throws(PostgresError) -> String {
         let key = types.map(String.init).joined(separator: ",") + "|" + sql
         if let name = statements[key] { return name }
@@ -117,8 +311,20 @@ public final class PostgresConnection {
             try executeScript("DEALLOCATE ALL")
             statements.removeAll()
         }
-        let name = "sk\(statements.count + 1)"
+        // Never a name used before on this connection: a preparation forgotten after a failed pipeline may
+        // still exist on the server.
+        statementsNamed += 1
+        let name = "sk\(statementsNamed)"
         let text = Self.numberedPlaceholders(sql)
+        if pipelined {
+            // Prepared in the pipeline, ahead of its first use.
+            try send(Sent(sql: sql, preparing: key)) {
+                types.withUnsafeBufferPointer { PQsendPrepare(handle, name, text, Int32(types.count), $0.baseAddress) }
+            }
+            statements[key] = name
+            return name
+        }
+        roundTrips += 1
         guard
             let result = types.withUnsafeBufferPointer({
                 PQprepare(handle, name, text, Int32(types.count), $0.baseAddress)

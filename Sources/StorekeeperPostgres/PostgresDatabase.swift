@@ -152,6 +152,10 @@ actor PostgresSession {
             case .statement: nil
             }
         }
+        /// Writes run in libpq's pipeline mode: statements whose rows are not needed go with the next one
+        /// that is (``PostgresConnection/executeLater(_:_:)``), `BEGIN` with the first and `COMMIT` with
+        /// the last.
+        var pipelines: Bool { self == .write || self == .plain }
     }
 
     private let executor: DispatchSerialExecutor
@@ -189,12 +193,13 @@ actor PostgresSession {
             var committing = false
             do {
                 guard let begin = mode.begin else { return try body(connection) }
-                try connection.executeScript(begin)
+                if mode.pipelines { try connection.beginPipelined(begin) } else { try connection.executeScript(begin) }
                 let result = try body(connection)
                 committing = true
-                try connection.executeScript("COMMIT")
+                if mode.pipelines { try connection.commitPipelined() } else { try connection.executeScript("COMMIT") }
                 return result
             } catch let error as PostgresError {
+                connection.abandonPipeline()
                 if !connection.isOpen {
                     self.connection = nil
                 } else if mode.begin != nil {
@@ -206,6 +211,7 @@ actor PostgresSession {
                 counter.value.add(1, ordering: .relaxed)
                 Self.pause(attempt)
             } catch {
+                connection.abandonPipeline()
                 if !connection.isOpen {
                     self.connection = nil
                 } else if mode.begin != nil {

@@ -69,6 +69,56 @@ struct PostgresDatabaseTests {
         #expect(database.retries > 0)
     }
 
+    @Test("A write is pipelined: statements not read go with the next one read, BEGIN and COMMIT included")
+    func pipelined() async throws {
+        let database = try PostgresDatabase(url: try PostgresTesting.freshDatabase(), poolSize: 1)
+        try await database.write { try $0.executeScript("CREATE TABLE p (k TEXT PRIMARY KEY, n BIGINT NOT NULL)") }
+        // Prepared once, so the counts below are of statements only.
+        try await database.write { connection in
+            try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("warm"), .integer(0)])
+            _ = try connection.execute("SELECT count(*) AS n FROM p")
+        }
+        let (trips, seen) = try await database.write { connection -> (Int, Int64?) in
+            let before = connection.roundTrips
+            try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("a"), .integer(1)])
+            try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("b"), .integer(2)])
+            // Read after the two inserts, in the same round trip as them (and as BEGIN).
+            let n = try connection.execute("SELECT count(*) AS n FROM p").first?["n"].int64
+            try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("c"), .integer(3)])
+            return (connection.roundTrips - before, n)
+        }
+        #expect(seen == 3, "the read saw the inserts sent before it")
+        #expect(trips == 1, "two inserts and a read in one round trip")
+        #expect(try await database.read { try $0.execute("SELECT count(*) AS n FROM p").first?["n"] } == .integer(4))
+
+        // A failed statement sent earlier fails the read it went with; the write commits nothing.
+        do {
+            try await database.write { connection in
+                try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("d"), .integer(4)])
+                try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("a"), .integer(5)])
+                _ = try connection.execute("SELECT count(*) AS n FROM p")
+                Issue.record("the duplicate key went unnoticed")
+            }
+        } catch let error as PostgresError {
+            #expect(error.isUniqueViolation)
+        }
+        // A caller that catches that failure still cannot commit: PostgreSQL would roll back in silence.
+        do {
+            try await database.write { connection in
+                try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("e"), .integer(6)])
+                try connection.executeLater("INSERT INTO p VALUES (?, ?)", [.text("a"), .integer(7)])
+                _ = try? connection.execute("SELECT 1 AS one")
+            }
+            Issue.record("a write whose statement failed was reported committed")
+        } catch let error as PostgresError {
+            #expect(error.isUniqueViolation)
+        }
+        #expect(try await database.read { try $0.execute("SELECT count(*) AS n FROM p").first?["n"] } == .integer(4))
+        // The connection is usable afterwards, in and out of pipeline mode.
+        try await database.write { try $0.executeLater("INSERT INTO p VALUES (?, ?)", [.text("f"), .integer(8)]) }
+        #expect(try await database.read { try $0.execute("SELECT count(*) AS n FROM p").first?["n"] } == .integer(5))
+    }
+
     @Test("An advisory lock has one holder; it passes on when the holder lets go")
     func locks() async throws {
         let url = try PostgresTesting.freshDatabase()

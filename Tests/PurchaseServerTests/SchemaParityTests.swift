@@ -55,10 +55,12 @@ struct SchemaParityTests {
         let connection = try PostgresConnection(url: url)
         let columns = try connection.execute(
             """
-            SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || is_identity
-                AS line
-            FROM information_schema.columns
-            WHERE table_schema = 'public' AND table_name != 'schema_migrations' ORDER BY 1
+            SELECT c.table_name || '.' || c.column_name || ' ' || c.data_type || ' ' || c.is_nullable || ' ' ||
+                c.is_identity || ' ' || a.attstorage::text AS line
+            FROM information_schema.columns c
+            JOIN pg_attribute a ON a.attrelid = ('public.' || quote_ident(c.table_name))::regclass
+                AND a.attname = c.column_name
+            WHERE c.table_schema = 'public' AND c.table_name != 'schema_migrations' ORDER BY 1
             """
         ).compactMap { $0["line"].string }
         let indexes = try connection.execute(
@@ -82,6 +84,8 @@ struct SchemaParityTests {
         #expect(postgresNew.columns.count >= 40 && postgresNew.indexes.count >= 10, "read: \(postgresNew)")
         #expect(postgresNew.columns == postgresOld.columns)
         #expect(postgresNew.indexes == postgresOld.indexes)
+        // Raw inputs are stored out of line, never compressed (attstorage 'e'), on both routes.
+        #expect(postgresNew.columns.contains("inputs.body bytea NO NO e"), "\(postgresNew.columns)")
     }
 
     @Test("Both backends hold the same tables and columns")

@@ -106,6 +106,7 @@ public final class PostgresServerStorage: ServerStorage {
         Migration("005-retention-answers", ServerSchema.retentionAnswers(.postgres)),
         Migration("006-subscriber-versions", ServerSchema.subscriberVersions(.postgres)),
         Migration("007-subscriber-changes", ServerSchema.subscriberChanges),
+        Migration("008-inputs-uncompressed", ServerSchema.uncompressedInputs),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.
@@ -237,6 +238,7 @@ extension PostgresConnection: SQLStatementRunner {
     static var marksChangingTransactions: Bool { true }
 
     func lockForTransaction(_ key: String) throws {
-        try execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [.text(key)])
+        // Sent with the next read: it runs first, and the read sees what the lock's last holder committed.
+        try executeLater("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [.text(key)])
     }
 }

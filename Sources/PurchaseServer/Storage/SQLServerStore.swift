@@ -6,6 +6,9 @@ import StorekeeperSQL
 /// What the SQL store needs of a connection: SQLite's and PostgreSQL's both have it.
 protocol SQLStatementRunner {
     @discardableResult func execute(_ sql: String, _ values: [SQLValue]) throws -> [Row]
+    /// Runs a statement whose rows and count are not needed: PostgreSQL sends it with the next statement
+    /// that is answered (one round trip for both; its failure is thrown there), SQLite runs it now.
+    func executeLater(_ sql: String, _ values: [SQLValue]) throws
     /// Rows the last statement changed.
     var changes: Int { get }
     /// Holds `key` until the transaction ends (nothing where transactions run one at a time).
@@ -20,6 +23,7 @@ protocol SQLStatementRunner {
 
 extension SQLStatementRunner {
     @discardableResult func execute(_ sql: String) throws -> [Row] { try execute(sql, []) }
+    func executeLater(_ sql: String, _ values: [SQLValue]) throws { try execute(sql, values) }
 }
 
 /// The purchase server's records over SQL, in the dialect SQLite and PostgreSQL share (upserts with
@@ -59,14 +63,14 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     func save(_ subscriber: Subscriber) throws {
-        try connection.execute(
+        try connection.executeLater(
             """
             INSERT INTO subscribers (bundle_id, app_user_id, document) VALUES (?, ?, ?)
             ON CONFLICT (bundle_id, app_user_id) DO UPDATE SET document = excluded.document
             """,
             [.text(subscriber.bundleID), .text(subscriber.appUserID), try Self.encode(subscriber)])
         for token in subscriber.appAccountTokens {
-            try connection.execute(
+            try connection.executeLater(
                 """
                 INSERT INTO account_tokens (bundle_id, token, app_user_id) VALUES (?, ?, ?)
                 ON CONFLICT (bundle_id, token) DO UPDATE SET app_user_id = excluded.app_user_id
@@ -76,7 +80,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     func touch(bundle: String, appUserID: String) throws {
-        try connection.execute(
+        try connection.executeLater(
             Connection.marksChangingTransactions
                 ? """
                 UPDATE subscribers SET version = version + 1, changed = pg_current_xact_id()
@@ -175,7 +179,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     func save(_ purchase: PurchaseRecord) throws {
-        try connection.execute(
+        try connection.executeLater(
             """
             INSERT INTO purchases (transaction_id, original_id, bundle_id, owner, purchase_date, document,
                 product_id, kind, environment, expires, revoked, last_date, price, currency, trial, billing_plan)
@@ -262,7 +266,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     func save(_ subscription: SubscriptionRecord) throws {
-        try connection.execute(
+        try connection.executeLater(
             """
             INSERT INTO subscriptions (original_id, bundle_id, owner, document, check_due) VALUES (?, ?, ?, ?, ?)
             ON CONFLICT (original_id) DO UPDATE SET bundle_id = excluded.bundle_id, owner = excluded.owner,

@@ -45,6 +45,7 @@ enum ServerSchema {
                     key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL
                 );
                 \(ServerSchema.subscriberChanges)
+                \(ServerSchema.uncompressedInputs)
                 """)
     }
 
@@ -74,6 +75,11 @@ enum ServerSchema {
         ALTER TABLE subscribers ADD COLUMN changed xid8;
         CREATE INDEX subscribers_by_change ON subscribers (changed);
         """
+
+    /// PostgreSQL only (migration 008): raw inputs are kept out of line and never compressed. A V2
+    /// notification is ~14 KB of base64url that pglz shrinks little, and trying cost a fifth of PostgreSQL's
+    /// CPU while ingesting notifications. (SQLite compresses nothing.)
+    static let uncompressedInputs = "ALTER TABLE inputs ALTER COLUMN body SET STORAGE EXTERNAL;"
 
     static func current(_ d: Dialect) -> String {
         """

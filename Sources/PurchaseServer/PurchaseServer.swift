@@ -351,6 +351,9 @@ public final class PurchaseServer: Sendable {
         // The subscription, then the user: what follows reads them as the last writer left them.
         try store.lock(original: originalID)
         if let claimant { try store.lock(user: claimant, bundle: bundleID) }
+        try store.readAhead(
+            transaction: update.transaction?.transactionID, original: originalID, bundle: bundleID,
+            appAccountToken: update.transaction?.appAccountToken)
         if let transaction = update.transaction, transaction.bundleID.rawValue != bundleID {
             throw PurchaseServerError.invalid("the transaction is for \(transaction.bundleID), not \(bundleID)")
         }

@@ -49,6 +49,7 @@ public final class PostgresConnection {
     /// transaction, what was sent before is answered first (a script cannot be pipelined).
     public func executeScript(_ sql: String) throws(PostgresError) {
         if pipelined {
+            readAhead = []
             try synchronize()
             PQexitPipelineMode(handle)
             defer { PQenterPipelineMode(handle) }
@@ -76,7 +77,12 @@ public final class PostgresConnection {
         let sql: String?
         /// The prepared statement's cache key when this is its preparation (forgotten if it fails).
         let preparing: String?
+        /// Whether its result is answered by ``synchronize(keeping:)``.
+        var keep = false
     }
+    /// Rows read ahead in the open pipelined transaction (``readAhead(_:)``), each answered once to the
+    /// same statement with the same values, until a statement that may write is sent.
+    private var readAhead: [(sql: String, values: [SQLValue], rows: [Row])] = []
     /// The first statement that failed in the open pipelined transaction.
     private var transactionFailure: PostgresError?
     /// Whether the connection is in pipeline mode (between ``beginPipelined(_:)`` and
@@ -93,6 +99,7 @@ public final class PostgresConnection {
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError() }
         pipelined = true
         transactionFailure = nil
+        readAhead = []
         try send(nil) { PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) }
     }
 
@@ -100,6 +107,7 @@ public final class PostgresConnection {
     /// Throws the first failure among them (the transaction is then not committed).
     public func commitPipelined() throws(PostgresError) {
         precondition(pipelined, "no pipelined transaction is open")
+        readAhead = []
         try send(nil) { PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) }
         let result = try synchronize(keepingLast: true)
         defer { if let result { PQclear(result) } }
@@ -119,6 +127,7 @@ public final class PostgresConnection {
         guard pipelined else { return }
         if !unanswered.isEmpty { _ = try? synchronize() }
         unanswered = []
+        readAhead = []
         if PQexitPipelineMode(handle) != 1 { broken = true }
         pipelined = false
     }
@@ -131,6 +140,7 @@ public final class PostgresConnection {
             try execute(sql, values)
             return
         }
+        readAhead = []
         try sendPrepared(sql, values)
     }
 
@@ -144,14 +154,22 @@ public final class PostgresConnection {
     /// result is answered (the caller clears it), the first failure thrown once all are read.
     @discardableResult
     private func synchronize(keepingLast: Bool = false) throws(PostgresError) -> OpaquePointer? {
+        if keepingLast, !unanswered.isEmpty { unanswered[unanswered.count - 1].keep = true }
+        return try synchronize(keeping: ()).last
+    }
+
+    /// Marks a synchronisation point, then reads every unanswered result in order: the results of those
+    /// marked `keep` are answered in order (the caller clears them), the first failure thrown once all are
+    /// read.
+    private func synchronize(keeping: Void) throws(PostgresError) -> [OpaquePointer] {
         roundTrips += 1
         let sent = unanswered
         unanswered = []
         guard PQpipelineSync(handle) == 1 else { throw forget(sent[...], connectionError()) }
         var read = 0
         var failure: PostgresError?
-        var last: OpaquePointer?
-        for (index, statement) in sent.enumerated() {
+        var kept: [OpaquePointer] = []
+        for statement in sent {
             guard let result = PQgetResult(handle) else { throw forget(sent[read...], connectionError()) }
             read += 1
             // Each statement's results end with a null.
@@ -163,8 +181,8 @@ public final class PostgresConnection {
             if failure == nil, status != PGRES_PIPELINE_ABORTED {
                 do { try check(result, sql: statement.sql) } catch { failure = error }
             }
-            if keepingLast && index == sent.count - 1 && failure == nil {
-                last = result
+            if statement.keep && failure == nil {
+                kept.append(result)
             } else {
                 PQclear(result)
             }
@@ -173,15 +191,31 @@ public final class PostgresConnection {
         let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
         PQclear(sync)
         if let failure {
-            if let last { PQclear(last) }
+            for result in kept { PQclear(result) }
             if transactionFailure == nil { transactionFailure = failure }
             throw failure
         }
         guard synced else {
-            if let last { PQclear(last) }
+            for result in kept { PQclear(result) }
             throw PostgresError(.connection, "the pipeline lost its place")
         }
-        return last
+        return kept
+    }
+
+    /// Runs `statements` (reads) now, in one round trip with whatever is unanswered, and keeps their rows:
+    /// the same statement with the same values is then answered from them, once, with no round trip, until
+    /// something that may write is sent. Does nothing outside a pipelined transaction.
+    public func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws(PostgresError) {
+        guard pipelined, !statements.isEmpty else { return }
+        for statement in statements {
+            try sendPrepared(statement.sql, statement.values)
+            unanswered[unanswered.count - 1].keep = true
+        }
+        let results = try synchronize(keeping: ())
+        defer { for result in results { PQclear(result) } }
+        readAhead = zip(statements, results).map { statement, result in
+            (statement.sql, statement.values, Self.rows(result))
+        }
     }
 
     /// Statements whose results were never read: what they prepared may not exist, so it is prepared again
@@ -194,6 +228,14 @@ public final class PostgresConnection {
     /// Runs one statement with its values and answers every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(PostgresError) -> [Row] {
+        if pipelined, !readAhead.isEmpty {
+            if let index = readAhead.firstIndex(where: { $0.sql == sql && $0.values == values }) {
+                let rows = readAhead.remove(at: index).rows
+                changes = rows.count
+                return rows
+            }
+            if !sql.hasPrefix("SELECT") { readAhead = [] }
+        }
         let (types, formats, buffers) = Self.parameters(values)
         let name = try prepared(sql, types: types)
         if pipelined {

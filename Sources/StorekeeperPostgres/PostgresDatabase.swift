@@ -26,6 +26,9 @@ public final class PostgresDatabase: Sendable {
 
     /// Transactions run again (after a serialization failure or a lost connection) so far.
     public var retries: Int { counter.value.load(ordering: .relaxed) }
+    /// Times the connections of this pool's transactions waited for the server (one per pipeline
+    /// synchronisation or statement run alone).
+    public var roundTrips: Int { counter.roundTrips.load(ordering: .relaxed) }
 
     /// Connects once (so a wrong URL fails here), then keeps up to `poolSize` connections.
     public init(url: String, poolSize: Int = 8) throws(PostgresError) {
@@ -191,6 +194,8 @@ actor PostgresSession {
                 continue
             }
             var committing = false
+            let trips = connection.roundTrips
+            defer { counter.roundTrips.add(connection.roundTrips - trips, ordering: .relaxed) }
             do {
                 guard let begin = mode.begin else { return try body(connection) }
                 if mode.pipelines { try connection.beginPipelined(begin) } else { try connection.executeScript(begin) }
@@ -257,4 +262,5 @@ actor PostgresSession {
 
 final class RetryCounter: Sendable {
     let value = Atomic<Int>(0)
+    let roundTrips = Atomic<Int>(0)
 }

@@ -128,6 +128,8 @@ public final class PostgresServerStorage: ServerStorage {
 
     /// Writes run again (after a deadlock or a lost connection), so far in this process.
     public var retries: Int { database.retries }
+    /// Times this process's reads and writes waited for PostgreSQL.
+    public var roundTrips: Int { database.roundTrips }
 
     public func read<T: Sendable>(_ body: @Sendable (any ServerStore) throws -> T) async throws -> T {
         try await database.read { try body(SQLServerStore(connection: $0)) }

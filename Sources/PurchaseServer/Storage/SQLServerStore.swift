@@ -9,6 +9,9 @@ protocol SQLStatementRunner {
     /// Runs a statement whose rows and count are not needed: PostgreSQL sends it with the next statement
     /// that is answered (one round trip for both; its failure is thrown there), SQLite runs it now.
     func executeLater(_ sql: String, _ values: [SQLValue]) throws
+    /// Runs reads now, together, and answers each once from what they read when it is run next (PostgreSQL,
+    /// in a write: one round trip for all); nothing where a statement costs no round trip (SQLite).
+    func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws
     /// Rows the last statement changed.
     var changes: Int { get }
     /// Holds `key` until the transaction ends (nothing where transactions run one at a time).
@@ -24,6 +27,7 @@ protocol SQLStatementRunner {
 extension SQLStatementRunner {
     @discardableResult func execute(_ sql: String) throws -> [Row] { try execute(sql, []) }
     func executeLater(_ sql: String, _ values: [SQLValue]) throws { try execute(sql, values) }
+    func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws {}
 }
 
 /// The purchase server's records over SQL, in the dialect SQLite and PostgreSQL share (upserts with
@@ -43,6 +47,29 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
 
     private func text(_ value: String?) -> SQLValue { value.map(SQLValue.text) ?? .null }
 
+    // MARK: Reading ahead
+
+    static var userByToken: String { "SELECT app_user_id FROM account_tokens WHERE bundle_id = ? AND token = ?" }
+    static var purchaseByID: String { "SELECT document FROM purchases WHERE transaction_id = ?" }
+    static var purchasesByOriginal: String {
+        "SELECT document FROM purchases WHERE original_id = ? ORDER BY purchase_date, transaction_id"
+    }
+    static var subscriptionByOriginal: String { "SELECT document FROM subscriptions WHERE original_id = ?" }
+
+    func readAhead(transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?)
+        throws
+    {
+        var statements: [(sql: String, values: [SQLValue])] = [
+            (Self.subscriptionByOriginal, [.text(original.rawValue)]),
+            (Self.purchasesByOriginal, [.text(original.rawValue)]),
+        ]
+        if let transaction { statements.append((Self.purchaseByID, [.text(transaction.rawValue)])) }
+        if let appAccountToken {
+            statements.append((Self.userByToken, [.text(bundle), .text(appAccountToken.lowercased())]))
+        }
+        try connection.readAhead(statements)
+    }
+
     // MARK: Subscribers
 
     func subscriber(bundle: String, appUserID: String) throws -> Subscriber? {
@@ -55,7 +82,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func subscriber(bundle: String, appAccountToken: String) throws -> Subscriber? {
         guard
             let user = try connection.execute(
-                "SELECT app_user_id FROM account_tokens WHERE bundle_id = ? AND token = ?",
+                Self.userByToken,
                 [.text(bundle), .text(appAccountToken.lowercased())]
             ).first?["app_user_id"].string
         else { return nil }
@@ -173,7 +200,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
 
     func purchase(_ transactionID: TransactionID) throws -> PurchaseRecord? {
         try connection.execute(
-            "SELECT document FROM purchases WHERE transaction_id = ?", [.text(transactionID.rawValue)]
+            Self.purchaseByID, [.text(transactionID.rawValue)]
         )
         .first.map { try Self.decode(PurchaseRecord.self, $0["document"]) }
     }
@@ -254,14 +281,13 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
 
     func purchases(original: TransactionID) throws -> [PurchaseRecord] {
         try connection.execute(
-            "SELECT document FROM purchases WHERE original_id = ? ORDER BY purchase_date, transaction_id",
-            [.text(original.rawValue)]
+            Self.purchasesByOriginal, [.text(original.rawValue)]
         ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
     }
 
     func subscription(_ originalTransactionID: TransactionID) throws -> SubscriptionRecord? {
         try connection.execute(
-            "SELECT document FROM subscriptions WHERE original_id = ?", [.text(originalTransactionID.rawValue)]
+            Self.subscriptionByOriginal, [.text(originalTransactionID.rawValue)]
         ).first.map { try Self.decode(SubscriptionRecord.self, $0["document"]) }
     }
 

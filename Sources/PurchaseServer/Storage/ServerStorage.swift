@@ -185,9 +185,17 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
     /// write reads after taking its lock is what the last holder committed. Records read to be changed
     /// must be read after their lock (a subscription's: `"o:" + original id`; a user's: ``userKey(_:_:)``).
     func lock(_ key: String) throws
+    /// Says what applying an update to `original` is about to read (its subscription, its purchases, the
+    /// transaction, the owner of its account token), after its locks: PostgreSQL reads them all in one
+    /// round trip, and answers the reads that follow from them. A hint; nothing on other backends.
+    func readAhead(transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?)
+        throws
 }
 
 extension ServerStore {
+    public func readAhead(
+        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?
+    ) throws {}
     /// The lock of one app user's records.
     public func lock(user: String, bundle: String) throws { try lock("u:" + bundle + "\u{1F}" + user) }
     /// The lock of one purchase and its subscription (its original transaction's).

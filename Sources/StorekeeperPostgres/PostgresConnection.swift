@@ -248,28 +248,8 @@ public final class PostgresConnection {
             return Self.rows(result)
         }
         roundTrips += 1
-        let lengths = buffers.map { Int32($0?.count ?? 0) }
-        let pointers = UnsafeMutablePointer<UnsafePointer<CChar>?>.allocate(capacity: max(values.count, 1))
-        var owned: [UnsafeMutableRawPointer] = []
-        defer {
-            for pointer in owned { pointer.deallocate() }
-            pointers.deallocate()
-        }
-        for (index, buffer) in buffers.enumerated() {
-            guard let buffer else {
-                pointers[index] = nil
-                continue
-            }
-            let copy = UnsafeMutableRawPointer.allocate(byteCount: max(buffer.count, 1), alignment: 1)
-            buffer.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-            owned.append(copy)
-            pointers[index] = UnsafePointer(copy.assumingMemoryBound(to: CChar.self))
-        }
-        let result = lengths.withUnsafeBufferPointer { lengths in
-            formats.withUnsafeBufferPointer { formats in
-                PQexecPrepared(
-                    handle, name, Int32(values.count), pointers, lengths.baseAddress, formats.baseAddress, 0)
-            }
+        let result = Self.withParameters(buffers, formats) { pointers, lengths, formats in
+            PQexecPrepared(handle, name, Int32(buffers.count), pointers, lengths, formats, 0)
         }
         guard let result else { throw connectionError() }
         defer { PQclear(result) }
@@ -311,14 +291,12 @@ public final class PostgresConnection {
         return (types, formats, buffers)
     }
 
-    /// Sends a statement in pipeline mode (prepared first when new), unanswered.
-    private func sendPrepared(_ sql: String, _ values: [SQLValue]) throws(PostgresError) {
-        let (types, formats, buffers) = Self.parameters(values)
-        let name = try prepared(sql, types: types)
-        try sendPrepared(name: name, sql: sql, buffers: buffers, formats: formats)
-    }
-
-    private func sendPrepared(name: String, sql: String, buffers: [[UInt8]?], formats: [Int32]) throws(PostgresError) {
+    /// Calls `body` with the values as libpq's arrays of pointers, lengths and formats (copies that live
+    /// for the call).
+    private static func withParameters<R>(
+        _ buffers: [[UInt8]?], _ formats: [Int32],
+        _ body: (UnsafePointer<UnsafePointer<CChar>?>, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R
+    ) -> R {
         let lengths = buffers.map { Int32($0?.count ?? 0) }
         let pointers = UnsafeMutablePointer<UnsafePointer<CChar>?>.allocate(capacity: max(buffers.count, 1))
         var owned: [UnsafeMutableRawPointer] = []
@@ -336,12 +314,22 @@ public final class PostgresConnection {
             owned.append(copy)
             pointers[index] = UnsafePointer(copy.assumingMemoryBound(to: CChar.self))
         }
+        return lengths.withUnsafeBufferPointer { lengths in
+            formats.withUnsafeBufferPointer { formats in body(pointers, lengths.baseAddress, formats.baseAddress) }
+        }
+    }
+
+    /// Sends a statement in pipeline mode (prepared first when new), unanswered.
+    private func sendPrepared(_ sql: String, _ values: [SQLValue]) throws(PostgresError) {
+        let (types, formats, buffers) = Self.parameters(values)
+        let name = try prepared(sql, types: types)
+        try sendPrepared(name: name, sql: sql, buffers: buffers, formats: formats)
+    }
+
+    private func sendPrepared(name: String, sql: String, buffers: [[UInt8]?], formats: [Int32]) throws(PostgresError) {
         try send(Sent(sql: sql, preparing: nil)) {
-            lengths.withUnsafeBufferPointer { lengths in
-                formats.withUnsafeBufferPointer { formats in
-                    PQsendQueryPrepared(
-                        handle, name, Int32(buffers.count), pointers, lengths.baseAddress, formats.baseAddress, 0)
-                }
+            Self.withParameters(buffers, formats) { pointers, lengths, formats in
+                PQsendQueryPrepared(handle, name, Int32(buffers.count), pointers, lengths, formats, 0)
             }
         }
     }

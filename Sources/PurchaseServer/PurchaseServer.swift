@@ -314,10 +314,10 @@ public final class PurchaseServer: Sendable {
         async throws -> Ingested
     {
         let received = now()
+        // A V2 notification's compact form is made here, beside the caller's other work, not in the write.
+        let raw = input.map { RawInput(key: $0.key, kind: $0.kind, body: $0.body) }
         let result = try await storage.write { store -> Ingested in
-            if let input,
-                !(try store.recordInput(key: input.key, kind: input.kind, body: input.body, received: received))
-            {
+            if let raw, !(try store.recordInput(raw, received: received)) {
                 return Ingested(duplicate: true, events: [])
             }
             return Ingested(duplicate: false, events: try body(store))

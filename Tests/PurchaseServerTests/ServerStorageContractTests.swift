@@ -1,6 +1,7 @@
 import Foundation
 import PurchaseServer
 import StoreModel
+import StorekeeperJSON
 import StorekeeperTestSupport
 import Synchronization
 import Testing
@@ -319,6 +320,35 @@ struct ServerStorageContractTests {
         }
         #expect(records.count == 8)
         #expect(records.first == SubscriptionCharts.Record(Self.period))
+    }
+
+    @Test(
+        "Inputs come back byte for byte: V2 notifications kept compact, anything else whole",
+        arguments: Backend.allCases)
+    func inputsAsReceived(backend: Backend) async throws {
+        let storage = try await backend.make()
+        let signed = try JWSFixtures.sign(try JWSFixtures.notification())
+        let notification = Array(#"{"signedPayload":"\#(signed)"}"#.utf8)
+        let spaced = Array(#"{ "signedPayload": "\#(signed)" }"#.utf8)
+        // A payload holding the marker the compact form uses cannot be kept compact.
+        let marked = Array(
+            #"{"signedPayload":"\#(try JWSFixtures.sign(["note": .string("\"~.\(signed)")]))"}"#.utf8)
+        let inputs: [(key: String, kind: String, body: [UInt8])] = [
+            ("n:1", "notification-v2", notification), ("n:2", "notification-v2", notification),
+            ("n:3", "notification-v2", spaced), ("n:4", "notification-v2", marked),
+            ("n:5", "notification-v2", Array("~not json".utf8)), ("r:1", "receipt", Array(signed.utf8)),
+            ("n:6", "notification-v2", Array(#"{"signedPayload":"a.b"}"#.utf8)),
+        ]
+        let kept = try await storage.write { store in
+            try inputs.map { try store.recordInput(key: $0.key, kind: $0.kind, body: $0.body, received: Self.start) }
+        }
+        #expect(kept.allSatisfy { $0 })
+        for input in inputs {
+            let read = try await storage.read { try $0.input(key: input.key) }
+            #expect(read == input.body, "\(backend) \(input.key)")
+        }
+        #expect(try await storage.read { try $0.input(key: "none") } == nil)
+        #expect(try await storage.read { try $0.inputCount() } == inputs.count)
     }
 
     @Test("Inputs are kept once; deliveries are due in order and updated", arguments: Backend.allCases)

@@ -1,3 +1,4 @@
+import AppStoreSignedData
 public import Foundation
 public import StoreModel
 import StorekeeperJSON

@@ -1,3 +1,4 @@
+import AppStoreSignedData
 import Foundation
 import StoreModel
 import StorekeeperSQL

@@ -21,7 +21,7 @@ public final class InMemoryServerStorage: ServerStorage {
         var grants: [String: Grant] = [:]
         var events: [(position: Int64, event: ServerEvent)] = []
         var eventIDs: Set<String> = []
-        var inputs: Set<String> = []
+        var inputs: [String: [UInt8]] = [:]
         var deliveries: [(position: Int64, delivery: WebhookDelivery)] = []
         var deliveryIndex: [String: Int] = [:]
         var retentionAnswers: [RetentionAnswer] = []
@@ -204,9 +204,12 @@ public final class InMemoryServerStorage: ServerStorage {
             }
             return claimed
         }
-        func recordInput(key: String, kind: String, body: [UInt8], received: Date) -> Bool {
-            tables.inputs.insert(key).inserted
+        func recordInput(_ input: RawInput, received: Date) -> Bool {
+            guard tables.inputs[input.key] == nil else { return false }
+            tables.inputs[input.key] = input.body
+            return true
         }
+        func input(key: String) -> [UInt8]? { tables.inputs[key] }
         func inputCount() -> Int { tables.inputs.count }
 
         func insert(_ delivery: WebhookDelivery) -> Bool {

@@ -107,6 +107,7 @@ public final class PostgresServerStorage: ServerStorage {
         Migration("006-subscriber-versions", ServerSchema.subscriberVersions(.postgres)),
         Migration("007-subscriber-changes", ServerSchema.subscriberChanges),
         Migration("008-inputs-uncompressed", ServerSchema.uncompressedInputs),
+        Migration("009-signing-headers", ServerSchema.signingHeaders(.postgres)),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.

@@ -475,11 +475,35 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         return claimed
     }
 
-    func recordInput(key: String, kind: String, body: [UInt8], received: Date) throws -> Bool {
+    func recordInput(_ input: RawInput, received: Date) throws -> Bool {
+        var stored = input.body
+        if let compact = input.compact {
+            // The header goes with the input's insert (one round trip on PostgreSQL), and is kept once.
+            try connection.executeLater(
+                "INSERT INTO signing_headers (fingerprint, header) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                [.text(compact.header.fingerprint), .blob(compact.header.bytes)])
+            stored = compact.stored
+        }
         try connection.execute(
             "INSERT INTO inputs (key, kind, received, body) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [.text(key), .text(kind), .real(received.timeIntervalSince1970), .blob(body)])
+            [.text(input.key), .text(input.kind), .real(received.timeIntervalSince1970), .blob(stored)])
         return connection.changes > 0
+    }
+
+    func input(key: String) throws -> [UInt8]? {
+        guard let row = try connection.execute("SELECT kind, body FROM inputs WHERE key = ?", [.text(key)]).first,
+            case .blob(let stored) = row["body"]
+        else { return nil }
+        guard row["kind"].string == StoredInput.kind, let fingerprint = StoredInput.fingerprint(of: stored) else {
+            return stored
+        }
+        guard
+            case .blob(let header) = try connection.execute(
+                "SELECT header FROM signing_headers WHERE fingerprint = ?", [.text(fingerprint)]
+            ).first?["header"],
+            let body = StoredInput.expand(stored, header: header)
+        else { throw ServerStorageError(message: "the input \(key) names a header that is not kept") }
+        return body
     }
 
     func inputCount() throws -> Int {

@@ -126,6 +126,7 @@ public struct SQLiteServerStorage: ServerStorage {
             """),
         Migration("009-retention-answers", ServerSchema.retentionAnswers(.sqlite)),
         Migration("010-subscriber-versions", ServerSchema.subscriberVersions(.sqlite)),
+        Migration("011-signing-headers", ServerSchema.signingHeaders(.sqlite)),
     ]
 
     public init(path: String) async throws {

@@ -81,6 +81,11 @@ enum ServerSchema {
     /// CPU while ingesting notifications. (SQLite compresses nothing.)
     static let uncompressedInputs = "ALTER TABLE inputs ALTER COLUMN body SET STORAGE EXTERNAL;"
 
+    /// The JWS headers compact raw inputs name (SQLite migration 011, PostgreSQL 009; `StoredInput`).
+    static func signingHeaders(_ d: Dialect) -> String {
+        "CREATE TABLE signing_headers (fingerprint TEXT PRIMARY KEY, header \(d.blob) NOT NULL);"
+    }
+
     static func current(_ d: Dialect) -> String {
         """
         CREATE TABLE subscribers (
@@ -138,6 +143,7 @@ enum ServerSchema {
             document \(d.blob) NOT NULL
         );
         CREATE INDEX deliveries_due ON deliveries (next_attempt) WHERE state = 'pending';
+        \(signingHeaders(d))
         \(d.only)
         """
     }

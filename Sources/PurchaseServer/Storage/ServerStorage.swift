@@ -145,7 +145,9 @@ public protocol EventRepository {
     /// Gives the events of `original` that had no owner to `owner`; answers them as they are now.
     func claimOwnerlessEvents(original: TransactionID, owner: String) throws -> [ServerEvent]
     /// Keeps an input exactly as received; false when one with this key was kept before (a duplicate).
-    func recordInput(key: String, kind: String, body: [UInt8], received: Date) throws -> Bool
+    func recordInput(_ input: RawInput, received: Date) throws -> Bool
+    /// An input's bytes as received; nil when no input has this key.
+    func input(key: String) throws -> [UInt8]?
     func inputCount() throws -> Int
 }
 
@@ -192,7 +194,28 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
         throws
 }
 
+/// An input as received, and the compact form a V2 notification is kept in (``StoredInput``), made with the
+/// input rather than inside the write.
+public struct RawInput: Sendable {
+    public let key: String
+    public let kind: String
+    public let body: [UInt8]
+    let compact: (stored: [UInt8], header: StoredInput.Header)?
+
+    public init(key: String, kind: String, body: [UInt8]) {
+        self.key = key
+        self.kind = kind
+        self.body = body
+        compact = kind == StoredInput.kind ? StoredInput.compact(body) : nil
+    }
+}
+
 extension ServerStore {
+    /// Keeps an input exactly as received; false when one with this key was kept before (a duplicate).
+    public func recordInput(key: String, kind: String, body: [UInt8], received: Date) throws -> Bool {
+        try recordInput(RawInput(key: key, kind: kind, body: body), received: received)
+    }
+
     public func readAhead(
         transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?
     ) throws {}

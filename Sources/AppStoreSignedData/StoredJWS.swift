@@ -1,10 +1,8 @@
-import AppStoreSignedData
-
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// How the SQLite outbox keeps a V2 `signedPayload` small. Each of its three JWS (the payload and, inside
+/// How a V2 `signedPayload` is kept small (the emulator's outbox, the purchase server's raw inputs). Each of its three JWS (the payload and, inside
 /// it, `signedTransactionInfo` and `signedRenewalInfo`) starts with the same protected header, whose
 /// `x5c` chain is ~4.5 KB of the ~14 KB. The stored form names the header by a fingerprint, keeps the
 /// outer signature and the outer payload decoded, with each nested `"<header>.` written `"~.`:
@@ -15,18 +13,18 @@ import AppStoreSignedData
 /// it again gives it back, and ``compact(_:header:fingerprint:)`` declines a payload that already holds a
 /// `"~.` (every one in the stored form is then a replaced header). A stored payload that does not start
 /// with `~` is a whole JWS (what older builds stored, or what was declined).
-enum StoredJWS {
-    static let marker = UInt8(ascii: "~")
-    static let dot = UInt8(ascii: ".")
+public enum StoredJWS {
+    public static let marker = UInt8(ascii: "~")
+    public static let dot = UInt8(ascii: ".")
     /// What a nested header becomes in the stored form: `"~.`.
     static let shortNested: [UInt8] = [UInt8(ascii: "\""), marker, dot]
 
     /// A signer's protected header, encoded, and its fingerprint: what a stored form names.
-    struct Header: Sendable {
-        let bytes: [UInt8]
-        let fingerprint: String
+    public struct Header: Sendable {
+        public let bytes: [UInt8]
+        public let fingerprint: String
 
-        init(_ bytes: [UInt8]) {
+        public init(_ bytes: [UInt8]) {
             self.bytes = bytes
             fingerprint = StoredJWS.fingerprint(header: bytes)
         }
@@ -36,7 +34,7 @@ enum StoredJWS {
     static func nested(_ header: [UInt8]) -> [UInt8] { [UInt8(ascii: "\"")] + header + [dot] }
 
     /// The stored form of `jws`, or nil when it is not signed under `header` or cannot be kept this way.
-    static func compact(_ jws: [UInt8], header: [UInt8], fingerprint: String) -> [UInt8]? {
+    public static func compact(_ jws: [UInt8], header: [UInt8], fingerprint: String) -> [UInt8]? {
         guard jws.count > header.count + 2, jws[header.count] == dot, jws.starts(with: header),
             let last = jws.lastIndex(of: dot), last > header.count
         else { return nil }
@@ -47,7 +45,7 @@ enum StoredJWS {
 
     /// The stored form of a JWS signed under `header` from the payload bytes its signer encoded (the
     /// signing thread has them: the writer then decodes nothing), or nil when it cannot be kept this way.
-    static func compact(
+    public static func compact(
         payload: [UInt8], signature: some Collection<UInt8>, header: [UInt8], fingerprint: String
     ) -> [UInt8]? {
         guard firstRange(of: shortNested, in: payload) == nil, !signature.contains(dot) else { return nil }
@@ -63,13 +61,13 @@ enum StoredJWS {
     }
 
     /// The fingerprint a stored form names (nil for a whole JWS).
-    static func fingerprint(of stored: [UInt8]) -> String? {
+    public static func fingerprint(of stored: [UInt8]) -> String? {
         guard stored.first == marker, let end = stored.dropFirst().firstIndex(of: marker) else { return nil }
         return String(decoding: stored[1..<end], as: UTF8.self)
     }
 
     /// The JWS a stored form was made from, given the header its fingerprint names; nil when malformed.
-    static func expand(_ stored: [UInt8], header: [UInt8]) -> [UInt8]? {
+    public static func expand(_ stored: [UInt8], header: [UInt8]) -> [UInt8]? {
         guard stored.first == marker, let end = stored.dropFirst().firstIndex(of: marker),
             let split = stored[(end + 1)...].firstIndex(of: dot)
         else { return nil }
@@ -83,7 +81,7 @@ enum StoredJWS {
     }
 
     /// A stable fingerprint of a header (FNV-1a, 64 bits, in hex): the same in every process.
-    static func fingerprint(header: [UInt8]) -> String {
+    public static func fingerprint(header: [UInt8]) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in header {
             hash ^= UInt64(byte)

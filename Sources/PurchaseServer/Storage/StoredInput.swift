@@ -1,0 +1,41 @@
+import AppStoreSignedData
+import StorekeeperCrypto
+
+/// How a raw input is kept. A V2 notification as Apple posts it, `{"signedPayload":"<JWS>"}`, is ~14 KB of
+/// which each of its three JWS headers (the same `x5c` chain) is ~3 KB, the nested two base64url-encoded
+/// twice. It is kept in ``StoredJWS``'s form (~3 KB: the outer payload decoded, each header named by a
+/// fingerprint), with the header once in `signing_headers`; ``expand(_:header:)`` gives the exact bytes back.
+/// Anything else (another wrapping, a JWS that cannot be kept so) is kept whole. A compact input starts
+/// with `~`; a whole V2 notification never does (it is JSON).
+enum StoredInput {
+    static let kind = "notification-v2"
+    private static let prefix = Array(#"{"signedPayload":""#.utf8)
+    private static let suffix = Array(#""}"#.utf8)
+
+    /// A header and what names it: SHA-256 in hexadecimal, so that one name never stands for two headers.
+    struct Header: Sendable, Equatable {
+        let fingerprint: String
+        let bytes: [UInt8]
+    }
+
+    /// The compact form of a V2 notification's body and the header it names; nil to keep `body` whole.
+    static func compact(_ body: [UInt8]) -> (stored: [UInt8], header: Header)? {
+        guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
+        else { return nil }
+        let jws = Array(body[prefix.count..<(body.count - suffix.count)])
+        guard let dot = jws.firstIndex(of: StoredJWS.dot) else { return nil }
+        let header = Header(fingerprint: Digest.hex(Digest.sha256(jws[..<dot])), bytes: Array(jws[..<dot]))
+        guard let stored = StoredJWS.compact(jws, header: header.bytes, fingerprint: header.fingerprint),
+            StoredJWS.expand(stored, header: header.bytes) == jws
+        else { return nil }
+        return (stored, header)
+    }
+
+    /// The fingerprint a compact input names; nil for one kept whole.
+    static func fingerprint(of stored: [UInt8]) -> String? { StoredJWS.fingerprint(of: stored) }
+
+    /// The body as received, from its compact form and the header it names; nil when malformed.
+    static func expand(_ stored: [UInt8], header: [UInt8]) -> [UInt8]? {
+        StoredJWS.expand(stored, header: header).map { prefix + $0 + suffix }
+    }
+}

@@ -170,7 +170,10 @@ public final class PostgresConnection {
         var failure: PostgresError?
         var kept: [OpaquePointer] = []
         for statement in sent {
-            guard let result = PQgetResult(handle) else { throw forget(sent[read...], connectionError()) }
+            guard let result = PQgetResult(handle) else {
+                for result in kept { PQclear(result) }
+                throw forget(sent[read...], connectionError())
+            }
             read += 1
             // Each statement's results end with a null.
             while let extra = PQgetResult(handle) { PQclear(extra) }
@@ -187,7 +190,10 @@ public final class PostgresConnection {
                 PQclear(result)
             }
         }
-        guard let sync = PQgetResult(handle) else { throw connectionError() }
+        guard let sync = PQgetResult(handle) else {
+            for result in kept { PQclear(result) }
+            throw forget([][...], connectionError())
+        }
         let synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC
         PQclear(sync)
         if let failure {
@@ -197,6 +203,7 @@ public final class PostgresConnection {
         }
         guard synced else {
             for result in kept { PQclear(result) }
+            broken = true
             throw PostgresError(.connection, "the pipeline lost its place")
         }
         return kept
@@ -222,6 +229,8 @@ public final class PostgresConnection {
     /// when next used. Answers `error`.
     private func forget(_ sent: ArraySlice<Sent>, _ error: PostgresError) -> PostgresError {
         for statement in sent { if let key = statement.preparing { statements[key] = nil } }
+        // The pipeline lost its place: the connection is not used again.
+        broken = true
         return error
     }
 

@@ -10,6 +10,8 @@ public final class PostgresConnection {
     private let handle: OpaquePointer  // PGconn, owned
     /// Prepared statement names by SQL text and value types.
     private var statements: [String: String] = [:]
+    /// Prepared statements a connection keeps at most (then all are deallocated).
+    public static let statementLimit = 256
     /// Statement names given so far on this connection.
     private var statementsNamed = 0
     /// Rows the last statement changed.
@@ -107,6 +109,8 @@ public final class PostgresConnection {
     /// Throws the first failure among them (the transaction is then not committed).
     public func commitPipelined() throws(PostgresError) {
         precondition(pipelined, "no pipelined transaction is open")
+        // After a pipeline lost its place, results no longer line up: nothing is committed.
+        if broken { throw PostgresError(.connection, "the connection lost its place; nothing was committed") }
         readAhead = []
         try send(nil) { PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) }
         let result = try synchronize(keepingLast: true)
@@ -155,7 +159,11 @@ public final class PostgresConnection {
     @discardableResult
     private func synchronize(keepingLast: Bool = false) throws(PostgresError) -> OpaquePointer? {
         if keepingLast, !unanswered.isEmpty { unanswered[unanswered.count - 1].keep = true }
-        return try synchronize(keeping: ()).last
+        var kept = try synchronize(keeping: ())
+        // Only the last is asked for (others kept are from a read-ahead that failed while sending).
+        let last = keepingLast ? kept.popLast() : nil
+        for result in kept { PQclear(result) }
+        return last
     }
 
     /// Marks a synchronisation point, then reads every unanswered result in order: the results of those
@@ -214,12 +222,26 @@ public final class PostgresConnection {
     /// something that may write is sent. Does nothing outside a pipelined transaction.
     public func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws(PostgresError) {
         guard pipelined, !statements.isEmpty else { return }
-        for statement in statements {
-            try sendPrepared(statement.sql, statement.values)
-            unanswered[unanswered.count - 1].keep = true
+        // Room for every statement first: emptying the cache in between would run what is already sent.
+        if statements.count + self.statements.count >= Self.statementLimit {
+            try executeScript("DEALLOCATE ALL")
+            self.statements.removeAll()
+        }
+        do {
+            for statement in statements {
+                try sendPrepared(statement.sql, statement.values)
+                unanswered[unanswered.count - 1].keep = true
+            }
+        } catch {
+            for index in unanswered.indices { unanswered[index].keep = false }
+            throw error
         }
         let results = try synchronize(keeping: ())
         defer { for result in results { PQclear(result) } }
+        guard results.count == statements.count else {
+            broken = true
+            throw PostgresError(.connection, "the pipeline answered \(results.count) of \(statements.count) reads")
+        }
         readAhead = zip(statements, results).map { statement, result in
             (statement.sql, statement.values, Self.rows(result))
         }
@@ -346,7 +368,7 @@ public final class PostgresConnection {
     private func prepared(_ sql: String, types: [UInt32]) throws(PostgresError) -> String {
         let key = types.map(String.init).joined(separator: ",") + "|" + sql
         if let name = statements[key] { return name }
-        if statements.count >= 256 {
+        if statements.count >= Self.statementLimit {
             try executeScript("DEALLOCATE ALL")
             statements.removeAll()
         }

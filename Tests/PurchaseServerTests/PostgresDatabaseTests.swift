@@ -119,6 +119,28 @@ struct PostgresDatabaseTests {
         #expect(try await database.read { try $0.execute("SELECT count(*) AS n FROM p").first?["n"] } == .integer(5))
     }
 
+    @Test("Reads ahead answer the statements they were made for, also when the statement cache is full")
+    func readAheadAtTheCacheLimit() async throws {
+        let database = try PostgresDatabase(url: try PostgresTesting.freshDatabase(), poolSize: 1)
+        let answers = try await database.write { connection -> [Int64?] in
+            // Fill the connection's cache to one short of its limit with distinct statements.
+            for number in 0..<(PostgresConnection.statementLimit - 1) {
+                _ = try connection.execute("SELECT \(number)::bigint AS n")
+            }
+            let first = ("SELECT ?::bigint + 1000 AS n", [SQLValue.integer(1)])
+            let second = ("SELECT ?::bigint + 2000 AS n", [SQLValue.integer(2)])
+            try connection.readAhead([first, second])
+            let trips = connection.roundTrips
+            let answers = [
+                try connection.execute(second.0, second.1).first?["n"].int64,
+                try connection.execute(first.0, first.1).first?["n"].int64,
+            ]
+            #expect(connection.roundTrips == trips, "both answered from what was read ahead")
+            return answers
+        }
+        #expect(answers == [2002, 1001])
+    }
+
     @Test("An advisory lock has one holder; it passes on when the holder lets go")
     func locks() async throws {
         let url = try PostgresTesting.freshDatabase()

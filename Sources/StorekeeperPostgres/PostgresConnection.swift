@@ -51,7 +51,7 @@ public final class PostgresConnection {
     /// transaction, what was sent before is answered first (a script cannot be pipelined).
     public func executeScript(_ sql: String) throws(PostgresError) {
         if pipelined {
-            readAhead = []
+            rowsReadAhead = []
             try synchronize()
             PQexitPipelineMode(handle)
             defer { PQenterPipelineMode(handle) }
@@ -79,12 +79,12 @@ public final class PostgresConnection {
         let sql: String?
         /// The prepared statement's cache key when this is its preparation (forgotten if it fails).
         let preparing: String?
-        /// Whether its result is answered by ``synchronize(keeping:)``.
+        /// Whether its result is answered by ``synchronizeKeeping()``.
         var keep = false
     }
     /// Rows read ahead in the open pipelined transaction (``readAhead(_:)``), each answered once to the
     /// same statement with the same values, until a statement that may write is sent.
-    private var readAhead: [(sql: String, values: [SQLValue], rows: [Row])] = []
+    private var rowsReadAhead: [(sql: String, values: [SQLValue], rows: [Row])] = []
     /// The first statement that failed in the open pipelined transaction.
     private var transactionFailure: PostgresError?
     /// Whether the connection is in pipeline mode (between ``beginPipelined(_:)`` and
@@ -101,7 +101,7 @@ public final class PostgresConnection {
         guard PQenterPipelineMode(handle) == 1 else { throw connectionError() }
         pipelined = true
         transactionFailure = nil
-        readAhead = []
+        rowsReadAhead = []
         try send(nil) { PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) }
     }
 
@@ -111,7 +111,7 @@ public final class PostgresConnection {
         precondition(pipelined, "no pipelined transaction is open")
         // After a pipeline lost its place, results no longer line up: nothing is committed.
         if broken { throw PostgresError(.connection, "the connection lost its place; nothing was committed") }
-        readAhead = []
+        rowsReadAhead = []
         try send(nil) { PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) }
         let result = try synchronize(keepingLast: true)
         defer { if let result { PQclear(result) } }
@@ -131,7 +131,7 @@ public final class PostgresConnection {
         guard pipelined else { return }
         if !unanswered.isEmpty { _ = try? synchronize() }
         unanswered = []
-        readAhead = []
+        rowsReadAhead = []
         if PQexitPipelineMode(handle) != 1 { broken = true }
         pipelined = false
     }
@@ -144,7 +144,7 @@ public final class PostgresConnection {
             try execute(sql, values)
             return
         }
-        readAhead = []
+        rowsReadAhead = []
         try sendPrepared(sql, values)
     }
 
@@ -159,7 +159,7 @@ public final class PostgresConnection {
     @discardableResult
     private func synchronize(keepingLast: Bool = false) throws(PostgresError) -> OpaquePointer? {
         if keepingLast, !unanswered.isEmpty { unanswered[unanswered.count - 1].keep = true }
-        var kept = try synchronize(keeping: ())
+        var kept = try synchronizeKeeping()
         // Only the last is asked for (others kept are from a read-ahead that failed while sending).
         let last = keepingLast ? kept.popLast() : nil
         for result in kept { PQclear(result) }
@@ -169,7 +169,7 @@ public final class PostgresConnection {
     /// Marks a synchronisation point, then reads every unanswered result in order: the results of those
     /// marked `keep` are answered in order (the caller clears them), the first failure thrown once all are
     /// read.
-    private func synchronize(keeping: Void) throws(PostgresError) -> [OpaquePointer] {
+    private func synchronizeKeeping() throws(PostgresError) -> [OpaquePointer] {
         roundTrips += 1
         let sent = unanswered
         unanswered = []
@@ -236,13 +236,13 @@ public final class PostgresConnection {
             for index in unanswered.indices { unanswered[index].keep = false }
             throw error
         }
-        let results = try synchronize(keeping: ())
+        let results = try synchronizeKeeping()
         defer { for result in results { PQclear(result) } }
         guard results.count == statements.count else {
             broken = true
             throw PostgresError(.connection, "the pipeline answered \(results.count) of \(statements.count) reads")
         }
-        readAhead = zip(statements, results).map { statement, result in
+        rowsReadAhead = zip(statements, results).map { statement, result in
             (statement.sql, statement.values, Self.rows(result))
         }
     }
@@ -259,13 +259,13 @@ public final class PostgresConnection {
     /// Runs one statement with its values and answers every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(PostgresError) -> [Row] {
-        if pipelined, !readAhead.isEmpty {
-            if let index = readAhead.firstIndex(where: { $0.sql == sql && $0.values == values }) {
-                let rows = readAhead.remove(at: index).rows
+        if pipelined, !rowsReadAhead.isEmpty {
+            if let index = rowsReadAhead.firstIndex(where: { $0.sql == sql && $0.values == values }) {
+                let rows = rowsReadAhead.remove(at: index).rows
                 changes = rows.count
                 return rows
             }
-            if !sql.hasPrefix("SELECT") { readAhead = [] }
+            if !sql.hasPrefix("SELECT") { rowsReadAhead = [] }
         }
         let (types, formats, buffers) = Self.parameters(values)
         let name = try prepared(sql, types: types)
@@ -408,104 +408,6 @@ public final class PostgresConnection {
 
     private func connectionError() -> PostgresError {
         PostgresError(.connection, Self.trimmed(PQerrorMessage(handle)))
-    }
-
-    // MARK: Conversions
-
-    private static func rows(_ result: OpaquePointer) -> [Row] {
-        let count = Int(PQntuples(result))
-        let fields = Int(PQnfields(result))
-        guard count > 0, fields > 0 else { return [] }
-        let columns = (0..<fields).map { String(cString: PQfname(result, Int32($0))) }
-        let types = (0..<fields).map { PQftype(result, Int32($0)) }
-        var rows: [Row] = []
-        rows.reserveCapacity(count)
-        for row in 0..<Int32(count) {
-            var values: [SQLValue] = []
-            values.reserveCapacity(fields)
-            for field in 0..<Int32(fields) {
-                guard PQgetisnull(result, row, field) == 0, let pointer = PQgetvalue(result, row, field) else {
-                    values.append(.null)
-                    continue
-                }
-                let length = Int(PQgetlength(result, row, field))
-                let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
-                values.append(value(bytes, type: types[Int(field)]))
-            }
-            rows.append(Row(columns: columns, values: values))
-        }
-        return rows
-    }
-
-    /// A text-format result value as the SQL vocabulary's value, by the column's type.
-    static func value(_ bytes: UnsafeRawBufferPointer, type: UInt32) -> SQLValue {
-        let text = String(decoding: bytes, as: UTF8.self)
-        switch type {
-        case 20, 21, 23, 26:  // int8, int2, int4, oid
-            return Int64(text).map(SQLValue.integer) ?? .text(text)
-        case 700, 701, 1700:  // float4, float8, numeric
-            return Double(text).map(SQLValue.real) ?? .text(text)
-        case 16:  // bool
-            return .integer(text == "t" ? 1 : 0)
-        case 17:  // bytea, hex form
-            return hexBytes(bytes).map(SQLValue.blob) ?? .text(text)
-        default:
-            return .text(text)
-        }
-    }
-
-    /// `\x0a1b…` as bytes; nil when it is not that form.
-    static func hexBytes(_ bytes: UnsafeRawBufferPointer) -> [UInt8]? {
-        guard bytes.count >= 2, bytes[0] == UInt8(ascii: "\\"), bytes[1] == UInt8(ascii: "x"), bytes.count % 2 == 0
-        else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-            default: nil
-            }
-        }
-        var out: [UInt8] = []
-        out.reserveCapacity((bytes.count - 2) / 2)
-        var index = 2
-        while index < bytes.count {
-            guard let high = nibble(bytes[index]), let low = nibble(bytes[index + 1]) else { return nil }
-            out.append(high << 4 | low)
-            index += 2
-        }
-        return out
-    }
-
-    /// A double as PostgreSQL reads it back exactly.
-    static func text(_ number: Double) -> String {
-        if number.isNaN { return "NaN" }
-        if number.isInfinite { return number > 0 ? "Infinity" : "-Infinity" }
-        return number.description
-    }
-
-    /// SQLite's `?` placeholders as PostgreSQL's `$1`, `$2`, … (a `?` inside a quoted string or identifier
-    /// stays).
-    static func numberedPlaceholders(_ sql: String) -> String {
-        var out = ""
-        out.reserveCapacity(sql.utf8.count + 16)
-        var number = 0
-        var quote: Character?
-        for character in sql {
-            if let open = quote {
-                if character == open { quote = nil }
-                out.append(character)
-            } else if character == "'" || character == "\"" {
-                quote = character
-                out.append(character)
-            } else if character == "?" {
-                number += 1
-                out += "$\(number)"
-            } else {
-                out.append(character)
-            }
-        }
-        return out
     }
 
     private static func trimmed(_ message: UnsafePointer<CChar>?) -> String {

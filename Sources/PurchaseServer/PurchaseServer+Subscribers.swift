@@ -56,20 +56,22 @@ extension PurchaseServer {
         return entry
     }
 
-    /// The user's kept records if they are current: on storage other processes write, once the follower
-    /// has dropped the users changed up to now (a user not kept is read afresh without waiting for it).
+    /// The user's kept records if they are current: on storage other processes write, at once while the
+    /// follower's lease runs, else once it has dropped the users changed up to now (a user not kept is read
+    /// afresh without waiting for it).
     func currentEntry(_ bundleID: String, _ user: String) async throws -> SubscriberCache.Entry? {
-        guard let follower else { return cache.entry(bundleID, user) }
+        guard let follower, !follower.vouches else { return cache.entry(bundleID, user) }
         guard cache.holds(bundleID, user) else { return nil }
         try await follower.catchUp()
         return cache.entry(bundleID, user)
     }
 
     /// A cached user's answer as bytes without the database, for answering inline; nil when the user's
-    /// records are not kept, or are kept beside other processes' writes (they wait for the follower).
+    /// records are not kept, or are kept beside other processes' writes while this process holds no live
+    /// lease (they wait for the follower).
     func cachedAnswer(_ answer: SubscriberCache.Answer, bundleID: String, appUserID: String) throws -> [UInt8]? {
         let app = try app(bundleID)
-        guard !cache.shared, let entry = cache.entry(bundleID, appUserID) else { return nil }
+        guard follower?.vouches ?? true, let entry = cache.entry(bundleID, appUserID) else { return nil }
         return rendered(answer, of: entry, app: app, bundleID: bundleID, appUserID: appUserID)
     }
 

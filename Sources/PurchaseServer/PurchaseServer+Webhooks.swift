@@ -90,6 +90,12 @@ extension PurchaseServer {
         }
     }
 
+    /// On storage other processes share: stops following their writes and gives back this process's lease,
+    /// so that their writes no longer wait for it. Reads still work afterwards, asking the storage each time.
+    public func leave() async {
+        await follower?.leave()
+    }
+
     /// Stops the delivery and reconciliation tasks.
     public func stopDelivery() {
         worker.withLock { task in

@@ -87,8 +87,8 @@ public final class PurchaseServer: Sendable {
         self.cache = cache
         follower =
             storage.isShared
-            ? ChangeFollower(cache: cache) { watermark in
-                guard let changes = try await storage.subscriberChanges(since: watermark) else {
+            ? ChangeFollower(cache: cache, reader: UUID().uuidString) { watermark, report in
+                guard let changes = try await storage.subscriberChanges(since: watermark, reporting: report) else {
                     throw PurchaseServerError.unavailable("the shared storage cannot say which users changed")
                 }
                 return changes
@@ -322,6 +322,8 @@ public final class PurchaseServer: Sendable {
             }
             return Ingested(duplicate: false, events: try body(store))
         }
+        // Answered once every other process answering reads from memory has dropped what the write changed.
+        try await follower?.acknowledge()
         // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)
         // counts nothing twice.
         for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }

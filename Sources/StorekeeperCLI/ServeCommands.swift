@@ -125,6 +125,7 @@ enum ServeCommands {
         // Requests in flight finish (up to ten seconds) before the server stops.
         await http.stop(waitingUpTo: .seconds(10))
         server.stopDelivery()
+        await server.leave()
         followed?.stop()
         console.write("stopped\n")
         return 0

@@ -13,19 +13,29 @@ struct ChangeFollowerTests {
         struct State {
             var askings: [CheckedContinuation<SubscriberChanges, any Error>] = []
             var started = 0
+            var reports: [CacheReaderReport] = []
         }
         let state = Mutex(State())
 
-        func ask(_ watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges {
+        func ask(_ watermark: SubscriberChanges.Watermark?, _ report: CacheReaderReport) async throws
+            -> SubscriberChanges
+        {
             try await withCheckedThrowingContinuation { continuation in
                 state.withLock {
                     $0.askings.append(continuation)
                     $0.started += 1
+                    $0.reports.append(report)
                 }
             }
         }
 
         var started: Int { state.withLock { $0.started } }
+        var reports: [CacheReaderReport] { state.withLock { $0.reports } }
+
+        /// Waits until `count` askings have been sent.
+        func waitForAskings(_ count: Int) async throws {
+            while started < count { try await Task.sleep(for: .milliseconds(1)) }
+        }
 
         /// Answers the oldest asking waiting, once there is one.
         func answer(_ result: Result<SubscriberChanges, any Error>) async {
@@ -63,7 +73,7 @@ struct ChangeFollowerTests {
     func batching() async throws {
         let cache = SubscriberCache(shared: true)
         let storage = FakeStorage()
-        let follower = ChangeFollower(cache: cache, ask: storage.ask)
+        let follower = ChangeFollower(cache: cache, reader: "me", ask: storage.ask)
         let returned = Counter()
         // The first read starts an asking and waits for it.
         let first = Task {
@@ -95,7 +105,7 @@ struct ChangeFollowerTests {
     func dropping() async throws {
         let cache = SubscriberCache(shared: true)
         let storage = FakeStorage()
-        let follower = ChangeFollower(cache: cache, ask: storage.ask)
+        let follower = ChangeFollower(cache: cache, reader: "me", ask: storage.ask)
         func keep(_ users: [String]) {
             for user in users { cache.store(Self.entry(user), "app", user, since: cache.generation("app", user)) }
         }
@@ -141,7 +151,7 @@ struct ChangeFollowerTests {
     @Test("An asking that fails fails the reads waiting for it; the next one is asked again")
     func failing() async throws {
         let storage = FakeStorage()
-        let follower = ChangeFollower(cache: SubscriberCache(shared: true), ask: storage.ask)
+        let follower = ChangeFollower(cache: SubscriberCache(shared: true), reader: "me", ask: storage.ask)
         let failed = Task { try await follower.catchUp() }
         await storage.answer(.failure(PurchaseServerError.unavailable("down")))
         await #expect(throws: PurchaseServerError.self) { try await failed.value }
@@ -149,5 +159,137 @@ struct ChangeFollowerTests {
         await storage.answer(.success(Self.changes([])))
         try await next
         #expect(storage.started == 2)
+    }
+
+    /// A clock the test moves.
+    final class ManualClock: Sendable {
+        private let time = Mutex(Duration.zero)
+        func advance(_ duration: Duration) { time.withLock { $0 += duration } }
+        var now: Duration { time.withLock { $0 } }
+    }
+
+    static func leased(_ users: [String], asked: Int64, others: Int64?, watermark: String = "1") -> SubscriberChanges {
+        var changes = Self.changes(users, watermark: watermark)
+        changes.askedAt = asked
+        changes.othersApplied = others
+        return changes
+    }
+
+    static let timing = ChangeFollower.Timing(
+        lease: .seconds(2), margin: .milliseconds(500), busy: .milliseconds(1), idle: .milliseconds(1))
+
+    @Test(
+        "With leases: what is kept is answered without asking only while the lease runs, and after an answer that came in time"
+    )
+    func leases() async throws {
+        let cache = SubscriberCache(shared: true)
+        let storage = FakeStorage()
+        let clock = ManualClock()
+        let follower = ChangeFollower(
+            cache: cache, reader: "me", timing: Self.timing, clock: { clock.now }, ask: storage.ask)
+        async let first: Void = follower.catchUp()
+        await storage.answer(.success(Self.leased([], asked: 100, others: nil)))
+        try await first
+        // The first answer vouches for nothing (there was no lease before it); the loop goes on asking.
+        #expect(!follower.vouches)
+        try await storage.waitForAskings(2)
+        #expect(storage.reports[0] == CacheReaderReport(reader: "me", applied: nil, lease: .seconds(2)))
+        #expect(storage.reports[1] == CacheReaderReport(reader: "me", applied: 100, lease: .seconds(2)))
+        await storage.answer(.success(Self.leased([], asked: 200, others: nil)))
+        try await storage.waitForAskings(3)
+        #expect(follower.vouches)
+        // Its lease ends here half a second before the storage's (sent at 0: 1.5 s).
+        clock.advance(.milliseconds(1_499))
+        #expect(follower.vouches)
+        clock.advance(.milliseconds(1))
+        #expect(!follower.vouches)
+        // An answer that came after the previous lease ended vouches for nothing, even with a new lease.
+        await storage.answer(.success(Self.leased([], asked: 300, others: nil)))
+        try await storage.waitForAskings(4)
+        #expect(!follower.vouches)
+        clock.advance(.milliseconds(100))
+        await storage.answer(.success(Self.leased([], asked: 400, others: nil)))
+        try await storage.waitForAskings(5)
+        #expect(!follower.vouches)  // the lease it came under (sent at 0) had ended too
+        await storage.answer(.success(Self.leased([], asked: 500, others: nil)))
+        try await storage.waitForAskings(6)
+        #expect(follower.vouches)  // sent at 1.5 s, lease to 3 s: this one came in time
+        #expect(storage.reports[5].applied == 500)
+        // Leaving: the asking under way is answered, then the lease is given back.
+        async let left: Void = follower.leave()
+        await storage.answer(.success(Self.leased([], asked: 600, others: nil)))
+        try await storage.waitForAskings(7)
+        #expect(!follower.vouches)
+        await storage.answer(.success(Self.leased([], asked: 700, others: nil)))
+        await left
+        #expect(storage.reports[6] == CacheReaderReport(reader: "me", applied: 600, lease: .zero))
+    }
+
+    @Test("With leases: a write is answered once every other live reader applied an asking begun after it")
+    func acknowledgements() async throws {
+        let cache = SubscriberCache(shared: true)
+        let storage = FakeStorage()
+        let follower = ChangeFollower(
+            cache: cache, reader: "me", timing: Self.timing, clock: { ManualClock().now }, ask: storage.ask)
+        async let first: Void = follower.catchUp()
+        await storage.answer(.success(Self.leased([], asked: 100, others: nil)))
+        try await first
+        try await storage.waitForAskings(2)
+        // A write asks while the second asking is under way: that asking began before it, and says nothing.
+        let acknowledged = Task { try await follower.acknowledge() }
+        while follower.acknowledging < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        await storage.answer(.success(Self.leased([], asked: 200, others: 1_000)))
+        try await storage.waitForAskings(3)
+        #expect(follower.acknowledging == 1)
+        // The third began after it (at 300); the other reader has applied only an asking begun at 250.
+        await storage.answer(.success(Self.leased(["u"], asked: 300, others: 250)))
+        try await storage.waitForAskings(4)
+        #expect(follower.acknowledging == 1)
+        await storage.answer(.success(Self.leased([], asked: 400, others: 300)))
+        try await acknowledged.value
+        #expect(follower.acknowledging == 0)
+        // With no other live reader, the first asking begun after the write answers it.
+        try await storage.waitForAskings(5)
+        let alone = Task { try await follower.acknowledge() }
+        while follower.acknowledging < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        await storage.answer(.success(Self.leased([], asked: 500, others: nil)))
+        try await storage.waitForAskings(6)
+        await storage.answer(.success(Self.leased([], asked: 600, others: nil)))
+        try await alone.value
+        // A failed asking fails the writes waiting on it (they are stored; the client asks again).
+        try await storage.waitForAskings(7)
+        let failing = Task { try await follower.acknowledge() }
+        while follower.acknowledging < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        await storage.answer(.success(Self.leased([], asked: 700, others: nil)))
+        try await storage.waitForAskings(8)
+        await storage.answer(.failure(PurchaseServerError.unavailable("down")))
+        await #expect(throws: PurchaseServerError.self) { try await failing.value }
+        // Leaving gives the lease back once the loop has stopped.
+        try await storage.waitForAskings(9)
+        async let left: Void = follower.leave()
+        await storage.answer(.success(Self.leased([], asked: 900, others: nil)))
+        try await storage.waitForAskings(10)
+        await storage.answer(.success(Self.leased([], asked: 1_000, others: nil)))
+        await left
+        #expect(storage.reports.last == CacheReaderReport(reader: "me", applied: 900, lease: .zero))
+        // Afterwards reads still wait for askings, which hold no lease.
+        async let read: Void = follower.catchUp()
+        await storage.answer(.success(Self.leased([], asked: 1_100, others: nil)))
+        try await read
+        #expect(storage.reports.last?.lease == .zero)
+        #expect(!follower.vouches)
+    }
+
+    @Test("Without leases a write is answered after one asking, and the follower asks only while someone waits")
+    func withoutLeases() async throws {
+        let storage = FakeStorage()
+        let follower = ChangeFollower(
+            cache: SubscriberCache(shared: true), reader: "me", timing: Self.timing, ask: storage.ask)
+        async let written: Void = follower.acknowledge()
+        await storage.answer(.success(Self.changes([])))
+        try await written
+        #expect(!follower.vouches)
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(storage.started == 1)
     }
 }

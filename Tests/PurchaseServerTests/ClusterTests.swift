@@ -1,12 +1,13 @@
 import AppStoreEmulator
 import Foundation
-import PurchaseServer
 import StoreModel
 import StoreTime
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing
+
+@testable import PurchaseServer
 
 /// Several purchase servers on one PostgreSQL database behave as one: the end-to-end scenarios against the
 /// emulator, with Apple's notifications spread over the servers and duplicated, delayed (so reordered)
@@ -50,12 +51,19 @@ struct ClusterTests {
             #expect(response.status == 200)
             return try JSONParser.parse(response.body)
         }
+        let follower = try #require(reader.server.follower)
         for round in 0..<12 {
             // The reader keeps both answers (read twice: the second from what it kept, once the follower caught up).
             for _ in 0..<2 {
                 _ = try await read("subscribers", key: ServerHarness.secret)
                 _ = try await read("entitlements", key: ServerHarness.publicKey)
             }
+            // Once its lease runs, the reader answers from memory without asking PostgreSQL.
+            for _ in 0..<500 where !follower.vouches { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(follower.vouches, "round \(round)")
+            #expect(
+                try reader.server.cachedAnswer(.subscriber, bundleID: ServerHarness.bundleID, appUserID: "ola") != nil,
+                "round \(round)")
             // The other process changes the user and acknowledges.
             let granted = round % 2 == 0
             if granted {
@@ -65,6 +73,8 @@ struct ClusterTests {
                 _ = try await writer.server.revokeGrant(
                     bundleID: ServerHarness.bundleID, appUserID: "ola", entitlement: "pro")
             }
+            // Acknowledged only once the reader dropped what it kept of the user.
+            #expect(!reader.server.cache.holds(ServerHarness.bundleID, "ola"), "round \(round)")
             let subscriber = try await read("subscribers", key: ServerHarness.secret)
             #expect(subscriber["entitlements"]?["pro"]?["active"]?.boolValue ?? false == granted, "round \(round)")
             let entitlements = try await read("entitlements", key: ServerHarness.publicKey)

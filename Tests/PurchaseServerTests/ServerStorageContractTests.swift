@@ -186,6 +186,50 @@ struct ServerStorageContractTests {
     }
 
     @Test(
+        "Shared storage keeps readers' leases: each asking says what the other live readers applied",
+        arguments: Backend.allCases)
+    func cacheReaderLeases(backend: Backend) async throws {
+        let storage = try await backend.make()
+        func ask(_ reader: String, _ applied: Int64?, lease: Duration = .seconds(60)) async throws
+            -> SubscriberChanges?
+        {
+            try await storage.subscriberChanges(
+                since: nil, reporting: CacheReaderReport(reader: reader, applied: applied, lease: lease))
+        }
+        guard storage.isShared else {
+            #expect(try await ask("a", nil) == nil)
+            return
+        }
+        let a1 = try #require(try await ask("a", nil))
+        let asked = try #require(a1.askedAt)
+        #expect(a1.othersApplied == nil)  // no other reader
+        // A reader that has applied nothing yet holds others back to nothing.
+        let b1 = try #require(try await ask("b", nil))
+        #expect(b1.othersApplied == 0)
+        #expect(try #require(b1.askedAt) >= asked)
+        let a2 = try #require(try await ask("a", asked))
+        #expect(a2.othersApplied == 0)
+        let b2 = try #require(try await ask("b", b1.askedAt))
+        #expect(b2.othersApplied == asked)
+        #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == b1.askedAt)
+        // A reader that gives its lease back, or whose lease ran out, is waited for no more.
+        _ = try await ask("b", b2.askedAt, lease: .zero)
+        #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == nil)
+        _ = try await ask("c", nil, lease: .milliseconds(1))
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == nil)
+        // The answer is the changes' answer too.
+        try await storage.write { store in
+            try store.save(Subscriber(bundleID: "app", appUserID: "u1", firstSeen: Self.start))
+            try store.touch(bundle: "app", appUserID: "u1")
+        }
+        let changed = try #require(
+            try await storage.subscriberChanges(
+                since: a1.watermark, reporting: CacheReaderReport(reader: "a", applied: nil, lease: .seconds(60))))
+        #expect(changed.users == [.init(bundleID: "app", appUserID: "u1")])
+    }
+
+    @Test(
         "A user's records read together equal those read one by one, through an alias too; touches count changes",
         arguments: Backend.allCases)
     func subscriberRecords(backend: Backend) async throws {

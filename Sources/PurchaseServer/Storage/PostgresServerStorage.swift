@@ -108,6 +108,7 @@ public final class PostgresServerStorage: ServerStorage {
         Migration("007-subscriber-changes", ServerSchema.subscriberChanges),
         Migration("008-inputs-uncompressed", ServerSchema.uncompressedInputs),
         Migration("009-signing-headers", ServerSchema.signingHeaders(.postgres)),
+        Migration("010-cache-readers", ServerSchema.cacheReaders),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.
@@ -145,32 +146,77 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges? {
+        try await changes(since: watermark, reporting: nil)
+    }
+
+    public func subscriberChanges(
+        since watermark: SubscriberChanges.Watermark?, reporting report: CacheReaderReport
+    ) async throws -> SubscriberChanges? {
+        try await changes(since: watermark, reporting: report)
+    }
+
+    private static func microseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
+    }
+
+    /// Microseconds since 1970 on PostgreSQL's clock, at the moment it is read.
+    private static let clockMicroseconds = "(extract(epoch FROM clock_timestamp()) * 1000000)::int8"
+
+    private func changes(since watermark: SubscriberChanges.Watermark?, reporting report: CacheReaderReport?)
+        async throws -> SubscriberChanges
+    {
         try await database.readStatement { connection in
             // One statement, one snapshot: every transaction before its oldest running one has ended, and
             // those that committed are visible here; a later commit has an id at or after that one. The upper
             // bound changes no answer (a visible change's transaction is below it) but makes the condition a
             // range the planner takes to the index for (an open `>=` went to a scan of every user).
-            guard let watermark else {
-                let row = try connection.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS watermark")
-                guard let value = row.first?["watermark"].string else {
-                    throw ServerStorageError(message: "PostgreSQL gave no snapshot")
-                }
-                return SubscriberChanges(watermark: .init(value), users: [], complete: true)
+            var parameters: [SQLValue] = []
+            var sql = ""
+            var columns = "pg_snapshot_xmin(pg_current_snapshot())::text AS watermark"
+            if let report {
+                // The report, in the same statement: the lease runs from when PostgreSQL reads its clock
+                // (after the process sent this), and the others' reports are those committed before this
+                // snapshot. A reader that has not applied an answer yet counts as having applied nothing.
+                sql += """
+                    WITH report AS (
+                        INSERT INTO cache_readers AS r (reader, applied, lease_until)
+                        VALUES (?, ?, \(Self.clockMicroseconds) + ?)
+                        ON CONFLICT (reader) DO UPDATE SET applied = excluded.applied, lease_until = excluded.lease_until
+                    ), gone AS (
+                        DELETE FROM cache_readers WHERE lease_until < \(Self.clockMicroseconds) - 3600000000
+                    )
+
+                    """
+                parameters += [
+                    .text(report.reader), report.applied.map(SQLValue.integer) ?? .null,
+                    .integer(max(0, Self.microseconds(report.lease))),
+                ]
+                columns += """
+                    , (extract(epoch FROM statement_timestamp()) * 1000000)::int8 AS asked,
+                    (SELECT min(coalesce(applied, 0)) FROM cache_readers
+                        WHERE reader <> ? AND lease_until > \(Self.clockMicroseconds)) AS others
+                    """
+                parameters.append(.text(report.reader))
             }
-            let rows = try connection.execute(
-                """
-                SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS watermark, changed.pairs FROM (
-                    SELECT json_agg(json_build_array(bundle_id, app_user_id)) AS pairs FROM (
-                        SELECT bundle_id, app_user_id FROM subscribers
-                        WHERE changed >= ?::xid8 AND changed < pg_snapshot_xmax(pg_current_snapshot()) LIMIT ?
-                    ) AS recent
-                ) AS changed
-                """, [.text(watermark.value), .integer(Int64(SubscriberChanges.limit + 1))])
+            if let watermark {
+                sql += """
+                    SELECT \(columns), changed.pairs FROM (
+                        SELECT json_agg(json_build_array(bundle_id, app_user_id)) AS pairs FROM (
+                            SELECT bundle_id, app_user_id FROM subscribers
+                            WHERE changed >= ?::xid8 AND changed < pg_snapshot_xmax(pg_current_snapshot()) LIMIT ?
+                        ) AS recent
+                    ) AS changed
+                    """
+                parameters += [.text(watermark.value), .integer(Int64(SubscriberChanges.limit + 1))]
+            } else {
+                sql += "SELECT \(columns)"
+            }
+            let rows = try connection.execute(sql, parameters)
             guard let row = rows.first, let value = row["watermark"].string else {
                 throw ServerStorageError(message: "PostgreSQL gave no snapshot")
             }
             var users: [SubscriberChanges.Pair] = []
-            if let pairs = row["pairs"].string {
+            if watermark != nil, let pairs = row["pairs"].string {
                 let limits = SQLServerStore<PostgresConnection>.aggregateLimits
                 guard case .array(let list) = try JSONParser.parse(Array(pairs.utf8), limits: limits) else {
                     throw ServerStorageError(message: "PostgreSQL's list of changed users is not a list")
@@ -183,7 +229,15 @@ public final class PostgresServerStorage: ServerStorage {
                 }
             }
             let complete = users.count <= SubscriberChanges.limit
-            return SubscriberChanges(watermark: .init(value), users: complete ? users : [], complete: complete)
+            var changes = SubscriberChanges(watermark: .init(value), users: complete ? users : [], complete: complete)
+            if report != nil {
+                guard let asked = row["asked"].int64 else {
+                    throw ServerStorageError(message: "PostgreSQL gave no time for the asking")
+                }
+                changes.askedAt = asked
+                changes.othersApplied = row["others"].int64
+            }
+            return changes
         }
     }
 

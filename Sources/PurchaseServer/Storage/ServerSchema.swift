@@ -46,6 +46,7 @@ enum ServerSchema {
                 );
                 \(ServerSchema.subscriberChanges)
                 \(ServerSchema.uncompressedInputs)
+                \(ServerSchema.cacheReaders)
                 """)
     }
 
@@ -80,6 +81,14 @@ enum ServerSchema {
     /// notification is ~14 KB of base64url that pglz shrinks little, and trying cost a fifth of PostgreSQL's
     /// CPU while ingesting notifications. (SQLite compresses nothing.)
     static let uncompressedInputs = "ALTER TABLE inputs ALTER COLUMN body SET STORAGE EXTERNAL;"
+
+    /// PostgreSQL only (migration 010): the processes answering reads from memory, each with the last asking
+    /// it applied and the end of its lease (microseconds since 1970 on PostgreSQL's clock). A write is
+    /// answered once every live reader applied an asking that began after the write committed
+    /// (`ChangeFollower`).
+    static let cacheReaders = """
+        CREATE TABLE cache_readers (reader TEXT PRIMARY KEY, applied BIGINT, lease_until BIGINT NOT NULL);
+        """
 
     /// The JWS headers compact raw inputs name (SQLite migration 011, PostgreSQL 009; `StoredInput`).
     static func signingHeaders(_ d: Dialect) -> String {

@@ -48,10 +48,40 @@ public struct SubscriberChanges: Sendable, Hashable {
     /// Users an answer names at most.
     public static let limit = 10_000
 
-    public init(watermark: Watermark, users: [Pair], complete: Bool) {
+    /// When the asking began, in microseconds on the storage's clock; nil when the storage keeps no
+    /// leases for the processes asking (then nothing may be answered from memory without asking first).
+    public var askedAt: Int64?
+    /// The oldest ``askedAt`` another process holding a live lease has applied (reported at its later
+    /// asking); nil when no other process holds one. A write this process committed before an asking that
+    /// began at `T` is in every other live process's memory once this is at least `T`.
+    public var othersApplied: Int64?
+
+    public init(
+        watermark: Watermark, users: [Pair], complete: Bool, askedAt: Int64? = nil, othersApplied: Int64? = nil
+    ) {
         self.watermark = watermark
         self.users = users
         self.complete = complete
+        self.askedAt = askedAt
+        self.othersApplied = othersApplied
+    }
+}
+
+/// A process's report as it asks which users changed (``ServerStorage/subscriberChanges(since:reporting:)``):
+/// what it has applied, and how long it may answer from memory without asking again.
+public struct CacheReaderReport: Sendable, Hashable {
+    /// The process, unique among those sharing the storage.
+    public var reader: String
+    /// The ``SubscriberChanges/askedAt`` of the last answer this process applied; nil before the first.
+    public var applied: Int64?
+    /// How long from this asking the process may answer from memory (writers wait for it until then);
+    /// zero withdraws the process (it answers nothing from memory any more).
+    public var lease: Duration
+
+    public init(reader: String, applied: Int64?, lease: Duration) {
+        self.reader = reader
+        self.applied = applied
+        self.lease = lease
     }
 }
 
@@ -249,6 +279,11 @@ public protocol ServerStorage: Sendable {
     /// by transactions that committed since the asking that answered `watermark`, in one round trip. A write
     /// acknowledged before this call is in its answer or an earlier one. Nil when the storage is not shared.
     func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges?
+    /// The same, with this process's report as a reader of what it keeps in memory, in the same round trip:
+    /// the storage holds a lease for it and says what the other leaseholders have applied
+    /// (``SubscriberChanges/askedAt`` and ``SubscriberChanges/othersApplied``; nil where it keeps no leases).
+    func subscriberChanges(since watermark: SubscriberChanges.Watermark?, reporting report: CacheReaderReport)
+        async throws -> SubscriberChanges?
 
     /// Where the state is, for people (a path, or a database URL without its password).
     var location: String { get }
@@ -277,6 +312,11 @@ extension ServerStorage {
     public func afterCommit(_ hook: @escaping @Sendable () -> Void) -> Bool { false }
     public func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges? {
         nil
+    }
+    public func subscriberChanges(
+        since watermark: SubscriberChanges.Watermark?, reporting report: CacheReaderReport
+    ) async throws -> SubscriberChanges? {
+        try await subscriberChanges(since: watermark)
     }
 
     public var location: String { "memory" }

@@ -16,7 +16,9 @@ import Synchronization
 /// when the asking was sent, the storage's from when it ran the asking), and an answer vouches for what is
 /// kept only when it arrived while the previous lease still ran: from the storage's side this process was a
 /// live reader throughout, so no write since that asking's snapshot was acknowledged without it. A process
-/// that stops or stalls holds writers back at most for ``Timing/lease``.
+/// that dies or stalls holds writers back at most for ``Timing/lease``; one that gives its lease back
+/// (``leave()``) not at all. (One whose askings keep running on the storage while every answer is lost on the
+/// way back keeps renewing its lease without applying anything, and holds writers back for as long.)
 final class ChangeFollower: Sendable {
     private typealias Waiter = CheckedContinuation<Void, any Error>
 
@@ -59,6 +61,8 @@ final class ChangeFollower: Sendable {
         var vouched = false
         var sleeping: (token: Int, continuation: CheckedContinuation<Void, Never>)?
         var sleeps = 0
+        /// How many users the last answer named.
+        var lastCount = 0
         /// Waiting for the loop to end (``leave()``).
         var ended: [CheckedContinuation<Void, Never>] = []
     }
@@ -228,9 +232,16 @@ final class ChangeFollower: Sendable {
                         return true
                     }
                 }
+                // Quickly again while writes wait, or while others write (their writes wait for this
+                // process's next report); not for an answer that only repeats the last (a transaction left
+                // open holds the mark back, and every answer names the same users again).
+                let news =
+                    changes.complete && !changes.users.isEmpty
+                    && (changes.watermark != taken.watermark || changes.users.count != state.lastCount)
+                state.lastCount = changes.users.count
                 if !state.waiting.isEmpty {
                     pause = .zero
-                } else if !state.acknowledging.isEmpty || !changes.users.isEmpty || !changes.complete {
+                } else if !state.acknowledging.isEmpty || news {
                     pause = timing.busy
                 }
                 return released
@@ -239,11 +250,13 @@ final class ChangeFollower: Sendable {
             for waiter in released { waiter.resume() }
         } catch {
             for waiter in taken.batch { waiter.resume(throwing: error) }
-            // The writes asked before this asking learn nothing more from the next ones than that it failed.
+            // The writes that were waiting for this asking's time fail (committed, but not known to be in
+            // every other process's memory: the client asks again, and finds the input stored); those with a
+            // time already wait on for the next answers.
             let failed = state.withLock { state -> [Waiter] in
                 var failed: [Waiter] = []
                 state.acknowledging.removeAll { acknowledgement in
-                    guard acknowledgement.sentBefore < taken.number else { return false }
+                    guard acknowledgement.since == nil, acknowledgement.sentBefore < taken.number else { return false }
                     failed.append(acknowledgement.waiter)
                     return true
                 }

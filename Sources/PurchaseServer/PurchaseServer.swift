@@ -322,12 +322,12 @@ public final class PurchaseServer: Sendable {
             }
             return Ingested(duplicate: false, events: try body(store))
         }
-        // Answered once every other process answering reads from memory has dropped what the write changed.
-        try await follower?.acknowledge()
         // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)
         // counts nothing twice.
         for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }
         if !result.events.isEmpty { wakeDelivery() }
+        // Answered once every other process answering reads from memory has dropped what the write changed.
+        try await follower?.acknowledge()
         return result
     }
 

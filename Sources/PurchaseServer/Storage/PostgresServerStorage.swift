@@ -176,7 +176,9 @@ public final class PostgresServerStorage: ServerStorage {
             if let report {
                 // The report, in the same statement: the lease runs from when PostgreSQL reads its clock
                 // (after the process sent this), and the others' reports are those committed before this
-                // snapshot. A reader that has not applied an answer yet counts as having applied nothing.
+                // snapshot. A reader that has not applied an answer yet counts as having applied nothing. A
+                // lease counts as live if it ran when the statement began, before its snapshot (a reader whose
+                // lease ends while a slow statement runs is still waited for).
                 sql += """
                     WITH report AS (
                         INSERT INTO cache_readers AS r (reader, applied, lease_until)
@@ -194,7 +196,8 @@ public final class PostgresServerStorage: ServerStorage {
                 columns += """
                     , (extract(epoch FROM statement_timestamp()) * 1000000)::int8 AS asked,
                     (SELECT min(coalesce(applied, 0)) FROM cache_readers
-                        WHERE reader <> ? AND lease_until > \(Self.clockMicroseconds)) AS others
+                        WHERE reader <> ? AND lease_until > (extract(epoch FROM statement_timestamp()) * 1000000)::int8
+                    ) AS others
                     """
                 parameters.append(.text(report.reader))
             }

@@ -16,9 +16,9 @@ import Synchronization
 /// when the asking was sent, the storage's from when it ran the asking), and an answer vouches for what is
 /// kept only when it arrived while the previous lease still ran: from the storage's side this process was a
 /// live reader throughout, so no write since that asking's snapshot was acknowledged without it. A process
-/// that dies or stalls holds writers back at most for ``Timing/lease``; one that gives its lease back
-/// (``leave()``) not at all. (One whose askings keep running on the storage while every answer is lost on the
-/// way back keeps renewing its lease without applying anything, and holds writers back for as long.)
+/// that dies or stalls holds writers back at most for ``Timing/lease``, one that gives its lease back
+/// (``leave()``) not at all. An asking renews the lease only if this process applied the asking that ran
+/// before it, so one whose answers are lost on the way back is not waited for once its lease ends.
 final class ChangeFollower: Sendable {
     private typealias Waiter = CheckedContinuation<Void, any Error>
 
@@ -205,7 +205,7 @@ final class ChangeFollower: Sendable {
                     state.vouched =
                         !state.withdrawn && taken.lease > .zero && taken.watermark != nil
                         && state.leaseEnd.map { received < $0 } ?? false
-                    state.leaseEnd = sent + timing.lease - timing.margin
+                    if changes.leaseRenewed { state.leaseEnd = sent + timing.lease - timing.margin }
                     state.applied = asked
                     state.leased = true
                     // A write is in every other live reader's memory once each applied an asking that began

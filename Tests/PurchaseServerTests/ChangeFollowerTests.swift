@@ -215,14 +215,25 @@ struct ChangeFollowerTests {
         try await storage.waitForAskings(6)
         #expect(follower.vouches)  // sent at 1.5 s, lease to 3 s: this one came in time
         #expect(storage.reports[5].applied == 500)
+        // Answers that did not renew the lease (the storage says so) leave its end where it was.
+        clock.advance(.milliseconds(400))  // 2.0 s
+        for asked in [600, 700] as [Int64] {
+            var kept = Self.leased([], asked: asked, others: nil)
+            kept.leaseRenewed = false
+            await storage.answer(.success(kept))
+            try await storage.waitForAskings(Int(asked / 100) + 1)
+        }
+        #expect(follower.vouches)
+        clock.advance(.milliseconds(1_100))  // 3.1 s: the end of the lease the fifth asking renewed
+        #expect(!follower.vouches)
         // Leaving: the asking under way is answered, then the lease is given back.
         async let left: Void = follower.leave()
-        await storage.answer(.success(Self.leased([], asked: 600, others: nil)))
-        try await storage.waitForAskings(7)
+        await storage.answer(.success(Self.leased([], asked: 800, others: nil)))
+        try await storage.waitForAskings(9)
         #expect(!follower.vouches)
-        await storage.answer(.success(Self.leased([], asked: 700, others: nil)))
+        await storage.answer(.success(Self.leased([], asked: 900, others: nil)))
         await left
-        #expect(storage.reports[6] == CacheReaderReport(reader: "me", applied: 600, lease: .zero))
+        #expect(storage.reports[8] == CacheReaderReport(reader: "me", applied: 800, lease: .zero))
     }
 
     @Test("With leases: a write is answered once every other live reader applied an asking begun after it")

@@ -218,6 +218,25 @@ struct ServerStorageContractTests {
         _ = try await ask("c", nil, lease: .milliseconds(1))
         try await Task.sleep(for: .milliseconds(20))
         #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == nil)
+        // An asking whose answer was lost (the reader reports again what it applied before) does not renew the
+        // lease: a reader that never gets its answers is not waited for once its lease ends.
+        let d1 = try #require(try await ask("d", nil, lease: .milliseconds(300)))
+        #expect(d1.leaseRenewed)
+        let d2 = try #require(try await ask("d", d1.askedAt, lease: .milliseconds(300)))
+        #expect(d2.leaseRenewed)
+        let lost = try #require(try await ask("d", d2.askedAt, lease: .milliseconds(300)))  // never applied
+        #expect(lost.leaseRenewed)
+        for _ in 0..<3 {
+            #expect(try #require(try await ask("d", d2.askedAt, lease: .seconds(60))).leaseRenewed == false)
+        }
+        try await Task.sleep(for: .milliseconds(400))
+        #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == nil)
+        // Once it applies the last asking that ran for it, it is renewed again (and waited for).
+        let last = try #require(try await ask("d", d2.askedAt, lease: .seconds(60)))
+        #expect(!last.leaseRenewed)
+        let back = try #require(try await ask("d", last.askedAt, lease: .seconds(60)))
+        #expect(back.leaseRenewed)
+        #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == last.askedAt)
         // The answer is the changes' answer too.
         try await storage.write { store in
             try store.save(Subscriber(bundleID: "app", appUserID: "u1", firstSeen: Self.start))

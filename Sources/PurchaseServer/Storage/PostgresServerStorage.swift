@@ -179,25 +179,37 @@ public final class PostgresServerStorage: ServerStorage {
                 // snapshot. A reader that has not applied an answer yet counts as having applied nothing. A
                 // lease counts as live if it ran when the statement began, before its snapshot (a reader whose
                 // lease ends while a slow statement runs is still waited for).
+                //
+                // The lease is renewed only if the reader reports having applied the last asking that ran for
+                // it (or withdraws): one whose answers are lost on the way back stops being waited for when
+                // its lease ends, rather than holding every write back while it renews.
+                let now = "(extract(epoch FROM statement_timestamp()) * 1000000)::int8"
                 sql += """
-                    WITH report AS (
-                        INSERT INTO cache_readers AS r (reader, applied, lease_until)
-                        VALUES (?, ?, \(Self.clockMicroseconds) + ?)
-                        ON CONFLICT (reader) DO UPDATE SET applied = excluded.applied, lease_until = excluded.lease_until
+                    WITH previous AS (
+                        SELECT last_asked, lease_until FROM cache_readers WHERE reader = ?
+                    ), renewal AS (
+                        SELECT NOT EXISTS (SELECT 1 FROM previous) OR ?::int8 = 0
+                            OR ?::int8 IS NOT DISTINCT FROM (SELECT last_asked FROM previous) AS renewed
+                    ), report AS (
+                        INSERT INTO cache_readers AS r (reader, applied, last_asked, lease_until)
+                        VALUES (
+                            ?, ?::int8, \(now),
+                            CASE WHEN (SELECT renewed FROM renewal) THEN \(Self.clockMicroseconds) + ?::int8
+                                ELSE (SELECT lease_until FROM previous) END)
+                        ON CONFLICT (reader) DO UPDATE
+                        SET applied = excluded.applied, last_asked = excluded.last_asked, lease_until = excluded.lease_until
                     ), gone AS (
-                        DELETE FROM cache_readers WHERE lease_until < \(Self.clockMicroseconds) - 3600000000
+                        DELETE FROM cache_readers WHERE lease_until < \(Self.clockMicroseconds) - 3600000000 AND reader <> ?
                     )
 
                     """
-                parameters += [
-                    .text(report.reader), report.applied.map(SQLValue.integer) ?? .null,
-                    .integer(max(0, Self.microseconds(report.lease))),
-                ]
+                let applied = report.applied.map(SQLValue.integer) ?? .null
+                let lease = SQLValue.integer(max(0, Self.microseconds(report.lease)))
+                parameters += [.text(report.reader), lease, applied, .text(report.reader), applied, lease]
+                parameters.append(.text(report.reader))
                 columns += """
-                    , (extract(epoch FROM statement_timestamp()) * 1000000)::int8 AS asked,
-                    (SELECT min(coalesce(applied, 0)) FROM cache_readers
-                        WHERE reader <> ? AND lease_until > (extract(epoch FROM statement_timestamp()) * 1000000)::int8
-                    ) AS others
+                    , \(now) AS asked, (SELECT renewed FROM renewal) AS renewed,
+                    (SELECT min(coalesce(applied, 0)) FROM cache_readers WHERE reader <> ? AND lease_until > \(now)) AS others
                     """
                 parameters.append(.text(report.reader))
             }
@@ -239,6 +251,7 @@ public final class PostgresServerStorage: ServerStorage {
                 }
                 changes.askedAt = asked
                 changes.othersApplied = row["others"].int64
+                changes.leaseRenewed = row["renewed"] == .integer(1)
             }
             return changes
         }

@@ -83,11 +83,14 @@ enum ServerSchema {
     static let uncompressedInputs = "ALTER TABLE inputs ALTER COLUMN body SET STORAGE EXTERNAL;"
 
     /// PostgreSQL only (migration 010): the processes answering reads from memory, each with the last asking
-    /// it applied and the end of its lease (microseconds since 1970 on PostgreSQL's clock). A write is
+    /// it applied, the last asking that ran for it and the end of its lease (microseconds since 1970 on
+    /// PostgreSQL's clock). A write is
     /// answered once every live reader applied an asking that began after the write committed
     /// (`ChangeFollower`).
     static let cacheReaders = """
-        CREATE TABLE cache_readers (reader TEXT PRIMARY KEY, applied BIGINT, lease_until BIGINT NOT NULL);
+        CREATE TABLE cache_readers (
+            reader TEXT PRIMARY KEY, applied BIGINT, last_asked BIGINT NOT NULL, lease_until BIGINT NOT NULL
+        );
         """
 
     /// The JWS headers compact raw inputs name (SQLite migration 011, PostgreSQL 009; `StoredInput`).

@@ -55,6 +55,9 @@ public struct SubscriberChanges: Sendable, Hashable {
     /// asking); nil when no other process holds one. A write this process committed before an asking that
     /// began at `T` is in every other live process's memory once this is at least `T`.
     public var othersApplied: Int64?
+    /// Whether this asking renewed the asker's lease: not when the asker had not applied the asking that ran
+    /// for it before (its answer was lost), so that one whose answers never arrive stops being waited for.
+    public var leaseRenewed = true
 
     public init(
         watermark: Watermark, users: [Pair], complete: Bool, askedAt: Int64? = nil, othersApplied: Int64? = nil

@@ -32,6 +32,9 @@ final class ChangeFollower: Sendable {
         var busy: Duration = .milliseconds(1)
         /// Between askings otherwise, while a lease is held.
         var idle: Duration = .milliseconds(20)
+        /// How often an asking renews the lease (durably, so it costs a flush of PostgreSQL's log); the
+        /// askings between only report what was applied.
+        var renewal: Duration = .milliseconds(500)
     }
 
     private struct Acknowledgement {
@@ -59,6 +62,8 @@ final class ChangeFollower: Sendable {
         var leaseEnd: Duration?
         /// Whether what is kept can be answered from without asking (while the lease runs).
         var vouched = false
+        /// When the last asking that renewed the lease was sent.
+        var renewed: Duration?
         var sleeping: (token: Int, continuation: CheckedContinuation<Void, Never>)?
         var sleeps = 0
         /// How many users the last answer named.
@@ -171,9 +176,10 @@ final class ChangeFollower: Sendable {
 
     /// One asking and the pause after it; false when the loop ends (nobody waits, and no lease is kept).
     private func step() async -> Bool {
+        let now = clock()
         let taken = state.withLock {
             state -> (
-                batch: [Waiter], number: Int, watermark: SubscriberChanges.Watermark?, applied: Int64?, lease: Duration
+                batch: [Waiter], number: Int, watermark: SubscriberChanges.Watermark?, report: CacheReaderReport
             )? in
             if state.waiting.isEmpty && state.acknowledging.isEmpty && (!state.leased || state.withdrawn) {
                 state.running = false
@@ -183,14 +189,16 @@ final class ChangeFollower: Sendable {
             }
             defer { state.waiting.removeAll(keepingCapacity: true) }
             state.sent += 1
-            return (state.waiting, state.sent, state.watermark, state.applied, state.withdrawn ? .zero : timing.lease)
+            let renew = state.withdrawn || state.renewed.map { now - $0 >= timing.renewal } ?? true
+            let report = CacheReaderReport(
+                reader: reader, applied: state.applied, lease: state.withdrawn ? .zero : timing.lease, renew: renew)
+            return (state.waiting, state.sent, state.watermark, report)
         }
         guard let taken else { return false }
-        let sent = clock()
-        let report = CacheReaderReport(reader: reader, applied: taken.applied, lease: taken.lease)
+        let sent = now
         var pause = timing.idle
         do {
-            let changes = try await ask(taken.watermark, report)
+            let changes = try await ask(taken.watermark, taken.report)
             let received = clock()
             if taken.watermark == nil || !changes.complete {
                 cache.removeAll()  // nothing kept can be vouched for: the first asking, or too many changes
@@ -203,9 +211,13 @@ final class ChangeFollower: Sendable {
                 var released: [Waiter] = []
                 if let asked = changes.askedAt {
                     state.vouched =
-                        !state.withdrawn && taken.lease > .zero && taken.watermark != nil
+                        !state.withdrawn && taken.report.lease > .zero && taken.watermark != nil
                         && state.leaseEnd.map { received < $0 } ?? false
-                    if changes.leaseRenewed { state.leaseEnd = sent + timing.lease - timing.margin }
+                    if taken.report.renew {
+                        // A renewal refused (an answer was lost before) is asked for again at once.
+                        state.renewed = changes.leaseRenewed ? sent : nil
+                        if changes.leaseRenewed { state.leaseEnd = sent + timing.lease - timing.margin }
+                    }
                     state.applied = asked
                     state.leased = true
                     // A write is in every other live reader's memory once each applied an asking that began

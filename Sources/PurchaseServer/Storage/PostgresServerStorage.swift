@@ -165,96 +165,112 @@ public final class PostgresServerStorage: ServerStorage {
     private func changes(since watermark: SubscriberChanges.Watermark?, reporting report: CacheReaderReport?)
         async throws -> SubscriberChanges
     {
-        try await database.readStatement { connection in
-            // One statement, one snapshot: every transaction before its oldest running one has ended, and
-            // those that committed are visible here; a later commit has an id at or after that one. The upper
-            // bound changes no answer (a visible change's transaction is below it) but makes the condition a
-            // range the planner takes to the index for (an open `>=` went to a scan of every user).
-            var parameters: [SQLValue] = []
-            var sql = ""
-            var columns = "pg_snapshot_xmin(pg_current_snapshot())::text AS watermark"
-            if let report {
-                // The report, in the same statement: the lease runs from when PostgreSQL reads its clock
-                // (after the process sent this), and the others' reports are those committed before this
-                // snapshot. A reader that has not applied an answer yet counts as having applied nothing. A
-                // lease counts as live if it ran when the statement began, before its snapshot (a reader whose
-                // lease ends while a slow statement runs is still waited for).
-                //
-                // The lease is renewed only if the reader reports having applied the last asking that ran for
-                // it (or withdraws): one whose answers are lost on the way back stops being waited for when
-                // its lease ends, rather than holding every write back while it renews.
-                let now = "(extract(epoch FROM statement_timestamp()) * 1000000)::int8"
-                sql += """
-                    WITH previous AS (
-                        SELECT last_asked, lease_until FROM cache_readers WHERE reader = ?
-                    ), renewal AS (
-                        SELECT NOT EXISTS (SELECT 1 FROM previous) OR ?::int8 = 0
-                            OR ?::int8 IS NOT DISTINCT FROM (SELECT last_asked FROM previous) AS renewed
-                    ), report AS (
-                        INSERT INTO cache_readers AS r (reader, applied, last_asked, lease_until)
-                        VALUES (
-                            ?, ?::int8, \(now),
-                            CASE WHEN (SELECT renewed FROM renewal) THEN \(Self.clockMicroseconds) + ?::int8
-                                ELSE (SELECT lease_until FROM previous) END)
-                        ON CONFLICT (reader) DO UPDATE
-                        SET applied = excluded.applied, last_asked = excluded.last_asked, lease_until = excluded.lease_until
-                    ), gone AS (
-                        DELETE FROM cache_readers WHERE lease_until < \(Self.clockMicroseconds) - 3600000000 AND reader <> ?
-                    )
-
-                    """
-                let applied = report.applied.map(SQLValue.integer) ?? .null
-                let lease = SQLValue.integer(max(0, Self.microseconds(report.lease)))
-                parameters += [.text(report.reader), lease, applied, .text(report.reader), applied, lease]
-                parameters.append(.text(report.reader))
-                columns += """
-                    , \(now) AS asked, (SELECT renewed FROM renewal) AS renewed,
-                    (SELECT min(coalesce(applied, 0)) FROM cache_readers WHERE reader <> ? AND lease_until > \(now)) AS others
-                    """
-                parameters.append(.text(report.reader))
-            }
-            if let watermark {
-                sql += """
-                    SELECT \(columns), changed.pairs FROM (
-                        SELECT json_agg(json_build_array(bundle_id, app_user_id)) AS pairs FROM (
-                            SELECT bundle_id, app_user_id FROM subscribers
-                            WHERE changed >= ?::xid8 AND changed < pg_snapshot_xmax(pg_current_snapshot()) LIMIT ?
-                        ) AS recent
-                    ) AS changed
-                    """
-                parameters += [.text(watermark.value), .integer(Int64(SubscriberChanges.limit + 1))]
-            } else {
-                sql += "SELECT \(columns)"
-            }
-            let rows = try connection.execute(sql, parameters)
-            guard let row = rows.first, let value = row["watermark"].string else {
-                throw ServerStorageError(message: "PostgreSQL gave no snapshot")
-            }
-            var users: [SubscriberChanges.Pair] = []
-            if watermark != nil, let pairs = row["pairs"].string {
-                let limits = SQLServerStore<PostgresConnection>.aggregateLimits
-                guard case .array(let list) = try JSONParser.parse(Array(pairs.utf8), limits: limits) else {
-                    throw ServerStorageError(message: "PostgreSQL's list of changed users is not a list")
-                }
-                for pair in list {
-                    guard case .array(let parts) = pair, parts.count == 2, let bundle = parts[0].stringValue,
-                        let user = parts[1].stringValue
-                    else { throw ServerStorageError(message: "PostgreSQL's list of changed users is malformed") }
-                    users.append(.init(bundleID: bundle, appUserID: user))
-                }
-            }
-            let complete = users.count <= SubscriberChanges.limit
-            var changes = SubscriberChanges(watermark: .init(value), users: complete ? users : [], complete: complete)
-            if report != nil {
-                guard let asked = row["asked"].int64 else {
-                    throw ServerStorageError(message: "PostgreSQL gave no time for the asking")
-                }
-                changes.askedAt = asked
-                changes.othersApplied = row["others"].int64
-                changes.leaseRenewed = row["renewed"] == .integer(1)
-            }
-            return changes
+        guard let report, !report.renew else {
+            return try await database.readStatement { try Self.changes(since: watermark, reporting: report, $0) }
         }
+        // A report that renews no lease is not waited for on disk (one lost in a crash makes writers wait
+        // longer, or refuses the next renewal: never a lease longer than the reader counts on). A renewal is.
+        return try await database.lockingWrite { connection in
+            try connection.executeLater("SET LOCAL synchronous_commit = off")
+            return try Self.changes(since: watermark, reporting: report, connection)
+        }
+    }
+
+    private static func changes(
+        since watermark: SubscriberChanges.Watermark?, reporting report: CacheReaderReport?,
+        _ connection: PostgresConnection
+    ) throws -> SubscriberChanges {
+        // One statement, one snapshot: every transaction before its oldest running one has ended, and
+        // those that committed are visible here; a later commit has an id at or after that one. The upper
+        // bound changes no answer (a visible change's transaction is below it) but makes the condition a
+        // range the planner takes to the index for (an open `>=` went to a scan of every user).
+        var parameters: [SQLValue] = []
+        var sql = ""
+        var columns = "pg_snapshot_xmin(pg_current_snapshot())::text AS watermark"
+        if let report {
+            // The report, in the same statement: the lease runs from when PostgreSQL reads its clock
+            // (after the process sent this), and the others' reports are those committed before this
+            // snapshot. A reader that has not applied an answer yet counts as having applied nothing. A
+            // lease counts as live if it ran when the statement began, before its snapshot (a reader whose
+            // lease ends while a slow statement runs is still waited for).
+            //
+            // The lease is renewed only if the reader reports having applied the last asking that ran for
+            // it (or withdraws): one whose answers are lost on the way back stops being waited for when
+            // its lease ends, rather than holding every write back while it renews.
+            let now = "(extract(epoch FROM statement_timestamp()) * 1000000)::int8"
+            sql += """
+                WITH previous AS (
+                    SELECT last_asked, lease_until FROM cache_readers WHERE reader = ?
+                ), renewal AS (
+                    SELECT ?::int8 = 1 AND (NOT EXISTS (SELECT 1 FROM previous) OR ?::int8 = 0
+                        OR ?::int8 IS NOT DISTINCT FROM (SELECT last_asked FROM previous)) AS renewed
+                ), report AS (
+                    INSERT INTO cache_readers AS r (reader, applied, last_asked, lease_until)
+                    VALUES (
+                        ?, ?::int8, \(now),
+                        CASE WHEN (SELECT renewed FROM renewal) THEN \(Self.clockMicroseconds) + ?::int8
+                            ELSE coalesce((SELECT lease_until FROM previous), 0) END)
+                    ON CONFLICT (reader) DO UPDATE
+                    SET applied = excluded.applied, last_asked = excluded.last_asked, lease_until = excluded.lease_until
+                ), gone AS (
+                    DELETE FROM cache_readers WHERE lease_until < \(Self.clockMicroseconds) - 3600000000 AND reader <> ?
+                )
+
+                """
+            let applied = report.applied.map(SQLValue.integer) ?? .null
+            let lease = SQLValue.integer(max(0, Self.microseconds(report.lease)))
+            parameters += [
+                .text(report.reader), .integer(report.renew ? 1 : 0), lease, applied, .text(report.reader), applied,
+                lease,
+            ]
+            parameters.append(.text(report.reader))
+            columns += """
+                , \(now) AS asked, (SELECT renewed FROM renewal) AS renewed,
+                (SELECT min(coalesce(applied, 0)) FROM cache_readers WHERE reader <> ? AND lease_until > \(now)) AS others
+                """
+            parameters.append(.text(report.reader))
+        }
+        if let watermark {
+            sql += """
+                SELECT \(columns), changed.pairs FROM (
+                    SELECT json_agg(json_build_array(bundle_id, app_user_id)) AS pairs FROM (
+                        SELECT bundle_id, app_user_id FROM subscribers
+                        WHERE changed >= ?::xid8 AND changed < pg_snapshot_xmax(pg_current_snapshot()) LIMIT ?
+                    ) AS recent
+                ) AS changed
+                """
+            parameters += [.text(watermark.value), .integer(Int64(SubscriberChanges.limit + 1))]
+        } else {
+            sql += "SELECT \(columns)"
+        }
+        let rows = try connection.execute(sql, parameters)
+        guard let row = rows.first, let value = row["watermark"].string else {
+            throw ServerStorageError(message: "PostgreSQL gave no snapshot")
+        }
+        var users: [SubscriberChanges.Pair] = []
+        if watermark != nil, let pairs = row["pairs"].string {
+            let limits = SQLServerStore<PostgresConnection>.aggregateLimits
+            guard case .array(let list) = try JSONParser.parse(Array(pairs.utf8), limits: limits) else {
+                throw ServerStorageError(message: "PostgreSQL's list of changed users is not a list")
+            }
+            for pair in list {
+                guard case .array(let parts) = pair, parts.count == 2, let bundle = parts[0].stringValue,
+                    let user = parts[1].stringValue
+                else { throw ServerStorageError(message: "PostgreSQL's list of changed users is malformed") }
+                users.append(.init(bundleID: bundle, appUserID: user))
+            }
+        }
+        let complete = users.count <= SubscriberChanges.limit
+        var changes = SubscriberChanges(watermark: .init(value), users: complete ? users : [], complete: complete)
+        if report != nil {
+            guard let asked = row["asked"].int64 else {
+                throw ServerStorageError(message: "PostgreSQL gave no time for the asking")
+            }
+            changes.askedAt = asked
+            changes.othersApplied = row["others"].int64
+            changes.leaseRenewed = row["renewed"] == .integer(1)
+        }
+        return changes
     }
 
     public func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery] {

@@ -84,6 +84,45 @@ struct ClusterTests {
         }
     }
 
+    @Test("A process that dies holding a lease holds other processes' writes back only until its lease ends")
+    func deadReader() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let harness = try await ServerHarness.make(withAPI: false, postgres: url, instances: 1)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (_, jws) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(jws, user: "ola")
+        let writer = harness.instances[0].server
+        // Another process's follower holds a lease; then it stops asking without giving it back.
+        let storage = try await PostgresServerStorage(url: url, poolSize: 1)
+        var follower: ChangeFollower? = ChangeFollower(cache: SubscriberCache(shared: true), reader: "dead") {
+            watermark, report in
+            try #require(try await storage.subscriberChanges(since: watermark, reporting: report))
+        }
+        try await follower!.catchUp()
+        for _ in 0..<500 where !follower!.vouches { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(follower!.vouches)
+        weak let gone = follower
+        follower = nil  // its loop ends at its next step; its lease stays in cache_readers
+        for _ in 0..<500 where gone != nil { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(gone == nil)
+        let started = ContinuousClock.now
+        let done = ServerStorageContractTests.Flag()
+        let granted = Task {
+            _ = try await writer.grant(
+                bundleID: ServerHarness.bundleID, appUserID: "ola", entitlement: "pro", expiresDate: nil)
+            done.set()
+        }
+        for _ in 0..<1_500 where !done.isSet { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(done.isSet, "the write is still waiting after 15 s")
+        guard done.isSet else { return }
+        try await granted.value
+        // It waited for the lease (PostgreSQL's, up to two seconds from the last renewal), not for nothing.
+        #expect(ContinuousClock.now - started > .milliseconds(500))
+        let view = try await writer.subscriber(bundleID: ServerHarness.bundleID, appUserID: "ola")
+        #expect(view.entitlements["pro"]?.active == true)
+    }
+
     @Test("A notification dropped on every attempt is repaired by the leader's next pass")
     func repairAndBudget() async throws {
         let url = try PostgresTesting.freshDatabase()

@@ -32,9 +32,9 @@ final class ChangeFollower: Sendable {
         var busy: Duration = .milliseconds(1)
         /// Between askings otherwise, while a lease is held.
         var idle: Duration = .milliseconds(20)
-        /// How often an asking renews the lease (durably, so it costs a flush of PostgreSQL's log); the
-        /// askings between only report what was applied.
-        var renewal: Duration = .milliseconds(500)
+        /// How often an asking renews the lease; the askings between only report what was applied. (On
+        /// PostgreSQL every asking waits for the log flush anyway, so each renews.)
+        var renewal: Duration = .zero
     }
 
     private struct Acknowledgement {

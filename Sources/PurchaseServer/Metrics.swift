@@ -7,7 +7,12 @@ final class Metrics: Sendable {
 
     /// Adds `by` to the counter `name` with `labels`.
     func count(_ name: String, _ labels: [String: String] = [:], by value: Double = 1) {
-        let key = Self.key(name, labels)
+        count(key: Self.key(name, labels), by: value)
+    }
+
+    /// Adds `by` to the counter whose ``key(_:_:)`` is made once beforehand (for counters a request path
+    /// counts: rendering the key cost more than the count).
+    func count(key: String, by value: Double = 1) {
         counters.withLock { $0[key, default: 0] += value }
     }
 

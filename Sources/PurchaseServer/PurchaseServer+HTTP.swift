@@ -126,7 +126,7 @@ extension PurchaseServer {
                     let body = try server.cachedAnswer(
                         .entitlements, bundleID: bundleID, appUserID: try context.parameter("user"))
                 else { return nil }
-                server.metrics.count("storekeeper_http_requests_total", ["route": "entitlements"])
+                server.metrics.count(key: Self.requestCounters.entitlements)
                 return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)
             },
             otherwise: handle { request, context in
@@ -154,7 +154,7 @@ extension PurchaseServer {
                         .subscriber, bundleID: try server.bundleID(request.query["bundleId"]),
                         appUserID: try context.parameter("user"))
                 else { return nil }
-                server.metrics.count("storekeeper_http_requests_total", ["route": "subscribers"])
+                server.metrics.count(key: Self.requestCounters.subscribers)
                 return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)
             },
             otherwise: handle { request, context in
@@ -279,6 +279,12 @@ extension PurchaseServer {
         addDashboardRoutes(to: &router, login: login)
         return router.freeze(logger: logger ?? self.logger)
     }
+
+    /// The request counters of the routes answered inline, their keys made once.
+    static let requestCounters = (
+        subscribers: Metrics.key("storekeeper_http_requests_total", ["route": "subscribers"]),
+        entitlements: Metrics.key("storekeeper_http_requests_total", ["route": "entitlements"])
+    )
 
     static func routeName(_ path: String) -> String {
         if path.hasPrefix("/v1/notifications/") { return "notifications" }

@@ -92,8 +92,26 @@ extension PurchaseServer {
 
     /// On storage other processes share: stops following their writes and gives back this process's lease,
     /// so that their writes no longer wait for it. Reads still work afterwards, asking the storage each time.
-    public func leave() async {
-        await follower?.leave()
+    /// Returns after `limit` at most (a stuck connection must not keep a process from stopping; its lease
+    /// then ends by itself).
+    public func leave(waitingUpTo limit: Duration = .seconds(5)) async {
+        guard let follower else { return }
+        final class Once: Sendable {
+            let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
+            func finish() { continuation.withLock { $0.take() }?.resume() }
+        }
+        let once = Once()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            once.continuation.withLock { $0 = continuation }
+            Task {
+                await follower.leave()
+                once.finish()
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                once.finish()
+            }
+        }
     }
 
     /// Stops the delivery and reconciliation tasks.

@@ -176,7 +176,8 @@ struct ChangeFollowerTests {
     }
 
     static let timing = ChangeFollower.Timing(
-        lease: .seconds(2), margin: .milliseconds(500), busy: .milliseconds(1), idle: .milliseconds(1))
+        lease: .seconds(2), margin: .milliseconds(500), busy: .milliseconds(1), idle: .milliseconds(1),
+        renewal: .milliseconds(500))
 
     @Test(
         "With leases: what is kept is answered without asking only while the lease runs, and after an answer that came in time"

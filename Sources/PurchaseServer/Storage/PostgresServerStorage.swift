@@ -165,15 +165,10 @@ public final class PostgresServerStorage: ServerStorage {
     private func changes(since watermark: SubscriberChanges.Watermark?, reporting report: CacheReaderReport?)
         async throws -> SubscriberChanges
     {
-        guard let report, !report.renew else {
-            return try await database.readStatement { try Self.changes(since: watermark, reporting: report, $0) }
-        }
-        // A report that renews no lease is not waited for on disk (one lost in a crash makes writers wait
-        // longer, or refuses the next renewal: never a lease longer than the reader counts on). A renewal is.
-        return try await database.lockingWrite { connection in
-            try connection.executeLater("SET LOCAL synchronous_commit = off")
-            return try Self.changes(since: watermark, reporting: report, connection)
-        }
+        // Each asking that reports is a commit that waits for PostgreSQL's log flush, even one that renews
+        // nothing: a commit not flushed could be lost in a crash with its transaction id, which PostgreSQL
+        // could then hand out again, below a mark this process already holds (its changes never named).
+        try await database.readStatement { try Self.changes(since: watermark, reporting: report, $0) }
     }
 
     private static func changes(

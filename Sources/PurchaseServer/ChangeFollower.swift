@@ -66,8 +66,8 @@ final class ChangeFollower: Sendable {
         var renewed: Duration?
         var sleeping: (token: Int, continuation: CheckedContinuation<Void, Never>)?
         var sleeps = 0
-        /// How many users the last answer named.
-        var lastCount = 0
+        /// The users the last answer named, each with the change that named it.
+        var marks: [String: String] = [:]
         /// Waiting for the loop to end (``leave()``).
         var ended: [CheckedContinuation<Void, Never>] = []
     }
@@ -200,10 +200,31 @@ final class ChangeFollower: Sendable {
         do {
             let changes = try await ask(taken.watermark, taken.report)
             let received = clock()
+            // Users named by a change applied already are not dropped again (a transaction left open holds
+            // the mark back, and every answer names them while it does; what a read kept since the drop
+            // includes the change).
+            let seen = state.withLock { $0.marks }
+            var news = false
+            var named: [String: String] = [:]
             if taken.watermark == nil || !changes.complete {
                 cache.removeAll()  // nothing kept can be vouched for: the first asking, or too many changes
+                news = !changes.complete
             } else {
-                for pair in changes.users { cache.invalidate(pair.bundleID, pair.appUserID) }
+                let known = changes.marks.count == changes.users.count
+                for (index, pair) in changes.users.enumerated() {
+                    guard known else {
+                        cache.invalidate(pair.bundleID, pair.appUserID)
+                        news = true
+                        continue
+                    }
+                    let key = SubscriberCache.key(pair.bundleID, pair.appUserID)
+                    let mark = changes.marks[index]
+                    named[key] = mark
+                    if seen[key] != mark {
+                        cache.invalidate(pair.bundleID, pair.appUserID)
+                        news = true
+                    }
+                }
             }
             let released = state.withLock { state -> [Waiter] in
                 state.watermark = changes.watermark
@@ -247,10 +268,7 @@ final class ChangeFollower: Sendable {
                 // Quickly again while writes wait, or while others write (their writes wait for this
                 // process's next report); not for an answer that only repeats the last (a transaction left
                 // open holds the mark back, and every answer names the same users again).
-                let news =
-                    changes.complete && !changes.users.isEmpty
-                    && (changes.watermark != taken.watermark || changes.users.count != state.lastCount)
-                state.lastCount = changes.users.count
+                state.marks = named
                 if !state.waiting.isEmpty {
                     pause = .zero
                 } else if !state.acknowledging.isEmpty || news {

@@ -228,8 +228,8 @@ public final class PostgresServerStorage: ServerStorage {
         if let watermark {
             sql += """
                 SELECT \(columns), changed.pairs FROM (
-                    SELECT json_agg(json_build_array(bundle_id, app_user_id)) AS pairs FROM (
-                        SELECT bundle_id, app_user_id FROM subscribers
+                    SELECT json_agg(json_build_array(bundle_id, app_user_id, changed::text)) AS pairs FROM (
+                        SELECT bundle_id, app_user_id, changed FROM subscribers
                         WHERE changed >= ?::xid8 AND changed < pg_snapshot_xmax(pg_current_snapshot()) LIMIT ?
                     ) AS recent
                 ) AS changed
@@ -243,20 +243,23 @@ public final class PostgresServerStorage: ServerStorage {
             throw ServerStorageError(message: "PostgreSQL gave no snapshot")
         }
         var users: [SubscriberChanges.Pair] = []
+        var marks: [String] = []
         if watermark != nil, let pairs = row["pairs"].string {
             let limits = SQLServerStore<PostgresConnection>.aggregateLimits
             guard case .array(let list) = try JSONParser.parse(Array(pairs.utf8), limits: limits) else {
                 throw ServerStorageError(message: "PostgreSQL's list of changed users is not a list")
             }
             for pair in list {
-                guard case .array(let parts) = pair, parts.count == 2, let bundle = parts[0].stringValue,
-                    let user = parts[1].stringValue
+                guard case .array(let parts) = pair, parts.count == 3, let bundle = parts[0].stringValue,
+                    let user = parts[1].stringValue, let mark = parts[2].stringValue
                 else { throw ServerStorageError(message: "PostgreSQL's list of changed users is malformed") }
                 users.append(.init(bundleID: bundle, appUserID: user))
+                marks.append(mark)
             }
         }
         let complete = users.count <= SubscriberChanges.limit
         var changes = SubscriberChanges(watermark: .init(value), users: complete ? users : [], complete: complete)
+        changes.marks = complete ? marks : []
         if report != nil {
             guard let asked = row["asked"].int64 else {
                 throw ServerStorageError(message: "PostgreSQL gave no time for the asking")

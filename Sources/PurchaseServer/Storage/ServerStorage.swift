@@ -55,6 +55,10 @@ public struct SubscriberChanges: Sendable, Hashable {
     /// asking); nil when no other process holds one. A write this process committed before an asking that
     /// began at `T` is in every other live process's memory once this is at least `T`.
     public var othersApplied: Int64?
+    /// For each user in ``users``, the change that named it (on PostgreSQL the transaction that last changed
+    /// it); empty when not known. An asking names a user again as long as its change is at or after the
+    /// mark, and an asker that applied that change already need not drop the user again.
+    public var marks: [String] = []
     /// Whether this asking renewed the asker's lease: not when the asker had not applied the asking that ran
     /// for it before (its answer was lost), so that one whose answers never arrive stops being waited for.
     public var leaseRenewed = true

@@ -226,8 +226,7 @@ public final class StreamLogHandler: LogHandler {
         self.descriptor = output.fileDescriptor
         Self.register(self)
         // 1 ms to 10 minutes.
-        let seconds = min(max(flushEvery.components.seconds, 0), 600)
-        let microseconds = seconds * 1_000_000 + flushEvery.components.attoseconds / 1_000_000_000_000
+        let microseconds = min(max(flushEvery, .zero), .seconds(600)).wholeMicroseconds
         let interval = UInt32(min(max(microseconds, 1_000), 600_000_000))
         let thread = Thread { [weak self] in
             while true {

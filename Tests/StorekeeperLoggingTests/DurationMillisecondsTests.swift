@@ -11,5 +11,7 @@ struct DurationMillisecondsTests {
         #expect(Duration.seconds(700).wholeMilliseconds == 700_000)
         #expect(Duration.nanoseconds(999_999).wholeMilliseconds == 0)
         #expect(Duration.microseconds(-2_750).wholeMilliseconds == -2)
+        #expect(Duration.seconds(2).wholeMicroseconds == 2_000_000)
+        #expect(Duration.nanoseconds(2_999).wholeMicroseconds == 2)
     }
 }

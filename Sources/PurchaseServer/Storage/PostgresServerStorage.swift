@@ -1,5 +1,6 @@
 public import Foundation
 import StorekeeperJSON
+import StorekeeperLogging
 import StorekeeperPostgres
 import StorekeeperSQL
 
@@ -155,10 +156,6 @@ public final class PostgresServerStorage: ServerStorage {
         try await changes(since: watermark, reporting: report)
     }
 
-    private static func microseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
-    }
-
     /// Microseconds since 1970 on PostgreSQL's clock, at the moment it is read.
     private static let clockMicroseconds = "(extract(epoch FROM clock_timestamp()) * 1000000)::int8"
 
@@ -213,7 +210,7 @@ public final class PostgresServerStorage: ServerStorage {
 
                 """
             let applied = report.applied.map(SQLValue.integer) ?? .null
-            let lease = SQLValue.integer(max(0, Self.microseconds(report.lease)))
+            let lease = SQLValue.integer(max(0, report.lease.wholeMicroseconds))
             parameters += [
                 .text(report.reader), .integer(report.renew ? 1 : 0), lease, applied, .text(report.reader), applied,
                 lease,

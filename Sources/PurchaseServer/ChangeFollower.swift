@@ -32,9 +32,6 @@ final class ChangeFollower: Sendable {
         var busy: Duration = .milliseconds(1)
         /// Between askings otherwise, while a lease is held.
         var idle: Duration = .milliseconds(20)
-        /// How often an asking renews the lease; the askings between only report what was applied. (On
-        /// PostgreSQL every asking waits for the log flush anyway, so each renews.)
-        var renewal: Duration = .zero
     }
 
     private struct Acknowledgement {
@@ -62,8 +59,6 @@ final class ChangeFollower: Sendable {
         var leaseEnd: Duration?
         /// Whether what is kept can be answered from without asking (while the lease runs).
         var vouched = false
-        /// When the last asking that renewed the lease was sent.
-        var renewed: Duration?
         var sleeping: (token: Int, continuation: CheckedContinuation<Void, Never>)?
         var sleeps = 0
         /// The users the last answer named, each with the change that named it.
@@ -189,9 +184,8 @@ final class ChangeFollower: Sendable {
             }
             defer { state.waiting.removeAll(keepingCapacity: true) }
             state.sent += 1
-            let renew = state.withdrawn || state.renewed.map { now - $0 >= timing.renewal } ?? true
             let report = CacheReaderReport(
-                reader: reader, applied: state.applied, lease: state.withdrawn ? .zero : timing.lease, renew: renew)
+                reader: reader, applied: state.applied, lease: state.withdrawn ? .zero : timing.lease)
             return (state.waiting, state.sent, state.watermark, report)
         }
         guard let taken else { return false }
@@ -234,11 +228,8 @@ final class ChangeFollower: Sendable {
                     state.vouched =
                         !state.withdrawn && taken.report.lease > .zero && taken.watermark != nil
                         && state.leaseEnd.map { received < $0 } ?? false
-                    if taken.report.renew {
-                        // A renewal refused (an answer was lost before) is asked for again at once.
-                        state.renewed = changes.leaseRenewed ? sent : nil
-                        if changes.leaseRenewed { state.leaseEnd = sent + timing.lease - timing.margin }
-                    }
+                    // A renewal refused (an answer was lost before) leaves the lease where it was.
+                    if changes.leaseRenewed { state.leaseEnd = sent + timing.lease - timing.margin }
                     state.applied = asked
                     state.leased = true
                     // A write is in every other live reader's memory once each applied an asking that began

@@ -237,20 +237,6 @@ struct ServerStorageContractTests {
         let back = try #require(try await ask("d", last.askedAt, lease: .seconds(60)))
         #expect(back.leaseRenewed)
         #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == last.askedAt)
-        // A report that renews nothing leaves the lease as it was (a new reader's not live at all).
-        let quiet = try #require(
-            try await storage.subscriberChanges(
-                since: nil,
-                reporting: CacheReaderReport(reader: "e", applied: nil, lease: .seconds(60), renew: false)))
-        #expect(!quiet.leaseRenewed)
-        let seen = try #require(try await ask("a", a2.askedAt))
-        #expect(seen.othersApplied == last.askedAt)  // "e" is not waited for
-        let reported = try #require(
-            try await storage.subscriberChanges(
-                since: nil,
-                reporting: CacheReaderReport(reader: "d", applied: back.askedAt, lease: .seconds(60), renew: false)))
-        #expect(!reported.leaseRenewed)
-        #expect(try #require(try await ask("a", a2.askedAt)).othersApplied == back.askedAt)
         // The answer is the changes' answer too.
         try await storage.write { store in
             try store.save(Subscriber(bundleID: "app", appUserID: "u1", firstSeen: Self.start))

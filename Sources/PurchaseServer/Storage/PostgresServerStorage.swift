@@ -194,7 +194,7 @@ public final class PostgresServerStorage: ServerStorage {
                 WITH previous AS (
                     SELECT last_asked, lease_until FROM cache_readers WHERE reader = ?
                 ), renewal AS (
-                    SELECT ?::int8 = 1 AND (NOT EXISTS (SELECT 1 FROM previous) OR ?::int8 = 0
+                    SELECT (NOT EXISTS (SELECT 1 FROM previous) OR ?::int8 = 0
                         OR ?::int8 IS NOT DISTINCT FROM (SELECT last_asked FROM previous)) AS renewed
                 ), report AS (
                     INSERT INTO cache_readers AS r (reader, applied, last_asked, lease_until)
@@ -212,7 +212,7 @@ public final class PostgresServerStorage: ServerStorage {
             let applied = report.applied.map(SQLValue.integer) ?? .null
             let lease = SQLValue.integer(max(0, report.lease.wholeMicroseconds))
             parameters += [
-                .text(report.reader), .integer(report.renew ? 1 : 0), lease, applied, .text(report.reader), applied,
+                .text(report.reader), lease, applied, .text(report.reader), applied,
                 lease,
             ]
             parameters.append(.text(report.reader))

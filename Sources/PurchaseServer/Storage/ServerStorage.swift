@@ -84,15 +84,11 @@ public struct CacheReaderReport: Sendable, Hashable {
     /// How long from this asking the process may answer from memory (writers wait for it until then);
     /// zero withdraws the process (it answers nothing from memory any more).
     public var lease: Duration
-    /// Whether this asking renews the lease (else it only reports what was applied). A lease is renewed only
-    /// for a reader that applied the last asking that ran for it.
-    public var renew: Bool
 
-    public init(reader: String, applied: Int64?, lease: Duration, renew: Bool = true) {
+    public init(reader: String, applied: Int64?, lease: Duration) {
         self.reader = reader
         self.applied = applied
         self.lease = lease
-        self.renew = renew
     }
 }
 

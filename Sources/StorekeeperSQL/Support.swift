@@ -12,6 +12,13 @@ public final class DispatchSerialExecutor: SerialExecutor {
     }
 
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
+
+    /// Lets `assumeIsolated` accept a block run by ``submit(_:)``.
+    public func checkIsolated() { dispatchPrecondition(condition: .onQueue(queue)) }
+
+    /// Runs `body` on the queue, after the jobs enqueued before it, without a task: a `Task` started from
+    /// outside the actor first waits its turn on the cooperative pool, behind every job queued there.
+    public func submit(_ body: @escaping @Sendable () -> Void) { queue.async(execute: body) }
 }
 
 /// An append-only schema step, identified by a string and applied once, in order, in its own transaction.

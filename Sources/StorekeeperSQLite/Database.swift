@@ -132,7 +132,10 @@ public actor Database {
                 return waiting.count == 1
             }
             // The group's commit runs on the writer's executor; writes arriving until it starts join the group.
-            if first { Task { await self.commitGroup() } }
+            // Straight onto the writer's queue: a `Task` waited on the cooperative pool behind the jobs queued
+            // there (the callers of the last group, resumed together), so the writer started only once they
+            // had all run, and the writer and the callers took turns instead of running side by side.
+            if first { executor.submit { self.assumeIsolated { $0.commitGroup() } } }
         }
         return result as! T
     }

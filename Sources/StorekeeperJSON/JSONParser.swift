@@ -156,12 +156,8 @@ public struct JSONParser {
     private mutating func string() throws -> String {
         index += 1
         // Fast path: printable ASCII up to the closing quote, no escapes.
-        var end = index
-        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20,
-            bytes[end] < 0x80
-        {
-            end += 1
-        }
+        let start = index
+        let end = bytes.withUnsafeBufferPointer { Self.plainEnd(in: $0, from: start) }
         if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
             let text = String(decoding: bytes[index..<end], as: UTF8.self)
             index = end + 1
@@ -209,6 +205,34 @@ public struct JSONParser {
                 output.append(byte)
             }
         }
+    }
+
+    /// Where the run of printable ASCII other than `"` and `\` that starts at `from` ends. Eight bytes at a
+    /// time while none of them ends it (a base64url JWS is thousands of such bytes), then one at a time.
+    static func plainEnd(in buffer: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
+        var end = from
+        if let base = UnsafeRawPointer(buffer.baseAddress) {
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            while end + 8 <= buffer.count {
+                let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: end, as: UInt64.self))
+                // Nonzero when some byte is 0x80 or more, below 0x20, `"` or `\` (the usual tests for a
+                // byte below n and for a zero byte, exact as to whether one exists).
+                let quote = word ^ (ones &* 0x22)
+                let backslash = word ^ (ones &* 0x5C)
+                let found =
+                    (word & highs) | ((word &- ones &* 0x20) & ~word & highs) | ((quote &- ones) & ~quote & highs)
+                    | ((backslash &- ones) & ~backslash & highs)
+                if found != 0 { break }
+                end += 8
+            }
+        }
+        while end < buffer.count {
+            let byte = buffer[end]
+            guard byte != UInt8(ascii: "\""), byte != UInt8(ascii: "\\"), byte >= 0x20, byte < 0x80 else { break }
+            end += 1
+        }
+        return end
     }
 
     private mutating func number() throws -> JSONValue {

@@ -42,6 +42,27 @@ struct JSONParserTests {
         #expect(throws: JSONParser.Error.self) { try JSONParser.parse(text) }
     }
 
+    @Test("A string reads the same wherever its escape, non-ASCII character or end falls (the eight-byte scan)")
+    func stringScan() throws {
+        // Printable ASCII but `"` and `\`, including the bytes either side of them and of 0x20.
+        let filler = Array(" !#$%&'()*+,-./0123456789:;<=>?@AZ[]^_`az{|}~\u{7f}")
+        let specials = ["\"", "\\", "\n", "\u{01}", "é", "😀", "/"]
+        for length in 0..<28 {
+            for position in 0...length {
+                let plain = String((0..<length).map { filler[($0 * 7 + length) % filler.count] })
+                for special in specials {
+                    var text = plain
+                    text.insert(contentsOf: special, at: text.index(text.startIndex, offsetBy: position))
+                    #expect(try JSONParser.parse(JSONWriter.string(.string(text))) == .string(text))
+                }
+                // A raw control character is an error wherever it falls.
+                var raw = Array("\"\(plain)\"".utf8)
+                raw.insert(0x1f, at: position + 1)
+                #expect(throws: JSONParser.Error.self) { try JSONParser.parse(raw) }
+            }
+        }
+    }
+
     @Test("Bytes that are not UTF-8 inside a string are an error")
     func invalidUTF8() {
         #expect(throws: JSONParser.Error.self) { try JSONParser.parse([0x22, 0xff, 0x22]) }

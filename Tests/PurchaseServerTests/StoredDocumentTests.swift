@@ -65,4 +65,83 @@ struct StoredDocumentTests {
         try Self.check(
             LedgerEntry(transactionID: "1", productID: "coins", quantity: -5, reason: .refund, date: Self.date))
     }
+
+    /// A document built member by member must be the one the `Encodable` conformance gives, and read back
+    /// the same. With `everyMember`, every stored property must be set, so that one the builder leaves out
+    /// (a property added later) shows as a member missing.
+    static func checkBuilt<T: StoredDocument & Decodable & Equatable>(_ value: T, everyMember: Bool) throws {
+        let built = value.storedDocument
+        #expect(built == (try SQLDocuments.encoder.encode(value)), "\(T.self)")
+        #expect(try SQLDocuments.decoder.decode(T.self, from: built) == value, "\(T.self)")
+        guard everyMember else { return }
+        let properties = Mirror(reflecting: value).children
+        let unset = properties.filter {
+            let mirror = Mirror(reflecting: $0.value)
+            return mirror.displayStyle == .optional && mirror.children.isEmpty
+        }
+        #expect(unset.isEmpty, "the fixture sets every property of \(T.self): \(unset.compactMap(\.label))")
+        #expect(built.objectValue?.keys.count == properties.count, "\(T.self)")
+    }
+
+    @Test("The records each ingestion writes, built member by member, are the documents their coder gives")
+    func builtDocuments() throws {
+        let commitment = CommitmentFacts(
+            billingPeriodNumber: 2, totalBillingPeriods: 12, expiresDate: Self.date, price: 99_000,
+            autoRenewStatus: true, renewalDate: Self.date.addingTimeInterval(60))
+        var purchase = PurchaseRecord(
+            transactionID: "2000000000000002", originalTransactionID: "2000000000000001", bundleID: "com.example.app",
+            productID: "monthly", kind: .autoRenewable, quantity: 3, purchaseDate: Self.date,
+            expiresDate: Self.date.addingTimeInterval(300), webOrderLineItemID: "1", environment: .sandbox,
+            ownership: .familyShared, revocationDate: Self.date, revocationReason: 1, offerType: 1,
+            offerDiscountType: "FREE_TRIAL", appAccountToken: "0f1e", price: 2_990, currency: "USD",
+            reason: .renewal, signedDate: Self.date, owner: "alice \"a\" é")
+        purchase.billingPlanType = "MONTHLY"
+        purchase.commitment = commitment
+        try Self.checkBuilt(purchase, everyMember: true)
+        try Self.checkBuilt(
+            PurchaseRecord(
+                transactionID: "1", originalTransactionID: "1", bundleID: "b", productID: "coins", kind: .consumable,
+                purchaseDate: Self.date, environment: .production, signedDate: Self.date),
+            everyMember: false)
+
+        let subscription = try SQLDocuments.decoder.decode(
+            SubscriptionRecord.self,
+            from: JSONParser.parse(
+                #"""
+                {"originalTransactionID": "1", "bundleID": "com.example.app", "environment": "Sandbox",
+                 "productID": "monthly", "latestTransactionID": "2", "latestPurchaseDate": 1796430887068.5,
+                 "status": 4, "autoRenewStatus": false, "autoRenewProductID": "yearly", "expiresDate": 1796430987068,
+                 "gracePeriodExpiresDate": 1796431087068, "expirationIntent": 2, "priceIncreaseStatus": 1,
+                 "ownership": "PURCHASED", "revocationDate": 1796430887000, "revocationReason": 0, "offerType": 2,
+                 "offerDiscountType": "PAY_AS_YOU_GO", "transactionSignedDate": 1796430887068.25,
+                 "renewalSignedDate": 1796430887069, "owner": "alice", "billingPlanType": "MONTHLY",
+                 "renewalBillingPlanType": "BILLED_UPFRONT",
+                 "commitment": {"billingPeriodNumber": 2, "totalBillingPeriods": 12, "expiresDate": 1796430887068,
+                                "price": 99000, "autoRenewStatus": true, "renewalDate": 1796430887068},
+                 "refundRequestDate": 1796430887070, "lastPolled": 1796430887071}
+                """#))
+        try Self.checkBuilt(subscription, everyMember: true)
+        var bare = subscription
+        (bare.autoRenewProductID, bare.expiresDate, bare.gracePeriodExpiresDate, bare.commitment) = (nil, nil, nil, nil)
+        (bare.renewalSignedDate, bare.owner, bare.refundRequestDate, bare.lastPolled) = (nil, nil, nil, nil)
+        try Self.checkBuilt(bare, everyMember: false)
+
+        try Self.checkBuilt(
+            ServerEvent(
+                id: "RENEWAL:2", type: .renewal, bundleID: "com.example.app", appUserID: "alice", date: Self.date,
+                environment: .xcode, productID: "monthly", transactionID: "2", originalTransactionID: "1",
+                expiresDate: Self.date, source: .notification, appleNotificationType: "DID_RENEW",
+                appleSubtype: "BILLING_RECOVERY", details: ["periodType": "normal"]),
+            everyMember: true)
+        try Self.checkBuilt(
+            ServerEvent(
+                id: "TEST:u", type: "SOMETHING_NEW", bundleID: "b", appUserID: nil, date: Self.date, source: .api),
+            everyMember: false)
+        // Details in key order (a dictionary's own order differs from process to process).
+        let event = ServerEvent(
+            id: "e", type: .transfer, bundleID: "b", appUserID: "u", date: Self.date, source: .app,
+            details: ["z": "1", "a": "2", "m": "3"])
+        #expect(event.storedDocument["details"]?.objectValue?.keys == ["a", "m", "z"])
+        #expect(try SQLDocuments.decoder.decode(ServerEvent.self, from: event.storedDocument) == event)
+    }
 }

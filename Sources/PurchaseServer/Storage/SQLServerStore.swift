@@ -40,6 +40,8 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     static func encode<T: Encodable>(_ value: T) throws -> SQLValue {
         .blob(JSONWriter.bytes(try SQLDocuments.encoder.encode(value)))
     }
+    /// The records every ingestion writes, built member by member (the same document).
+    static func encode(_ value: some StoredDocument) -> SQLValue { .blob(JSONWriter.bytes(value.storedDocument)) }
     static func decode<T: Decodable>(_ type: T.Type, _ value: SQLValue) throws -> T {
         guard let bytes = value.bytes else { throw ServerStorageError(message: "a stored record is missing") }
         return try SQLDocuments.decoder.decode(type, from: JSONParser.parse(bytes))
@@ -220,7 +222,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             [
                 .text(purchase.transactionID.rawValue), .text(purchase.originalTransactionID.rawValue),
                 .text(purchase.bundleID.rawValue),
-                text(purchase.owner), .real(purchase.purchaseDate.timeIntervalSince1970), try Self.encode(purchase),
+                text(purchase.owner), .real(purchase.purchaseDate.timeIntervalSince1970), Self.encode(purchase),
             ] + Self.chartColumns(purchase))
     }
 
@@ -301,7 +303,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             [
                 .text(subscription.originalTransactionID.rawValue), .text(subscription.bundleID.rawValue),
                 text(subscription.owner),
-                try Self.encode(subscription),
+                Self.encode(subscription),
                 subscription.reconciliationDue.map { .real($0.timeIntervalSince1970) } ?? .null,
             ])
     }
@@ -438,7 +440,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             [
                 .text(event.id), .text(event.bundleID.rawValue), text(event.appUserID),
                 text(event.originalTransactionID?.rawValue),
-                try Self.encode(event),
+                Self.encode(event),
             ])
         return connection.changes > 0
     }
@@ -469,7 +471,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             event.appUserID = owner
             try connection.execute(
                 "UPDATE events SET owner = ?, document = ? WHERE position = ?",
-                [.text(owner), try Self.encode(event), row["position"]])
+                [.text(owner), Self.encode(event), row["position"]])
             claimed.append(event)
         }
         return claimed

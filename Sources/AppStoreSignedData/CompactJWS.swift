@@ -12,6 +12,8 @@ public struct CompactJWS: Sendable {
     public let header: JSONObject
     /// The payload object.
     public let payload: JSONObject
+    /// The payload's bytes as signed (the second segment decoded).
+    public let payloadBytes: [UInt8]
     /// The decoded signature bytes (for ES256, `r‖s`).
     public let signature: [UInt8]
     /// The ASCII bytes the signature covers: the first two segments exactly as received.
@@ -65,6 +67,7 @@ public struct CompactJWS: Sendable {
         try Self.checkHeaderTypes(header)
         self.header = header
         self.payload = payload
+        self.payloadBytes = payloadBytes
         self.signature = signature
         self.signingInput = Array(bytes[..<segments[1].endIndex])
         self.encodedHeader = signingInput[..<segments[0].endIndex]

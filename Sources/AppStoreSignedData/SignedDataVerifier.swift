@@ -11,6 +11,9 @@ public struct SignedDataResult: Sendable {
     /// The header and payload when the JWS was well-formed (present for every status but `INVALID_JWT_FORMAT`).
     public var header: JSONObject?
     public var payload: JSONObject?
+    /// The payload's bytes as signed, when the JWS was well-formed (a caller that keeps the token need not
+    /// decode it again).
+    public var payloadBytes: [UInt8]?
     /// Why the status is not OK, for people (never contains key material).
     public var reason: String?
     /// For notifications: the verification of the nested `signedTransactionInfo`, `signedRenewalInfo` and
@@ -194,6 +197,7 @@ public struct SignedDataVerifier: Sendable {
         }
         let kind = type ?? SignedDataType.detect(jws.payload)
         var result = SignedDataResult(status: .ok, type: kind, header: jws.header, payload: jws.payload)
+        result.payloadBytes = jws.payloadBytes
         guard let chain = jws.certificateChain, !chain.isEmpty, chain.count == jws.header["x5c"]?.arrayValue?.count
         else {
             result.status = .invalidJWTFormat

@@ -197,7 +197,8 @@ public final class PurchaseServer: Sendable {
             ? ServerEvent(
                 id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: BundleID(bundleID), appUserID: nil,
                 date: signedDate, source: .notification, appleNotificationType: type.rawValue) : nil
-        return try await write(input: ("notification:\(uuid)", "notification-v2", body)) { store in
+        let raw = RawInput(key: "notification:\(uuid)", body: body, token: signed, payload: result.payloadBytes)
+        return try await write(raw: raw) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
             if let testEvent, try store.append(testEvent) {
                 try self.enqueueWebhooks(for: testEvent, in: store)
@@ -313,9 +314,15 @@ public final class PurchaseServer: Sendable {
     )
         async throws -> Ingested
     {
-        let received = now()
         // A V2 notification's compact form is made here, beside the caller's other work, not in the write.
-        let raw = input.map { RawInput(key: $0.key, kind: $0.kind, body: $0.body) }
+        try await write(raw: input.map { RawInput(key: $0.key, kind: $0.kind, body: $0.body) }, body)
+    }
+
+    /// Stores `raw` (when given) and runs `body` in one write; a duplicate input runs nothing.
+    func write(raw: RawInput?, _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent])
+        async throws -> Ingested
+    {
+        let received = now()
         let result = try await storage.write { store -> Ingested in
             if let raw, !(try store.recordInput(raw, received: received)) {
                 return Ingested(duplicate: true, events: [])

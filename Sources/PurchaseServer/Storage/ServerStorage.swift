@@ -245,6 +245,15 @@ public struct RawInput: Sendable {
         self.body = body
         compact = kind == StoredInput.kind ? StoredInput.compact(body) : nil
     }
+
+    /// A V2 notification whose `signedPayload`, `token`, was verified: its compact form made from the payload
+    /// the verification decoded (`payload`), or else as ``init(key:kind:body:)`` makes it.
+    init(key: String, body: [UInt8], token: String, payload: [UInt8]?) {
+        self.key = key
+        kind = StoredInput.kind
+        self.body = body
+        compact = payload.flatMap { StoredInput.compact(body, token: token, payload: $0) } ?? StoredInput.compact(body)
+    }
 }
 
 extension ServerStore {

@@ -1,4 +1,5 @@
 import AppStoreSignedData
+import Foundation
 import StorekeeperCrypto
 
 /// How a raw input is kept. A V2 notification as Apple posts it, `{"signedPayload":"<JWS>"}`, is ~14 KB of
@@ -27,6 +28,35 @@ enum StoredInput {
         let header = Header(fingerprint: Digest.hex(Digest.sha256(jws[..<dot])), bytes: Array(jws[..<dot]))
         guard let stored = StoredJWS.compact(jws, header: header.bytes, fingerprint: header.fingerprint),
             StoredJWS.expand(stored, header: header.bytes) == jws
+        else { return nil }
+        return (stored, header)
+    }
+
+    /// The same compact form, from the `signedPayload` the body holds (`token`, as parsed from it) and that
+    /// token's payload as its verification decoded it (`payload`): ~10 KB of base64url not decoded again.
+    /// Nil when the body does not hold `token` as is (an escape in the JSON string, another wrapping).
+    static func compact(_ body: [UInt8], token: String, payload: [UInt8]) -> (stored: [UInt8], header: Header)? {
+        var token = token
+        let tokenCount = token.utf8.count
+        guard tokenCount > 0, body.count == prefix.count + tokenCount + suffix.count, body.starts(with: prefix),
+            body.suffix(2).elementsEqual(suffix),
+            token.withUTF8({ tokenBytes in
+                body.withUnsafeBufferPointer {
+                    memcmp($0.baseAddress! + prefix.count, tokenBytes.baseAddress!, tokenCount) == 0
+                }
+            })
+        else { return nil }
+        let jws = body[prefix.count..<(body.count - suffix.count)]
+        // The token verified had three segments, so these dots bound the payload segment that `payload` was
+        // decoded from (canonical base64url, so encoding `payload` again gives it back: its length is checked).
+        guard let dot = jws.firstIndex(of: StoredJWS.dot), let last = jws.lastIndex(of: StoredJWS.dot),
+            last - dot - 1 == (payload.count * 4 + 2) / 3
+        else { return nil }
+        let headerBytes = Array(jws[..<dot])
+        let header = Header(fingerprint: Digest.hex(Digest.sha256(headerBytes)), bytes: headerBytes)
+        guard
+            let stored = StoredJWS.compact(
+                payload: payload, signature: jws[(last + 1)...], header: header.bytes, fingerprint: header.fingerprint)
         else { return nil }
         return (stored, header)
     }

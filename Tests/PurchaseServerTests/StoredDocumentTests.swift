@@ -73,14 +73,18 @@ struct StoredDocumentTests {
         let built = value.storedDocument
         #expect(built == (try SQLDocuments.encoder.encode(value)), "\(T.self)")
         #expect(try SQLDocuments.decoder.decode(T.self, from: built) == value, "\(T.self)")
-        guard everyMember else { return }
+        if everyMember { checkEveryMember(of: value, in: built) }
+    }
+
+    /// Every stored property of `value` is set, and `document` has a member for each.
+    static func checkEveryMember(of value: Any, in document: JSONValue?) {
         let properties = Mirror(reflecting: value).children
         let unset = properties.filter {
             let mirror = Mirror(reflecting: $0.value)
             return mirror.displayStyle == .optional && mirror.children.isEmpty
         }
-        #expect(unset.isEmpty, "the fixture sets every property of \(T.self): \(unset.compactMap(\.label))")
-        #expect(built.objectValue?.keys.count == properties.count, "\(T.self)")
+        #expect(unset.isEmpty, "the fixture sets every property of \(type(of: value)): \(unset.compactMap(\.label))")
+        #expect(document?.objectValue?.keys.count == properties.count, "\(type(of: value))")
     }
 
     @Test("The records each ingestion writes, built member by member, are the documents their coder gives")
@@ -98,6 +102,7 @@ struct StoredDocumentTests {
         purchase.billingPlanType = "MONTHLY"
         purchase.commitment = commitment
         try Self.checkBuilt(purchase, everyMember: true)
+        Self.checkEveryMember(of: commitment, in: purchase.storedDocument["commitment"])
         try Self.checkBuilt(
             PurchaseRecord(
                 transactionID: "1", originalTransactionID: "1", bundleID: "b", productID: "coins", kind: .consumable,
@@ -121,6 +126,7 @@ struct StoredDocumentTests {
                  "refundRequestDate": 1796430887070, "lastPolled": 1796430887071}
                 """#))
         try Self.checkBuilt(subscription, everyMember: true)
+        Self.checkEveryMember(of: try #require(subscription.commitment), in: subscription.storedDocument["commitment"])
         var bare = subscription
         (bare.autoRenewProductID, bare.expiresDate, bare.gracePeriodExpiresDate, bare.commitment) = (nil, nil, nil, nil)
         (bare.renewalSignedDate, bare.owner, bare.refundRequestDate, bare.lastPolled) = (nil, nil, nil, nil)

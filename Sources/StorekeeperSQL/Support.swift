@@ -3,8 +3,13 @@ import Dispatch
 /// Runs actor jobs on one private dispatch queue, so blocking database calls never occupy the cooperative pool.
 public final class DispatchSerialExecutor: SerialExecutor {
     private let queue: DispatchQueue
+    /// Set on `queue` alone, so that a block can tell it runs there.
+    private let mark = DispatchSpecificKey<Bool>()
 
-    public init(label: String) { queue = DispatchQueue(label: label) }
+    public init(label: String) {
+        queue = DispatchQueue(label: label)
+        queue.setSpecific(key: mark, value: true)
+    }
 
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
@@ -13,7 +18,9 @@ public final class DispatchSerialExecutor: SerialExecutor {
 
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
 
-    /// Lets `assumeIsolated` accept a block run by ``submit(_:)``.
+    /// Lets `assumeIsolated` accept a block run by ``submit(_:)``; the runtime asks this first, and calls
+    /// ``checkIsolated()`` only in modes that do not ask.
+    public func isIsolatingCurrentContext() -> Bool? { DispatchQueue.getSpecific(key: mark) == true }
     public func checkIsolated() { dispatchPrecondition(condition: .onQueue(queue)) }
 
     /// Runs `body` on the queue, after the jobs enqueued before it, without a task: a `Task` started from

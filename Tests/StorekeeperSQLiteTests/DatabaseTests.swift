@@ -22,6 +22,23 @@ struct DatabaseTests {
         try ExternalTool.temporaryDirectory().appendingPathComponent("store.sqlite").path
     }
 
+    @Test("The writer's executor knows its own queue: a block it runs is isolated there, nowhere else")
+    func executorKnowsItsQueue() async {
+        // What lets the group commit's `assumeIsolated` hold in every mode of the runtime's check (the legacy
+        // mode asks only this, not `checkIsolated`).
+        let executor = DispatchSerialExecutor(label: "test.writer")
+        let other = DispatchSerialExecutor(label: "test.other")
+        #expect(executor.isIsolatingCurrentContext() == false)
+        let answers = await withCheckedContinuation { continuation in
+            executor.submit {
+                continuation.resume(
+                    returning: (executor.isIsolatingCurrentContext(), other.isIsolatingCurrentContext()))
+            }
+        }
+        #expect(answers.0 == true)
+        #expect(answers.1 == false)
+    }
+
     @Test("Values of every storage class round-trip through bound parameters")
     func values() async throws {
         let database = try Database(path: ":memory:")

@@ -21,11 +21,8 @@ enum StoredInput {
 
     /// The compact form of a V2 notification's body and the header it names; nil to keep `body` whole.
     static func compact(_ body: [UInt8]) -> (stored: [UInt8], header: Header)? {
-        guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
-        else { return nil }
-        let jws = Array(body[prefix.count..<(body.count - suffix.count)])
-        guard let dot = jws.firstIndex(of: StoredJWS.dot) else { return nil }
-        let header = Header(fingerprint: Digest.hex(Digest.sha256(jws[..<dot])), bytes: Array(jws[..<dot]))
+        guard let (slice, header) = unwrap(body) else { return nil }
+        let jws = Array(slice)
         guard let stored = StoredJWS.compact(jws, header: header.bytes, fingerprint: header.fingerprint),
             StoredJWS.expand(stored, header: header.bytes) == jws
         else { return nil }
@@ -36,29 +33,34 @@ enum StoredInput {
     /// token's payload as its verification decoded it (`payload`): ~10 KB of base64url not decoded again.
     /// Nil when the body does not hold `token` as is (an escape in the JSON string, another wrapping).
     static func compact(_ body: [UInt8], token: String, payload: [UInt8]) -> (stored: [UInt8], header: Header)? {
-        var token = token
-        let tokenCount = token.utf8.count
-        guard tokenCount > 0, body.count == prefix.count + tokenCount + suffix.count, body.starts(with: prefix),
-            body.suffix(2).elementsEqual(suffix),
-            token.withUTF8({ tokenBytes in
-                body.withUnsafeBufferPointer {
-                    memcmp($0.baseAddress! + prefix.count, tokenBytes.baseAddress!, tokenCount) == 0
-                }
-            })
-        else { return nil }
-        let jws = body[prefix.count..<(body.count - suffix.count)]
-        // The token verified had three segments, so these dots bound the payload segment that `payload` was
+        // The token verified had three segments, so its first and last dots bound the segment `payload` was
         // decoded from (canonical base64url, so encoding `payload` again gives it back: its length is checked).
-        guard let dot = jws.firstIndex(of: StoredJWS.dot), let last = jws.lastIndex(of: StoredJWS.dot),
-            last - dot - 1 == (payload.count * 4 + 2) / 3
-        else { return nil }
-        let headerBytes = Array(jws[..<dot])
-        let header = Header(fingerprint: Digest.hex(Digest.sha256(headerBytes)), bytes: headerBytes)
-        guard
+        guard let (jws, header) = unwrap(body), holds(jws, token), let last = jws.lastIndex(of: StoredJWS.dot),
+            last - (jws.startIndex + header.bytes.count) - 1 == (payload.count * 4 + 2) / 3,
             let stored = StoredJWS.compact(
                 payload: payload, signature: jws[(last + 1)...], header: header.bytes, fingerprint: header.fingerprint)
         else { return nil }
         return (stored, header)
+    }
+
+    /// The JWS a body wraps exactly as Apple posts it, and that JWS's header with its name; nil for any other
+    /// body.
+    private static func unwrap(_ body: [UInt8]) -> (jws: ArraySlice<UInt8>, header: Header)? {
+        guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
+        else { return nil }
+        let jws = body[prefix.count..<(body.count - suffix.count)]
+        guard let dot = jws.firstIndex(of: StoredJWS.dot) else { return nil }
+        let bytes = Array(jws[..<dot])
+        return (jws, Header(fingerprint: Digest.hex(Digest.sha256(bytes)), bytes: bytes))
+    }
+
+    /// Whether `jws` (not empty) is `token`'s bytes: one `memcmp`, not a walk over ~14 KB.
+    private static func holds(_ jws: ArraySlice<UInt8>, _ token: String) -> Bool {
+        var token = token
+        return jws.count == token.utf8.count
+            && token.withUTF8 { bytes in
+                jws.withUnsafeBufferPointer { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }
+            }
     }
 
     /// The fingerprint a compact input names; nil for one kept whole.

@@ -30,6 +30,9 @@ public final class PurchaseServer: Sendable {
     let cache: SubscriberCache
     /// On storage other processes write: keeps `cache` clear of what they changed.
     let follower: ChangeFollower?
+    /// Users whose answers writes have changed (``changed(_:_:in:)``), counted: a write during which it did
+    /// not move changed none, and other processes have nothing of it to drop.
+    let userChanges = Atomic<Int>(0)
     let worker = Mutex<Task<Void, Never>?>(nil)
     /// The polling task (``startReconciliation(every:)``).
     let reconciler = Mutex<Task<Void, Never>?>(nil)
@@ -323,6 +326,7 @@ public final class PurchaseServer: Sendable {
         async throws -> Ingested
     {
         let received = now()
+        let changesBefore = userChanges.load(ordering: .sequentiallyConsistent)
         let result = try await storage.write { store -> Ingested in
             if let raw, !(try store.recordInput(raw, received: received)) {
                 return Ingested(duplicate: true, events: [])
@@ -333,14 +337,19 @@ public final class PurchaseServer: Sendable {
         // counts nothing twice.
         for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }
         if !result.events.isEmpty { wakeDelivery() }
-        // Answered once every other process answering reads from memory has dropped what the write changed.
-        try await follower?.acknowledge()
+        // Answered once every other process answering reads from memory has dropped what the write changed:
+        // at once when it changed no user's answers. Another write that changed some while this one ran
+        // makes this one wait too (the count is the process's, not the write's).
+        if let follower, userChanges.load(ordering: .sequentiallyConsistent) != changesBefore {
+            try await follower.acknowledge()
+        }
         return result
     }
 
     /// Inside a write that changes what the user's answers are made from: what this process keeps of them
     /// goes, and on storage other processes share the user's version moves, so what they keep is not used.
     func changed(_ bundleID: String, _ user: String, in store: any ServerStore) throws {
+        userChanges.add(1, ordering: .sequentiallyConsistent)
         cache.invalidate(bundleID, user)
         if cache.shared { try store.touch(bundle: bundleID, appUserID: user) }
     }

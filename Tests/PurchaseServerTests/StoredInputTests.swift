@@ -1,6 +1,9 @@
 import AppStoreSignedData
+import Foundation
 import StorekeeperJSON
+import StorekeeperSQL
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 @testable import PurchaseServer
@@ -59,5 +62,86 @@ struct StoredInputTests {
         // The raw input the server keeps for an ingested notification reads back as posted.
         let raw = RawInput(key: "k", body: body, token: signed, payload: payload)
         #expect(raw.compact?.stored == whole.stored)
+    }
+
+    /// A notification's raw input as the server keeps it; every one signed by the fixtures' chain names the
+    /// same header.
+    static func input(_ index: Int) throws -> RawInput {
+        var payload = try JWSFixtures.notification()
+        payload["notificationUUID"] = .string("uuid-\(index)")
+        let signed = try JWSFixtures.sign(payload)
+        return RawInput(key: "n:\(index)", kind: StoredInput.kind, body: Array(#"{"signedPayload":"\#(signed)"}"#.utf8))
+    }
+
+    /// Records the statements it is given and answers none.
+    final class RecordingRunner: SQLStatementRunner {
+        var statements: [String] = []
+        var changes: Int { 1 }
+        func execute(_ sql: String, _ values: [SQLValue]) throws -> [Row] {
+            statements.append(sql)
+            return []
+        }
+        func lockForTransaction(_ key: String) throws {}
+        static var readsSubscriberInOneStatement: Bool { false }
+        static var marksChangingTransactions: Bool { false }
+        var headerInserts: Int { statements.filter { $0.contains("INSERT INTO signing_headers") }.count }
+    }
+
+    @Test("A signing header is sent with each input until a write that inserted it has committed, then no more")
+    func headerSentUntilCommitted() throws {
+        let runner = RecordingRunner()
+        let committed = SigningHeaders()
+        let first = SigningHeaders.Inserted()
+        _ = try SQLServerStore(connection: runner, headers: (committed, first)).recordInput(
+            try Self.input(1), received: Date())
+        #expect(runner.headerInserts == 1)
+        // The first write has not committed: another sends the header too.
+        _ = try SQLServerStore(connection: runner, headers: (committed, SigningHeaders.Inserted())).recordInput(
+            try Self.input(2), received: Date())
+        #expect(runner.headerInserts == 2)
+        committed.committed(first)
+        _ = try SQLServerStore(connection: runner, headers: (committed, SigningHeaders.Inserted())).recordInput(
+            try Self.input(3), received: Date())
+        #expect(runner.headerInserts == 2)
+        #expect(runner.statements.filter { $0.contains("INSERT INTO inputs") }.count == 3)
+        // Outside a storage's writes (no headers given), always.
+        _ = try SQLServerStore(connection: runner).recordInput(try Self.input(4), received: Date())
+        #expect(runner.headerInserts == 3)
+    }
+
+    @Test(
+        "A storage knows a header once the write that inserted it commits, not when it rolls back; inputs read back whole",
+        arguments: [false] + (PostgresTesting.url == nil ? [] : [true]))
+    func headersOfCommittedWrites(postgres: Bool) async throws {
+        let storage: any ServerStorage
+        let headers: SigningHeaders
+        if postgres {
+            let shared = try await PostgresServerStorage(url: try PostgresTesting.freshDatabase(), poolSize: 2)
+            (storage, headers) = (shared, shared.signingHeaders)
+        } else {
+            let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+            let local = try await SQLiteServerStorage(path: path)
+            (storage, headers) = (local, local.signingHeaders)
+        }
+        let inputs = try (1...3).map(Self.input)
+        let fingerprint = try #require(inputs[0].compact?.header.fingerprint)
+        #expect(inputs.allSatisfy { $0.compact?.header.fingerprint == fingerprint })
+        struct Boom: Error {}
+        await #expect(throws: Boom.self) {
+            try await storage.write { store in
+                _ = try store.recordInput(inputs[0], received: Date())
+                throw Boom()
+            }
+        }
+        #expect(!headers.contains(fingerprint))
+        try await storage.write { store in _ = try store.recordInput(inputs[1], received: Date()) }
+        #expect(headers.contains(fingerprint))
+        try await storage.write { store in _ = try store.recordInput(inputs[2], received: Date()) }
+        try await storage.read { (store: any ServerStore) throws in
+            #expect(try store.inputCount() == 2)
+            #expect(try store.input(key: "n:1") == nil)
+            #expect(try store.input(key: "n:2") == inputs[1].body)
+            #expect(try store.input(key: "n:3") == inputs[2].body)
+        }
     }
 }

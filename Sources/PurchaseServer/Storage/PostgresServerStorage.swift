@@ -16,6 +16,7 @@ import StorekeeperSQL
 /// `FOR UPDATE SKIP LOCKED`; background tasks are led by whoever holds their advisory lock.
 public final class PostgresServerStorage: ServerStorage {
     private let database: PostgresDatabase
+    let signingHeaders = SigningHeaders()
     public let location: String
 
     /// The path existing databases took to ``ServerSchema/current(_:)`` (new ones get that at once).
@@ -143,7 +144,10 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
-        try await database.lockingWrite { try body(SQLServerStore(connection: $0)) }
+        let headers = (committed: signingHeaders, inserted: SigningHeaders.Inserted())
+        let result = try await database.lockingWrite { try body(SQLServerStore(connection: $0, headers: headers)) }
+        signingHeaders.committed(headers.inserted)
+        return result
     }
 
     public func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges? {

@@ -2,6 +2,7 @@ import Foundation
 import StoreModel
 package import StorekeeperJSON
 import StorekeeperSQL
+import Synchronization
 
 /// What the SQL store needs of a connection: SQLite's and PostgreSQL's both have it.
 protocol SQLStatementRunner {
@@ -36,6 +37,9 @@ extension SQLStatementRunner {
 /// backend's own (``SQLiteServerStorage``, ``PostgresServerStorage``).
 struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     let connection: Connection
+    /// In a storage's writes: the signing headers it has committed, and where this write notes those it
+    /// inserts (known committed once the write is).
+    var headers: (committed: SigningHeaders, inserted: SigningHeaders.Inserted)? = nil
 
     static func encode<T: Encodable>(_ value: T) throws -> SQLValue {
         .blob(JSONWriter.bytes(try SQLDocuments.encoder.encode(value)))
@@ -480,10 +484,15 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func recordInput(_ input: RawInput, received: Date) throws -> Bool {
         var stored = input.body
         if let compact = input.compact {
-            // The header goes with the input's insert (one round trip on PostgreSQL), and is kept once.
-            try connection.executeLater(
-                "INSERT INTO signing_headers (fingerprint, header) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                [.text(compact.header.fingerprint), .blob(compact.header.bytes)])
+            // The header goes with the input's insert (one round trip on PostgreSQL), and is kept once: not
+            // sent at all once a write of this storage that inserted it has committed.
+            let fingerprint = compact.header.fingerprint
+            if headers?.committed.contains(fingerprint) != true {
+                try connection.executeLater(
+                    "INSERT INTO signing_headers (fingerprint, header) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    [.text(fingerprint), .blob(compact.header.bytes)])
+                headers?.inserted.note(fingerprint)
+            }
             stored = compact.stored
         }
         try connection.execute(
@@ -582,5 +591,30 @@ package enum SQLDocuments {
             throw ServerStorageError(message: "a stored date is not milliseconds since 1970: \(json)")
         }
         return date
+    }
+}
+
+/// The signing headers a storage's writes have committed to `signing_headers`, whose rows are never deleted:
+/// an input naming one of them needs no insert of it. At most ``limit`` are kept (the headers of Apple's
+/// signing certificates in use are few; beyond the limit each write inserts as before).
+final class SigningHeaders: Sendable {
+    static let limit = 256
+    private let fingerprints = Mutex<Set<String>>([])
+
+    func contains(_ fingerprint: String) -> Bool { fingerprints.withLock { $0.contains(fingerprint) } }
+
+    /// Called once the write that inserted them has committed.
+    func committed(_ inserted: Inserted) {
+        let noted = inserted.fingerprints.withLock { $0 }
+        guard !noted.isEmpty else { return }
+        fingerprints.withLock { known in
+            for fingerprint in noted where known.count < Self.limit { known.insert(fingerprint) }
+        }
+    }
+
+    /// The headers one write inserted (every run of its body: a write run again notes them again).
+    final class Inserted: Sendable {
+        fileprivate let fingerprints = Mutex<Set<String>>([])
+        func note(_ fingerprint: String) { _ = fingerprints.withLock { $0.insert(fingerprint) } }
     }
 }

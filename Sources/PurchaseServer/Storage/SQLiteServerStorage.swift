@@ -10,6 +10,7 @@ public struct SQLiteServerStorage: ServerStorage {
     private let database: Database
     public let location: String
     private let hooks = CommitHooks()
+    let signingHeaders = SigningHeaders()
 
     /// The path existing databases took to ``ServerSchema/current(_:)`` (new ones get that at once).
     static let migrations = [
@@ -162,7 +163,12 @@ public struct SQLiteServerStorage: ServerStorage {
 
     /// Writes wait for one another's commit: concurrent inputs share one fsync (group commit).
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
-        try await database.writeGrouped(repeatable: true) { try body(SQLServerStore(connection: $0)) }
+        let headers = (committed: signingHeaders, inserted: SigningHeaders.Inserted())
+        let result = try await database.writeGrouped(repeatable: true) {
+            try body(SQLServerStore(connection: $0, headers: headers))
+        }
+        signingHeaders.committed(headers.inserted)
+        return result
     }
 }
 

@@ -201,7 +201,7 @@ public final class PurchaseServer: Sendable {
                 id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: BundleID(bundleID), appUserID: nil,
                 date: signedDate, source: .notification, appleNotificationType: type.rawValue) : nil
         let raw = RawInput(key: "notification:\(uuid)", body: body, token: signed, payload: result.payloadBytes)
-        return try await write(raw: raw) { store in
+        return try await write(raw: raw, ahead: ReadAhead(update, bundleID: bundleID)) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
             if let testEvent, try store.append(testEvent) {
                 try self.enqueueWebhooks(for: testEvent, in: store)
@@ -321,13 +321,39 @@ public final class PurchaseServer: Sendable {
         try await write(raw: input.map { RawInput(key: $0.key, kind: $0.kind, body: $0.body) }, body)
     }
 
-    /// Stores `raw` (when given) and runs `body` in one write; a duplicate input runs nothing.
-    func write(raw: RawInput?, _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent])
+    /// What applying one update reads first (``ServerStore/readAhead(transaction:original:bundle:appAccountToken:)``).
+    struct ReadAhead: Sendable {
+        let transaction: TransactionID?
+        let original: TransactionID
+        let bundle: String
+        let appAccountToken: String?
+
+        /// Nil for an update naming no subscription (``apply(_:bundleID:claimant:in:now:)`` applies nothing).
+        init?(_ update: PurchaseUpdate, bundleID: String) {
+            guard let original = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID
+            else { return nil }
+            (transaction, self.original) = (update.transaction?.transactionID, original)
+            (bundle, appAccountToken) = (bundleID, update.transaction?.appAccountToken)
+        }
+    }
+
+    /// Stores `raw` (when given) and runs `body` in one write; a duplicate input runs nothing. `ahead`: what
+    /// `body` applies first; its lock is taken and its reads go with the input's insert (on PostgreSQL one
+    /// round trip for both, which `body`'s own then need not make).
+    func write(
+        raw: RawInput?, ahead: ReadAhead? = nil, _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent]
+    )
         async throws -> Ingested
     {
         let received = now()
         let changesBefore = userChanges.load(ordering: .sequentiallyConsistent)
         let result = try await storage.write { store -> Ingested in
+            if let ahead {
+                try store.lock(original: ahead.original)
+                try store.readAhead(
+                    transaction: ahead.transaction, original: ahead.original, bundle: ahead.bundle,
+                    appAccountToken: ahead.appAccountToken, recording: raw, received: received)
+            }
             if let raw, !(try store.recordInput(raw, received: received)) {
                 return Ingested(duplicate: true, events: [])
             }

@@ -87,6 +87,8 @@ public final class PostgresConnection {
     private var rowsReadAhead: [(sql: String, values: [SQLValue], rows: [Row])] = []
     /// The first statement that failed in the open pipelined transaction.
     private var transactionFailure: PostgresError?
+    /// Statements sent with ``executeLater(_:_:once:)`` in the open pipelined transaction.
+    private var sentOnce: [(sql: String, values: [SQLValue])] = []
     /// Whether the connection is in pipeline mode (between ``beginPipelined(_:)`` and
     /// ``commitPipelined()`` or ``abandonPipeline()``).
     public private(set) var pipelined = false
@@ -102,6 +104,7 @@ public final class PostgresConnection {
         pipelined = true
         transactionFailure = nil
         rowsReadAhead = []
+        sentOnce = []
         try send(nil) { PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) }
     }
 
@@ -112,6 +115,7 @@ public final class PostgresConnection {
         // After a pipeline lost its place, results no longer line up: nothing is committed.
         if broken { throw PostgresError(.connection, "the connection lost its place; nothing was committed") }
         rowsReadAhead = []
+        sentOnce = []
         try send(nil) { PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) }
         let result = try synchronize(keepingLast: true)
         defer { if let result { PQclear(result) } }
@@ -132,6 +136,7 @@ public final class PostgresConnection {
         if !unanswered.isEmpty { _ = try? synchronize() }
         unanswered = []
         rowsReadAhead = []
+        sentOnce = []
         if PQexitPipelineMode(handle) != 1 { broken = true }
         pipelined = false
     }
@@ -146,6 +151,16 @@ public final class PostgresConnection {
         }
         rowsReadAhead = []
         try sendPrepared(sql, values)
+    }
+
+    /// ``executeLater(_:_:)``, except that in a pipelined transaction a statement sent so before with the
+    /// same values is not sent again, and the rows read ahead stay: for a statement whose second run would
+    /// change nothing, as taking an advisory lock the transaction already holds.
+    public func executeLater(_ sql: String, _ values: [SQLValue], once: Bool) throws(PostgresError) {
+        guard once, pipelined else { return try executeLater(sql, values) }
+        if sentOnce.contains(where: { $0.sql == sql && $0.values == values }) { return }
+        try executeLater(sql, values)
+        sentOnce.append((sql, values))
     }
 
     /// Sends a statement in pipeline mode, remembering it as unanswered.
@@ -222,6 +237,11 @@ public final class PostgresConnection {
     /// something that may write is sent. Does nothing outside a pipelined transaction.
     public func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws(PostgresError) {
         guard pipelined, !statements.isEmpty else { return }
+        // Every one read ahead already and not answered yet: their rows are still the current ones.
+        let held = statements.allSatisfy { statement in
+            rowsReadAhead.contains { $0.sql == statement.sql && $0.values == statement.values }
+        }
+        if held { return }
         // Room for every statement first: emptying the cache in between would run what is already sent.
         if statements.count + self.statements.count >= Self.statementLimit {
             try executeScript("DEALLOCATE ALL")

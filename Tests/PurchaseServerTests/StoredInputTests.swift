@@ -82,6 +82,7 @@ struct StoredInputTests {
             return []
         }
         func lockForTransaction(_ key: String) throws {}
+        static var readsAhead: Bool { false }
         static var readsSubscriberInOneStatement: Bool { false }
         static var marksChangingTransactions: Bool { false }
         var headerInserts: Int { statements.filter { $0.contains("INSERT INTO signing_headers") }.count }

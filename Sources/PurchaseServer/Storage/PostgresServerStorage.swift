@@ -322,11 +322,13 @@ public final class PostgresServerStorage: ServerStorage {
 }
 
 extension PostgresConnection: SQLStatementRunner {
+    static var readsAhead: Bool { true }
     static var readsSubscriberInOneStatement: Bool { true }
     static var marksChangingTransactions: Bool { true }
 
     func lockForTransaction(_ key: String) throws {
         // Sent with the next read: it runs first, and the read sees what the lock's last holder committed.
-        try executeLater("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [.text(key)])
+        // Once a transaction: it holds the lock until it ends (and the rows read ahead since stay).
+        try executeLater("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [.text(key)], once: true)
     }
 }

@@ -17,6 +17,11 @@ protocol SQLStatementRunner {
     var changes: Int { get }
     /// Holds `key` until the transaction ends (nothing where transactions run one at a time).
     func lockForTransaction(_ key: String) throws
+    /// Whether ``readAhead(_:)`` reads anything (PostgreSQL: a statement is a round trip).
+    static var readsAhead: Bool { get }
+    /// Sends a statement like ``executeLater(_:_:)``; in a PostgreSQL transaction, not again once sent with
+    /// the same values.
+    func executeLater(_ sql: String, _ values: [SQLValue], once: Bool) throws
     /// Whether a subscriber's records are read in one statement (PostgreSQL aggregates them as JSON: one
     /// round trip instead of six); else one statement per repository call (SQLite, in process).
     static var readsSubscriberInOneStatement: Bool { get }
@@ -28,6 +33,7 @@ protocol SQLStatementRunner {
 extension SQLStatementRunner {
     @discardableResult func execute(_ sql: String) throws -> [Row] { try execute(sql, []) }
     func executeLater(_ sql: String, _ values: [SQLValue]) throws { try execute(sql, values) }
+    func executeLater(_ sql: String, _ values: [SQLValue], once: Bool) throws { try executeLater(sql, values) }
     func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws {}
 }
 
@@ -65,7 +71,21 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func readAhead(transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?)
         throws
     {
-        var statements: [(sql: String, values: [SQLValue])] = [
+        try readAhead(
+            transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
+            recording: nil, received: .distantPast)
+    }
+
+    /// With the input's insert first, in the same round trip (its `RETURNING` row says whether it was new):
+    /// ``recordInput(_:received:)`` with the same input and time is then answered from it.
+    func readAhead(
+        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
+        recording input: RawInput?, received: Date
+    ) throws {
+        guard Connection.readsAhead else { return }
+        var statements: [(sql: String, values: [SQLValue])] = []
+        if let input { statements.append((Self.insertInput, try inputValues(input, received: received))) }
+        statements += [
             (Self.subscriptionByOriginal, [.text(original.rawValue)]),
             (Self.purchasesByOriginal, [.text(original.rawValue)]),
         ]
@@ -481,24 +501,31 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         return claimed
     }
 
+    static var insertInput: String {
+        "INSERT INTO inputs (key, kind, received, body) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING 1"
+    }
+
     func recordInput(_ input: RawInput, received: Date) throws -> Bool {
+        try connection.execute(Self.insertInput, try inputValues(input, received: received))
+        return connection.changes > 0
+    }
+
+    /// The values of an input's insert. Its header is sent first (with the insert: one round trip on
+    /// PostgreSQL, once a transaction), and is kept once: not sent at all once a write of this storage that
+    /// inserted it has committed.
+    private func inputValues(_ input: RawInput, received: Date) throws -> [SQLValue] {
         var stored = input.body
         if let compact = input.compact {
-            // The header goes with the input's insert (one round trip on PostgreSQL), and is kept once: not
-            // sent at all once a write of this storage that inserted it has committed.
             let fingerprint = compact.header.fingerprint
             if headers?.committed.contains(fingerprint) != true {
                 try connection.executeLater(
                     "INSERT INTO signing_headers (fingerprint, header) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                    [.text(fingerprint), .blob(compact.header.bytes)])
+                    [.text(fingerprint), .blob(compact.header.bytes)], once: true)
                 headers?.inserted.note(fingerprint)
             }
             stored = compact.stored
         }
-        try connection.execute(
-            "INSERT INTO inputs (key, kind, received, body) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [.text(input.key), .text(input.kind), .real(received.timeIntervalSince1970), .blob(stored)])
-        return connection.changes > 0
+        return [.text(input.key), .text(input.kind), .real(received.timeIntervalSince1970), .blob(stored)]
     }
 
     func input(key: String) throws -> [UInt8]? {

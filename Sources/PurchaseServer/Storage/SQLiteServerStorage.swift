@@ -182,6 +182,8 @@ final class CommitHooks: Sendable {
 extension Connection: SQLStatementRunner {
     /// SQLite writes run one at a time: there is nothing more to hold.
     func lockForTransaction(_ key: String) {}
+    /// A statement costs no round trip: nothing is read ahead.
+    static var readsAhead: Bool { false }
     /// In process, six statements cost less than decoding one aggregate.
     static var readsSubscriberInOneStatement: Bool { false }
     static var marksChangingTransactions: Bool { false }

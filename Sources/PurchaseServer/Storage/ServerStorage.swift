@@ -229,6 +229,11 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
     /// round trip, and answers the reads that follow from them. A hint; nothing on other backends.
     func readAhead(transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?)
         throws
+    /// The same, with the input the write then records (``recordInput(_:received:)``, with the same time):
+    /// PostgreSQL sends its insert in the same round trip.
+    func readAhead(
+        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
+        recording input: RawInput?, received: Date) throws
 }
 
 /// An input as received, and the compact form a V2 notification is kept in (``StoredInput``), made with the
@@ -264,6 +269,10 @@ extension ServerStore {
 
     public func readAhead(
         transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?
+    ) throws {}
+    public func readAhead(
+        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
+        recording input: RawInput?, received: Date
     ) throws {}
     /// The lock of one app user's records.
     public func lock(user: String, bundle: String) throws { try lock("u:" + bundle + "\u{1F}" + user) }

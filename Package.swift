@@ -125,7 +125,7 @@ let package = Package(
                 "CStorekeeperOpenSSL", "CStorekeeperHTTPServer", "StorekeeperCommandLine", "AppStoreReceipts",
                 "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperASN1", "StorekeeperJSON", "AppStoreEmulator",
                 "StoreKitCatalog", "StorekeeperHTTP", "StorekeeperLogging", "StoreTime", "StoreModel",
-                "AppStoreServerAPI", "PurchaseServer", "StorekeeperPostgres", "SubscriptionLifecycle",
+                "AppStoreServerAPI", "PurchaseServer", "StorekeeperPostgres", "StorekeeperSQL", "SubscriptionLifecycle",
             ],
             swiftSettings: upcoming),
         // Verifying and decoding the purchase server's webhooks, for Swift backends.

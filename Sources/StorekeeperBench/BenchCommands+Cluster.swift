@@ -8,6 +8,7 @@ import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperPostgres
+import StorekeeperSQL
 import Synchronization
 
 #if canImport(Glibc)
@@ -39,7 +40,9 @@ extension BenchCommands {
             --database` processes are started on loopback; --notifications distinct V2 notifications (DID_RENEW, \
             three ES256 signatures each) are posted round-robin by --clients concurrent HTTP clients, each answered \
             only once committed; then the stored inputs are counted. Baseline, same run: verifying the same \
-            notifications alone on both cores. Then, with the largest count, --subscribers users each post a \
+            notifications alone on both cores. Under each rate, the CPU a notification cost (from /proc) the server \
+            processes, PostgreSQL's processes (when it runs here and its postmaster.pid can be read) and the \
+            clients (this process). Then, with the largest count, --subscribers users each post a \
             transaction (POST /v1/transactions), and wrk reads random subscribers from every process at once \
             (GET /v1/subscribers/{id}); baseline, same run: one process on SQLite holding the same users, read by \
             the same script, the rounds interleaved. The scratch databases are dropped at the end. PostgreSQL runs on the same \
@@ -91,6 +94,13 @@ extension BenchCommands {
             return String(url[..<slash]) + "/" + name
         }
 
+        // PostgreSQL's processes, when it runs on this machine and its postmaster.pid can be read: their CPU is
+        // counted with the servers'.
+        let postmaster = (try? admin.execute("SHOW data_directory").first?["data_directory"].string).flatMap {
+            directory in
+            (try? String(contentsOfFile: directory + "/postmaster.pid", encoding: .utf8))?
+                .split(separator: "\n").first.flatMap { Int32($0) }
+        }
         progress(console, "signing \(count) notifications and \(subscriberCount) transactions…")
         let signer = try JWSChainSigner(
             key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
@@ -102,17 +112,21 @@ extension BenchCommands {
         // Baseline, same run and path: one process on SQLite (its group commit), over HTTP.
         progress(console, "1 process on SQLite: ingesting \(count) notifications…")
         let sqliteRate: Double
+        let sqliteCPU: String
         do {
             let sqlite = try startServer(
                 binary, config: config, database: nil, data: root.appendingPathComponent("sqlite"))
             defer { stopServers([sqlite]) }
             let target = sqlite.base + "/v1/notifications/apple/\(bundleID)"
+            let before = CPUTime(servers: [sqlite], postmaster: nil)
             sqliteRate = try await concurrentRate(count, clients: clients) { index in
                 try await postAcknowledged(target, body: bodies[index])
             }
+            sqliteCPU = CPUTime(servers: [sqlite], postmaster: nil).since(before, items: count)
         }
         var lines: [String] = [
-            "  1 process, SQLite   \(rate(sqliteRate)) /s   ratio \(format(sqliteRate / verifyRate)) of verification alone"
+            "  1 process, SQLite   \(rate(sqliteRate)) /s   ratio \(format(sqliteRate / verifyRate)) of verification alone",
+            sqliteCPU,
         ]
         var firstRate: Double?
         for processes in counts {
@@ -123,9 +137,11 @@ extension BenchCommands {
             }
             defer { stopServers(servers) }
             let targets = servers.map { $0.base + "/v1/notifications/apple/\(bundleID)" }
+            let before = CPUTime(servers: servers, postmaster: postmaster)
             let ingest = try await concurrentRate(count, clients: clients) { index in
                 try await postAcknowledged(targets[index % targets.count], body: bodies[index])
             }
+            let cpu = CPUTime(servers: servers, postmaster: postmaster).since(before, items: count)
             let stored = try await PostgresServerStorage(url: database, poolSize: 1).read { try $0.inputCount() }
             guard stored == count else {
                 throw CommandError.runtime("stored \(stored) notifications, expected \(count)")
@@ -135,6 +151,7 @@ extension BenchCommands {
             lines.append(
                 "  \(processes) process\(processes == 1 ? "  " : "es")  \(rate(ingest)) /s   ×\(format(ingest / baseline)) of 1 process   ratio \(format(ingest / verifyRate)) of verification alone, \(format(ingest / sqliteRate)) of SQLite"
             )
+            lines.append(cpu)
         }
 
         // Reads, with the largest count, over 100,000 stored subscribers; baseline, same run: one process on
@@ -233,6 +250,54 @@ extension BenchCommands {
     struct RunningServer {
         let process: Process
         let base: String
+    }
+
+    /// CPU time (user and system, from `/proc`) of the server processes, of PostgreSQL's (the postmaster, the
+    /// backends it has reaped and those running) and of this process (the HTTP clients), at one moment.
+    struct CPUTime {
+        var servers = 0.0
+        var postgres: Double?
+        var clients = 0.0
+        let processes: Int
+
+        init(servers running: [RunningServer], postmaster: Int32?) {
+            processes = running.count
+            servers = running.compactMap { Self.seconds($0.process.processIdentifier) }.reduce(0, +)
+            clients = Self.seconds(getpid()) ?? 0
+            guard let postmaster, let own = Self.seconds(postmaster, children: true) else { return }
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+            postgres =
+                own
+                + entries.compactMap(Int32.init).filter { Self.parent($0) == postmaster }
+                .compactMap { Self.seconds($0) }.reduce(0, +)
+        }
+
+        /// What each process group used per item since `start`, in microseconds, as a report line.
+        func since(_ start: CPUTime, items: Int) -> String {
+            func each(_ seconds: Double) -> String { "\(Int((seconds / Double(max(1, items)) * 1e6).rounded())) µs" }
+            var parts = ["the server\(processes == 1 ? "" : "s") \(each(servers - start.servers))"]
+            if let postgres, let was = start.postgres { parts.append("PostgreSQL \(each(postgres - was))") }
+            parts.append("the clients \(each(clients - start.clients))")
+            return "      CPU a notification: " + parts.joined(separator: ", ")
+        }
+
+        /// The fields of `/proc/<pid>/stat` after the command's name (the state first); nil when unreadable.
+        private static func fields(_ pid: Int32) -> [Substring]? {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let end = stat.lastIndex(of: ")")
+            else { return nil }
+            let fields = stat[stat.index(after: end)...].split(separator: " ")
+            return fields.count > 14 ? fields : nil
+        }
+
+        private static func parent(_ pid: Int32) -> Int32? { fields(pid).flatMap { Int32($0[1]) } }
+
+        /// User and system seconds; with `children`, those of the children it has reaped too.
+        private static func seconds(_ pid: Int32, children: Bool = false) -> Double? {
+            guard let fields = fields(pid) else { return nil }
+            let ticks = fields[11...(children ? 14 : 12)].compactMap { Double($0) }.reduce(0, +)
+            return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+        }
     }
 
     static func startServer(_ binary: String, config: URL, database: String?, data: URL) throws -> RunningServer {

@@ -201,7 +201,7 @@ public final class PurchaseServer: Sendable {
                 id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: BundleID(bundleID), appUserID: nil,
                 date: signedDate, source: .notification, appleNotificationType: type.rawValue) : nil
         let raw = RawInput(key: "notification:\(uuid)", body: body, token: signed, payload: result.payloadBytes)
-        return try await write(raw: raw, ahead: ReadAhead(update, bundleID: bundleID)) { store in
+        return try await write(raw: raw, ahead: ReadAhead(update, bundleID: bundleID), viewFollows: false) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
             if let testEvent, try store.append(testEvent) {
                 try self.enqueueWebhooks(for: testEvent, in: store)
@@ -251,7 +251,7 @@ public final class PurchaseServer: Sendable {
         let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
         let current = now()
         let bundleID = app.settings.bundleID
-        return try await write(input: (key, "notification-v1", body)) { store in
+        return try await write(input: (key, "notification-v1", body), viewFollows: false) { store in
             try updates.flatMap { try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current) }
         }
     }
@@ -312,13 +312,14 @@ public final class PurchaseServer: Sendable {
 
     /// Stores the input (when given) and runs `body` in one write; a duplicate input runs nothing.
     func write(
-        input: (key: String, kind: String, body: [UInt8])?,
+        input: (key: String, kind: String, body: [UInt8])?, viewFollows: Bool = true,
         _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent]
     )
         async throws -> Ingested
     {
         // A V2 notification's compact form is made here, beside the caller's other work, not in the write.
-        try await write(raw: input.map { RawInput(key: $0.key, kind: $0.kind, body: $0.body) }, body)
+        try await write(
+            raw: input.map { RawInput(key: $0.key, kind: $0.kind, body: $0.body) }, viewFollows: viewFollows, body)
     }
 
     /// What applying one update reads first (``ServerStore/readAhead(transaction:original:bundle:appAccountToken:)``).
@@ -339,9 +340,12 @@ public final class PurchaseServer: Sendable {
 
     /// Stores `raw` (when given) and runs `body` in one write; a duplicate input runs nothing. `ahead`: what
     /// `body` applies first; its lock is taken and its reads go with the input's insert (on PostgreSQL one
-    /// round trip for both, which `body`'s own then need not make).
+    /// round trip for both, which `body`'s own then need not make). `viewFollows`: whether the caller then
+    /// answers with what this process keeps (an app's post answers its user's view; Apple's notifications
+    /// are answered with nothing).
     func write(
-        raw: RawInput?, ahead: ReadAhead? = nil, _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent]
+        raw: RawInput?, ahead: ReadAhead? = nil, viewFollows: Bool = true,
+        _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent]
     )
         async throws -> Ingested
     {
@@ -363,10 +367,12 @@ public final class PurchaseServer: Sendable {
         // counts nothing twice.
         for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }
         if !result.events.isEmpty { wakeDelivery() }
-        // Answered once every other process answering reads from memory has dropped what the write changed:
-        // at once when it changed no user's answers. Another write that changed some while this one ran
-        // makes this one wait too (the count is the process's, not the write's).
-        if let follower, userChanges.load(ordering: .sequentiallyConsistent) != changesBefore {
+        // Answered once every other process answering reads from memory has dropped what the write changed,
+        // and this one what others committed before it (a write may have waited for one: a duplicate input,
+        // an alias another process made). With no view to answer, at once when it changed no user's answers:
+        // nobody has anything of it to drop. Another write that changed some while this one ran makes this
+        // one wait too (the count is the process's, not the write's).
+        if let follower, viewFollows || userChanges.load(ordering: .sequentiallyConsistent) != changesBefore {
             try await follower.acknowledge()
         }
         return result

@@ -35,7 +35,8 @@ struct PostgresRoundTripTests {
         func ingest(_ update: PurchaseUpdate, key: String) async throws -> (trips: Int, events: Int) {
             let before = storage.roundTrips
             let raw = RawInput(key: key, kind: "notification-v2", body: Array("{}".utf8))
-            let result = try await server.write(raw: raw, ahead: .init(update, bundleID: "app")) { store in
+            let result = try await server.write(raw: raw, ahead: .init(update, bundleID: "app"), viewFollows: false) {
+                store in
                 try server.apply(update, bundleID: "app", claimant: nil, in: store, now: now)
             }
             return (storage.roundTrips - before, result.events.count)

@@ -65,9 +65,7 @@ extension BenchCommands {
             (1...1024).contains(clients), seconds > 0
         else { throw CommandError.usage("--processes is 1 to 16 each; the other numbers are positive") }
         let binary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
-        let root = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let root = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: root) }
         let pki = try EmulatorPKI.loadOrCreate(in: root.appendingPathComponent("pki"))
         let bundleID = "com.example.bench"

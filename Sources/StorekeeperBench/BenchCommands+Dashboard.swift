@@ -32,9 +32,7 @@ extension BenchCommands {
         guard (1_000...5_000_000).contains(records), (1...256).contains(clients), requests >= 10 else {
             throw CommandError.usage("--records must be 1000 to 5000000, --clients 1 to 256, --requests at least 10")
         }
-        let root = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let root = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: root) }
 
         var lines: [String] = []

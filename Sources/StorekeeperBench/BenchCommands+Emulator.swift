@@ -33,9 +33,7 @@ extension BenchCommands {
         }
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
         let products = catalog.products.map(\.productID)
-        let root = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let root = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: root) }
         progress(console, "seeding a store with 100 transactions and one with \(large)…")
         let stores = [

@@ -67,9 +67,7 @@ extension BenchCommands {
         guard let wrk = findExecutable("wrk") else {
             throw CommandError.runtime("bench http needs wrk: apt-get install wrk")
         }
-        let directory = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let directory = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: directory) }
 
         // 1. The HTTP layer: a route answering fixed bytes through the emulator's middleware, against bare

@@ -110,9 +110,7 @@ extension BenchCommands {
             finished.store(true, ordering: .relaxed)
             stuckSink?.stop()
         }
-        let directory = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let directory = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: directory) }
         let bundleID = DefaultCatalog.bundleID
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))

@@ -58,9 +58,7 @@ extension BenchCommands {
         guard let wrk = findExecutable("wrk") else {
             throw CommandError.runtime("bench logging needs wrk: apt-get install wrk")
         }
-        let directory = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let directory = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = try await AppStore(
             catalog: [try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))],

@@ -38,9 +38,7 @@ extension BenchCommands {
         guard requests > 0, stored >= 0, subscribers > 0, (1...1024).contains(clients) else {
             throw CommandError.usage("--requests, --subscribers and --clients must be positive, --stored at least 0")
         }
-        let root = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let root = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: root) }
         let pki = try EmulatorPKI.loadOrCreate(in: root.appendingPathComponent("pki"))
         let bundleID = "com.example.bench"

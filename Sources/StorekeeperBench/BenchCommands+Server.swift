@@ -54,9 +54,7 @@ extension BenchCommands {
             throw CommandError.usage(
                 "--notifications, --receipts, --app-transactions, --clients and --seconds must be positive")
         }
-        let root = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let root = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: root) }
         let pki = try EmulatorPKI.loadOrCreate(in: root.appendingPathComponent("pki"))
         let bundleID = "com.example.bench"

@@ -41,9 +41,7 @@ extension BenchCommands {
                 "--seconds, --rounds, --subscribers, --transactions and --clients must be positive")
         }
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
-        let root = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let root = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: root) }
         progress(console, "seeding \(subscribers) customers × \(perCustomer) transactions…")
         let (store, firstIDs) = try await historyStore(

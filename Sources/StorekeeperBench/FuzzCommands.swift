@@ -178,9 +178,7 @@ enum FuzzCommands {
     /// Raw, mutated HTTP requests to an emulator on 127.0.0.1: every one is answered or closed within the
     /// deadline, and the server keeps answering a well-formed request throughout.
     static func fuzzHTTP(seconds: Double, mutator: inout Mutator) async throws -> Outcome {
-        let directory = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let directory = try ScratchDirectory.make("storekeeper-bench")
         defer { try? FileManager.default.removeItem(at: directory) }
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
         let store = try await AppStore(

@@ -105,9 +105,7 @@ enum ScenarioCommands {
         var failed = false
         var reports: [JSONValue] = []
         // One data directory for the run: the emulator's certificates are made once, state is in memory.
-        let directory = try FileManager.default.url(
-            for: .itemReplacementDirectory, in: .userDomainMask, appropriateFor: URL(fileURLWithPath: "/tmp"),
-            create: true)
+        let directory = try ScratchDirectory.make("storekeeper-scenario")
         defer { try? FileManager.default.removeItem(at: directory) }
         for path in paths {
             let scenario = try load(path)

@@ -357,4 +357,19 @@ struct NotesTests {
         let unwritable = ["STOREKEEPER_STATE_DIR": "/proc/storekeeper-cannot-be-here"]
         #expect(Notes.firstTime("y", environment: unwritable) && Notes.firstTime("y", environment: unwritable))
     }
+
+    @Test("Scratch directories made at once, on many threads, are each a new one, this user's alone")
+    func scratchDirectories() async throws {
+        let made = try await withThrowingTaskGroup(of: URL.self) { group in
+            for _ in 0..<64 { group.addTask { try ScratchDirectory.make("storekeeper-test-scratch") } }
+            return try await group.reduce(into: [URL]()) { $0.append($1) }
+        }
+        defer { for url in made { try? FileManager.default.removeItem(at: url) } }
+        #expect(Set(made.map(\.path)).count == 64)
+        for url in made {
+            let attributes = try FileManager.default.attributesOfItem(atPath: url.path)
+            #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o700, "\(url.path)")
+            #expect(attributes[.type] as? FileAttributeType == .typeDirectory)
+        }
+    }
 }

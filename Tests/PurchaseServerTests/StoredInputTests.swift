@@ -89,19 +89,19 @@ struct StoredInputTests {
     }
 
     @Test("A signing header is sent with each input until a write that inserted it has committed, then no more")
-    func headerSentUntilCommitted() throws {
+    func headerSentUntilCommitted() async throws {
         let runner = RecordingRunner()
         let committed = SigningHeaders()
-        let first = SigningHeaders.Inserted()
-        _ = try SQLServerStore(connection: runner, headers: (committed, first)).recordInput(
-            try Self.input(1), received: Date())
-        #expect(runner.headerInserts == 1)
-        // The first write has not committed: another sends the header too.
-        _ = try SQLServerStore(connection: runner, headers: (committed, SigningHeaders.Inserted())).recordInput(
-            try Self.input(2), received: Date())
-        #expect(runner.headerInserts == 2)
-        committed.committed(first)
-        _ = try SQLServerStore(connection: runner, headers: (committed, SigningHeaders.Inserted())).recordInput(
+        try await committed.tracking { first in
+            _ = try SQLServerStore(connection: runner, headers: first).recordInput(try Self.input(1), received: Date())
+            #expect(runner.headerInserts == 1)
+            // The first write has not committed: another sends the header too.
+            _ = try SQLServerStore(connection: runner, headers: .init(committed: committed)).recordInput(
+                try Self.input(2), received: Date())
+            #expect(runner.headerInserts == 2)
+        }
+        // Once it has, none does.
+        _ = try SQLServerStore(connection: runner, headers: .init(committed: committed)).recordInput(
             try Self.input(3), received: Date())
         #expect(runner.headerInserts == 2)
         #expect(runner.statements.filter { $0.contains("INSERT INTO inputs") }.count == 3)

@@ -144,10 +144,9 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
-        let headers = (committed: signingHeaders, inserted: SigningHeaders.Inserted())
-        let result = try await database.lockingWrite { try body(SQLServerStore(connection: $0, headers: headers)) }
-        signingHeaders.committed(headers.inserted)
-        return result
+        try await signingHeaders.tracking { headers in
+            try await database.lockingWrite { try body(SQLServerStore(connection: $0, headers: headers)) }
+        }
     }
 
     public func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges? {

@@ -2,7 +2,6 @@ import Foundation
 import StoreModel
 package import StorekeeperJSON
 import StorekeeperSQL
-import Synchronization
 
 /// What the SQL store needs of a connection: SQLite's and PostgreSQL's both have it.
 protocol SQLStatementRunner {
@@ -44,8 +43,8 @@ extension SQLStatementRunner {
 struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     let connection: Connection
     /// In a storage's writes: the signing headers it has committed, and where this write notes those it
-    /// inserts (known committed once the write is).
-    var headers: (committed: SigningHeaders, inserted: SigningHeaders.Inserted)? = nil
+    /// inserts (``SigningHeaders/tracking(_:)``).
+    var headers: SigningHeaders.Tracking? = nil
 
     static func encode<T: Encodable>(_ value: T) throws -> SQLValue {
         .blob(JSONWriter.bytes(try SQLDocuments.encoder.encode(value)))
@@ -68,15 +67,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
     static var subscriptionByOriginal: String { "SELECT document FROM subscriptions WHERE original_id = ?" }
 
-    func readAhead(transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?)
-        throws
-    {
-        try readAhead(
-            transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
-            recording: nil, received: .distantPast)
-    }
-
-    /// With the input's insert first, in the same round trip (its `RETURNING` row says whether it was new):
+    /// The input's insert first, in the same round trip (its `RETURNING` row says whether it was new):
     /// ``recordInput(_:received:)`` with the same input and time is then answered from it.
     func readAhead(
         transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
@@ -618,30 +609,5 @@ package enum SQLDocuments {
             throw ServerStorageError(message: "a stored date is not milliseconds since 1970: \(json)")
         }
         return date
-    }
-}
-
-/// The signing headers a storage's writes have committed to `signing_headers`, whose rows are never deleted:
-/// an input naming one of them needs no insert of it. At most ``limit`` are kept (the headers of Apple's
-/// signing certificates in use are few; beyond the limit each write inserts as before).
-final class SigningHeaders: Sendable {
-    static let limit = 256
-    private let fingerprints = Mutex<Set<String>>([])
-
-    func contains(_ fingerprint: String) -> Bool { fingerprints.withLock { $0.contains(fingerprint) } }
-
-    /// Called once the write that inserted them has committed.
-    func committed(_ inserted: Inserted) {
-        let noted = inserted.fingerprints.withLock { $0 }
-        guard !noted.isEmpty else { return }
-        fingerprints.withLock { known in
-            for fingerprint in noted where known.count < Self.limit { known.insert(fingerprint) }
-        }
-    }
-
-    /// The headers one write inserted (every run of its body: a write run again notes them again).
-    final class Inserted: Sendable {
-        fileprivate let fingerprints = Mutex<Set<String>>([])
-        func note(_ fingerprint: String) { _ = fingerprints.withLock { $0.insert(fingerprint) } }
     }
 }

@@ -163,12 +163,11 @@ public struct SQLiteServerStorage: ServerStorage {
 
     /// Writes wait for one another's commit: concurrent inputs share one fsync (group commit).
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
-        let headers = (committed: signingHeaders, inserted: SigningHeaders.Inserted())
-        let result = try await database.writeGrouped(repeatable: true) {
-            try body(SQLServerStore(connection: $0, headers: headers))
+        try await signingHeaders.tracking { headers in
+            try await database.writeGrouped(repeatable: true) {
+                try body(SQLServerStore(connection: $0, headers: headers))
+            }
         }
-        signingHeaders.committed(headers.inserted)
-        return result
     }
 }
 

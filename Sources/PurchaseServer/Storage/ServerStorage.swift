@@ -225,12 +225,9 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
     /// must be read after their lock (a subscription's: `"o:" + original id`; a user's: ``userKey(_:_:)``).
     func lock(_ key: String) throws
     /// Says what applying an update to `original` is about to read (its subscription, its purchases, the
-    /// transaction, the owner of its account token), after its locks: PostgreSQL reads them all in one
-    /// round trip, and answers the reads that follow from them. A hint; nothing on other backends.
-    func readAhead(transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?)
-        throws
-    /// The same, with the input the write then records (``recordInput(_:received:)``, with the same time):
-    /// PostgreSQL sends its insert in the same round trip.
+    /// transaction, the owner of its account token), after its locks, and the input the write records first
+    /// if any (``recordInput(_:received:)`` with the same time): PostgreSQL sends them all in one round trip
+    /// and answers the reads and the insert that follow from them. A hint; nothing on other backends.
     func readAhead(
         transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
         recording input: RawInput?, received: Date) throws
@@ -268,12 +265,17 @@ extension ServerStore {
     }
 
     public func readAhead(
-        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?
-    ) throws {}
-    public func readAhead(
         transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
         recording input: RawInput?, received: Date
     ) throws {}
+    /// ``readAhead(transaction:original:bundle:appAccountToken:recording:received:)`` with no input.
+    public func readAhead(
+        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?
+    ) throws {
+        try readAhead(
+            transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
+            recording: nil, received: .distantPast)
+    }
     /// The lock of one app user's records.
     public func lock(user: String, bundle: String) throws { try lock("u:" + bundle + "\u{1F}" + user) }
     /// The lock of one purchase and its subscription (its original transaction's).

@@ -103,7 +103,7 @@ extension PurchaseServer {
             ?? "\(details["originalPurchaseDate"] ?? "-"):\(appTransaction.originalApplicationVersion ?? "-")"
         let current = now()
         let facts = details
-        let recorded = try await write(input: nil) { store -> [ServerEvent] in
+        let recorded = try await write(input: nil) { store -> RecordedEvents in
             // An alias is its user; a user the server has not seen becomes known (a first launch, nothing bought).
             let user = try store.user(bundle: bundleID, alias: appUserID) ?? appUserID
             try store.lock(user: user, bundle: bundleID)
@@ -165,11 +165,12 @@ extension PurchaseServer {
             if purchases.isEmpty, try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
             }
-            return try purchases.flatMap {
-                try self.apply(
-                    PurchaseUpdate(source: .app, transaction: $0), bundleID: bundleID, claimant: appUserID, in: store,
-                    now: current)
-            }
+            return RecordedEvents(
+                joining: try purchases.map {
+                    try self.apply(
+                        PurchaseUpdate(source: .app, transaction: $0), bundleID: bundleID, claimant: appUserID,
+                        in: store, now: current)
+                })
         }
         for original in Set(purchases.filter { $0.kind == .autoRenewable }.map(\.originalTransactionID)).sorted() {
             await refreshFromAPI(app: app, originalTransactionID: original, environment: environment)

@@ -7,6 +7,7 @@ import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 public import StorekeeperLogging
+import StorekeeperSQL
 import Synchronization
 
 /// The purchase server: verified receipts, transactions and Apple's notifications in; subscription state,
@@ -156,6 +157,31 @@ public final class PurchaseServer: Sendable {
         public var events: [ServerEvent]
     }
 
+    /// The events a write recorded, in order. Whether one added with ``ServerStore/appendLater(_:)`` was new
+    /// (not recorded before) may be known only once the write has committed: read ``events`` after it.
+    struct RecordedEvents: Sendable, ExpressibleByArrayLiteral {
+        private var entries: [(event: ServerEvent, inserted: DeferredCount?)] = []
+
+        init(arrayLiteral events: ServerEvent...) { entries = events.map { ($0, nil) } }
+
+        init(joining parts: [RecordedEvents]) { entries = parts.flatMap(\.entries) }
+
+        /// An event known to be new.
+        mutating func append(_ event: ServerEvent) { entries.append((event, nil)) }
+
+        /// An event stored with ``ServerStore/appendLater(_:)``: recorded if its insert added a row.
+        mutating func append(_ event: ServerEvent, inserted: DeferredCount) { entries.append((event, inserted)) }
+
+        /// Those that were new; once the write has committed (a count still unknown then is a broken store).
+        var events: [ServerEvent] {
+            entries.compactMap { entry in
+                guard let inserted = entry.inserted else { return entry.event }
+                precondition(inserted.value != nil, "an event's insert was read before its write committed")
+                return inserted.value == 0 ? nil : entry.event
+            }
+        }
+    }
+
     /// An App Store Server Notification (V2 `{"signedPayload"}`, or V1 with the app's `password`), verified,
     /// stored and applied; answers once it is durable.
     public func ingestNotification(bundleID: String, body: [UInt8]) async throws -> Ingested {
@@ -252,7 +278,10 @@ public final class PurchaseServer: Sendable {
         let current = now()
         let bundleID = app.settings.bundleID
         return try await write(input: (key, "notification-v1", body), viewFollows: false) { store in
-            try updates.flatMap { try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current) }
+            RecordedEvents(
+                joining: try updates.map {
+                    try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
+                })
         }
     }
 
@@ -294,9 +323,10 @@ public final class PurchaseServer: Sendable {
             let current = now()
             let bundleID = app.settings.bundleID
             let result = try await write(input: nil) { store in
-                let events = try updates.flatMap {
-                    try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
-                }
+                let events = RecordedEvents(
+                    joining: try updates.map {
+                        try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
+                    })
                 if polled, var subscription = try store.subscription(originalTransactionID) {
                     subscription.lastPolled = current
                     try store.save(subscription)
@@ -313,7 +343,7 @@ public final class PurchaseServer: Sendable {
     /// Stores the input (when given) and runs `body` in one write; a duplicate input runs nothing.
     func write(
         input: (key: String, kind: String, body: [UInt8])?, viewFollows: Bool = true,
-        _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent]
+        _ body: @escaping @Sendable (any ServerStore) throws -> RecordedEvents
     )
         async throws -> Ingested
     {
@@ -345,24 +375,23 @@ public final class PurchaseServer: Sendable {
     /// are answered with nothing).
     func write(
         raw: RawInput?, ahead: ReadAhead? = nil, viewFollows: Bool = true,
-        _ body: @escaping @Sendable (any ServerStore) throws -> [ServerEvent]
+        _ body: @escaping @Sendable (any ServerStore) throws -> RecordedEvents
     )
         async throws -> Ingested
     {
         let received = now()
         let changesBefore = userChanges.load(ordering: .sequentiallyConsistent)
-        let result = try await storage.write { store -> Ingested in
+        let written = try await storage.write { store -> RecordedEvents? in
             if let ahead {
                 try store.lock(original: ahead.original)
                 try store.readAhead(
                     transaction: ahead.transaction, original: ahead.original, bundle: ahead.bundle,
                     appAccountToken: ahead.appAccountToken, recording: raw, received: received)
             }
-            if let raw, !(try store.recordInput(raw, received: received)) {
-                return Ingested(duplicate: true, events: [])
-            }
-            return Ingested(duplicate: false, events: try body(store))
+            if let raw, !(try store.recordInput(raw, received: received)) { return nil }
+            return try body(store)
         }
+        let result = Ingested(duplicate: written == nil, events: written?.events ?? [])
         // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)
         // counts nothing twice.
         for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }
@@ -390,8 +419,7 @@ public final class PurchaseServer: Sendable {
     /// the records, the ledger, events and their webhooks. Answers the events it recorded (not those already
     /// there).
     func apply(_ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date)
-        throws
-        -> [ServerEvent]
+        throws -> RecordedEvents
     {
         guard let originalID = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID else {
             return []
@@ -486,8 +514,16 @@ public final class PurchaseServer: Sendable {
                 try enqueueWebhooks(for: event, in: store)
             }
         }
-        var recorded: [ServerEvent] = []
-        for event in events + outcome.events where try store.append(event) {
+        var recorded: RecordedEvents = []
+        for event in events + outcome.events {
+            // Nothing in this write depends on whether an event of a purchase no user owns yet is new (it
+            // waits for its user, webhooks and all), unless it is a cancellation: only the answer does. On
+            // PostgreSQL its insert then goes with the commit, not in a round trip of its own.
+            guard event.appUserID != nil || event.originalTransactionID == nil || event.type == .cancellation else {
+                recorded.append(event, inserted: try store.appendLater(event))
+                continue
+            }
+            guard try store.append(event) else { continue }
             if event.appUserID != nil || event.originalTransactionID == nil {
                 try enqueueWebhooks(for: event, in: store)
             }

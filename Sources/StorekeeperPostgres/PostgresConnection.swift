@@ -81,6 +81,8 @@ public final class PostgresConnection {
         let preparing: String?
         /// Whether its result is answered by ``synchronizeKeeping()``.
         var keep = false
+        /// Filled with the rows it changed when its result is read (``executeCounted(_:_:)``).
+        var count: DeferredCount?
     }
     /// Rows read ahead in the open pipelined transaction (``readAhead(_:)``), each answered once to the
     /// same statement with the same values, until a statement that may write is sent.
@@ -163,6 +165,20 @@ public final class PostgresConnection {
         sentOnce.append((sql, values))
     }
 
+    /// Runs a statement whose count of changed rows is wanted only once the transaction is over. In a
+    /// pipelined transaction it is only sent, like ``executeLater(_:_:)``: the count is filled when the
+    /// next statement whose rows are needed (or `COMMIT`) is answered. Otherwise it runs now.
+    public func executeCounted(_ sql: String, _ values: [SQLValue] = []) throws(PostgresError) -> DeferredCount {
+        guard pipelined else {
+            try execute(sql, values)
+            return DeferredCount(changes)
+        }
+        let count = DeferredCount()
+        try executeLater(sql, values)
+        unanswered[unanswered.count - 1].count = count
+        return count
+    }
+
     /// Sends a statement in pipeline mode, remembering it as unanswered.
     private func send(_ sent: Sent?, _ call: () -> Int32) throws(PostgresError) {
         guard call() == 1 else { throw connectionError() }
@@ -207,6 +223,7 @@ public final class PostgresConnection {
             if failure == nil, status != PGRES_PIPELINE_ABORTED {
                 do { try check(result, sql: statement.sql) } catch { failure = error }
             }
+            if succeeded, let count = statement.count { count.fill(Int(String(cString: PQcmdTuples(result))) ?? 0) }
             if statement.keep && failure == nil {
                 kept.append(result)
             } else {

@@ -2,6 +2,7 @@ import Foundation
 import PurchaseServer
 import StoreModel
 import StorekeeperJSON
+import StorekeeperSQL
 import StorekeeperTestSupport
 import Synchronization
 import Testing
@@ -360,6 +361,33 @@ struct ServerStorageContractTests {
             ]
         }
         #expect(claimed.map { $0.map(\.appUserID) } == [["u3"], []])
+    }
+
+    @Test(
+        "An event appended for the answer alone counts 1 when new and 0 when known, once the write commits",
+        arguments: Backend.allCases)
+    func eventsAppendedLater(backend: Backend) async throws {
+        let storage = try await backend.make()
+        @Sendable func event(_ id: String) -> ServerEvent {
+            ServerEvent(
+                id: id, type: "RENEWAL", bundleID: "app", appUserID: nil, date: Self.start, originalTransactionID: "9",
+                source: "notification")
+        }
+        #expect(try await storage.write { try $0.append(event("known")) })
+        let (counts, inside) = try await storage.write { store -> ([DeferredCount], [Int?]) in
+            let counts = [
+                try store.appendLater(event("new")), try store.appendLater(event("new")),
+                try store.appendLater(event("known")),
+            ]
+            return (counts, counts.map(\.value))
+        }
+        #expect(counts.map(\.value) == [1, 0, 0])
+        // On PostgreSQL the inserts went with the commit: nothing was known inside the write.
+        if backend == .postgres { #expect(inside == [nil, nil, nil]) }
+        let stored = try await storage.read { try $0.events(bundle: "app", owner: "u1", after: nil, limit: 10) }
+        #expect(stored.isEmpty, "owned by nobody yet")
+        let all = try await storage.write { try $0.claimOwnerlessEvents(original: "9", owner: "u1") }
+        #expect(all.map(\.id).sorted() == ["known", "new"])
     }
 
     @Test(

@@ -1,5 +1,6 @@
 import Foundation
 import StoreModel
+import StorekeeperSQL
 import Synchronization
 
 /// The purchase server's state in memory (tests, throw-away servers): one write at a time; a write that
@@ -180,6 +181,7 @@ public final class InMemoryServerStorage: ServerStorage {
             tables.events.append(((tables.events.last?.position ?? 0) + 1, event))
             return true
         }
+        func appendLater(_ event: ServerEvent) -> DeferredCount { DeferredCount(append(event) ? 1 : 0) }
         func events(bundle: String, owner: String, after position: Int64?, limit: Int) -> [(
             position: Int64, event: ServerEvent
         )] {

@@ -12,6 +12,10 @@ protocol SQLStatementRunner {
     /// Runs reads now, together, and answers each once from what they read when it is run next (PostgreSQL,
     /// in a write: one round trip for all); nothing where a statement costs no round trip (SQLite).
     func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws
+    /// Runs a statement whose count of changed rows is wanted only once the transaction is over: PostgreSQL
+    /// sends it with the next statement that is answered (`COMMIT` at the latest) and fills the count then,
+    /// SQLite runs it now.
+    func executeCounted(_ sql: String, _ values: [SQLValue]) throws -> DeferredCount
     /// Rows the last statement changed.
     var changes: Int { get }
     /// Holds `key` until the transaction ends (nothing where transactions run one at a time).
@@ -34,6 +38,10 @@ extension SQLStatementRunner {
     func executeLater(_ sql: String, _ values: [SQLValue]) throws { try execute(sql, values) }
     func executeLater(_ sql: String, _ values: [SQLValue], once: Bool) throws { try executeLater(sql, values) }
     func readAhead(_ statements: [(sql: String, values: [SQLValue])]) throws {}
+    func executeCounted(_ sql: String, _ values: [SQLValue]) throws -> DeferredCount {
+        try execute(sql, values)
+        return DeferredCount(changes)
+    }
 }
 
 /// The purchase server's records over SQL, in the dialect SQLite and PostgreSQL share (upserts with
@@ -447,17 +455,26 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     func append(_ event: ServerEvent) throws -> Bool {
-        try connection.execute(
-            """
-            INSERT INTO events (id, bundle_id, owner, original_id, document) VALUES (?, ?, ?, ?, ?)
-            ON CONFLICT DO NOTHING
-            """,
-            [
-                .text(event.id), .text(event.bundleID.rawValue), text(event.appUserID),
-                text(event.originalTransactionID?.rawValue),
-                Self.encode(event),
-            ])
+        try connection.execute(Self.insertEvent, eventValues(event))
         return connection.changes > 0
+    }
+
+    func appendLater(_ event: ServerEvent) throws -> DeferredCount {
+        try connection.executeCounted(Self.insertEvent, eventValues(event))
+    }
+
+    private static var insertEvent: String {
+        """
+        INSERT INTO events (id, bundle_id, owner, original_id, document) VALUES (?, ?, ?, ?, ?)
+        ON CONFLICT DO NOTHING
+        """
+    }
+
+    private func eventValues(_ event: ServerEvent) -> [SQLValue] {
+        [
+            .text(event.id), .text(event.bundleID.rawValue), text(event.appUserID),
+            text(event.originalTransactionID?.rawValue), Self.encode(event),
+        ]
     }
 
     func events(bundle: String, owner: String, after position: Int64?, limit: Int) throws -> [(

@@ -1,5 +1,6 @@
 public import Foundation
 public import StoreModel
+public import StorekeeperSQL
 
 /// App users by (app, user id) and by the app account tokens they use.
 public protocol SubscriberRepository {
@@ -175,6 +176,10 @@ public protocol LedgerRepository {
 public protocol EventRepository {
     /// Adds the event; false when one with its id exists (the same change learned again).
     func append(_ event: ServerEvent) throws -> Bool
+    /// Adds the event as ``append(_:)`` does, for a write in which nothing but its answer depends on whether
+    /// the event is new: the count (1 new, 0 known) may be known only once the write has committed, and on
+    /// PostgreSQL the insert then waits for no round trip of its own.
+    func appendLater(_ event: ServerEvent) throws -> DeferredCount
     /// The owner's events (and those of purchases the owner owns now), oldest first, after `position`.
     func events(bundle: String, owner: String, after position: Int64?, limit: Int) throws -> [(
         position: Int64, event: ServerEvent

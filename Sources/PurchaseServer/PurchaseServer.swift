@@ -381,15 +381,17 @@ public final class PurchaseServer: Sendable {
     {
         let received = now()
         let changesBefore = userChanges.load(ordering: .sequentiallyConsistent)
-        let written = try await storage.write { store -> RecordedEvents? in
-            if let ahead {
-                try store.lock(original: ahead.original)
-                try store.readAhead(
-                    transaction: ahead.transaction, original: ahead.original, bundle: ahead.bundle,
-                    appAccountToken: ahead.appAccountToken, recording: raw, received: received)
+        let written: RecordedEvents?
+        if let ahead {
+            let write = WriteAhead(
+                transaction: ahead.transaction, original: ahead.original, bundle: ahead.bundle,
+                appAccountToken: ahead.appAccountToken, input: raw, received: received)
+            written = try await storage.write(ahead: write, body)
+        } else {
+            written = try await storage.write { store -> RecordedEvents? in
+                if let raw, !(try store.recordInput(raw, received: received)) { return nil }
+                return try body(store)
             }
-            if let raw, !(try store.recordInput(raw, received: received)) { return nil }
-            return try body(store)
         }
         let result = Ingested(duplicate: written == nil, events: written?.events ?? [])
         // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)

@@ -89,6 +89,10 @@ public final class PostgresConnection {
     private var rowsReadAhead: [(sql: String, values: [SQLValue], rows: [Row])] = []
     /// The first statement that failed in the open pipelined transaction.
     private var transactionFailure: PostgresError?
+    /// Sets of reads sent with ``readAheadLater(_:)`` and not answered yet: each set's size, in order.
+    private var setsSent: [[(sql: String, values: [SQLValue])]] = []
+    /// Sets of reads answered by ``synchronizeReadAheads()``, made current by ``useReadAhead(_:)``.
+    private var setsRead: [[(sql: String, values: [SQLValue], rows: [Row])]] = []
     /// Statements sent with ``executeLater(_:_:once:)`` in the open pipelined transaction.
     private var sentOnce: [(sql: String, values: [SQLValue])] = []
     /// Whether the connection is in pipeline mode (between ``beginPipelined(_:)`` and
@@ -107,6 +111,7 @@ public final class PostgresConnection {
         transactionFailure = nil
         rowsReadAhead = []
         sentOnce = []
+        (setsSent, setsRead) = ([], [])
         try send(nil) { PQsendQueryParams(handle, begin, 0, nil, nil, nil, nil, 0) }
     }
 
@@ -118,6 +123,7 @@ public final class PostgresConnection {
         if broken { throw PostgresError(.connection, "the connection lost its place; nothing was committed") }
         rowsReadAhead = []
         sentOnce = []
+        (setsSent, setsRead) = ([], [])
         try send(nil) { PQsendQueryParams(handle, "COMMIT", 0, nil, nil, nil, nil, 0) }
         let result = try synchronize(keepingLast: true)
         defer { if let result { PQclear(result) } }
@@ -139,6 +145,7 @@ public final class PostgresConnection {
         unanswered = []
         rowsReadAhead = []
         sentOnce = []
+        (setsSent, setsRead) = ([], [])
         if PQexitPipelineMode(handle) != 1 { broken = true }
         pipelined = false
     }
@@ -183,6 +190,7 @@ public final class PostgresConnection {
     private func send(_ sent: Sent?, _ call: () -> Int32) throws(PostgresError) {
         guard call() == 1 else { throw connectionError() }
         unanswered.append(sent ?? Sent(sql: nil, preparing: nil))
+        sentTotal &+= 1
     }
 
     /// Marks a synchronisation point, then reads every unanswered result in order: the last statement's
@@ -283,6 +291,72 @@ public final class PostgresConnection {
             (statement.sql, statement.values, Self.rows(result))
         }
     }
+
+    /// Sends `statements` (reads) without waiting, as one set among others: one round trip answers every set
+    /// sent so (``synchronizeReadAheads()``), and ``useReadAhead(_:)`` then makes a set's rows the ones
+    /// ``execute(_:_:)`` answers, as ``readAhead(_:)`` would have. For several writes in one transaction,
+    /// each reading ahead what no other of them writes. Answers the set's number; in a pipelined transaction
+    /// only.
+    public func readAheadLater(_ statements: [(sql: String, values: [SQLValue])]) throws(PostgresError) -> Int {
+        precondition(pipelined, "no pipelined transaction is open")
+        precondition(
+            statements.count + self.statements.count < Self.statementLimit,
+            "room for the statements is made first (makeRoom(for:))")
+        rowsReadAhead = []
+        do {
+            for statement in statements {
+                try sendPrepared(statement.sql, statement.values)
+                unanswered[unanswered.count - 1].keep = true
+            }
+        } catch {
+            for index in unanswered.indices { unanswered[index].keep = false }
+            throw error
+        }
+        setsSent.append(statements)
+        return setsRead.count + setsSent.count - 1
+    }
+
+    /// Deallocates every prepared statement now if `count` more might not fit in the cache: before sending
+    /// sets of reads ahead, which a deallocation in between would answer and lose.
+    public func makeRoom(for count: Int) throws(PostgresError) {
+        guard count + statements.count >= Self.statementLimit else { return }
+        try executeScript("DEALLOCATE ALL")
+        statements.removeAll()
+    }
+
+    /// Answers every set sent with ``readAheadLater(_:)``, and whatever else is unanswered, in one round trip.
+    public func synchronizeReadAheads() throws(PostgresError) {
+        guard !setsSent.isEmpty else { return }
+        let sets = setsSent
+        setsSent = []
+        let results = try synchronizeKeeping()
+        defer { for result in results { PQclear(result) } }
+        let expected = sets.reduce(0) { $0 + $1.count }
+        guard results.count == expected else {
+            broken = true
+            throw PostgresError(.connection, "the pipeline answered \(results.count) of \(expected) reads")
+        }
+        var next = 0
+        for set in sets {
+            setsRead.append(
+                set.map { statement in
+                    defer { next += 1 }
+                    return (statement.sql, statement.values, Self.rows(results[next]))
+                })
+        }
+    }
+
+    /// Makes set `number`'s rows (``readAheadLater(_:)``, answered) the ones read ahead, in place of any.
+    public func useReadAhead(_ number: Int) {
+        precondition(setsRead.indices.contains(number), "set \(number) was not answered")
+        rowsReadAhead = setsRead[number]
+        setsRead[number] = []
+    }
+
+    /// Statements sent and not answered yet in the open pipelined transaction, with those answered: grows with
+    /// every statement sent.
+    public var statementsSent: Int { sentTotal }
+    private var sentTotal = 0
 
     /// Statements whose results were never read: what they prepared may not exist, so it is prepared again
     /// when next used. Answers `error`.

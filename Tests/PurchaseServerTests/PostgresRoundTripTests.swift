@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import StoreModel
 import StorekeeperTestSupport
@@ -65,5 +66,140 @@ struct PostgresRoundTripTests {
         // What was read ahead is what the write used: the stored subscription is the renewal's.
         let stored = try await storage.read { try $0.subscription(TransactionID("2")) }
         #expect(stored?.owner == nil && stored?.originalTransactionID == TransactionID("2"))
+    }
+
+    /// A server on PostgreSQL with one group runner (a pool of two), and the renewal of a subscription not seen.
+    private static func groupedServer() async throws -> (PostgresServerStorage, PurchaseServer) {
+        let storage = try await PostgresServerStorage(url: try PostgresTesting.freshDatabase(), poolSize: 2)
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(
+                secretKey: "sk_round_trips_0123",
+                apps: [AppSettings(bundleID: "app", publicKey: "pk_round_trips", receiptRoots: [], jwsRoots: [])]),
+            storage: storage)
+        await server.leave()
+        return (storage, server)
+    }
+
+    private static let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    private static func renewal(_ id: Int, original: Int) -> PurchaseUpdate {
+        let record = PurchaseRecord(
+            transactionID: TransactionID(String(id)), originalTransactionID: TransactionID(String(original)),
+            bundleID: "app", productID: "monthly", kind: .autoRenewable, purchaseDate: now,
+            expiresDate: now.addingTimeInterval(86_400), environment: .sandbox, signedDate: now)
+        return PurchaseUpdate(source: .notification, transaction: record, notice: .v2(.didRenew, nil))
+    }
+
+    /// Ingests `update` as a V2 notification is, `hold` run first in its write (on the write's thread).
+    private static func ingest(
+        _ update: PurchaseUpdate, key: String, server: PurchaseServer, fail: Bool = false,
+        hold: @escaping @Sendable () -> Void = {}
+    ) async throws -> PurchaseServer.Ingested {
+        let raw = RawInput(key: key, kind: "notification-v2", body: Array("{}".utf8))
+        return try await server.write(raw: raw, ahead: .init(update, bundleID: "app"), viewFollows: false) { store in
+            hold()
+            let events = try server.apply(update, bundleID: "app", claimant: nil, in: store, now: now)
+            if fail { throw PurchaseServerError.invalid("this write fails after its writes were sent") }
+            return events
+        }
+    }
+
+    /// Starts a write that holds the only group runner until `release` is signalled, and waits until `count`
+    /// more writes wait behind it.
+    private static func holdRunner<R: Sendable>(
+        _ storage: PostgresServerStorage, _ server: PurchaseServer, until count: Int,
+        then writes: @escaping @Sendable () async throws -> R
+    ) async throws -> R {
+        let (started, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let held = Task {
+            try await ingest(renewal(9_000, original: 9_000), key: "notification:hold", server: server) {
+                started.signal()
+                release.wait()
+            }
+        }
+        // The held write's body runs on the only runner; the others then queue behind it.
+        while started.wait(timeout: .now()) == .timedOut { try await Task.sleep(for: .milliseconds(5)) }
+        let others = Task { try await writes() }
+        while storage.waitingWrites < count { try await Task.sleep(for: .milliseconds(5)) }
+        release.signal()
+        _ = try await held.value
+        return try await others.value
+    }
+
+    @Test("Notifications of distinct subscriptions waiting together are written in one transaction")
+    func groupCommit() async throws {
+        let (storage, server) = try await Self.groupedServer()
+        // Statements are prepared on first use: one write first.
+        _ = try await Self.ingest(Self.renewal(1, original: 1), key: "notification:first", server: server)
+        let before = storage.roundTrips
+        // Twenty renewals of new subscriptions; the same renewal in a second input (its event known); a
+        // renewal of one of the twenty's subscriptions (not in the same group: it reads what the first wrote);
+        // an input sent twice.
+        var writes: [(key: String, update: PurchaseUpdate)] = (100..<120).map {
+            ("notification:\($0)", Self.renewal($0, original: $0))
+        }
+        writes += [
+            ("notification:100-again", Self.renewal(100, original: 100)),
+            ("notification:101-next", Self.renewal(1_101, original: 101)),
+            ("notification:102", Self.renewal(102, original: 102)),
+        ]
+        let all = writes
+        let answered = try await Self.holdRunner(storage, server, until: all.count) {
+            try await withThrowingTaskGroup(of: (String, PurchaseServer.Ingested).self) { group in
+                for write in all {
+                    group.addTask { (write.key, try await Self.ingest(write.update, key: write.key, server: server)) }
+                }
+                var answered: [String: PurchaseServer.Ingested] = [:]
+                for try await (key, result) in group where answered[key] == nil { answered[key] = result }
+                return answered
+            }
+        }
+        let trips = storage.roundTrips - before
+        // The held write's two, then three groups at most (the twenty-one distinct subscriptions of the
+        // first, the rest after): two round trips each. Alone, the twenty-three would take forty-six.
+        #expect(trips <= 2 + 3 * 2, "round trips: \(trips)")
+        for id in 103..<120 { #expect(answered["notification:\(id)"]?.events.count == 1, "notification \(id)") }
+        #expect(answered["notification:100-again"]?.events.isEmpty == true, "the renewal's event was known")
+        #expect(answered["notification:101-next"]?.events.count == 1, "the next renewal applied after the first")
+        #expect(answered["notification:102"]?.duplicate == false)
+        let stored = try await storage.read { store in
+            (
+                try store.inputCount(),
+                try store.purchases(original: TransactionID("101")).map(\.transactionID.rawValue).sorted(),
+                try (100..<120).allSatisfy { try store.subscription(TransactionID(String($0))) != nil }
+            )
+        }
+        // The first, the held one, twenty, and the two other inputs (the repeated input is one).
+        #expect(stored.0 == 24)
+        #expect(stored.1 == ["101", "1101"])
+        #expect(stored.2)
+    }
+
+    @Test("A write that fails in a group fails alone: the others commit, its input is not kept")
+    func groupFailure() async throws {
+        let (storage, server) = try await Self.groupedServer()
+        let answered = try await Self.holdRunner(storage, server, until: 6) {
+            await withTaskGroup(of: (String, Bool).self) { group in
+                for id in 200..<206 {
+                    group.addTask {
+                        let key = "notification:\(id)"
+                        let result = try? await Self.ingest(
+                            Self.renewal(id, original: id), key: key, server: server, fail: id == 203)
+                        return (key, result != nil)
+                    }
+                }
+                var answered: [String: Bool] = [:]
+                for await (key, succeeded) in group { answered[key] = succeeded }
+                return answered
+            }
+        }
+        #expect(
+            answered.filter(\.value).keys.sorted() == ["200", "201", "202", "204", "205"].map { "notification:\($0)" })
+        let kept = try await storage.read { store in
+            try (200..<206).map { try store.input(key: "notification:\($0)") != nil }
+        }
+        #expect(kept == [true, true, true, false, true, true])
+        let subscription = try await storage.read { try $0.subscription(TransactionID("203")) }
+        #expect(subscription == nil, "the failed write's records were rolled back with it")
     }
 }

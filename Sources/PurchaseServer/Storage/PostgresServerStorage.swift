@@ -1,8 +1,10 @@
 public import Foundation
+import StoreModel
 import StorekeeperJSON
 import StorekeeperLogging
 import StorekeeperPostgres
 import StorekeeperSQL
+import Synchronization
 
 /// The purchase server's state in PostgreSQL, shared by any number of server processes.
 ///
@@ -17,6 +19,12 @@ import StorekeeperSQL
 public final class PostgresServerStorage: ServerStorage {
     private let database: PostgresDatabase
     let signingHeaders = SigningHeaders()
+    /// Writes of updates waiting to run together (``write(ahead:_:)``).
+    private let grouped = Mutex(GroupQueue())
+    /// Writes of updates run together at most (each one statement set of reads, a lock and its writes).
+    static let groupLimit = 16
+    /// Groups run at once, each on a connection of the pool: the rest of the pool stays for other work.
+    private let groupRunners: Int
     public let location: String
 
     /// The path existing databases took to ``ServerSchema/current(_:)`` (new ones get that at once).
@@ -123,6 +131,7 @@ public final class PostgresServerStorage: ServerStorage {
     package init(url: String, poolSize: Int, replayingHistory: Bool) async throws {
         location = PostgresDatabase.redacted(url)
         database = try PostgresDatabase(url: url, poolSize: poolSize)
+        groupRunners = max(1, poolSize / 2)
         try await database.migrate(
             Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.postgres))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}
@@ -147,6 +156,134 @@ public final class PostgresServerStorage: ServerStorage {
         try await signingHeaders.tracking { headers in
             try await database.lockingWrite { try body(SQLServerStore(connection: $0, headers: headers)) }
         }
+    }
+
+    /// Writes of updates to distinct subscriptions that wait at the same moment run in one transaction (a
+    /// group commit): their locks, in one order (no two groups wait for each other), their inputs' inserts
+    /// and their reads in one round trip; their bodies one after the other, each reading what was read for
+    /// it (no other body of the group writes the subscription, purchases or account token it read); their
+    /// writes and the commit in one more. A write waits for a group only while every runner is busy: alone,
+    /// it runs at once as before. When a group fails (a body threw, or PostgreSQL refused a statement), its
+    /// writes run again one by one, so a failure is only its own write's.
+    public func write<T: Sendable>(ahead: WriteAhead, _ body: @escaping @Sendable (any ServerStore) throws -> T)
+        async throws -> T?
+    {
+        let result: (any Sendable)? = try await withCheckedThrowingContinuation { continuation in
+            let write = GroupedWrite(ahead: ahead, body: { try body($0) }, resume: { continuation.resume(with: $0) })
+            let startRunner = grouped.withLock { $0.enqueue(write, runners: groupRunners) }
+            if startRunner { Task { await self.runGroups() } }
+        }
+        return result.map { $0 as! T }
+    }
+
+    /// Writes of updates waiting for a runner (tests).
+    package var waitingWrites: Int { grouped.withLock { $0.waiting.count } }
+
+    private struct GroupedWrite: Sendable {
+        let ahead: WriteAhead
+        let body: @Sendable (any ServerStore) throws -> any Sendable
+        let resume: @Sendable (Result<(any Sendable)?, any Error>) -> Void
+    }
+
+    private struct GroupQueue {
+        var waiting: [GroupedWrite] = []
+        var running = 0
+
+        /// Whether a runner is to start for it (one less than the limit runs).
+        mutating func enqueue(_ write: GroupedWrite, runners: Int) -> Bool {
+            waiting.append(write)
+            guard running < runners else { return false }
+            running += 1
+            return true
+        }
+
+        /// The oldest waiting writes of distinct subscriptions, at most `limit`; nil when none waits (the
+        /// runner then stops).
+        mutating func next(limit: Int) -> [GroupedWrite]? {
+            guard !waiting.isEmpty else {
+                running -= 1
+                return nil
+            }
+            var originals: Set<TransactionID> = []
+            var batch: [GroupedWrite] = []
+            var rest: [GroupedWrite] = []
+            for write in waiting {
+                if batch.count < limit, originals.insert(write.ahead.original).inserted {
+                    batch.append(write)
+                } else {
+                    rest.append(write)
+                }
+            }
+            waiting = rest
+            return batch
+        }
+    }
+
+    private func runGroups() async {
+        while let batch = grouped.withLock({ $0.next(limit: Self.groupLimit) }) {
+            guard batch.count > 1 else {
+                await runAlone(batch[0])
+                continue
+            }
+            let ordered = batch.sorted { $0.ahead.original.rawValue < $1.ahead.original.rawValue }
+            do {
+                let results = try await signingHeaders.tracking { headers in
+                    try await database.lockingWrite { try Self.runTogether(ordered, on: $0, headers: headers) }
+                }
+                for (write, result) in zip(ordered, results) { write.resume(.success(result)) }
+            } catch {
+                // Nothing of the group was committed: each write runs again on its own, its failure its own.
+                await withTaskGroup(of: Void.self) { group in
+                    for write in ordered { group.addTask { await self.runAlone(write) } }
+                }
+            }
+        }
+    }
+
+    private func runAlone(_ write: GroupedWrite) async {
+        do {
+            let result = try await signingHeaders.tracking { headers in
+                try await database.lockingWrite { connection -> (any Sendable)? in
+                    let store = SQLServerStore(connection: connection, headers: headers)
+                    guard try write.ahead.begin(in: store) else { return nil }
+                    return try write.body(store)
+                }
+            }
+            write.resume(.success(result))
+        } catch {
+            write.resume(.failure(error))
+        }
+    }
+
+    /// The group's writes in the open transaction: their locks, inputs and reads in one round trip, then
+    /// their bodies; the caller commits. Any failure is the group's (a body's input is inserted already).
+    private static func runTogether(
+        _ writes: [GroupedWrite], on connection: PostgresConnection, headers: SigningHeaders.Tracking
+    ) throws -> [(any Sendable)?] {
+        let store = SQLServerStore(connection: connection, headers: headers)
+        // Room for every statement of the reads (a deallocation between two sets would answer them early).
+        try connection.makeRoom(for: 8 * writes.count)
+        var sets: [Int] = []
+        for write in writes {
+            let ahead = write.ahead
+            try store.lock(original: ahead.original)
+            sets.append(
+                try connection.readAheadLater(
+                    store.statementsAhead(
+                        transaction: ahead.transaction, original: ahead.original, bundle: ahead.bundle,
+                        appAccountToken: ahead.appAccountToken, recording: ahead.input, received: ahead.received)))
+        }
+        try connection.synchronizeReadAheads()
+        var results: [(any Sendable)?] = []
+        for (write, set) in zip(writes, sets) {
+            connection.useReadAhead(set)
+            if let input = write.ahead.input, !(try store.recordInput(input, received: write.ahead.received)) {
+                results.append(nil)
+                continue
+            }
+            results.append(try write.body(store))
+        }
+        return results
     }
 
     public func subscriberChanges(since watermark: SubscriberChanges.Watermark?) async throws -> SubscriberChanges? {

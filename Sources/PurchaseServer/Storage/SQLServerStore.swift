@@ -82,6 +82,17 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         recording input: RawInput?, received: Date
     ) throws {
         guard Connection.readsAhead else { return }
+        try connection.readAhead(
+            statementsAhead(
+                transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
+                recording: input, received: received))
+    }
+
+    /// What ``readAhead(transaction:original:bundle:appAccountToken:recording:received:)`` sends.
+    func statementsAhead(
+        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
+        recording input: RawInput?, received: Date
+    ) throws -> [(sql: String, values: [SQLValue])] {
         var statements: [(sql: String, values: [SQLValue])] = []
         if let input { statements.append((Self.insertInput, try inputValues(input, received: received))) }
         statements += [
@@ -92,7 +103,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         if let appAccountToken {
             statements.append((Self.userByToken, [.text(bundle), .text(appAccountToken.lowercased())]))
         }
-        try connection.readAhead(statements)
+        return statements
     }
 
     // MARK: Subscribers

@@ -300,6 +300,14 @@ public protocol ServerStorage: Sendable {
     /// effects outside the store that matter when repeated.
     func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T
 
+    /// A write that applies an update to one subscription: it takes the subscription's lock, reads what
+    /// `ahead` names and records its input, then runs `body`, unless the input was recorded before (nil
+    /// then: a duplicate). PostgreSQL may run several of them for distinct subscriptions in one transaction:
+    /// one round trip for all their locks, inputs and reads, one for all their writes and the commit (a
+    /// failure of one runs the others again on their own). As ``write(_:)``, `body` may run more than once.
+    func write<T: Sendable>(ahead: WriteAhead, _ body: @escaping @Sendable (any ServerStore) throws -> T)
+        async throws -> T?
+
     /// Whether other processes write the same state (then nothing read may be kept in memory).
     var isShared: Bool { get }
 
@@ -333,6 +341,48 @@ public protocol ServerStorage: Sendable {
 
     /// Empties the budget `key` until `date` (Apple's `Retry-After`).
     func blockRequests(to key: String, until date: Date) async throws
+}
+
+/// What a write applying an update to one subscription locks, reads first and records
+/// (``ServerStorage/write(ahead:_:)``).
+public struct WriteAhead: Sendable {
+    public let transaction: TransactionID?
+    public let original: TransactionID
+    public let bundle: String
+    public let appAccountToken: String?
+    /// The input the write records, received at `received`.
+    public let input: RawInput?
+    public let received: Date
+
+    public init(
+        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
+        input: RawInput?, received: Date
+    ) {
+        (self.transaction, self.original, self.bundle) = (transaction, original, bundle)
+        (self.appAccountToken, self.input, self.received) = (appAccountToken, input, received)
+    }
+
+    /// Takes the lock, reads ahead and records the input in `store`: false for a duplicate input.
+    func begin(in store: any ServerStore) throws -> Bool {
+        try store.lock(original: original)
+        try store.readAhead(
+            transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
+            recording: input, received: received)
+        guard let input else { return true }
+        return try store.recordInput(input, received: received)
+    }
+}
+
+extension ServerStorage {
+    /// One write at a time, or each on its own: the lock, the reads and the input first, then `body`.
+    public func write<T: Sendable>(ahead: WriteAhead, _ body: @escaping @Sendable (any ServerStore) throws -> T)
+        async throws -> T?
+    {
+        try await write { store -> T? in
+            guard try ahead.begin(in: store) else { return nil }
+            return try body(store)
+        }
+    }
 }
 
 /// One process owns the state: leading is always true, and claims and budgets are ordinary writes.

@@ -149,8 +149,8 @@ struct PostgresRoundTripTests {
                 for write in all {
                     group.addTask { (write.key, try await Self.ingest(write.update, key: write.key, server: server)) }
                 }
-                var answered: [String: PurchaseServer.Ingested] = [:]
-                for try await (key, result) in group where answered[key] == nil { answered[key] = result }
+                var answered: [String: [PurchaseServer.Ingested]] = [:]
+                for try await (key, result) in group { answered[key, default: []].append(result) }
                 return answered
             }
         }
@@ -158,10 +158,12 @@ struct PostgresRoundTripTests {
         // The held write's two, then three groups at most (the twenty-one distinct subscriptions of the
         // first, the rest after): two round trips each. Alone, the twenty-three would take forty-six.
         #expect(trips <= 2 + 3 * 2, "round trips: \(trips)")
-        for id in 103..<120 { #expect(answered["notification:\(id)"]?.events.count == 1, "notification \(id)") }
-        #expect(answered["notification:100-again"]?.events.isEmpty == true, "the renewal's event was known")
-        #expect(answered["notification:101-next"]?.events.count == 1, "the next renewal applied after the first")
-        #expect(answered["notification:102"]?.duplicate == false)
+        for id in 103..<120 { #expect(answered["notification:\(id)"]?.first?.events.count == 1, "notification \(id)") }
+        // Whichever of the renewal's two inputs ran first recorded its event; the other found it known.
+        let renewal100 = ["notification:100", "notification:100-again"].compactMap { answered[$0]?.first?.events.count }
+        #expect(renewal100.sorted() == [0, 1])
+        #expect(answered["notification:101-next"]?.first?.events.count == 1, "the next renewal applied after the first")
+        #expect(answered["notification:102"]?.map { $0.duplicate ? 1 : 0 }.sorted() == [0, 1], "one of the two")
         let stored = try await storage.read { store in
             (
                 try store.inputCount(),

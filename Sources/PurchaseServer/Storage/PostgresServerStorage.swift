@@ -22,8 +22,11 @@ public final class PostgresServerStorage: ServerStorage {
     /// Writes of updates waiting to run together (``write(ahead:_:)``).
     private let grouped = Mutex(GroupQueue())
     /// Writes of updates run together at most (each one statement set of reads, a lock and its writes).
-    static let groupLimit = 16
-    /// Groups run at once, each on a connection of the pool: the rest of the pool stays for other work.
+    static let groupLimit = 32
+    /// Groups run at once, each on a connection of the pool: one for every two cores (a group's round trips
+    /// are PostgreSQL's work, its bodies this process's: one runner keeps a core of each busy), and at
+    /// most half the pool, the rest staying for other work. More runners made smaller groups at the same
+    /// rate, and more processes slower than one (measured on two cores: docs/performance-log.md).
     private let groupRunners: Int
     public let location: String
 
@@ -131,7 +134,7 @@ public final class PostgresServerStorage: ServerStorage {
     package init(url: String, poolSize: Int, replayingHistory: Bool) async throws {
         location = PostgresDatabase.redacted(url)
         database = try PostgresDatabase(url: url, poolSize: poolSize)
-        groupRunners = max(1, poolSize / 2)
+        groupRunners = max(1, min(poolSize / 2, ProcessInfo.processInfo.activeProcessorCount / 2))
         try await database.migrate(
             Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.postgres))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}

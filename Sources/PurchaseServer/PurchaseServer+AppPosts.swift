@@ -165,6 +165,8 @@ extension PurchaseServer {
             if purchases.isEmpty, try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
             }
+            try self.lockSubscriptions(
+                of: purchases.map { PurchaseUpdate(source: .app, transaction: $0) }, in: store)
             return RecordedEvents(
                 joining: try purchases.map {
                     try self.apply(

@@ -278,7 +278,8 @@ public final class PurchaseServer: Sendable {
         let current = now()
         let bundleID = app.settings.bundleID
         return try await write(input: (key, "notification-v1", body), viewFollows: false) { store in
-            RecordedEvents(
+            try self.lockSubscriptions(of: updates, in: store)
+            return RecordedEvents(
                 joining: try updates.map {
                     try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
                 })
@@ -323,6 +324,7 @@ public final class PurchaseServer: Sendable {
             let current = now()
             let bundleID = app.settings.bundleID
             let result = try await write(input: nil) { store in
+                try self.lockSubscriptions(of: updates, in: store)
                 let events = RecordedEvents(
                     joining: try updates.map {
                         try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
@@ -407,6 +409,16 @@ public final class PurchaseServer: Sendable {
             try await follower.acknowledge()
         }
         return result
+    }
+
+    /// Takes the locks of the subscriptions `updates` name, ordered by id as a group of notifications takes
+    /// them (``PostgresServerStorage``), before they are applied in their own order: a write applying several
+    /// never holds one a group waits for while it waits for one the group holds.
+    func lockSubscriptions(of updates: [PurchaseUpdate], in store: any ServerStore) throws {
+        let originals = Set(
+            updates.compactMap { $0.transaction?.originalTransactionID ?? $0.renewal?.originalTransactionID })
+        guard originals.count > 1 else { return }
+        for original in originals.sorted(by: { $0.rawValue < $1.rawValue }) { try store.lock(original: original) }
     }
 
     /// Inside a write that changes what the user's answers are made from: what this process keeps of them

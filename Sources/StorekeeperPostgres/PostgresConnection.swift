@@ -190,7 +190,6 @@ public final class PostgresConnection {
     private func send(_ sent: Sent?, _ call: () -> Int32) throws(PostgresError) {
         guard call() == 1 else { throw connectionError() }
         unanswered.append(sent ?? Sent(sql: nil, preparing: nil))
-        sentTotal &+= 1
     }
 
     /// Marks a synchronisation point, then reads every unanswered result in order: the last statement's
@@ -299,9 +298,10 @@ public final class PostgresConnection {
     /// only.
     public func readAheadLater(_ statements: [(sql: String, values: [SQLValue])]) throws(PostgresError) -> Int {
         precondition(pipelined, "no pipelined transaction is open")
-        precondition(
-            statements.count + self.statements.count < Self.statementLimit,
-            "room for the statements is made first (makeRoom(for:))")
+        // A deallocation now would answer the sets sent before: the caller makes room first.
+        guard statements.count + self.statements.count < Self.statementLimit else {
+            throw PostgresError(.misuse, "no room left for statements read ahead (makeRoom(for:) first)")
+        }
         rowsReadAhead = []
         do {
             for statement in statements {
@@ -352,11 +352,6 @@ public final class PostgresConnection {
         rowsReadAhead = setsRead[number]
         setsRead[number] = []
     }
-
-    /// Statements sent and not answered yet in the open pipelined transaction, with those answered: grows with
-    /// every statement sent.
-    public var statementsSent: Int { sentTotal }
-    private var sentTotal = 0
 
     /// Statements whose results were never read: what they prepared may not exist, so it is prepared again
     /// when next used. Answers `error`.

@@ -181,6 +181,9 @@ public final class PostgresServerStorage: ServerStorage {
 
     /// Writes of updates waiting for a runner (tests).
     package var waitingWrites: Int { grouped.withLock { $0.waiting.count } }
+    /// Groups that failed and ran their writes one by one, so far in this process (tests).
+    package var groupsApart: Int { groupsRunApart.load(ordering: .relaxed) }
+    private let groupsRunApart = Atomic<Int>(0)
 
     private struct GroupedWrite: Sendable {
         let ahead: WriteAhead
@@ -235,10 +238,11 @@ public final class PostgresServerStorage: ServerStorage {
                 }
                 for (write, result) in zip(ordered, results) { write.resume(.success(result)) }
             } catch {
-                // Nothing of the group was committed: each write runs again on its own, its failure its own.
-                await withTaskGroup(of: Void.self) { group in
-                    for write in ordered { group.addTask { await self.runAlone(write) } }
-                }
+                // Nothing of the group was committed: each write runs again on its own, its failure its own
+                // (one after the other: the pool stays for other work). Unless the connection was lost while
+                // it committed and the group did commit: then each finds its input kept (a duplicate).
+                groupsRunApart.add(1, ordering: .relaxed)
+                for write in ordered { await runAlone(write) }
             }
         }
     }
@@ -263,9 +267,11 @@ public final class PostgresServerStorage: ServerStorage {
     private static func runTogether(
         _ writes: [GroupedWrite], on connection: PostgresConnection, headers: SigningHeaders.Tracking
     ) throws -> [(any Sendable)?] {
-        let store = SQLServerStore(connection: connection, headers: headers)
-        // Room for every statement of the reads (a deallocation between two sets would answer them early).
-        try connection.makeRoom(for: 8 * writes.count)
+        var store = SQLServerStore(connection: connection, headers: headers)
+        store.touches = .init()
+        // Room for the statements of the reads, locks and inputs, the same for every write (a deallocation
+        // between two sets would answer them early): a few, with their values' types.
+        try connection.makeRoom(for: 16)
         var sets: [Int] = []
         for write in writes {
             let ahead = write.ahead
@@ -286,6 +292,7 @@ public final class PostgresServerStorage: ServerStorage {
             }
             results.append(try write.body(store))
         }
+        try store.touchNoted()
         return results
     }
 

@@ -53,6 +53,24 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     /// In a storage's writes: the signing headers it has committed, and where this write notes those it
     /// inserts (``SigningHeaders/tracking(_:)``).
     var headers: SigningHeaders.Tracking? = nil
+    /// In a group of writes sharing a transaction: the users they touch, made in one order at the end
+    /// (``SubscriberRepository/touch(bundle:appUserID:)``), so that two groups never wait on each other's
+    /// rows.
+    var touches: Touches? = nil
+
+    /// The users a group's writes touched, each once.
+    final class Touches {
+        private(set) var users: Set<[String]> = []
+        func note(bundle: String, appUserID: String) { users.insert([bundle, appUserID]) }
+    }
+
+    /// Makes the touches noted (``touches``), in order of app and user.
+    func touchNoted() throws {
+        guard let touches else { return }
+        for user in touches.users.sorted(by: { ($0[0], $0[1]) < ($1[0], $1[1]) }) {
+            try SQLServerStore(connection: connection).touch(bundle: user[0], appUserID: user[1])
+        }
+    }
 
     static func encode<T: Encodable>(_ value: T) throws -> SQLValue {
         .blob(JSONWriter.bytes(try SQLDocuments.encoder.encode(value)))
@@ -143,6 +161,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     func touch(bundle: String, appUserID: String) throws {
+        if let touches { return touches.note(bundle: bundle, appUserID: appUserID) }
         try connection.executeLater(
             Connection.marksChangingTransactions
                 ? """

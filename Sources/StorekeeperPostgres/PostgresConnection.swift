@@ -271,15 +271,7 @@ public final class PostgresConnection {
             try executeScript("DEALLOCATE ALL")
             self.statements.removeAll()
         }
-        do {
-            for statement in statements {
-                try sendPrepared(statement.sql, statement.values)
-                unanswered[unanswered.count - 1].keep = true
-            }
-        } catch {
-            for index in unanswered.indices { unanswered[index].keep = false }
-            throw error
-        }
+        try sendKept(statements)
         let results = try synchronizeKeeping()
         defer { for result in results { PQclear(result) } }
         guard results.count == statements.count else {
@@ -303,6 +295,14 @@ public final class PostgresConnection {
             throw PostgresError(.misuse, "no room left for statements read ahead (makeRoom(for:) first)")
         }
         rowsReadAhead = []
+        try sendKept(statements)
+        setsSent.append(statements)
+        return setsRead.count + setsSent.count - 1
+    }
+
+    /// Sends `statements` with their results marked to be answered (by ``synchronizeKeeping()``); none stays
+    /// marked when one cannot be sent.
+    private func sendKept(_ statements: [(sql: String, values: [SQLValue])]) throws(PostgresError) {
         do {
             for statement in statements {
                 try sendPrepared(statement.sql, statement.values)
@@ -312,8 +312,6 @@ public final class PostgresConnection {
             for index in unanswered.indices { unanswered[index].keep = false }
             throw error
         }
-        setsSent.append(statements)
-        return setsRead.count + setsSent.count - 1
     }
 
     /// Deallocates every prepared statement now if `count` more might not fit in the cache: before sending

@@ -16,12 +16,7 @@ struct PostgresRoundTripTests {
         "A new subscription's renewal: its lock, input and reads, then its writes with COMMIT: two round trips"
     )
     func notificationWrite() async throws {
-        let storage = try await PostgresServerStorage(url: try PostgresTesting.freshDatabase(), poolSize: 1)
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(
-                secretKey: "sk_round_trips_0123",
-                apps: [AppSettings(bundleID: "app", publicKey: "pk_round_trips", receiptRoots: [], jwsRoots: [])]),
-            storage: storage)
+        let (storage, server) = try await Self.server(poolSize: 1)
         let now = Date(timeIntervalSince1970: 1_800_000_000)
         func renewal(_ id: String, original: String) -> PurchaseUpdate {
             var record = PurchaseRecord(
@@ -68,14 +63,20 @@ struct PostgresRoundTripTests {
         #expect(stored?.owner == nil && stored?.originalTransactionID == TransactionID("2"))
     }
 
-    /// A server on PostgreSQL with one group runner (a pool of two), and the renewal of a subscription not seen.
-    private static func groupedServer() async throws -> (PostgresServerStorage, PurchaseServer) {
-        let storage = try await PostgresServerStorage(url: try PostgresTesting.freshDatabase(), poolSize: 2)
+    /// A server of one app on a fresh PostgreSQL database.
+    private static func server(poolSize: Int) async throws -> (PostgresServerStorage, PurchaseServer) {
+        let storage = try await PostgresServerStorage(url: try PostgresTesting.freshDatabase(), poolSize: poolSize)
         let server = try PurchaseServer(
             configuration: ServerConfiguration(
                 secretKey: "sk_round_trips_0123",
                 apps: [AppSettings(bundleID: "app", publicKey: "pk_round_trips", receiptRoots: [], jwsRoots: [])]),
             storage: storage)
+        return (storage, server)
+    }
+
+    /// A server with one group runner (a pool of two), not holding a lease (it asks only for writes waiting).
+    private static func groupedServer() async throws -> (PostgresServerStorage, PurchaseServer) {
+        let (storage, server) = try await server(poolSize: 2)
         await server.leave()
         return (storage, server)
     }

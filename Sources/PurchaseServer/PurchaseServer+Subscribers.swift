@@ -232,6 +232,13 @@ extension PurchaseServer {
             guard existing == nil else {
                 throw PurchaseServerError.invalid("\(RequestBody.printable(alias)) is already an alias of another user")
             }
+            // The alias's subscriptions are locked first, in the order a group of notifications takes them
+            // (PostgresServerStorage), before either user's row changes: a group holding one changes its
+            // owner's row last.
+            try self.lockSubscriptions(
+                of: try store.purchases(bundle: bundleID, owner: alias).map(\.originalTransactionID)
+                    + store.subscriptions(bundle: bundleID, owner: alias).map(\.originalTransactionID),
+                in: store)
             try self.changed(bundleID, user, in: store)
             try self.changed(bundleID, alias, in: store)
             var main =

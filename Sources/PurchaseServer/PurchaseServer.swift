@@ -415,10 +415,14 @@ public final class PurchaseServer: Sendable {
     /// them (``PostgresServerStorage``), before they are applied in their own order: a write applying several
     /// never holds one a group waits for while it waits for one the group holds.
     func lockSubscriptions(of updates: [PurchaseUpdate], in store: any ServerStore) throws {
-        let originals = Set(
-            updates.compactMap { $0.transaction?.originalTransactionID ?? $0.renewal?.originalTransactionID })
-        guard originals.count > 1 else { return }
-        for original in originals.sorted(by: { $0.rawValue < $1.rawValue }) { try store.lock(original: original) }
+        try lockSubscriptions(
+            of: updates.compactMap { $0.transaction?.originalTransactionID ?? $0.renewal?.originalTransactionID },
+            in: store)
+    }
+
+    /// The same for the subscriptions `originals` (each once).
+    func lockSubscriptions(of originals: [TransactionID], in store: any ServerStore) throws {
+        for original in Set(originals).sorted(by: { $0.rawValue < $1.rawValue }) { try store.lock(original: original) }
     }
 
     /// Inside a write that changes what the user's answers are made from: what this process keeps of them

@@ -180,6 +180,7 @@ struct PostgresRoundTripTests {
         // round trips each; a renewal of the user's adds its own (its user read, its event's insert answered,
         // the askings its change waits for). Alone, the twenty-three would take two each at least.
         #expect(trips < all.count, "round trips: \(trips)")
+        #expect(storage.groupsApart == 0, "every group committed as one")
         for id in 103..<120 { #expect(answered["notification:\(id)"]?.first?.events.count == 1, "notification \(id)") }
         // Whichever of the renewal's two inputs ran first recorded its event; the other found it known.
         let renewal100 = ["notification:100", "notification:100-again"].compactMap { answered[$0]?.first?.events.count }

@@ -165,13 +165,11 @@ extension PurchaseServer {
             if purchases.isEmpty, try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
             }
-            try self.lockSubscriptions(
-                of: purchases.map { PurchaseUpdate(source: .app, transaction: $0) }, in: store)
+            let updates = purchases.map { PurchaseUpdate(source: .app, transaction: $0) }
+            try self.lockSubscriptions(of: updates, in: store)
             return RecordedEvents(
-                joining: try purchases.map {
-                    try self.apply(
-                        PurchaseUpdate(source: .app, transaction: $0), bundleID: bundleID, claimant: appUserID,
-                        in: store, now: current)
+                joining: try updates.map {
+                    try self.apply($0, bundleID: bundleID, claimant: appUserID, in: store, now: current)
                 })
         }
         for original in Set(purchases.filter { $0.kind == .autoRenewable }.map(\.originalTransactionID)).sorted() {

@@ -227,7 +227,7 @@ public final class PurchaseServer: Sendable {
                 id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: BundleID(bundleID), appUserID: nil,
                 date: signedDate, source: .notification, appleNotificationType: type.rawValue) : nil
         let raw = RawInput(key: "notification:\(uuid)", body: body, token: signed, payload: result.payloadBytes)
-        return try await write(raw: raw, ahead: ReadAhead(update, bundleID: bundleID), viewFollows: false) { store in
+        return try await write(raw: raw, ahead: WriteAhead(update, bundleID: bundleID), viewFollows: false) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
             if let testEvent, try store.append(testEvent) {
                 try self.enqueueWebhooks(for: testEvent, in: store)
@@ -354,29 +354,13 @@ public final class PurchaseServer: Sendable {
             raw: input.map { RawInput(key: $0.key, kind: $0.kind, body: $0.body) }, viewFollows: viewFollows, body)
     }
 
-    /// What applying one update reads first (``ServerStore/readAhead(transaction:original:bundle:appAccountToken:)``).
-    struct ReadAhead: Sendable {
-        let transaction: TransactionID?
-        let original: TransactionID
-        let bundle: String
-        let appAccountToken: String?
-
-        /// Nil for an update naming no subscription (``apply(_:bundleID:claimant:in:now:)`` applies nothing).
-        init?(_ update: PurchaseUpdate, bundleID: String) {
-            guard let original = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID
-            else { return nil }
-            (transaction, self.original) = (update.transaction?.transactionID, original)
-            (bundle, appAccountToken) = (bundleID, update.transaction?.appAccountToken)
-        }
-    }
-
     /// Stores `raw` (when given) and runs `body` in one write; a duplicate input runs nothing. `ahead`: what
     /// `body` applies first; its lock is taken and its reads go with the input's insert (on PostgreSQL one
     /// round trip for both, which `body`'s own then need not make). `viewFollows`: whether the caller then
     /// answers with what this process keeps (an app's post answers its user's view; Apple's notifications
     /// are answered with nothing).
     func write(
-        raw: RawInput?, ahead: ReadAhead? = nil, viewFollows: Bool = true,
+        raw: RawInput?, ahead: WriteAhead? = nil, viewFollows: Bool = true,
         _ body: @escaping @Sendable (any ServerStore) throws -> RecordedEvents
     )
         async throws -> Ingested
@@ -385,10 +369,7 @@ public final class PurchaseServer: Sendable {
         let changesBefore = userChanges.load(ordering: .sequentiallyConsistent)
         let written: RecordedEvents?
         if let ahead {
-            let write = WriteAhead(
-                transaction: ahead.transaction, original: ahead.original, bundle: ahead.bundle,
-                appAccountToken: ahead.appAccountToken, input: raw, received: received)
-            written = try await storage.write(ahead: write, body)
+            written = try await storage.write(ahead: ahead.recording(raw, received: received), body)
         } else {
             written = try await storage.write { store -> RecordedEvents? in
                 if let raw, !(try store.recordInput(raw, received: received)) { return nil }
@@ -439,17 +420,14 @@ public final class PurchaseServer: Sendable {
     func apply(_ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date)
         throws -> RecordedEvents
     {
-        guard let originalID = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID else {
-            return []
-        }
+        guard let ahead = WriteAhead(update, bundleID: bundleID) else { return [] }
+        let originalID = ahead.original
         // A user the app knows by another id (an alias) is that user.
         let claimant = try claimant.map { try store.user(bundle: bundleID, alias: $0) ?? $0 }
         // The subscription, then the user: what follows reads them as the last writer left them.
         try store.lock(original: originalID)
         if let claimant { try store.lock(user: claimant, bundle: bundleID) }
-        try store.readAhead(
-            transaction: update.transaction?.transactionID, original: originalID, bundle: bundleID,
-            appAccountToken: update.transaction?.appAccountToken)
+        try store.readAhead(ahead)
         if let transaction = update.transaction, transaction.bundleID.rawValue != bundleID {
             throw PurchaseServerError.invalid("the transaction is for \(transaction.bundleID), not \(bundleID)")
         }
@@ -537,12 +515,13 @@ public final class PurchaseServer: Sendable {
             // Nothing in this write depends on whether an event of a purchase no user owns yet is new (it
             // waits for its user, webhooks and all), unless it is a cancellation: only the answer does. On
             // PostgreSQL its insert then goes with the commit, not in a round trip of its own.
-            guard event.appUserID != nil || event.originalTransactionID == nil || event.type == .cancellation else {
+            let waitsForUser = event.appUserID == nil && event.originalTransactionID != nil
+            guard !waitsForUser || event.type == .cancellation else {
                 recorded.append(event, inserted: try store.appendLater(event))
                 continue
             }
             guard try store.append(event) else { continue }
-            if event.appUserID != nil || event.originalTransactionID == nil {
+            if !waitsForUser {
                 try enqueueWebhooks(for: event, in: store)
             }
             // A cancellation within a day of a retention answer means the answer did not save it.

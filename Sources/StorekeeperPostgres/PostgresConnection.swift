@@ -267,10 +267,7 @@ public final class PostgresConnection {
         }
         if held { return }
         // Room for every statement first: emptying the cache in between would run what is already sent.
-        if statements.count + self.statements.count >= Self.statementLimit {
-            try executeScript("DEALLOCATE ALL")
-            self.statements.removeAll()
-        }
+        try makeRoom(for: statements.count)
         try sendKept(statements)
         let results = try synchronizeKeeping()
         defer { for result in results { PQclear(result) } }
@@ -314,8 +311,8 @@ public final class PostgresConnection {
         }
     }
 
-    /// Deallocates every prepared statement now if `count` more might not fit in the cache: before sending
-    /// sets of reads ahead, which a deallocation in between would answer and lose.
+    /// Deallocates every prepared statement now if `count` more might not fit in the cache (0: if it is
+    /// full): before sending reads ahead, which a deallocation in between would answer and lose.
     public func makeRoom(for count: Int) throws(PostgresError) {
         guard count + statements.count >= Self.statementLimit else { return }
         try executeScript("DEALLOCATE ALL")
@@ -472,10 +469,7 @@ public final class PostgresConnection {
     private func prepared(_ sql: String, types: [UInt32]) throws(PostgresError) -> String {
         let key = types.map(String.init).joined(separator: ",") + "|" + sql
         if let name = statements[key] { return name }
-        if statements.count >= Self.statementLimit {
-            try executeScript("DEALLOCATE ALL")
-            statements.removeAll()
-        }
+        try makeRoom(for: 0)
         // Never a name used before on this connection: a preparation forgotten after a failed pipeline may
         // still exist on the server.
         statementsNamed += 1

@@ -247,18 +247,16 @@ public final class PostgresServerStorage: ServerStorage {
         }
     }
 
-    private func runAlone(_ write: GroupedWrite) async {
+    /// A write of an update in a transaction of its own (``write(_:)``).
+    private func runAlone(_ grouped: GroupedWrite) async {
         do {
-            let result = try await signingHeaders.tracking { headers in
-                try await database.lockingWrite { connection -> (any Sendable)? in
-                    let store = SQLServerStore(connection: connection, headers: headers)
-                    guard try write.ahead.begin(in: store) else { return nil }
-                    return try write.body(store)
-                }
+            let result = try await write { store -> (any Sendable)? in
+                guard try grouped.ahead.begin(in: store) else { return nil }
+                return try grouped.body(store)
             }
-            write.resume(.success(result))
+            grouped.resume(.success(result))
         } catch {
-            write.resume(.failure(error))
+            grouped.resume(.failure(error))
         }
     }
 
@@ -274,13 +272,8 @@ public final class PostgresServerStorage: ServerStorage {
         try connection.makeRoom(for: 16)
         var sets: [Int] = []
         for write in writes {
-            let ahead = write.ahead
-            try store.lock(original: ahead.original)
-            sets.append(
-                try connection.readAheadLater(
-                    store.statementsAhead(
-                        transaction: ahead.transaction, original: ahead.original, bundle: ahead.bundle,
-                        appAccountToken: ahead.appAccountToken, recording: ahead.input, received: ahead.received)))
+            try store.lock(original: write.ahead.original)
+            sets.append(try connection.readAheadLater(store.statementsAhead(write.ahead)))
         }
         try connection.synchronizeReadAheads()
         var results: [(any Sendable)?] = []

@@ -95,31 +95,26 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
 
     /// The input's insert first, in the same round trip (its `RETURNING` row says whether it was new):
     /// ``recordInput(_:received:)`` with the same input and time is then answered from it.
-    func readAhead(
-        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
-        recording input: RawInput?, received: Date
-    ) throws {
+    func readAhead(_ ahead: WriteAhead) throws {
         guard Connection.readsAhead else { return }
-        try connection.readAhead(
-            statementsAhead(
-                transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
-                recording: input, received: received))
+        try connection.readAhead(statementsAhead(ahead))
     }
 
-    /// What ``readAhead(transaction:original:bundle:appAccountToken:recording:received:)`` sends.
-    func statementsAhead(
-        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
-        recording input: RawInput?, received: Date
-    ) throws -> [(sql: String, values: [SQLValue])] {
+    /// What ``readAhead(_:)`` sends.
+    func statementsAhead(_ ahead: WriteAhead) throws -> [(sql: String, values: [SQLValue])] {
         var statements: [(sql: String, values: [SQLValue])] = []
-        if let input { statements.append((Self.insertInput, try inputValues(input, received: received))) }
+        if let input = ahead.input {
+            statements.append((Self.insertInput, try inputValues(input, received: ahead.received)))
+        }
         statements += [
-            (Self.subscriptionByOriginal, [.text(original.rawValue)]),
-            (Self.purchasesByOriginal, [.text(original.rawValue)]),
+            (Self.subscriptionByOriginal, [.text(ahead.original.rawValue)]),
+            (Self.purchasesByOriginal, [.text(ahead.original.rawValue)]),
         ]
-        if let transaction { statements.append((Self.purchaseByID, [.text(transaction.rawValue)])) }
-        if let appAccountToken {
-            statements.append((Self.userByToken, [.text(bundle), .text(appAccountToken.lowercased())]))
+        if let transaction = ahead.transaction {
+            statements.append((Self.purchaseByID, [.text(transaction.rawValue)]))
+        }
+        if let token = ahead.appAccountToken {
+            statements.append((Self.userByToken, [.text(ahead.bundle), .text(token.lowercased())]))
         }
         return statements
     }

@@ -229,13 +229,11 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
     /// write reads after taking its lock is what the last holder committed. Records read to be changed
     /// must be read after their lock (a subscription's: `"o:" + original id`; a user's: ``userKey(_:_:)``).
     func lock(_ key: String) throws
-    /// Says what applying an update to `original` is about to read (its subscription, its purchases, the
-    /// transaction, the owner of its account token), after its locks, and the input the write records first
-    /// if any (``recordInput(_:received:)`` with the same time): PostgreSQL sends them all in one round trip
-    /// and answers the reads and the insert that follow from them. A hint; nothing on other backends.
-    func readAhead(
-        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
-        recording input: RawInput?, received: Date) throws
+    /// Says what applying an update is about to read (its subscription, its purchases, the transaction, the
+    /// owner of its account token), after its locks, and the input the write records first if any
+    /// (``recordInput(_:received:)`` with the same time): PostgreSQL sends them all in one round trip and
+    /// answers the reads and the insert that follow from them. A hint; nothing on other backends.
+    func readAhead(_ ahead: WriteAhead) throws
 }
 
 /// An input as received, and the compact form a V2 notification is kept in (``StoredInput``), made with the
@@ -269,18 +267,7 @@ extension ServerStore {
         try recordInput(RawInput(key: key, kind: kind, body: body), received: received)
     }
 
-    public func readAhead(
-        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
-        recording input: RawInput?, received: Date
-    ) throws {}
-    /// ``readAhead(transaction:original:bundle:appAccountToken:recording:received:)`` with no input.
-    public func readAhead(
-        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?
-    ) throws {
-        try readAhead(
-            transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
-            recording: nil, received: .distantPast)
-    }
+    public func readAhead(_ ahead: WriteAhead) throws {}
     /// The lock of one app user's records.
     public func lock(user: String, bundle: String) throws { try lock("u:" + bundle + "\u{1F}" + user) }
     /// The lock of one purchase and its subscription (its original transaction's).
@@ -344,30 +331,35 @@ public protocol ServerStorage: Sendable {
 }
 
 /// What a write applying an update to one subscription locks, reads first and records
-/// (``ServerStorage/write(ahead:_:)``).
+/// (``ServerStorage/write(ahead:_:)``, ``ServerStore/readAhead(_:)``).
 public struct WriteAhead: Sendable {
     public let transaction: TransactionID?
     public let original: TransactionID
     public let bundle: String
     public let appAccountToken: String?
     /// The input the write records, received at `received`.
-    public let input: RawInput?
-    public let received: Date
+    public private(set) var input: RawInput? = nil
+    public private(set) var received = Date.distantPast
 
-    public init(
-        transaction: TransactionID?, original: TransactionID, bundle: String, appAccountToken: String?,
-        input: RawInput?, received: Date
-    ) {
-        (self.transaction, self.original, self.bundle) = (transaction, original, bundle)
-        (self.appAccountToken, self.input, self.received) = (appAccountToken, input, received)
+    /// What applying `update` reads; nil for an update naming no subscription (nothing is applied).
+    init?(_ update: PurchaseUpdate, bundleID: String) {
+        guard let original = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID
+        else { return nil }
+        (transaction, self.original) = (update.transaction?.transactionID, original)
+        (bundle, appAccountToken) = (bundleID, update.transaction?.appAccountToken)
+    }
+
+    /// The same, recording `input` first, received at `received`.
+    func recording(_ input: RawInput?, received: Date) -> WriteAhead {
+        var ahead = self
+        (ahead.input, ahead.received) = (input, received)
+        return ahead
     }
 
     /// Takes the lock, reads ahead and records the input in `store`: false for a duplicate input.
     func begin(in store: any ServerStore) throws -> Bool {
         try store.lock(original: original)
-        try store.readAhead(
-            transaction: transaction, original: original, bundle: bundle, appAccountToken: appAccountToken,
-            recording: input, received: received)
+        try store.readAhead(self)
         guard let input else { return true }
         return try store.recordInput(input, received: received)
     }

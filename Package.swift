@@ -160,6 +160,7 @@ let package = Package(
             name: "StorekeeperTestSupport",
             dependencies: [
                 "StorekeeperASN1", "StorekeeperCrypto", "AppStoreReceipts", "AppStoreSignedData", "StorekeeperPostgres",
+                "StorekeeperCommandLine",
             ],
             swiftSettings: upcoming
         ),

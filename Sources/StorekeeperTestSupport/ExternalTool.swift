@@ -1,4 +1,5 @@
 public import Foundation
+import StorekeeperCommandLine
 import Synchronization
 
 /// Runs programs outside the test process (the `openssl` tool, the built `storekeeper` binary).
@@ -62,8 +63,7 @@ public enum ExternalTool {
 
     /// A fresh temporary directory, removed with everything in it when the process exits.
     public static func temporaryDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("storekeeper-test-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        let url = try ScratchDirectory.make("storekeeper-test")
         let first = temporaryDirectories.withLock { made in
             made.append(url)
             return made.count == 1

@@ -74,12 +74,20 @@ extension BenchCommands {
             try benchNotification($0, signer: signer, bundleID: bundleID, start: start)
         }
         progress(console, "verifying them alone, then ingesting them…")
+        // CPU time a notification as well as rates: what ingestion adds to verification, apart from any time
+        // the cores were idle.
+        let verifyCPU = processCPUSeconds()
         let verifyRate = try notificationVerificationRate(
             bodies, root: pki.signedData.root, bundleID: bundleID, now: now)
+        let ingestCPU = processCPUSeconds()
         let verifyClock = ContinuousClock()
         let ingestRate = try await concurrentRate(count, clients: clients) { index in
             _ = try await server.ingestNotification(bundleID: bundleID, body: bodies[index])
         }
+        let ingestEnd = processCPUSeconds()
+        let cpuPerNotification = (
+            verify: (ingestCPU - verifyCPU) / Double(count) * 1e6, ingest: (ingestEnd - ingestCPU) / Double(count) * 1e6
+        )
         let stored = try await storage.read { try $0.inputCount() }
         guard stored == count else { throw CommandError.runtime("stored \(stored) inputs, expected \(count)") }
 
@@ -213,6 +221,7 @@ extension BenchCommands {
               V2 notifications, each stored durably before it is acknowledged (\(count), three ES256 signatures each)
               verification alone, 2 cores       \(rate(verifyRate)) /s
               ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(ingestRate / verifyRate)) of verification alone   (target ≥ 0.7)
+              CPU a notification (user and system, every thread)   verification alone \(String(format: "%.1f", cpuPerNotification.verify)) µs, ingestion \(String(format: "%.1f", cpuPerNotification.ingest)) µs (+\(String(format: "%.1f", cpuPerNotification.ingest - cpuPerNotification.verify)) µs: parsing, storing, applying)
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
               ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare

@@ -1,6 +1,8 @@
 import Dispatch
 import Foundation
 import StoreModel
+import StorekeeperPostgres
+import StorekeeperSQL
 import StorekeeperTestSupport
 import Testing
 
@@ -64,8 +66,11 @@ struct PostgresRoundTripTests {
     }
 
     /// A server of one app on a fresh PostgreSQL database.
-    private static func server(poolSize: Int) async throws -> (PostgresServerStorage, PurchaseServer) {
-        let storage = try await PostgresServerStorage(url: try PostgresTesting.freshDatabase(), poolSize: poolSize)
+    private static func server(poolSize: Int, url: String? = nil) async throws -> (
+        PostgresServerStorage, PurchaseServer
+    ) {
+        let storage = try await PostgresServerStorage(
+            url: try url ?? PostgresTesting.freshDatabase(), poolSize: poolSize)
         let server = try PurchaseServer(
             configuration: ServerConfiguration(
                 secretKey: "sk_round_trips_0123",
@@ -75,8 +80,8 @@ struct PostgresRoundTripTests {
     }
 
     /// A server with one group runner (a pool of two), not holding a lease (it asks only for writes waiting).
-    private static func groupedServer() async throws -> (PostgresServerStorage, PurchaseServer) {
-        let (storage, server) = try await server(poolSize: 2)
+    private static func groupedServer(url: String? = nil) async throws -> (PostgresServerStorage, PurchaseServer) {
+        let (storage, server) = try await server(poolSize: 2, url: url)
         await server.leave()
         return (storage, server)
     }
@@ -137,6 +142,98 @@ struct PostgresRoundTripTests {
         release.signal()
         _ = try await held.value
         return try await others.value
+    }
+
+    /// Waits until `condition` holds, checking every 5 ms; throws after a minute (a test that would hang fails).
+    private static func waitUntil(_ what: String, _ condition: () throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while try !condition() {
+            guard ContinuousClock.now < deadline else {
+                throw PurchaseServerError.invalid("waited a minute for \(what)")
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    @Test(
+        "A write outside the groups (a V1 notification's) holding a subscription's lock holds back the group that needs it; then both apply"
+    )
+    func groupWaitsForALock() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let (storage, server) = try await Self.groupedServer(url: url)
+        _ = try await Self.ingest(Self.renewal(1, original: 1), key: "notification:first", server: server)
+        // The V1 notification's write takes subscription 302's lock (as every write outside the groups does)
+        // and holds it until released.
+        let (locked, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let outside = Task {
+            try await server.write(
+                input: ("notification-v1:race", "notification-v1", Array("{}".utf8)), viewFollows: false
+            ) {
+                store in
+                try server.lockSubscriptions(of: [TransactionID("302")], in: store)
+                // The lock is sent with the next statement: a read (as applying starts with) makes it taken.
+                #expect(try store.subscription(TransactionID("302")) == nil)
+                locked.signal()
+                release.wait()
+                // A day after the group's renewal of 302: the subscription ends with this one's expiry.
+                var later = Self.renewal(1_302, original: 302)
+                later.transaction?.purchaseDate = Self.now.addingTimeInterval(86_400)
+                later.transaction?.expiresDate = Self.now.addingTimeInterval(2 * 86_400)
+                return try server.apply(later, bundleID: "app", claimant: nil, in: store, now: Self.now)
+            }
+        }
+        do {
+            try await Self.waitUntil("the V1 write to hold the lock") { locked.wait(timeout: .now()) == .success }
+            // Renewals of five subscriptions, 302 among them, as V2 notifications: a group takes them.
+            let grouped = Task {
+                try await withThrowingTaskGroup(of: (Int, PurchaseServer.Ingested).self) { group in
+                    for id in 300..<305 {
+                        group.addTask {
+                            (
+                                id,
+                                try await Self.ingest(
+                                    Self.renewal(id, original: id), key: "notification:\(id)", server: server)
+                            )
+                        }
+                    }
+                    var answered: [Int: PurchaseServer.Ingested] = [:]
+                    for try await (id, result) in group { answered[id] = result }
+                    return answered
+                }
+            }
+            // The group waits on 302's lock: PostgreSQL shows an advisory lock not granted.
+            let observer = try PostgresConnection(url: url)
+            try await Self.waitUntil("the group to wait on the lock") {
+                let rows = try observer.execute(
+                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                return (rows.first?["n"].int64 ?? 0) > 0
+            }
+            release.signal()
+            let v1 = try await outside.value
+            let v2 = try await grouped.value
+            #expect(v1.events.count == 1, "the V1 write's renewal applied")
+            #expect(v2.keys.sorted() == [300, 301, 302, 303, 304])
+            #expect(v2.values.allSatisfy { !$0.duplicate })
+            #expect([300, 301, 303, 304].allSatisfy { v2[$0]?.events.count == 1 })
+            #expect(v2[302]?.events.map(\.type.rawValue) == [], "302: \(v2[302]?.events.map(\.type.rawValue) ?? [])")
+        } catch {
+            release.signal()
+            throw error
+        }
+        // 302's renewal in the group read what the V1 write committed (after its lock): the subscription holds
+        // both purchases and the later one's expiry.
+        let stored = try await storage.read { store in
+            (
+                try store.purchases(original: TransactionID("302")).map(\.transactionID.rawValue).sorted(),
+                try (300..<305).allSatisfy { try store.subscription(TransactionID(String($0))) != nil },
+                try store.input(key: "notification-v1:race") != nil,
+                try store.subscription(TransactionID("302"))?.expiresDate
+            )
+        }
+        #expect(stored.0 == ["1302", "302"])
+        #expect(stored.3 == Self.now.addingTimeInterval(2 * 86_400), "the group's write read the V1 write's commit")
+        #expect(stored.1)
+        #expect(stored.2)
     }
 
     @Test("Notifications of distinct subscriptions waiting together are written in one transaction")

@@ -174,7 +174,9 @@ struct PostgresRoundTripTests {
                 // The lock is sent with the next statement: a read (as applying starts with) makes it taken.
                 #expect(try store.subscription(TransactionID("302")) == nil)
                 locked.signal()
-                release.wait()
+                guard release.wait(timeout: .now() + 60) == .success else {
+                    throw PurchaseServerError.invalid("the V1 write was not released within a minute")
+                }
                 // A day after the group's renewal of 302: the subscription ends with this one's expiry.
                 var later = Self.renewal(1_302, original: 302)
                 later.transaction?.purchaseDate = Self.now.addingTimeInterval(86_400)
@@ -182,30 +184,37 @@ struct PostgresRoundTripTests {
                 return try server.apply(later, bundleID: "app", claimant: nil, in: store, now: Self.now)
             }
         }
+        let apart = storage.groupsApart
         do {
             try await Self.waitUntil("the V1 write to hold the lock") { locked.wait(timeout: .now()) == .success }
-            // Renewals of five subscriptions, 302 among them, as V2 notifications: a group takes them.
+            // Renewals of five subscriptions, 302 among them, as V2 notifications, gathered behind the held
+            // runner: one group takes them.
             let grouped = Task {
-                try await withThrowingTaskGroup(of: (Int, PurchaseServer.Ingested).self) { group in
-                    for id in 300..<305 {
-                        group.addTask {
-                            (
-                                id,
-                                try await Self.ingest(
-                                    Self.renewal(id, original: id), key: "notification:\(id)", server: server)
-                            )
+                try await Self.holdRunner(storage, server, until: 5) {
+                    try await withThrowingTaskGroup(of: (Int, PurchaseServer.Ingested).self) { group in
+                        for id in 300..<305 {
+                            group.addTask {
+                                (
+                                    id,
+                                    try await Self.ingest(
+                                        Self.renewal(id, original: id), key: "notification:\(id)", server: server)
+                                )
+                            }
                         }
+                        var answered: [Int: PurchaseServer.Ingested] = [:]
+                        for try await (id, result) in group { answered[id] = result }
+                        return answered
                     }
-                    var answered: [Int: PurchaseServer.Ingested] = [:]
-                    for try await (id, result) in group { answered[id] = result }
-                    return answered
                 }
             }
-            // The group waits on 302's lock: PostgreSQL shows an advisory lock not granted.
+            // The group waits on 302's lock: PostgreSQL shows an advisory lock in this database not granted.
             let observer = try PostgresConnection(url: url)
             try await Self.waitUntil("the group to wait on the lock") {
                 let rows = try observer.execute(
-                    "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                    """
+                    SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    """)
                 return (rows.first?["n"].int64 ?? 0) > 0
             }
             release.signal()
@@ -216,6 +225,7 @@ struct PostgresRoundTripTests {
             #expect(v2.values.allSatisfy { !$0.duplicate })
             #expect([300, 301, 303, 304].allSatisfy { v2[$0]?.events.count == 1 })
             #expect(v2[302]?.events.map(\.type.rawValue) == [], "302: \(v2[302]?.events.map(\.type.rawValue) ?? [])")
+            #expect(storage.groupsApart == apart, "the five committed as one group")
         } catch {
             release.signal()
             throw error

@@ -29,7 +29,8 @@ extension BenchCommands {
             A purchase server on SQLite (WAL, synchronous=FULL, group commit) in a scratch directory, trusting a \
             chain made for the run. (1) --notifications distinct V2 notifications (DID_RENEW of distinct \
             subscribers, three ES256 signatures each), ingested by --clients concurrent callers, each acknowledged \
-            only once stored; baseline: verifying the same notifications alone, on both cores. (2) --receipts \
+            only once stored; baseline: verifying the same notifications alone, on both cores; also the process's \
+            CPU time a notification in each. (2) --receipts \
             receipts of three purchases each posted for distinct users; baseline: bare receipt verification on \
             both cores. (3) --app-transactions app transactions (one ES256 signature each) posted through \
             POST /v1/app-transactions by --clients concurrent callers, each for a user the server has not seen; \

@@ -18,6 +18,11 @@ public struct PurchaseUpdate: Sendable, Hashable {
         self.renewal = renewal
         self.notice = notice
     }
+
+    /// The subscription (or one-time purchase) it is about; nil when it names none (nothing is applied).
+    public var originalTransactionID: TransactionID? {
+        transaction?.originalTransactionID ?? renewal?.originalTransactionID
+    }
 }
 
 /// The Apple notification an update came in: V2's type and subtype, or V1's type.

@@ -396,9 +396,7 @@ public final class PurchaseServer: Sendable {
     /// them (``PostgresServerStorage``), before they are applied in their own order: a write applying several
     /// never holds one a group waits for while it waits for one the group holds.
     func lockSubscriptions(of updates: [PurchaseUpdate], in store: any ServerStore) throws {
-        try lockSubscriptions(
-            of: updates.compactMap { $0.transaction?.originalTransactionID ?? $0.renewal?.originalTransactionID },
-            in: store)
+        try lockSubscriptions(of: updates.compactMap(\.originalTransactionID), in: store)
     }
 
     /// The same for the subscriptions `originals` (each once).

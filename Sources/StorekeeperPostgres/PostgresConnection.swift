@@ -268,16 +268,9 @@ public final class PostgresConnection {
         if held { return }
         // Room for every statement first: emptying the cache in between would run what is already sent.
         try makeRoom(for: statements.count)
-        try sendKept(statements)
-        let results = try synchronizeKeeping()
-        defer { for result in results { PQclear(result) } }
-        guard results.count == statements.count else {
-            broken = true
-            throw PostgresError(.connection, "the pipeline answered \(results.count) of \(statements.count) reads")
-        }
-        rowsReadAhead = zip(statements, results).map { statement, result in
-            (statement.sql, statement.values, Self.rows(result))
-        }
+        let set = try readAheadLater(statements)
+        try synchronizeReadAheads()
+        useReadAhead(set)
     }
 
     /// Sends `statements` (reads) without waiting, as one set among others: one round trip answers every set

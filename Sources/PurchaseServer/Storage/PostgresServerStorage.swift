@@ -250,10 +250,7 @@ public final class PostgresServerStorage: ServerStorage {
     /// A write of an update in a transaction of its own (``write(_:)``).
     private func runAlone(_ grouped: GroupedWrite) async {
         do {
-            let result = try await write { store -> (any Sendable)? in
-                guard try grouped.ahead.begin(in: store) else { return nil }
-                return try grouped.body(store)
-            }
+            let result = try await write { store -> (any Sendable)? in try grouped.ahead.run(in: store, grouped.body) }
             grouped.resume(.success(result))
         } catch {
             grouped.resume(.failure(error))

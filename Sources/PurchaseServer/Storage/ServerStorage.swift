@@ -343,8 +343,7 @@ public struct WriteAhead: Sendable {
 
     /// What applying `update` reads; nil for an update naming no subscription (nothing is applied).
     init?(_ update: PurchaseUpdate, bundleID: String) {
-        guard let original = update.transaction?.originalTransactionID ?? update.renewal?.originalTransactionID
-        else { return nil }
+        guard let original = update.originalTransactionID else { return nil }
         (transaction, self.original) = (update.transaction?.transactionID, original)
         (bundle, appAccountToken) = (bundleID, update.transaction?.appAccountToken)
     }
@@ -356,12 +355,13 @@ public struct WriteAhead: Sendable {
         return ahead
     }
 
-    /// Takes the lock, reads ahead and records the input in `store`: false for a duplicate input.
-    func begin(in store: any ServerStore) throws -> Bool {
+    /// In a write of its own: takes the lock, reads ahead and records the input in `store`, then runs `body`;
+    /// nil for a duplicate input (nothing run).
+    func run<T>(in store: any ServerStore, _ body: (any ServerStore) throws -> T) throws -> T? {
         try store.lock(original: original)
         try store.readAhead(self)
-        guard let input else { return true }
-        return try store.recordInput(input, received: received)
+        if let input, !(try store.recordInput(input, received: received)) { return nil }
+        return try body(store)
     }
 }
 
@@ -370,10 +370,7 @@ extension ServerStorage {
     public func write<T: Sendable>(ahead: WriteAhead, _ body: @escaping @Sendable (any ServerStore) throws -> T)
         async throws -> T?
     {
-        try await write { store -> T? in
-            guard try ahead.begin(in: store) else { return nil }
-            return try body(store)
-        }
+        try await write { store -> T? in try ahead.run(in: store, body) }
     }
 }
 

@@ -166,11 +166,7 @@ extension PurchaseServer {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
             }
             let updates = purchases.map { PurchaseUpdate(source: .app, transaction: $0) }
-            try self.lockSubscriptions(of: updates, in: store)
-            return RecordedEvents(
-                joining: try updates.map {
-                    try self.apply($0, bundleID: bundleID, claimant: appUserID, in: store, now: current)
-                })
+            return try self.apply(updates, bundleID: bundleID, claimant: appUserID, in: store, now: current)
         }
         for original in Set(purchases.filter { $0.kind == .autoRenewable }.map(\.originalTransactionID)).sorted() {
             await refreshFromAPI(app: app, originalTransactionID: original, environment: environment)

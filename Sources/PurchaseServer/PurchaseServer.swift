@@ -278,11 +278,7 @@ public final class PurchaseServer: Sendable {
         let current = now()
         let bundleID = app.settings.bundleID
         return try await write(input: (key, "notification-v1", body), viewFollows: false) { store in
-            try self.lockSubscriptions(of: updates, in: store)
-            return RecordedEvents(
-                joining: try updates.map {
-                    try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
-                })
+            try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)
         }
     }
 
@@ -324,11 +320,7 @@ public final class PurchaseServer: Sendable {
             let current = now()
             let bundleID = app.settings.bundleID
             let result = try await write(input: nil) { store in
-                try self.lockSubscriptions(of: updates, in: store)
-                let events = RecordedEvents(
-                    joining: try updates.map {
-                        try self.apply($0, bundleID: bundleID, claimant: nil, in: store, now: current)
-                    })
+                let events = try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)
                 if polled, var subscription = try store.subscription(originalTransactionID) {
                     subscription.lastPolled = current
                     try store.save(subscription)
@@ -392,16 +384,23 @@ public final class PurchaseServer: Sendable {
         return result
     }
 
-    /// Takes the locks of the subscriptions `updates` name, ordered by id as a group of notifications takes
-    /// them (``PostgresServerStorage``), before they are applied in their own order: a write applying several
-    /// never holds one a group waits for while it waits for one the group holds.
-    func lockSubscriptions(of updates: [PurchaseUpdate], in store: any ServerStore) throws {
-        try lockSubscriptions(of: updates.compactMap(\.originalTransactionID), in: store)
+    /// Takes the locks of the subscriptions `originals` (each once) in the order a group of notifications
+    /// takes them (``WriteAhead/locksFirst(_:before:)``): a write needing several never holds one a group
+    /// waits for while it waits for one the group holds.
+    func lockSubscriptions(of originals: [TransactionID], in store: any ServerStore) throws {
+        for original in Set(originals).sorted(by: { WriteAhead.locksFirst($0, before: $1) }) {
+            try store.lock(original: original)
+        }
     }
 
-    /// The same for the subscriptions `originals` (each once).
-    func lockSubscriptions(of originals: [TransactionID], in store: any ServerStore) throws {
-        for original in Set(originals).sorted(by: { $0.rawValue < $1.rawValue }) { try store.lock(original: original) }
+    /// Applies `updates` in one write, each as ``apply(_:bundleID:claimant:in:now:)`` does, after taking
+    /// their subscriptions' locks together (``lockSubscriptions(of:in:)``).
+    func apply(_ updates: [PurchaseUpdate], bundleID: String, claimant: String?, in store: any ServerStore, now: Date)
+        throws -> RecordedEvents
+    {
+        try lockSubscriptions(of: updates.compactMap(\.originalTransactionID), in: store)
+        return RecordedEvents(
+            joining: try updates.map { try apply($0, bundleID: bundleID, claimant: claimant, in: store, now: now) })
     }
 
     /// Inside a write that changes what the user's answers are made from: what this process keeps of them

@@ -104,8 +104,8 @@ extension BenchCommands {
             key: pki.signedData.leafKey, chain: [pki.signedData.leaf, pki.signedData.intermediate, pki.signedData.root])
         let start = now.addingTimeInterval(-3_600)
         let bodies = try (0..<count).map { try benchNotification($0, signer: signer, bundleID: bundleID, start: start) }
-        let verifyRate = try notificationVerificationRate(
-            bodies, root: pki.signedData.root, bundleID: bundleID, now: now)
+        let verifyRate = try notificationVerification(bodies, root: pki.signedData.root, bundleID: bundleID, now: now)
+            .rate
 
         // Baseline, same run and path: one process on SQLite (its group commit), over HTTP.
         progress(console, "1 process on SQLite: ingesting \(count) notifications…")
@@ -291,7 +291,7 @@ extension BenchCommands {
         private static func parent(_ pid: Int32) -> Int32? { fields(pid).flatMap { Int32($0[1]) } }
 
         /// User and system seconds; with `children`, those of the children it has reaped too.
-        private static func seconds(_ pid: Int32, children: Bool = false) -> Double? {
+        static func seconds(_ pid: Int32, children: Bool = false) -> Double? {
             guard let fields = fields(pid) else { return nil }
             let ticks = fields[11...(children ? 14 : 12)].compactMap { Double($0) }.reduce(0, +)
             return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))

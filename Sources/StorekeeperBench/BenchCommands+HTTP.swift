@@ -392,13 +392,8 @@ extension BenchCommands {
         return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
     }
 
-    /// The process's CPU time so far, user and system, every thread's, in seconds.
-    static func processCPUSeconds() -> Double {
-        var usage = rusage()
-        guard getrusage(RUSAGE_SELF.rawValue, &usage) == 0 else { return 0 }
-        func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
-        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
-    }
+    /// This process's CPU time so far, user and system, every thread's, in seconds (``CPUTime``'s reading).
+    static func processCPUSeconds() -> Double { CPUTime.seconds(getpid()) ?? 0 }
 
     static func findExecutable(_ name: String) -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"

@@ -129,8 +129,9 @@ extension BenchCommands {
         let appTransactions: [String] = try (0..<appTransactionCount).map {
             try benchAppTransaction($0, signer: signer, bundleID: bundleID, start: start)
         }
-        let appTransactionVerifyRate = try verificationRate(
-            appTransactions, as: .appTransaction, root: pki.signedData.root, bundleID: bundleID, now: now)
+        let appTransactionVerifyRate = try verification(
+            appTransactions, as: .appTransaction, root: pki.signedData.root, bundleID: bundleID, now: now
+        ).rate
         let responder = server.responder()
         let appTransactionRate = try await concurrentRate(appTransactionCount, clients: clients) { index in
             let body = JSONWriter.bytes(
@@ -283,27 +284,14 @@ extension BenchCommands {
         return JSONWriter.bytes(.object(["signedPayload": .string(try signer.sign(payload))]))
     }
 
-    /// Notifications verified per second on both cores, alone: the baseline of ingestion.
-    static func notificationVerificationRate(_ bodies: [[UInt8]], root: Certificate, bundleID: String, now: Date)
-        throws -> Double
-    {
-        try notificationVerification(bodies, root: root, bundleID: bundleID, now: now).rate
-    }
-
-    /// The same, with the process's CPU seconds while verifying (the bodies' JSON parsed before).
+    /// Notifications verified on both cores, alone (the baseline of ingestion): per second, and the process's
+    /// CPU seconds while verifying (the bodies' JSON parsed before).
     static func notificationVerification(_ bodies: [[UInt8]], root: Certificate, bundleID: String, now: Date)
         throws -> (rate: Double, cpuSeconds: Double)
     {
         try verification(
             bodies.map { (try? JSONParser.parse($0))?["signedPayload"]?.stringValue ?? "" }, as: .notification,
             root: root, bundleID: bundleID, now: now)
-    }
-
-    /// Signed payloads of one type verified per second on both cores, alone.
-    static func verificationRate(
-        _ payloads: [String], as type: SignedDataType, root: Certificate, bundleID: String, now: Date
-    ) throws -> Double {
-        try verification(payloads, as: type, root: root, bundleID: bundleID, now: now).rate
     }
 
     /// Signed payloads of one type verified on both cores, alone: per second, and the process's CPU seconds

@@ -126,18 +126,14 @@ struct PostgresRoundTripTests {
         }
         // The held write's body runs on the only runner; the others then queue behind it. A write that never
         // comes fails the test (after a minute) rather than hanging it.
-        let deadline = ContinuousClock.now + .seconds(60)
-        while started.wait(timeout: .now()) == .timedOut {
-            guard ContinuousClock.now < deadline else { throw CancellationError() }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        let others = Task { try await writes() }
-        while storage.waitingWrites < count {
-            guard ContinuousClock.now < deadline else {
-                release.signal()
-                throw CancellationError()
-            }
-            try await Task.sleep(for: .milliseconds(5))
+        let others: Task<R, any Error>
+        do {
+            try await waitUntil("the held write to start") { started.wait(timeout: .now()) == .success }
+            others = Task { try await writes() }
+            try await waitUntil("\(count) writes to wait") { storage.waitingWrites >= count }
+        } catch {
+            release.signal()
+            throw error
         }
         release.signal()
         _ = try await held.value

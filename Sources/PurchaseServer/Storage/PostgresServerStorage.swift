@@ -231,7 +231,7 @@ public final class PostgresServerStorage: ServerStorage {
                 await runAlone(batch[0])
                 continue
             }
-            let ordered = batch.sorted { $0.ahead.original.rawValue < $1.ahead.original.rawValue }
+            let ordered = batch.sorted { WriteAhead.locksFirst($0.ahead.original, before: $1.ahead.original) }
             do {
                 let results = try await signingHeaders.tracking { headers in
                     try await database.lockingWrite { try Self.runTogether(ordered, on: $0, headers: headers) }

@@ -355,6 +355,12 @@ public struct WriteAhead: Sendable {
         return ahead
     }
 
+    /// The one order in which a write takes several subscriptions' locks (a group of notifications, a write
+    /// applying several updates): no two writes then each hold one the other waits for.
+    static func locksFirst(_ original: TransactionID, before other: TransactionID) -> Bool {
+        original.rawValue < other.rawValue
+    }
+
     /// In a write of its own: takes the lock, reads ahead and records the input in `store`, then runs `body`;
     /// nil for a duplicate input (nothing run).
     func run<T>(in store: any ServerStore, _ body: (any ServerStore) throws -> T) throws -> T? {

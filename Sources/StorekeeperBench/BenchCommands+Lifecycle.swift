@@ -42,7 +42,9 @@ extension BenchCommands {
             same run, bare ES256 signatures per second on every core: the ceiling those signatures alone put \
             on subscriber-years per second with this run's notifications; and, after the run, two floors from one of \
             its own notifications made again as the emulator makes it (JSON and three signatures, nothing read or \
-            stored): signed alone, and signed and posted to the same receiver. With --receiver-pause the receiver \
+            stored): signed alone, and signed and posted to the same receiver. It also gives the process's CPU \
+            time a notification (user and system, every thread) in the run and in each floor, and the cores busy \
+            on average: the rates mix CPU with idle cores, these lines separate them. With --receiver-pause the receiver \
             answers nothing for that long (the sends' time limit is longer): the emulator holds at most its \
             in-flight limit of notifications and queues the rest in the outbox, and the report says how many \
             waited when advancing ended. With --stuck-receiver every notification also goes to a second \
@@ -128,6 +130,7 @@ extension BenchCommands {
         }
         // The store's keys and tables are made once, before the simulation: not part of its rate.
         let ready = clock.now
+        let cpuAtReady = processCPUSeconds()
         progress(console, "subscribing \(subscribers) customers…")
         try await withThrowingTaskGroup(of: Void.self) { group in
             for slice in 0..<Self.subscribingClients {
@@ -164,6 +167,8 @@ extension BenchCommands {
             try await Task.sleep(for: .milliseconds(50))
         }
         let elapsed = (lastChange - ready).seconds
+        // The drain's last second of polling costs next to nothing: counted, rather than guessed away.
+        let runCPU = processCPUSeconds() - cpuAtReady
         let peakKilobytes = peakResidentKilobytes()
         // Measured after the run, against the same receiver, with one of the run's own notifications (not
         // with the stuck receiver, whose notifications cost a fourth signature and a send).
@@ -223,14 +228,19 @@ extension BenchCommands {
             let signing = floor.signing / perSubscriberYear
             let sending = floor.signingAndSending / perSubscriberYear
             let share = String(format: "%.2f", subscriberYears / elapsed / sending)
+            let cores = ProcessInfo.processInfo.activeProcessorCount
             console.write(
                 """
                   floors, same run, one of the run's notifications made again as the emulator makes it (its JSON and \
                 three signatures), nothing rendered from state, stored or recorded: signed alone on \
-                \(ProcessInfo.processInfo.activeProcessorCount) threads \(rate(floor.signing)) notifications/s, \
+                \(cores) threads \(rate(floor.signing)) notifications/s, \
                 at most \(rate(signing)) subscriber-years/s; signed and sent to the same receiver on \(floor.threads) \
                 threads \(rate(floor.signingAndSending)) notifications/s, at most \(rate(sending)) subscriber-years/s; \
                 this run \(share)× that
+                  CPU a notification (user and system, every thread): this run \(micro(runCPU / Double(last))) µs \
+                (\(String(format: "%.2f", runCPU / elapsed)) of \(cores) cores busy); its floors \
+                \(micro(floor.signingCPU)) µs signed alone, \(micro(floor.signingAndSendingCPU)) µs signed and sent \
+                (\(String(format: "%.2f", floor.sendingCoresBusy)) cores busy)
 
                 """)
         }
@@ -324,11 +334,12 @@ extension BenchCommands {
         }
         /// Notifications a second on `threads` threads of their own (Dispatch's concurrentPerform would run
         /// no more at once than there are cores) for a second; nil if any failed.
-        func measured(threads: Int, send: Bool) -> Double? {
+        func measured(threads: Int, send: Bool) -> Measured? {
             let made = Atomic<Int>(0)
             let failed = Atomic<Bool>(false)
             let clock = ContinuousClock()
             let began = clock.now
+            let cpu = processCPUSeconds()
             let group = DispatchGroup()
             for _ in 0..<threads {
                 group.enter()
@@ -344,31 +355,53 @@ extension BenchCommands {
                 }.start()
             }
             group.wait()
-            guard !failed.load(ordering: .relaxed) else { return nil }
-            return Double(made.load(ordering: .relaxed)) / (clock.now - began).seconds
+            let seconds = (clock.now - began).seconds
+            let count = Double(made.load(ordering: .relaxed))
+            guard !failed.load(ordering: .relaxed), count > 0 else { return nil }
+            let cpuSeconds = processCPUSeconds() - cpu
+            return Measured(perSecond: count / seconds, cpu: cpuSeconds / count, coresBusy: cpuSeconds / seconds)
         }
         let cores = ProcessInfo.processInfo.activeProcessorCount
         // Signing is all CPU: a thread a core. Sending waits on the receiver: the best of more threads.
         guard let signing = measured(threads: cores, send: false) else {
             throw CommandError.usage("signing the run's notification again failed")
         }
-        var best = (perSecond: 0.0, threads: 0)
+        var best: (measured: Measured, threads: Int)?
         for threads in [cores, 2 * cores, 4 * cores] {
-            guard let perSecond = measured(threads: threads, send: true) else {
+            guard let sending = measured(threads: threads, send: true) else {
                 throw CommandError.usage("the receiver did not answer 200 to a notification signed again")
             }
-            if perSecond > best.perSecond { best = (perSecond, threads) }
+            if sending.perSecond > best?.measured.perSecond ?? 0 { best = (sending, threads) }
         }
-        return Floor(signing: signing, signingAndSending: best.perSecond, threads: best.threads)
+        guard let best else { throw CommandError.usage("no sending rate was measured") }
+        return Floor(
+            signing: signing.perSecond, signingAndSending: best.measured.perSecond, threads: best.threads,
+            signingCPU: signing.cpu, signingAndSendingCPU: best.measured.cpu, sendingCoresBusy: best.measured.coresBusy)
     }
 
-    /// What ``signAndSendPerSecond(like:url:)`` measured, in notifications a second.
+    /// One floor's measurement: notifications a second, CPU seconds a notification (every thread of the
+    /// process), and the cores busy on average.
+    struct Measured {
+        var perSecond: Double
+        var cpu: Double
+        var coresBusy: Double
+    }
+
+    /// What ``signAndSendPerSecond(like:url:)`` measured: notifications a second, and CPU seconds a
+    /// notification.
     struct Floor {
         var signing: Double
         var signingAndSending: Double
         /// The threads the best sending rate was measured on.
         var threads: Int
+        var signingCPU: Double
+        var signingAndSendingCPU: Double
+        /// The cores busy on average while the best sending rate was measured.
+        var sendingCoresBusy: Double
     }
+
+    /// Seconds as whole microseconds, for the report.
+    static func micro(_ seconds: Double) -> String { String(format: "%.0f", seconds * 1e6) }
 
     /// The process's peak resident set (VmHWM), in KiB.
     static func peakResidentKilobytes() -> Int {

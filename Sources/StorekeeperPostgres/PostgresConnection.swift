@@ -83,7 +83,12 @@ public final class PostgresConnection {
         var keep = false
         /// Filled with the rows it changed when its result is read (``executeCounted(_:_:)``).
         var count: DeferredCount?
+        /// Whether this is a `DEALLOCATE ALL` sent in the pipeline (``makeRoom(for:)``).
+        var deallocating = false
     }
+    /// Whether a `DEALLOCATE ALL` sent in a pipeline did not run (an earlier statement aborted the
+    /// pipeline): the server may still hold what the cache forgot, so the next preparation deallocates first.
+    private var deallocationMissed = false
     /// Rows read ahead in the open pipelined transaction (``readAhead(_:)``), each answered once to the
     /// same statement with the same values, until a statement that may write is sent.
     private var rowsReadAhead: [(sql: String, values: [SQLValue], rows: [Row])] = []
@@ -227,6 +232,7 @@ public final class PostgresConnection {
             let succeeded = status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY
             // A preparation that did not run leaves no statement: it is prepared again when next used.
             if !succeeded, let key = statement.preparing { statements[key] = nil }
+            if !succeeded, statement.deallocating { deallocationMissed = true }
             if failure == nil, status != PGRES_PIPELINE_ABORTED {
                 do { try check(result, sql: statement.sql) } catch { failure = error }
             }
@@ -266,8 +272,6 @@ public final class PostgresConnection {
             rowsReadAhead.contains { $0.sql == statement.sql && $0.values == statement.values }
         }
         if held { return }
-        // Room for every statement first: emptying the cache in between would run what is already sent.
-        try makeRoom(for: statements.count)
         let set = try readAheadLater(statements)
         try synchronizeReadAheads()
         useReadAhead(set)
@@ -280,10 +284,6 @@ public final class PostgresConnection {
     /// only.
     public func readAheadLater(_ statements: [(sql: String, values: [SQLValue])]) throws(PostgresError) -> Int {
         precondition(pipelined, "no pipelined transaction is open")
-        // A deallocation now would answer the sets sent before: the caller makes room first.
-        guard statements.count + self.statements.count < Self.statementLimit else {
-            throw PostgresError(.misuse, "no room left for statements read ahead (makeRoom(for:) first)")
-        }
         rowsReadAhead = []
         try sendKept(statements)
         setsSent.append(statements)
@@ -304,12 +304,21 @@ public final class PostgresConnection {
         }
     }
 
-    /// Deallocates every prepared statement now if `count` more might not fit in the cache (0: if it is
-    /// full): before sending reads ahead, which a deallocation in between would answer and lose.
-    public func makeRoom(for count: Int) throws(PostgresError) {
-        guard count + statements.count >= Self.statementLimit else { return }
-        try executeScript("DEALLOCATE ALL")
+    /// Deallocates every prepared statement when the cache is full, before a new one is prepared. In a
+    /// pipelined transaction `DEALLOCATE ALL` is only sent, like any statement there: what was sent before
+    /// it runs first, under the names it was prepared with, and nothing unanswered is answered early (a
+    /// synchronisation here would answer the reads sent ahead and lose their place).
+    private func makeRoom() throws(PostgresError) {
+        guard deallocationMissed || statements.count >= Self.statementLimit else { return }
+        if pipelined {
+            var sent = Sent(sql: "DEALLOCATE ALL", preparing: nil)
+            sent.deallocating = true
+            try send(sent) { PQsendQueryParams(handle, "DEALLOCATE ALL", 0, nil, nil, nil, nil, 0) }
+        } else {
+            try executeScript("DEALLOCATE ALL")
+        }
         statements.removeAll()
+        deallocationMissed = false
     }
 
     /// Answers every set sent with ``readAheadLater(_:)``, and whatever else is unanswered, in one round trip.
@@ -462,7 +471,7 @@ public final class PostgresConnection {
     private func prepared(_ sql: String, types: [UInt32]) throws(PostgresError) -> String {
         let key = types.map(String.init).joined(separator: ",") + "|" + sql
         if let name = statements[key] { return name }
-        try makeRoom(for: 0)
+        try makeRoom()
         // Never a name used before on this connection: a preparation forgotten after a failed pipeline may
         // still exist on the server.
         statementsNamed += 1

@@ -129,8 +129,10 @@ struct PostgresDatabaseTests {
             }
             let first = ("SELECT ?::bigint + 1000 AS n", [SQLValue.integer(1)])
             let second = ("SELECT ?::bigint + 2000 AS n", [SQLValue.integer(2)])
+            let before = connection.roundTrips
             try connection.readAhead([first, second])
             let trips = connection.roundTrips
+            #expect(trips == before + 1, "the cache emptied within the read's round trip")
             let answers = [
                 try connection.execute(second.0, second.1).first?["n"].int64,
                 try connection.execute(first.0, first.1).first?["n"].int64,
@@ -139,6 +141,63 @@ struct PostgresDatabaseTests {
             return answers
         }
         #expect(answers == [2002, 1001])
+    }
+
+    @Test("A cache filling between sets of reads sent ahead empties in the pipeline: every set keeps its answers")
+    func deallocationInThePipeline() async throws {
+        let database = try PostgresDatabase(url: try PostgresTesting.freshDatabase(), poolSize: 1)
+        let (trips, answers, held) = try await database.write { connection -> (Int, [Int64?], Int64?) in
+            for number in 0..<(PostgresConnection.statementLimit - 1) {
+                _ = try connection.execute("SELECT \(number)::bigint AS n")
+            }
+            let before = connection.roundTrips
+            // The first set fills the cache; preparing its second statement empties it, after the first ran.
+            let a = ("SELECT ?::bigint + 1000 AS n", [SQLValue.integer(1)])
+            let b = ("SELECT ?::bigint + 2000 AS n", [SQLValue.integer(2)])
+            let c = ("SELECT ?::bigint + 3000 AS n", [SQLValue.integer(3)])
+            let first = try connection.readAheadLater([a, b])
+            let second = try connection.readAheadLater([c, a])
+            try connection.synchronizeReadAheads()
+            let trips = connection.roundTrips - before
+            connection.useReadAhead(second)
+            var answers = [
+                try connection.execute(a.0, a.1).first?["n"].int64, try connection.execute(c.0, c.1).first?["n"].int64,
+            ]
+            connection.useReadAhead(first)
+            answers += [
+                try connection.execute(b.0, b.1).first?["n"].int64, try connection.execute(a.0, a.1).first?["n"].int64,
+            ]
+            #expect(connection.roundTrips - before == trips, "answered from what was read ahead")
+            // What the server holds now: the statements prepared after the deallocation, and this one.
+            let held = try connection.execute("SELECT count(*) AS n FROM pg_prepared_statements").first?["n"].int64
+            return (trips, answers, held)
+        }
+        #expect(trips == 1, "two sets, a deallocation between them, one round trip")
+        #expect(answers == [1001, 3003, 2002, 1001])
+        #expect(held.map { $0 <= 4 } == true, "the server deallocated the full cache (\(held ?? -1) held)")
+    }
+
+    @Test("A deallocation a failed pipeline skipped runs before the next statement is prepared")
+    func missedDeallocation() async throws {
+        let database = try PostgresDatabase(url: try PostgresTesting.freshDatabase(), poolSize: 1)
+        do {
+            try await database.write { connection in
+                for number in 0..<(PostgresConnection.statementLimit - 1) {
+                    _ = try connection.execute("SELECT \(number)::bigint AS n")
+                }
+                // Fills the cache and aborts the pipeline: the deallocation the next preparation sends after
+                // it does not run.
+                try connection.executeLater("SELECT 1 / ?::bigint AS n", [.integer(0)])
+                _ = try connection.execute("SELECT ?::bigint + 1 AS n", [.integer(1)])
+                Issue.record("the division by zero went unnoticed")
+            }
+        } catch let error as PostgresError {
+            #expect(error.sqlState == "22012")
+        }
+        let held = try await database.write { connection in
+            try connection.execute("SELECT count(*) AS n FROM pg_prepared_statements").first?["n"].int64
+        }
+        #expect(held.map { $0 <= 2 } == true, "the skipped deallocation ran first (\(held ?? -1) held)")
     }
 
     @Test("An advisory lock has one holder; it passes on when the holder lets go")

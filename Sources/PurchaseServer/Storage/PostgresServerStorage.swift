@@ -264,9 +264,6 @@ public final class PostgresServerStorage: ServerStorage {
     ) throws -> [(any Sendable)?] {
         var store = SQLServerStore(connection: connection, headers: headers)
         store.touches = .init()
-        // Room for the statements of the reads, locks and inputs, the same for every write (a deallocation
-        // between two sets would answer them early): a few, with their values' types.
-        try connection.makeRoom(for: 16)
         var sets: [Int] = []
         for write in writes {
             try store.lock(original: write.ahead.original)

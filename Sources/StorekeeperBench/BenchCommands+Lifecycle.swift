@@ -44,7 +44,8 @@ extension BenchCommands {
             its own notifications made again as the emulator makes it (JSON and three signatures, nothing read or \
             stored): signed alone, and signed and posted to the same receiver. It also gives the process's CPU \
             time a notification (user and system, every thread) in the run and in each floor, and the cores busy \
-            on average: the rates mix CPU with idle cores, these lines separate them. With --receiver-pause the receiver \
+            on average in the run and while signing and sending: the rates mix CPU with idle cores, these figures \
+            separate them. With --receiver-pause the receiver \
             answers nothing for that long (the sends' time limit is longer): the emulator holds at most its \
             in-flight limit of notifications and queues the rest in the outbox, and the report says how many \
             waited when advancing ended. With --stuck-receiver every notification also goes to a second \
@@ -157,18 +158,21 @@ extension BenchCommands {
         progress(console, "waiting for the last notifications…")
         var last = -1
         var lastChange = clock.now
+        // The process's CPU time when the last notification arrived: the run's, over the same span as its rate.
+        var cpuAtLastChange = processCPUSeconds()
         while clock.now - max(lastChange, answerFrom) < .seconds(1) {
             let count = received.load(ordering: .relaxed)
             if count != last {
                 last = count
                 lastChange = clock.now
+                cpuAtLastChange = processCPUSeconds()
             }
             try await store.catchUp()
             try await Task.sleep(for: .milliseconds(50))
         }
         let elapsed = (lastChange - ready).seconds
-        // The drain's last second of polling costs next to nothing: counted, rather than guessed away.
-        let runCPU = processCPUSeconds() - cpuAtReady
+        let runCPU = cpuAtLastChange - cpuAtReady
+        let cores = ProcessInfo.processInfo.activeProcessorCount
         let peakKilobytes = peakResidentKilobytes()
         // Measured after the run, against the same receiver, with one of the run's own notifications (not
         // with the stuck receiver, whose notifications cost a fourth signature and a send).
@@ -190,6 +194,8 @@ extension BenchCommands {
               setting up \(format((ready - start).seconds)) s (keys and tables; not counted), subscribing \(format((subscribed - ready).seconds)) s, advancing \(format((advanced - subscribed).seconds)) s, draining \(format((lastChange - advanced).seconds)) s
               peak resident memory \(peakKilobytes / 1024) MiB
               database on disk \(databaseBytes / 1_048_576) MiB (\(retention.map { "done notifications kept \($0.days) days" } ?? "every notification kept"))
+              CPU a notification (user and system, every thread) \(last > 0 ? "\(micro(runCPU / Double(last))) µs" : "—"), \
+            \(String(format: "%.2f", runCPU / elapsed)) of \(cores) cores busy on average
 
             """)
         if pause > 0 {
@@ -217,7 +223,7 @@ extension BenchCommands {
             let share = String(format: "%.2f", subscriberYears / elapsed / ceiling)
             console.write(
                 """
-                  baseline, same run: bare ES256 on \(ProcessInfo.processInfo.activeProcessorCount) cores, \
+                  baseline, same run: bare ES256 on \(cores) cores, \
                 \(rate(signaturesPerSecond)) signatures/s: at most \(rate(ceiling)) subscriber-years/s \
                 if signing were all the work; this run \(share)× that
 
@@ -228,7 +234,6 @@ extension BenchCommands {
             let signing = floor.signing / perSubscriberYear
             let sending = floor.signingAndSending / perSubscriberYear
             let share = String(format: "%.2f", subscriberYears / elapsed / sending)
-            let cores = ProcessInfo.processInfo.activeProcessorCount
             console.write(
                 """
                   floors, same run, one of the run's notifications made again as the emulator makes it (its JSON and \
@@ -236,11 +241,9 @@ extension BenchCommands {
                 \(cores) threads \(rate(floor.signing)) notifications/s, \
                 at most \(rate(signing)) subscriber-years/s; signed and sent to the same receiver on \(floor.threads) \
                 threads \(rate(floor.signingAndSending)) notifications/s, at most \(rate(sending)) subscriber-years/s; \
-                this run \(share)× that
-                  CPU a notification (user and system, every thread): this run \(micro(runCPU / Double(last))) µs \
-                (\(String(format: "%.2f", runCPU / elapsed)) of \(cores) cores busy); its floors \
-                \(micro(floor.signingCPU)) µs signed alone, \(micro(floor.signingAndSendingCPU)) µs signed and sent \
-                (\(String(format: "%.2f", floor.sendingCoresBusy)) cores busy)
+                this run \(share)× that; the floors' CPU a notification \(micro(floor.signingCPU)) µs signed alone, \
+                \(micro(floor.signingAndSendingCPU)) µs signed and sent (\(String(format: "%.2f", floor.sendingCoresBusy)) \
+                cores busy)
 
                 """)
         }
@@ -333,8 +336,8 @@ extension BenchCommands {
             return response.status == 200
         }
         /// Notifications a second on `threads` threads of their own (Dispatch's concurrentPerform would run
-        /// no more at once than there are cores) for a second; nil if any failed.
-        func measured(threads: Int, send: Bool) -> Measured? {
+        /// no more at once than there are cores) for a second.
+        func measured(threads: Int, send: Bool) throws -> Measured {
             let made = Atomic<Int>(0)
             let failed = Atomic<Bool>(false)
             let clock = ContinuousClock()
@@ -357,23 +360,24 @@ extension BenchCommands {
             group.wait()
             let seconds = (clock.now - began).seconds
             let count = Double(made.load(ordering: .relaxed))
-            guard !failed.load(ordering: .relaxed), count > 0 else { return nil }
             let cpuSeconds = processCPUSeconds() - cpu
+            guard !failed.load(ordering: .relaxed) else {
+                throw CommandError.runtime(
+                    send
+                        ? "the receiver did not answer 200 to a notification signed again"
+                        : "signing the run's notification again failed")
+            }
+            guard count > 0 else { throw CommandError.runtime("no notification was made again within a second") }
             return Measured(perSecond: count / seconds, cpu: cpuSeconds / count, coresBusy: cpuSeconds / seconds)
         }
         let cores = ProcessInfo.processInfo.activeProcessorCount
         // Signing is all CPU: a thread a core. Sending waits on the receiver: the best of more threads.
-        guard let signing = measured(threads: cores, send: false) else {
-            throw CommandError.usage("signing the run's notification again failed")
+        let signing = try measured(threads: cores, send: false)
+        var best = (measured: try measured(threads: cores, send: true), threads: cores)
+        for threads in [2 * cores, 4 * cores] {
+            let sending = try measured(threads: threads, send: true)
+            if sending.perSecond > best.measured.perSecond { best = (sending, threads) }
         }
-        var best: (measured: Measured, threads: Int)?
-        for threads in [cores, 2 * cores, 4 * cores] {
-            guard let sending = measured(threads: threads, send: true) else {
-                throw CommandError.usage("the receiver did not answer 200 to a notification signed again")
-            }
-            if sending.perSecond > best?.measured.perSecond ?? 0 { best = (sending, threads) }
-        }
-        guard let best else { throw CommandError.usage("no sending rate was measured") }
         return Floor(
             signing: signing.perSecond, signingAndSending: best.measured.perSecond, threads: best.threads,
             signingCPU: signing.cpu, signingAndSendingCPU: best.measured.cpu, sendingCoresBusy: best.measured.coresBusy)

@@ -51,6 +51,8 @@ public final class PostgresConnection {
     /// transaction, what was sent before is answered first (a script cannot be pipelined).
     public func executeScript(_ sql: String) throws(PostgresError) {
         if pipelined {
+            // Its synchronisation would answer them and lose their place.
+            precondition(setsSent.isEmpty, "reads sent ahead are not answered yet: synchronizeReadAheads() first")
             rowsReadAhead = []
             try synchronize()
             PQexitPipelineMode(handle)
@@ -83,7 +85,7 @@ public final class PostgresConnection {
         var keep = false
         /// Filled with the rows it changed when its result is read (``executeCounted(_:_:)``).
         var count: DeferredCount?
-        /// Whether this is a `DEALLOCATE ALL` sent in the pipeline (``makeRoom(for:)``).
+        /// Whether this is a `DEALLOCATE ALL` sent in the pipeline (``makeRoom()``).
         var deallocating = false
     }
     /// Whether a `DEALLOCATE ALL` sent in a pipeline did not run (an earlier statement aborted the
@@ -353,7 +355,10 @@ public final class PostgresConnection {
     /// Statements whose results were never read: what they prepared may not exist, so it is prepared again
     /// when next used. Answers `error`.
     private func forget(_ sent: ArraySlice<Sent>, _ error: PostgresError) -> PostgresError {
-        for statement in sent { if let key = statement.preparing { statements[key] = nil } }
+        for statement in sent {
+            if let key = statement.preparing { statements[key] = nil }
+            if statement.deallocating { deallocationMissed = true }
+        }
         // The pipeline lost its place: the connection is not used again.
         broken = true
         return error
@@ -373,6 +378,7 @@ public final class PostgresConnection {
         let (types, formats, buffers) = Self.parameters(values)
         let name = try prepared(sql, types: types)
         if pipelined {
+            precondition(setsSent.isEmpty, "reads sent ahead are not answered yet: synchronizeReadAheads() first")
             try sendPrepared(name: name, sql: sql, buffers: buffers, formats: formats)
             guard let result = try synchronize(keepingLast: true) else {
                 throw PostgresError(.connection, "the pipeline answered nothing")

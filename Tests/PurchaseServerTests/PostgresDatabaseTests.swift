@@ -180,9 +180,10 @@ struct PostgresDatabaseTests {
     @Test("A deallocation a failed pipeline skipped runs before the next statement is prepared")
     func missedDeallocation() async throws {
         let database = try PostgresDatabase(url: try PostgresTesting.freshDatabase(), poolSize: 1)
+        let first = try await database.write { try $0.execute("SELECT pg_backend_pid() AS pid").first?["pid"] }
         do {
             try await database.write { connection in
-                for number in 0..<(PostgresConnection.statementLimit - 1) {
+                for number in 0..<(PostgresConnection.statementLimit - 2) {
                     _ = try connection.execute("SELECT \(number)::bigint AS n")
                 }
                 // Fills the cache and aborts the pipeline: the deallocation the next preparation sends after
@@ -194,9 +195,13 @@ struct PostgresDatabaseTests {
         } catch let error as PostgresError {
             #expect(error.sqlState == "22012")
         }
-        let held = try await database.write { connection in
-            try connection.execute("SELECT count(*) AS n FROM pg_prepared_statements").first?["n"].int64
+        let (held, pid) = try await database.write { connection in
+            (
+                try connection.execute("SELECT count(*) AS n FROM pg_prepared_statements").first?["n"].int64,
+                try connection.execute("SELECT pg_backend_pid() AS pid").first?["pid"]
+            )
         }
+        #expect(pid != nil && pid == first, "the same connection, not a new one with nothing prepared")
         #expect(held.map { $0 <= 2 } == true, "the skipped deallocation ran first (\(held ?? -1) held)")
     }
 

@@ -272,7 +272,7 @@ extension BenchCommands {
 
         /// What each process group used per item since `start`, in microseconds, as a report line.
         func since(_ start: CPUTime, items: Int) -> String {
-            func each(_ seconds: Double) -> String { "\(Int((seconds / Double(max(1, items)) * 1e6).rounded())) µs" }
+            func each(_ seconds: Double) -> String { BenchCommands.microseconds(seconds, each: items) }
             var parts = ["the server\(processes == 1 ? "" : "s") \(each(servers - start.servers))"]
             if let postgres, let was = start.postgres { parts.append("PostgreSQL \(each(postgres - was))") }
             parts.append("the clients \(each(clients - start.clients))")

@@ -395,6 +395,11 @@ extension BenchCommands {
     /// This process's CPU time so far, user and system, every thread's, in seconds (``CPUTime``'s reading).
     static func processCPUSeconds() -> Double { CPUTime.seconds(getpid()) ?? 0 }
 
+    /// Seconds (of CPU) for `items` as microseconds each, for a report: "12 µs", or "12.3 µs" with one decimal.
+    static func microseconds(_ seconds: Double, each items: Int = 1, decimals: Int = 0) -> String {
+        String(format: "%.\(decimals)f µs", seconds / Double(max(1, items)) * 1e6)
+    }
+
     static func findExecutable(_ name: String) -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
         return path.split(separator: ":").map { "\($0)/\(name)" }.first {

@@ -194,7 +194,7 @@ extension BenchCommands {
               setting up \(format((ready - start).seconds)) s (keys and tables; not counted), subscribing \(format((subscribed - ready).seconds)) s, advancing \(format((advanced - subscribed).seconds)) s, draining \(format((lastChange - advanced).seconds)) s
               peak resident memory \(peakKilobytes / 1024) MiB
               database on disk \(databaseBytes / 1_048_576) MiB (\(retention.map { "done notifications kept \($0.days) days" } ?? "every notification kept"))
-              CPU a notification (user and system, every thread) \(last > 0 ? "\(micro(runCPU / Double(last))) µs" : "—"), \
+              CPU a notification (user and system, every thread) \(last > 0 ? microseconds(runCPU, each: last) : "—"), \
             \(String(format: "%.2f", runCPU / elapsed)) of \(cores) cores busy on average
 
             """)
@@ -241,8 +241,8 @@ extension BenchCommands {
                 \(cores) threads \(rate(floor.signing)) notifications/s, \
                 at most \(rate(signing)) subscriber-years/s; signed and sent to the same receiver on \(floor.threads) \
                 threads \(rate(floor.signingAndSending)) notifications/s, at most \(rate(sending)) subscriber-years/s; \
-                this run \(share)× that; the floors' CPU a notification \(micro(floor.signingCPU)) µs signed alone, \
-                \(micro(floor.signingAndSendingCPU)) µs signed and sent (\(String(format: "%.2f", floor.sendingCoresBusy)) \
+                this run \(share)× that; the floors' CPU a notification \(microseconds(floor.signingCPU)) signed alone, \
+                \(microseconds(floor.signingAndSendingCPU)) signed and sent (\(String(format: "%.2f", floor.sendingCoresBusy)) \
                 cores busy)
 
                 """)
@@ -403,9 +403,6 @@ extension BenchCommands {
         /// The cores busy on average while the best sending rate was measured.
         var sendingCoresBusy: Double
     }
-
-    /// Seconds as whole microseconds, for the report.
-    static func micro(_ seconds: Double) -> String { String(format: "%.0f", seconds * 1e6) }
 
     /// The process's peak resident set (VmHWM), in KiB.
     static func peakResidentKilobytes() -> Int {

@@ -85,9 +85,7 @@ extension BenchCommands {
             _ = try await server.ingestNotification(bundleID: bundleID, body: bodies[index])
         }
         let ingestEnd = processCPUSeconds()
-        let cpuPerNotification = (
-            verify: verifyCPU / Double(count) * 1e6, ingest: (ingestEnd - ingestCPU) / Double(count) * 1e6
-        )
+        let cpu = (verify: verifyCPU, ingest: ingestEnd - ingestCPU)
         let stored = try await storage.read { try $0.inputCount() }
         guard stored == count else { throw CommandError.runtime("stored \(stored) inputs, expected \(count)") }
 
@@ -222,7 +220,7 @@ extension BenchCommands {
               V2 notifications, each stored durably before it is acknowledged (\(count), three ES256 signatures each)
               verification alone, 2 cores       \(rate(verifyRate)) /s
               ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(ingestRate / verifyRate)) of verification alone   (target ≥ 0.7)
-              CPU a notification (user and system, every thread)   verification alone \(String(format: "%.1f", cpuPerNotification.verify)) µs, ingestion \(String(format: "%.1f", cpuPerNotification.ingest)) µs (+\(String(format: "%.1f", cpuPerNotification.ingest - cpuPerNotification.verify)) µs: parsing, storing, applying)
+              CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying)
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
               ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare

@@ -302,11 +302,11 @@ extension BenchCommands {
             case let outer = try CompactJWS(token), var data = outer.payload["data"]?.objectValue,
             let transaction = try data["signedTransactionInfo"]?.stringValue.map({ try CompactJWS($0).payload }),
             let x5c = outer.header["x5c"]?.arrayValue
-        else { throw CommandError.usage("the receiver's notification has no signed payload with a transaction") }
+        else { throw CommandError.runtime("the receiver's notification has no signed payload with a transaction") }
         let renewal = try data["signedRenewalInfo"]?.stringValue.map { try CompactJWS($0).payload }
         let chain = try x5c.map { value in
             guard let text = value.stringValue, let der = Data(base64Encoded: text) else {
-                throw CommandError.usage("the notification's x5c header is not base64")
+                throw CommandError.runtime("the notification's x5c header is not base64")
             }
             return try Certificate(derEncoded: der)
         }

@@ -375,10 +375,12 @@ public final class PostgresConnection {
             }
             if !sql.hasPrefix("SELECT") { rowsReadAhead = [] }
         }
+        // Its synchronisation would answer reads sent ahead and lose their place: checked before anything is sent.
+        precondition(
+            !pipelined || setsSent.isEmpty, "reads sent ahead are not answered yet: synchronizeReadAheads() first")
         let (types, formats, buffers) = Self.parameters(values)
         let name = try prepared(sql, types: types)
         if pipelined {
-            precondition(setsSent.isEmpty, "reads sent ahead are not answered yet: synchronizeReadAheads() first")
             try sendPrepared(name: name, sql: sql, buffers: buffers, formats: formats)
             guard let result = try synchronize(keepingLast: true) else {
                 throw PostgresError(.connection, "the pipeline answered nothing")

@@ -51,7 +51,7 @@ public final class PostgresConnection {
     /// transaction, what was sent before is answered first (a script cannot be pipelined).
     public func executeScript(_ sql: String) throws(PostgresError) {
         if pipelined {
-            // Its synchronisation would answer them and lose their place.
+            // Its synchronisation would answer reads sent ahead and lose their place.
             precondition(setsSent.isEmpty, "reads sent ahead are not answered yet: synchronizeReadAheads() first")
             rowsReadAhead = []
             try synchronize()

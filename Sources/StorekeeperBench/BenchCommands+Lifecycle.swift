@@ -195,7 +195,7 @@ extension BenchCommands {
               peak resident memory \(peakKilobytes / 1024) MiB
               database on disk \(databaseBytes / 1_048_576) MiB (\(retention.map { "done notifications kept \($0.days) days" } ?? "every notification kept"))
               CPU a notification (user and system, every thread) \(last > 0 ? microseconds(runCPU, each: last) : "—"), \
-            \(String(format: "%.2f", runCPU / elapsed)) of \(cores) cores busy on average
+            \(format(runCPU / elapsed)) of \(cores) cores busy on average
 
             """)
         if pause > 0 {
@@ -220,7 +220,7 @@ extension BenchCommands {
             // Three signatures a notification (four with the stuck receiver's): the most notifications per second signing alone allows, and
             // the subscriber-years per second that makes with this run's notifications per subscriber-year.
             let ceiling = signaturesPerSecond / (stuck ? 4 : 3) / (Double(last) / subscriberYears)
-            let share = String(format: "%.2f", subscriberYears / elapsed / ceiling)
+            let share = format(subscriberYears / elapsed / ceiling)
             console.write(
                 """
                   baseline, same run: bare ES256 on \(cores) cores, \
@@ -233,7 +233,7 @@ extension BenchCommands {
             let perSubscriberYear = Double(last) / subscriberYears
             let signing = floor.signing / perSubscriberYear
             let sending = floor.signingAndSending / perSubscriberYear
-            let share = String(format: "%.2f", subscriberYears / elapsed / sending)
+            let share = format(subscriberYears / elapsed / sending)
             console.write(
                 """
                   floors, same run, one of the run's notifications made again as the emulator makes it (its JSON and \
@@ -242,7 +242,7 @@ extension BenchCommands {
                 at most \(rate(signing)) subscriber-years/s; signed and sent to the same receiver on \(floor.threads) \
                 threads \(rate(floor.signingAndSending)) notifications/s, at most \(rate(sending)) subscriber-years/s; \
                 this run \(share)× that; the floors' CPU a notification \(microseconds(floor.signingCPU)) signed alone, \
-                \(microseconds(floor.signingAndSendingCPU)) signed and sent (\(String(format: "%.2f", floor.sendingCoresBusy)) \
+                \(microseconds(floor.signingAndSendingCPU)) signed and sent (\(format(floor.sendingCoresBusy)) \
                 cores busy)
 
                 """)

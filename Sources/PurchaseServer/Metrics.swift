@@ -37,8 +37,11 @@ final class Metrics: Sendable {
         return result
     }
 
-    /// The exposition text: counters, then the gauges given.
-    func render(gauges: [(name: String, help: String, value: Double)]) -> String {
+    /// The exposition text: counters, then the counters kept elsewhere (`totals`) and the gauges given.
+    func render(
+        totals: [(name: String, help: String, value: Double)] = [],
+        gauges: [(name: String, help: String, value: Double)]
+    ) -> String {
         let snapshot = counters.withLock { $0 }
         var text = ""
         var typed: Set<String> = []
@@ -46,6 +49,10 @@ final class Metrics: Sendable {
             let name = String(key.prefix { $0 != "{" })
             if typed.insert(name).inserted { text += "# TYPE \(name) counter\n" }
             text += "\(key) \(Self.number(value))\n"
+        }
+        for total in totals {
+            text +=
+                "# HELP \(total.name) \(total.help)\n# TYPE \(total.name) counter\n\(total.name) \(Self.number(total.value))\n"
         }
         for gauge in gauges {
             text +=

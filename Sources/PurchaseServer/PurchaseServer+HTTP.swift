@@ -24,7 +24,7 @@ extension PurchaseServer {
         }
         router.add("GET", "/healthz", inline: { _, _ in .json(.object(["status": .string("ok")])) })
         router.get("/metrics") { _, _ in
-            let text = server.metrics.render(gauges: await server.gauges())
+            let text = server.metrics.render(totals: server.totals(), gauges: await server.gauges())
             return HTTPResponse(
                 status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")], body: Array(text.utf8))
         }

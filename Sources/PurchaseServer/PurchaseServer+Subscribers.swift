@@ -3,6 +3,7 @@ public import Foundation
 import StoreModel
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperSQL
 
 /// What an app user has: entitlements, subscriptions, purchases, consumable balances and flags.
 public struct SubscriberView: Sendable {
@@ -338,6 +339,29 @@ extension PurchaseServer {
     }
 
     /// Pending deliveries and stored inputs, for `/metrics`.
+    /// Counters the storage and the change follower keep: the write transactions and the writes they held
+    /// (their ratio is the group commits' mean size), and the askings of other processes' changes.
+    func totals() -> [(name: String, help: String, value: Double)] {
+        var totals: [(name: String, help: String, value: Double)] = []
+        if let counts = storage.writeCounts {
+            totals.append(
+                (
+                    "storekeeper_storage_write_transactions_total",
+                    "Write transactions run on the storage (a group commit is one).", Double(counts.transactions)
+                ))
+            totals.append(
+                ("storekeeper_storage_writes_total", "Writes those transactions held.", Double(counts.writes)))
+        }
+        if let follower {
+            totals.append(
+                (
+                    "storekeeper_cache_askings_total",
+                    "Askings of the shared storage for users other processes changed.", Double(follower.askings)
+                ))
+        }
+        return totals
+    }
+
     func gauges() async -> [(name: String, help: String, value: Double)] {
         let counts = try? await storage.read { store in (try store.pendingDeliveryCount(), try store.inputCount()) }
         return [

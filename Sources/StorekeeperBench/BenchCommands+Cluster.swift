@@ -116,11 +116,13 @@ extension BenchCommands {
                 binary, config: config, database: nil, data: root.appendingPathComponent("sqlite"))
             defer { stopServers([sqlite]) }
             let target = sqlite.base + "/v1/notifications/apple/\(bundleID)"
-            let before = CPUTime(servers: [sqlite], postmaster: nil)
+            let (before, totals) = (CPUTime(servers: [sqlite], postmaster: nil), try await StorageTotals([sqlite]))
             sqliteRate = try await concurrentRate(count, clients: clients) { index in
                 try await postAcknowledged(target, body: bodies[index])
             }
-            sqliteCPU = CPUTime(servers: [sqlite], postmaster: nil).since(before, items: count)
+            sqliteCPU =
+                CPUTime(servers: [sqlite], postmaster: nil).since(before, items: count) + "\n"
+                + (try await StorageTotals([sqlite])).since(totals, items: count)
         }
         var lines: [String] = [
             "  1 process, SQLite   \(rate(sqliteRate)) /s   ratio \(format(sqliteRate / verifyRate)) of verification alone",
@@ -135,11 +137,13 @@ extension BenchCommands {
             }
             defer { stopServers(servers) }
             let targets = servers.map { $0.base + "/v1/notifications/apple/\(bundleID)" }
-            let before = CPUTime(servers: servers, postmaster: postmaster)
+            let (before, totals) = (CPUTime(servers: servers, postmaster: postmaster), try await StorageTotals(servers))
             let ingest = try await concurrentRate(count, clients: clients) { index in
                 try await postAcknowledged(targets[index % targets.count], body: bodies[index])
             }
-            let cpu = CPUTime(servers: servers, postmaster: postmaster).since(before, items: count)
+            let cpu =
+                CPUTime(servers: servers, postmaster: postmaster).since(before, items: count) + "\n"
+                + (try await StorageTotals(servers)).since(totals, items: count)
             let stored = try await PostgresServerStorage(url: database, poolSize: 1).read { try $0.inputCount() }
             guard stored == count else {
                 throw CommandError.runtime("stored \(stored) notifications, expected \(count)")
@@ -248,6 +252,40 @@ extension BenchCommands {
     struct RunningServer {
         let process: Process
         let base: String
+    }
+
+    /// The servers' write transactions, the writes they held and their askings of the others' changes, summed
+    /// from each one's `/metrics` at one moment.
+    struct StorageTotals {
+        var transactions = 0.0
+        var writes = 0.0
+        var askings = 0.0
+
+        init(_ servers: [RunningServer]) async throws {
+            for server in servers {
+                let response = try await HTTPClient().send("GET", server.base + "/metrics")
+                guard response.status == 200 else {
+                    throw CommandError.runtime("GET /metrics answered \(response.status)")
+                }
+                for line in String(decoding: response.body, as: UTF8.self).split(separator: "\n") {
+                    let parts = line.split(separator: " ")
+                    guard parts.count == 2, let value = Double(parts[1]) else { continue }
+                    switch parts[0] {
+                    case "storekeeper_storage_write_transactions_total": transactions += value
+                    case "storekeeper_storage_writes_total": writes += value
+                    case "storekeeper_cache_askings_total": askings += value
+                    default: break
+                    }
+                }
+            }
+        }
+
+        /// What the servers counted since `start`, per item, as a report line.
+        func since(_ start: StorageTotals, items: Int) -> String {
+            let (run, held) = (transactions - start.transactions, writes - start.writes)
+            return
+                "      write transactions \(Int(run)) (\(BenchCommands.format(held / max(1, run))) writes each on average), askings of the others' changes \(BenchCommands.format((askings - start.askings) / Double(max(1, items)))) a notification"
+        }
     }
 
     /// CPU time (user and system, from `/proc`) of the server processes, of PostgreSQL's (the postmaster, the

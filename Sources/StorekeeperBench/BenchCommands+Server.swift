@@ -8,6 +8,7 @@ import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperSQL
 
 extension BenchCommands {
     static let serveSpec = Arguments.Spec(
@@ -89,18 +90,24 @@ extension BenchCommands {
         var rounds: [(verify: Double, ingest: Double)] = []
         var elapsed = (verify: 0.0, ingest: 0.0)
         var cpu = (verify: 0.0, ingest: 0.0)
+        var groups = WriteCounts(transactions: 0, writes: 0)
         for round in 0..<ingestRounds {
             progress(console, "round \(round + 1) of \(ingestRounds): verifying a share alone, then ingesting it…")
             let share = Array(bodies[(count * round / ingestRounds)..<(count * (round + 1) / ingestRounds)])
             guard !share.isEmpty else { continue }
             let verified = try notificationVerification(
                 share, root: pki.signedData.root, bundleID: bundleID, now: now)
-            let ingestCPU = processCPUSeconds()
+            let (ingestCPU, countsBefore) = (processCPUSeconds(), storage.writeCounts)
             let ingestRate = try await concurrentRate(share.count, clients: clients) { index in
                 _ = try await server.ingestNotification(bundleID: bundleID, body: share[index])
             }
             cpu.verify += verified.cpuSeconds
             cpu.ingest += processCPUSeconds() - ingestCPU
+            if let after = storage.writeCounts, let countsBefore {
+                let counted = after.since(countsBefore)
+                groups.transactions += counted.transactions
+                groups.writes += counted.writes
+            }
             elapsed.verify += Double(share.count) / verified.rate
             elapsed.ingest += Double(share.count) / ingestRate
             rounds.append((verified.rate, ingestRate))
@@ -244,6 +251,7 @@ extension BenchCommands {
               verification alone, 2 cores       \(rate(verifyRate)) /s
               ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(median(ingestRatios) ?? 0)) of verification alone, the rounds' median (each round: \(ingestRatios.map(format).joined(separator: ", ")))   (target ≥ 0.7)
               CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying)
+              group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
               ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare

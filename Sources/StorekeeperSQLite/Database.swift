@@ -87,10 +87,15 @@ public actor Database {
         return try body(connection)
     }
 
+    /// Write transactions run so far (``write(_:)`` and group commits) and the writes they held.
+    public nonisolated var writeCounts: WriteCounts { writeCounter.counts }
+    private nonisolated let writeCounter = WriteCounter()
+
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     @discardableResult
     public func write<T: Sendable>(_ body: @Sendable (Connection) throws -> T) throws -> T {
         try connection.executeScript("BEGIN IMMEDIATE")
+        writeCounter.ran(writes: 1)
         defer { afterCommit() }
         do {
             let result = try body(connection)
@@ -171,6 +176,7 @@ public actor Database {
     /// transaction rolled back). A write alone is answered with its failure: it is the transaction.
     private func runTogether(_ writes: [GroupedWrite]) throws -> [Result<any Sendable, any Error>]? {
         try connection.executeScript("BEGIN IMMEDIATE")
+        writeCounter.ran(writes: writes.count)
         var results: [Result<any Sendable, any Error>] = []
         results.reserveCapacity(writes.count)
         for write in writes {
@@ -190,6 +196,7 @@ public actor Database {
     /// The writes in one transaction, each in a savepoint: one that throws is rolled back alone.
     private func runApart(_ writes: [GroupedWrite]) throws -> [Result<any Sendable, any Error>] {
         try connection.executeScript("BEGIN IMMEDIATE")
+        writeCounter.ran(writes: writes.count)
         var results: [Result<any Sendable, any Error>] = []
         for write in writes {
             try connection.executeScript("SAVEPOINT grouped")

@@ -315,6 +315,7 @@ struct PostgresRoundTripTests {
     func groupFailure() async throws {
         let (storage, server) = try await Self.groupedServer()
         let apart = storage.groupsApart
+        let before = try #require(storage.writeCounts)
         let answered = try await Self.holdRunner(storage, server, until: 6) {
             await withTaskGroup(of: (String, Bool).self) { group in
                 for id in 200..<206 {
@@ -339,5 +340,9 @@ struct PostgresRoundTripTests {
         let subscription = try await storage.read { try $0.subscription(TransactionID("203")) }
         #expect(subscription == nil, "the failed write's records were rolled back with it")
         #expect(storage.groupsApart == apart + 1, "the six were one group, run again one by one")
+        // Every other write is a transaction of its own: only the group holds more writes than transactions.
+        let counted = try #require(storage.writeCounts).since(before)
+        #expect(counted.transactions >= 8, "the held write, the group, and the six again one by one")
+        #expect(counted.writes - counted.transactions == 5, "the group of six counted as one transaction")
     }
 }

@@ -247,7 +247,18 @@ struct PurchaseServerTests {
         let (health, _) = try await harness.call("GET", "/healthz", key: nil)
         #expect(health == 200)
         let metrics = try await HTTPClient().send("GET", harness.base + "/metrics")
-        #expect(String(decoding: metrics.body, as: UTF8.self).contains("storekeeper_webhook_outbox_pending"))
+        let text = String(decoding: metrics.body, as: UTF8.self)
+        #expect(text.contains("storekeeper_webhook_outbox_pending"))
+        // The storage's write transactions and the writes they held: the grant and the revocation at least.
+        func total(_ name: String) -> Double? {
+            text.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap {
+                Double($0.split(separator: " ")[1])
+            }
+        }
+        #expect(text.contains("# TYPE storekeeper_storage_writes_total counter"))
+        let transactions = try #require(total("storekeeper_storage_write_transactions_total"))
+        #expect(transactions >= 2)
+        #expect(try #require(total("storekeeper_storage_writes_total")) >= transactions)
     }
 
     @Test("Webhooks refused at first are retried until delivered; their history shows every attempt")

@@ -250,6 +250,7 @@ struct DatabaseTests {
         struct Refused: Error {}
         final class Runs: Sendable { let counts = Mutex([Int: Int]()) }
         let runs = Runs()
+        let before = database.writeCounts
         try await withThrowingTaskGroup(of: Bool.self) { group in
             for index in 0..<120 {
                 group.addTask {
@@ -277,13 +278,22 @@ struct DatabaseTests {
         #expect(!rows.contains { $0["id"] == "t5" || $0["id"] == "t115" })
         let counts = runs.counts.withLock { $0 }
         #expect(counts.count == 120)
+        // Groups: fewer transactions than writes; a group that failed without savepoints is counted twice.
+        let counted = database.writeCounts.since(before)
+        #expect(counted.transactions >= 1 && counted.transactions < 120)
         if repeatable {
             // A group with a failure ran again: some bodies ran twice, none more.
             #expect(counts.values.allSatisfy { (1...2).contains($0) })
             #expect(counts.values.contains(2))
+            #expect(counted.writes > 120)
         } else {
             #expect(counts.values.allSatisfy { $0 == 1 })
+            #expect(counted.writes == 120)
         }
+        try await database.write { try $0.execute("DELETE FROM transactions WHERE id = 't0'") }
+        #expect(
+            database.writeCounts.since(before)
+                == WriteCounts(transactions: counted.transactions + 1, writes: counted.writes + 1))
     }
 
     @Test("The WAL stays bounded under continuous writes: checkpoints run beside the writer and it starts again")

@@ -3,7 +3,7 @@ import StoreModel
 import StorekeeperJSON
 import StorekeeperLogging
 import StorekeeperPostgres
-import StorekeeperSQL
+public import StorekeeperSQL
 import Synchronization
 
 /// The purchase server's state in PostgreSQL, shared by any number of server processes.
@@ -156,10 +156,15 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
-        try await signingHeaders.tracking { headers in
+        writeCounter.ran(writes: 1)
+        return try await signingHeaders.tracking { headers in
             try await database.lockingWrite { try body(SQLServerStore(connection: $0, headers: headers)) }
         }
     }
+
+    public var writeCounts: WriteCounts? { writeCounter.counts }
+    /// Counted as each write or group is sent (a write PostgreSQL runs again after a conflict counts once).
+    private let writeCounter = WriteCounter()
 
     /// Writes of updates to distinct subscriptions that wait at the same moment run in one transaction (a
     /// group commit): their locks, in one order (no two groups wait for each other), their inputs' inserts
@@ -232,6 +237,7 @@ public final class PostgresServerStorage: ServerStorage {
                 continue
             }
             let ordered = batch.sorted { WriteAhead.locksFirst($0.ahead.original, before: $1.ahead.original) }
+            writeCounter.ran(writes: ordered.count)
             do {
                 let results = try await signingHeaders.tracking { headers in
                     try await database.lockingWrite { try Self.runTogether(ordered, on: $0, headers: headers) }

@@ -1,5 +1,5 @@
 import Foundation
-import StorekeeperSQL
+public import StorekeeperSQL
 import StorekeeperSQLite
 import Synchronization
 
@@ -160,6 +160,8 @@ public struct SQLiteServerStorage: ServerStorage {
         hooks.add(hook)
         return true
     }
+
+    public var writeCounts: WriteCounts? { database.writeCounts }
 
     /// Writes wait for one another's commit: concurrent inputs share one fsync (group commit).
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {

@@ -315,6 +315,10 @@ public protocol ServerStorage: Sendable {
     /// Where the state is, for people (a path, or a database URL without its password).
     var location: String { get }
 
+    /// The write transactions this process ran on the storage so far and the writes they held (nil where
+    /// it keeps no count): with group commits, the writes a transaction is the groups' mean size.
+    var writeCounts: WriteCounts? { get }
+
     /// Claims up to `limit` pending deliveries due at `time` for this process until `lease` (their next
     /// attempt moves to it): other processes skip them, and they are due again if this one dies.
     func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery]
@@ -397,6 +401,7 @@ extension ServerStorage {
     }
 
     public var location: String { "memory" }
+    public var writeCounts: WriteCounts? { nil }
 
     public func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery] {
         try await write { store in

@@ -19,20 +19,20 @@ public struct WriteCounts: Sendable, Hashable {
     }
 }
 
-/// Counts write transactions from any thread: two relaxed additions a transaction.
+/// Counts write transactions from any thread, under a lock: one taking a transaction (a pair read is always
+/// one that was counted together).
 public final class WriteCounter: Sendable {
-    private let transactions = Atomic<Int>(0)
-    private let writes = Atomic<Int>(0)
+    private let counted = Mutex(WriteCounts(transactions: 0, writes: 0))
 
     public init() {}
 
     /// One transaction ran holding `writes` writes.
     public func ran(writes count: Int) {
-        transactions.add(1, ordering: .relaxed)
-        writes.add(count, ordering: .relaxed)
+        counted.withLock { counts in
+            counts.transactions += 1
+            counts.writes += count
+        }
     }
 
-    public var counts: WriteCounts {
-        WriteCounts(transactions: transactions.load(ordering: .relaxed), writes: writes.load(ordering: .relaxed))
-    }
+    public var counts: WriteCounts { counted.withLock { $0 } }
 }

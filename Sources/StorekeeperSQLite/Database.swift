@@ -112,6 +112,9 @@ public actor Database {
     /// write was a job and a thread wake-up per write on the writer's queue).
     private nonisolated let group = Mutex<[GroupedWrite]>([])
 
+    /// Grouped writes waiting for the next group commit (tests).
+    package nonisolated var waitingWrites: Int { group.withLock { $0.count } }
+
     private struct GroupedWrite: Sendable {
         let body: @Sendable (Connection) throws -> any Sendable
         let repeatable: Bool

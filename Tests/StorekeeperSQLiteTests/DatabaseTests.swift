@@ -296,6 +296,53 @@ struct DatabaseTests {
                 == WriteCounts(transactions: counted.transactions + 1, writes: counted.writes + 1))
     }
 
+    @Test(
+        "Grouped writes in order behind a held writer: whichever throws, the first or a later one, is rolled back alone",
+        arguments: [0, 1])
+    func groupedFirstWrite(failing: Int) async throws {
+        let database = try Database(path: try Self.temporaryPath())
+        try await database.migrate(Self.schema)
+        try await database.write { try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')") }
+        struct Refused: Error {}
+        // A write holds the writer while three grouped writes queue behind it, in order.
+        let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let holder = Task {
+            try await database.write { _ in
+                held.signal()
+                guard release.wait(timeout: .now() + 60) == .success else { throw Refused() }
+            }
+        }
+        while held.wait(timeout: .now()) != .success { try await Task.sleep(for: .milliseconds(2)) }
+        let before = database.writeCounts
+        var writes: [Task<Bool, any Error>] = []
+        for index in 0..<3 {
+            writes.append(
+                Task {
+                    do {
+                        _ = try await database.writeGrouped { connection in
+                            try connection.execute(
+                                "INSERT INTO transactions VALUES (?, 'a1', ?)", [.text("t\(index)"), .integer(1)])
+                            if index == failing { throw Refused() }
+                        }
+                        return true
+                    } catch is Refused {
+                        return false
+                    }
+                })
+            for _ in 0..<30_000 where database.waitingWrites <= index { try await Task.sleep(for: .milliseconds(2)) }
+            #expect(database.waitingWrites == index + 1)
+        }
+        release.signal()
+        try await holder.value
+        var answered: [Bool] = []
+        for write in writes { answered.append(try await write.value) }
+        #expect(answered == (0..<3).map { $0 != failing })
+        let rows = try await database.read { try $0.execute("SELECT id FROM transactions ORDER BY id") }
+        #expect(rows.map { $0["id"] } == (0..<3).filter { $0 != failing }.map { .text("t\($0)") })
+        // The three were one group: one transaction.
+        #expect(database.writeCounts.since(before) == WriteCounts(transactions: 1, writes: 3))
+    }
+
     @Test("The WAL stays bounded under continuous writes: checkpoints run beside the writer and it starts again")
     func walBounded() async throws {
         let path = try Self.temporaryPath()

@@ -338,9 +338,8 @@ extension PurchaseServer {
         return try await subscriber(bundleID: bundleID, appUserID: appUserID)
     }
 
-    /// Pending deliveries and stored inputs, for `/metrics`.
-    /// Counters the storage and the change follower keep: the write transactions and the writes they held
-    /// (their ratio is the group commits' mean size), and the askings of other processes' changes.
+    /// Counters the storage and the change follower keep, for `/metrics`: the write transactions and the
+    /// writes they held (their ratio is the group commits' mean size), and the follower's round trips.
     func totals() -> [(name: String, help: String, value: Double)] {
         var totals: [(name: String, help: String, value: Double)] = []
         if let counts = storage.writeCounts {
@@ -356,12 +355,14 @@ extension PurchaseServer {
             totals.append(
                 (
                     "storekeeper_cache_askings_total",
-                    "Askings of the shared storage for users other processes changed.", Double(follower.askings)
+                    "Round trips asking the shared storage which users changed (lease renewals included).",
+                    Double(follower.askings)
                 ))
         }
         return totals
     }
 
+    /// Pending deliveries and stored inputs, for `/metrics`.
     func gauges() async -> [(name: String, help: String, value: Double)] {
         let counts = try? await storage.read { store in (try store.pendingDeliveryCount(), try store.inputCount()) }
         return [

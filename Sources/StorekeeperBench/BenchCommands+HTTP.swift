@@ -380,7 +380,13 @@ extension BenchCommands {
     }
 
     /// The middle value (the upper one of an even count); nil for none.
-    static func median(_ values: [Double]) -> Double? { values.isEmpty ? nil : values.sorted()[values.count / 2] }
+    /// The middle value; of an even count, the mean of the two middle ones.
+    static func median(_ values: [Double]) -> Double? {
+        guard !values.isEmpty else { return nil }
+        let sorted = values.sorted()
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+    }
 
     static func latency(_ value: Double?) -> String { value.map { String(format: "%.2f ms", $0) } ?? "?" }
     static func errors(_ result: WrkResult) -> String { result.non2xx > 0 ? "  (\(result.non2xx) non-2xx!)" : "" }

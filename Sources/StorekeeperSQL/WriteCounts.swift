@@ -1,7 +1,8 @@
 import Synchronization
 
 /// Write transactions a storage ran and the writes they held: with group commits the writes a transaction
-/// is the group's mean size (what each commit's fixed cost is shared by).
+/// is the group's mean size (what each commit's fixed cost is shared by). Each storage says when it counts
+/// (SQLite once its transaction has begun; PostgreSQL as it sends one).
 public struct WriteCounts: Sendable, Hashable {
     /// Write transactions run, committed or rolled back (a group commit is one).
     public var transactions: Int

@@ -163,7 +163,9 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public var writeCounts: WriteCounts? { writeCounter.counts }
-    /// Counted as each write or group is sent (a write PostgreSQL runs again after a conflict counts once).
+    /// Counted as each write or group is sent, before its transaction begins (one that cannot begin is counted
+    /// too; a write PostgreSQL runs again after a conflict counts once). Every write goes through `write`,
+    /// a group, or one of the claims and budgets below, each counted where it starts.
     private let writeCounter = WriteCounter()
 
     /// Writes of updates to distinct subscriptions that wait at the same moment run in one transaction (a
@@ -412,7 +414,8 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public func claimDueDeliveries(until time: Date, lease: Date, limit: Int) async throws -> [WebhookDelivery] {
-        try await database.lockingWrite { connection in
+        writeCounter.ran(writes: 1)
+        return try await database.lockingWrite { connection in
             try connection.execute(
                 """
                 UPDATE deliveries SET next_attempt = ? WHERE position IN (
@@ -432,6 +435,7 @@ public final class PostgresServerStorage: ServerStorage {
 
     public func takeRequest(from key: String, rate: Double, burst: Double, now: Date) async throws -> Bool {
         let time = now.timeIntervalSince1970
+        writeCounter.ran(writes: 1)
         return try await database.lockingWrite { connection in
             // One statement: the row lock orders processes taking from the same budget.
             try !connection.execute(
@@ -450,6 +454,7 @@ public final class PostgresServerStorage: ServerStorage {
     }
 
     public func blockRequests(to key: String, until date: Date) async throws {
+        writeCounter.ran(writes: 1)
         _ = try await database.lockingWrite { connection in
             try connection.execute(
                 """

@@ -34,12 +34,17 @@ extension BenchCommands {
             .init(
                 name: "read-rounds", valueName: "n",
                 help: "Interleaved read rounds, SQLite then PostgreSQL (default: 3; medians reported)."),
+            .init(
+                name: "ingest-rounds", valueName: "n",
+                help: "Interleaved ingestion rounds, each phase posting a share of the notifications (default: 3)."),
         ],
         discussion: """
             Baseline, same run and path: one process on SQLite. For each process count, a scratch database is created on the server and that many `storekeeper serve \
             --database` processes are started on loopback; --notifications distinct V2 notifications (DID_RENEW, \
             three ES256 signatures each) are posted round-robin by --clients concurrent HTTP clients, each answered \
-            only once committed; then the stored inputs are counted. Baseline, same run: verifying the same \
+            only once committed; then the stored inputs are counted. Every phase's servers run from the start and \
+            the phases take turns in --ingest-rounds interleaved rounds, each posting its share: rates are over all \
+            rounds, the ratios between phases the rounds' medians. Baseline, same run: verifying the same \
             notifications alone on both cores. Under each rate, the CPU a notification cost (from /proc) the server \
             processes, PostgreSQL's processes (when it runs here and its postmaster.pid can be read) and the \
             clients (this process). Then, with the largest count, --subscribers users each post a \
@@ -60,7 +65,9 @@ extension BenchCommands {
         let clients = Int(arguments.value("clients") ?? "64") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
         let rounds = Int(arguments.value("read-rounds") ?? "3") ?? 0
+        let ingestRounds = Int(arguments.value("ingest-rounds") ?? "3") ?? 0
         guard (1...99).contains(rounds) else { throw CommandError.usage("--read-rounds must be 1 to 99") }
+        guard (1...99).contains(ingestRounds) else { throw CommandError.usage("--ingest-rounds must be 1 to 99") }
         guard !counts.isEmpty, counts.allSatisfy({ (1...16).contains($0) }), count > 0, subscriberCount > 0,
             (1...1024).contains(clients), seconds > 0
         else { throw CommandError.usage("--processes is 1 to 16 each; the other numbers are positive") }
@@ -107,56 +114,82 @@ extension BenchCommands {
         let verifyRate = try notificationVerification(bodies, root: pki.signedData.root, bundleID: bundleID, now: now)
             .rate
 
-        // Baseline, same run and path: one process on SQLite (its group commit), over HTTP.
-        progress(console, "1 process on SQLite: ingesting \(count) notifications…")
-        let sqliteRate: Double
-        let sqliteCPU: String
+        // Baseline, same run and path: one process on SQLite (its group commit), over HTTP. Every phase's servers
+        // run from the start, and the phases take turns in interleaved rounds, each posting its share of the
+        // notifications: the VM's speed moves within a run, and one long phase a count measured that as well.
+        var lines: [String] = []
         do {
-            let sqlite = try startServer(
-                binary, config: config, database: nil, data: root.appendingPathComponent("sqlite"))
-            defer { stopServers([sqlite]) }
-            let target = sqlite.base + "/v1/notifications/apple/\(bundleID)"
-            // The scrape first: its own CPU falls outside the window, as the one after it does.
-            let totals = try await StorageTotals([sqlite])
-            let before = CPUTime(servers: [sqlite], postmaster: nil)
-            sqliteRate = try await concurrentRate(count, clients: clients) { index in
-                try await postAcknowledged(target, body: bodies[index])
+            var phases: [IngestPhase] = [
+                IngestPhase(
+                    name: "1 process, SQLite", database: nil,
+                    servers: [
+                        try startServer(
+                            binary, config: config, database: nil, data: root.appendingPathComponent("sqlite"))
+                    ])
+            ]
+            defer { for phase in phases { stopServers(phase.servers) } }
+            for processes in counts {
+                let database = try freshDatabase()
+                phases.append(
+                    IngestPhase(
+                        name: "\(processes) process\(processes == 1 ? "  " : "es")", database: database,
+                        servers: try (0..<processes).map { _ in
+                            try startServer(binary, config: config, database: database, data: root)
+                        }))
             }
-            sqliteCPU =
-                CPUTime(servers: [sqlite], postmaster: nil).since(before, items: count) + "\n"
-                + (try await StorageTotals([sqlite])).since(totals, items: count)
-        }
-        var lines: [String] = [
-            "  1 process, SQLite   \(rate(sqliteRate)) /s   ratio \(format(sqliteRate / verifyRate)) of verification alone",
-            sqliteCPU,
-        ]
-        var firstRate: Double?
-        for processes in counts {
-            progress(console, "\(processes) process(es): ingesting \(count) notifications…")
-            let database = try freshDatabase()
-            let servers = try (0..<processes).map { _ in
-                try startServer(binary, config: config, database: database, data: root)
+            for round in 0..<ingestRounds {
+                let (low, high) = (count * round / ingestRounds, count * (round + 1) / ingestRounds)
+                guard high > low else { continue }
+                for index in phases.indices {
+                    progress(
+                        console,
+                        "round \(round + 1) of \(ingestRounds): \(phases[index].name.trimmingCharacters(in: .whitespaces)) ingesting \(high - low) notifications…"
+                    )
+                    let targets = phases[index].servers.map { $0.base + "/v1/notifications/apple/\(bundleID)" }
+                    // The scrape first: its own CPU falls outside the window, as the one after it does.
+                    let totals = try await StorageTotals(phases[index].servers)
+                    let before = CPUTime(
+                        servers: phases[index].servers, postmaster: phases[index].database == nil ? nil : postmaster)
+                    let rate = try await concurrentRate(high - low, clients: clients) { offset in
+                        let item = low + offset
+                        try await postAcknowledged(targets[item % targets.count], body: bodies[item])
+                    }
+                    phases[index].cpu.add(
+                        from: before,
+                        to: CPUTime(
+                            servers: phases[index].servers,
+                            postmaster: phases[index].database == nil ? nil : postmaster))
+                    phases[index].totals.add(from: totals, to: try await StorageTotals(phases[index].servers))
+                    phases[index].rounds.append(rate)
+                    phases[index].seconds += Double(high - low) / rate
+                }
             }
-            defer { stopServers(servers) }
-            let targets = servers.map { $0.base + "/v1/notifications/apple/\(bundleID)" }
-            let totals = try await StorageTotals(servers)
-            let before = CPUTime(servers: servers, postmaster: postmaster)
-            let ingest = try await concurrentRate(count, clients: clients) { index in
-                try await postAcknowledged(targets[index % targets.count], body: bodies[index])
+            for phase in phases {
+                guard let database = phase.database else { continue }
+                let stored = try await PostgresServerStorage(url: database, poolSize: 1).read { try $0.inputCount() }
+                guard stored == count else {
+                    throw CommandError.runtime("stored \(stored) notifications, expected \(count)")
+                }
             }
-            let cpu =
-                CPUTime(servers: servers, postmaster: postmaster).since(before, items: count) + "\n"
-                + (try await StorageTotals(servers)).since(totals, items: count)
-            let stored = try await PostgresServerStorage(url: database, poolSize: 1).read { try $0.inputCount() }
-            guard stored == count else {
-                throw CommandError.runtime("stored \(stored) notifications, expected \(count)")
-            }
-            let baseline = firstRate ?? ingest
-            firstRate = firstRate ?? ingest
+            let sqlite = phases[0]
             lines.append(
-                "  \(processes) process\(processes == 1 ? "  " : "es")  \(rate(ingest)) /s   ×\(format(ingest / baseline)) of 1 process   ratio \(format(ingest / verifyRate)) of verification alone, \(format(ingest / sqliteRate)) of SQLite"
+                "  \(phases.count - 1) counts and SQLite take turns in \(sqlite.rounds.count) interleaved rounds, each posting a share; rates over all rounds, ratios the rounds' medians"
             )
-            lines.append(cpu)
+            lines.append(
+                "  \(sqlite.name)   \(rate(Double(count) / sqlite.seconds)) /s   ratio \(format(Double(count) / sqlite.seconds / verifyRate)) of verification alone"
+            )
+            lines.append(sqlite.cpu.line(items: count))
+            lines.append(sqlite.totals.line(items: count))
+            for phase in phases.dropFirst() {
+                let first = phases[1]
+                let ofFirst = zip(phase.rounds, first.rounds).map { $0 / $1 }
+                let ofSQLite = zip(phase.rounds, sqlite.rounds).map { $0 / $1 }
+                lines.append(
+                    "  \(phase.name)  \(rate(Double(count) / phase.seconds)) /s   ×\(format(median(ofFirst) ?? 0)) of 1 process (each round: \(ofFirst.map(format).joined(separator: ", ")))   ratio \(format(Double(count) / phase.seconds / verifyRate)) of verification alone, \(format(median(ofSQLite) ?? 0)) of SQLite"
+                )
+                lines.append(phase.cpu.line(items: count))
+                lines.append(phase.totals.line(items: count))
+            }
         }
 
         // Reads, with the largest count, over 100,000 stored subscribers; baseline, same run: one process on
@@ -265,6 +298,8 @@ extension BenchCommands {
         /// Nil where no server reports askings (SQLite).
         var askings: Double?
 
+        init() {}
+
         init(_ servers: [RunningServer]) async throws {
             for server in servers {
                 let response = try await HTTPClient().send("GET", server.base + "/metrics")
@@ -284,16 +319,64 @@ extension BenchCommands {
             }
         }
 
-        /// What the servers counted since `start`, per item, as a report line.
-        func since(_ start: StorageTotals, items: Int) -> String {
-            let (run, held) = (transactions - start.transactions, writes - start.writes)
+        /// Adds what the servers counted between two scrapes.
+        mutating func add(from start: StorageTotals, to end: StorageTotals) {
+            transactions += end.transactions - start.transactions
+            writes += end.writes - start.writes
+            if let now = end.askings, let was = start.askings { askings = (askings ?? 0) + now - was }
+        }
+
+        /// What was added, per item, as a report line.
+        func line(items: Int) -> String {
             var line =
-                "      write transactions \(Int(run)) (\(BenchCommands.format(held / max(1, run))) writes each on average)"
-            if let askings, let was = start.askings {
+                "      write transactions \(Int(transactions)) (\(BenchCommands.format(writes / max(1, transactions))) writes each on average)"
+            if let askings {
                 line +=
-                    ", the change follower's round trips \(BenchCommands.format((askings - was) / Double(max(1, items)))) a notification"
+                    ", the change follower's round trips \(BenchCommands.format(askings / Double(max(1, items)))) a notification"
             }
             return line
+        }
+    }
+
+    /// One phase of the ingestion rounds: its servers, and what its rounds measured.
+    struct IngestPhase {
+        let name: String
+        /// The scratch database on PostgreSQL; nil for SQLite.
+        let database: String?
+        let servers: [RunningServer]
+        var rounds: [Double] = []
+        var seconds = 0.0
+        var cpu = CPUSpent()
+        var totals = StorageTotals()
+
+        init(name: String, database: String?, servers: [RunningServer]) {
+            self.name = name
+            self.database = database
+            self.servers = servers
+            cpu = CPUSpent(processes: servers.count)
+        }
+    }
+
+    /// CPU time spent between readings of ``CPUTime``, summed over the phases added.
+    struct CPUSpent {
+        var processes = 1
+        var servers = 0.0
+        var postgres: Double?
+        var clients = 0.0
+
+        mutating func add(from start: CPUTime, to end: CPUTime) {
+            servers += end.servers - start.servers
+            clients += end.clients - start.clients
+            if let now = end.postgres, let was = start.postgres { postgres = (postgres ?? 0) + now - was }
+        }
+
+        /// What each process group used per item, in microseconds, as a report line.
+        func line(items: Int) -> String {
+            func each(_ seconds: Double) -> String { BenchCommands.microseconds(seconds, each: items) }
+            var parts = ["the server\(processes == 1 ? "" : "s") \(each(servers))"]
+            if let postgres { parts.append("PostgreSQL \(each(postgres))") }
+            parts.append("the clients \(each(clients))")
+            return "      CPU a notification: " + parts.joined(separator: ", ")
         }
     }
 
@@ -315,15 +398,6 @@ extension BenchCommands {
                 own
                 + entries.compactMap(Int32.init).filter { Self.parent($0) == postmaster }
                 .compactMap { Self.seconds($0) }.reduce(0, +)
-        }
-
-        /// What each process group used per item since `start`, in microseconds, as a report line.
-        func since(_ start: CPUTime, items: Int) -> String {
-            func each(_ seconds: Double) -> String { BenchCommands.microseconds(seconds, each: items) }
-            var parts = ["the server\(processes == 1 ? "" : "s") \(each(servers - start.servers))"]
-            if let postgres, let was = start.postgres { parts.append("PostgreSQL \(each(postgres - was))") }
-            parts.append("the clients \(each(clients - start.clients))")
-            return "      CPU a notification: " + parts.joined(separator: ", ")
         }
 
         /// The fields of `/proc/<pid>/stat` after the command's name (the state first); nil when unreadable.

@@ -137,32 +137,33 @@ extension BenchCommands {
                             try startServer(binary, config: config, database: database, data: root)
                         }))
             }
+            // Each round's rate of every phase, in order (``Rates``: ratios between phases by round).
+            var rates = Rates(rounds: [])
             for round in 0..<ingestRounds {
                 let (low, high) = (count * round / ingestRounds, count * (round + 1) / ingestRounds)
                 guard high > low else { continue }
+                var roundRates: [Double] = []
                 for index in phases.indices {
                     progress(
                         console,
                         "round \(round + 1) of \(ingestRounds): \(phases[index].name.trimmingCharacters(in: .whitespaces)) ingesting \(high - low) notifications…"
                     )
                     let targets = phases[index].servers.map { $0.base + "/v1/notifications/apple/\(bundleID)" }
+                    // PostgreSQL's processes counted only where the phase uses them.
+                    let master = phases[index].database == nil ? nil : postmaster
                     // The scrape first: its own CPU falls outside the window, as the one after it does.
                     let totals = try await StorageTotals(phases[index].servers)
-                    let before = CPUTime(
-                        servers: phases[index].servers, postmaster: phases[index].database == nil ? nil : postmaster)
+                    let before = CPUTime(servers: phases[index].servers, postmaster: master)
                     let rate = try await concurrentRate(high - low, clients: clients) { offset in
                         let item = low + offset
                         try await postAcknowledged(targets[item % targets.count], body: bodies[item])
                     }
-                    phases[index].cpu.add(
-                        from: before,
-                        to: CPUTime(
-                            servers: phases[index].servers,
-                            postmaster: phases[index].database == nil ? nil : postmaster))
+                    phases[index].cpu.add(from: before, to: CPUTime(servers: phases[index].servers, postmaster: master))
                     phases[index].totals.add(from: totals, to: try await StorageTotals(phases[index].servers))
-                    phases[index].rounds.append(rate)
                     phases[index].seconds += Double(high - low) / rate
+                    roundRates.append(rate)
                 }
+                rates.rounds.append(roundRates)
             }
             for phase in phases {
                 guard let database = phase.database else { continue }
@@ -173,19 +174,17 @@ extension BenchCommands {
             }
             let sqlite = phases[0]
             lines.append(
-                "  \(phases.count - 1) counts and SQLite take turns in \(sqlite.rounds.count) interleaved rounds, each posting a share; rates over all rounds, ratios the rounds' medians"
+                "  \(phases.count - 1) counts and SQLite take turns in \(rates.rounds.count) interleaved rounds, each posting a share; rates over all rounds, ratios the rounds' medians"
             )
             lines.append(
                 "  \(sqlite.name)   \(rate(Double(count) / sqlite.seconds)) /s   ratio \(format(Double(count) / sqlite.seconds / verifyRate)) of verification alone"
             )
             lines.append(sqlite.cpu.line(items: count))
             lines.append(sqlite.totals.line(items: count))
-            for phase in phases.dropFirst() {
-                let first = phases[1]
-                let ofFirst = zip(phase.rounds, first.rounds).map { $0 / $1 }
-                let ofSQLite = zip(phase.rounds, sqlite.rounds).map { $0 / $1 }
+            for (index, phase) in phases.enumerated().dropFirst() {
+                let ofFirst = rates.rounds.map { $0[index] / $0[1] }
                 lines.append(
-                    "  \(phase.name)  \(rate(Double(count) / phase.seconds)) /s   ×\(format(median(ofFirst) ?? 0)) of 1 process (each round: \(ofFirst.map(format).joined(separator: ", ")))   ratio \(format(Double(count) / phase.seconds / verifyRate)) of verification alone, \(format(median(ofSQLite) ?? 0)) of SQLite"
+                    "  \(phase.name)  \(rate(Double(count) / phase.seconds)) /s   ×\(format(rates.medianRatio(index, to: 1))) of 1 process (each round: \(ofFirst.map(format).joined(separator: ", ")))   ratio \(format(Double(count) / phase.seconds / verifyRate)) of verification alone, \(format(rates.medianRatio(index, to: 0))) of SQLite"
                 )
                 lines.append(phase.cpu.line(items: count))
                 lines.append(phase.totals.line(items: count))
@@ -338,15 +337,14 @@ extension BenchCommands {
         }
     }
 
-    /// One phase of the ingestion rounds: its servers, and what its rounds measured.
+    /// One phase of the ingestion rounds: its servers, and what its rounds measured together.
     struct IngestPhase {
         let name: String
         /// The scratch database on PostgreSQL; nil for SQLite.
         let database: String?
         let servers: [RunningServer]
-        var rounds: [Double] = []
         var seconds = 0.0
-        var cpu = CPUSpent()
+        var cpu: CPUSpent
         var totals = StorageTotals()
 
         init(name: String, database: String?, servers: [RunningServer]) {

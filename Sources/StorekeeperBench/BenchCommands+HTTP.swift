@@ -379,8 +379,7 @@ extension BenchCommands {
         return nil
     }
 
-    /// The middle value (the upper one of an even count); nil for none.
-    /// The middle value; of an even count, the mean of the two middle ones.
+    /// The middle value; of an even count, the mean of the two middle ones; nil for none.
     static func median(_ values: [Double]) -> Double? {
         guard !values.isEmpty else { return nil }
         let sorted = values.sorted()

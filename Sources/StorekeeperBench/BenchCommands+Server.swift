@@ -87,7 +87,8 @@ extension BenchCommands {
         // speed moves by a fifth within a run, so one pair of long phases measured that as much as the server.
         // CPU time a notification as well as rates: what ingestion adds to verification, apart from any time
         // the cores were idle.
-        var rounds: [(verify: Double, ingest: Double)] = []
+        // Each round's rates: verification alone, then ingestion (``Rates``).
+        var rounds = Rates(rounds: [])
         var elapsed = (verify: 0.0, ingest: 0.0)
         var cpu = (verify: 0.0, ingest: 0.0)
         var groups = WriteCounts(transactions: 0, writes: 0)
@@ -110,10 +111,10 @@ extension BenchCommands {
             }
             elapsed.verify += Double(share.count) / verified.rate
             elapsed.ingest += Double(share.count) / ingestRate
-            rounds.append((verified.rate, ingestRate))
+            rounds.rounds.append([verified.rate, ingestRate])
         }
         let (verifyRate, ingestRate) = (Double(count) / elapsed.verify, Double(count) / elapsed.ingest)
-        let ingestRatios = rounds.map { $0.ingest / $0.verify }
+        let ingestRatios = rounds.rounds.map { $0[1] / $0[0] }
         let verifyClock = ContinuousClock()
         let stored = try await storage.read { try $0.inputCount() }
         guard stored == count else { throw CommandError.runtime("stored \(stored) inputs, expected \(count)") }
@@ -249,7 +250,7 @@ extension BenchCommands {
               V2 notifications, each stored durably before it is acknowledged (\(count), three ES256 signatures each)
               \(ingestRatios.count) interleaved rounds, each of a share verified alone, then ingested; rates over all rounds
               verification alone, 2 cores       \(rate(verifyRate)) /s
-              ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(median(ingestRatios) ?? 0)) of verification alone, the rounds' median (each round: \(ingestRatios.map(format).joined(separator: ", ")))   (target ≥ 0.7)
+              ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(rounds.medianRatio(1, to: 0))) of verification alone, the rounds' median (each round: \(ingestRatios.map(format).joined(separator: ", ")))   (target ≥ 0.7)
               CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying)
               group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)

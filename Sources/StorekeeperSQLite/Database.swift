@@ -18,8 +18,13 @@ public actor Database {
     /// Opens or creates the database file at `path` (`":memory:"` for a private in-memory database).
     /// `afterCommit` runs after every write transaction ends (see ``readConcurrently(_:)``: a reader that
     /// keeps what it read must know which writes have committed).
-    public init(path: String, afterCommit: @escaping @Sendable () -> Void = {}) throws(SQLiteError) {
+    /// `gathering`, when given, lets a group commit wait a moment for more writes while the process is busy
+    /// (``GroupGathering``).
+    public init(
+        path: String, gathering: GroupGathering? = nil, afterCommit: @escaping @Sendable () -> Void = {}
+    ) throws(SQLiteError) {
         self.afterCommit = afterCommit
+        self.gathering = gathering
         executor = DispatchSerialExecutor(label: "storekeeper.sqlite")
         connection = try Connection(path: path)
         if path != ":memory:" { try connection.execute("PRAGMA journal_mode=WAL") }
@@ -110,10 +115,21 @@ public actor Database {
     /// Writes waiting for the next group commit. Behind a lock rather than on the actor: a write joins the
     /// group from its own thread, and only the first of a group hops to the writer's executor (a hop per
     /// write was a job and a thread wake-up per write on the writer's queue).
-    private nonisolated let group = Mutex<[GroupedWrite]>([])
+    private nonisolated let group = Mutex(Group())
+
+    private struct Group {
+        var writes: [GroupedWrite] = []
+        /// The writer is waiting for more writes (``GroupGathering``), and whether one woke it.
+        var gathering = false
+        var woken = false
+    }
 
     /// Grouped writes waiting for the next group commit (tests).
-    package nonisolated var waitingWrites: Int { group.withLock { $0.count } }
+    package nonisolated var waitingWrites: Int { group.withLock { $0.writes.count } }
+
+    private nonisolated let gathering: GroupGathering?
+    /// Signalled once when a gathering group reaches its target.
+    private nonisolated let gathered = DispatchSemaphore(value: 0)
 
     private struct GroupedWrite: Sendable {
         let body: @Sendable (Connection) throws -> any Sendable
@@ -135,10 +151,15 @@ public actor Database {
         let result: any Sendable = try await withCheckedThrowingContinuation { continuation in
             let write = GroupedWrite(
                 body: { try body($0) }, repeatable: repeatable, resume: { continuation.resume(with: $0) })
-            let first = group.withLock { waiting in
-                waiting.append(write)
-                return waiting.count == 1
+            let (first, wake) = group.withLock { group in
+                group.writes.append(write)
+                guard group.gathering, !group.woken, group.writes.count >= gathering?.target ?? .max else {
+                    return (group.writes.count == 1, false)
+                }
+                group.woken = true
+                return (false, true)
             }
+            if wake { gathered.signal() }
             // The group's commit runs on the writer's executor; writes arriving until it starts join the group.
             // Straight onto the writer's queue: a `Task` waited on the cooperative pool behind the jobs queued
             // there (the callers of the last group, resumed together), so the writer started only once they
@@ -150,9 +171,10 @@ public actor Database {
 
     /// Runs every waiting write in one transaction and answers them once it committed.
     private func commitGroup() {
-        let writes = group.withLock { waiting in
-            let writes = waiting
-            waiting = []
+        gather()
+        let writes = group.withLock { group in
+            let writes = group.writes
+            group.writes = []
             return writes
         }
         guard !writes.isEmpty else { return }
@@ -173,6 +195,27 @@ public actor Database {
         }
         afterCommit()
         for (write, result) in zip(writes, results) { write.resume(result) }
+    }
+
+    /// While the process is busy and writes come from more than one caller (two or more already wait), waits
+    /// up to the gathering's delay for the group to reach its target. A lone write never waits.
+    private func gather() {
+        guard let gathering, group.withLock({ $0.writes.count }) >= 2, gathering.busy() else { return }
+        let waits = group.withLock { group in
+            guard group.writes.count < gathering.target else { return false }
+            group.gathering = true
+            group.woken = false
+            return true
+        }
+        guard waits else { return }
+        let timedOut =
+            gathered.wait(timeout: .now() + .nanoseconds(gathering.maxDelayNanoseconds)) == .timedOut
+        let signalled = group.withLock { group in
+            defer { group.gathering = false }
+            return group.woken
+        }
+        // Woken just after the time ran out: the signal is taken now, so that the next gathering waits.
+        if timedOut && signalled { gathered.wait() }
     }
 
     /// The writes in one transaction with no savepoint: their results, or nil when one threw (the

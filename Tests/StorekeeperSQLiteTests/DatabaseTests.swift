@@ -297,6 +297,90 @@ struct DatabaseTests {
     }
 
     @Test(
+        "Gathering: with writes from several callers and the process busy, a group waits for its target; otherwise none waits",
+        arguments: [true, false])
+    func gathering(busy: Bool) async throws {
+        // Two minutes: a wait that should not happen would hold the test far past the limits below.
+        let database = try Database(
+            path: try Self.temporaryPath(),
+            gathering: GroupGathering(maxDelay: .seconds(120), target: 3, busy: { busy }))
+        try await database.migrate(Self.schema)
+        try await database.write { try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')") }
+        let clock = ContinuousClock()
+        let start = clock.now
+        // A lone write never waits, busy or not.
+        _ = try await database.writeGrouped { try $0.execute("INSERT INTO transactions VALUES ('alone', 'a1', 1)") }
+        #expect(clock.now - start < .seconds(60))
+        struct Refused: Error {}
+        let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let holder = Task {
+            try await database.write { _ in
+                held.signal()
+                guard release.wait(timeout: .now() + 60) == .success else { throw Refused() }
+            }
+        }
+        while held.wait(timeout: .now()) != .success { try await Task.sleep(for: .milliseconds(2)) }
+        let before = database.writeCounts
+        final class Done: Sendable { let count = Atomic<Int>(0) }
+        let done = Done()
+        func insert(_ index: Int) -> Task<Void, any Error> {
+            Task {
+                _ = try await database.writeGrouped { connection in
+                    try connection.execute(
+                        "INSERT INTO transactions VALUES (?, 'a1', ?)", [.text("t\(index)"), .integer(1)])
+                }
+                done.count.add(1, ordering: .sequentiallyConsistent)
+            }
+        }
+        // Two callers wait behind the held writer.
+        var writes = [insert(0), insert(1)]
+        for _ in 0..<30_000 where database.waitingWrites < 2 { try await Task.sleep(for: .milliseconds(2)) }
+        #expect(database.waitingWrites == 2)
+        let released = clock.now
+        release.signal()
+        try await holder.value
+        if busy {
+            // The group waits for a third write: nothing commits meanwhile.
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(done.count.load(ordering: .sequentiallyConsistent) == 0)
+            #expect(database.waitingWrites == 2)
+            writes.append(insert(2))
+        }
+        for write in writes { try await write.value }
+        #expect(clock.now - released < .seconds(60))
+        // One transaction: the two, and the third when it waited for it.
+        #expect(database.writeCounts.since(before) == WriteCounts(transactions: 1, writes: busy ? 3 : 2))
+        let rows = try await database.read { try $0.execute("SELECT count(*) AS n FROM transactions") }
+        #expect(rows.first?["n"] == .integer(busy ? 4 : 3))
+    }
+
+    @Test("Process load: saturated after a window in which the process used 85% of every core, not before")
+    func processLoad() {
+        final class Clocks: Sendable { let wall = Atomic<UInt64>(0), cpu = Atomic<UInt64>(0) }
+        let clocks = Clocks()
+        let load = ProcessLoad(
+            cores: 2, wall: { clocks.wall.load(ordering: .relaxed) }, cpu: { clocks.cpu.load(ordering: .relaxed) })
+        func advance(wall: UInt64, cpu: UInt64) {
+            clocks.wall.add(wall, ordering: .relaxed)
+            clocks.cpu.add(cpu, ordering: .relaxed)
+        }
+        #expect(!load.saturated())
+        // Both cores full, but the window (20 ms) not over: the last window's answer stands.
+        advance(wall: 10_000_000, cpu: 20_000_000)
+        #expect(!load.saturated())
+        advance(wall: 10_000_000, cpu: 20_000_000)
+        #expect(load.saturated())
+        // 90% of both cores over the next window: still saturated; 80%: not.
+        advance(wall: 20_000_000, cpu: 36_000_000)
+        #expect(load.saturated())
+        advance(wall: 20_000_000, cpu: 32_000_000)
+        #expect(!load.saturated())
+        // One core full of two is half the machine.
+        advance(wall: 40_000_000, cpu: 40_000_000)
+        #expect(!load.saturated())
+    }
+
+    @Test(
         "Grouped writes in order behind a held writer: whichever throws, the first or a later one, is rolled back alone",
         arguments: [0, 1])
     func groupedFirstWrite(failing: Int) async throws {

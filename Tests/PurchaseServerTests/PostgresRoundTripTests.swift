@@ -66,11 +66,17 @@ struct PostgresRoundTripTests {
     }
 
     /// A server of one app on a fresh PostgreSQL database.
-    private static func server(poolSize: Int, url: String? = nil) async throws -> (
+    private static func server(poolSize: Int, url: String? = nil, gathering: GroupGathering? = nil) async throws -> (
         PostgresServerStorage, PurchaseServer
     ) {
-        let storage = try await PostgresServerStorage(
-            url: try url ?? PostgresTesting.freshDatabase(), poolSize: poolSize)
+        let url = try url ?? PostgresTesting.freshDatabase()
+        let storage =
+            if let gathering {
+                try await PostgresServerStorage(
+                    url: url, poolSize: poolSize, replayingHistory: false, gathering: gathering)
+            } else {
+                try await PostgresServerStorage(url: url, poolSize: poolSize)
+            }
         let server = try PurchaseServer(
             configuration: ServerConfiguration(
                 secretKey: "sk_round_trips_0123",
@@ -80,8 +86,10 @@ struct PostgresRoundTripTests {
     }
 
     /// A server with one group runner (a pool of two), not holding a lease (it asks only for writes waiting).
-    private static func groupedServer(url: String? = nil) async throws -> (PostgresServerStorage, PurchaseServer) {
-        let (storage, server) = try await server(poolSize: 2, url: url)
+    private static func groupedServer(url: String? = nil, gathering: GroupGathering? = nil) async throws -> (
+        PostgresServerStorage, PurchaseServer
+    ) {
+        let (storage, server) = try await server(poolSize: 2, url: url, gathering: gathering)
         await server.leave()
         return (storage, server)
     }
@@ -309,6 +317,56 @@ struct PostgresRoundTripTests {
         }
         #expect(owned.0 == ["110", "111"])
         #expect((owned.1 ?? 0) > (version ?? 0), "the user's version moved with the group's commit")
+    }
+
+    @Test(
+        "Gathering: with writes from several callers and the machine busy, a group waits for its target; otherwise it runs at once",
+        arguments: [true, false])
+    func gathering(busy: Bool) async throws {
+        // Two minutes: a wait that should not happen would hold the test far past the limit below.
+        let (storage, server) = try await Self.groupedServer(
+            gathering: GroupGathering(maxDelay: .seconds(120), target: 3, busy: { busy }))
+        let clock = ContinuousClock()
+        let (started, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let held = Task {
+            try await Self.ingest(Self.renewal(9_000, original: 9_000), key: "notification:hold", server: server) {
+                started.signal()
+                release.wait()
+            }
+        }
+        var writes: [Task<PurchaseServer.Ingested, any Error>] = []
+        let before: WriteCounts
+        do {
+            try await Self.waitUntil("the held write to start") { started.wait(timeout: .now()) == .success }
+            before = try #require(storage.writeCounts)
+            for id in 400..<402 {
+                writes.append(
+                    Task {
+                        try await Self.ingest(Self.renewal(id, original: id), key: "notification:\(id)", server: server)
+                    })
+            }
+            try await Self.waitUntil("two writes to wait") { storage.waitingWrites >= 2 }
+        } catch {
+            release.signal()
+            throw error
+        }
+        let released = clock.now
+        release.signal()
+        _ = try await held.value
+        if busy {
+            // The runner waits for a third write: the two stay queued meanwhile.
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(storage.waitingWrites == 2)
+            writes.append(
+                Task {
+                    try await Self.ingest(Self.renewal(402, original: 402), key: "notification:402", server: server)
+                })
+        }
+        for write in writes { #expect(try await write.value.events.count == 1) }
+        #expect(clock.now - released < .seconds(60))
+        // One transaction: the two, and the third when the runner waited for it.
+        let counted = try #require(storage.writeCounts).since(before)
+        #expect(counted == WriteCounts(transactions: 1, writes: busy ? 3 : 2))
     }
 
     @Test("A write that fails in a group fails alone: the others commit, its input is not kept")

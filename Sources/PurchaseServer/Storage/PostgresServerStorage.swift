@@ -131,7 +131,12 @@ public final class PostgresServerStorage: ServerStorage {
 
     /// `replayingHistory`: a new database goes through every migration rather than getting the current
     /// schema at once (as databases made by earlier builds did; the schema tests compare both).
-    package init(url: String, poolSize: Int, replayingHistory: Bool) async throws {
+    /// `gathering`: how groups of writes gather (``GroupGathering``; tests give their own).
+    package init(
+        url: String, poolSize: Int, replayingHistory: Bool,
+        gathering: GroupGathering = .whenSaturated(maxDelay: .milliseconds(2), target: 16)
+    ) async throws {
+        self.gathering = gathering
         location = PostgresDatabase.redacted(url)
         database = try PostgresDatabase(url: url, poolSize: poolSize)
         groupRunners = max(1, min(poolSize / 2, ProcessInfo.processInfo.activeProcessorCount / 2))
@@ -180,7 +185,10 @@ public final class PostgresServerStorage: ServerStorage {
     {
         let result: (any Sendable)? = try await withCheckedThrowingContinuation { continuation in
             let write = GroupedWrite(ahead: ahead, body: { try body($0) }, resume: { continuation.resume(with: $0) })
-            let startRunner = grouped.withLock { $0.enqueue(write, runners: groupRunners) }
+            let (startRunner, woken) = grouped.withLock { queue in
+                (queue.enqueue(write, runners: groupRunners), queue.gathered(target: gathering.target))
+            }
+            woken?.resume()
             if startRunner { Task { await self.runGroups() } }
         }
         return result.map { $0 as! T }
@@ -201,6 +209,16 @@ public final class PostgresServerStorage: ServerStorage {
     private struct GroupQueue {
         var waiting: [GroupedWrite] = []
         var running = 0
+        /// Runners gathering a group (``GroupGathering``), each woken once: when enough writes wait, or when
+        /// its time is up.
+        var gatherers: [Int: CheckedContinuation<Void, Never>] = [:]
+        var gatherersStarted = 0
+
+        /// A gatherer to wake now that `target` writes wait, if any.
+        mutating func gathered(target: Int) -> CheckedContinuation<Void, Never>? {
+            guard waiting.count >= target, let key = gatherers.keys.first else { return nil }
+            return gatherers.removeValue(forKey: key)
+        }
 
         /// Whether a runner is to start for it (one less than the limit runs).
         mutating func enqueue(_ write: GroupedWrite, runners: Int) -> Bool {
@@ -232,8 +250,34 @@ public final class PostgresServerStorage: ServerStorage {
         }
     }
 
+    /// While the machine is busy and writes come from several callers, a runner waits up to 2 ms for a full
+    /// group before it takes one: with four processes on two cores, groups of 6 writes became 9 to 10, and
+    /// PostgreSQL's work a notification fell with their number (docs/performance-log.md).
+    private let gathering: GroupGathering
+
+    /// Waits for writes to gather (``gathering``), if the queue and the machine call for it.
+    private func gather() async {
+        guard grouped.withLock({ $0.waiting.count }) >= 2, gathering.busy() else { return }
+        let delay = gathering.maxDelay
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let key = grouped.withLock { queue -> Int? in
+                guard queue.waiting.count < gathering.target else { return nil }
+                queue.gatherersStarted += 1
+                queue.gatherers[queue.gatherersStarted] = continuation
+                return queue.gatherersStarted
+            }
+            guard let key else { return continuation.resume() }
+            Task {
+                try? await Task.sleep(for: delay)
+                grouped.withLock { $0.gatherers.removeValue(forKey: key) }?.resume()
+            }
+        }
+    }
+
     private func runGroups() async {
-        while let batch = grouped.withLock({ $0.next(limit: Self.groupLimit) }) {
+        while true {
+            await gather()
+            guard let batch = grouped.withLock({ $0.next(limit: Self.groupLimit) }) else { break }
             guard batch.count > 1 else {
                 await runAlone(batch[0])
                 continue

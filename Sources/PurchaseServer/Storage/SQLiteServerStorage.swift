@@ -143,7 +143,8 @@ public struct SQLiteServerStorage: ServerStorage {
         }
         location = path
         let hooks = self.hooks
-        database = try Database(path: path, gathering: .whenSaturated(), afterCommit: { hooks.run() })
+        database = try Database(
+            path: path, gathering: .whenSaturated(maxDelay: .milliseconds(1), target: 32), afterCommit: { hooks.run() })
         try await database.migrate(
             Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.sqlite))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}

@@ -18,7 +18,7 @@ public actor Database {
     /// Opens or creates the database file at `path` (`":memory:"` for a private in-memory database).
     /// `afterCommit` runs after every write transaction ends (see ``readConcurrently(_:)``: a reader that
     /// keeps what it read must know which writes have committed).
-    /// `gathering`, when given, lets a group commit wait a moment for more writes while the process is busy
+    /// `gathering`, when given, lets a group commit wait a moment for more writes while the machine is busy
     /// (``GroupGathering``).
     public init(
         path: String, gathering: GroupGathering? = nil, afterCommit: @escaping @Sendable () -> Void = {}
@@ -197,7 +197,7 @@ public actor Database {
         for (write, result) in zip(writes, results) { write.resume(result) }
     }
 
-    /// While the process is busy and writes come from more than one caller (two or more already wait), waits
+    /// While the machine is busy and writes come from more than one caller (two or more already wait), waits
     /// up to the gathering's delay for the group to reach its target. A lone write never waits.
     private func gather() {
         guard let gathering, group.withLock({ $0.writes.count }) >= 2, gathering.busy() else { return }

@@ -320,7 +320,7 @@ struct PostgresRoundTripTests {
     }
 
     @Test(
-        "Gathering: with writes from several callers and the machine busy, a group waits for its target; otherwise it runs at once",
+        "Gathering: writes from several callers on a busy machine wait for the target; otherwise they run at once",
         arguments: [true, false])
     func gathering(busy: Bool) async throws {
         // Two minutes: a wait that should not happen would hold the test far past the limit below.

@@ -210,14 +210,17 @@ public final class PostgresServerStorage: ServerStorage {
         var waiting: [GroupedWrite] = []
         var running = 0
         /// Runners gathering a group (``GroupGathering``), each woken once: when enough writes wait, or when
-        /// its time is up.
-        var gatherers: [Int: CheckedContinuation<Void, Never>] = [:]
+        /// its time is up (its timer, cancelled when woken first).
+        var gatherers: [Int: (waiting: CheckedContinuation<Void, Never>, timer: Task<Void, Never>?)] = [:]
         var gatherersStarted = 0
 
-        /// A gatherer to wake now that `target` writes wait, if any.
+        /// The longest-gathering runner to wake now that `target` writes wait, if any (its timer cancelled).
         mutating func gathered(target: Int) -> CheckedContinuation<Void, Never>? {
-            guard waiting.count >= target, let key = gatherers.keys.first else { return nil }
-            return gatherers.removeValue(forKey: key)
+            guard waiting.count >= target, let key = gatherers.keys.min(),
+                let gatherer = gatherers.removeValue(forKey: key)
+            else { return nil }
+            gatherer.timer?.cancel()
+            return gatherer.waiting
         }
 
         /// Whether a runner is to start for it (one less than the limit runs).
@@ -263,14 +266,21 @@ public final class PostgresServerStorage: ServerStorage {
             let key = grouped.withLock { queue -> Int? in
                 guard queue.waiting.count < gathering.target else { return nil }
                 queue.gatherersStarted += 1
-                queue.gatherers[queue.gatherersStarted] = continuation
+                queue.gatherers[queue.gatherersStarted] = (continuation, nil)
                 return queue.gatherersStarted
             }
             guard let key else { return continuation.resume() }
-            Task {
-                try? await Task.sleep(for: delay)
-                grouped.withLock { $0.gatherers.removeValue(forKey: key) }?.resume()
+            let timer = Task { [weak self] in
+                // Cancelled: woken by a write, which resumed the runner.
+                guard (try? await Task.sleep(for: delay)) != nil else { return }
+                self?.grouped.withLock { $0.gatherers.removeValue(forKey: key) }?.waiting.resume()
             }
+            let woken = grouped.withLock { queue in
+                guard queue.gatherers[key] != nil else { return true }
+                queue.gatherers[key]?.timer = timer
+                return false
+            }
+            if woken { timer.cancel() }
         }
     }
 

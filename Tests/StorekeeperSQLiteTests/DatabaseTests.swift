@@ -22,6 +22,23 @@ struct DatabaseTests {
         try ExternalTool.temporaryDirectory().appendingPathComponent("store.sqlite").path
     }
 
+    /// Starts a write that holds the writer until `release` is signalled (or a minute passes: it then throws),
+    /// once it has started.
+    static func holdWriter(_ database: Database) async throws -> (
+        holder: Task<Void, any Error>, release: DispatchSemaphore
+    ) {
+        struct NotReleased: Error {}
+        let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let holder = Task {
+            try await database.write { _ in
+                held.signal()
+                guard release.wait(timeout: .now() + 60) == .success else { throw NotReleased() }
+            }
+        }
+        while held.wait(timeout: .now()) != .success { try await Task.sleep(for: .milliseconds(2)) }
+        return (holder, release)
+    }
+
     @Test("The writer's executor knows its own queue: a block it runs is isolated there, nowhere else")
     func executorKnowsItsQueue() async {
         // What lets the group commit's `assumeIsolated` hold in every mode of the runtime's check (the legacy
@@ -311,15 +328,7 @@ struct DatabaseTests {
         // A lone write never waits, busy or not.
         _ = try await database.writeGrouped { try $0.execute("INSERT INTO transactions VALUES ('alone', 'a1', 1)") }
         #expect(clock.now - start < .seconds(60))
-        struct Refused: Error {}
-        let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
-        let holder = Task {
-            try await database.write { _ in
-                held.signal()
-                guard release.wait(timeout: .now() + 60) == .success else { throw Refused() }
-            }
-        }
-        while held.wait(timeout: .now()) != .success { try await Task.sleep(for: .milliseconds(2)) }
+        let (holder, release) = try await Self.holdWriter(database)
         let before = database.writeCounts
         final class Done: Sendable { let count = Atomic<Int>(0) }
         let done = Done()
@@ -408,14 +417,7 @@ struct DatabaseTests {
         try await database.write { try $0.execute("INSERT INTO accounts VALUES ('a1', 'USA')") }
         struct Refused: Error {}
         // A write holds the writer while three grouped writes queue behind it, in order.
-        let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
-        let holder = Task {
-            try await database.write { _ in
-                held.signal()
-                guard release.wait(timeout: .now() + 60) == .success else { throw Refused() }
-            }
-        }
-        while held.wait(timeout: .now()) != .success { try await Task.sleep(for: .milliseconds(2)) }
+        let (holder, release) = try await Self.holdWriter(database)
         let before = database.writeCounts
         var writes: [Task<Bool, any Error>] = []
         for index in 0..<3 {

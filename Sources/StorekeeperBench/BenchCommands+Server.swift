@@ -37,7 +37,8 @@ extension BenchCommands {
             subscribers, three ES256 signatures each), ingested by --clients concurrent callers, each acknowledged \
             only once stored; baseline: verifying the same notifications alone, on both cores; in --ingest-rounds \
             interleaved rounds (each verifies its share of the notifications alone, then ingests them), the ratio \
-            the median of the rounds'; also the process's CPU time a notification in each. (2) --receipts \
+            the median of the rounds'; also the process's CPU time a notification and the cores busy in each, \
+            and the write transactions the group commits took. (2) --receipts \
             receipts of three purchases each posted for distinct users; baseline: bare receipt verification on \
             both cores. (3) --app-transactions app transactions (one ES256 signature each) posted through \
             POST /v1/app-transactions by --clients concurrent callers, each for a user the server has not seen; \
@@ -251,7 +252,7 @@ extension BenchCommands {
               \(ingestRatios.count) interleaved rounds, each of a share verified alone, then ingested; rates over all rounds
               verification alone, 2 cores       \(rate(verifyRate)) /s
               ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(rounds.medianRatio(1, to: 0))) of verification alone, the rounds' median (each round: \(ingestRatios.map(format).joined(separator: ", ")))   (target ≥ 0.7)
-              CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying)
+              CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying); cores busy: verification alone \(format(cpu.verify / elapsed.verify)), ingestion \(format(cpu.ingest / elapsed.ingest)) of \(ProcessInfo.processInfo.activeProcessorCount)
               group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s

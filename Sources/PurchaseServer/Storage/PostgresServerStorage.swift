@@ -253,8 +253,8 @@ public final class PostgresServerStorage: ServerStorage {
         }
     }
 
-    /// While the machine is busy and writes come from several callers, a runner waits up to 2 ms for a full
-    /// group before it takes one: with four processes on two cores, groups of 6 writes became 9 to 10, and
+    /// While the machine is busy and writes come from several callers, a runner waits up to 2 ms for 16 writes
+    /// before it takes a group: with four processes on two cores, groups of 6 writes became 9 to 10, and
     /// PostgreSQL's work a notification fell with their number (docs/performance-log.md).
     private let gathering: GroupGathering
 

@@ -50,13 +50,11 @@ final class Metrics: Sendable {
             if typed.insert(name).inserted { text += "# TYPE \(name) counter\n" }
             text += "\(key) \(Self.number(value))\n"
         }
-        for total in totals {
-            text +=
-                "# HELP \(total.name) \(total.help)\n# TYPE \(total.name) counter\n\(total.name) \(Self.number(total.value))\n"
-        }
-        for gauge in gauges {
-            text +=
-                "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.number(gauge.value))\n"
+        for (type, metrics) in [("counter", totals), ("gauge", gauges)] {
+            for metric in metrics {
+                text +=
+                    "# HELP \(metric.name) \(metric.help)\n# TYPE \(metric.name) \(type)\n\(metric.name) \(Self.number(metric.value))\n"
+            }
         }
         return text
     }

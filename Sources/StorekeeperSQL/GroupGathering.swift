@@ -22,6 +22,13 @@ public struct GroupGathering: Sendable {
         return GroupGathering(maxDelay: maxDelay, target: target, busy: { load.saturated() })
     }
 
+    /// Whether a group that begins with `waiting` writes waits for more: two or more wait (callers write
+    /// concurrently), fewer than the target, and the machine is busy. The writer checks the target again
+    /// under its own lock as it starts to wait.
+    public func worthWaiting(waiting: Int) -> Bool {
+        waiting >= 2 && waiting < target && busy()
+    }
+
     /// ``maxDelay`` in whole nanoseconds (at most a century: a larger one is as good as no limit).
     public var maxDelayNanoseconds: Int {
         let (seconds, attoseconds) = maxDelay.components

@@ -200,7 +200,7 @@ public actor Database {
     /// While the machine is busy and writes come from more than one caller (two or more already wait), waits
     /// up to the gathering's delay for the group to reach its target. A lone write never waits.
     private func gather() {
-        guard let gathering, group.withLock({ $0.writes.count }) >= 2, gathering.busy() else { return }
+        guard let gathering, gathering.worthWaiting(waiting: group.withLock({ $0.writes.count })) else { return }
         let waits = group.withLock { group in
             guard group.writes.count < gathering.target else { return false }
             group.gathering = true

@@ -260,7 +260,7 @@ public final class PostgresServerStorage: ServerStorage {
 
     /// Waits for writes to gather (``gathering``), if the queue and the machine call for it.
     private func gather() async {
-        guard grouped.withLock({ $0.waiting.count }) >= 2, gathering.busy() else { return }
+        guard gathering.worthWaiting(waiting: grouped.withLock({ $0.waiting.count })) else { return }
         let delay = gathering.maxDelay
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let key = grouped.withLock { queue -> Int? in

@@ -110,6 +110,11 @@ extension AppStore {
         try await runDue(maxEvents: maxEventsPerRequest)
     }
 
+    /// How long the store's one writer has spent in write transactions so far (nil where the storage does not
+    /// measure it): every run of due events, recording of sends and request's change is one, so a share near the
+    /// whole of a span means the writer set its rate (reports, not requests).
+    public var storeWriterBusy: Duration? { storage.writerBusy }
+
     /// Runs due events in store-time order, in transactions of at most `batch` events, until none is due or
     /// `maxEvents` ran; returns what ran and whether none is left due (the scheduler runs the rest).
     @discardableResult

@@ -45,7 +45,8 @@ extension BenchCommands {
             stored): signed alone, and signed and posted to the same receiver. It also gives the process's CPU \
             time a notification (user and system, every thread) in the run and in each floor, and the cores busy \
             on average in the run and while signing and sending: the rates mix CPU with idle cores, these figures \
-            separate them. With --receiver-pause the receiver \
+            separate them; and the share of the run the store's one writer spent in write transactions (near 1, \
+            the writer sets the rate). With --receiver-pause the receiver \
             answers nothing for that long (the sends' time limit is longer): the emulator holds at most its \
             in-flight limit of notifications and queues the rest in the outbox, and the report says how many \
             waited when advancing ended. With --stuck-receiver every notification also goes to a second \
@@ -132,6 +133,7 @@ extension BenchCommands {
         // The store's keys and tables are made once, before the simulation: not part of its rate.
         let ready = clock.now
         let cpuAtReady = processCPUSeconds()
+        let writerAtReady = store.storeWriterBusy
         progress(console, "subscribing \(subscribers) customers…")
         try await withThrowingTaskGroup(of: Void.self) { group in
             for slice in 0..<Self.subscribingClients {
@@ -160,18 +162,21 @@ extension BenchCommands {
         var lastChange = clock.now
         // The process's CPU time when the last notification arrived: the run's, over the same span as its rate.
         var cpuAtLastChange = processCPUSeconds()
+        var writerAtLastChange = store.storeWriterBusy
         while clock.now - max(lastChange, answerFrom) < .seconds(1) {
             let count = received.load(ordering: .relaxed)
             if count != last {
                 last = count
                 lastChange = clock.now
                 cpuAtLastChange = processCPUSeconds()
+                writerAtLastChange = store.storeWriterBusy
             }
             try await store.catchUp()
             try await Task.sleep(for: .milliseconds(50))
         }
         let elapsed = (lastChange - ready).seconds
         let runCPU = cpuAtLastChange - cpuAtReady
+        let writerShare = writerAtReady.flatMap { start in writerAtLastChange.map { ($0 - start).seconds / elapsed } }
         let cores = ProcessInfo.processInfo.activeProcessorCount
         let peakKilobytes = peakResidentKilobytes()
         // Measured after the run, against the same receiver, with one of the run's own notifications (not
@@ -196,6 +201,7 @@ extension BenchCommands {
               database on disk \(databaseBytes / 1_048_576) MiB (\(retention.map { "done notifications kept \($0.days) days" } ?? "every notification kept"))
               CPU a notification (user and system, every thread) \(last > 0 ? microseconds(runCPU, each: last) : "—"), \
             \(format(runCPU / elapsed)) of \(cores) cores busy on average
+              the store's writer in write transactions \(writerShare.map(format) ?? "—") of the run (near 1: the one writer sets the rate)
 
             """)
         if pause > 0 {

@@ -96,9 +96,24 @@ public actor Database {
     public nonisolated var writeCounts: WriteCounts { writeCounter.counts }
     private nonisolated let writeCounter = WriteCounter()
 
+    /// How long the writer has spent in write transactions so far, from `BEGIN` to the end of `COMMIT` or
+    /// `ROLLBACK` (a group's gathering wait not included). Its share of a span tells whether the one writer
+    /// sets a workload's rate: near the whole span, only less work a write makes the workload faster.
+    public nonisolated var writerBusy: Duration { .nanoseconds(busyNanoseconds.load(ordering: .relaxed)) }
+    private nonisolated let busyNanoseconds = Atomic<Int64>(0)
+
+    /// Adds the time since `start` to ``writerBusy``.
+    private func countBusy(since start: ContinuousClock.Instant) {
+        let elapsed = (ContinuousClock.now - start).components
+        let nanoseconds = elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
+        busyNanoseconds.add(nanoseconds, ordering: .relaxed)
+    }
+
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     @discardableResult
     public func write<T: Sendable>(_ body: @Sendable (Connection) throws -> T) throws -> T {
+        let start = ContinuousClock.now
+        defer { countBusy(since: start) }
         try connection.executeScript("BEGIN IMMEDIATE")
         writeCounter.ran(writes: 1)
         defer { afterCommit() }
@@ -178,6 +193,7 @@ public actor Database {
             return writes
         }
         guard !writes.isEmpty else { return }
+        let start = ContinuousClock.now
         let results: [Result<any Sendable, any Error>]
         // The hook runs once the transaction has ended and before any write is answered: a write's caller
         // that reads next must find nothing kept from before its own commit.
@@ -189,10 +205,12 @@ public actor Database {
             }
         } catch {
             try? connection.executeScript("ROLLBACK")
+            countBusy(since: start)
             afterCommit()
             for write in writes { write.resume(.failure(error)) }
             return
         }
+        countBusy(since: start)
         afterCommit()
         for (write, result) in zip(writes, results) { write.resume(result) }
     }

@@ -223,4 +223,10 @@ public protocol EmulatorStore: AccountRepository, DeviceRepository, InstallRepos
 public protocol EmulatorStorage: Sendable {
     func read<T: Sendable>(_ body: @Sendable (any EmulatorStore) throws -> T) async throws -> T
     func write<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T) async throws -> T
+    /// How long its one writer has spent in write transactions so far; nil where it is not measured.
+    var writerBusy: Duration? { get }
+}
+
+extension EmulatorStorage {
+    public var writerBusy: Duration? { nil }
 }

@@ -36,6 +36,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         return try await database.read { try body(Store(connection: $0, headers: headers)) }
     }
 
+    /// How long the database's writer has spent in write transactions so far (``Database/writerBusy``).
+    public var writerBusy: Duration? { database.writerBusy }
+
     /// A group commit: writes waiting at the same moment share one transaction and one fsync, each all or
     /// nothing on its own (a savepoint), in the order they were submitted; each returns once the group is
     /// on disk.

@@ -1,6 +1,7 @@
 import Foundation
 import StorekeeperSQL
 import StorekeeperSQLite
+import Synchronization
 import Testing
 
 @Suite("SQLite writer's busy time")
@@ -28,19 +29,30 @@ struct WriterBusyTests {
         }
         let afterWrites = database.writerBusy
         #expect(afterWrites - before >= .milliseconds(80))
-        // Waiting for the writer is not being the writer: a write queued for 60 ms behind a held one adds its
-        // own short time, not its wait (which would add as much again as the holder's).
-        let (holder, release) = try await DatabaseTests.holdWriter(database)
-        let heldFrom = ContinuousClock.now
+        // Waiting for the writer is not being the writer: a write queued behind a held one for 300 ms or more
+        // adds its own short time, not its wait.
+        let (held, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let inside = Mutex<(start: ContinuousClock.Instant, end: ContinuousClock.Instant)?>(nil)
+        let holder = Task {
+            try await database.write { _ in
+                let start = ContinuousClock.now
+                held.signal()
+                _ = release.wait(timeout: .now() + 60)
+                inside.withLock { $0 = (start, ContinuousClock.now) }
+            }
+        }
+        while held.wait(timeout: .now()) != .success { try await Task.sleep(for: .milliseconds(2)) }
         let queued = Task { try await database.writeGrouped { _ in () } }
         while database.waitingWrites == 0 { try await Task.sleep(for: .milliseconds(2)) }
-        try await Task.sleep(for: .milliseconds(60))
-        let heldFor = ContinuousClock.now - heldFrom
+        try await Task.sleep(for: .milliseconds(300))
         release.signal()
         try await holder.value
         try await queued.value
+        let body = try #require(inside.withLock { $0 })
         let added = database.writerBusy - afterWrites
-        #expect(added >= .milliseconds(60))
-        #expect(added < heldFor + .milliseconds(50))
+        // The holder's body is in it; the queued write's wait is not (its own transaction, and the holder's
+        // BEGIN and COMMIT, changing nothing, take far less than 300 ms).
+        #expect(added >= body.end - body.start)
+        #expect(added - (body.end - body.start) < .milliseconds(300))
     }
 }

@@ -99,14 +99,13 @@ public actor Database {
     /// How long the writer has spent in write transactions so far, from `BEGIN` to the end of `COMMIT` or
     /// `ROLLBACK` (a group's gathering wait not included). Its share of a span tells whether the one writer
     /// sets a workload's rate: near the whole span, only less work a write makes the workload faster.
-    public nonisolated var writerBusy: Duration { .nanoseconds(busyNanoseconds.load(ordering: .relaxed)) }
-    private nonisolated let busyNanoseconds = Atomic<Int64>(0)
+    public nonisolated var writerBusy: Duration { busy.withLock { $0 } }
+    private nonisolated let busy = Mutex(Duration.zero)
 
     /// Adds the time since `start` to ``writerBusy``.
     private func countBusy(since start: ContinuousClock.Instant) {
-        let elapsed = (ContinuousClock.now - start).components
-        let nanoseconds = elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
-        busyNanoseconds.add(nanoseconds, ordering: .relaxed)
+        let elapsed = ContinuousClock.now - start
+        busy.withLock { $0 += elapsed }
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.

@@ -138,19 +138,24 @@ extension AppStore {
                         batchWork.claimed(notification)
                     }
                     var earliestNew: Date?
-                    // The batch's V2 notifications are signed together, on every core, before it commits.
+                    // The batch's V2 notifications are signed together, on every core, before it commits; its
+                    // identifiers' counters are stored once, below.
                     let signing = V2Signing.Batch()
-                    try V2Signing.$batch.withValue(signing) {
-                        for event in try store.due(until: current, limit: limit) {
-                            // An event scheduled by this batch may come before the rest of it: fetch again.
-                            if let earliestNew, event.due > earliestNew { break }
-                            let outcome = try self.handle(event, in: store, now: current, claims: claims)
-                            if case .renewed(let scheduled) = outcome {
-                                earliestNew = min(earliestNew ?? scheduled, scheduled)
+                    let counters = CounterWrites()
+                    try CounterWrites.$current.withValue(counters) {
+                        try V2Signing.$batch.withValue(signing) {
+                            for event in try store.due(until: current, limit: limit) {
+                                // An event scheduled by this batch may come before the rest of it: fetch again.
+                                if let earliestNew, event.due > earliestNew { break }
+                                let outcome = try self.handle(event, in: store, now: current, claims: claims)
+                                if case .renewed(let scheduled) = outcome {
+                                    earliestNew = min(earliestNew ?? scheduled, scheduled)
+                                }
+                                batchWork.record(outcome)
                             }
-                            batchWork.record(outcome)
                         }
                     }
+                    try counters.store(in: store)
                     // Their first attempts are due now: claimed in this same transaction (a lease, not an
                     // attempt to claim in the next one), sent once it has committed; with no slot free, or
                     // others waiting for one, queued behind them.

@@ -266,7 +266,7 @@ extension AppStore {
             past.transaction.revocationReason = nil
         }
         try store.update(past)
-        let started = try store.transaction(subscription.originalTransactionID)?.transaction.purchaseDate
+        let started = try store.purchaseDate(of: subscription.originalTransactionID)
         try enqueue(
             reason == nil ? Notice(.refundReversed) : Notice(.refund, v1: .cancel), transaction: past,
             renewal: (subscription.state, started), account: account, in: store, now: now)

@@ -248,11 +248,16 @@ public final class AppStore: Sendable {
         try next(Setting.nextWebOrderLineItemID, from: 2_000_000_100_000_001, in: store)
     }
 
-    /// The counter's next value (within a write); its successor is stored.
+    /// The counter's next value (within a write); its successor is stored, at once or, within a run of due
+    /// events, once when its batch ends (``CounterWrites``).
     func next(_ setting: String, from first: Int64, in store: any EmulatorStore) throws -> Int64 {
         let cached = counters.withLock { $0[setting] }
         let next = try cached ?? store.setting(setting).flatMap(Int64.init) ?? first
-        try store.setSetting(setting, String(next + 1))
+        if let writes = CounterWrites.current {
+            writes.moved(setting, to: next + 1)
+        } else {
+            try store.setSetting(setting, String(next + 1))
+        }
         counters.withLock { $0[setting] = next + 1 }
         return next
     }
@@ -307,5 +312,28 @@ public final class AppStore: Sendable {
 
     static func storefrontID(_ storefront: String?) -> String {
         (storefront.flatMap(Storefront.init(countryCode:)) ?? .unitedStates).id
+    }
+}
+
+/// The counters a batch of due events moved, stored once before it commits rather than with each identifier
+/// (two statements a renewal, on the one writer). Rolled back with the batch like any other write of it, which
+/// leaves the cache ahead of the stored counters, as ``AppStore/counters`` allows.
+final class CounterWrites: Sendable {
+    private let successors = Mutex<[String: Int64]>([:])
+
+    /// Where the current run's batch keeps its counters (nil outside one: each is stored when it moves).
+    @TaskLocal static var current: CounterWrites?
+
+    func moved(_ setting: String, to successor: Int64) { successors.withLock { $0[setting] = successor } }
+
+    /// Stores each moved counter once; to be called inside the batch's write, after its last identifier.
+    func store(in store: any EmulatorStore) throws {
+        let moved = successors.withLock { successors in
+            defer { successors = [:] }
+            return successors
+        }
+        for (setting, successor) in moved.sorted(by: { $0.key < $1.key }) {
+            try store.setSetting(setting, String(successor))
+        }
     }
 }

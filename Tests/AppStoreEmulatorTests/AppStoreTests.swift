@@ -395,6 +395,36 @@ struct AppStoreTests {
             try await second.receipt(app), expecting: .init(), now: clock)
         #expect(receipt.isValid)
     }
+
+    @Test("Identifiers a run of renewals gave are not given again after a restart (its counters are stored)")
+    func countersAfterRenewals() async throws {
+        let time = FakeTime()
+        let first = try await Harness.make(time: time)
+        let app = try await first.device()
+        #expect(try await first.call("POST", app + "/payments", ["productId": .string("monthly")]).0 == 201)
+        // Three renewals, in the scheduler's run of due events (its counters stored once, before it commits).
+        _ = try await first.call("POST", "/_emulator/v1/clock", ["advance": .string("P3M")])
+        #expect(try await first.store.transactionCount() == 4)
+        first.store.close()
+        let second = try await Harness.make(directory: first.directory, time: time)
+        // A purchase and a renewal after the restart: each a new transaction id (a repeated one is refused as a
+        // duplicate row) and a new web order line item id.
+        #expect(try await second.call("POST", app + "/payments", ["productId": .string("coins")]).0 == 201)
+        _ = try await second.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        #expect(try await second.store.transactionCount() == 6)
+        let (_, unfinished) = try await second.call("GET", app + "/transactions")
+        let ids = (unfinished["transactions"]?.arrayValue ?? []).compactMap { $0["transactionIdentifier"]?.stringValue }
+        #expect(ids.count == 6 && Set(ids).count == 6)
+        var lineItems: [Int64] = []
+        for id in ids {
+            if let item = try await second.store.transactionAndSubscription(id).transaction.transaction
+                .webOrderLineItemID
+            {
+                lineItems.append(item)
+            }
+        }
+        #expect(lineItems.count == 5 && Set(lineItems).count == 5)
+    }
 }
 
 /// The emulator's signed data through Apple's own Python library, trusting the exported root.

@@ -189,6 +189,8 @@ struct EmulatorStorageContractTests {
             #expect(try store.device("D1") == Device(id: "D1", accountID: "A1"))
             #expect(try store.install(device: "D1", bundle: "com.example")?.vppRevokedAt == Self.start)
             #expect(try store.transaction("10").map(Self.withoutRevision) == stored)
+            #expect(try store.purchaseDate(of: "10") == stored.transaction.purchaseDate)
+            #expect(try store.purchaseDate(of: "12") == nil)
             #expect(try store.subscription("10") == Self.subscription)
             #expect(try store.subscriptions(account: "A1", bundle: "com.example").count == 1)
             #expect(try store.payment("11")?.reason == .interrupted)

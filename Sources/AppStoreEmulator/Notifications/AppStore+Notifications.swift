@@ -45,13 +45,14 @@ extension AppStore {
             let latest = try known.flatMap({ $0.id == subscription.latestTransactionID ? $0 : nil })
                 ?? store.transaction(subscription.latestTransactionID)
         else { return }
-        let first =
-            try original.flatMap({ $0.id == subscription.originalTransactionID ? $0 : nil })
+        // The subscription's start: its original transaction's purchase date, read alone when not at hand.
+        let started =
+            try original.flatMap({ $0.id == subscription.originalTransactionID ? $0.transaction.purchaseDate : nil })
             ?? (latest.id == subscription.originalTransactionID
-                ? latest : store.transaction(subscription.originalTransactionID))
+                ? latest.transaction.purchaseDate : store.purchaseDate(of: subscription.originalTransactionID))
         try enqueue(
-            notice, transaction: latest, renewal: (subscription.state, first?.transaction.purchaseDate),
-            account: account, in: store, now: now, extra: extra)
+            notice, transaction: latest, renewal: (subscription.state, started), account: account, in: store,
+            now: now, extra: extra)
     }
 
     /// A notification about one period of `subscription` (the one a refund request names, which may be a
@@ -60,12 +61,12 @@ extension AppStore {
         _ notice: Notice, period: StoredTransaction, of subscription: StoredSubscription, account: Account,
         in store: any EmulatorStore, now: Date, extra: JSONObject = [:]
     ) throws {
-        let first =
+        let started =
             period.id == subscription.originalTransactionID
-            ? period : try store.transaction(subscription.originalTransactionID)
+            ? period.transaction.purchaseDate : try store.purchaseDate(of: subscription.originalTransactionID)
         try enqueue(
-            notice, transaction: period, renewal: (subscription.state, first?.transaction.purchaseDate),
-            account: account, in: store, now: now, extra: extra)
+            notice, transaction: period, renewal: (subscription.state, started), account: account, in: store,
+            now: now, extra: extra)
     }
 
     /// Writes one notification per configured URL into the outbox and schedules its first attempt now.

@@ -239,7 +239,7 @@ public final class ServerAPIService: Sendable {
             for subscription in try store.subscriptions(account: account.id, bundle: bundle)
             where statuses.isEmpty || statuses.contains(subscription.state.status.rawValue) {
                 guard let latest = try store.transaction(subscription.latestTransactionID) else { continue }
-                let first = try store.transaction(subscription.originalTransactionID)?.transaction.purchaseDate
+                let first = try store.purchaseDate(of: subscription.originalTransactionID)
                 rows.append((subscription, latest, first))
             }
             return (account, rows)

@@ -57,6 +57,9 @@ public enum AppTransactionIDs {
 /// Transactions by id, and an account's for one app.
 public protocol TransactionRepository {
     func transaction(_ id: TransactionID) throws -> StoredTransaction?
+    /// A transaction's purchase date alone (a subscription's start, for its renewal info), without reading
+    /// the rest of the row.
+    func purchaseDate(of id: TransactionID) throws -> Date?
     func insert(_ transaction: StoredTransaction) throws
     func update(_ transaction: StoredTransaction) throws
     /// The account's transactions for the app, by purchase date then id.

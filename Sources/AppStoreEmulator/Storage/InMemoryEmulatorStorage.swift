@@ -164,6 +164,7 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         }
 
         func transaction(_ id: TransactionID) -> StoredTransaction? { tables.transactions[id] }
+        func purchaseDate(of id: TransactionID) -> Date? { tables.transactions[id]?.transaction.purchaseDate }
         func insert(_ transaction: StoredTransaction) throws {
             guard tables.transactions[transaction.id] == nil else {
                 throw EmulatorStorageError.duplicate("transaction")

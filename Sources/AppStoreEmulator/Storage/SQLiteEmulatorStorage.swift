@@ -276,14 +276,19 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 storedTransaction)
         }
 
+        func purchaseDate(of id: TransactionID) throws -> Date? {
+            try connection.execute("SELECT purchase_date FROM transactions WHERE id = ?", [.text(id.rawValue)]).first
+                .flatMap { date($0[0]) }
+        }
+
+        /// Made once: a renewal inserts a transaction, and this text is the statement cache's key.
+        static let insertTransaction = """
+            INSERT INTO transactions (\(transactionColumns), revision)
+            VALUES (\(placeholders(31)), \(nextRevision))
+            """
+
         func insert(_ transaction: StoredTransaction) throws {
-            try inserting("transaction") {
-                try connection.execute(
-                    """
-                    INSERT INTO transactions (\(Self.transactionColumns), revision)
-                    VALUES (\(Self.placeholders(31)), \(Self.nextRevision))
-                    """, values(transaction))
-            }
+            try inserting("transaction") { try connection.execute(Self.insertTransaction, values(transaction)) }
         }
 
         func update(_ transaction: StoredTransaction) throws {

@@ -44,9 +44,9 @@ let package = Package(
         // Swift wrappers and small hand-written foundations.
         .target(name: "StorekeeperASN1", swiftSettings: upcoming),
         .target(name: "StorekeeperJSON", swiftSettings: upcoming),
-        .target(name: "StorekeeperLogging", dependencies: ["StoreModel"], swiftSettings: upcoming),
+        .target(name: "StorekeeperLogging", dependencies: ["StoreModel", "StoreTime"], swiftSettings: upcoming),
         .target(name: "StoreTime", swiftSettings: upcoming),
-        .target(name: "StorekeeperSQL", swiftSettings: upcoming),
+        .target(name: "StorekeeperSQL", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .target(
             name: "StorekeeperSQLite", dependencies: ["CStorekeeperSQLite", "StorekeeperSQL"], swiftSettings: upcoming),
         .target(
@@ -54,7 +54,9 @@ let package = Package(
             swiftSettings: upcoming),
         .target(
             name: "StorekeeperHTTP",
-            dependencies: ["CStorekeeperHTTPServer", "CStorekeeperCurl", "StorekeeperJSON", "StorekeeperLogging"],
+            dependencies: [
+                "CStorekeeperHTTPServer", "CStorekeeperCurl", "StorekeeperJSON", "StorekeeperLogging", "StoreTime",
+            ],
             swiftSettings: upcoming),
         .target(
             name: "StorekeeperCrypto", dependencies: ["CStorekeeperOpenSSL", "StorekeeperASN1"],
@@ -104,7 +106,7 @@ let package = Package(
             dependencies: [
                 "AppStoreReceipts", "AppStoreSignedData", "AppStoreServerAPI", "StorekeeperCrypto", "StorekeeperHTTP",
                 "StorekeeperJSON", "StorekeeperLogging", "StorekeeperSQL", "StorekeeperSQLite", "StorekeeperPostgres",
-                "StoreModel", "StorekeeperDashboard",
+                "StoreModel", "StoreTime", "StorekeeperDashboard",
             ],
             resources: [.copy("Resources")],
             swiftSettings: upcoming),

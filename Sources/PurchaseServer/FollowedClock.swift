@@ -1,5 +1,6 @@
 public import Foundation
 import StoreModel
+import StoreTime
 import StorekeeperHTTP
 import StorekeeperJSON
 import Synchronization

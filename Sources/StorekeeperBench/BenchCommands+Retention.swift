@@ -3,6 +3,7 @@ import AppStoreSignedData
 import Foundation
 import PurchaseServer
 import StoreModel
+import StoreTime
 import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperJSON

@@ -4,6 +4,7 @@ import AppStoreSignedData
 import Foundation
 import PurchaseServer
 import StoreModel
+import StoreTime
 import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP

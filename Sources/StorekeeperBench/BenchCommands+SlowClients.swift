@@ -1,4 +1,5 @@
 import Foundation
+import StoreTime
 import StorekeeperCommandLine
 import StorekeeperHTTP
 import StorekeeperJSON

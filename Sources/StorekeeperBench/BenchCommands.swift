@@ -2,6 +2,7 @@ import AppStoreReceipts
 import AppStoreSignedData
 import Foundation
 import StoreModel
+import StoreTime
 package import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperJSON
@@ -240,8 +241,4 @@ package enum BenchCommands {
     }
 
     static func format(_ value: Double) -> String { String(format: "%.2f", value) }
-}
-
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -1,6 +1,7 @@
 internal import CStorekeeperCurl
 import Dispatch
 import Foundation
+import StoreTime
 import StorekeeperLogging
 
 /// A failed outbound request: no HTTP answer arrived (an HTTP error status is a ``HTTPClient/Response``).

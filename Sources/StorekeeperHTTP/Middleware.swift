@@ -1,4 +1,5 @@
 import Foundation
+import StoreTime
 import StorekeeperLogging
 import Synchronization
 

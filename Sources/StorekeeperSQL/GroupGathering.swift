@@ -1,3 +1,5 @@
+import StoreTime
+
 /// How a group commit gathers writes while the machine is busy, as PostgreSQL's `commit_delay` does with
 /// `commit_siblings`: when ``busy`` says waiting costs nothing (the cores are full of other work, much of it
 /// the requests that will write next), the writer waits up to ``maxDelay`` for ``target`` writes before it
@@ -31,7 +33,6 @@ public struct GroupGathering: Sendable {
 
     /// ``maxDelay`` in whole nanoseconds (at most a century: a larger one is as good as no limit).
     public var maxDelayNanoseconds: Int {
-        let (seconds, attoseconds) = maxDelay.components
-        return Int(max(0, min(seconds, 3_155_760_000))) * 1_000_000_000 + Int(max(0, attoseconds) / 1_000_000_000)
+        Int(min(max(maxDelay, .zero), .seconds(3_155_760_000)).wholeNanoseconds)
     }
 }

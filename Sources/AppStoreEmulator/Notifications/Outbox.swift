@@ -1,6 +1,7 @@
 import AppStoreSignedData
 public import Foundation
 public import StoreModel
+import StoreTime
 import StorekeeperJSON
 import StorekeeperLogging
 

@@ -3,6 +3,7 @@ import AppStoreSignedData
 import Foundation
 import StoreKitCatalog
 import StoreModel
+import StoreTime
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperLogging

@@ -86,7 +86,9 @@ let package = Package(
         // client for it, against Apple or the emulator.
         .target(
             name: "AppStoreServerAPI",
-            dependencies: ["AppStoreSignedData", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON"],
+            dependencies: [
+                "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperHTTP", "StorekeeperJSON", "StoreTime",
+            ],
             swiftSettings: upcoming),
 
         // The emulated App Store: orchestration over storage, with its HTTP API.

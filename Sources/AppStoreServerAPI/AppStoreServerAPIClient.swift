@@ -1,6 +1,7 @@
 public import AppStoreSignedData
 public import Foundation
 import StoreModel
+import StoreTime
 public import StorekeeperCrypto
 public import StorekeeperHTTP
 public import StorekeeperJSON
@@ -274,7 +275,7 @@ public struct AppStoreServerAPIClient: Sendable {
                 var wait = backoff
                 if let retryAfter = error.retryAfter {
                     let seconds = max(0, retryAfter.timeIntervalSince(now()))
-                    guard seconds <= Double(retry.maxRetryAfter.components.seconds) else { throw error }
+                    guard seconds <= retry.maxRetryAfter.seconds else { throw error }
                     wait = .milliseconds(Int64(seconds * 1000))
                 } else {
                     backoff = min(backoff * 2, retry.maxBackoff)

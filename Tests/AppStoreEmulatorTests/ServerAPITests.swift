@@ -525,6 +525,15 @@ struct ServerAPITests {
         let waited = try #require(api.sleeps.withLock { $0 }.first)
         #expect(waited > .milliseconds(1_000) && waited <= .milliseconds(2_100), "\(waited)")
 
+        // A Retry-After longer than the policy allows is not waited for: the 429 comes through.
+        api.sleeps.withLock { $0 = [] }
+        try await fault(["path": path, "status": .integer(429), "retryAfter": .integer(2), "count": .integer(1)])
+        api.time.value.withLock { $0 = Date() }
+        let impatient = try api.client(
+            retry: AppStoreServerAPIClient.RetryPolicy(maxAttempts: 3, maxRetryAfter: .milliseconds(1_500)))
+        let tooLong = await Self.apiError { _ = try await impatient.transactionInfo(id) }
+        #expect(tooLong?.status == 429 && api.sleeps.withLock { $0 }.isEmpty)
+
         // Without retries, Apple's body and header come through.
         try await fault(["path": path, "status": .integer(429), "retryAfter": .integer(1), "count": .integer(1)])
         let refused = await Self.apiError { _ = try await api.client().transactionInfo(id) }

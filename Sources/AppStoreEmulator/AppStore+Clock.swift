@@ -208,7 +208,9 @@ extension AppStore {
                             }
                             continue
                         }
-                        wait = min(wait, .milliseconds(Int64(delay * 1000) + 1))
+                        // At most an hour (the wait is shorter still): a date far off, or not a number, never
+                        // overflows the conversion.
+                        wait = min(wait, .milliseconds(Int64((delay < 3_600 ? delay : 3_600) * 1000) + 1))
                     }
                     // Queued notifications move as results free slots; after a restart, this starts them.
                     do { try await self.sendQueued() } catch {

@@ -190,7 +190,15 @@ public final class AppStore: Sendable {
             let headerKey = Setting.jwsHeader(fingerprint)
             if try store.setting(headerKey) != header { try store.setSetting(headerKey, header) }
             let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
-            let offset = try store.setting(Setting.clockOffset).flatMap(TimeInterval.init) ?? 0
+            var offset: TimeInterval = 0
+            if let text = try store.setting(Setting.clockOffset) {
+                // Written only as a clock's offset (the horizon bounds it); anything else is not one.
+                guard let value = TimeInterval(text), value.isFinite, abs(value) < 10_000_000_000 else {
+                    throw EmulatorStorageError.invalid(
+                        "the stored clock offset '\(text.prefix(40))' is not a clock offset")
+                }
+                offset = value
+            }
             let notForSale = Set(
                 (try store.setting(Setting.productsNotForSale) ?? "").split(separator: ",").map {
                     ProductID(String($0))

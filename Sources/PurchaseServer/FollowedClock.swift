@@ -76,7 +76,7 @@ public final class FollowedClock: Sendable {
             )
         }
         // The emulator's clock stops before 2049; anything past a few centuries is not a clock.
-        guard abs(offset.0) < Self.maxOffset else {
+        guard offset.0 > -Self.maxOffset, offset.0 < Self.maxOffset else {
             throw PurchaseServerError.unavailable("\(url)/_emulator/v1/clock says an offset of \(offset.0) ms")
         }
         return offset

@@ -317,3 +317,9 @@ public struct ServerEvent: Codable, Sendable, Hashable {
         self.details = details
     }
 }
+
+extension PurchaseRecord {
+    /// A signed quantity as the ledger counts it: within 0 and a million (StoreKit sells at most 10 at once;
+    /// a signer's absurd number is not one the ledger can sum or negate without overflow).
+    package static func quantity(_ signed: Int64) -> Int { Int(min(max(signed, 0), 1_000_000)) }
+}

@@ -257,9 +257,9 @@ public struct ServerConfiguration: Sendable {
             configuration.transferPolicy = parsed
         }
         if let every = root["reconciliation"]?["intervalSeconds"] ?? root["reconcileEverySeconds"] {
-            guard let seconds = every.doubleValue, seconds >= 0 else {
+            guard let seconds = every.doubleValue, (0...31_536_000).contains(seconds) else {
                 throw PurchaseServerError.configuration(
-                    "reconciliation.intervalSeconds is a number of seconds (0: off)")
+                    "reconciliation.intervalSeconds is a number of seconds up to a year, 31536000 (0: off)")
             }
             configuration.reconcileEverySeconds = seconds
         }

@@ -65,9 +65,16 @@ public struct StoreKitConfiguration: Sendable, Hashable {
                 }
             }
             for subscription in group.subscriptions {
-                guard subscription.period != nil else {
+                guard let period = subscription.period else {
                     throw ConfigurationError(
                         description: "subscription '\(subscription.productID)' has no valid recurringSubscriptionPeriod"
+                    )
+                }
+                // A period of nothing would renew at the instant it starts, again and again.
+                guard !period.isZero else {
+                    throw ConfigurationError(
+                        description:
+                            "subscription '\(subscription.productID)': recurringSubscriptionPeriod \(period) is no time at all"
                     )
                 }
                 _ = try subscription.checkedBillingPlans()

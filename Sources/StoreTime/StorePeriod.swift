@@ -69,6 +69,9 @@ public struct StorePeriod: Hashable, Sendable, CustomStringConvertible {
         years == 0 && months == 0 && hours == 0 && minutes == 0 && seconds == 0 ? weeks * 7 + days : nil
     }
 
+    /// Whether every part is zero (`P0D`, `PT0S`): a period that ends where it starts.
+    public var isZero: Bool { years == 0 && months == 0 && weeks == 0 && days == 0 && timeSeconds == 0 }
+
     /// Seconds in the time part.
     var timeSeconds: Int { hours * 3600 + minutes * 60 + seconds }
 

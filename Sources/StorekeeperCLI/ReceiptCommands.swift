@@ -183,7 +183,10 @@ enum DeviceIdentifier {
     static func parse(_ text: String) -> [UInt8]? {
         if let uuid = UUID(uuidString: text) { return bytes(of: uuid) }
         let digits = text.filter { $0 != ":" && $0 != "-" && $0 != " " }
-        guard !digits.isEmpty, digits.count % 2 == 0, digits.allSatisfy(\.isHexDigit) else { return nil }
+        // ASCII only: `isHexDigit` also takes full-width digits, which `UInt8(_:radix:)` does not.
+        guard !digits.isEmpty, digits.count % 2 == 0, digits.allSatisfy({ $0.isASCII && $0.isHexDigit }) else {
+            return nil
+        }
         var result: [UInt8] = []
         var index = digits.startIndex
         while index < digits.endIndex {

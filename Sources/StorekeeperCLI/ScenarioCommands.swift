@@ -228,6 +228,12 @@ enum ScenarioCommands {
         body.isEmpty ? .null : ((try? JSONParser.parse(body)) ?? .string(String(decoding: body, as: UTF8.self)))
     }
 
+    /// A count an `advance` answer says it ran (`ran.renewals`, `ran.expirations`), within 0 and a billion:
+    /// more than any run's bound, and never a sum that overflows.
+    static func ranCount(_ answer: JSONValue, _ name: String) -> Int64 {
+        min(max(answer["ran"]?[name]?.int64Value ?? 0, 0), 1_000_000_000)
+    }
+
     /// An emulator of the run's own: in memory, from a fixed date, identifiers from the scenario's seed;
     /// notifications are written (and read back from the history) for a receiver that is nobody.
     static func embedded(_ scenario: Scenario, directory: URL) async throws -> (Target, AppStore) {
@@ -386,11 +392,10 @@ enum ScenarioCommands {
                         throw ScenarioError("advance takes an ISO 8601 duration such as P1M")
                     }
                     let answer = try await target.call("POST", "/_emulator/v1/clock", ["advance": .string(text)])
-                    eventsRun +=
-                        (answer["ran"]?["renewals"]?.int64Value ?? 0) + (answer["ran"]?["expirations"]?.int64Value ?? 0)
-                    lines.append(
-                        "\(number). advance \(text): \(answer["ran"]?["renewals"]?.int64Value ?? 0) renewals, "
-                            + "\(answer["ran"]?["expirations"]?.int64Value ?? 0) expirations")
+                    // Counts as the target says them, each bounded (a target is another process).
+                    let (renewals, expirations) = (ranCount(answer, "renewals"), ranCount(answer, "expirations"))
+                    eventsRun += renewals + expirations
+                    lines.append("\(number). advance \(text): \(renewals) renewals, \(expirations) expirations")
                 case "billing":
                     var body = JSONObject()
                     if let retry = value["retryOnRenewal"]?.boolValue { body["billingRetryOnRenewal"] = .bool(retry) }

@@ -96,7 +96,9 @@ public struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            object[key] = try value(depth: depth + 1)
+            // `seen` has just refused a repeated name: appended without a search (a search per member made
+            // an object of n members cost n² comparisons).
+            object.appendUnique(key, try value(depth: depth + 1))
             skipWhitespace()
             guard index < bytes.count else { throw error("unterminated object") }
             if bytes[index] == UInt8(ascii: ",") {

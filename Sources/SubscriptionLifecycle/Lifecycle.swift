@@ -539,7 +539,9 @@ public struct Lifecycle: Sendable {
             period = discounted
         }
         let expires = settings.rate.end(of: period, from: start)
-        guard expires <= settings.horizon else {
+        // A period that does not end after it starts (no time at all, or a date past the calendar's reach)
+        // would renew at once, without end: the subscription expires instead, as past the horizon.
+        guard expires <= settings.horizon, expires > start else {
             return expire(&state, intent: .other, notice: Notice(.expired))
         }
         if offer != nil {

@@ -425,6 +425,30 @@ struct AppStoreTests {
         }
         #expect(lineItems.count == 5 && Set(lineItems).count == 5)
     }
+
+    @Test("A stored clock offset that is not one (not a number, infinite, past centuries) is refused at open")
+    func storedClockOffset() async throws {
+        let first = try await Harness.make()
+        _ = try await first.call("POST", "/_emulator/v1/clock", ["advance": .string("P1D")])
+        first.store.close()
+        let path = first.directory.appendingPathComponent("store.sqlite").path
+        for bad in ["nan", "inf", "-inf", "1e300", "10000000000", "x"] {
+            do {
+                let storage = try await SQLiteEmulatorStorage(path: path)
+                try await storage.write { try $0.setSetting("clockOffset", bad) }
+            }
+            await #expect(throws: EmulatorStorageError.self, "\(bad)") {
+                _ = try await Harness.make(directory: first.directory)
+            }
+        }
+        // A real offset opens, the store's clock a day ahead of the wall clock.
+        do {
+            let storage = try await SQLiteEmulatorStorage(path: path)
+            try await storage.write { try $0.setSetting("clockOffset", "86400.5") }
+        }
+        let reopened = try await Harness.make(directory: first.directory)
+        #expect(abs(reopened.store.clockOffset - 86_400.5) < 0.001)
+    }
 }
 
 /// The emulator's signed data through Apple's own Python library, trusting the exported root.

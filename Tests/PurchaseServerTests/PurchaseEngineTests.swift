@@ -140,6 +140,16 @@ struct PurchaseEngineTests {
         #expect(refundedFirst.ledger.map(\.quantity) == [3, -3])
     }
 
+    @Test("A signed quantity is counted within 0 and a million: no absurd number reaches the ledger's sums")
+    func signedQuantities() {
+        #expect(PurchaseRecord.quantity(3) == 3)
+        #expect(PurchaseRecord.quantity(0) == 0)
+        #expect(PurchaseRecord.quantity(-5) == 0)
+        #expect(PurchaseRecord.quantity(.min) == 0)
+        #expect(PurchaseRecord.quantity(.max) == 1_000_000)
+        #expect(PurchaseRecord.quantity(1_000_001) == 1_000_000)
+    }
+
     @Test("A refunded subscription is revoked (5); an extension moves the renewal date (SUBSCRIPTION_EXTENDED)")
     func refundAndExtension() {
         var extended = Self.period(0, signed: 20)

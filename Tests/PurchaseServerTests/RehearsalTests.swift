@@ -8,6 +8,7 @@ import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperRehearsal
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// `storekeeper dev`'s wiring, driven as a developer drives it: the emulator's command line against the
@@ -333,6 +334,27 @@ struct FollowedClockTests {
         await #expect(throws: PurchaseServerError.self) { _ = try await FollowedClock(url: "ftp://x") }
     }
 
+    @Test("A clock that answers an offset past a few centuries, or the most negative integer, is refused, not a crash")
+    func hostileOffsets() async throws {
+        let said = Mutex<String>("")
+        var router = Router()
+        router.add(
+            "GET", "/_emulator/v1/clock",
+            inline: { _, _ in HTTPResponse(status: 200, body: Array(said.withLock { $0 }.utf8)) })
+        let server = try HTTPServer(port: 0, responder: router.freeze())
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)"
+        for offset in ["-9223372036854775808", "9223372036854775807", "10000000000000", "-10000000000000"] {
+            said.withLock { $0 = #"{"now": 0, "offsetMs": \#(offset)}"# }
+            await #expect(throws: PurchaseServerError.self, "offset \(offset)") {
+                _ = try await FollowedClock(url: url)
+            }
+        }
+        said.withLock { $0 = #"{"now": 0, "offsetMs": -9999999999999}"# }
+        let clock = try await FollowedClock(url: url)
+        #expect(clock.now() < Date(timeIntervalSince1970: 0), "the largest offset allowed is followed")
+    }
+
     @Test("The configuration's clock member is an http(s) URL")
     func configuration() throws {
         let directory = try ExternalTool.temporaryDirectory()
@@ -350,5 +372,25 @@ struct FollowedClockTests {
         #expect(try load(#""http://127.0.0.1:8080""#).apps[0].jwsRoots.count == 2, "\"apple\" names Apple's roots")
         #expect(throws: PurchaseServerError.self) { try load("42") }
         #expect(throws: PurchaseServerError.self) { try load(#""file:///etc""#) }
+    }
+
+    @Test("Reconciliation's interval is at most a year: a larger one is refused at load, never turned into a trap")
+    func reconciliationInterval() throws {
+        let file = try ExternalTool.temporaryDirectory().appendingPathComponent("server.json")
+        func load(_ seconds: String) throws -> ServerConfiguration {
+            try Data(
+                """
+                {"secretKey": "sk_0123456789abcdef", "reconciliation": {"intervalSeconds": \(seconds)},
+                 "apps": [{"bundleId": "com.example.app", "publicKey": "pk_12345678"}]}
+                """.utf8
+            ).write(to: file)
+            return try ServerConfiguration.load(path: file.path, variables: [:])
+        }
+        #expect(try load("31536000").reconcileEverySeconds == 31_536_000)
+        #expect(try load("0").reconcileEverySeconds == 0)
+        #expect(try load("0.5").reconcileEverySeconds == 0.5)
+        for refused in ["1e16", "31536001", "-1"] {
+            #expect(throws: PurchaseServerError.self, "\(refused)") { try load(refused) }
+        }
     }
 }

@@ -101,6 +101,15 @@ struct StoreKitConfigurationErrorTests {
                 #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","type":"Consumable","recurringSubscriptionPeriod":"P1M"}]}]}"#,
                 "subscriptionGroups[0].subscriptions[0] ('s'): type 'Consumable' is not RecurringSubscription"
             ),
+            // A period of no time would renew at the instant it starts, without end.
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"z","recurringSubscriptionPeriod":"P0Y0M0D"}]}]}"#,
+                "subscription 'z': recurringSubscriptionPeriod P0D is no time at all"
+            ),
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"z","recurringSubscriptionPeriod":"PT0S"}]}]}"#,
+                "subscription 'z': recurringSubscriptionPeriod P0D is no time at all"
+            ),
         ]
         for (text, message) in cases {
             do {

@@ -166,6 +166,8 @@ struct ReceiptCommandTests {
             ["receipt", "verify", "x.der"],
             ["receipt", "verify", "--root"],
             ["receipt", "verify", "--root", "r", "--device-id", "xyz"],
+            // Full-width digits are hex digits to Swift's `Character`, not to `UInt8(_:radix:)`.
+            ["receipt", "verify", "--root", "r", "--device-id", "\u{FF10}\u{FF11}"],
             ["receipt", "verify", "--root", "r", "--now", "yesterday"],
             ["receipt", "verify", "--root", "r", "--format", "yaml"],
             ["receipt", "verify", "--bogus"],

@@ -60,7 +60,13 @@ struct Story {
 
     /// Runs every due event up to `date`, earliest first.
     mutating func advance(to date: Date) throws {
+        var handled = 0
         while let (kind, at) = due.filter({ $0.value <= date }).min(by: { $0.value < $1.value }) {
+            handled += 1
+            guard handled <= 100_000 else {
+                Issue.record("more than 100,000 due events before \(date): work that makes itself due again")
+                return
+            }
             due[kind] = nil
             now = at
             let event: LifecycleEvent =
@@ -326,6 +332,19 @@ struct LifecycleTests {
         try story.advance(seconds: 3 * Self.month)
         #expect(story.names == ["SUBSCRIBED/INITIAL_BUY", "EXPIRED"])
         #expect(story.state.expirationIntent == .other)
+    }
+
+    @Test("A period of no time is not started (it would renew at once, without end): the subscription expires")
+    func zeroPeriod() throws {
+        for rate in [TimeRate.realTime, .monthlyRenewalEveryFiveMinutes, .oneSecondIsOneDay] {
+            var catalogue = Story.catalogue
+            catalogue["nothing"] = ProductTerms(period: StorePeriod(days: 0), level: 2)
+            var story = try Story("nothing", rate: rate, catalogue: catalogue)
+            try story.advance(seconds: Self.month)
+            #expect(story.periods.count == 0, "\(rate.name)")
+            #expect(story.state.status == .expired && story.state.expirationIntent == .other, "\(rate.name)")
+            #expect(story.due.isEmpty, "\(rate.name): nothing left to run")
+        }
     }
 
     @Test("A thousand random stories keep the invariants: one schedule per state, no renewal while ended")

@@ -569,6 +569,15 @@ struct ServerAPITests {
         let (invalid, _) = try await api.harness.call("POST", "/_emulator/v1/faults", ["path": path])
         #expect(invalid == 400)
 
+        // At most 1,000 configured at once (each request to Apple's endpoints looks through them): then 409.
+        let never: JSONObject = ["path": .string("/nowhere/*"), "status": .integer(500)]
+        #expect(try await api.harness.call("DELETE", "/_emulator/v1/faults").0 == 204)
+        for _ in 0..<1_000 { try await fault(never) }
+        let (full, refusal) = try await api.harness.call("POST", "/_emulator/v1/faults", never)
+        #expect(full == 409 && refusal["error"]?["message"]?.stringValue?.contains("1000 faults") == true)
+        #expect(try await api.harness.call("GET", "/_emulator/v1/faults").1["faults"]?.arrayValue?.count == 1_000)
+        #expect(try await api.harness.call("DELETE", "/_emulator/v1/faults").0 == 204)
+
         // verifyReceipt's own faults: HTTP 200 with the status, `is-retryable` for 21100-21199 only.
         let receipt: JSONObject = ["receipt-data": .string("AAAA")]
         try await fault(

@@ -557,7 +557,7 @@ extension ServerAPIService {
                     throw EmulatorError.invalid(
                         "give 'status' (or 'errorCode'), 'verifyReceiptStatus', 'delayMs', or a status and a delay")
                 }
-                let fault = store.state.faults.add(
+                let added = store.state.faults.add(
                     Fault(
                         id: "", path: path, method: try body.string("method", maxBytes: 16)?.uppercased(),
                         status: status, errorCode: errorCode,
@@ -565,6 +565,9 @@ extension ServerAPIService {
                         delayMilliseconds: Int(delay),
                         remaining: try body.integer("count", in: 1...1_000_000).map(Int.init),
                         verifyReceiptStatus: receiptStatus, retryable: try body.bool("retryable")))
+                guard let fault = added else {
+                    throw EmulatorError.conflict("\(FaultInjector.limit) faults are configured: delete some first")
+                }
                 return .json(.object(fault.json), status: 201)
             })
         router.get(

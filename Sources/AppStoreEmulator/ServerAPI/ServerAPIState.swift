@@ -142,10 +142,19 @@ final class FaultInjector: InlineMiddleware {
     private let anyConfigured = Atomic<Bool>(false)
     private let counter = Atomic<Int>(0)
 
-    func add(_ fault: Fault) -> Fault {
+    /// Faults configured at once, at most (each request to Apple's endpoints looks through them all).
+    static let limit = 1_000
+
+    /// The fault with its id; nil when ``limit`` are configured already.
+    func add(_ fault: Fault) -> Fault? {
         var fault = fault
         fault.id = "fault-\(counter.wrappingAdd(1, ordering: .relaxed).newValue)"
-        faults.withLock { $0.append(fault) }
+        let added = faults.withLock { list in
+            guard list.count < Self.limit else { return false }
+            list.append(fault)
+            return true
+        }
+        guard added else { return nil }
         anyConfigured.store(true, ordering: .releasing)
         return fault
     }

@@ -31,7 +31,7 @@ public final class PostgresConnection {
         }
         guard let connection else { throw PostgresError(.connection, "out of memory") }
         guard PQstatus(connection) == CONNECTION_OK else {
-            let message = Self.trimmed(PQerrorMessage(connection))
+            let message = PostgresDatabase.scrubbed(Self.trimmed(PQerrorMessage(connection)), url: url)
             PQfinish(connection)
             throw PostgresError(.connection, message)
         }

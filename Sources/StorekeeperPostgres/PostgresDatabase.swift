@@ -43,15 +43,57 @@ public final class PostgresDatabase: Sendable {
         locks = PostgresSession(url: url, label: "storekeeper.postgres.locks", counter: counter)
     }
 
-    /// `url` without its password (`postgres://user:secret@host/db` → `postgres://user:***@host/db`), for
-    /// logs and messages.
+    /// `url` without its passwords, for logs and messages: the user's (`postgres://user:secret@host/db` →
+    /// `postgres://user:***@host/db`) and the `password` and `sslpassword` parameters' values.
     public static func redacted(_ url: String) -> String {
-        guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].lastIndex(of: "@") else {
+        guard let scheme = url.range(of: "://") else {
             return url.contains("password") ? "(a libpq connection string)" : url
         }
-        let userinfo = url[scheme.upperBound..<at]
-        guard let colon = userinfo.firstIndex(of: ":") else { return url }
-        return String(url[..<colon]) + ":***" + String(url[at...])
+        var result = url
+        if let at = url[scheme.upperBound...].lastIndex(of: "@"),
+            let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
+        {
+            result = String(url[..<colon]) + ":***" + String(url[at...])
+        }
+        guard let question = result.firstIndex(of: "?") else { return result }
+        let parameters = result[result.index(after: question)...].split(
+            separator: "&", omittingEmptySubsequences: false
+        )
+        .map { parameter -> String in
+            let name = parameter.prefix(while: { $0 != "=" })
+            return ["password", "sslpassword"].contains(name.lowercased()) ? name + "=***" : String(parameter)
+        }
+        return String(result[...question]) + parameters.joined(separator: "&")
+    }
+
+    /// The secrets `url` holds (the user's password, the `password` and `sslpassword` values), as written and
+    /// percent-decoded: what a message about it must not repeat.
+    static func secrets(in url: String) -> [String] {
+        guard let scheme = url.range(of: "://") else { return [] }
+        var found: [Substring] = []
+        if let at = url[scheme.upperBound...].lastIndex(of: "@"),
+            let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
+        {
+            found.append(url[url.index(after: colon)..<at])
+        }
+        if let question = url.firstIndex(of: "?") {
+            for parameter in url[url.index(after: question)...].split(separator: "&") {
+                let parts = parameter.split(separator: "=", maxSplits: 1)
+                if parts.count == 2, ["password", "sslpassword"].contains(parts[0].lowercased()) {
+                    found.append(parts[1])
+                }
+            }
+        }
+        let texts = found.filter { !$0.isEmpty }.map(String.init)
+        return Array(Set(texts + texts.compactMap { $0.removingPercentEncoding })).sorted { $0.count > $1.count }
+    }
+
+    /// libpq's message about `url` with the URL and its secrets taken out (libpq quotes a URL or a part of
+    /// it that does not parse, a password included).
+    static func scrubbed(_ message: String, url: String) -> String {
+        var message = message.replacingOccurrences(of: url, with: redacted(url))
+        for secret in secrets(in: url) { message = message.replacingOccurrences(of: secret, with: "***") }
+        return message
     }
 
     /// Runs `body` in a read-only snapshot.

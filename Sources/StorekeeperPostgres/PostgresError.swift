@@ -1,7 +1,7 @@
 /// A PostgreSQL failure: where it happened, the server's SQLSTATE when it sent one, and its message.
 ///
-/// The message is libpq's or the server's; neither repeats the connection URL, so a password never reaches
-/// it.
+/// The message is libpq's or the server's; a connection's is scrubbed of its URL and that URL's passwords
+/// (libpq quotes a URL, or a part of it, that does not parse).
 public struct PostgresError: Error, Hashable, Sendable, CustomStringConvertible {
     public enum Kind: String, Sendable, Hashable {
         /// The connection could not be opened or was lost.

@@ -31,7 +31,7 @@ extension AppStore {
         let realNow = self.realNow
         clockChanges.add(1, ordering: .sequentiallyConsistent)
         defer { clockChanges.subtract(1, ordering: .sequentiallyConsistent) }
-        try await storage.write { store in
+        try await writingCachedSettings { store in
             var clock = self.clockState.withLock { $0 }
             if let newRate { clock.rate = newRate }
             if let period {
@@ -61,6 +61,40 @@ extension AppStore {
             logger.error("notifications.prune-failed", ["error": String(describing: error)])
         }
         return ClockChange(now: now, rate: rate, ran: ran)
+    }
+
+    /// Runs `body` in a write that also changes the cached clock or products off sale (inside the write, so
+    /// that the caches follow the stored order). When the write fails, its changes to them may not be stored
+    /// (a failed commit rolls back a body that returned): both are read again from what is.
+    func writingCachedSettings<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T)
+        async throws -> T
+    {
+        do {
+            return try await storage.write(body)
+        } catch let refused as EmulatorError {
+            // Refused before anything changed (the bodies check first).
+            throw refused
+        } catch {
+            do {
+                let (rate, offset, notForSale) = try await storage.read { store in
+                    (
+                        try store.setting(Setting.rate), try store.setting(Setting.clockOffset),
+                        try store.setting(Setting.productsNotForSale)
+                    )
+                }
+                clockState.withLock { clock in
+                    clock = VirtualClock(
+                        rate: rate.flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes,
+                        offset: offset.flatMap(TimeInterval.init).flatMap { $0.isFinite ? $0 : nil } ?? 0)
+                }
+                productsNotForSale.withLock {
+                    $0 = Set((notForSale ?? "").split(separator: ",").map { ProductID(String($0)) })
+                }
+            } catch {
+                logger.error("settings.reload-failed", ["error": String(describing: error)])
+            }
+            throw error
+        }
     }
 
     /// Deletes the notifications that are done and older than ``notificationRetention``, in

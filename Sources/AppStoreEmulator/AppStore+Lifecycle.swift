@@ -345,11 +345,13 @@ extension AppStore {
     public func setAvailability(productID: String, forSale: Bool) async throws {
         guard catalog.entry(productID) != nil else { throw EmulatorError.notFound("no product \(productID)") }
         let id = ProductID(productID)
-        let updated = productsNotForSale.withLock { set -> [String] in
-            if forSale { set.remove(id) } else { set.insert(id) }
-            return set.map(\.rawValue).sorted()
-        }
-        try await storage.write { store in
+        // Changed inside the write: writes run one after another, so the cached set follows the order of the
+        // stored one (two requests at once cannot store them the other way round).
+        try await writingCachedSettings { store in
+            let updated = self.productsNotForSale.withLock { set -> [String] in
+                if forSale { set.remove(id) } else { set.insert(id) }
+                return set.map(\.rawValue).sorted()
+            }
             try store.setSetting(Setting.productsNotForSale, updated.joined(separator: ","))
         }
     }

@@ -128,10 +128,18 @@ extension PurchaseServer {
                 for item in page.notificationHistory {
                     guard let signed = item.signedPayload else { continue }
                     let body = JSONWriter.bytes(.object(["signedPayload": .string(signed)]))
-                    let ingested = try await ingestNotification(bundleID: bundleID, body: body)
-                    if !ingested.duplicate {
-                        report.notificationsRecovered += 1
-                        report.repairs += ingested.events.count
+                    do {
+                        let ingested = try await ingestNotification(bundleID: bundleID, body: body)
+                        if !ingested.duplicate {
+                            report.notificationsRecovered += 1
+                            report.repairs += ingested.events.count
+                        }
+                    } catch let refused as PurchaseServerError where refused.status < 500 {
+                        // One this server refuses (its signature, its app or environment) is reported and passed
+                        // over: stopping here would stop every later pass at the same page. A storage failure
+                        // still stops the pass, the checkpoint where it was.
+                        report.failures.append(
+                            "\(bundleID) \(environment.rawValue) history: a notification refused: \(refused.message)")
                     }
                 }
                 if page.hasMore, let token = page.paginationToken {

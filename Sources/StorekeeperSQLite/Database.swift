@@ -264,8 +264,10 @@ public actor Database {
         for write in writes {
             try connection.executeScript("SAVEPOINT grouped")
             do {
-                results.append(.success(try write.body(connection)))
+                // Answered only once released: a failed RELEASE is this write's failure, one answer each.
+                let value = try write.body(connection)
                 try connection.executeScript("RELEASE grouped")
+                results.append(.success(value))
             } catch {
                 try connection.executeScript("ROLLBACK TO grouped; RELEASE grouped")
                 results.append(.failure(error))

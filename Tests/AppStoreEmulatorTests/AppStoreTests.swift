@@ -426,6 +426,24 @@ struct AppStoreTests {
         #expect(lineItems.count == 5 && Set(lineItems).count == 5)
     }
 
+    @Test("Products taken off sale and put back at once: what is stored is what the store uses, every time")
+    func availabilityAtOnce() async throws {
+        let harness = try await Harness.make()
+        let products = ["coins", "monthly", "pro", "season"]
+        let path = harness.directory.appendingPathComponent("store.sqlite").path
+        for round in 0..<20 {
+            let forSale = round % 2 == 1
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for product in products {
+                    group.addTask { try await harness.store.setAvailability(productID: product, forSale: forSale) }
+                }
+                try await group.waitForAll()
+            }
+            let stored = try await SQLiteEmulatorStorage(path: path).read { try $0.setting("productsNotForSale") }
+            #expect(stored == (forSale ? "" : products.sorted().joined(separator: ",")), "round \(round)")
+        }
+    }
+
     @Test("A stored clock offset that is not one (not a number, infinite, past centuries) is refused at open")
     func storedClockOffset() async throws {
         let first = try await Harness.make()

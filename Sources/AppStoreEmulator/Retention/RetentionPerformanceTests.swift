@@ -163,14 +163,20 @@ extension ServerAPIService {
             ]),
             "failures": .object(failureCounts),
         ]
-        _ = try? await appStore.storage.write { store in
-            guard
-                var item = try store.retentionItem(
-                    .performanceTest, bundle: subscription.bundleID, environment: .sandbox, id: requestID)
-            else { return }
-            item.state = result
-            item.document = JSONWriter.string(.object(document))
-            try store.save(item)
+        do {
+            try await appStore.storage.write { store in
+                guard
+                    var item = try store.retentionItem(
+                        .performanceTest, bundle: subscription.bundleID, environment: .sandbox, id: requestID)
+                else { return }
+                item.state = result
+                item.document = JSONWriter.string(.object(document))
+                try store.save(item)
+            }
+        } catch {
+            // Not stored: the test stays pending and its result reads as a failure, said here too.
+            appStore.logger.error(
+                "retention.performance-test-not-stored", ["request": requestID, "error": String(describing: error)])
         }
     }
 

@@ -1,0 +1,57 @@
+import Foundation
+import PurchaseServer
+import StoreModel
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Testing
+
+/// Reconciliation reading Apple's notification history from a stand-in for the App Store Server API.
+@Suite("Purchase server: reconciliation from the notification history")
+struct ReconciliationHistoryTests {
+    @Test("A notification of the history the server refuses is reported and passed over: the pass goes on and ends")
+    func refusedNotification() async throws {
+        // Both signed by a chain the server trusts: the first without the notificationUUID the server keys
+        // notifications by (refused), the second a subscription it takes.
+        let known = try JWSFixtures.notification()
+        var unknown = known
+        unknown["notificationUUID"] = nil
+        let page: JSONObject = [
+            "notificationHistory": .array([
+                .object(["signedPayload": .string(try JWSFixtures.sign(unknown))]),
+                .object(["signedPayload": .string(try JWSFixtures.sign(known))]),
+            ]),
+            "hasMore": .bool(false),
+        ]
+        var router = Router()
+        router.add(
+            "POST", "/inApps/v1/notifications/history",
+            inline: { _, _ in
+                HTTPResponse(
+                    status: 200, headers: [("Content-Type", "application/json")], body: JSONWriter.bytes(.object(page)))
+            })
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        defer { apple.stop() }
+        let url = "http://127.0.0.1:\(apple.port)"
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root],
+            serverAPI: ServerAPISettings(
+                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+                sandboxURL: url))
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+        let storage = try await SQLiteServerStorage(path: path)
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
+        let report = await server.reconcile()
+        #expect(
+            report.failures.contains { $0.contains("history: a notification refused") }, "\(report.failures)")
+        #expect(report.notificationsRecovered == 1, "the one after it is read")
+        // The pass went on to its end: the history's checkpoint is stored, the next pass starts after it.
+        let checkpoint = try await storage.read {
+            try $0.checkpoint("notification-history:\(JWSFixtures.bundleID):Sandbox")
+        }
+        #expect(checkpoint != nil)
+    }
+}

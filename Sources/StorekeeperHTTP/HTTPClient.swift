@@ -53,6 +53,18 @@ public struct HTTPClient: Sendable {
         }
     }
 
+    /// `url` as an error names it: without its query (tokens travel there) or credentials (`user:pass@`).
+    package static func printable(_ url: String) -> String {
+        var printable = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        if let scheme = printable.range(of: "://"),
+            let at = printable[scheme.upperBound...].firstIndex(of: "@"),
+            !printable[scheme.upperBound..<at].contains("/")
+        {
+            printable = String(printable[..<scheme.upperBound]) + String(printable[printable.index(after: at)...])
+        }
+        return printable
+    }
+
     public var timeout: Duration
     public var connectTimeout: Duration
     public var maxResponseBytes: Int
@@ -147,8 +159,7 @@ public struct HTTPClient: Sendable {
             let reason = withUnsafeBytes(of: result.error) { bytes in
                 String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
             }
-            let printable = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
-            return .failure(HTTPClientError(code: code, reason: reason, url: printable))
+            return .failure(HTTPClientError(code: code, reason: reason, url: Self.printable(url)))
         }
         var responseHeaders: [(name: String, value: String)] = []
         for index in 0..<result.header_count {

@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 public import StorekeeperSQL
 import Synchronization
 
@@ -25,6 +26,7 @@ public actor Database {
     ) throws(SQLiteError) {
         self.afterCommit = afterCommit
         self.gathering = gathering
+        if path != ":memory:" { try Self.ownerOnly(path) }
         executor = DispatchSerialExecutor(label: "storekeeper.sqlite")
         connection = try Connection(path: path)
         if path != ":memory:" { try connection.execute("PRAGMA journal_mode=WAL") }
@@ -60,6 +62,28 @@ public actor Database {
             }
         } else {
             checkpointer = nil
+        }
+    }
+
+    /// The database file readable by its owner only from its first byte (created with mode 0600, or an
+    /// existing one narrowed to it, with any WAL, shared-memory or journal file beside it): SQLite gives the
+    /// files it makes the database file's mode.
+    static func ownerOnly(_ path: String) throws(SQLiteError) {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw SQLiteError(
+                code: .cantOpen, message: "cannot create \(path): \(String(cString: strerror(errno)))", sql: nil)
+        }
+        defer { close(descriptor) }
+        guard fchmod(descriptor, 0o600) == 0 else {
+            throw SQLiteError(
+                code: .cantOpen, message: "cannot restrict \(path) to its owner: \(String(cString: strerror(errno)))",
+                sql: nil)
+        }
+        for suffix in ["-wal", "-shm", "-journal"] where chmod(path + suffix, 0o600) != 0 && errno != ENOENT {
+            throw SQLiteError(
+                code: .cantOpen,
+                message: "cannot restrict \(path + suffix) to its owner: \(String(cString: strerror(errno)))", sql: nil)
         }
     }
 

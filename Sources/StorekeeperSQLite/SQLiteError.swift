@@ -10,6 +10,7 @@ public struct SQLiteError: Error, Hashable, CustomStringConvertible, Sendable {
         public static let constraint = Code(19)  // SQLITE_CONSTRAINT
         public static let busy = Code(5)  // SQLITE_BUSY
         public static let misuse = Code(21)  // SQLITE_MISUSE
+        public static let cantOpen = Code(14)  // SQLITE_CANTOPEN
 
         public var description: String { String(rawValue) }
     }

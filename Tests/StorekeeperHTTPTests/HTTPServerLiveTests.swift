@@ -338,6 +338,17 @@ struct HTTPClientTests {
             #expect(error.code == .connectFailed)
             #expect(!error.description.contains("secret"))
         }
+        // Nor its credentials.
+        let withUser = "http://alice:hunter2@127.0.0.1:\(server.port)/_emulator/v1/clock"
+        do {
+            _ = try await HTTPClient().send("GET", withUser)
+            Issue.record("a stopped server cannot answer")
+        } catch {
+            #expect(!error.description.contains("hunter2") && !error.description.contains("alice"))
+            #expect(error.description.contains("127.0.0.1:\(server.port)/_emulator/v1/clock"))
+        }
+        #expect(HTTPClient.printable("https://u:p@h/a@b?t=1") == "https://h/a@b")
+        #expect(HTTPClient.printable("https://h/a@b") == "https://h/a@b")
     }
 }
 

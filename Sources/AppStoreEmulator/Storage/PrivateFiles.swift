@@ -29,16 +29,6 @@ public enum PrivateFiles {
         }
     }
 
-    /// Creates an empty file with mode 0600 when it does not exist yet (SQLite then gives its journal files
-    /// the same mode).
-    static func touch(_ path: String) throws {
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw EmulatorError.configuration("cannot create \(path): \(String(cString: strerror(errno)))")
-        }
-        close(descriptor)
-    }
-
     /// Creates a directory with mode 0700; an existing one is narrowed to 0700 when `narrowExisting` (for
     /// directories that are the emulator's own, such as `pki/`; a data directory the user named is left as
     /// it is).

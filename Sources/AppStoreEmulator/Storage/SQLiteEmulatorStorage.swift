@@ -16,8 +16,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
     /// Opens (creating and migrating) the database at `path`; a state document left by an older build is
     /// moved into the tables once.
     public init(path: String) async throws {
-        // Created 0600 before SQLite opens it; its -wal and -shm files take the same mode.
-        if path != ":memory:" { try PrivateFiles.touch(path) }
+        // The database makes the file 0600 before SQLite opens it (its -wal and -shm take that mode).
         database = try Database(path: path)
         try await database.migrate(Self.migrations)
         let headers = headers

@@ -137,10 +137,6 @@ public struct SQLiteServerStorage: ServerStorage {
     /// `replayingHistory`: a new database goes through every migration rather than getting the current
     /// schema at once (as databases made by earlier builds did; the schema tests compare both).
     package init(path: String, replayingHistory: Bool) async throws {
-        if path != ":memory:" {
-            let descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-            if descriptor >= 0 { close(descriptor) }
-        }
         location = path
         let hooks = self.hooks
         database = try Database(

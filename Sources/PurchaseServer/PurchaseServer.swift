@@ -277,7 +277,13 @@ public final class PurchaseServer: Sendable {
         let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
         let current = now()
         let bundleID = app.settings.bundleID
-        return try await write(input: (key, "notification-v1", body), viewFollows: false) { store in
+        // Kept without its `password`: the app's shared secret is not stored with every notification.
+        var kept = body
+        if var object = (try? JSONParser.parse(body))?.objectValue, object["password"] != nil {
+            object["password"] = nil
+            kept = JSONWriter.bytes(.object(object))
+        }
+        return try await write(input: (key, "notification-v1", kept), viewFollows: false) { store in
             try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)
         }
     }

@@ -4,6 +4,7 @@ import Foundation
 import PurchaseServer
 import StoreModel
 import StoreTime
+import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
@@ -226,6 +227,17 @@ struct PurchaseServerTests {
         let (badPassword, _) = try await harness.call(
             "POST", "/v1/notifications/apple/\(ServerHarness.bundleID)", v1, key: nil)
         #expect(badPassword == 401)
+        // With the shared secret it is taken, and kept without it.
+        var good = v1
+        good["password"] = .string("s3cret")
+        let (taken, answer) = try await harness.call(
+            "POST", "/v1/notifications/apple/\(ServerHarness.bundleID)", good, key: nil)
+        #expect(taken == 200, "\(answer)")
+        let key = "notification-v1:" + Digest.hex(Digest.sha256(JSONWriter.bytes(.object(good))).prefix(16))
+        let kept = try #require(try await harness.server.storage.read { try $0.input(key: key) })
+        let stored = try JSONParser.parse(kept)
+        #expect(stored["password"] == nil && stored["notification_type"] == .string("DID_RENEW"))
+        #expect(!String(decoding: kept, as: UTF8.self).contains("s3cret"))
     }
 
     @Test("Grants give an entitlement until they end or are revoked; the routes need the secret key")

@@ -224,6 +224,8 @@ extension AppStore {
         scheduler.withLock { task in
             guard task == nil else { return }
             task = Task { [weak self] in
+                // Mass extensions a stopped process left incomplete go on (their requests were answered).
+                await self?.serverAPI.resumeMassExtensions()
                 while !Task.isCancelled {
                     guard let self else { return }
                     // First, so a scheduler that always finds events due prunes too.

@@ -444,6 +444,40 @@ struct AppStoreTests {
         }
     }
 
+    @Test("A mass extension a stopped emulator left incomplete goes on at the next start, from where it got to")
+    func massExtensionResumed() async throws {
+        let first = try await Harness.make()
+        for _ in 0..<3 {
+            let (_, app) = try await first.accountAndApp()
+            #expect(try await first.call("POST", app + "/payments", ["productId": .string("monthly")]).0 == 201)
+        }
+        first.store.close()
+        let path = first.directory.appendingPathComponent("store.sqlite").path
+        let ids = try await SQLiteEmulatorStorage(path: path).read { try $0.subscriptionIDs(renewingTo: "monthly") }
+        try #require(ids.count == 3)
+        // As a process stopped after its first batch leaves it: one subscription gone through and counted.
+        let left = MassExtension(
+            requestIdentifier: "outage", productID: "monthly", environment: .sandbox, storefronts: nil, succeeded: 1,
+            resume: MassExtension.Resume(bundleID: AppStoreTests.bundleID, days: 3, reason: 1, after: ids[0].rawValue))
+        try await SQLiteEmulatorStorage(path: path).write { try $0.save(left) }
+        let second = try await Harness.make(directory: first.directory)
+        second.store.startScheduler(granularity: .milliseconds(20))
+        var done: MassExtension?
+        for _ in 0..<500 {
+            done = try await SQLiteEmulatorStorage(path: path).read {
+                try $0.massExtension(productID: "monthly", requestIdentifier: "outage")
+            }
+            if done?.complete == true { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(done?.complete == true && done?.succeeded == 3 && done?.failed == 0)
+        let extended = try await SQLiteEmulatorStorage(path: path).read { store in
+            try ids.map { try store.renewalExtensions(original: $0).count }
+        }
+        #expect(extended == [0, 1, 1], "the two it had not been through, each once")
+        second.store.close()
+    }
+
     @Test("A stored clock offset that is not one (not a number, infinite, past centuries) is refused at open")
     func storedClockOffset() async throws {
         let first = try await Harness.make()

@@ -706,6 +706,9 @@ struct EmulatorStorageContractTests {
                 ALTER TABLE transactions DROP COLUMN billing_plan; ALTER TABLE transactions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN renewal_billing_plan;
+                ALTER TABLE mass_extensions DROP COLUMN bundle_id; ALTER TABLE mass_extensions DROP COLUMN extend_by_days;
+                ALTER TABLE mass_extensions DROP COLUMN extend_reason_code;
+                ALTER TABLE mass_extensions DROP COLUMN resume_after;
                 DELETE FROM schema_migrations WHERE id >= '007';
                 """,
             ])
@@ -746,7 +749,11 @@ struct EmulatorStorageContractTests {
         secondRecord.requestIdentifier = "r2"
         secondRecord.date = Self.start.addingTimeInterval(60)
         let mass = MassExtension(
-            requestIdentifier: "m1", productID: "p", environment: .production, storefronts: ["USA", "GBR"])
+            requestIdentifier: "m1", productID: "p", environment: .production, storefronts: ["USA", "GBR"],
+            resume: MassExtension.Resume(bundleID: "com.example", days: 3, reason: 1, after: "12"))
+        let pending = MassExtension(
+            requestIdentifier: "m2", productID: "p", environment: .sandbox, storefronts: nil, succeeded: 2,
+            resume: MassExtension.Resume(bundleID: "com.example", days: 90, reason: 0))
         var doneProgress = mass
         doneProgress.complete = true
         doneProgress.completeDate = Self.start
@@ -759,6 +766,7 @@ struct EmulatorStorageContractTests {
             try store.insert(second)
             try store.save(mass)
             try store.save(done)
+            try store.save(pending)
             try store.save(ConsumptionRecord(transactionID: "1", version: 1, body: "{}"))
             try store.save(ConsumptionRecord(transactionID: "1", version: 2, body: #"{"deliveryStatus":"DELIVERED"}"#))
             try store.setRefundRequest("1", reason: "UNINTENDED_PURCHASE")
@@ -774,6 +782,9 @@ struct EmulatorStorageContractTests {
             #expect(try store.renewalExtensions(original: "10") == [first, second])
             #expect(try store.renewalExtensions(original: "11").isEmpty)
             #expect(try store.massExtension(productID: "p", requestIdentifier: "m1") == done)
+            #expect(try store.massExtension(productID: "p", requestIdentifier: "m2") == pending)
+            #expect(try store.incompleteMassExtensions(limit: 10) == [pending], "the done one is not")
+            #expect(try store.incompleteMassExtensions(limit: 0).isEmpty)
             #expect(try store.massExtension(productID: "q", requestIdentifier: "m1") == nil)
             #expect(
                 try store.consumption("1")

@@ -12,6 +12,10 @@ struct ExtensionRequest: Sendable {
     var reason: Int
     var requestIdentifier: String
 
+    init(days: Int, reason: Int, requestIdentifier: String) {
+        (self.days, self.reason, self.requestIdentifier) = (days, reason, requestIdentifier)
+    }
+
     init(json body: JSONObject) throws {
         guard let days = body["extendByDays"]?.int64Value, (1...90).contains(days) else {
             throw EmulatorError.api(.invalidExtendByDays, "Invalid extend by days value.")

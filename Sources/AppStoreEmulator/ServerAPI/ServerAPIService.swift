@@ -357,7 +357,8 @@ public final class ServerAPIService: Sendable {
         }
         let progress = MassExtension(
             requestIdentifier: request.requestIdentifier, productID: productID, environment: scope.environment,
-            storefronts: storefronts)
+            storefronts: storefronts,
+            resume: MassExtension.Resume(bundleID: scope.bundleID, days: request.days, reason: request.reason))
         let started = try await self.appStore.storage.write { store -> Bool in
             guard try store.massExtension(productID: productID, requestIdentifier: request.requestIdentifier) == nil
             else { return false }
@@ -374,16 +375,41 @@ public final class ServerAPIService: Sendable {
         return request.requestIdentifier
     }
 
+    /// Goes on with the mass extensions a stopped process left incomplete, each from where it got to (the
+    /// subscriptions it had been through are not counted again).
+    func resumeMassExtensions() async {
+        do {
+            let incomplete = try await appStore.storage.read { try $0.incompleteMassExtensions(limit: 1_000) }
+            for progress in incomplete {
+                guard let resume = progress.resume else { continue }
+                let request = ExtensionRequest(
+                    days: resume.days, reason: resume.reason, requestIdentifier: progress.requestIdentifier)
+                let scope = APIScope(bundleID: resume.bundleID, environment: progress.environment)
+                jobs.start { [self, appStore] in
+                    await self.runMassExtension(progress, request: request, scope: scope)
+                    _ = appStore
+                }
+            }
+        } catch {
+            appStore.logger.error("mass-extension.resume-failed", ["error": String(describing: error)])
+        }
+    }
+
     func runMassExtension(_ initial: MassExtension, request: ExtensionRequest, scope: APIScope) async {
         var progress = initial
         do {
             let ids = try await self.appStore.storage.read {
                 try $0.subscriptionIDs(renewingTo: ProductID(initial.productID))
             }
+            // After a restart, from the first subscription past the last one it had been through.
             var start = 0
+            if let after = initial.resume?.after {
+                start = ids.firstIndex { ($0.rawValue.count, $0.rawValue) > (after.count, after) } ?? ids.count
+            }
             while start < ids.count {
                 let batch = Array(ids[start..<min(ids.count, start + Self.massExtensionBatch)])
                 start += batch.count
+                let last = batch.last?.rawValue
                 let current = self.appStore.now
                 let snapshot = progress
                 progress = try await self.appStore.storage.write { store in
@@ -413,6 +439,7 @@ public final class ServerAPIService: Sendable {
                             progress.failed += 1
                         }
                     }
+                    progress.resume?.after = last
                     try store.save(progress)
                     return progress
                 }

@@ -197,6 +197,8 @@ public protocol RecordRepository {
     func renewalExtensions(original: TransactionID) throws -> [ExtensionRecord]
     func insert(_ record: ExtensionRecord) throws
     func massExtension(productID: String, requestIdentifier: String) throws -> MassExtension?
+    /// Mass extensions not complete (a restart goes on with them), at most `limit`.
+    func incompleteMassExtensions(limit: Int) throws -> [MassExtension]
     /// Inserts or replaces the progress of the mass extension it names.
     func save(_ progress: MassExtension) throws
     func consumption(_ transactionID: TransactionID) throws -> ConsumptionRecord?

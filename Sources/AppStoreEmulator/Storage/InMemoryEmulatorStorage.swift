@@ -411,6 +411,12 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
         func massExtension(productID: String, requestIdentifier: String) -> MassExtension? {
             tables.massExtensions[Key(a: productID, b: requestIdentifier)]
         }
+        func incompleteMassExtensions(limit: Int) -> [MassExtension] {
+            Array(
+                tables.massExtensions.values.filter { !$0.complete }
+                    .sorted { ($0.productID, $0.requestIdentifier) < ($1.productID, $1.requestIdentifier) }
+                    .prefix(max(0, limit)))
+        }
         func save(_ progress: MassExtension) {
             change(\.massExtensions, Key(a: progress.productID, b: progress.requestIdentifier), progress)
         }

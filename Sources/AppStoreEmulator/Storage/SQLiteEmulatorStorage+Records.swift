@@ -37,27 +37,47 @@ extension SQLiteEmulatorStorage.Store {
         try connection.execute(
             "SELECT * FROM mass_extensions WHERE product_id = ? AND request_identifier = ?",
             [.text(productID), .text(requestIdentifier)]
-        ).first.map { row in
-            MassExtension(
-                requestIdentifier: requestIdentifier, productID: productID,
-                environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
-                storefronts: row["storefronts"].string.map { $0.split(separator: ",").map(String.init) },
-                complete: row["complete"].int64 == 1, completeDate: date(row["complete_date"]),
-                succeeded: row["succeeded"].int64 ?? 0, failed: row["failed"].int64 ?? 0)
+        ).first.map(massExtension)
+    }
+
+    func incompleteMassExtensions(limit: Int) throws -> [MassExtension] {
+        try connection.execute(
+            "SELECT * FROM mass_extensions WHERE complete = 0 ORDER BY product_id, request_identifier LIMIT ?",
+            [.integer(Int64(max(0, limit)))]
+        ).map(massExtension)
+    }
+
+    private func massExtension(_ row: Row) -> MassExtension {
+        var resume: MassExtension.Resume?
+        if let bundle = row["bundle_id"].string, let days = row["extend_by_days"].int64,
+            let reason = row["extend_reason_code"].int64
+        {
+            resume = MassExtension.Resume(
+                bundleID: bundle, days: Int(days), reason: Int(reason), after: row["resume_after"].string)
         }
+        return MassExtension(
+            requestIdentifier: row["request_identifier"].string ?? "", productID: row["product_id"].string ?? "",
+            environment: Environment(rawValue: row["environment"].string ?? "") ?? .sandbox,
+            storefronts: row["storefronts"].string.map { $0.split(separator: ",").map(String.init) },
+            complete: row["complete"].int64 == 1, completeDate: date(row["complete_date"]),
+            succeeded: row["succeeded"].int64 ?? 0, failed: row["failed"].int64 ?? 0, resume: resume)
     }
 
     func save(_ progress: MassExtension) throws {
         try connection.execute(
             """
             INSERT OR REPLACE INTO mass_extensions
-                (product_id, request_identifier, environment, storefronts, complete, complete_date, succeeded, failed)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                (product_id, request_identifier, environment, storefronts, complete, complete_date, succeeded, failed,
+                 bundle_id, extend_by_days, extend_reason_code, resume_after)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [
                 .text(progress.productID), .text(progress.requestIdentifier), .text(progress.environment.rawValue),
                 text(progress.storefronts?.joined(separator: ",")), flag(progress.complete),
                 real(progress.completeDate), .integer(progress.succeeded), .integer(progress.failed),
+                text(progress.resume?.bundleID), progress.resume.map { .integer(Int64($0.days)) } ?? .null,
+                progress.resume.map { .integer(Int64($0.reason)) } ?? .null,
+                text(progress.resume?.after),
             ])
     }
 

@@ -265,5 +265,14 @@ extension SQLiteEmulatorStorage {
             """),
         // A plan chosen for the next renewal (Retention Messaging's switch-plan answer).
         Migration("017-renewal-billing-plan", "ALTER TABLE subscriptions ADD COLUMN renewal_billing_plan TEXT;"),
+        // A mass extension goes on after a restart: the request and how far it got.
+        Migration(
+            "018-mass-extension-resume",
+            """
+            ALTER TABLE mass_extensions ADD COLUMN bundle_id TEXT;
+            ALTER TABLE mass_extensions ADD COLUMN extend_by_days INTEGER;
+            ALTER TABLE mass_extensions ADD COLUMN extend_reason_code INTEGER;
+            ALTER TABLE mass_extensions ADD COLUMN resume_after TEXT;
+            """),
     ]
 }

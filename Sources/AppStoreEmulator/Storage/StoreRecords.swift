@@ -266,10 +266,26 @@ public struct MassExtension: Sendable, Hashable {
     public var completeDate: Date?
     public var succeeded: Int64
     public var failed: Int64
+    /// What a restart needs to go on with it: the app, the request's days and reason, and the last of the
+    /// product's subscriptions (in their stored order: original ids by length, then as text) it has been
+    /// through. Nil for one stored by a build that kept none of it.
+    public var resume: Resume?
+
+    public struct Resume: Sendable, Hashable {
+        public var bundleID: String
+        public var days: Int
+        public var reason: Int
+        public var after: String?
+
+        public init(bundleID: String, days: Int, reason: Int, after: String? = nil) {
+            (self.bundleID, self.days, self.reason, self.after) = (bundleID, days, reason, after)
+        }
+    }
 
     public init(
         requestIdentifier: String, productID: String, environment: Environment, storefronts: [String]?,
-        complete: Bool = false, completeDate: Date? = nil, succeeded: Int64 = 0, failed: Int64 = 0
+        complete: Bool = false, completeDate: Date? = nil, succeeded: Int64 = 0, failed: Int64 = 0,
+        resume: Resume? = nil
     ) {
         self.requestIdentifier = requestIdentifier
         self.productID = productID
@@ -279,6 +295,7 @@ public struct MassExtension: Sendable, Hashable {
         self.completeDate = completeDate
         self.succeeded = succeeded
         self.failed = failed
+        self.resume = resume
     }
 }
 

@@ -211,7 +211,10 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.invalid(
                 "notifications from \(environment.rawValue) are not accepted for \(bundleID)")
         }
-        metrics.count("storekeeper_notifications_total", ["type": type.rawValue])
+        // A type this build does not know is counted as "other": a label per string sent would grow without end.
+        metrics.count(
+            "storekeeper_notifications_total", ["type": NotificationType.known.contains(type) ? type.rawValue : "other"]
+        )
         let signedDate = notification.signedDate ?? now()
         var parsed = PurchaseUpdate(
             source: .notification, notice: .v2(type, notification.subtype))
@@ -256,7 +259,9 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.verification("the V1 notification's receipt did not verify")
         }
         let type = notification.type
-        metrics.count("storekeeper_notifications_total", ["type": "V1:" + type.rawValue])
+        metrics.count(
+            "storekeeper_notifications_total",
+            ["type": "V1:" + (NotificationTypeV1.known.contains(type) ? type.rawValue : "other")])
         // Apple's receipts only (Xcode sends no notifications): Production, or else the sandbox.
         let environment = Environment(name: parsed.environment, among: Environment.customerEnvironments) ?? .sandbox
         var found = Self.purchases(of: parsed, environment: environment).map {

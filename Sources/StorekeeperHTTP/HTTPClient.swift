@@ -116,7 +116,10 @@ public struct HTTPClient: Sendable {
         -> Result<Response, HTTPClientError>
     {
         _ = Self.initialised
-        func milliseconds(_ duration: Duration) -> Int { Int(duration.wholeMilliseconds) }
+        // Within 1 ms and a day: libcurl reads 0 as no limit at all, which no caller means.
+        func milliseconds(_ duration: Duration) -> Int {
+            Int(min(max(duration, .milliseconds(1)), .seconds(86_400)).wholeMilliseconds)
+        }
         let names = headers.map { strdup($0.name) }
         let values = headers.map { strdup($0.value) }
         let ca = caFile.flatMap { strdup($0) }

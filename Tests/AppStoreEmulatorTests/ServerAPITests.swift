@@ -257,7 +257,8 @@ struct ServerAPITests {
         let client = try api.client()
         let taken = try await client.extendRenewalDatesForAllActiveSubscribers(
             MassExtendRenewalDateRequest(
-                extendByDays: 3, extendReasonCode: 3, requestIdentifier: "outage-1", productID: "monthly"))
+                extendByDays: 3, extendReasonCode: 3, requestIdentifier: "outage-1", productID: "monthly",
+                storefrontCountryCodes: ["USA", "usa", "USA"]))
         #expect(taken.requestIdentifier == "outage-1")
         var status = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
         for _ in 0..<6_000 where status.complete != true {
@@ -278,6 +279,7 @@ struct ServerAPITests {
         let summary = try #require(decoded.first { $0["notificationType"]?.stringValue == "RENEWAL_EXTENSION" })
         #expect(summary["subtype"]?.stringValue == "SUMMARY")
         #expect(summary["summary"]?["succeededCount"]?.int64Value == 3)
+        #expect(summary["summary"]?["storefrontCountryCodes"] == .array([.string("USA")]), "each storefront once")
         #expect(decoded.filter { $0["notificationType"]?.stringValue == "RENEWAL_EXTENDED" }.count == 3)
         let badProduct = await Self.apiError {
             _ = try await client.extendRenewalDatesForAllActiveSubscribers(

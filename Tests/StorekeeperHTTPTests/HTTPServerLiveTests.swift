@@ -320,6 +320,13 @@ struct HTTPClientTests {
         } catch {
             #expect(error.code == .timedOut)
         }
+        // A timeout of zero is the shortest there is, not none (libcurl's 0).
+        do {
+            _ = try await HTTPClient(timeout: .zero).send("GET", base + "/slow?ms=3000")
+            Issue.record("answered past a zero timeout")
+        } catch {
+            #expect(error.code == .timedOut)
+        }
         do {
             _ = try await HTTPClient(maxResponseBytes: 10).send("GET", base + "/_emulator/v1/clock")
         } catch {

@@ -119,7 +119,8 @@ public struct AppNotifications: Codable, Sendable, Hashable {
                 rate.end(of: StorePeriod(hours: hours), from: now).timeIntervalSince(now)
             }
         return NotificationSettings(
-            urls: urls, version: version, retryDelays: delays, timeout: .milliseconds(Int64(timeoutSeconds * 1000)),
+            urls: urls, version: version, retryDelays: delays,
+            timeout: .milliseconds(max(1, Int64((timeoutSeconds * 1000).rounded()))),
             retryClientErrors: retryClientErrors)
     }
 }

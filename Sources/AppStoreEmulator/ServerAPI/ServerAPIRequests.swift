@@ -48,11 +48,13 @@ struct MassExtensionRequest: Sendable {
             guard let list = value.arrayValue, !list.isEmpty else {
                 throw EmulatorError.api(.invalidEmptyStorefrontCountryCodeList, "Invalid empty storefront list.")
             }
-            storefronts = try list.map { item in
+            // Each code once, in the order given: the list is then at most the storefronts there are.
+            var seen = Set<String>()
+            storefronts = try list.compactMap { item in
                 guard let code = item.stringValue, Storefront(countryCode: code) != nil else {
                     throw EmulatorError.api(.invalidStorefrontCountryCode, "Invalid storefront country code.")
                 }
-                return code.uppercased()
+                return seen.insert(code.uppercased()).inserted ? code.uppercased() : nil
             }
         }
     }

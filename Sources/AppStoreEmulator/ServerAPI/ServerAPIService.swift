@@ -346,6 +346,10 @@ public final class ServerAPIService: Sendable {
 
     /// Subscriptions one write of a mass extension handles.
     static let massExtensionBatch = 250
+    /// Mass extensions running at once (each goes through every subscription of its product); a new request
+    /// past them is refused with Apple's rate-limit error, as Apple limits this endpoint too.
+    static let maxMassExtensions = 4
+    private let massExtensionsRunning = Atomic<Int>(0)
 
     /// Takes a mass extension and runs it in the background, a batch of subscriptions per write; at the end
     /// RENEWAL_EXTENSION/SUMMARY says how many succeeded and failed. A request identifier already taken
@@ -359,14 +363,27 @@ public final class ServerAPIService: Sendable {
             requestIdentifier: request.requestIdentifier, productID: productID, environment: scope.environment,
             storefronts: storefronts,
             resume: MassExtension.Resume(bundleID: scope.bundleID, days: request.days, reason: request.reason))
-        let started = try await self.appStore.storage.write { store -> Bool in
-            guard try store.massExtension(productID: productID, requestIdentifier: request.requestIdentifier) == nil
-            else { return false }
-            try store.save(progress)
-            return true
+        guard massExtensionsRunning.wrappingAdd(1, ordering: .relaxed).newValue <= Self.maxMassExtensions else {
+            massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed)
+            throw EmulatorError.api(.rateLimitExceeded, "Rate limit exceeded.")
         }
+        let started: Bool
+        do {
+            started = try await self.appStore.storage.write { store -> Bool in
+                guard
+                    try store.massExtension(productID: productID, requestIdentifier: request.requestIdentifier) == nil
+                else { return false }
+                try store.save(progress)
+                return true
+            }
+        } catch {
+            massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed)
+            throw error
+        }
+        if !started { massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed) }
         if started {
             jobs.start { [self, appStore] in
+                defer { self.massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed) }
                 await self.runMassExtension(progress, request: request, scope: scope)
                 // The job keeps the store alive until it ends (this service holds it unowned).
                 _ = appStore
@@ -385,7 +402,10 @@ public final class ServerAPIService: Sendable {
                 let request = ExtensionRequest(
                     days: resume.days, reason: resume.reason, requestIdentifier: progress.requestIdentifier)
                 let scope = APIScope(bundleID: resume.bundleID, environment: progress.environment)
+                // Counted among those running (a new request waits for them), however many a restart finds.
+                massExtensionsRunning.wrappingAdd(1, ordering: .relaxed)
                 jobs.start { [self, appStore] in
+                    defer { self.massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed) }
                     await self.runMassExtension(progress, request: request, scope: scope)
                     _ = appStore
                 }

@@ -1,0 +1,38 @@
+import Foundation
+import PurchaseServer
+import StoreModel
+import StorekeeperCrypto
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Testing
+
+/// `/metrics` is open to anyone who can reach it: its labels come from closed sets, never from what a sender wrote.
+@Suite("Purchase server: metric labels")
+struct MetricsLabelTests {
+    @Test("A notification type this build does not know is counted as other, not under its own name")
+    func unknownType() async throws {
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root])
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]),
+            storage: try await SQLiteServerStorage(path: path))
+        let responder = server.responder()
+        var notification = try JWSFixtures.notification()
+        notification["notificationType"] = .string("A_TYPE_FROM_THE_FUTURE_0123456789")
+        let body = JSONWriter.bytes(.object(["signedPayload": .string(try JWSFixtures.sign(notification))]))
+        var post = HTTPRequest(
+            method: "POST", target: "/v1/notifications/apple/\(JWSFixtures.bundleID)",
+            headers: [("Content-Type", "application/json")], body: body)
+        post.remoteAddress = "127.0.0.1"
+        let taken = await responder.respond(to: post)
+        #expect(taken.status == 200, "\(String(decoding: taken.body, as: UTF8.self))")
+        var get = HTTPRequest(method: "GET", target: "/metrics", headers: [], body: [])
+        get.remoteAddress = "127.0.0.1"
+        let text = String(decoding: await responder.respond(to: get).body, as: UTF8.self)
+        #expect(text.contains(#"storekeeper_notifications_total{type="other"} 1"#), "\(text)")
+        #expect(!text.contains("A_TYPE_FROM_THE_FUTURE"))
+    }
+}

@@ -4,6 +4,7 @@ import StoreModel
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperSQL
+import Synchronization
 
 /// What an app user has: entitlements, subscriptions, purchases, consumable balances and flags.
 public struct SubscriberView: Sendable {
@@ -362,15 +363,20 @@ extension PurchaseServer {
         return totals
     }
 
-    /// Pending deliveries and stored inputs, for `/metrics`.
+    /// Pending deliveries and stored inputs, for `/metrics`: counted at most once every five seconds (a count
+    /// reads a whole table, and `/metrics` is open to whoever reaches it).
     func gauges() async -> [(name: String, help: String, value: Double)] {
+        let now = ContinuousClock.now
+        if let counted = gaugesCounted.withLock({ $0 }), now - counted.at < .seconds(5) { return counted.values }
         let counts = try? await storage.read { store in (try store.pendingDeliveryCount(), try store.inputCount()) }
-        return [
+        let values: [(name: String, help: String, value: Double)] = [
             ("storekeeper_webhook_outbox_pending", "Webhook deliveries waiting to be sent.", Double(counts?.0 ?? 0)),
             (
                 "storekeeper_inputs_stored", "Inputs stored raw (notifications, transactions, receipts).",
                 Double(counts?.1 ?? 0)
             ),
         ]
+        if counts != nil { gaugesCounted.withLock { $0 = (now, values) } }
+        return values
     }
 }

@@ -27,6 +27,9 @@ public final class PurchaseServer: Sendable {
     let wallClock: @Sendable () -> Date
     let logger: Logger
     let metrics = Metrics()
+    /// `/metrics`' gauges as last counted, and when (``gauges()``).
+    let gaugesCounted = Mutex<(at: ContinuousClock.Instant, values: [(name: String, help: String, value: Double)])?>(
+        nil)
     let notificationLog = NotificationLog()
     let cache: SubscriberCache
     /// On storage other processes write: keeps `cache` clear of what they changed.

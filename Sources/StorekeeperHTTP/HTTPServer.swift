@@ -236,6 +236,8 @@ private final class Exchange: Sendable {
     private let answered = Atomic<Bool>(false)
     let id: Int
     let started = ContinuousClock.now
+    /// The handler's task, cancelled when the deadline answers for it.
+    let task = Mutex<Task<Void, Never>?>(nil)
 
     init(pointer: OpaquePointer, id: Int) {
         raw = Raw(pointer: pointer)
@@ -300,6 +302,20 @@ private final class HandlerBox: Sendable {
     let https: Bool
     private let pending = Mutex<(next: Int, open: [Int: Exchange])>((0, [:]))
     private let sweeper = Mutex<Task<Void, Never>?>(nil)
+    /// Handler tasks not yet ended, those the deadline has answered for included: at most
+    /// ``HTTPLimits/maxConnections`` (a connection freed by the deadline does not free its handler's work).
+    private let running = Atomic<Int>(0)
+
+    /// Counts a handler about to start; false when as many run as connections are allowed.
+    func startHandler() -> Bool {
+        guard running.wrappingAdd(1, ordering: .relaxed).newValue <= limits.maxConnections else {
+            running.wrappingSubtract(1, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    func handlerEnded() { running.wrappingSubtract(1, ordering: .relaxed) }
 
     init(responder: Responder, limits: HTTPLimits, logger: Logger, https: Bool) {
         self.responder = responder
@@ -327,6 +343,7 @@ private final class HandlerBox: Sendable {
             return Array(late)
         }
         for exchange in overdue {
+            exchange.task.withLock { $0?.cancel() }
             logger.warning("request.deadline", ["request.deadline.seconds": String(describing: limits.requestTimeout)])
             exchange.respond(
                 HTTPError(status: 503, code: "request_timeout", message: "the request took too long to answer").response
@@ -420,12 +437,19 @@ private func handleRequest(
         Exchange.respond(exchange, box.sent(response))
         return
     }
+    guard box.startHandler() else {
+        let error = HTTPError(status: 503, code: "busy", message: "too many requests are being handled")
+        Exchange.respond(exchange, box.sent(box.responder.refusal(error, for: request)))
+        return
+    }
     let pendingExchange = box.register(exchange)
-    Task(executorPreference: box.executor) {
+    let task = Task(executorPreference: box.executor) {
+        defer { box.handlerEnded() }
         let response = await box.responder.respond(to: request)
         pendingExchange.respond(box.sent(response))
         box.finish(pendingExchange)
     }
+    pendingExchange.task.withLock { $0 = task }
 }
 
 /// A task executor over a concurrent dispatch queue of the server's own, preferred by every handler task

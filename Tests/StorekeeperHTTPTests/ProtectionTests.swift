@@ -173,6 +173,46 @@ struct ConnectionProtectionTests {
         #expect(other == 200)
     }
 
+    @Test("Handlers the deadline answered for still count until they end: past the limit a request is refused at once")
+    func overdueHandlersCount() async throws {
+        // Handlers that ignore cancellation, held until released.
+        let held = Mutex<[CheckedContinuation<Void, Never>]>([])
+        var router = Router()
+        router.get("/stubborn") { _, _ in
+            await withCheckedContinuation { continuation in held.withLock { $0.append(continuation) } }
+            return .json(.object([:]))
+        }
+        router.get("/quick") { _, _ in .json(.object(["ok": .bool(true)])) }
+        var limits = HTTPLimits()
+        limits.maxConnections = 4
+        limits.reservedConnections = 0
+        limits.perAddressLimit = 0
+        limits.requestTimeout = .milliseconds(200)
+        let server = try HTTPServer(port: 0, limits: limits, responder: router.freeze())
+        defer { server.stop() }
+        let base = "http://127.0.0.1:\(server.port)"
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<4 { group.addTask { try await HTTPClient().send("GET", base + "/stubborn").status } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses == [503, 503, 503, 503], "answered at the deadline")
+        // Their four handlers still run: a fifth is refused at once, not started.
+        let busy = try await HTTPClient().send("GET", base + "/quick")
+        #expect(busy.status == 503 && String(decoding: busy.body, as: UTF8.self).contains("busy"))
+        for _ in 0..<200 where held.withLock({ $0.count }) < 4 { try await Task.sleep(for: .milliseconds(10)) }
+        held.withLock { continuations in
+            continuations.forEach { $0.resume() }
+            continuations = []
+        }
+        var status = 0
+        for _ in 0..<200 {
+            status = try await HTTPClient().send("GET", base + "/quick").status
+            if status == 200 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(status == 200, "served again once they ended")
+    }
+
     @Test("Near the connection limit, the reserve goes only to addresses that hold no connection")
     func reserve() async throws {
         let server = try Self.server {

@@ -272,14 +272,19 @@ enum LifecycleCommands {
             .init(name: "count", valueName: "n", help: "Stop after this many notifications."),
             .init(
                 name: "password", valueName: "secret",
-                help: "The app's shared secret: V1 notifications whose password differs are refused."),
+                help:
+                    "The app's shared secret: V1 notifications whose password differs are refused "
+                    + "(default: $STOREKEEPER_SHARED_SECRET, out of the process list)."),
         ],
         discussion:
             "Prints the address it listens on, then one line per notification: its signed date, type/subtype, UUID, "
             + "status and product. Answers 200 to a notification that verifies and 400 to one that does not. V1 "
-            + "notifications (unsigned) are checked against --password when it is given.")
+            + "notifications (unsigned) are checked against --password (or $STOREKEEPER_SHARED_SECRET) when it is given."
+    )
 
     static func listen(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
+        let password =
+            arguments.value("password") ?? ProcessInfo.processInfo.environment["STOREKEEPER_SHARED_SECRET"]
         TerminationSignals.hold()
         let port = Int(arguments.value("port") ?? "8081") ?? -1
         guard (0...65_535).contains(port) else { throw CommandError.usage("--port must be 0 to 65535") }
@@ -307,7 +312,7 @@ enum LifecycleCommands {
         var router = Router()
         let handler: Handler = { request, _ in
             let (line, ok) = describe(
-                request.body, verifier: verifier, format: format, password: arguments.value("password"))
+                request.body, verifier: verifier, format: format, password: password)
             console.write(line + "\n")
             let count = received.add(1, ordering: .relaxed).newValue
             if let limit, count == limit { TerminationSignals.stop() }

@@ -95,10 +95,11 @@ struct ListenVersionOneTests {
         let listener = ChildProcess()
         listener.executableURL = URL(fileURLWithPath: binary)
         // The emulator's default app has no shared secret: its V1 bodies carry none, so a listener that
-        // expects one refuses them.
-        listener.arguments = [
-            "appstore", "notifications", "listen", "--url", base, "--port", "0", "--count", "2", "--password", "x",
-        ]
+        // expects one (here from the environment, as --password's default) refuses them.
+        listener.arguments = ["appstore", "notifications", "listen", "--url", base, "--port", "0", "--count", "2"]
+        listener.environment = ProcessInfo.processInfo.environment.merging(["STOREKEEPER_SHARED_SECRET": "x"]) {
+            $1
+        }
         let output = Pipe()
         listener.standardOutput = output
         listener.standardError = Pipe()

@@ -36,10 +36,14 @@ extension PurchaseServer {
                 do {
                     ingested = try await server.ingestNotification(bundleID: bundleID, body: request.body)
                 } catch let error as PurchaseServerError {
-                    server.notificationLog.record(
-                        NotificationLogEntry(
-                            received: server.wallClock(), bundleID: bundleID, outcome: "rejected", type: nil, events: 0,
-                            error: error.message))
+                    // Shown for the apps this server has only: anyone can post here, and a path naming no app
+                    // would otherwise put the poster's text (and crowd out real entries) on the dashboard.
+                    if server.apps[bundleID] != nil {
+                        server.notificationLog.record(
+                            NotificationLogEntry(
+                                received: server.wallClock(), bundleID: bundleID, outcome: "rejected", type: nil,
+                                events: 0, error: error.message))
+                    }
                     throw error
                 }
                 let type = ingested.events.lazy.compactMap { event in

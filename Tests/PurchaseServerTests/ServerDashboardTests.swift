@@ -76,6 +76,16 @@ struct ServerDashboardTests {
         let missing = await Self.get(
             responder, "/dashboard/subscribers", query: ["user": "nobody"], headers: [("Cookie", cookie)])
         #expect(missing.status == 404)
+        // Rejected notifications are listed for this server's apps only: a path naming none puts no text there.
+        for bundle in [ServerHarness.bundleID, "URGENT-re-enter-the-key-at-evil.example"] {
+            let (status, _) = try await harness.call(
+                "POST", "/v1/notifications/apple/\(bundle)", ["signedPayload": .string("not.a.jws")], key: nil)
+            #expect(status >= 400)
+        }
+        let overview = String(
+            decoding: await Self.get(responder, "/dashboard", headers: [("Cookie", cookie)]).body, as: UTF8.self)
+        #expect(overview.contains("rejected"), "the app's own rejection is listed")
+        #expect(!overview.contains("URGENT-re-enter"))
     }
 
     @Test(

@@ -18,6 +18,7 @@ public struct DashboardLogin: Sendable {
     private let key: [UInt8]?
     private let secret: [UInt8]?
     private let sessions: DashboardSessions
+    private let attempts = SignInAttempts()
     private let clock: @Sendable () -> Date
 
     public static let cookieName = "storekeeper_dashboard"
@@ -123,11 +124,23 @@ public struct DashboardLogin: Sendable {
     /// to `home` when right, the form again when not.
     public func signIn(_ request: HTTPRequest, home: String, secretName: String) -> HTTPResponse {
         guard let secret, let key else { return HTTPResponse(status: 303, headers: [("Location", home)]) }
+        let (address, now) = (request.remoteAddress ?? "", clock().timeIntervalSince1970)
+        guard attempts.allowed(address, now: now) else {
+            let error = HTTPError(
+                status: 429, code: "too_many_attempts",
+                message: "\(SignInAttempts.perMinute) wrong sign-ins from this address in a minute: try again later")
+            var response = error.response
+            response.headers.append(("Retry-After", "60"))
+            return response
+        }
         guard request.body.count <= 4_096,
             let query = HTTPQuery(encoded: Substring(decoding: request.body, as: UTF8.self)),
             let given = query["secret"], ConstantTime.equals(Array(given.utf8), secret),
             let random = try? SecureRandom.bytes(16)
-        else { return form(failed: true, secretName: secretName) }
+        else {
+            attempts.failed(address, now: now)
+            return form(failed: true, secretName: secretName)
+        }
         let expiry = Int64(clock().timeIntervalSince1970 + Self.lifetime)
         let signed = "\(expiry).\(Digest.hex(random))"
         let value = signed + "." + Digest.hex(HMAC.sha256(key: key, message: Array(signed.utf8)))
@@ -187,6 +200,35 @@ final class DashboardSessions: Sendable {
                 }
             }
             state.revoked[id] = expiry
+        }
+    }
+}
+
+/// Wrong sign-ins per address: at most ``perMinute`` in a minute, then the address is refused (429) until the
+/// minute is over, so that a secret cannot be guessed at the server's speed. At most ``capacity`` addresses
+/// are counted (those whose minute is over go first).
+final class SignInAttempts: Sendable {
+    static let perMinute = 10
+    static let capacity = 10_000
+    private let state = Mutex<[String: (start: Double, failures: Int)]>([:])
+
+    func allowed(_ address: String, now: Double) -> Bool {
+        state.withLock { table in
+            guard let entry = table[address] else { return true }
+            return now - entry.start >= 60 || entry.failures < Self.perMinute
+        }
+    }
+
+    func failed(_ address: String, now: Double) {
+        state.withLock { table in
+            if table[address] == nil, table.count >= Self.capacity {
+                table = table.filter { now - $0.value.start < 60 }
+                guard table.count < Self.capacity else { return }
+            }
+            var entry = table[address] ?? (now, 0)
+            if now - entry.start >= 60 { entry = (now, 0) }
+            entry.failures += 1
+            table[address] = entry
         }
     }
 }

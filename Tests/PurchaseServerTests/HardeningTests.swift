@@ -4,6 +4,7 @@ import StoreModel
 import StorekeeperDashboard
 import StorekeeperHTTP
 import StorekeeperJSON
+import Synchronization
 import Testing
 
 @Suite("Purchase server: strict admin routes, purchases bound to their user, sessions")
@@ -190,5 +191,23 @@ struct ServerHardeningTests {
         let wrong = DashboardLogin(
             root: "/dashboard", product: "P", assets: "/a", secret: "another-secret", clock: { now })
         #expect(!wrong.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", otherCookie)])))
+    }
+
+    @Test("Dashboard sign-in: ten wrong secrets from an address in a minute, then 429 for it until the minute is over")
+    func signInAttempts() {
+        let now = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        let login = DashboardLogin(
+            root: "/dashboard", product: "P", assets: "/a", secret: "the-secret", clock: { now.withLock { $0 } })
+        func post(_ secret: String, from address: String) -> Int {
+            var form = HTTPRequest(method: "POST", path: "/dashboard/login", body: Array("secret=\(secret)".utf8))
+            form.remoteAddress = address
+            return login.signIn(form, home: "/dashboard", secretName: "Secret").status
+        }
+        for _ in 0..<10 { #expect(post("guess", from: "203.0.113.7") == 401) }
+        #expect(post("guess", from: "203.0.113.7") == 429)
+        #expect(post("the-secret", from: "203.0.113.7") == 429, "not even the right one, for that minute")
+        #expect(post("the-secret", from: "198.51.100.1") == 303, "another address signs in")
+        now.withLock { $0 = $0.addingTimeInterval(61) }
+        #expect(post("the-secret", from: "203.0.113.7") == 303)
     }
 }

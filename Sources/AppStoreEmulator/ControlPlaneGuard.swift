@@ -36,7 +36,8 @@ public final class ControlPlaneGuard: InlineMiddleware {
         for extra in extraHosts { hosts.insert(Self.bare(extra).lowercased()) }
         allowedHosts = hosts
         login = DashboardLogin(
-            root: "/dashboard", product: "App Store emulator", assets: "/dashboard/assets", secret: token)
+            root: "/dashboard", product: "App Store emulator", assets: "/dashboard/assets", secret: token,
+            cookieName: "storekeeper_emulator")
     }
 
     /// The port the server bound (known after it starts); until set, any port is accepted in `Origin`.

@@ -21,15 +21,18 @@ public struct DashboardLogin: Sendable {
     private let attempts = SignInAttempts()
     private let clock: @Sendable () -> Date
 
-    public static let cookieName = "storekeeper_dashboard"
+    /// The session cookie's name: each product its own (browsers send a host's cookies to every port on it,
+    /// so two dashboards on one host would otherwise overwrite each other's), `__Host-` under HTTPS.
+    public let cookieName: String
     /// How long a session lasts after signing in.
     public static let lifetime: TimeInterval = 12 * 3_600
 
     /// `secret` nil: nothing to sign in to (every request is signed in).
     public init(
         root: String, product: String, assets: String, secret: String?, secureCookies: Bool = false,
-        clock: @escaping @Sendable () -> Date = { Date() }
+        cookieName: String = "storekeeper_dashboard", clock: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.cookieName = secureCookies ? "__Host-" + cookieName : cookieName
         self.root = root
         self.product = product
         self.assets = assets
@@ -56,7 +59,7 @@ public struct DashboardLogin: Sendable {
 
     /// The session a request's cookie names, when its MAC holds, it has not expired and it was not revoked.
     private func session(in request: HTTPRequest) -> (id: String, expiry: Int64)? {
-        guard let key, let cookie = Self.cookie(Self.cookieName, in: request) else { return nil }
+        guard let key, let cookie = Self.cookie(cookieName, in: request) else { return nil }
         let parts = cookie.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let expiry = Int64(parts[0]), parts[1].utf8.count == 32 else { return nil }
         let signed = Array("\(parts[0]).\(parts[1])".utf8)
@@ -68,7 +71,7 @@ public struct DashboardLogin: Sendable {
     }
 
     private func cookie(value: String, maxAge: Int?) -> String {
-        var cookie = "\(Self.cookieName)=\(value); Path=/; HttpOnly; SameSite=Strict"
+        var cookie = "\(cookieName)=\(value); Path=/; HttpOnly; SameSite=Strict"
         if let maxAge { cookie += "; Max-Age=\(maxAge)" }
         if secureCookies { cookie += "; Secure" }
         return cookie

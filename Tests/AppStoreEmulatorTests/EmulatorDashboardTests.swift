@@ -47,6 +47,8 @@ struct EmulatorDashboardTests {
         #expect(right.status == 303)
         let cookie = try #require(right.header("Set-Cookie")?.split(separator: ";").first.map(String.init))
         #expect(right.header("Set-Cookie")?.contains("HttpOnly") == true)
+        // Its own name: the purchase server's dashboard on another port of the host keeps its session.
+        #expect(cookie.hasPrefix("storekeeper_emulator="))
         #expect(right.header("Set-Cookie")?.contains("SameSite=Strict") == true)
         #expect(!cookie.contains("t0ken-123"))
         let page = await Self.send(responder, "GET", "/", headers: [("Host", "127.0.0.1:8080"), ("Cookie", cookie)])
@@ -60,7 +62,7 @@ struct EmulatorDashboardTests {
         let forged = await Self.send(
             responder, "POST", "/_emulator/v1/accounts",
             headers: [
-                ("Host", "127.0.0.1:8080"), ("Cookie", "storekeeper_dashboard=00"),
+                ("Host", "127.0.0.1:8080"), ("Cookie", "storekeeper_emulator=00"),
                 ("Content-Type", "application/json"),
             ],
             body: "{}")

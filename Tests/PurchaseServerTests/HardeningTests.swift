@@ -171,6 +171,7 @@ struct ServerHardeningTests {
         let setCookie = signedIn.headers.first { $0.name == "Set-Cookie" }?.value ?? ""
         #expect(
             setCookie.contains("; Secure") && setCookie.contains("HttpOnly") && setCookie.contains("SameSite=Strict"))
+        #expect(setCookie.hasPrefix("__Host-"), "bound to the host under HTTPS")
         let cookie = String(setCookie.prefix { $0 != ";" })
         let page = HTTPRequest(method: "GET", path: "/dashboard", headers: [("Cookie", cookie)])
         #expect(login.isSignedIn(page))

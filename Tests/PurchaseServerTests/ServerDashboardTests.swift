@@ -42,6 +42,7 @@ struct ServerDashboardTests {
         #expect(wrong.status == 401)
         let cookie = try #require(await Self.cookie(responder, secret: ServerHarness.secret))
         #expect(!cookie.contains(ServerHarness.secret), "the cookie does not hold the key")
+        #expect(cookie.hasPrefix("storekeeper_server="), "its own name, not the emulator's")
         let page = await Self.get(responder, "/dashboard", headers: [("Cookie", cookie)])
         #expect(page.status == 200)
         #expect(page.header("Content-Security-Policy")?.contains("script-src 'self'") == true)

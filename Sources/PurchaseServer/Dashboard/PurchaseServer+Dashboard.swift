@@ -13,7 +13,8 @@ extension PurchaseServer {
     func makeDashboardLogin(secureCookies: Bool) -> DashboardLogin {
         DashboardLogin(
             root: Self.dashboardRoot, product: "Purchase server", assets: Self.dashboardRoot + "/assets",
-            secret: configuration.secretKey, secureCookies: secureCookies, clock: wallClock)
+            secret: configuration.secretKey, secureCookies: secureCookies, cookieName: "storekeeper_server",
+            clock: wallClock)
     }
 
     func addDashboardRoutes(to router: inout Router, login: DashboardLogin) {

@@ -13,7 +13,9 @@ extension PurchaseServer {
     /// Deliveries sent at once.
     static let webhookConcurrency = 8
     /// How long a claimed delivery is this process's: longer than a send may take, after which another
-    /// process sends it if this one died.
+    /// process sends it if this one died. A claim takes only as many as are sent at once, so that each is sent
+    /// (and its result recorded) within its lease: with more, the later ones waited their turn past it and
+    /// another process sent them too.
     var deliveryLease: TimeInterval { configuration.webhookTimeoutSeconds * 2 + 10 }
 
     func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore) throws {
@@ -159,7 +161,7 @@ extension PurchaseServer {
             // A cheap look first; then a claim, so that no other process (or pass) sends the same ones.
             guard try await !storage.read({ try $0.dueDeliveries(until: current, limit: 1) }).isEmpty else { return 0 }
             fresh = try await storage.claimDueDeliveries(
-                until: current, lease: current.addingTimeInterval(deliveryLease), limit: 64)
+                until: current, lease: current.addingTimeInterval(deliveryLease), limit: Self.webhookConcurrency)
         } catch {
             logger.error("webhooks.claim-failed", ["error": String(describing: error)])
             return 0

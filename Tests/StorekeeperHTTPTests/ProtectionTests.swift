@@ -191,22 +191,27 @@ struct ConnectionProtectionTests {
         let server = try HTTPServer(port: 0, limits: limits, responder: router.freeze())
         defer { server.stop() }
         let base = "http://127.0.0.1:\(server.port)"
+        // Generous client timeouts: the whole suite runs beside this test on two cores. Each connection closes
+        // with its answer, so that only the handlers stay.
+        func get(_ path: String) async throws -> HTTPClient.Response {
+            try await HTTPClient(timeout: .seconds(120)).send("GET", base + path, headers: [("Connection", "close")])
+        }
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
-            for _ in 0..<4 { group.addTask { try await HTTPClient().send("GET", base + "/stubborn").status } }
+            for _ in 0..<4 { group.addTask { try await get("/stubborn").status } }
             return try await group.reduce(into: []) { $0.append($1) }
         }
         #expect(statuses == [503, 503, 503, 503], "answered at the deadline")
         // Their four handlers still run: a fifth is refused at once, not started.
-        let busy = try await HTTPClient().send("GET", base + "/quick")
+        let busy = try await get("/quick")
         #expect(busy.status == 503 && String(decoding: busy.body, as: UTF8.self).contains("busy"))
-        for _ in 0..<200 where held.withLock({ $0.count }) < 4 { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<6_000 where held.withLock({ $0.count }) < 4 { try await Task.sleep(for: .milliseconds(10)) }
         held.withLock { continuations in
             continuations.forEach { $0.resume() }
             continuations = []
         }
         var status = 0
-        for _ in 0..<200 {
-            status = try await HTTPClient().send("GET", base + "/quick").status
+        for _ in 0..<6_000 {
+            status = try await get("/quick").status
             if status == 200 { break }
             try await Task.sleep(for: .milliseconds(10))
         }

@@ -62,6 +62,11 @@ public enum ExternalTool {
     }
 
     /// A fresh temporary directory, removed with everything in it when the process exits.
+    /// A file's permission bits (`0o600`), or -1 when they cannot be read.
+    public static func mode(_ path: String) throws -> Int {
+        try (FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
+    }
+
     public static func temporaryDirectory() throws -> URL {
         let url = try ScratchDirectory.make("storekeeper-test")
         let first = temporaryDirectories.withLock { made in

@@ -92,10 +92,6 @@ struct AppStoreFoundationTests {
 
 @Suite("Emulator secrets on disk")
 struct SecretsOnDiskTests {
-    static func mode(_ path: String) throws -> Int {
-        try (FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
-    }
-
     @Test("Keys are 0600 from the first byte, the data and pki directories 0700, the database files 0600")
     func modes() async throws {
         // A loose umask, as on many machines: nothing secret may be created group- or world-readable.
@@ -105,15 +101,15 @@ struct SecretsOnDiskTests {
         let directory = parent.appendingPathComponent("data")
         let harness = try await AppStoreTests.Harness.make(directory: directory)
         _ = try await harness.accountAndApp()
-        #expect(try Self.mode(directory.path) == 0o700)
-        #expect(try Self.mode(directory.appendingPathComponent("pki").path) == 0o700)
+        #expect(try ExternalTool.mode(directory.path) == 0o700)
+        #expect(try ExternalTool.mode(directory.appendingPathComponent("pki").path) == 0o700)
         for key in ["receipt-leaf-key.pem", "jws-leaf-key.pem"] {
-            #expect(try Self.mode(directory.appendingPathComponent("pki/\(key)").path) == 0o600, "\(key)")
+            #expect(try ExternalTool.mode(directory.appendingPathComponent("pki/\(key)").path) == 0o600, "\(key)")
         }
         for file in ["store.sqlite", "store.sqlite-wal", "store.sqlite-shm", "lock"] {
             let path = directory.appendingPathComponent(file).path
             guard FileManager.default.fileExists(atPath: path) else { continue }
-            #expect(try Self.mode(path) == 0o600, "\(file)")
+            #expect(try ExternalTool.mode(path) == 0o600, "\(file)")
         }
         #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("store.sqlite").path))
     }

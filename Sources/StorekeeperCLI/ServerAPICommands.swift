@@ -462,6 +462,10 @@ enum ServerAPICommands {
             throw CommandError.usage("give --key-id, --issuer-id and --bundle-id (or their $STOREKEEPER_… variables)")
         }
         let target: AppStoreServerAPIClient.Environment
+        // Checked with --url too, where the URL chooses the server: a misspelt value is never passed over.
+        if let given = arguments.value("environment"), !["production", "sandbox"].contains(given.lowercased()) {
+            throw CommandError.usage("--environment must be production or sandbox")
+        }
         if let url = arguments.value("url") {
             guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
                 throw CommandError.usage("--url must start with http:// or https://")

@@ -185,6 +185,9 @@ struct APICommandTests {
             ["api", "history", bought, "--all", "--verify-root", root.appendingPathComponent("jws-root.cer").path]
                 + common + ["--field", "pages.0.transactions.0.productId"])
         #expect(verified == "com.example.storekeeper.monthly")
+        // A misspelt --environment is refused beside --url too, not passed over.
+        let misspelt = await CapturedConsole.run(["api", "history", bought] + common + ["--environment", "nope"])
+        #expect(misspelt.status == 64 && misspelt.stderr.contains("--environment must be production or sandbox"))
         let statuses = await ServerAPIInteropTests.run(
             ["api", "statuses", bought] + common + ["--field", "data.0.lastTransactions.0.renewalInfo.autoRenewStatus"])
         #expect(statuses == "1")

@@ -50,8 +50,11 @@ public struct AccessLogMiddleware: InlineMiddleware {
         let started = ContinuousClock.now
         let response: HTTPResponse?
         do { response = try next(request, context) } catch {
+            // Answered by the responder once this returns, in our error format (Apple's under its paths is of
+            // a like size): its bytes as that body's.
             if let error = error as? any HTTPErrorConvertible {
-                log(request, context, error.httpError.status, 0, started)
+                let refusal = error.httpError
+                log(request, context, refusal.status, refusal.response.body.count, started)
             }
             throw error
         }
@@ -63,8 +66,11 @@ public struct AccessLogMiddleware: InlineMiddleware {
         let started = ContinuousClock.now
         let response: HTTPResponse
         do { response = try await next(request, context) } catch {
+            // Answered by the responder once this returns, in our error format (Apple's under its paths is of
+            // a like size): its bytes as that body's.
             if let error = error as? any HTTPErrorConvertible {
-                log(request, context, error.httpError.status, 0, started)
+                let refusal = error.httpError
+                log(request, context, refusal.status, refusal.response.body.count, started)
             }
             throw error
         }

@@ -181,6 +181,32 @@ struct HTTPServerTests {
         await #expect(throws: (any Error).self) { _ = try await Self.send("GET", base + "/_emulator/v1/clock") }
     }
 
+    @Test("A request a guard refuses is logged with the bytes of the answer it got, not 0")
+    func refusalBytes() async throws {
+        struct Refuse: InlineMiddleware {
+            func handleInline(
+                _ request: HTTPRequest, context: RequestContext,
+                next: (HTTPRequest, RequestContext) throws -> HTTPResponse?
+            ) throws -> HTTPResponse? { throw HTTPError(status: 403, code: "forbidden_host", message: "not this host") }
+            func handle(_ request: HTTPRequest, context: RequestContext, next: Handler) async throws -> HTTPResponse {
+                throw HTTPError(status: 403, code: "forbidden_host", message: "not this host")
+            }
+        }
+        let memory = InMemoryLogHandler()
+        var router = exampleRouterBuilder()
+        router.use(AccessLogMiddleware())
+        router.use(Refuse())
+        let responder = router.freeze(logger: Logger(label: "test", handler: memory))
+        for inline in [true, false] {
+            let request = HTTPRequest(method: "GET", path: "/_emulator/v1/clock")
+            let response =
+                inline ? try #require(responder.respondInline(to: request)) : await responder.respond(to: request)
+            #expect(response.status == 403)
+            #expect(memory.records.last?.metadata["response.bytes"] == String(response.body.count), "inline \(inline)")
+            #expect(response.body.count > 0)
+        }
+    }
+
     @Test("A body over the limit is refused with 413 before any handler runs")
     func bodyLimit() async throws {
         var limits = HTTPLimits()

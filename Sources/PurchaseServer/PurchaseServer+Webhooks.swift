@@ -156,12 +156,12 @@ extension PurchaseServer {
     @discardableResult
     func deliverDue() async -> Int {
         let current = wallClock()
+        let lease = current.addingTimeInterval(deliveryLease)
         let fresh: [WebhookDelivery]
         do {
             // A cheap look first; then a claim, so that no other process (or pass) sends the same ones.
             guard try await !storage.read({ try $0.dueDeliveries(until: current, limit: 1) }).isEmpty else { return 0 }
-            fresh = try await storage.claimDueDeliveries(
-                until: current, lease: current.addingTimeInterval(deliveryLease), limit: Self.webhookConcurrency)
+            fresh = try await storage.claimDueDeliveries(until: current, lease: lease, limit: Self.webhookConcurrency)
         } catch {
             logger.error("webhooks.claim-failed", ["error": String(describing: error)])
             return 0
@@ -186,7 +186,8 @@ extension PurchaseServer {
         let recorded = wallClock()
         let attempted = results
         do {
-            try await storage.write { store in
+            let lost = try await storage.write { store -> Int in
+                var lost = 0
                 for (delivery, status, error) in attempted {
                     var updated = delivery
                     updated.attempts.append(.init(date: recorded, status: status, error: error))
@@ -200,9 +201,13 @@ extension PurchaseServer {
                         updated.state = .failed
                         updated.nextAttempt = nil
                     }
-                    try store.update(updated)
+                    // Only while the claim is still this one's: past its lease another process may have sent it
+                    // and recorded that (its record is kept).
+                    if try !store.recordAttempt(updated, claimedUntil: lease) { lost += 1 }
                 }
+                return lost
             }
+            if lost > 0 { logger.warning("webhooks.lease-lost", ["deliveries": String(lost)]) }
         } catch {
             logger.error("webhooks.record-failed", ["error": String(describing: error)])
         }

@@ -515,6 +515,19 @@ struct ServerStorageContractTests {
         // After the lease, a process that died is replaced: they are due again.
         let again = try await storage.claimDueDeliveries(until: lease, lease: lease.addingTimeInterval(60), limit: 10)
         #expect(Set(again.map(\.id)) == Set(deliveries.map(\.id)))
+        // An attempt is recorded only by the claim that holds the delivery now: the first claim, its lease
+        // over, records nothing; the second does.
+        let sent = {
+            var sent = deliveries[0]
+            sent.state = .delivered
+            sent.attempts = [.init(date: lease, status: 200, error: nil)]
+            return sent
+        }()
+        #expect(try await storage.write { try $0.recordAttempt(sent, claimedUntil: lease) } == false)
+        #expect(try await storage.read { try $0.deliveries(after: nil, limit: 10) }.first?.delivery.state == .pending)
+        #expect(try await storage.write { try $0.recordAttempt(sent, claimedUntil: lease.addingTimeInterval(60)) })
+        #expect(
+            try await storage.read { try $0.deliveries(after: nil, limit: 10) }.first?.delivery.state == .delivered)
     }
 
     @Test("Concurrent claims never hand out one delivery twice", arguments: Backend.allCases)

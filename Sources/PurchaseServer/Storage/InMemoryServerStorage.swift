@@ -224,6 +224,12 @@ public final class InMemoryServerStorage: ServerStorage {
             guard let index = tables.deliveryIndex[delivery.id] else { throw ServerStorageError.missing("delivery") }
             tables.deliveries[index].delivery = delivery
         }
+        func recordAttempt(_ delivery: WebhookDelivery, claimedUntil lease: Date) -> Bool {
+            guard let index = tables.deliveryIndex[delivery.id], tables.deliveries[index].delivery.nextAttempt == lease
+            else { return false }
+            tables.deliveries[index].delivery = delivery
+            return true
+        }
         func dueDeliveries(until time: Date, limit: Int) -> [WebhookDelivery] {
             Array(
                 tables.deliveries.map(\.delivery).filter {

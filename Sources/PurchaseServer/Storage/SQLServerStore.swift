@@ -609,6 +609,17 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         guard connection.changes > 0 else { throw ServerStorageError.missing("delivery") }
     }
 
+    func recordAttempt(_ delivery: WebhookDelivery, claimedUntil lease: Date) throws -> Bool {
+        try connection.execute(
+            "UPDATE deliveries SET state = ?, next_attempt = ?, document = ? WHERE id = ? AND next_attempt = ?",
+            [
+                .text(delivery.state.rawValue),
+                delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null,
+                try Self.encode(delivery), .text(delivery.id), .real(lease.timeIntervalSince1970),
+            ])
+        return connection.changes > 0
+    }
+
     func dueDeliveries(until time: Date, limit: Int) throws -> [WebhookDelivery] {
         try connection.execute(
             """

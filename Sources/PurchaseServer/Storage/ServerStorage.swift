@@ -211,6 +211,10 @@ public protocol DeliveryRepository {
     /// Adds the delivery; false when it exists.
     func insert(_ delivery: WebhookDelivery) throws -> Bool
     func update(_ delivery: WebhookDelivery) throws
+    /// Records an attempt of a delivery claimed until `lease` (``ServerStorage/claimDueDeliveries(until:lease:limit:)``):
+    /// only while it is still that claim's; false when its lease ran out and another claim took it over (that
+    /// claim's attempt is the one kept).
+    func recordAttempt(_ delivery: WebhookDelivery, claimedUntil lease: Date) throws -> Bool
     /// Pending deliveries whose next attempt is due at `time`, earliest first.
     func dueDeliveries(until time: Date, limit: Int) throws -> [WebhookDelivery]
     func nextDeliveryDue() throws -> Date?

@@ -1,7 +1,10 @@
 import Dispatch
-import Glibc
 public import StorekeeperSQL
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A SQLite database reached only through ``read(_:)`` and transactional ``write(_:)`` closures, each run on
 /// the database's own serial executor (GRDB's model). Opened in WAL mode with `synchronous=FULL`, so a write
@@ -66,8 +69,9 @@ public actor Database {
     }
 
     /// The database file readable by its owner only from its first byte (created with mode 0600, or an
-    /// existing one narrowed to it, with any WAL, shared-memory or journal file beside it): SQLite gives the
-    /// files it makes the database file's mode.
+    /// existing one of this process's user narrowed to it, with any WAL, shared-memory or journal file beside
+    /// it): SQLite gives the files it makes the database file's mode. A file another user owns is left as it
+    /// is (its owner chose its mode).
     static func ownerOnly(_ path: String) throws(SQLiteError) {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
@@ -75,12 +79,15 @@ public actor Database {
                 code: .cantOpen, message: "cannot create \(path): \(String(cString: strerror(errno)))", sql: nil)
         }
         defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_uid == geteuid() else { return }
         guard fchmod(descriptor, 0o600) == 0 else {
             throw SQLiteError(
                 code: .cantOpen, message: "cannot restrict \(path) to its owner: \(String(cString: strerror(errno)))",
                 sql: nil)
         }
-        for suffix in ["-wal", "-shm", "-journal"] where chmod(path + suffix, 0o600) != 0 && errno != ENOENT {
+        for suffix in ["-wal", "-shm", "-journal"]
+        where chmod(path + suffix, 0o600) != 0 && errno != ENOENT && errno != EPERM {
             throw SQLiteError(
                 code: .cantOpen,
                 message: "cannot restrict \(path + suffix) to its owner: \(String(cString: strerror(errno)))", sql: nil)

@@ -76,20 +76,9 @@ extension AppStore {
             throw refused
         } catch {
             do {
-                let (rate, offset, notForSale) = try await storage.read { store in
-                    (
-                        try store.setting(Setting.rate), try store.setting(Setting.clockOffset),
-                        try store.setting(Setting.productsNotForSale)
-                    )
-                }
-                clockState.withLock { clock in
-                    clock = VirtualClock(
-                        rate: rate.flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes,
-                        offset: offset.flatMap(TimeInterval.init).flatMap { $0.isFinite ? $0 : nil } ?? 0)
-                }
-                productsNotForSale.withLock {
-                    $0 = Set((notForSale ?? "").split(separator: ",").map { ProductID(String($0)) })
-                }
+                let (clock, notForSale) = try await storage.read { try Self.cachedSettings(in: $0) }
+                clockState.withLock { $0 = clock }
+                productsNotForSale.withLock { $0 = notForSale }
             } catch {
                 logger.error("settings.reload-failed", ["error": String(describing: error)])
             }

@@ -189,20 +189,7 @@ public final class AppStore: Sendable {
             // Registered before any notification is written, so the outbox may keep its payloads short.
             let headerKey = Setting.jwsHeader(fingerprint)
             if try store.setting(headerKey) != header { try store.setSetting(headerKey, header) }
-            let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
-            var offset: TimeInterval = 0
-            if let text = try store.setting(Setting.clockOffset) {
-                // Written only as a clock's offset (the horizon bounds it); anything else is not one.
-                guard let value = TimeInterval(text), value.isFinite, abs(value) < 10_000_000_000 else {
-                    throw EmulatorStorageError.invalid(
-                        "the stored clock offset '\(text.prefix(40))' is not a clock offset")
-                }
-                offset = value
-            }
-            let notForSale = Set(
-                (try store.setting(Setting.productsNotForSale) ?? "").split(separator: ",").map {
-                    ProductID(String($0))
-                })
+            let (clock, notForSale) = try Self.cachedSettings(in: store)
             // Settings made at run time win over the configuration file's.
             var notifications: [String: AppNotifications] = [:]
             for app in configured {
@@ -215,7 +202,6 @@ public final class AppStore: Sendable {
                 }
             }
             // Sends a stopped process had claimed but not finished are made again now (at least once).
-            let clock = VirtualClock(rate: rate, offset: offset)
             let started = clock.now(real: realNow())
             while case let leases = try store.events(kind: .notificationLease, limit: 1_000), !leases.isEmpty {
                 for lease in leases {
@@ -237,6 +223,24 @@ public final class AppStore: Sendable {
     }
 
     deinit { scheduler.withLock { $0?.cancel() } }
+
+    /// What the store keeps in memory from its settings, as stored: the clock (its rate and offset) and the
+    /// products off sale. A stored offset that is not one is refused.
+    static func cachedSettings(in store: any EmulatorStore) throws -> (clock: VirtualClock, notForSale: Set<ProductID>)
+    {
+        let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
+        var offset: TimeInterval = 0
+        if let text = try store.setting(Setting.clockOffset) {
+            // Written only as a clock's offset (the horizon bounds it); anything else is not one.
+            guard let value = TimeInterval(text), value.isFinite, abs(value) < 10_000_000_000 else {
+                throw EmulatorStorageError.invalid("the stored clock offset '\(text.prefix(40))' is not a clock offset")
+            }
+            offset = value
+        }
+        let notForSale = Set(
+            (try store.setting(Setting.productsNotForSale) ?? "").split(separator: ",").map { ProductID(String($0)) })
+        return (VirtualClock(rate: rate, offset: offset), notForSale)
+    }
 
     /// Stops the scheduler and gives up the data directory, so another emulator may open it. The store
     /// must not be used afterwards.

@@ -192,7 +192,7 @@ public final class PurchaseServer: Sendable {
         guard let object = (try? JSONParser.parse(body))?.objectValue else {
             throw PurchaseServerError.invalid("the body is not a JSON object")
         }
-        if let v1 = V1Notification(object) { return try await ingestV1(v1, body: body, app: app) }
+        if let v1 = V1Notification(object) { return try await ingestV1(v1, object: object, body: body, app: app) }
         guard let signed = object["signedPayload"]?.stringValue else {
             throw PurchaseServerError.invalid("the body has no signedPayload")
         }
@@ -216,7 +216,7 @@ public final class PurchaseServer: Sendable {
         }
         // A type this build does not know is counted as "other": a label per string sent would grow without end.
         metrics.count(
-            "storekeeper_notifications_total", ["type": NotificationType.known.contains(type) ? type.rawValue : "other"]
+            "storekeeper_notifications_total", ["type": type.isKnown ? type.rawValue : "other"]
         )
         let signedDate = notification.signedDate ?? now()
         var parsed = PurchaseUpdate(
@@ -244,7 +244,9 @@ public final class PurchaseServer: Sendable {
     }
 
     /// V1: only with the app's shared secret, and only what the re-verified `latest_receipt` says.
-    func ingestV1(_ notification: V1Notification, body: [UInt8], app: AppRuntime) async throws -> Ingested {
+    func ingestV1(_ notification: V1Notification, object: JSONObject, body: [UInt8], app: AppRuntime) async throws
+        -> Ingested
+    {
         guard let secret = app.settings.sharedSecret, let password = notification.password,
             ConstantTime.equals(Array(password.utf8), Array(secret.utf8))
         else {
@@ -264,7 +266,7 @@ public final class PurchaseServer: Sendable {
         let type = notification.type
         metrics.count(
             "storekeeper_notifications_total",
-            ["type": "V1:" + (NotificationTypeV1.known.contains(type) ? type.rawValue : "other")])
+            ["type": "V1:" + (type.isKnown ? type.rawValue : "other")])
         // Apple's receipts only (Xcode sends no notifications): Production, or else the sandbox.
         let environment = Environment(name: parsed.environment, among: Environment.customerEnvironments) ?? .sandbox
         var found = Self.purchases(of: parsed, environment: environment).map {
@@ -287,9 +289,10 @@ public final class PurchaseServer: Sendable {
         let bundleID = app.settings.bundleID
         // Kept without its `password`: the app's shared secret is not stored with every notification.
         var kept = body
-        if var object = (try? JSONParser.parse(body))?.objectValue, object["password"] != nil {
-            object["password"] = nil
-            kept = JSONWriter.bytes(.object(object))
+        if object["password"] != nil {
+            var withoutPassword = object
+            withoutPassword["password"] = nil
+            kept = JSONWriter.bytes(.object(withoutPassword))
         }
         return try await write(input: (key, "notification-v1", kept), viewFollows: false) { store in
             try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)

@@ -363,6 +363,8 @@ public final class ServerAPIService: Sendable {
             requestIdentifier: request.requestIdentifier, productID: productID, environment: scope.environment,
             storefronts: storefronts,
             resume: MassExtension.Resume(bundleID: scope.bundleID, days: request.days, reason: request.reason))
+        // A slot is taken before the request is stored (a refused one stores nothing) and given back when no
+        // job starts.
         guard massExtensionsRunning.wrappingAdd(1, ordering: .relaxed).newValue <= Self.maxMassExtensions else {
             massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed)
             throw EmulatorError.api(.rateLimitExceeded, "Rate limit exceeded.")
@@ -380,16 +382,22 @@ public final class ServerAPIService: Sendable {
             massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed)
             throw error
         }
-        if !started { massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed) }
-        if started {
-            jobs.start { [self, appStore] in
-                defer { self.massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed) }
-                await self.runMassExtension(progress, request: request, scope: scope)
-                // The job keeps the store alive until it ends (this service holds it unowned).
-                _ = appStore
-            }
+        guard started else {
+            massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed)
+            return request.requestIdentifier
         }
+        startMassExtension(progress, request: request, scope: scope)
         return request.requestIdentifier
+    }
+
+    /// Runs a mass extension whose slot among ``maxMassExtensions`` is taken, giving it back when it ends.
+    private func startMassExtension(_ progress: MassExtension, request: ExtensionRequest, scope: APIScope) {
+        jobs.start { [self, appStore] in
+            defer { self.massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed) }
+            await self.runMassExtension(progress, request: request, scope: scope)
+            // The job keeps the store alive until it ends (this service holds it unowned).
+            _ = appStore
+        }
     }
 
     /// Goes on with the mass extensions a stopped process left incomplete, each from where it got to (the
@@ -404,11 +412,7 @@ public final class ServerAPIService: Sendable {
                 let scope = APIScope(bundleID: resume.bundleID, environment: progress.environment)
                 // Counted among those running (a new request waits for them), however many a restart finds.
                 massExtensionsRunning.wrappingAdd(1, ordering: .relaxed)
-                jobs.start { [self, appStore] in
-                    defer { self.massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed) }
-                    await self.runMassExtension(progress, request: request, scope: scope)
-                    _ = appStore
-                }
+                startMassExtension(progress, request: request, scope: scope)
             }
         } catch {
             appStore.logger.error("mass-extension.resume-failed", ["error": String(describing: error)])

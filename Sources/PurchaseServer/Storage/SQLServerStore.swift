@@ -599,24 +599,24 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     }
 
     func update(_ delivery: WebhookDelivery) throws {
-        try connection.execute(
-            "UPDATE deliveries SET state = ?, next_attempt = ?, document = ? WHERE id = ?",
-            [
-                .text(delivery.state.rawValue),
-                delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null,
-                try Self.encode(delivery), .text(delivery.id),
-            ])
-        guard connection.changes > 0 else { throw ServerStorageError.missing("delivery") }
+        guard try store(delivery, leasedUntil: nil) else { throw ServerStorageError.missing("delivery") }
     }
 
     func recordAttempt(_ delivery: WebhookDelivery, claimedUntil lease: Date) throws -> Bool {
+        try store(delivery, leasedUntil: lease)
+    }
+
+    /// Writes the delivery's row over the stored one (only while its next attempt is `lease`, when given);
+    /// whether a row was written.
+    private func store(_ delivery: WebhookDelivery, leasedUntil lease: Date?) throws -> Bool {
+        var values: [SQLValue] = [
+            .text(delivery.state.rawValue), delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null,
+            try Self.encode(delivery), .text(delivery.id),
+        ]
+        if let lease { values.append(.real(lease.timeIntervalSince1970)) }
         try connection.execute(
-            "UPDATE deliveries SET state = ?, next_attempt = ?, document = ? WHERE id = ? AND next_attempt = ?",
-            [
-                .text(delivery.state.rawValue),
-                delivery.nextAttempt.map { .real($0.timeIntervalSince1970) } ?? .null,
-                try Self.encode(delivery), .text(delivery.id), .real(lease.timeIntervalSince1970),
-            ])
+            "UPDATE deliveries SET state = ?, next_attempt = ?, document = ? WHERE id = ?"
+                + (lease == nil ? "" : " AND next_attempt = ?"), values)
         return connection.changes > 0
     }
 

@@ -134,6 +134,13 @@ public struct SubscriptionCommitment: Sendable, Hashable, Codable {
 
     /// Whether the current billing period is the commitment's last.
     public var isLastPeriod: Bool { billingPeriodNumber >= totalBillingPeriods }
+
+    /// The most billing periods a commitment counts (Apple's have 12): a stored count past it is read as it,
+    /// and the lifecycle never steps through more, so that a damaged record cannot make a loop without end.
+    public static let periodsBound = 1_000
+
+    /// `count` within `0...periodsBound`.
+    public static func bounded(_ count: Int64) -> Int { Int(min(max(count, 0), Int64(periodsBound))) }
 }
 
 /// The renewal state of one auto-renewable subscription (one original transaction): what Get All

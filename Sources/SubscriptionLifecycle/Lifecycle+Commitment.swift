@@ -5,10 +5,12 @@ import StoreTime
 /// Monthly billing over a 12-month commitment: each month billed as a renewal, a failed month into billing
 /// retry without a grace period (Apple's 90 days), and the commitment's end moved by a late payment.
 extension Lifecycle {
-    /// The end of a commitment plan's periods from `start`.
+    /// The end of a commitment plan's periods from `start` (at most ``SubscriptionCommitment/periodsBound``).
     func commitmentEnd(_ terms: CommitmentTerms, periods: Int, from start: Date) -> Date {
         var end = start
-        for _ in 0..<max(0, periods) { end = settings.rate.end(of: terms.billingPeriod, from: end) }
+        for _ in 0..<min(max(0, periods), SubscriptionCommitment.periodsBound) {
+            end = settings.rate.end(of: terms.billingPeriod, from: end)
+        }
         return end
     }
 
@@ -52,8 +54,9 @@ extension Lifecycle {
         } else {
             commitment.billingPeriodNumber = number
             if shift {
+                let bound = { (count: Int) in min(max(count, 0), SubscriptionCommitment.periodsBound) }
                 commitment.expiresDate = commitmentEnd(
-                    plan, periods: commitment.totalBillingPeriods - number + 1, from: start)
+                    plan, periods: bound(commitment.totalBillingPeriods) - bound(number) + 1, from: start)
             }
         }
         state.commitment = commitment

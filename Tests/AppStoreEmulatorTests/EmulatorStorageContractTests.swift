@@ -660,6 +660,42 @@ struct EmulatorStorageContractTests {
     }
 
     @Test(
+        "SQLite: commitment period counts read back are bounded, whatever a damaged row holds",
+        .enabled(if: ExternalTool.find("sqlite3") != nil, "needs the sqlite3 command"))
+    func damagedCommitmentCounts() async throws {
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("store.sqlite").path
+        let storage = try await SQLiteEmulatorStorage(path: path)
+        let stored = {
+            var stored = Self.transaction("10", at: 0, kind: .autoRenewable)
+            stored.transaction.commitment = TransactionCommitment(
+                billingPeriodNumber: 3, totalBillingPeriods: 12, expiresDate: Self.start, price: nil)
+            return stored
+        }()
+        try await storage.write { store in
+            try store.insert(Self.account)
+            try store.insert(stored)
+            try store.save(Self.subscription)
+        }
+        let sqlite = try #require(ExternalTool.find("sqlite3"))
+        let damaged = #"{"number":9223372036854775807,"total":-9223372036854775808,"expires":0}"#
+        let edit = try ExternalTool.run(
+            sqlite,
+            [
+                path,
+                "UPDATE transactions SET commitment = '\(damaged)'; UPDATE subscriptions SET commitment = '\(damaged)';",
+            ])
+        #expect(edit.status == 0, "\(edit.stderrText)")
+        let reopened = try await SQLiteEmulatorStorage(path: path)
+        try await reopened.read { (store: any EmulatorStore) throws in
+            let bound = SubscriptionCommitment.periodsBound
+            let transaction = try #require(try store.transaction("10")?.transaction.commitment)
+            #expect(transaction.billingPeriodNumber == bound && transaction.totalBillingPeriods == 0)
+            let subscription = try #require(try store.subscription("10")?.state.commitment)
+            #expect(subscription.billingPeriodNumber == bound && subscription.totalBillingPeriods == 0)
+        }
+    }
+
+    @Test(
         "SQLite: notifications stored with their payload in the row (before migration 007) keep it after opening",
         .enabled(if: ExternalTool.find("sqlite3") != nil, "needs the sqlite3 command"))
     func notificationPayloadMigration() async throws {

@@ -153,4 +153,25 @@ struct CommitmentTests {
         let upfront = try Story("yearly", catalogue: Self.catalogue)
         #expect(upfront.state.billingPlan == .billedUpfront && upfront.state.commitment == nil)
     }
+
+    @Test(
+        "A damaged state's period counts are bounded: recovery late in a commitment of Int.max months ends",
+        .timeLimit(.minutes(1)))
+    func damagedCounts() throws {
+        var story = try Self.story(fail: true)
+        try story.advance(seconds: Self.month)
+        #expect(story.state.status == .billingRetry)
+        story.state.commitment?.totalBillingPeriods = .max
+        try story.send(.billingRecovered)
+        #expect(story.state.commitment?.billingPeriodNumber == 2)
+        let bound = SubscriptionCommitment.periodsBound
+        #expect(
+            story.state.commitment?.expiresDate == story.now.addingTimeInterval(Double(bound - 1) * Self.month),
+            "the end steps through at most the bound's periods")
+        // The number itself at its largest: the next one is not past the bound.
+        story.state.commitment?.billingPeriodNumber = .max
+        story.state.status = .billingRetry
+        try story.send(.billingRecovered)
+        #expect(story.state.commitment?.billingPeriodNumber == bound + 1)
+    }
 }

@@ -3,6 +3,7 @@ import StoreModel
 import StorekeeperJSON
 
 /// The `commitment` columns of transactions and subscriptions: a small JSON object each (null without one).
+/// Period counts read back are bounded (``SubscriptionCommitment/bounded(_:)``).
 enum CommitmentColumns {
     static func text(_ commitment: TransactionCommitment?) -> String? {
         guard let commitment else { return nil }
@@ -23,7 +24,8 @@ enum CommitmentColumns {
             let total = object["total"]?.int64Value, let expires = object["expires"]?.doubleValue
         else { return nil }
         return TransactionCommitment(
-            billingPeriodNumber: Int(number), totalBillingPeriods: Int(total),
+            billingPeriodNumber: SubscriptionCommitment.bounded(number),
+            totalBillingPeriods: SubscriptionCommitment.bounded(total),
             expiresDate: Date(timeIntervalSince1970: expires),
             price: object["price"]?.int64Value.map {
                 Money(milliunits: $0, currency: object["currency"]?.stringValue ?? "USD")
@@ -46,7 +48,8 @@ enum CommitmentColumns {
             let total = object["total"]?.int64Value, let expires = object["expires"]?.doubleValue
         else { return nil }
         return SubscriptionCommitment(
-            billingPeriodNumber: Int(number), totalBillingPeriods: Int(total),
+            billingPeriodNumber: SubscriptionCommitment.bounded(number),
+            totalBillingPeriods: SubscriptionCommitment.bounded(total),
             expiresDate: Date(timeIntervalSince1970: expires), autoRenew: object["autoRenew"]?.boolValue ?? true,
             renewalPlan: object["renewalPlan"]?.stringValue.flatMap(BillingPlanType.init(rawValue:)) ?? .monthly)
     }

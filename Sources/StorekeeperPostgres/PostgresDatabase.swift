@@ -17,7 +17,7 @@ public final class PostgresDatabase: Sendable {
 
     private struct Pool {
         var free: [Int]
-        var waiters: [CheckedContinuation<Int, Never>] = []
+        var waiters = WaitingLine<CheckedContinuation<Int, Never>>()
     }
 
     /// Retries of a write that lost to a concurrent one, at most.
@@ -174,11 +174,11 @@ public final class PostgresDatabase: Sendable {
 
     private func release(_ index: Int) {
         let waiter = pool.withLock { pool -> CheckedContinuation<Int, Never>? in
-            guard !pool.waiters.isEmpty else {
+            guard let waiter = pool.waiters.take() else {
                 pool.free.append(index)
                 return nil
             }
-            return pool.waiters.removeFirst()
+            return waiter
         }
         waiter?.resume(returning: index)
     }

@@ -2,6 +2,7 @@ package import AppStoreSignedData
 import Dispatch
 import Foundation
 package import StorekeeperJSON
+import StorekeeperSQL
 import Synchronization
 
 /// The signatures of one change's V2 notifications, rendered but not yet signed: the transaction, the
@@ -118,27 +119,12 @@ final class SigningThreads: Sendable {
 
     typealias Job = @Sendable () -> Void
 
-    /// Jobs in the order submitted (those before `head` are taken, and released), and the threads asleep.
+    /// Jobs in the order submitted, and the threads asleep.
     private struct Queue {
-        var jobs: [Job?] = []
-        var head = 0
+        var jobs = WaitingLine<Job>()
         var sleeping = 0
 
-        mutating func take() -> Job? {
-            guard head < jobs.count else { return nil }
-            let job = jobs[head]
-            jobs[head] = nil
-            head += 1
-            if head == jobs.count {
-                jobs.removeAll(keepingCapacity: true)
-                head = 0
-            } else if head >= 1_024, head * 2 >= jobs.count {
-                // Never emptied while jobs keep coming: the taken slots go, so the array stays bounded.
-                jobs.removeFirst(head)
-                head = 0
-            }
-            return job
-        }
+        mutating func take() -> Job? { jobs.take() }
     }
 
     private let queue = Mutex(Queue())

@@ -6,8 +6,9 @@ import Synchronization
 /// Signing in to a dashboard with a secret (the emulator's control-plane token, the server's secret key):
 /// a form posts it once, and an HttpOnly, SameSite=Strict session cookie (`Secure` under HTTPS) stands in for
 /// `Authorization: Bearer` on later requests. A session is a random id with an expiry, MACed with a key
-/// derived from the secret (the cookie never holds the secret); signing out revokes that id in this process
-/// until its expiry, so the cookie no longer signs anyone in. Sessions last ``lifetime``.
+/// derived from the secret (the cookie never holds the secret); signing out revokes that id until its expiry,
+/// so the cookie no longer signs anyone in: in this process, and, given a ``DashboardSignOutStore``, in every
+/// process sharing it and after a restart. Sessions last ``lifetime``.
 public struct DashboardLogin: Sendable {
     /// Where the dashboard lives (`/dashboard`); the login form is `<root>/login`.
     public var root: String
@@ -18,6 +19,7 @@ public struct DashboardLogin: Sendable {
     private let key: [UInt8]?
     private let secret: [UInt8]?
     private let sessions: DashboardSessions
+    private let signOuts: (any DashboardSignOutStore)?
     private let attempts = SignInAttempts()
     private let clock: @Sendable () -> Date
 
@@ -27,11 +29,14 @@ public struct DashboardLogin: Sendable {
     /// How long a session lasts after signing in.
     public static let lifetime: TimeInterval = 12 * 3_600
 
-    /// `secret` nil: nothing to sign in to (every request is signed in).
+    /// `secret` nil: nothing to sign in to (every request is signed in). `signOuts`: where sign-outs are kept
+    /// beyond this process (nil: in its memory only).
     public init(
         root: String, product: String, assets: String, secret: String?, secureCookies: Bool = false,
-        cookieName: String = "storekeeper_dashboard", clock: @escaping @Sendable () -> Date = { Date() }
+        cookieName: String = "storekeeper_dashboard", signOuts: (any DashboardSignOutStore)? = nil,
+        clock: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.signOuts = signOuts
         self.cookieName = secureCookies ? "__Host-" + cookieName : cookieName
         self.root = root
         self.product = product
@@ -55,6 +60,31 @@ public struct DashboardLogin: Sendable {
         guard secret != nil else { return true }
         if isSignedIn(authorization: request.header("Authorization")) { return true }
         return session(in: request) != nil
+    }
+
+    /// Whether ``isSignedInEverywhere(_:)`` must answer for the request (it may wait for the store): it
+    /// signs in with a session cookie alone, and sign-outs are kept beyond this process.
+    public func needsSignOutCheck(_ request: HTTPRequest) -> Bool {
+        guard secret != nil, signOuts != nil, !isSignedIn(authorization: request.header("Authorization")) else {
+            return false
+        }
+        return session(in: request) != nil
+    }
+
+    /// ``isSignedIn(_:)``, with a session cookie also not signed out in another process or before a restart
+    /// (asked of the ``DashboardSignOutStore``; refused when it cannot answer).
+    public func isSignedInEverywhere(_ request: HTTPRequest) async -> Bool {
+        guard secret != nil else { return true }
+        if isSignedIn(authorization: request.header("Authorization")) { return true }
+        guard let session = session(in: request) else { return false }
+        guard let signOuts else { return true }
+        do {
+            guard try await signOuts.isSignedOut(session.id) else { return true }
+            sessions.revoke(session.id, until: session.expiry, now: clock().timeIntervalSince1970)
+            return false
+        } catch {
+            return false
+        }
     }
 
     /// The session a request's cookie names, when its MAC holds, it has not expired and it was not revoked.
@@ -165,6 +195,23 @@ public struct DashboardLogin: Sendable {
             headers: [("Location", root + "/login"), ("Set-Cookie", cookie(value: "", maxAge: 0))])
     }
 
+    /// ``signOut(_:)``, answered once the ``DashboardSignOutStore`` holds the sign-out (every process sharing it
+    /// refuses the cookie from then on); 503 when it cannot be stored (the session then ended here only).
+    public func signOutEverywhere(_ request: HTTPRequest) async -> HTTPResponse {
+        if let signOuts, let session = session(in: request) {
+            do {
+                try await signOuts.signOut(session.id, until: session.expiry)
+            } catch {
+                sessions.revoke(session.id, until: session.expiry, now: clock().timeIntervalSince1970)
+                return HTTPError(
+                    status: 503, code: "unavailable",
+                    message: "the sign-out could not be stored; it holds in this process only: try again"
+                ).response
+            }
+        }
+        return signOut(request)
+    }
+
     /// A page as a response.
     public static func page(_ page: Page, status: Int = 200) -> HTTPResponse {
         HTTPResponse(status: status, headers: Page.headers, body: page.bytes)
@@ -178,6 +225,16 @@ public struct DashboardLogin: Sendable {
         return HTTPResponse(
             status: 200, headers: [("Content-Type", file.type), ("Cache-Control", "max-age=300")], body: file.body)
     }
+}
+
+/// Where dashboard sign-outs are kept so that every process sharing it, and the same one after a restart,
+/// refuses a signed-out session's cookie (the purchase server's storage).
+public protocol DashboardSignOutStore: Sendable {
+    /// Whether the session with this id was signed out.
+    func isSignedOut(_ session: String) async throws -> Bool
+    /// Records the session signed out until `expiry` (seconds since 1970, when its cookie expires anyway);
+    /// durable once it returns.
+    func signOut(_ session: String, until expiry: Int64) async throws
 }
 
 /// Sessions signed out before their expiry, per process. Bounded: past ``capacity`` revoked ids, every

@@ -56,6 +56,39 @@ struct ServerDashboardTests {
                 .status == 303)
     }
 
+    @Test("Signing out holds in every process on the storage: another responder refuses the cookie")
+    func signOutEverywhere() async throws {
+        let harness = try await ServerHarness.make(withAPI: false)
+        defer { harness.stop() }
+        // Two responders, each its own sign-in and its own memory of sign-outs, as two processes would have.
+        let first = harness.server.responder()
+        let second = harness.server.responder()
+        let cookie = try #require(await Self.cookie(first, secret: ServerHarness.secret))
+        #expect(await Self.get(second, "/dashboard", headers: [("Cookie", cookie)]).status == 200)
+        #expect(await Self.get(second, "/dashboard/charts", headers: [("Cookie", cookie)]).status == 200)
+        let out = await first.respond(
+            to: HTTPRequest(method: "POST", path: "/dashboard/logout", headers: [(name: "Cookie", value: cookie)]))
+        #expect(out.status == 303 && out.header("Set-Cookie")?.contains("Max-Age=0") == true)
+        for responder in [first, second] {
+            let page = await Self.get(responder, "/dashboard", headers: [("Cookie", cookie)])
+            #expect(page.status == 303 && page.header("Location") == "/dashboard/login")
+            #expect(await Self.get(responder, "/dashboard/charts", headers: [("Cookie", cookie)]).status == 303)
+        }
+        // The bearer secret is not a session: it still opens the pages.
+        #expect(
+            await Self.get(second, "/dashboard", headers: [("Authorization", "Bearer \(ServerHarness.secret)")])
+                .status == 200)
+        // A sign-out removes those whose sessions expired (a past expiry stored by hand); its own stays.
+        let prefix = "dashboard-signout:"
+        try await harness.server.storage.write { try $0.setCheckpoint(prefix + "old", "1") }
+        let other = try #require(await Self.cookie(first, secret: ServerHarness.secret))
+        _ = await second.respond(
+            to: HTTPRequest(method: "POST", path: "/dashboard/logout", headers: [(name: "Cookie", value: other)]))
+        let kept = try await harness.server.storage.read { try $0.checkpoints(prefix: prefix, limit: 10) }
+        #expect(kept.count == 2 && !kept.contains { $0.key == prefix + "old" }, "\(kept.map(\.key))")
+        #expect(await Self.get(first, "/dashboard", headers: [("Cookie", other)]).status == 303)
+    }
+
     @Test("A subscriber's page shows the purchase and its events, with what the user typed escaped")
     func subscriberPage() async throws {
         let harness = try await ServerHarness.make(withAPI: false)

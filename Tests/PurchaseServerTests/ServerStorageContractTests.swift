@@ -574,6 +574,24 @@ struct ServerStorageContractTests {
         #expect(try await storage.takeRequest(from: "other", rate: 1, burst: 3, now: Self.start))
     }
 
+    @Test("Checkpoints are listed by key prefix, in key order, up to a limit, and removed", arguments: Backend.allCases)
+    func checkpointsByPrefix(backend: Backend) async throws {
+        let storage = try await backend.make()
+        try await storage.write { store in
+            for key in ["p:b", "p:a", "p:c", "q:a", "p", "xp:a"] { try store.setCheckpoint(key, "v" + key) }
+        }
+        try await storage.read { (store: any ServerStore) throws in
+            #expect(try store.checkpoints(prefix: "p:", limit: 10).map(\.key) == ["p:a", "p:b", "p:c"])
+            #expect(try store.checkpoints(prefix: "p:", limit: 2).map(\.value) == ["vp:a", "vp:b"])
+            #expect(try store.checkpoints(prefix: "z", limit: 10).isEmpty)
+        }
+        try await storage.write { try $0.removeCheckpoint("p:b") }
+        try await storage.read { (store: any ServerStore) throws in
+            #expect(try store.checkpoints(prefix: "p:", limit: 10).map(\.key) == ["p:a", "p:c"])
+            #expect(try store.checkpoint("p:b") == nil && store.checkpoint("q:a") == "vq:a")
+        }
+    }
+
     @Test("Concurrent writes holding one lock are applied one after the other", arguments: Backend.allCases)
     func noLostUpdate(backend: Backend) async throws {
         let storage = try await backend.make()

@@ -9,19 +9,43 @@ import StorekeeperHTTP
 extension PurchaseServer {
     static let dashboardRoot = "/dashboard"
 
-    /// The dashboard's sign-in, made once per responder (its sessions live as long as the responder).
+    /// The dashboard's sign-in, made once per responder; sign-outs are kept in the storage (``StoredSignOuts``),
+    /// so that every process on it, and this one after a restart, refuses a signed-out session's cookie.
     func makeDashboardLogin(secureCookies: Bool) -> DashboardLogin {
         DashboardLogin(
             root: Self.dashboardRoot, product: "Purchase server", assets: Self.dashboardRoot + "/assets",
             secret: configuration.secretKey, secureCookies: secureCookies, cookieName: "storekeeper_server",
-            clock: wallClock)
+            signOuts: StoredSignOuts(storage: storage, clock: wallClock), clock: wallClock)
+    }
+
+    /// Dashboard sign-outs as checkpoints (`dashboard-signout:<session id>`, the session's expiry in seconds),
+    /// each kept until that expiry: a sign-out removes up to ``pruned`` expired ones, so they do not pile up.
+    struct StoredSignOuts: DashboardSignOutStore {
+        static let prefix = "dashboard-signout:"
+        static let pruned = 100
+        let storage: any ServerStorage
+        let clock: @Sendable () -> Date
+
+        func isSignedOut(_ session: String) async throws -> Bool {
+            try await storage.read { try $0.checkpoint(Self.prefix + session) } != nil
+        }
+
+        func signOut(_ session: String, until expiry: Int64) async throws {
+            let now = clock().timeIntervalSince1970
+            try await storage.write { store in
+                try store.setCheckpoint(Self.prefix + session, String(expiry))
+                let expired = try store.checkpoints(prefix: Self.prefix, limit: 10_000)
+                    .filter { Double($0.value).map { $0 <= now } ?? true }
+                for entry in expired.prefix(Self.pruned) { try store.removeCheckpoint(entry.key) }
+            }
+        }
     }
 
     func addDashboardRoutes(to router: inout Router, login: DashboardLogin) {
         let server = self
         func page(_ build: @escaping @Sendable (HTTPRequest) async throws -> Page) -> Handler {
             { request, _ in
-                guard login.isSignedIn(request) else { return login.redirectToLogin }
+                guard await login.isSignedInEverywhere(request) else { return login.redirectToLogin }
                 do {
                     return DashboardLogin.page(try await build(request))
                 } catch let error as PurchaseServerError {
@@ -38,7 +62,7 @@ extension PurchaseServer {
         router.post(
             Self.dashboardRoot + "/login",
             { request, _ in login.signIn(request, home: Self.dashboardRoot, secretName: "Secret key") })
-        router.post(Self.dashboardRoot + "/logout", { request, _ in login.signOut(request) })
+        router.post(Self.dashboardRoot + "/logout", { request, _ in await login.signOutEverywhere(request) })
         router.get(
             Self.dashboardRoot + "/subscribers", page { request in try await server.subscriberPage(request.query) })
         router.get(Self.dashboardRoot + "/charts", page { request in try await server.chartsPage(request.query) })

@@ -383,6 +383,17 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             """, [.text(key), .text(value)])
     }
 
+    func checkpoints(prefix: String, limit: Int) throws -> [(key: String, value: String)] {
+        try connection.execute(
+            "SELECT key, value FROM checkpoints WHERE substr(key, 1, CAST(? AS INTEGER)) = ? ORDER BY key LIMIT ?",
+            [.integer(Int64(prefix.count)), .text(prefix), .integer(Int64(max(0, limit)))]
+        ).compactMap { row in row["key"].string.map { ($0, row["value"].string ?? "") } }
+    }
+
+    func removeCheckpoint(_ key: String) throws {
+        try connection.execute("DELETE FROM checkpoints WHERE key = ?", [.text(key)])
+    }
+
     // MARK: Ledger and grants
 
     func append(_ entry: LedgerEntry) throws -> Bool {

@@ -159,6 +159,9 @@ public protocol SubscriptionRecordRepository {
     /// A named position of a background task (the notification-history checkpoint).
     func checkpoint(_ key: String) throws -> String?
     func setCheckpoint(_ key: String, _ value: String) throws
+    /// The checkpoints whose keys start with `prefix`, in key order, at most `limit`.
+    func checkpoints(prefix: String, limit: Int) throws -> [(key: String, value: String)]
+    func removeCheckpoint(_ key: String) throws
 }
 
 /// The consumable ledger and the developer's grants.

@@ -303,11 +303,9 @@ extension PurchaseServer {
         let buckets = SubscriptionCharts.periods(from: query.from, to: query.to, resolution: query.resolution)
         var requests = [Double](repeating: 0, count: buckets.count)
         var saved = [Double](repeating: 0, count: buckets.count)
-        let starts = buckets.map(\.0)
+        let (starts, end) = (buckets.map(\.0), buckets.last?.1 ?? query.from)
         for answer in answers where query.environment.map({ $0 == answer.environment }) ?? true {
-            guard let index = starts.lastIndex(where: { $0 <= answer.date }), answer.date < buckets[index].1 else {
-                continue
-            }
+            guard let index = SubscriptionCharts.period(of: answer.date, starts: starts, end: end) else { continue }
             requests[index] += 1
             if answer.cancelled == nil { saved[index] += 1 }
         }

@@ -190,6 +190,14 @@ public struct SubscriptionCharts: Sendable {
     }
 
     /// The first index of sorted `dates` whose date is at or after `date` (`dates.count` when none is).
+    /// The period `date` falls in, of consecutive periods beginning at `starts` (ascending) with the last
+    /// ending at `end`; nil outside them. A binary search: charts bucket up to millions of records.
+    static func period(of date: Date, starts: [Date], end: Date) -> Int? {
+        guard let first = starts.first, date >= first, date < end else { return nil }
+        let index = lowerBound(starts, date)
+        return index < starts.count && starts[index] == date ? index : index - 1
+    }
+
     static func lowerBound(_ dates: [Date], _ date: Date) -> Int {
         var (low, high) = (0, dates.count)
         while low < high {
@@ -244,12 +252,7 @@ public struct SubscriptionCharts: Sendable {
         }
         let starts = buckets.map(\.0)
         let end = buckets.last?.1 ?? from
-        /// The period `date` falls in.
-        func bucket(_ date: Date) -> Int? {
-            guard let first = starts.first, date >= first, date < end else { return nil }
-            let index = Self.lowerBound(starts, date)
-            return index < starts.count && starts[index] == date ? index : index - 1
-        }
+        func bucket(_ date: Date) -> Int? { Self.period(of: date, starts: starts, end: end) }
         switch chart {
         case .actives, .trials, .mrr:
             // Per subscription, the instants its periods cover (counted once where periods overlap), added

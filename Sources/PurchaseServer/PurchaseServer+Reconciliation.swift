@@ -121,6 +121,19 @@ extension PurchaseServer {
                         NotificationHistoryRequest(
                             startDate: checkpoint.start, endDate: checkpoint.end ?? current, onlyFailures: true),
                         paginationToken: checkpoint.paginationToken)
+                } catch
+                    where checkpoint.paginationToken != nil
+                    && (error.code == .paginationTokenExpired || error.code == .invalidPaginationToken)
+                {
+                    // Apple no longer takes the stored page token (it expired while passes were cut short, or
+                    // the checkpoint was damaged): asking with it again would fail every later pass at the same
+                    // place. The window is read again from its start (what was taken is deduplicated).
+                    report.failures.append(
+                        "\(bundleID) \(environment.rawValue) history: the page token was refused (\(error.message)); "
+                            + "the window is read again from its start")
+                    checkpoint.paginationToken = nil
+                    checkpoint.end = current.addingTimeInterval(1)
+                    continue
                 } catch {
                     await noteRateLimit(error, "notificationHistory", app: app, environment: environment)
                     throw error

@@ -5,6 +5,7 @@ import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 /// Reconciliation reading Apple's notification history from a stand-in for the App Store Server API.
@@ -53,5 +54,59 @@ struct ReconciliationHistoryTests {
             try $0.checkpoint("notification-history:\(JWSFixtures.bundleID):Sandbox")
         }
         #expect(checkpoint != nil)
+    }
+
+    @Test("A stored page token Apple refuses (expired) is dropped: the window is read again from its start")
+    func expiredPageToken() async throws {
+        let known = try JWSFixtures.notification()
+        let page: JSONObject = [
+            "notificationHistory": .array([.object(["signedPayload": .string(try JWSFixtures.sign(known))])]),
+            "hasMore": .bool(false),
+        ]
+        let tokens = Mutex<[String?]>([])
+        var router = Router()
+        router.add(
+            "POST", "/inApps/v1/notifications/history",
+            inline: { request, _ in
+                let token = request.query["paginationToken"]
+                tokens.withLock { $0.append(token) }
+                guard token == nil else {
+                    let error: JSONObject = [
+                        "errorCode": .integer(4_000_017), "errorMessage": .string("Pagination token expired."),
+                    ]
+                    return HTTPResponse(
+                        status: 400, headers: [("Content-Type", "application/json")],
+                        body: JSONWriter.bytes(.object(error)))
+                }
+                return HTTPResponse(
+                    status: 200, headers: [("Content-Type", "application/json")], body: JSONWriter.bytes(.object(page)))
+            })
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        defer { apple.stop() }
+        let url = "http://127.0.0.1:\(apple.port)"
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root],
+            serverAPI: ServerAPISettings(
+                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+                sandboxURL: url))
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+        let storage = try await SQLiteServerStorage(path: path)
+        // A pass cut short long ago left a page token behind.
+        let key = "notification-history:\(JWSFixtures.bundleID):Sandbox"
+        let start = Int64(Date().timeIntervalSince1970 * 1_000) - 3_600_000
+        let stale = #"{"start":\#(start),"end":\#(start + 60_000),"paginationToken":"stale"}"#
+        try await storage.write { try $0.setCheckpoint(key, stale) }
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
+        let report = await server.reconcile()
+        #expect(tokens.withLock { $0 } == ["stale", nil], "asked once with the token, then from the window's start")
+        #expect(report.notificationsRecovered == 1, "\(report.failures)")
+        #expect(report.failures.contains { $0.contains("page token was refused") }, "\(report.failures)")
+        let checkpoint = try #require(try await storage.read { try $0.checkpoint(key) })
+        #expect(!checkpoint.contains("paginationToken"), "the next pass starts a new window: \(checkpoint)")
+        // The next pass does not ask with the refused token again.
+        _ = await server.reconcile()
+        #expect(!tokens.withLock { $0 }.dropFirst(2).contains("stale"))
     }
 }

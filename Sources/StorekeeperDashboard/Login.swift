@@ -89,6 +89,14 @@ public struct DashboardLogin: Sendable {
 
     /// The session a request's cookie names, when its MAC holds, it has not expired and it was not revoked.
     private func session(in request: HTTPRequest) -> (id: String, expiry: Int64)? {
+        guard let session = verifiedSession(in: request),
+            !sessions.isRevoked(session.id, expiry: session.expiry)
+        else { return nil }
+        return session
+    }
+
+    /// The session a request's cookie names, when its MAC holds and it has not expired, revoked here or not.
+    private func verifiedSession(in request: HTTPRequest) -> (id: String, expiry: Int64)? {
         guard let key, let cookie = Self.cookie(cookieName, in: request) else { return nil }
         let parts = cookie.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let expiry = Int64(parts[0]), parts[1].utf8.count == 32 else { return nil }
@@ -96,7 +104,7 @@ public struct DashboardLogin: Sendable {
         let mac = Array(Digest.hex(HMAC.sha256(key: key, message: signed)).utf8)
         guard ConstantTime.equals(Array(parts[2].utf8), mac) else { return nil }
         let now = clock().timeIntervalSince1970
-        guard Double(expiry) > now, !sessions.isRevoked(String(parts[1]), expiry: expiry) else { return nil }
+        guard Double(expiry) > now else { return nil }
         return (String(parts[1]), expiry)
     }
 
@@ -198,7 +206,8 @@ public struct DashboardLogin: Sendable {
     /// ``signOut(_:)``, answered once the ``DashboardSignOutStore`` holds the sign-out (every process sharing it
     /// refuses the cookie from then on); 503 when it cannot be stored (the session then ended here only).
     public func signOutEverywhere(_ request: HTTPRequest) async -> HTTPResponse {
-        if let signOuts, let session = session(in: request) {
+        // Revoked here or not: a sign-out whose storing failed (revoked here only) is stored when it is sent again.
+        if let signOuts, let session = verifiedSession(in: request) {
             do {
                 try await signOuts.signOut(session.id, until: session.expiry)
             } catch {

@@ -238,7 +238,8 @@ public struct Lifecycle: Sendable {
                 // The month paid late starts now: the commitment's end moves with it.
                 return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
                     + commitmentPeriod(
-                        &state, number: min(commitment.billingPeriodNumber, SubscriptionCommitment.periodsBound) + 1,
+                        &state,
+                        number: min(commitment.billingPeriodNumber, SubscriptionCommitment.periodsBound - 1) + 1,
                         start: now,
                         notice: Notice(.didRenew, .billingRecovery, v1: .didRecover), shift: true)
             }

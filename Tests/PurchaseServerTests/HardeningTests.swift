@@ -194,6 +194,49 @@ struct ServerHardeningTests {
         #expect(!wrong.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", otherCookie)])))
     }
 
+    @Test("Dashboard sign-out with a store: a failed store answers 503 and the retry stores it; others then refuse")
+    func signOutStored() async throws {
+        /// Fails its first sign-out, then keeps them.
+        final class FlakyStore: DashboardSignOutStore, Sendable {
+            let state = Mutex((failures: 1, signedOut: Set<String>()))
+            func isSignedOut(_ session: String) async throws -> Bool {
+                state.withLock { $0.signedOut.contains(session) }
+            }
+            func signOut(_ session: String, until expiry: Int64) async throws {
+                try state.withLock { state in
+                    if state.failures > 0 {
+                        state.failures -= 1
+                        throw CancellationError()
+                    }
+                    state.signedOut.insert(session)
+                }
+            }
+        }
+        let store = FlakyStore()
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        func login() -> DashboardLogin {
+            DashboardLogin(
+                root: "/dashboard", product: "P", assets: "/a", secret: "the-secret", signOuts: store, clock: { now })
+        }
+        let (here, elsewhere) = (login(), login())
+        let form = HTTPRequest(method: "POST", path: "/dashboard/login", body: Array("secret=the-secret".utf8))
+        let setCookie = here.signIn(form, home: "/dashboard", secretName: "Secret").header("Set-Cookie") ?? ""
+        let cookie = String(setCookie.prefix { $0 != ";" })
+        let page = HTTPRequest(method: "GET", path: "/dashboard", headers: [("Cookie", cookie)])
+        #expect(elsewhere.needsSignOutCheck(page))
+        #expect(await elsewhere.isSignedInEverywhere(page))
+        let logout = HTTPRequest(method: "POST", path: "/dashboard/logout", headers: [("Cookie", cookie)])
+        let failed = await here.signOutEverywhere(logout)
+        #expect(failed.status == 503 && failed.header("Set-Cookie") == nil, "the cookie is kept for the retry")
+        #expect(!here.isSignedIn(page), "ended in this process")
+        #expect(await elsewhere.isSignedInEverywhere(page), "not stored: another process still takes it")
+        let retried = await here.signOutEverywhere(logout)
+        #expect(retried.status == 303)
+        #expect(store.state.withLock { $0.signedOut.count } == 1, "stored on the retry")
+        #expect(!(await elsewhere.isSignedInEverywhere(page)))
+        #expect(!elsewhere.isSignedIn(page), "then refused here without asking")
+    }
+
     @Test("Dashboard sign-in: ten wrong secrets from an address in a minute, then 429 for it until the minute is over")
     func signInAttempts() {
         let now = Mutex(Date(timeIntervalSince1970: 1_800_000_000))

@@ -19,10 +19,12 @@ extension PurchaseServer {
     }
 
     /// Dashboard sign-outs as checkpoints (`dashboard-signout:<session id>`, the session's expiry in seconds),
-    /// each kept until that expiry: a sign-out removes up to ``pruned`` expired ones, so they do not pile up.
+    /// each kept until an hour past that expiry (processes' clocks may differ by less): a sign-out removes up to
+    /// ``pruned`` of those, so they do not pile up.
     struct StoredSignOuts: DashboardSignOutStore {
         static let prefix = "dashboard-signout:"
         static let pruned = 100
+        static let margin: TimeInterval = 3_600
         let storage: any ServerStorage
         let clock: @Sendable () -> Date
 
@@ -31,11 +33,11 @@ extension PurchaseServer {
         }
 
         func signOut(_ session: String, until expiry: Int64) async throws {
-            let now = clock().timeIntervalSince1970
+            let before = clock().timeIntervalSince1970 - Self.margin
             try await storage.write { store in
                 try store.setCheckpoint(Self.prefix + session, String(expiry))
-                let expired = try store.checkpoints(prefix: Self.prefix, limit: 10_000)
-                    .filter { Double($0.value).map { $0 <= now } ?? true }
+                let expired = try store.checkpoints(prefix: Self.prefix, limit: 1_000)
+                    .filter { Double($0.value).map { $0 <= before } ?? true }
                 for entry in expired.prefix(Self.pruned) { try store.removeCheckpoint(entry.key) }
             }
         }
@@ -45,7 +47,8 @@ extension PurchaseServer {
         let server = self
         func page(_ build: @escaping @Sendable (HTTPRequest) async throws -> Page) -> Handler {
             { request, _ in
-                guard await login.isSignedInEverywhere(request) else { return login.redirectToLogin }
+                // The guard asked the storage about a session cookie's sign-out already.
+                guard login.isSignedIn(request) else { return login.redirectToLogin }
                 do {
                     return DashboardLogin.page(try await build(request))
                 } catch let error as PurchaseServerError {

@@ -126,8 +126,10 @@ public final class InMemoryServerStorage: ServerStorage {
         func setCheckpoint(_ key: String, _ value: String) { tables.checkpoints[key] = value }
         func checkpoints(prefix: String, limit: Int) -> [(key: String, value: String)] {
             Array(
-                tables.checkpoints.filter { $0.key.hasPrefix(prefix) }.sorted { $0.key < $1.key }
-                    .prefix(max(0, limit)).map { ($0.key, $0.value) })
+                tables.checkpoints.filter { $0.key.unicodeScalars.starts(with: prefix.unicodeScalars) }.sorted {
+                    $0.key < $1.key
+                }
+                .prefix(max(0, limit)).map { ($0.key, $0.value) })
         }
         func removeCheckpoint(_ key: String) { tables.checkpoints[key] = nil }
 

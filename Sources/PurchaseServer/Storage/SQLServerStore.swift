@@ -386,7 +386,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
     func checkpoints(prefix: String, limit: Int) throws -> [(key: String, value: String)] {
         try connection.execute(
             "SELECT key, value FROM checkpoints WHERE substr(key, 1, CAST(? AS INTEGER)) = ? ORDER BY key LIMIT ?",
-            [.integer(Int64(prefix.count)), .text(prefix), .integer(Int64(max(0, limit)))]
+            [.integer(Int64(prefix.unicodeScalars.count)), .text(prefix), .integer(Int64(max(0, limit)))]
         ).compactMap { row in row["key"].string.map { ($0, row["value"].string ?? "") } }
     }
 

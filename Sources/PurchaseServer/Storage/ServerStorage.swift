@@ -159,7 +159,8 @@ public protocol SubscriptionRecordRepository {
     /// A named position of a background task (the notification-history checkpoint).
     func checkpoint(_ key: String) throws -> String?
     func setCheckpoint(_ key: String, _ value: String) throws
-    /// The checkpoints whose keys start with `prefix`, in key order, at most `limit`.
+    /// The checkpoints whose keys start with `prefix` (compared by Unicode scalars), in key order, at most
+    /// `limit`.
     func checkpoints(prefix: String, limit: Int) throws -> [(key: String, value: String)]
     func removeCheckpoint(_ key: String) throws
 }

@@ -57,6 +57,23 @@ public struct NotificationType: OpenVocabulary {
         .consumptionRequest, .renewalExtended, .renewalExtension, .revoke, .test, .oneTimeCharge,
         .externalPurchaseToken, .rescindConsent, .metadataUpdate, .migration, .priceChange,
     ]
+
+    /// The subtypes Apple sends with this type (empty: none ever), from its notification table; Get
+    /// Notification History refuses a pair outside it (4000018).
+    public var subtypes: Set<NotificationSubtype> {
+        switch self {
+        case .subscribed: [.initialBuy, .resubscribe]
+        case .didRenew: [.billingRecovery]
+        case .didChangeRenewalPref, .offerRedeemed: [.upgrade, .downgrade]
+        case .didChangeRenewalStatus: [.autoRenewEnabled, .autoRenewDisabled]
+        case .didFailToRenew: [.gracePeriod]
+        case .expired: [.voluntary, .billingRetry, .priceIncrease, .productNotForSale]
+        case .priceIncrease: [.pending, .accepted]
+        case .renewalExtension: [.summary, .failure]
+        case .externalPurchaseToken: [.unreported, .created, .activeTokenReminder]
+        default: []
+        }
+    }
 }
 
 /// V2 `subtype`.

@@ -197,11 +197,13 @@ public struct HTTPErrorRenderer: Sendable {
         return response
     }
 
-    /// Apple's shape: `code` is the numeric error code (e.g. "4040010"); a non-numeric one is sent as 0.
+    /// Apple's shape: `code` is the numeric error code (e.g. "4040010"); for a non-numeric one (an unknown
+    /// path, a method not allowed, an unexpected failure) the general code of the status, its three digits
+    /// then zeros (5000000 for a 500, 4000000 for a 400), as Apple's codes begin with their status.
     public static let apple = HTTPErrorRenderer { error in
+        let code = Int64(error.code) ?? Int64(min(max(error.status, 100), 599)) * 10_000
         var response = HTTPResponse.json(
-            .object(["errorCode": .integer(Int64(error.code) ?? 0), "errorMessage": .string(error.message)]),
-            status: error.status)
+            .object(["errorCode": .integer(code), "errorMessage": .string(error.message)]), status: error.status)
         for (name, value) in error.headers.sorted(by: { $0.key < $1.key }) { response.headers.append((name, value)) }
         return response
     }

@@ -156,6 +156,14 @@ struct ServerAPITests {
         query.productTypes = ["SUBSCRIPTION"]
         let badType = await Self.apiError { _ = try await client.transactionHistory(first, query: query) }
         #expect(badType?.code == .invalidProductType)
+        // An end not after the start is Apple's 4000013, equal dates included.
+        for end in [0.0, -60] {
+            query = TransactionHistoryQuery()
+            query.startDate = Date(timeIntervalSince1970: 1_767_225_600)
+            query.endDate = query.startDate?.addingTimeInterval(end)
+            let reversed = await Self.apiError { _ = try await client.transactionHistory(first, query: query) }
+            #expect(reversed?.code == .startDateAfterEndDate && reversed?.status == 400, "end \(end)")
+        }
     }
 
     @Test("Subscription statuses, refund history and order look-up answer as Apple's do")
@@ -348,6 +356,18 @@ struct ServerAPITests {
         let reversed = NotificationHistoryRequest(startDate: now, endDate: now.addingTimeInterval(-60))
         #expect(
             await Self.apiError { _ = try await client.notificationHistory(reversed) }?.code == .startDateAfterEndDate)
+        // A subtype is taken only with a type Apple sends it with (4000018 otherwise).
+        var paired = window
+        paired.notificationType = "SUBSCRIBED"
+        paired.notificationSubtype = "INITIAL_BUY"
+        #expect(try await client.notificationHistory(paired).notificationHistory.count == 1)
+        for (type, subtype) in [("TEST", "SUMMARY"), ("SUBSCRIBED", "VOLUNTARY"), ("DID_RENEW", "UPGRADE")] {
+            var mismatched = window
+            mismatched.notificationType = type
+            mismatched.notificationSubtype = subtype
+            let refused = await Self.apiError { _ = try await client.notificationHistory(mismatched) }
+            #expect(refused?.code == .invalidNotificationType && refused?.status == 400, "\(type)/\(subtype)")
+        }
     }
 
     @Test("Consumption information, app account tokens and app transactions")

@@ -107,7 +107,7 @@ extension NotificationHistoryQuery {
         }
         var subtype: NotificationSubtype?
         if let name = text("notificationSubtype") {
-            guard type != nil, let parsed = NotificationSubtype(known: name) else {
+            guard let type, let parsed = NotificationSubtype(known: name), type.subtypes.contains(parsed) else {
                 throw EmulatorError.api(.invalidNotificationType, "Invalid notification type and subtype.")
             }
             subtype = parsed

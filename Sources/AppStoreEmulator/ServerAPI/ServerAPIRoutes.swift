@@ -454,7 +454,8 @@ extension ServerAPIService {
         }
         filter.start = try milliseconds("startDate", .invalidStartDate)
         filter.end = try milliseconds("endDate", .invalidEndDate)
-        if let start = filter.start, let end = filter.end, start > end {
+        // Apple's 4000013: an end not after the start (equal ones included).
+        if let start = filter.start, let end = filter.end, start >= end {
             throw EmulatorError.api(.startDateAfterEndDate, "Start date after end date.")
         }
         for id in query.values("productId") {

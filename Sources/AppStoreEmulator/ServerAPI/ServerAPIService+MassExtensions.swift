@@ -1,6 +1,7 @@
 import AppStoreServerAPI
 import Foundation
 import StoreModel
+import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperLogging
 import Synchronization
@@ -30,7 +31,11 @@ extension ServerAPIService {
         // job starts.
         guard massExtensionsRunning.wrappingAdd(1, ordering: .relaxed).newValue <= Self.maxMassExtensions else {
             massExtensionsRunning.wrappingSubtract(1, ordering: .relaxed)
-            throw EmulatorError.api(.rateLimitExceeded, "Rate limit exceeded.")
+            // Apple's 429 carries Retry-After (epoch milliseconds): a minute on, when a slot may be free.
+            let later = appStore.realNow().addingTimeInterval(60)
+            throw HTTPError(
+                status: 429, code: String(APIErrorCode.rateLimitExceeded.rawValue), message: "Rate limit exceeded.",
+                headers: ["Retry-After": String(EpochMilliseconds.milliseconds(later, roundingUp: true))])
         }
         let started: Bool
         do {

@@ -38,7 +38,17 @@ extension JWSTransaction {
             if let discount = offer.discountType { payload["offerDiscountType"] = .string(discount.rawValue) }
             if let period = offer.period { payload["offerPeriod"] = .string(period) }
         }
-        if let revoked = transaction.revocationDate { payload["revocationDate"] = milliseconds(revoked) }
+        if let revoked = transaction.revocationDate {
+            payload["revocationDate"] = milliseconds(revoked)
+            // The emulator refunds whole purchases; a family member's access ends by the family's revocation.
+            // The percentage is a refund's (in milliunits), absent from a family revocation.
+            if transaction.ownership == .familyShared {
+                payload["revocationType"] = .string("FAMILY_REVOKE")
+            } else {
+                payload["revocationType"] = .string("REFUND_FULL")
+                payload["revocationPercentage"] = .integer(100_000)
+            }
+        }
         if let reason = transaction.revocationReason { payload["revocationReason"] = .integer(reason.rawValue) }
         if transaction.isUpgraded { payload["isUpgraded"] = .bool(true) }
         if let plan = transaction.billingPlan { payload["billingPlanType"] = .string(plan.rawValue) }

@@ -119,6 +119,10 @@ struct FamilySharingTests {
             let type = payload["notificationType"]?.stringValue ?? "?"
             let name = payload["subtype"]?.stringValue.map { "\(type)/\($0)" } ?? type
             byOwnership[info["inAppOwnershipType"]?.stringValue ?? "?", default: []].append(name)
+            if type == "REVOKE" {
+                #expect(info["revocationDate"] != nil && info["revocationType"] == .string("FAMILY_REVOKE"))
+                #expect(info["revocationPercentage"] == nil, "not a refund")
+            }
         }
         #expect(
             byOwnership["PURCHASED"] == ["SUBSCRIBED/INITIAL_BUY", "ONE_TIME_CHARGE", "ONE_TIME_CHARGE", "DID_RENEW"])

@@ -133,6 +133,8 @@ struct ServerAPITests {
         let again = try changed.signedTransactions.map { try api.payload($0) }
         #expect(again.map { $0["transactionId"]?.stringValue } == [first])
         #expect(again.first?["revocationDate"] != nil)
+        #expect(again.first?["revocationType"] == .string("REFUND_FULL"))
+        #expect(again.first?["revocationPercentage"] == .integer(100_000), "a whole refund, in milliunits")
 
         // Filters, sort, and v1 leaving finished consumables out.
         var query = TransactionHistoryQuery()

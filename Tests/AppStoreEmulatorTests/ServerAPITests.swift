@@ -191,6 +191,22 @@ struct ServerAPITests {
         #expect(
             try refunds.flatMap(\.signedTransactions).map { try api.payload($0)["transactionId"]?.stringValue }
                 == [coins])
+        // The deprecated v1 path: the refunded transactions in one answer, no paging fields.
+        let issued = Int64(api.time.now.timeIntervalSince1970)
+        let token = try JWSSigner.sign(
+            payload: [
+                "iss": .string(api.issuerID), "iat": .integer(issued), "exp": .integer(issued + 300),
+                "aud": .string("appstoreconnect-v1"), "bid": .string(AppStoreTests.bundleID),
+            ], header: ["kid": .string(api.keyID), "typ": .string("JWT")], key: api.key)
+        let v1 = try await HTTPClient().send(
+            "GET", api.base + "/sandbox/inApps/v1/refund/lookup/\(subscription)",
+            headers: [("Authorization", "Bearer " + token)])
+        let v1Body = try JSONParser.parse(v1.body)
+        #expect(v1.status == 200 && v1Body["revision"] == nil && v1Body["hasMore"] == nil, "\(v1Body)")
+        #expect(
+            try (v1Body["signedTransactions"]?.arrayValue ?? []).map {
+                try api.payload($0.stringValue ?? "")["transactionId"]?.stringValue
+            } == [coins])
 
         let (_, queue) = try await api.harness.call("GET", app + "/transactions")
         let order = try #require(queue["transactions"]?.arrayValue?.first?["orderId"]?.stringValue)

@@ -181,6 +181,25 @@ extension ServerAPIService {
                 }
             ),
             (
+                // Deprecated v1: the 50 refunded transactions refunded last, in one answer without paging.
+                "GET", "/v1/refund/lookup/{id}", .refundHistory,
+                { _, context, scope in
+                    var filter = HistoryFilter()
+                    filter.refundsOnly = true
+                    let id = try context.parameter("id")
+                    var signed: [String] = []
+                    var revision: String?
+                    while signed.count < 50 {
+                        let page = try await store.apiHistory(
+                            id, scope: scope, filter: filter, descending: true, revision: revision)
+                        signed += page.signedTransactions
+                        guard page.hasMore else { break }
+                        revision = page.revision
+                    }
+                    return .json(.object(["signedTransactions": .array(signed.prefix(50).map(JSONValue.string))]))
+                }
+            ),
+            (
                 "GET", "/v1/lookup/{order}", .orderLookup,
                 { _, context, scope in
                     let (status, signed) = try await store.apiLookUpOrder(try context.parameter("order"), scope: scope)

@@ -271,16 +271,25 @@ struct ServerAPITests {
         #expect(expired?.code == .subscriptionExtensionIneligible)
     }
 
-    @Test("A mass extension runs in the background, reports its status, and ends with RENEWAL_EXTENSION/SUMMARY")
+    @Test(
+        "A mass extension runs in the background, reports its status, tells of each subscription it could not extend (FAILURE) and ends with SUMMARY"
+    )
     func massExtension() async throws {
         let api = try await API.make()
         defer { api.stop() }
         let sink = try NotificationSink()
         try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
-        for _ in 0..<3 { _ = try await api.buy("monthly") }
+        var bought: [String] = []
+        for _ in 0..<3 { bought.append(try await api.buy("monthly").0) }
         let (expired, _) = try await api.buy("monthly")
         _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(expired)/expire", [:])
         let client = try api.client()
+        // One subscription already extended twice this year: the mass extension cannot extend it again.
+        for number in 1...2 {
+            _ = try await client.extendRenewalDate(
+                originalTransactionID: bought[0],
+                ExtendRenewalDateRequest(extendByDays: 1, extendReasonCode: 1, requestIdentifier: "single-\(number)"))
+        }
         let taken = try await client.extendRenewalDatesForAllActiveSubscribers(
             MassExtendRenewalDateRequest(
                 extendByDays: 3, extendReasonCode: 3, requestIdentifier: "outage-1", productID: "monthly",
@@ -291,7 +300,7 @@ struct ServerAPITests {
             try await Task.sleep(for: .milliseconds(20))
             status = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
         }
-        #expect(status.complete == true && status.succeededCount == 3 && status.failedCount == 0)
+        #expect(status.complete == true && status.succeededCount == 2 && status.failedCount == 1)
         #expect(status.completeDate != nil)
         let unknown = await Self.apiError {
             _ = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "nope")
@@ -299,14 +308,19 @@ struct ServerAPITests {
         #expect(unknown?.code == .statusRequestNotFound)
         var decoded: [JSONObject] = []
         for _ in 0..<60 {
-            decoded = try await sink.payloads(atLeast: 4 + 3 + 1).map { try api.payload($0) }
-            if decoded.contains(where: { $0["notificationType"]?.stringValue == "RENEWAL_EXTENSION" }) { break }
+            decoded = try await sink.payloads(atLeast: 4 + 2 + 2 + 1 + 1).map { try api.payload($0) }
+            if decoded.contains(where: { $0["subtype"]?.stringValue == "SUMMARY" }) { break }
         }
-        let summary = try #require(decoded.first { $0["notificationType"]?.stringValue == "RENEWAL_EXTENSION" })
-        #expect(summary["subtype"]?.stringValue == "SUMMARY")
-        #expect(summary["summary"]?["succeededCount"]?.int64Value == 3)
+        let summary = try #require(decoded.first { $0["subtype"]?.stringValue == "SUMMARY" })
+        #expect(summary["notificationType"]?.stringValue == "RENEWAL_EXTENSION")
+        #expect(summary["summary"]?["succeededCount"]?.int64Value == 2)
+        #expect(summary["summary"]?["failedCount"]?.int64Value == 1)
         #expect(summary["summary"]?["storefrontCountryCodes"] == .array([.string("USA")]), "each storefront once")
-        #expect(decoded.filter { $0["notificationType"]?.stringValue == "RENEWAL_EXTENDED" }.count == 3)
+        #expect(decoded.filter { $0["notificationType"]?.stringValue == "RENEWAL_EXTENDED" }.count == 2 + 2)
+        let failures = decoded.filter { $0["subtype"]?.stringValue == "FAILURE" }
+        #expect(failures.count == 1 && failures.first?["notificationType"]?.stringValue == "RENEWAL_EXTENSION")
+        let failed = try api.payload(try #require(failures.first?["data"]?["signedTransactionInfo"]?.stringValue))
+        #expect(failed["originalTransactionId"]?.stringValue == bought[0], "the subscription not extended")
         let badProduct = await Self.apiError {
             _ = try await client.extendRenewalDatesForAllActiveSubscribers(
                 MassExtendRenewalDateRequest(

@@ -128,7 +128,11 @@ extension ServerAPIService {
                                 subscription, account: account, request: perSubscription, in: store, now: current)
                             progress.succeeded += 1
                         } catch is EmulatorError {
+                            // Apple tells of each subscription it could not extend: RENEWAL_EXTENSION/FAILURE.
                             progress.failed += 1
+                            try self.appStore.enqueue(
+                                Notice(.renewalExtension, .failure), subscription: subscription, account: account,
+                                in: store, now: current)
                         }
                     }
                     progress.resume?.after = last

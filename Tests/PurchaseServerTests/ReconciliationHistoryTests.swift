@@ -11,6 +11,33 @@ import Testing
 /// Reconciliation reading Apple's notification history from a stand-in for the App Store Server API.
 @Suite("Purchase server: reconciliation from the notification history")
 struct ReconciliationHistoryTests {
+    /// A stand-in for Apple's notification history answering with `answer`, and a server on SQLite whose app's
+    /// App Store Server API is that stand-in (stop `apple` when done).
+    static func stand(
+        answer: @escaping @Sendable (HTTPRequest) -> HTTPResponse
+    ) async throws -> (apple: HTTPServer, server: PurchaseServer, storage: SQLiteServerStorage) {
+        var router = Router()
+        router.add("POST", "/inApps/v1/notifications/history", inline: { request, _ in answer(request) })
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        let url = "http://127.0.0.1:\(apple.port)"
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root],
+            serverAPI: ServerAPISettings(
+                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+                sandboxURL: url))
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+        let storage = try await SQLiteServerStorage(path: path)
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
+        return (apple, server, storage)
+    }
+
+    static func json(_ object: JSONObject, status: Int = 200) -> HTTPResponse {
+        HTTPResponse(
+            status: status, headers: [("Content-Type", "application/json")], body: JSONWriter.bytes(.object(object)))
+    }
+
     @Test("A notification of the history the server refuses is reported and passed over: the pass goes on and ends")
     func refusedNotification() async throws {
         // Both signed by a chain the server trusts: the first without the notificationUUID the server keys
@@ -25,26 +52,8 @@ struct ReconciliationHistoryTests {
             ]),
             "hasMore": .bool(false),
         ]
-        var router = Router()
-        router.add(
-            "POST", "/inApps/v1/notifications/history",
-            inline: { _, _ in
-                HTTPResponse(
-                    status: 200, headers: [("Content-Type", "application/json")], body: JSONWriter.bytes(.object(page)))
-            })
-        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        let (apple, server, storage) = try await Self.stand { _ in Self.json(page) }
         defer { apple.stop() }
-        let url = "http://127.0.0.1:\(apple.port)"
-        let app = AppSettings(
-            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
-            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root],
-            serverAPI: ServerAPISettings(
-                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
-                sandboxURL: url))
-        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
-        let storage = try await SQLiteServerStorage(path: path)
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
         let report = await server.reconcile()
         #expect(
             report.failures.contains { $0.contains("history: a notification refused") }, "\(report.failures)")
@@ -64,41 +73,22 @@ struct ReconciliationHistoryTests {
             "hasMore": .bool(false),
         ]
         let tokens = Mutex<[String?]>([])
-        var router = Router()
-        router.add(
-            "POST", "/inApps/v1/notifications/history",
-            inline: { request, _ in
-                let token = request.query["paginationToken"]
-                tokens.withLock { $0.append(token) }
-                guard token == nil else {
-                    let error: JSONObject = [
-                        "errorCode": .integer(4_000_017), "errorMessage": .string("Pagination token expired."),
-                    ]
-                    return HTTPResponse(
-                        status: 400, headers: [("Content-Type", "application/json")],
-                        body: JSONWriter.bytes(.object(error)))
-                }
-                return HTTPResponse(
-                    status: 200, headers: [("Content-Type", "application/json")], body: JSONWriter.bytes(.object(page)))
-            })
-        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        let (apple, server, storage) = try await Self.stand { request in
+            let token = request.query["paginationToken"]
+            tokens.withLock { $0.append(token) }
+            guard token == nil else {
+                return Self.json(
+                    ["errorCode": .integer(4_000_017), "errorMessage": .string("Pagination token expired.")],
+                    status: 400)
+            }
+            return Self.json(page)
+        }
         defer { apple.stop() }
-        let url = "http://127.0.0.1:\(apple.port)"
-        let app = AppSettings(
-            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
-            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root],
-            serverAPI: ServerAPISettings(
-                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
-                sandboxURL: url))
-        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
-        let storage = try await SQLiteServerStorage(path: path)
         // A pass cut short long ago left a page token behind.
         let key = "notification-history:\(JWSFixtures.bundleID):Sandbox"
         let start = Int64(Date().timeIntervalSince1970 * 1_000) - 3_600_000
         let stale = #"{"start":\#(start),"end":\#(start + 60_000),"paginationToken":"stale"}"#
         try await storage.write { try $0.setCheckpoint(key, stale) }
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
         let report = await server.reconcile()
         #expect(tokens.withLock { $0 } == ["stale", nil], "asked once with the token, then from the window's start")
         #expect(report.notificationsRecovered == 1, "\(report.failures)")

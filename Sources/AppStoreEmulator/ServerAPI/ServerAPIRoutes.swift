@@ -181,9 +181,9 @@ extension ServerAPIService {
                 }
             ),
             (
-                // Deprecated v1: the 50 refunded transactions refunded last, in one answer without paging.
                 "GET", "/v1/refund/lookup/{id}", .refundHistory,
                 { _, context, scope in
+                    // Deprecated v1: the 50 refunded transactions refunded last, in one answer without paging.
                     var filter = HistoryFilter()
                     filter.refundsOnly = true
                     let id = try context.parameter("id")

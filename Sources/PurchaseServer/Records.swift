@@ -216,6 +216,9 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
     /// When the reconciler last asked Apple about it.
     public var lastPolled: Date?
 
+    /// How long past a refund request's expected decision (two days on) the reconciler keeps asking for it.
+    public static let refundDecisionPatience: TimeInterval = 7 * 86_400
+
     /// When the reconciler should ask Apple about this subscription if nothing is heard before (nil: no
     /// news is expected): a renewal or expiry at the end of an active period or of a grace period, a
     /// recovery during billing retry (daily), a decision two days after a refund request. Asked once
@@ -232,8 +235,13 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
         default: due = nil
         }
         if let requested = refundRequestDate {
+            // Asked for until a week past the expected decision: one that brings no news (a request declined
+            // outside the app sends no REFUND_DECLINED, and only a decision clears the date) is not asked for
+            // every hour for ever.
             let decision = requested.addingTimeInterval(2 * 86_400)
-            due = min(due ?? decision, decision)
+            if lastPolled.map({ $0 < decision.addingTimeInterval(Self.refundDecisionPatience) }) ?? true {
+                due = min(due ?? decision, decision)
+            }
         }
         guard let due else { return nil }
         if let polled = lastPolled, polled >= due { return polled.addingTimeInterval(again) }

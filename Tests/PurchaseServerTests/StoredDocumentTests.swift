@@ -150,4 +150,24 @@ struct StoredDocumentTests {
         #expect(event.storedDocument["details"]?.objectValue?.keys == ["a", "m", "z"])
         #expect(try SQLDocuments.decoder.decode(ServerEvent.self, from: event.storedDocument) == event)
     }
+
+    @Test("A refund request is asked about from two days on, hourly, until a week past that: never for ever")
+    func refundRequestPolling() throws {
+        var record = try SQLDocuments.decoder.decode(
+            SubscriptionRecord.self,
+            from: JSONParser.parse(
+                #"""
+                {"originalTransactionID": "1", "bundleID": "com.example.app", "environment": "Sandbox",
+                 "productID": "monthly", "latestTransactionID": "1", "latestPurchaseDate": 1796000000000,
+                 "status": 2, "autoRenewStatus": false, "ownership": "PURCHASED",
+                 "transactionSignedDate": 1796000000000, "refundRequestDate": 1796400000000}
+                """#))
+        let requested = Date(timeIntervalSince1970: 1_796_400_000)
+        let decision = requested.addingTimeInterval(2 * 86_400)
+        #expect(record.reconciliationDue == decision, "an expired subscription is asked about for the request alone")
+        record.lastPolled = decision.addingTimeInterval(60)
+        #expect(record.reconciliationDue == decision.addingTimeInterval(60 + 3_600), "again an hour later")
+        record.lastPolled = decision.addingTimeInterval(SubscriptionRecord.refundDecisionPatience)
+        #expect(record.reconciliationDue == nil, "a week past the expected decision: no more")
+    }
 }

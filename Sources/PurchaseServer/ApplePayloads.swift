@@ -1,8 +1,8 @@
 import AppStoreReceipts
 import AppStoreSignedData
 import Foundation
-import StoreModel
-import StorekeeperJSON
+package import StoreModel
+package import StorekeeperJSON
 
 /// Apple's payloads read into the server's records: signed transactions and renewal info, receipts, and V1
 /// notifications (read from their JSON at the edge of ingestion).
@@ -93,35 +93,63 @@ extension PurchaseServer {
 /// An App Store Server Notification V1 as the server uses it: read from its JSON at the edge of ingestion.
 /// Nothing in it is trusted but through the app's shared secret (`password`) and the receipt it carries,
 /// which is verified again.
-struct V1Notification: Sendable {
-    var type: NotificationTypeV1
-    var password: String?
+package struct V1Notification: Sendable {
+    package var type: NotificationTypeV1
+    package var password: String?
     /// `unified_receipt.latest_receipt`, base64.
-    var latestReceipt: String?
+    package var latestReceipt: String?
     /// `unified_receipt.pending_renewal_info`.
-    var pendingRenewals: [PendingRenewal]
+    package var pendingRenewals: [PendingRenewal]
 
-    struct PendingRenewal: Sendable {
-        var originalTransactionID: String
-        var autoRenewStatus: Bool?
-        var autoRenewProductID: String?
-        var expirationIntent: Int64?
+    package struct PendingRenewal: Sendable {
+        package var originalTransactionID: String
+        package var autoRenewStatus: Bool?
+        package var autoRenewProductID: String?
+        package var expirationIntent: Int64?
     }
 
+    /// What stays the same between Apple's retries of one notification (its receipt does not): the type, the
+    /// original transaction, when auto-renew last changed, the product and status it renews with. With the
+    /// receipt's latest transaction, its key.
+    package var stableFields: [String]
+
     /// Nil when `object` is not a V1 notification (no `notification_type`).
-    init?(_ object: JSONObject) {
+    package init?(_ object: JSONObject) {
         guard let type = object["notification_type"] else { return nil }
         self.type = NotificationTypeV1(rawValue: type.stringValue ?? "UNKNOWN")
         password = object["password"]?.stringValue
         latestReceipt = object["unified_receipt"]?["latest_receipt"]?.stringValue
         pendingRenewals = (object["unified_receipt"]?["pending_renewal_info"]?.arrayValue ?? []).compactMap {
             renewal in
-            guard let original = renewal["original_transaction_id"]?.stringValue else { return nil }
+            guard let original = Self.text(renewal["original_transaction_id"]) else { return nil }
             return PendingRenewal(
                 originalTransactionID: original,
-                autoRenewStatus: renewal["auto_renew_status"]?.stringValue.map { $0 == "1" },
+                autoRenewStatus: Self.flag(renewal["auto_renew_status"]),
                 autoRenewProductID: renewal["auto_renew_product_id"]?.stringValue,
-                expirationIntent: renewal["expiration_intent"]?.stringValue.flatMap { Int64($0) })
+                expirationIntent: Self.text(renewal["expiration_intent"]).flatMap { Int64($0) })
+        }
+        stableFields = [
+            self.type.rawValue, Self.text(object["original_transaction_id"]) ?? "",
+            Self.text(object["auto_renew_status_change_date_ms"]) ?? "",
+            // Not in Apple's list, but what tells two changes of plan in one period apart.
+            Self.text(object["auto_renew_product_id"]) ?? "", Self.text(object["auto_renew_status"]) ?? "",
+        ]
+    }
+
+    /// A V1 id, intent or date: Apple's strings, or the JSON numbers some senders use.
+    static func text(_ value: JSONValue?) -> String? {
+        if let string = value?.stringValue { return string }
+        return value?.int64Value.map { String($0) }
+    }
+
+    /// A V1 flag: `"1"`/`"0"` (pending renewal info), `"true"`/`"false"` (the notification's own), or a
+    /// JSON boolean.
+    static func flag(_ value: JSONValue?) -> Bool? {
+        if let bool = value?.boolValue { return bool }
+        switch text(value)?.lowercased() {
+        case "1", "true": return true
+        case "0", "false": return false
+        default: return nil
         }
     }
 }

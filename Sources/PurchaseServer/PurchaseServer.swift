@@ -284,7 +284,16 @@ public final class PurchaseServer: Sendable {
                     notice: .v1(type)))
         }
         let updates = found
-        let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
+        // No id in V1, and Apple's retries of one carry a newer receipt: keyed by what stays, with the receipt's
+        // latest transaction (the body's hash only when none of it is there).
+        let latestTransaction = found.compactMap(\.transaction).max { $0.purchaseDate < $1.purchaseDate }
+        let stable = notification.stableFields + [latestTransaction?.transactionID.rawValue ?? ""]
+        let key =
+            "notification-v1:"
+            + Digest.hex(
+                Digest.sha256(
+                    stable.dropFirst().allSatisfy(\.isEmpty) ? body : Array(stable.joined(separator: "\n").utf8)
+                ).prefix(16))
         let current = now()
         let bundleID = app.settings.bundleID
         // Kept without its `password`: the app's shared secret is not stored with every notification.

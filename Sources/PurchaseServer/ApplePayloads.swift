@@ -27,6 +27,10 @@ extension PurchaseServer {
             currency: transaction.currency, reason: transaction.transactionReason?.known,
             signedDate: transaction.signedDate ?? purchaseDate)
         record.billingPlanType = transaction.billingPlanType
+        if record.revocationDate != nil {
+            record.revocationType = transaction.string("revocationType")
+            record.revocationPercentage = transaction.json["revocationPercentage"]?.int64Value
+        }
         if let info = transaction.commitmentInfo {
             record.commitment = CommitmentFacts(
                 billingPeriodNumber: info["billingPeriodNumber"]?.int64Value.map { Int(clamping: $0) },

@@ -179,24 +179,32 @@ public enum PurchaseEngine {
         let isRevoked = transaction.revocationDate != nil
         if isRevoked && !wasRevoked {
             if transaction.kind == .consumable {
+                // A prorated refund takes back its share of the units (Apple's revocationPercentage).
                 outcome.ledger.append(
                     LedgerEntry(
-                        transactionID: id, productID: transaction.productID, quantity: -transaction.quantity,
+                        transactionID: id, productID: transaction.productID, quantity: -transaction.revokedUnits,
                         reason: .refund, date: transaction.revocationDate ?? transaction.signedDate))
             }
+            // A family member's access ended by the family (Apple's REVOKE, FAMILY_REVOKE) is not a refund
+            // the customer asked support for.
+            var details = [
+                "reason": transaction.revocationType == "FAMILY_REVOKE" ? "FAMILY_REVOKE" : "CUSTOMER_SUPPORT",
+                "revocationReason": String(transaction.revocationReason ?? 0),
+            ]
+            if let type = transaction.revocationType { details["revocationType"] = type }
+            if let share = transaction.revocationPercentage { details["revocationPercentage"] = String(share) }
             outcome.events.append(
                 context.event(
                     .refund, key: "\(id)", subscription: nil, transaction: transaction,
-                    date: transaction.revocationDate ?? transaction.signedDate,
-                    details: [
-                        "reason": "CUSTOMER_SUPPORT", "revocationReason": String(transaction.revocationReason ?? 0),
-                    ]))
+                    date: transaction.revocationDate ?? transaction.signedDate, details: details))
         } else if wasRevoked && !isRevoked {
             if transaction.kind == .consumable {
+                // What the refund took back (the stored record still says how much), given back.
                 outcome.ledger.append(
                     LedgerEntry(
-                        transactionID: id, productID: transaction.productID, quantity: transaction.quantity,
-                        reason: .refundReversed, date: transaction.signedDate))
+                        transactionID: id, productID: transaction.productID,
+                        quantity: stored?.revokedUnits ?? transaction.quantity, reason: .refundReversed,
+                        date: transaction.signedDate))
             }
             outcome.events.append(
                 context.event(

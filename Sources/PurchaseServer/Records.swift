@@ -54,6 +54,17 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var billingPlanType: String? = nil
     /// The month of a commitment this transaction pays for (`commitmentInfo`).
     public var commitment: CommitmentFacts? = nil
+    /// Apple's `revocationType`: `REFUND_FULL`, `REFUND_PRORATED` or `FAMILY_REVOKE` (nil: not said).
+    public var revocationType: String? = nil
+    /// Apple's `revocationPercentage`: the share refunded, in milliunits (100000 is all of it).
+    public var revocationPercentage: Int64? = nil
+
+    /// The units of `quantity` a revocation takes back: a prorated refund's share of them (rounded), else all.
+    public var revokedUnits: Int {
+        guard revocationType == "REFUND_PRORATED", let share = revocationPercentage else { return quantity }
+        let fraction = Double(min(max(share, 0), 100_000)) / 100_000
+        return Int((Double(quantity) * fraction).rounded())
+    }
 
     public init(
         transactionID: TransactionID, originalTransactionID: TransactionID, bundleID: BundleID, productID: ProductID,

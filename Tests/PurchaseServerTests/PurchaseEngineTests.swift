@@ -138,6 +138,32 @@ struct PurchaseEngineTests {
         // A refund of coins already spent leaves the balance below zero.
         let refundedFirst = Self.run([coins(revoked: true, signed: 5)])
         #expect(refundedFirst.ledger.map(\.quantity) == [3, -3])
+        // A prorated refund (one of three, 33.333%) takes back one; its reversal gives back that one.
+        var prorated = coins(revoked: true, signed: 5)
+        prorated.transaction?.revocationType = "REFUND_PRORATED"
+        prorated.transaction?.revocationPercentage = 33_333
+        let partly = Self.run([coins(revoked: false, signed: 1), prorated, coins(revoked: false, signed: 9)])
+        #expect(partly.ledger.map(\.quantity) == [3, -1, 1])
+    }
+
+    @Test("A family member's revocation is a refund event with reason FAMILY_REVOKE, not a customer's refund")
+    func familyRevocation() {
+        var revoked = Self.period(0, revoked: true)
+        revoked.ownership = .familyShared
+        revoked.revocationType = "FAMILY_REVOKE"
+        let outcome = PurchaseEngine.apply(
+            PurchaseUpdate(source: "notification", transaction: revoked), purchase: nil, subscription: nil,
+            owner: "user", now: Self.start)
+        let refund = outcome.events.first { $0.type == .refund }
+        #expect(refund?.details["reason"] == "FAMILY_REVOKE" && refund?.details["revocationType"] == "FAMILY_REVOKE")
+        var full = Self.period(0, revoked: true)
+        full.revocationType = "REFUND_FULL"
+        full.revocationPercentage = 100_000
+        let refunded = PurchaseEngine.apply(
+            PurchaseUpdate(source: "notification", transaction: full), purchase: nil, subscription: nil,
+            owner: "user", now: Self.start)
+        let event = refunded.events.first { $0.type == .refund }
+        #expect(event?.details["reason"] == "CUSTOMER_SUPPORT" && event?.details["revocationPercentage"] == "100000")
     }
 
     @Test("A signed quantity is counted within 0 and a million: no absurd number reaches the ledger's sums")

@@ -101,6 +101,8 @@ struct StoredDocumentTests {
             reason: .renewal, signedDate: Self.date, owner: "alice \"a\" é")
         purchase.billingPlanType = "MONTHLY"
         purchase.commitment = commitment
+        purchase.revocationType = "REFUND_PRORATED"
+        purchase.revocationPercentage = 33_333
         try Self.checkBuilt(purchase, everyMember: true)
         Self.checkEveryMember(of: commitment, in: purchase.storedDocument["commitment"])
         try Self.checkBuilt(

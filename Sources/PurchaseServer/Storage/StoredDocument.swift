@@ -64,6 +64,8 @@ extension PurchaseRecord: StoredDocument {
         members.text("owner", owner)
         members.text("billingPlanType", billingPlanType)
         members.value("commitment", commitment?.storedDocument)
+        members.text("revocationType", revocationType)
+        members.integer("revocationPercentage", revocationPercentage)
         return .object(members.object)
     }
 }

@@ -8,15 +8,18 @@ public struct PurchaseUpdate: Sendable, Hashable {
     public var transaction: PurchaseRecord?
     public var renewal: RenewalFacts?
     public var notice: AppleNotice?
+    /// Apple's `consumptionRequestReason`, with a CONSUMPTION_REQUEST.
+    public var requestReason: String?
 
     public init(
         source: ServerEventSource, transaction: PurchaseRecord? = nil, renewal: RenewalFacts? = nil,
-        notice: AppleNotice? = nil
+        notice: AppleNotice? = nil, requestReason: String? = nil
     ) {
         self.source = source
         self.transaction = transaction
         self.renewal = renewal
         self.notice = notice
+        self.requestReason = requestReason
     }
 
     /// The subscription (or one-time purchase) it is about; nil when it names none (nothing is applied).
@@ -99,6 +102,17 @@ public enum PurchaseEngine {
                 outcome.purchase = transaction
                 appliedTransaction = true
             }
+        }
+        // A refund request, of any product: the developer has 12 hours to send Apple consumption information.
+        // One event a request (the transaction as Apple signed it for this one). V2's only: V1's names no
+        // transaction (every one in its receipt comes with it).
+        if update.notice?.type == .consumptionRequest, let transaction = update.transaction ?? stored {
+            outcome.events.append(
+                context.event(
+                    .refundRequest,
+                    key: "\(transaction.transactionID):\(EpochMilliseconds.milliseconds(transaction.signedDate))",
+                    subscription: storedSubscription, transaction: transaction, date: transaction.signedDate,
+                    details: update.requestReason.map { ["consumptionRequestReason": $0] } ?? [:]))
         }
         guard let kind = update.transaction?.kind ?? stored?.kind ?? (storedSubscription != nil ? .autoRenewable : nil),
             kind == .autoRenewable

@@ -220,7 +220,8 @@ public final class PurchaseServer: Sendable {
         )
         let signedDate = notification.signedDate ?? now()
         var parsed = PurchaseUpdate(
-            source: .notification, notice: .v2(type, notification.subtype))
+            source: .notification, notice: .v2(type, notification.subtype),
+            requestReason: type == .consumptionRequest ? data["consumptionRequestReason"]?.stringValue : nil)
         if let transaction = verified.transaction { parsed.transaction = Self.purchase(transaction) }
         if let renewal = verified.renewalInfo {
             parsed.renewal = Self.renewal(renewal, status: data["status"]?.int64Value, signedDate: signedDate)

@@ -17,6 +17,10 @@ public struct ServerEventType: OpenVocabulary {
     public static let nonRenewingPurchase: Self = "NON_RENEWING_PURCHASE"
     public static let refund: Self = "REFUND"
     public static let refundReversed: Self = "REFUND_REVERSED"
+    /// The customer asked Apple for a refund (Apple's CONSUMPTION_REQUEST): Apple asks the developer for
+    /// consumption information (Send Consumption Information) within 12 hours, then decides; `details` carry
+    /// Apple's `consumptionRequestReason` when it gave one.
+    public static let refundRequest: Self = "REFUND_REQUEST"
     public static let subscriptionExtended: Self = "SUBSCRIPTION_EXTENDED"
     /// Purchases moved to another app user (restored under a new id).
     public static let transfer: Self = "TRANSFER"
@@ -31,8 +35,8 @@ public struct ServerEventType: OpenVocabulary {
 
     public static let known: [Self] = [
         .initialPurchase, .renewal, .cancellation, .uncancellation, .billingIssue, .expiration, .productChange,
-        .nonRenewingPurchase, .refund, .refundReversed, .subscriptionExtended, .transfer, .test, .retentionRequest,
-        .appTransaction,
+        .nonRenewingPurchase, .refund, .refundReversed, .refundRequest, .subscriptionExtended, .transfer, .test,
+        .retentionRequest, .appTransaction,
     ]
 
     /// The types a dashboard marks as bad news.

@@ -51,8 +51,8 @@ public struct WebhookEvent: Sendable, Hashable {
     /// The event's id: the same event delivered again has the same (de-duplicate on it).
     public var id: String { string("id") ?? "" }
     /// `INITIAL_PURCHASE`, `RENEWAL`, `CANCELLATION`, `UNCANCELLATION`, `BILLING_ISSUE`, `EXPIRATION`,
-    /// `PRODUCT_CHANGE`, `NON_RENEWING_PURCHASE`, `REFUND`, `REFUND_REVERSED`, `SUBSCRIPTION_EXTENDED`,
-    /// `TRANSFER`, `TEST`, `RETENTION_REQUEST`; others may come.
+    /// `PRODUCT_CHANGE`, `NON_RENEWING_PURCHASE`, `REFUND`, `REFUND_REVERSED`, `REFUND_REQUEST`,
+    /// `SUBSCRIPTION_EXTENDED`, `TRANSFER`, `TEST`; others may come.
     public var type: String { string("type") ?? "" }
     /// The app's bundle id.
     public var appID: String? { string("app_id") }

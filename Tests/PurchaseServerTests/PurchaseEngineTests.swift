@@ -146,6 +146,28 @@ struct PurchaseEngineTests {
         #expect(partly.ledger.map(\.quantity) == [3, -1, 1])
     }
 
+    @Test("A refund request (CONSUMPTION_REQUEST) of any product is one REFUND_REQUEST event with Apple's reason")
+    func refundRequests() {
+        let coins = PurchaseRecord(
+            transactionID: "77", originalTransactionID: "77", bundleID: "app", productID: "coins", kind: .consumable,
+            quantity: 3, purchaseDate: Self.start, environment: .sandbox, signedDate: Self.start.addingTimeInterval(60))
+        let request = PurchaseUpdate(
+            source: "notification", transaction: coins, notice: .v2(.consumptionRequest, nil),
+            requestReason: "UNINTENDED_PURCHASE")
+        let result = Self.run([PurchaseUpdate(source: "notification", transaction: coins), request, request])
+        #expect(result.events == ["NON_RENEWING_PURCHASE", "REFUND_REQUEST"], "the same request once")
+        let outcome = PurchaseEngine.apply(request, purchase: coins, subscription: nil, owner: "user", now: Self.start)
+        #expect(outcome.events.first?.details["consumptionRequestReason"] == "UNINTENDED_PURCHASE")
+        // A subscription's request is an event too, beside the refund request it keeps.
+        let subscribed = Self.run([
+            PurchaseUpdate(source: "notification", transaction: Self.period(0)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(0, signed: 30), notice: .v2(.consumptionRequest, nil)),
+        ])
+        #expect(subscribed.events == ["INITIAL_PURCHASE", "REFUND_REQUEST"])
+        #expect(subscribed.subscription?.refundRequestDate != nil)
+    }
+
     @Test("A family member's revocation is a refund event with reason FAMILY_REVOKE, not a customer's refund")
     func familyRevocation() {
         var revoked = Self.period(0, revoked: true)

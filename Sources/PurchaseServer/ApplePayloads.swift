@@ -1,6 +1,6 @@
 import AppStoreReceipts
 import AppStoreSignedData
-import Foundation
+package import Foundation
 package import StoreModel
 package import StorekeeperJSON
 
@@ -110,6 +110,32 @@ package struct V1Notification: Sendable {
         package var autoRenewStatus: Bool?
         package var autoRenewProductID: String?
         package var expirationIntent: Int64?
+        package var isInBillingRetryPeriod: Bool?
+        package var gracePeriodExpiresDate: Date?
+
+        package init(
+            originalTransactionID: String, autoRenewStatus: Bool? = nil, autoRenewProductID: String? = nil,
+            expirationIntent: Int64? = nil, isInBillingRetryPeriod: Bool? = nil, gracePeriodExpiresDate: Date? = nil
+        ) {
+            self.originalTransactionID = originalTransactionID
+            self.autoRenewStatus = autoRenewStatus
+            self.autoRenewProductID = autoRenewProductID
+            self.expirationIntent = expirationIntent
+            self.isInBillingRetryPeriod = isInBillingRetryPeriod
+            self.gracePeriodExpiresDate = gracePeriodExpiresDate
+        }
+
+        /// Apple's status (1 active, 2 expired, 3 billing retry, 4 grace period, 5 revoked), which V1 does not
+        /// send: from the receipt's latest period for this subscription (when it ends, whether it was revoked)
+        /// and the retry and grace facts, at `date`; nil when the receipt has no period of it.
+        package func status(latestExpires: Date?, revoked: Bool = false, at date: Date) -> Int64? {
+            if revoked { return 5 }
+            if let latestExpires, latestExpires > date { return 1 }
+            if isInBillingRetryPeriod == true {
+                return (gracePeriodExpiresDate.map { $0 > date } ?? false) ? 4 : 3
+            }
+            return latestExpires == nil ? nil : 2
+        }
     }
 
     /// What stays the same between Apple's retries of one notification (its receipt does not): the type, the
@@ -130,7 +156,10 @@ package struct V1Notification: Sendable {
                 originalTransactionID: original,
                 autoRenewStatus: Self.flag(renewal["auto_renew_status"]),
                 autoRenewProductID: renewal["auto_renew_product_id"]?.stringValue,
-                expirationIntent: Self.text(renewal["expiration_intent"]).flatMap { Int64($0) })
+                expirationIntent: Self.text(renewal["expiration_intent"]).flatMap { Int64($0) },
+                isInBillingRetryPeriod: Self.flag(renewal["is_in_billing_retry_period"]),
+                gracePeriodExpiresDate: Self.text(renewal["grace_period_expires_date_ms"])
+                    .flatMap { Int64($0) }.flatMap { EpochMilliseconds.date($0) })
         }
         stableFields = [
             self.type.rawValue, Self.text(object["original_transaction_id"]) ?? "",

@@ -273,15 +273,24 @@ public final class PurchaseServer: Sendable {
         var found = Self.purchases(of: parsed, environment: environment).map {
             PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
         }
+        let at = now()
         for renewal in notification.pendingRenewals {
+            // V1 sends no status: it follows from the receipt's latest period and the retry and grace facts.
+            let latest = found.compactMap(\.transaction)
+                .filter { $0.originalTransactionID.rawValue == renewal.originalTransactionID }
+                .max { $0.purchaseDate < $1.purchaseDate }
             found.append(
                 PurchaseUpdate(
                     source: .notification,
                     renewal: RenewalFacts(
                         originalTransactionID: TransactionID(renewal.originalTransactionID),
+                        status: renewal.status(
+                            latestExpires: latest?.expiresDate, revoked: latest?.revocationDate != nil, at: at),
                         autoRenewStatus: renewal.autoRenewStatus,
                         autoRenewProductID: renewal.autoRenewProductID.map(ProductID.init),
-                        expirationIntent: renewal.expirationIntent, signedDate: parsed.creationDate),
+                        expirationIntent: renewal.expirationIntent,
+                        gracePeriodExpiresDate: renewal.gracePeriodExpiresDate,
+                        isInBillingRetryPeriod: renewal.isInBillingRetryPeriod, signedDate: parsed.creationDate),
                     notice: .v1(type)))
         }
         let updates = found

@@ -87,6 +87,35 @@ struct PurchaseServerTests {
         #expect(types.starts(with: ["INITIAL_PURCHASE", "BILLING_ISSUE"]) && types.last == "EXPIRATION", "\(types)")
     }
 
+    @Test(
+        "V1 notifications: the grace period from pending_renewal_info (status 4, still entitled); the end of billing retry, which V1 does not tell, from reconciliation"
+    )
+    func billingTroubleV1() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let url = "\(harness.base)/v1/notifications/apple/\(ServerHarness.bundleID)"
+        try await harness.store.setNotifications(
+            bundleID: ServerHarness.bundleID,
+            AppNotifications(productionURLs: [url], sandboxURLs: [url], version: 1, retrySchedule: [0.1, 0.1, 0.1]))
+        let (account, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device, token: UUID())
+        _ = try await harness.post(jws, user: "bob")
+        _ = try await harness.store.configureBilling(account.rawValue, retryOnRenewal: true, gracePeriod: true)
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        try await harness.settleNotifications()
+        // V1 sends no status: the server reads it from pending_renewal_info and the receipt.
+        let grace = try await harness.subscriber("bob") { $0["subscriptions"]?[id]?["status"]?.int64Value == 4 }
+        #expect(grace["subscriptions"]?[id]?["status"]?.int64Value == 4, "\(grace)")
+        #expect(grace["entitlements"]?["plus"]?["active"] == .bool(true))
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 3), rate: nil)
+        try await harness.settleNotifications()
+        // No V1 notification says the retry ended: the grace period's end makes it due, and the poll says so.
+        harness.server.startReconciliation(every: .milliseconds(100))
+        let over = try await harness.subscriber("bob") { $0["subscriptions"]?[id]?["status"]?.int64Value == 2 }
+        #expect(over["subscriptions"]?[id]?["status"]?.int64Value == 2, "\(over)")
+        #expect(over["entitlements"]?["plus"]?["active"] == .bool(false))
+    }
+
     @Test("Consumables credit the ledger; a refund debits it below zero; non-consumables entitle until refunded")
     func ledgerAndRefunds() async throws {
         let harness = try await ServerHarness.make()
@@ -269,6 +298,31 @@ struct PurchaseServerTests {
         #expect(notification.pendingRenewals.map(\.expirationIntent) == [1, 2, nil])
         #expect(
             notification.stableFields == ["DID_CHANGE_RENEWAL_STATUS", "1000000000000001", "1796400000000", "", ""])
+    }
+
+    @Test("V1 pending renewal info gives Apple's status: active, billing retry, grace period, expired")
+    func v1Status() throws {
+        let now = Date(timeIntervalSince1970: 1_796_400_000)
+        var renewal = V1Notification.PendingRenewal(originalTransactionID: "1")
+        #expect(renewal.status(latestExpires: now.addingTimeInterval(60), at: now) == 1)
+        #expect(renewal.status(latestExpires: now.addingTimeInterval(-60), at: now) == 2)
+        #expect(renewal.status(latestExpires: nil, at: now) == nil, "no period of it in the receipt")
+        #expect(renewal.status(latestExpires: now.addingTimeInterval(60), revoked: true, at: now) == 5)
+        renewal.isInBillingRetryPeriod = true
+        #expect(renewal.status(latestExpires: now.addingTimeInterval(-60), at: now) == 3)
+        renewal.gracePeriodExpiresDate = now.addingTimeInterval(3_600)
+        #expect(renewal.status(latestExpires: now.addingTimeInterval(-60), at: now) == 4)
+        renewal.gracePeriodExpiresDate = now.addingTimeInterval(-1)
+        #expect(renewal.status(latestExpires: now.addingTimeInterval(-60), at: now) == 3, "the grace period over")
+        // Parsed from the body: the flag and the grace period's milliseconds.
+        let text = #"""
+            {"notification_type": "DID_FAIL_TO_RENEW", "unified_receipt": {"pending_renewal_info": [
+                {"original_transaction_id": "1", "is_in_billing_retry_period": "1",
+                 "grace_period_expires_date_ms": "1796403600000"}]}}
+            """#
+        let object = try #require(try JSONParser.parse(Array(text.utf8)).objectValue)
+        let parsed = try #require(V1Notification(object))
+        #expect(parsed.pendingRenewals.first?.status(latestExpires: now.addingTimeInterval(-60), at: now) == 4)
     }
 
     @Test("Grants give an entitlement until they end or are revoked; the routes need the secret key")

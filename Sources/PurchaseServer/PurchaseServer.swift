@@ -208,9 +208,14 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.invalid("the notification has no notificationUUID or notificationType")
         }
         let data = payload["data"]?.objectValue ?? [:]
-        if let environment = (data["environment"] ?? payload["summary"]?["environment"])?.stringValue
-            .flatMap(Environment.init(rawValue:)), !app.settings.environments.contains(environment)
-        {
+        // Where Apple's payload says the environment: `data`, else `summary`, else `appData`; an external
+        // purchase token has none, and its id begins with SANDBOX in the sandbox.
+        let named = (data["environment"] ?? payload["summary"]?["environment"] ?? payload["appData"]?["environment"])?
+            .stringValue.flatMap(Environment.init(rawValue:))
+        let token = payload["externalPurchaseToken"]?["externalPurchaseId"]?.stringValue.map {
+            $0.hasPrefix("SANDBOX") ? Environment.sandbox : .production
+        }
+        if let environment = named ?? token, !app.settings.environments.contains(environment) {
             throw PurchaseServerError.invalid(
                 "notifications from \(environment.rawValue) are not accepted for \(bundleID)")
         }

@@ -1,6 +1,7 @@
 import Foundation
 import PurchaseServer
 import StoreModel
+import StorekeeperCrypto
 import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing

@@ -262,12 +262,15 @@ public enum PurchaseEngine {
         if newPeriod {
             // Apple's reason says what a new period is: a renewal, or bought — an upgrade while subscribed, or a
             // resubscription. Without one (receipts), the stored status decides.
+            // Apple's SUBSCRIBED/RESUBSCRIBE says so too, when its EXPIRED has not arrived yet.
+            let resubscribed = context.update.notice == .v2(.subscribed, .resubscribe)
             let wasEnded =
                 switch transaction.reason {
                 case .renewal?: false
                 case .purchase?:
                     transaction.productID == subscription.productID || [2, 5].contains(subscription.status)
-                default: [2, 5].contains(subscription.status)
+                        || resubscribed
+                default: [2, 5].contains(subscription.status) || resubscribed
                 }
             if transaction.productID != subscription.productID && !wasEnded && transaction.reason != .renewal {
                 outcome.events.append(

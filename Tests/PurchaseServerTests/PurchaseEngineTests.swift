@@ -116,6 +116,14 @@ struct PurchaseEngineTests {
         ])
         #expect(upgrade.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
         #expect(upgrade.subscription?.productID == "premium")
+        // A resubscription to another product whose EXPIRED has not arrived yet: Apple's RESUBSCRIBE says so.
+        let resubscribed = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(3, product: "premium", reason: .purchase),
+                notice: .v2(.subscribed, .resubscribe)),
+        ])
+        #expect(resubscribed.events == ["INITIAL_PURCHASE", "INITIAL_PURCHASE"])
     }
 
     @Test("Consumables: a purchase credits, a refund debits (below zero), a reversal credits again, each once")

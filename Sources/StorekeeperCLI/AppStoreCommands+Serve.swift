@@ -37,7 +37,7 @@ extension AppStoreCommands {
             do {
                 catalogs.append(try StoreKitConfiguration(data: Array(data)))
             } catch {
-                throw CommandError.runtime("'\(path)': \(error.description)")
+                throw CommandError.input("'\(path)': \(error.description)")
             }
         }
         if catalogs.isEmpty { catalogs = [try! StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))] }
@@ -142,10 +142,10 @@ extension AppStoreCommands {
         guard let data = FileManager.default.contents(atPath: path),
             let root = try? JSONParser.parse(Array(data)).objectValue,
             let list = root["apps"]?.arrayValue
-        else { throw CommandError.runtime("'\(path)' is not a JSON object with an \"apps\" array") }
+        else { throw CommandError.input("'\(path)' is not a JSON object with an \"apps\" array") }
         return try list.map { item in
             guard let bundleID = item["bundleId"]?.stringValue else {
-                throw CommandError.runtime("an app in '\(path)' has no bundleId")
+                throw CommandError.input("an app in '\(path)' has no bundleId")
             }
             var app = AppConfiguration(
                 bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value ?? 1_234_567_890,

@@ -191,6 +191,12 @@ struct ConventionTests {
         #expect(try JSONParser.parse(malformed.stdout)["error"]?["code"] == .string("malformed"))
         let decode = await CapturedConsole.run(["jws", "decode", garbage.path])
         #expect(decode.status == 1 && decode.stderr.hasPrefix("Error: "))
+        // The emulator's configuration files: a catalogue or --config that is not one is exit 2 too.
+        let data = directory.appendingPathComponent("data").path
+        let notCatalogue = await CapturedConsole.run(["appstore", "serve", "--data", data, "--storekit", garbage.path])
+        #expect(notCatalogue.status == 2, "\(notCatalogue.stderr)")
+        let notConfig = await CapturedConsole.run(["appstore", "serve", "--data", data, "--config", garbage.path])
+        #expect(notConfig.status == 2 && notConfig.stderr.contains("\"apps\" array"), "\(notConfig.stderr)")
     }
 
     @Test("An unreachable emulator is exit 69 with one sentence on stderr, never a Foundation dump")

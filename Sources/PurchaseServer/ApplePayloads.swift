@@ -138,11 +138,6 @@ package struct V1Notification: Sendable {
         }
     }
 
-    /// What stays the same between Apple's retries of one notification (its receipt does not): the type, the
-    /// original transaction, when auto-renew last changed, the product and status it renews with. With the
-    /// receipt's latest transaction, its key.
-    package var stableFields: [String]
-
     /// Nil when `object` is not a V1 notification (no `notification_type`).
     package init?(_ object: JSONObject) {
         guard let type = object["notification_type"] else { return nil }
@@ -161,12 +156,6 @@ package struct V1Notification: Sendable {
                 gracePeriodExpiresDate: Self.text(renewal["grace_period_expires_date_ms"])
                     .flatMap { Int64($0) }.flatMap { EpochMilliseconds.date($0) })
         }
-        stableFields = [
-            self.type.rawValue, Self.text(object["original_transaction_id"]) ?? "",
-            Self.text(object["auto_renew_status_change_date_ms"]) ?? "",
-            // Not in Apple's list, but what tells two changes of plan in one period apart.
-            Self.text(object["auto_renew_product_id"]) ?? "", Self.text(object["auto_renew_status"]) ?? "",
-        ]
     }
 
     /// A V1 id, intent or date: Apple's strings, or the JSON numbers some senders use.

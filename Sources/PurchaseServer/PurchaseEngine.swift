@@ -98,6 +98,14 @@ public enum PurchaseEngine {
                 outcome.stale = true
             } else {
                 transaction.owner = context.owner
+                // A later record of the same revocation without Apple's type (a receipt, V1) keeps what the
+                // signed one said, so that a reversal gives back what the refund took.
+                if let stored, transaction.revocationDate != nil, transaction.revocationType == nil,
+                    stored.revocationDate != nil
+                {
+                    transaction.revocationType = stored.revocationType
+                    transaction.revocationPercentage = stored.revocationPercentage
+                }
                 applyPurchase(transaction, over: stored, into: &outcome, context: &context)
                 outcome.purchase = transaction
                 appliedTransaction = true
@@ -106,7 +114,10 @@ public enum PurchaseEngine {
         // A refund request, of any product: the developer has 12 hours to send Apple consumption information.
         // One event a request (the transaction as Apple signed it for this one). V2's only: V1's names no
         // transaction (every one in its receipt comes with it).
-        if update.notice?.type == .consumptionRequest, let transaction = update.transaction ?? stored {
+        // Not for a purchase refunded already (a request replayed from the history after its decision).
+        if update.notice?.type == .consumptionRequest, let transaction = update.transaction ?? stored,
+            stored?.revocationDate == nil
+        {
             outcome.events.append(
                 context.event(
                     .refundRequest,
@@ -132,7 +143,9 @@ public enum PurchaseEngine {
         if var current = subscription {
             current.owner = context.owner
             if update.notice?.isRefundRequest == true {
-                current.refundRequestDate = current.refundRequestDate ?? now
+                // When Apple signed it (a later request moves it on; a replayed older one does not).
+                let asked = update.transaction?.signedDate ?? now
+                current.refundRequestDate = max(current.refundRequestDate ?? asked, asked)
             } else if update.notice?.decidesRefundRequest == true || current.revocationDate != nil {
                 current.refundRequestDate = nil
             }
@@ -200,9 +213,12 @@ public enum PurchaseEngine {
                         reason: .refund, date: transaction.revocationDate ?? transaction.signedDate))
             }
             // A family member's access ended by the family (Apple's REVOKE, FAMILY_REVOKE) is not a refund
-            // the customer asked support for.
+            // the customer asked support for: a family-shared transaction is never refunded itself.
+            let family =
+                transaction.revocationType.map { $0 == "FAMILY_REVOKE" }
+                ?? (transaction.ownership == .familyShared || context.update.notice?.type == .revoke)
             var details = [
-                "reason": transaction.revocationType == "FAMILY_REVOKE" ? "FAMILY_REVOKE" : "CUSTOMER_SUPPORT",
+                "reason": family ? "FAMILY_REVOKE" : "CUSTOMER_SUPPORT",
                 "revocationReason": String(transaction.revocationReason ?? 0),
             ]
             if let type = transaction.revocationType { details["revocationType"] = type }

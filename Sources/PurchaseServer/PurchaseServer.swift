@@ -299,16 +299,10 @@ public final class PurchaseServer: Sendable {
                     notice: .v1(type)))
         }
         let updates = found
-        // No id in V1, and Apple's retries of one carry a newer receipt: keyed by what stays, with the receipt's
-        // latest transaction (the body's hash only when none of it is there).
-        let latestTransaction = found.compactMap(\.transaction).max { $0.purchaseDate < $1.purchaseDate }
-        let stable = notification.stableFields + [latestTransaction?.transactionID.rawValue ?? ""]
-        let key =
-            "notification-v1:"
-            + Digest.hex(
-                Digest.sha256(
-                    stable.dropFirst().allSatisfy(\.isEmpty) ? body : Array(stable.joined(separator: "\n").utf8)
-                ).prefix(16))
+        // V1 has no id. Apple's retries of one carry a newly made receipt, and nothing else in it tells a retry
+        // from a second notification saying the same (a plan changed to B, back, and to B again): keyed by the
+        // whole body, a retry is applied again (which changes nothing) rather than a real change being lost.
+        let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
         let current = now()
         let bundleID = app.settings.bundleID
         // Kept without its `password`: the app's shared secret is not stored with every notification.

@@ -176,6 +176,57 @@ struct PurchaseEngineTests {
         #expect(subscribed.subscription?.refundRequestDate != nil)
     }
 
+    @Test(
+        "Refund requests and revocations told twice or late: the request's date moves on only, a replayed request after the refund is no event, a later unsigned record keeps Apple's revocation type"
+    )
+    func lateAndRepeated() {
+        func coins(_ signed: TimeInterval, revoked: Bool = false, type: String? = nil) -> PurchaseRecord {
+            var record = PurchaseRecord(
+                transactionID: "77", originalTransactionID: "77", bundleID: "app", productID: "coins",
+                kind: .consumable, quantity: 3, purchaseDate: Self.start, environment: .sandbox,
+                revocationDate: revoked ? Self.start.addingTimeInterval(5) : nil,
+                signedDate: Self.start.addingTimeInterval(signed))
+            if let type {
+                record.revocationType = type
+                record.revocationPercentage = 33_333
+            }
+            return record
+        }
+        // Prorated (a third of 3), then a receipt's record of the same refund without the type, then reversed.
+        let prorated = Self.run([
+            PurchaseUpdate(source: "notification", transaction: coins(1)),
+            PurchaseUpdate(source: "notification", transaction: coins(5, revoked: true, type: "REFUND_PRORATED")),
+            PurchaseUpdate(source: "receipt", transaction: coins(7, revoked: true)),
+            PurchaseUpdate(source: "notification", transaction: coins(9)),
+        ])
+        #expect(prorated.ledger.map(\.quantity) == [3, -1, 1], "the reversal gives back what the refund took")
+        // A request replayed after the refund is no REFUND_REQUEST.
+        let replayed = Self.run([
+            PurchaseUpdate(source: "notification", transaction: coins(1)),
+            PurchaseUpdate(source: "notification", transaction: coins(5, revoked: true)),
+            PurchaseUpdate(source: "notification", transaction: coins(3), notice: .v2(.consumptionRequest, nil)),
+        ])
+        #expect(replayed.events == ["NON_RENEWING_PURCHASE", "REFUND"])
+        // A subscription's request date: a later request moves it on, an older one replayed does not.
+        let requests = Self.run([
+            PurchaseUpdate(source: "notification", transaction: Self.period(0)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(0, signed: 50), notice: .v2(.consumptionRequest, nil)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(0, signed: 90), notice: .v2(.consumptionRequest, nil)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(0, signed: 70), notice: .v2(.consumptionRequest, nil)),
+        ])
+        #expect(requests.subscription?.refundRequestDate == Self.start.addingTimeInterval(90))
+        // A family-shared transaction revoked without Apple's type (V1, a receipt) is the family's revocation.
+        var shared = Self.period(0, revoked: true)
+        shared.ownership = .familyShared
+        let family = PurchaseEngine.apply(
+            PurchaseUpdate(source: "receipt", transaction: shared), purchase: nil, subscription: nil, owner: "user",
+            now: Self.start)
+        #expect(family.events.first { $0.type == .refund }?.details["reason"] == "FAMILY_REVOKE")
+    }
+
     @Test("A family member's revocation is a refund event with reason FAMILY_REVOKE, not a customer's refund")
     func familyRevocation() {
         var revoked = Self.period(0, revoked: true)

@@ -80,7 +80,8 @@ extension ServerAPIService {
     /// Apple's numeric code for an error: itself when numeric, else the general one for its status.
     static func appleCode(_ code: String, status: Int) -> String {
         if Int64(code) != nil { return code }
-        return String((status >= 500 ? APIErrorCode.generalInternal : APIErrorCode.generalBadRequest).rawValue)
+        // The general code of the status (its three digits, then zeros), as the Apple renderer writes one.
+        return String(min(max(status, 100), 599) * 10_000)
     }
 
     /// Every endpoint: method, path under the prefix, rate-limit class and handler.

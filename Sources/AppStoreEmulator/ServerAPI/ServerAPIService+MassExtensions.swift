@@ -130,9 +130,15 @@ extension ServerAPIService {
                         } catch is EmulatorError {
                             // Apple tells of each subscription it could not extend: RENEWAL_EXTENSION/FAILURE.
                             progress.failed += 1
-                            try self.appStore.enqueue(
-                                Notice(.renewalExtension, .failure), subscription: subscription, account: account,
-                                in: store, now: current)
+                            // Told if it can be: a notice that cannot be made does not undo the batch.
+                            do {
+                                try self.appStore.enqueue(
+                                    Notice(.renewalExtension, .failure), subscription: subscription, account: account,
+                                    in: store, now: current)
+                            } catch {
+                                self.appStore.logger.error(
+                                    "mass-extension.failure-notice", ["error": String(describing: error)])
+                            }
                         }
                     }
                     progress.resume?.after = last

@@ -189,7 +189,6 @@ public struct SubscriptionCharts: Sendable {
         }
     }
 
-    /// The first index of sorted `dates` whose date is at or after `date` (`dates.count` when none is).
     /// The period `date` falls in, of consecutive periods beginning at `starts` (ascending) with the last
     /// ending at `end`; nil outside them. A binary search: charts bucket up to millions of records.
     static func period(of date: Date, starts: [Date], end: Date) -> Int? {
@@ -198,6 +197,7 @@ public struct SubscriptionCharts: Sendable {
         return index < starts.count && starts[index] == date ? index : index - 1
     }
 
+    /// The first index of sorted `dates` whose date is at or after `date` (`dates.count` when none is).
     static func lowerBound(_ dates: [Date], _ date: Date) -> Int {
         var (low, high) = (0, dates.count)
         while low < high {

@@ -1,0 +1,113 @@
+import Foundation
+import PurchaseServer
+import StoreModel
+import StorekeeperCrypto
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Testing
+
+/// What the server reads from Apple's notification payloads: the environment wherever it is said, and the
+/// signed fields that change what it records.
+@Suite("Purchase server: what Apple's notification payloads say")
+struct NotificationPayloadTests {
+    @Test("A notification's environment is read from data, summary, appData or the external purchase token's id")
+    func environments() async throws {
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.production],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root])
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]),
+            storage: try await SQLiteServerStorage(path: path))
+        func post(_ notification: JSONObject) async -> Int {
+            do {
+                let body = JSONWriter.bytes(.object(["signedPayload": .string(try JWSFixtures.sign(notification))]))
+                _ = try await server.ingestNotification(bundleID: JWSFixtures.bundleID, body: body)
+                return 200
+            } catch let error as PurchaseServerError {
+                return error.status
+            } catch {
+                return 0
+            }
+        }
+        var base = try JWSFixtures.notification(environment: "Production")
+        base["data"] = nil
+        var consent = base
+        consent["notificationType"] = .string("RESCIND_CONSENT")
+        consent["notificationUUID"] = .string(UUID().uuidString.lowercased())
+        consent["appData"] = .object([
+            "appAppleId": .integer(JWSFixtures.appAppleID), "bundleId": .string(JWSFixtures.bundleID),
+            "environment": .string("Sandbox"),
+        ])
+        #expect(await post(consent) == 400, "a sandbox appData for a production-only app")
+        var token = base
+        token["notificationType"] = .string("EXTERNAL_PURCHASE_TOKEN")
+        token["subtype"] = .string("UNREPORTED")
+        token["notificationUUID"] = .string(UUID().uuidString.lowercased())
+        token["externalPurchaseToken"] = .object([
+            "externalPurchaseId": .string("SANDBOX_0123"), "bundleId": .string(JWSFixtures.bundleID),
+            "appAppleId": .integer(JWSFixtures.appAppleID), "tokenCreationDate": .integer(1_700_000_000_000),
+        ])
+        #expect(await post(token) == 400, "a sandbox token id for a production-only app")
+        token["externalPurchaseToken"] = .object([
+            "externalPurchaseId": .string("0123"), "bundleId": .string(JWSFixtures.bundleID),
+            "appAppleId": .integer(JWSFixtures.appAppleID), "tokenCreationDate": .integer(1_700_000_000_000),
+        ])
+        #expect(await post(token) == 200, "a production token")
+    }
+
+    @Test(
+        "Fields read from Apple's signed payloads: consumptionRequestReason on the request, revocationType and revocationPercentage on the refund"
+    )
+    func signedFields() async throws {
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root])
+        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
+        let storage = try await SQLiteServerStorage(path: path)
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
+        func notification(_ type: String, transaction extra: JSONObject, data more: JSONObject = [:]) throws
+            -> [UInt8]
+        {
+            var notification = try JWSFixtures.notification()
+            notification["notificationType"] = .string(type)
+            notification["subtype"] = nil
+            notification["notificationUUID"] = .string(UUID().uuidString.lowercased())
+            var data = notification["data"]?.objectValue ?? [:]
+            let consumable: JSONObject = [
+                "type": .string("Consumable"), "productId": .string("coins"), "quantity": .integer(3),
+                "expiresDate": .null, "webOrderLineItemId": .null, "subscriptionGroupIdentifier": .null,
+            ]
+            var transaction = JWSFixtures.transaction(extra: consumable)
+            for member in extra.members { transaction[member.key] = member.value }
+            data["signedTransactionInfo"] = .string(try JWSFixtures.sign(transaction))
+            data["signedRenewalInfo"] = nil
+            data["status"] = nil
+            for member in more.members { data[member.key] = member.value }
+            notification["data"] = .object(data)
+            return JSONWriter.bytes(.object(["signedPayload": .string(try JWSFixtures.sign(notification))]))
+        }
+        let request = try await server.ingestNotification(
+            bundleID: JWSFixtures.bundleID,
+            body: notification(
+                "CONSUMPTION_REQUEST", transaction: [:],
+                data: ["consumptionRequestReason": .string("UNINTENDED_PURCHASE")]))
+        let asked = try #require(request.events.first { $0.type == .refundRequest })
+        #expect(asked.details["consumptionRequestReason"] == "UNINTENDED_PURCHASE")
+        let refund = try await server.ingestNotification(
+            bundleID: JWSFixtures.bundleID,
+            body: notification(
+                "REFUND",
+                transaction: [
+                    "revocationDate": .integer(JWSFixtures.signedDateMs), "revocationReason": .integer(0),
+                    "revocationType": .string("REFUND_PRORATED"), "revocationPercentage": .integer(33_333),
+                    "signedDate": .integer(JWSFixtures.signedDateMs + 1_000),
+                ]))
+        let refunded = try #require(refund.events.first { $0.type == .refund })
+        #expect(refunded.details["revocationType"] == "REFUND_PRORATED")
+        #expect(refunded.details["revocationPercentage"] == "33333")
+        let stored = try await storage.read { try $0.purchase("2000000335310644") }
+        #expect(stored?.revocationType == "REFUND_PRORATED" && stored?.revokedUnits == 1)
+    }
+}

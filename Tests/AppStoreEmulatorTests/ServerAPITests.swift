@@ -191,7 +191,10 @@ struct ServerAPITests {
         #expect(
             try refunds.flatMap(\.signedTransactions).map { try api.payload($0)["transactionId"]?.stringValue }
                 == [coins])
-        // The deprecated v1 path: the refunded transactions in one answer, no paging fields.
+        // The deprecated v1 path: the refunded transactions in one answer, the one refunded last first, no
+        // paging fields.
+        let (later, _) = try await api.buy("coins", app: app)
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(later)/refund", [:])
         let issued = Int64(api.time.now.timeIntervalSince1970)
         let token = try JWSSigner.sign(
             payload: [
@@ -206,7 +209,7 @@ struct ServerAPITests {
         #expect(
             try (v1Body["signedTransactions"]?.arrayValue ?? []).map {
                 try api.payload($0.stringValue ?? "")["transactionId"]?.stringValue
-            } == [coins])
+            } == [later, coins])
 
         let (_, queue) = try await api.harness.call("GET", app + "/transactions")
         let order = try #require(queue["transactions"]?.arrayValue?.first?["orderId"]?.stringValue)

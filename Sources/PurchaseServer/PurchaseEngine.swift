@@ -225,7 +225,9 @@ public enum PurchaseEngine {
             if let share = transaction.revocationPercentage { details["revocationPercentage"] = String(share) }
             outcome.events.append(
                 context.event(
-                    .refund, key: "\(id)", subscription: nil, transaction: transaction,
+                    // With its date: a refund reversed and refunded again is a second REFUND.
+                    .refund, key: "\(id):\(milliseconds(transaction.revocationDate ?? transaction.signedDate))",
+                    subscription: nil, transaction: transaction,
                     date: transaction.revocationDate ?? transaction.signedDate, details: details))
         } else if wasRevoked && !isRevoked {
             if transaction.kind == .consumable {

@@ -261,7 +261,8 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
 }
 
 /// A change of a consumable balance: a purchase credits, a refund debits (the balance may go negative),
-/// a reversed refund credits again. One entry per (transaction, reason).
+/// a reversed refund credits again. One entry per transaction and ``key``: the purchase once, each refund and
+/// each reversal once at its date (a refund reversed and then refunded again is a second debit).
 public struct LedgerEntry: Codable, Sendable, Hashable {
     public enum Reason: String, Codable, Sendable, Hashable { case purchase, refund, refundReversed }
     public var transactionID: TransactionID
@@ -276,6 +277,13 @@ public struct LedgerEntry: Codable, Sendable, Hashable {
         self.quantity = quantity
         self.reason = reason
         self.date = date
+    }
+
+    /// What makes the entry one of its transaction's (the stored `reason` column): the purchase's reason
+    /// alone; a refund's or a reversal's with its date in milliseconds (Apple's revocation date, the reversal's
+    /// signed date), so that the same one told twice is one entry and a later one another.
+    public var key: String {
+        reason == .purchase ? reason.rawValue : "\(reason.rawValue):\(EpochMilliseconds.milliseconds(date))"
     }
 }
 

@@ -143,6 +143,15 @@ struct PurchaseEngineTests {
         ])
         #expect(result.ledger.map(\.quantity) == [3, -3, 3])
         #expect(result.events == ["NON_RENEWING_PURCHASE", "REFUND", "REFUND_REVERSED"])
+        // Refunded again after the reversal (a later revocation): a second debit and a second REFUND.
+        var again = coins(revoked: true, signed: 12)
+        again.transaction?.revocationDate = Self.start.addingTimeInterval(11)
+        let twice = Self.run([
+            coins(revoked: false, signed: 1), coins(revoked: true, signed: 5), coins(revoked: false, signed: 9), again,
+        ])
+        #expect(twice.ledger.map(\.quantity) == [3, -3, 3, -3])
+        #expect(twice.events == ["NON_RENEWING_PURCHASE", "REFUND", "REFUND_REVERSED", "REFUND"])
+        #expect(Set(twice.ledger.map(\.key)).count == 4, "each its own entry in the ledger")
         // A refund of coins already spent leaves the balance below zero.
         let refundedFirst = Self.run([coins(revoked: true, signed: 5)])
         #expect(refundedFirst.ledger.map(\.quantity) == [3, -3])

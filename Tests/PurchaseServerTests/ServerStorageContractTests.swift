@@ -307,7 +307,8 @@ struct ServerStorageContractTests {
     }
 
     @Test(
-        "The ledger keeps one entry per transaction and reason; balances follow ownership", arguments: Backend.allCases)
+        "The ledger keeps one entry per transaction and reason (a refund's and a reversal's at their dates); balances follow ownership",
+        arguments: Backend.allCases)
     func ledger(backend: Backend) async throws {
         let storage = try await backend.make()
         let added = try await storage.write { store -> [Bool] in
@@ -320,6 +321,18 @@ struct ServerStorageContractTests {
         }
         #expect(added == [true, false, true])
         #expect(try await storage.read { try $0.balances(bundle: "app", owner: "u1") } == ["coins": 0])
+        // Reversed, then refunded again: each at its own date is its own entry; told twice, one.
+        let cycle = try await storage.write { store -> [Bool] in
+            let reversal = LedgerEntry(
+                transactionID: "1", productID: "coins", quantity: 2, reason: .refundReversed,
+                date: Self.start.addingTimeInterval(60))
+            let again = LedgerEntry(
+                transactionID: "1", productID: "coins", quantity: -2, reason: .refund,
+                date: Self.start.addingTimeInterval(120))
+            return [try store.append(reversal), try store.append(again), try store.append(again)]
+        }
+        #expect(cycle == [true, true, false])
+        #expect(try await storage.read { try $0.balances(bundle: "app", owner: "u1") } == ["coins": 0], "2 - 2 + 2 - 2")
         try await storage.write { store in
             var moved = Self.purchase("1", owner: "u2")
             moved.owner = "u2"

@@ -134,7 +134,7 @@ public final class InMemoryServerStorage: ServerStorage {
         func removeCheckpoint(_ key: String) { tables.checkpoints[key] = nil }
 
         func append(_ entry: LedgerEntry) -> Bool {
-            let key = Self.key(entry.transactionID.rawValue, entry.reason.rawValue)
+            let key = Self.key(entry.transactionID.rawValue, entry.key)
             guard tables.ledger[key] == nil else { return false }
             tables.ledger[key] = entry
             return true

@@ -403,7 +403,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
             ON CONFLICT DO NOTHING
             """,
             [
-                .text(entry.transactionID.rawValue), .text(entry.reason.rawValue), .text(entry.productID.rawValue),
+                .text(entry.transactionID.rawValue), .text(entry.key), .text(entry.productID.rawValue),
                 .integer(Int64(entry.quantity)), .real(entry.date.timeIntervalSince1970),
             ])
         return connection.changes > 0

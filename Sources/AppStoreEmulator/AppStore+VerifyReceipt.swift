@@ -14,6 +14,9 @@ extension AppStore {
         public var receipt: Receipt?
         /// With a `password` and subscriptions in the receipt: the account's current purchases.
         public var latest: Latest?
+        /// The reasons of the receipt's refunded or revoked purchases, by transaction id: `cancellation_reason`
+        /// in `receipt.in_app`, whose ASN.1 has the date alone (Apple adds it from its records).
+        public var revocationReasons: [String: RevocationReason] = [:]
 
         public struct Latest: Sendable {
             /// `latest_receipt_info`, newest purchase first.
@@ -41,6 +44,10 @@ extension AppStore {
         case .answered(let result): return result
         case .needsLatest(let result, let decoded, let excludeOld):
             return try await withLatest(result, decoded: decoded, excludeOld: excludeOld)
+        case .needsReasons(var result, let ids):
+            let stored = try await storage.read { store in try ids.compactMap { try store.transaction($0) } }
+            result.revocationReasons = Self.revocationReasons(stored)
+            return result
         }
     }
 
@@ -54,6 +61,8 @@ extension AppStore {
     enum VerifyReceiptStep {
         case answered(VerifyReceiptResult)
         case needsLatest(VerifyReceiptResult, Receipt, excludeOld: Bool)
+        /// The receipt has refunded purchases: their reasons are read from the store.
+        case needsReasons(VerifyReceiptResult, [TransactionID])
     }
 
     /// Parsing, verification and the status checks: everything but the account's latest state.
@@ -72,7 +81,13 @@ extension AppStore {
         else { return status(21002) }
         let verification = receiptVerifier.verify(bytes, expecting: .init(), now: requestDate)
         if verification.failure?.code == .malformed { return status(21002) }
-        guard verification.isValid, let decoded = verification.receipt else { return status(21003) }
+        // A Volume Purchase Program licence past its expiry is still Apple's receipt: answered with status 0 and
+        // its expiration_date, which the client compares with the date (only the expiry is checked after
+        // everything else, so the failure holds the receipt).
+        let accepted = verification.isValid || verification.failure?.code == .receiptExpired
+        guard accepted, let decoded = verification.receipt ?? verification.failure?.receipt else {
+            return status(21003)
+        }
         let sandboxReceipt = ReceiptType(rawValue: decoded.receiptType)?.environment != .production
         if sandboxReceipt && production { return status(21007) }
         if !sandboxReceipt && !production { return status(21008) }
@@ -81,7 +96,11 @@ extension AppStore {
         if let secret = app.sharedSecret, let password, password != secret { return status(21004) }
         result.receipt = decoded
         let hasSubscriptions = decoded.inAppPurchases.contains { $0.productKind == .autoRenewable }
-        guard hasSubscriptions, password != nil else { return .answered(result) }
+        guard hasSubscriptions, password != nil else {
+            let cancelled = decoded.inAppPurchases.filter { $0.cancellationDate != nil }
+            return cancelled.isEmpty
+                ? .answered(result) : .needsReasons(result, cancelled.map { TransactionID($0.transactionID) })
+        }
         return .needsLatest(result, decoded, excludeOld: request["exclude-old-transactions"]?.boolValue == true)
     }
 
@@ -124,6 +143,7 @@ extension AppStore {
                     subscription: subscription, expired: (subscription.state.expiresDate ?? .distantFuture) <= current)
             },
             revocationReasons: Self.revocationReasons(current_))
+        result.revocationReasons = Self.revocationReasons(current_)
         return result
     }
 

@@ -633,6 +633,12 @@ struct AppStoreScenarioTests {
         #expect(answer["status"] == .integer(0))
         #expect(answer["receipt"]?["receipt_type"] == .string("ProductionVPPSandbox"))
         #expect(answer["receipt"]?["expiration_date_ms"] != nil)
+        // Past its expiry, too: status 0 and the date, which the client compares (not 21003, a forgery's).
+        let (_, lapsed) = try await harness.call(
+            "POST", "/sandbox/verifyReceipt", ["receipt-data": .string(Data(expired).base64EncodedString())])
+        #expect(lapsed["status"] == .integer(0), "\(lapsed)")
+        let lapsedAt = try #require(lapsed["receipt"]?["expiration_date_ms"]?.stringValue.flatMap { Int64($0) })
+        #expect(lapsedAt <= EpochMilliseconds.milliseconds(harness.store.now))
     }
 }
 

@@ -729,6 +729,12 @@ struct NotificationTests {
         let inApp = afterRefund["receipt"]?["in_app"]?.arrayValue?.first { $0["transaction_id"] == .string(first) }
         #expect(
             inApp?["cancellation_date_ms"] != nil && inApp?["cancellation_reason"] == .string("1"), "\(afterRefund)")
+        // Without a password (no latest_receipt_info), the receipt's refunded purchase still has its reason.
+        let receipt = Data(try await harness.receipt(app)).base64EncodedString()
+        let (_, bare) = try await harness.call("POST", "/sandbox/verifyReceipt", ["receipt-data": .string(receipt)])
+        #expect(bare["latest_receipt_info"] == nil)
+        let bareInApp = bare["receipt"]?["in_app"]?.arrayValue?.first { $0["transaction_id"] == .string(first) }
+        #expect(bareInApp?["cancellation_reason"] == .string("1"), "\(bare)")
         let twice = try await harness.call("POST", base + first + "/refund")
         #expect(twice.0 == 400, "already refunded")
         let (reversedStatus, reversed) = try await harness.call("POST", base + first + "/refund-reversal")

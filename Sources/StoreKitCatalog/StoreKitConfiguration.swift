@@ -30,6 +30,13 @@ public struct StoreKitConfiguration: Sendable, Hashable {
             throw ConfigurationError(description: "the file is not a JSON object")
         }
         json = root
+        for key in ["products", "nonRenewingSubscriptions", "subscriptionGroups"]
+        where root[key] != nil && root[key] != .null && root[key]?.arrayValue == nil {
+            throw ConfigurationError(description: "\(key) must be an array")
+        }
+        if let settings = root["settings"], settings != .null, settings.objectValue == nil {
+            throw ConfigurationError(description: "settings must be an object")
+        }
         var products: [Product] = []
         for key in ["products", "nonRenewingSubscriptions"] {
             for (index, item) in (root[key]?.arrayValue ?? []).enumerated() {
@@ -43,8 +50,10 @@ public struct StoreKitConfiguration: Sendable, Hashable {
                 guard let product = Product(json: object) else {
                     throw ConfigurationError(
                         description:
-                            "\(place) ('\(id)'): type '\(type)' is not one of Consumable, NonConsumable, NonRenewable")
+                            "\(place) ('\(id)'): type '\(type)' is not one of Consumable, NonConsumable, NonRenewingSubscription"
+                    )
                 }
+                try Self.checkItem(object, place: "\(place) ('\(id)')")
                 products.append(product)
             }
         }
@@ -53,7 +62,11 @@ public struct StoreKitConfiguration: Sendable, Hashable {
             guard let object = item.objectValue else {
                 throw ConfigurationError(description: "a subscription group is not an object")
             }
-            let group = SubscriptionGroup(json: object)
+            if let list = object["subscriptions"], list != .null, list.arrayValue == nil {
+                throw ConfigurationError(
+                    description: "subscriptionGroups[\(groups.count)].subscriptions must be an array")
+            }
+            var group = SubscriptionGroup(json: object)
             for (index, item) in (object["subscriptions"]?.arrayValue ?? []).enumerated() {
                 let place = "subscriptionGroups[\(groups.count)].subscriptions[\(index)]"
                 guard let subscription = item.objectValue, let id = subscription["productID"]?.stringValue else {
@@ -63,6 +76,29 @@ public struct StoreKitConfiguration: Sendable, Hashable {
                     throw ConfigurationError(
                         description: "\(place) ('\(id)'): type '\(type)' is not RecurringSubscription")
                 }
+            }
+            for index in group.subscriptions.indices {
+                // A subscription's group is the one it is listed in: its own subscriptionGroupID, when written,
+                // must name it (the JWS's subscriptionGroupIdentifier, and what upgrades compare).
+                let subscription = group.subscriptions[index]
+                let place = "subscription '\(subscription.productID)'"
+                switch (subscription.json["subscriptionGroupID"], group.id) {
+                case (nil, let id?), (.null?, let id?):
+                    group.subscriptions[index].json["subscriptionGroupID"] = .string(id)
+                case (let written?, let id?) where written.stringValue != id:
+                    throw ConfigurationError(
+                        description: "\(place): subscriptionGroupID is not its group's id '\(id)'")
+                case (let written?, nil) where written.stringValue == nil:
+                    throw ConfigurationError(description: "\(place): subscriptionGroupID must be a string")
+                default: break
+                }
+                try Self.checkItem(subscription.json, place: place)
+                if let level = subscription.json["groupNumber"], level != .null,
+                    (level.int64Value ?? 0) < 1
+                {
+                    throw ConfigurationError(description: "\(place): groupNumber must be a whole number from 1")
+                }
+                try Self.checkOffers(subscription)
             }
             for subscription in group.subscriptions {
                 guard let period = subscription.period else {
@@ -88,6 +124,66 @@ public struct StoreKitConfiguration: Sendable, Hashable {
         self.products = products
         self.subscriptionGroups = groups
         self.settings = Settings(json: root["settings"]?.objectValue ?? JSONObject())
+        if let rate = settings.json["_timeRate"], rate != .null, settings.timeRate == nil {
+            throw ConfigurationError(
+                description:
+                    "settings._timeRate \(JSONWriter.string(rate)) is not a time rate Storekeeper knows (one of \(TimeRate.all.compactMap { $0.rawValue.map(String.init) }.joined(separator: ", ")))"
+            )
+        }
+    }
+
+    /// What every product and subscription has, when written: a price Storekeeper can read (a decimal string
+    /// such as "1.99"), and `familyShareable` a boolean.
+    static func checkItem(_ object: JSONObject, place: String) throws(ConfigurationError) {
+        if let price = object["displayPrice"], price != .null,
+            price.stringValue.flatMap({ Money(decimal: $0, currency: "USD") }) == nil
+        {
+            throw ConfigurationError(description: "\(place): displayPrice must be a price such as \"1.99\"")
+        }
+        if let shareable = object["familyShareable"], shareable != .null, shareable.boolValue == nil {
+            throw ConfigurationError(description: "\(place): familyShareable must be true or false")
+        }
+    }
+
+    /// A subscription's offers, checked when the file is read rather than at a purchase (where a bad one
+    /// would silently charge the full price): objects, a known payment mode, a period that is some time, a
+    /// number of periods from 1 to 120, and a price for the paid modes.
+    static func checkOffers(_ subscription: Subscription) throws(ConfigurationError) {
+        var offers: [(String, JSONValue)] = []
+        if let intro = subscription.json["introductoryOffer"], intro != .null {
+            offers.append(("introductoryOffer", intro))
+        }
+        for key in ["introductoryOffers", "adHocOffers", "codeOffers", "winbackOffers"] {
+            guard let value = subscription.json[key], value != .null else { continue }
+            guard let list = value.arrayValue else {
+                throw ConfigurationError(
+                    description: "subscription '\(subscription.productID)': \(key) must be an array")
+            }
+            offers += list.enumerated().map { ("\(key)[\($0.offset)]", $0.element) }
+        }
+        for (name, value) in offers {
+            let place = "subscription '\(subscription.productID)': \(name)"
+            guard let object = value.objectValue else {
+                throw ConfigurationError(description: "\(place) is not an object")
+            }
+            let offer = SubscriptionOffer(json: object)
+            guard offer.offerDiscountType != nil else {
+                throw ConfigurationError(description: "\(place): paymentMode must be free, payAsYouGo or payUpFront")
+            }
+            guard let period = offer.period, !period.isZero else {
+                throw ConfigurationError(
+                    description: "\(place): subscriptionPeriod must be a period such as P1W or P1M")
+            }
+            if let count = object["numberOfPeriods"], count != .null, !(1...120).contains(count.int64Value ?? 0) {
+                throw ConfigurationError(description: "\(place): numberOfPeriods must be 1 to 120")
+            }
+            if offer.paymentMode != "free",
+                offer.displayPrice.flatMap({ Money(decimal: $0, currency: "USD") }) == nil
+            {
+                throw ConfigurationError(
+                    description: "\(place): a \(offer.paymentMode ?? "") offer needs a displayPrice such as \"0.99\"")
+            }
+        }
     }
 
     /// Sets a subscription's `billingPlans` (the emulator's `--config` member of that name, for catalogues

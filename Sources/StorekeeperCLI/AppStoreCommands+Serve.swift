@@ -40,6 +40,15 @@ extension AppStoreCommands {
                 throw CommandError.input("'\(path)': \(error.description)")
             }
         }
+        // A product in two files would be one of them, silently: refused, as within one file.
+        var seen: [String: String] = [:]
+        for (path, catalog) in zip(arguments.all("storekit"), catalogs) {
+            for id in catalog.products.map(\.productID) + catalog.subscriptions.map(\.productID) {
+                if let first = seen.updateValue(path, forKey: id) {
+                    throw CommandError.input("product '\(id)' is defined in both '\(first)' and '\(path)'")
+                }
+            }
+        }
         if catalogs.isEmpty { catalogs = [try! StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))] }
         var apps = try loadApps(arguments.value("config"))
         try applyBillingPlans(arguments.value("config"), to: &catalogs)

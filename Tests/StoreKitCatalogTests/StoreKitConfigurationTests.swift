@@ -90,11 +90,11 @@ struct StoreKitConfigurationErrorTests {
     }
 
     @Test("An unknown product type is refused with its place, id and value named")
-    func unknownType() {
+    func unknownType() throws {
         let cases = [
             (
                 #"{"products":[{"productID":"a","type":"Consumable"},{"productID":"b","type":"Gift"}]}"#,
-                "products[1] ('b'): type 'Gift' is not one of Consumable, NonConsumable, NonRenewable"
+                "products[1] ('b'): type 'Gift' is not one of Consumable, NonConsumable, NonRenewingSubscription"
             ),
             (#"{"nonRenewingSubscriptions":[{"productID":"n"}]}"#, "nonRenewingSubscriptions[0] ('n') has no type"),
             (
@@ -110,15 +110,61 @@ struct StoreKitConfigurationErrorTests {
                 #"{"subscriptionGroups":[{"subscriptions":[{"productID":"z","recurringSubscriptionPeriod":"PT0S"}]}]}"#,
                 "subscription 'z': recurringSubscriptionPeriod P0D is no time at all"
             ),
+            // Read when the file loads, not found wrong at a purchase.
+            (#"{"products":{}}"#, "products must be an array"),
+            (#"{"settings":[]}"#, "settings must be an object"),
+            (#"{"settings":{"_timeRate":14}}"#, "TIMERATE"),
+            (
+                #"{"products":[{"productID":"c","type":"Consumable","displayPrice":1.99}]}"#,
+                "products[0] ('c'): displayPrice must be a price such as \"1.99\""
+            ),
+            (
+                #"{"products":[{"productID":"c","type":"Consumable","familyShareable":"true"}]}"#,
+                "products[0] ('c'): familyShareable must be true or false"
+            ),
+            (
+                #"{"subscriptionGroups":[{"id":"G","subscriptions":[{"productID":"s","subscriptionGroupID":"H","recurringSubscriptionPeriod":"P1M"}]}]}"#,
+                "subscription 's': subscriptionGroupID is not its group's id 'G'"
+            ),
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","groupNumber":0,"recurringSubscriptionPeriod":"P1M"}]}]}"#,
+                "subscription 's': groupNumber must be a whole number from 1"
+            ),
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","recurringSubscriptionPeriod":"P1M","introductoryOffer":{"paymentMode":"gift","subscriptionPeriod":"P1M"}}]}]}"#,
+                "subscription 's': introductoryOffer: paymentMode must be free, payAsYouGo or payUpFront"
+            ),
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","recurringSubscriptionPeriod":"P1M","adHocOffers":[{"paymentMode":"free","subscriptionPeriod":"P0D"}]}]}]}"#,
+                "subscription 's': adHocOffers[0]: subscriptionPeriod must be a period such as P1W or P1M"
+            ),
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","recurringSubscriptionPeriod":"P1M","codeOffers":[{"paymentMode":"payUpFront","subscriptionPeriod":"P1M"}]}]}]}"#,
+                "subscription 's': codeOffers[0]: a payUpFront offer needs a displayPrice such as \"0.99\""
+            ),
+            (
+                #"{"subscriptionGroups":[{"subscriptions":[{"productID":"s","recurringSubscriptionPeriod":"P1M","introductoryOffer":{"paymentMode":"payAsYouGo","subscriptionPeriod":"P1M","displayPrice":"0.99","numberOfPeriods":0}}]}]}"#,
+                "subscription 's': introductoryOffer: numberOfPeriods must be 1 to 120"
+            ),
         ]
         for (text, message) in cases {
             do {
                 _ = try StoreKitConfiguration(data: Array(text.utf8))
                 Issue.record("accepted: \(text)")
             } catch {
-                #expect(error.description == message)
+                if message == "TIMERATE" {
+                    #expect(error.description.hasPrefix("settings._timeRate 14 is not a time rate"), "\(error)")
+                } else {
+                    #expect(error.description == message)
+                }
             }
         }
+        // A subscription without its group's id written takes the group's.
+        let grouped = try StoreKitConfiguration(
+            data: Array(
+                #"{"subscriptionGroups":[{"id":"G","subscriptions":[{"productID":"s","recurringSubscriptionPeriod":"P1M"}]}]}"#
+                    .utf8))
+        #expect(grouped.subscriptionGroups.first?.subscriptions.first?.groupID == "G")
     }
 
     @Test("Unknown keys are kept")

@@ -197,6 +197,13 @@ struct ConventionTests {
         #expect(notCatalogue.status == 2, "\(notCatalogue.stderr)")
         let notConfig = await CapturedConsole.run(["appstore", "serve", "--data", data, "--config", garbage.path])
         #expect(notConfig.status == 2 && notConfig.stderr.contains("\"apps\" array"), "\(notConfig.stderr)")
+        let catalogue = directory.appendingPathComponent("one.storekit")
+        try Data(#"{"products":[{"productID":"coins","type":"Consumable","displayPrice":"0.99"}]}"#.utf8)
+            .write(to: catalogue)
+        let twice = await CapturedConsole.run([
+            "appstore", "serve", "--data", data, "--storekit", catalogue.path, "--storekit", catalogue.path,
+        ])
+        #expect(twice.status == 2 && twice.stderr.contains("product 'coins' is defined in both"), "\(twice.stderr)")
     }
 
     @Test("An unreachable emulator is exit 69 with one sentence on stderr, never a Foundation dump")

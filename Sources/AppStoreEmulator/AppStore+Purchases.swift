@@ -24,8 +24,13 @@ extension AppStore {
             throw EmulatorError.invalid(
                 "member 'storefront' must be an App Store storefront's ISO 3166-1 alpha-3 code such as USA")
         }
+        let settings = accountDefaults
         let account = Account(
-            id: AccountID(newTimeOrderedUUID(at: now)), environment: environment, storefront: storefront.countryCode)
+            id: AccountID(newTimeOrderedUUID(at: now)), environment: environment, storefront: storefront.countryCode,
+            askToBuy: settings?.askToBuyEnabled ?? false,
+            purchaseFailure: settings?.failTransactionsEnabled == true ? .failed : nil,
+            billingRetryOnRenewal: settings?.renewalBillingIssuesEnabled ?? false,
+            billingGracePeriod: settings?.billingGracePeriodEnabled ?? false)
         try await storage.write { try $0.insert(account) }
         return account
     }

@@ -47,6 +47,10 @@ public final class AppStore: Sendable {
     let catalog: Catalog
     /// The storefront of accounts made without one: the first catalogue's `_storefront`, else USA.
     public let defaultStorefront: Storefront
+    /// What a new account starts with, from the first catalogue's settings as Xcode's StoreKit testing applies
+    /// them: `_askToBuyEnabled`, `_failTransactionsEnabled` (purchases fail), `_renewalBillingIssuesEnabled`
+    /// (renewals enter billing retry) and `_billingGracePeriodEnabled`. Each account's own settings change them.
+    let accountDefaults: StoreKitCatalog.Settings?
     let apps: [String: AppConfiguration]
     public let pki: EmulatorPKI
     /// Signs StoreKit 2 data with the emulator's JWS chain (its header encoded once).
@@ -162,6 +166,7 @@ public final class AppStore: Sendable {
         self.defaultStorefront =
             catalog.lazy.compactMap { $0.settings.storefront.flatMap(Storefront.init(countryCode:)) }.first
             ?? .unitedStates
+        self.accountDefaults = catalog.first?.settings
         self.offerKeys = try Self.loadOfferKeys(apps: apps, catalogs: catalog)
         self.apps = Dictionary(apps.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))

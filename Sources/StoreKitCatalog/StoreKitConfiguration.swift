@@ -425,4 +425,6 @@ public struct Settings: Sendable, Hashable {
     public var askToBuyEnabled: Bool { json["_askToBuyEnabled"]?.boolValue ?? false }
     public var failTransactionsEnabled: Bool { json["_failTransactionsEnabled"]?.boolValue ?? false }
     public var billingGracePeriodEnabled: Bool { json["_billingGracePeriodEnabled"]?.boolValue ?? false }
+    /// Xcode's "Renewal Billing Issues": renewals fail and enter billing retry.
+    public var renewalBillingIssuesEnabled: Bool { json["_renewalBillingIssuesEnabled"]?.boolValue ?? false }
 }

@@ -109,6 +109,28 @@ struct AppStoreTests {
         0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x46, 0x17, 0x98, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
     ]
 
+    @Test(
+        "A new account starts with the catalogue's Ask to Buy, failing purchases, renewal billing issues and grace period"
+    )
+    func catalogueAccountDefaults() async throws {
+        let text = AppStoreTests.catalogText.replacingOccurrences(
+            of: #""settings":{"#,
+            with:
+                #""settings":{"_askToBuyEnabled":true,"_failTransactionsEnabled":true,"_renewalBillingIssuesEnabled":true,"_billingGracePeriodEnabled":true,"#
+        )
+        let catalog = try StoreKitConfiguration(data: Array(text.utf8))
+        #expect(catalog.settings.askToBuyEnabled, "the test's catalogue has a settings object to add to")
+        let store = try await AppStore(
+            catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID)],
+            dataDirectory: try ExternalTool.temporaryDirectory())
+        let account = try await store.createAccount(environment: .sandbox)
+        #expect(account.askToBuy && account.purchaseFailure == .failed)
+        #expect(account.billingRetryOnRenewal && account.billingGracePeriod)
+        let plain = try await Harness.make()
+        let usual = try await plain.store.createAccount(environment: .sandbox)
+        #expect(!usual.askToBuy && usual.purchaseFailure == nil && !usual.billingRetryOnRenewal)
+    }
+
     @Test("Account and order ids are time-ordered on the store clock; an order id keeps Apple's ten A-Z0-9 characters")
     func timeOrderedIdentifiers() async throws {
         let time = FakeTime()

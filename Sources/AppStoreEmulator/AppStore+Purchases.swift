@@ -498,10 +498,24 @@ extension AppStore {
     /// `JWSTransactionDecodedPayload` of a transaction, signed now.
     func transactionPayload(_ stored: StoredTransaction, account: Account?) -> JSONObject {
         let storefront = account?.storefront ?? "USA"
-        return JWSTransaction(
+        var json = JWSTransaction(
             stored.transaction, environment: account?.environment ?? .sandbox, signedDate: now,
             storefront: storefront, storefrontID: Self.storefrontID(storefront)
         ).json
+        if let offer = stored.transaction.offer, let whole = offerPeriod(offer, productID: stored.transaction.productID)
+        {
+            json["offerPeriod"] = .string(whole)
+        }
+        return json
+    }
+
+    /// Apple's `offerPeriod`: the whole offer, so a pay-as-you-go offer of two one-month periods is P2M (the
+    /// stored offer keeps one period, the length the lifecycle renews each discounted period by).
+    func offerPeriod(_ offer: Offer, productID: ProductID) -> String? {
+        guard let text = offer.period, let period = StorePeriod(text), offer.discountType == .payAsYouGo,
+            let count = catalogOffer(offer, productID: productID)?.numberOfPeriods
+        else { return offer.period }
+        return period.repeated(count).description
     }
 
     /// The latest transaction of every product the account is entitled to now, signed.

@@ -20,6 +20,14 @@ public struct StorePeriod: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Parses `PnYnMnWnDTnHnMnS` (each part optional, at least one present, non-negative integers).
+    /// The period `count` times over (an offer's `numberOfPeriods` of one period: Apple's `offerPeriod`).
+    public func repeated(_ count: Int) -> StorePeriod {
+        let times = max(0, min(count, 1_000))
+        return StorePeriod(
+            years: years * times, months: months * times, weeks: weeks * times, days: days * times,
+            hours: hours * times, minutes: minutes * times, seconds: seconds * times)
+    }
+
     public init?(_ text: String) {
         var rest = Substring(text)
         guard rest.first == "P", rest.count > 1 else { return nil }

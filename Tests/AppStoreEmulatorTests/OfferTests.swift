@@ -87,6 +87,7 @@ struct OfferTests {
         #expect(first["offerType"] == .integer(1))
         #expect(first["offerDiscountType"] == .string("PAY_AS_YOU_GO"))
         #expect(first["price"] == .integer(990))
+        #expect(first["offerPeriod"] == .string("P2M"), "Apple's offerPeriod is the whole offer: two months")
         _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
         _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
         let receipt = Data(try await harness.receipt(app)).base64EncodedString()

@@ -168,6 +168,33 @@ struct ServerAPITests {
         }
     }
 
+    @Test("Renewal info is priced in the account's storefront currency and carries the purchase's appAccountToken")
+    func renewalInfoCurrencyAndToken() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let harness = api.harness
+        let (_, account) = try await harness.call(
+            "POST", "/_emulator/v1/accounts", ["environment": .string("Sandbox"), "storefront": .string("DEU")])
+        let (_, device) = try await harness.call(
+            "POST", "/_emulator/v1/devices",
+            ["accountId": account["accountId"]!, "deviceId": .string(UUID().uuidString)])
+        let app = "/_emulator/v1/devices/\(device["deviceId"]!.stringValue!)/apps/\(AppStoreTests.bundleID)"
+        _ = try await harness.call("POST", app + "/install", ["version": .string("1")])
+        let token = UUID().uuidString.lowercased()
+        let (status, bought) = try await harness.call(
+            "POST", app + "/payments", ["productId": .string("monthly"), "appAccountToken": .string(token)])
+        #expect(status == 201, "\(bought)")
+        let id = try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue)
+        let statuses = try await api.client().subscriptionStatuses(id)
+        let item = try #require(statuses.groups.first?.lastTransactions.first)
+        let transaction = try api.payload(try #require(item.signedTransactionInfo))
+        let renewal = try api.payload(try #require(item.signedRenewalInfo))
+        #expect(transaction["currency"] == .string("EUR"))
+        #expect(renewal["currency"] == .string("EUR"), "the next charge in the customer's currency: \(renewal)")
+        #expect(renewal["renewalPrice"] == transaction["price"])
+        #expect(renewal["appAccountToken"] == .string(token))
+    }
+
     @Test("Subscription statuses, refund history and order look-up answer as Apple's do")
     func statusesRefundsOrders() async throws {
         let api = try await API.make()

@@ -107,8 +107,7 @@ extension AppStore {
         var info: JSONObject?
         if let (state, started) = renewal {
             info = renewalInfo(
-                state, environment: account.environment, signedDate: now, started: started,
-                appTransactionID: transaction.transaction.appTransactionID)
+                state, account: account, signedDate: now, started: started, latest: transaction.transaction)
             data["status"] = .integer(state.status.rawValue)
         }
         let work = V2Signing(
@@ -205,10 +204,11 @@ extension AppStore {
     }
 
     /// `JWSRenewalInfoDecodedPayload` for a subscription's state.
+    /// Prices are in the account's storefront currency, as its transactions are.
     func renewalInfo(
-        _ state: SubscriptionState, environment: Environment, signedDate: Date, started: Date?,
-        appTransactionID: TransactionID?
+        _ state: SubscriptionState, account: Account, signedDate: Date, started: Date?, latest: Transaction
     ) -> JSONObject {
+        let environment = account.environment
         var info: JSONObject = [
             "originalTransactionId": .string(state.originalTransactionID.rawValue),
             "autoRenewProductId": .string(state.autoRenewProductID.rawValue),
@@ -223,16 +223,18 @@ extension AppStore {
             info["offerType"] = .integer(offer.type.rawValue)
             if let identifier = offer.identifier { info["offerIdentifier"] = .string(identifier) }
             if let discount = offer.discountType { info["offerDiscountType"] = .string(discount.rawValue) }
-            if let period = offer.period { info["offerPeriod"] = .string(period) }
+            if let period = offerPeriod(offer, productID: state.productID) { info["offerPeriod"] = .string(period) }
         }
         info["signedDate"] = Self.milliseconds(signedDate)
         info["environment"] = .string(environment.rawValue)
-        if let appTransactionID { info["appTransactionId"] = .string(appTransactionID.rawValue) }
+        if let app = latest.appTransactionID { info["appTransactionId"] = .string(app.rawValue) }
+        if let token = latest.appAccountToken { info["appAccountToken"] = .string(token) }
         if let started { info["recentSubscriptionStartDate"] = Self.milliseconds(started) }
         if let expires = state.expiresDate { info["renewalDate"] = Self.milliseconds(expires) }
         let nextOffer = state.offerPeriodsLeft > 0 ? state.offer : nil
-        if let price = nextOffer.map({ self.price(of: $0, productID: state.autoRenewProductID) })
-            ?? catalog.entry(state.autoRenewProductID.rawValue)?.price
+        if let price = charged(
+            nextOffer.map({ self.price(of: $0, productID: state.autoRenewProductID) })
+                ?? catalog.entry(state.autoRenewProductID.rawValue)?.price, account)
         {
             info["currency"] = .string(price.currency)
             info["renewalPrice"] = .integer(price.milliunits)
@@ -249,11 +251,11 @@ extension AppStore {
             let entry = catalog.entry(renewsTo.rawValue)
             if !commitment.isLastPeriod {
                 info["autoRenewProductId"] = .string(state.productID.rawValue)
-                if let monthly = catalog.entry(state.productID.rawValue)?.monthlyPlan?.price {
+                if let monthly = charged(catalog.entry(state.productID.rawValue)?.monthlyPlan?.price, account) {
                     info["currency"] = .string(monthly.currency)
                     info["renewalPrice"] = .integer(monthly.milliunits)
                 }
-            } else if commitment.renewalPlan == .monthly, let monthly = entry?.monthlyPlan?.price {
+            } else if commitment.renewalPlan == .monthly, let monthly = charged(entry?.monthlyPlan?.price, account) {
                 // The next commitment's first month.
                 info["currency"] = .string(monthly.currency)
                 info["renewalPrice"] = .integer(monthly.milliunits)

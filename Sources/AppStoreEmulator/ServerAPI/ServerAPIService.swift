@@ -246,8 +246,8 @@ public final class ServerAPIService: Sendable {
         }
         return try rows.map { subscription, latest, started in
             let info = self.appStore.renewalInfo(
-                subscription.state, environment: account.environment, signedDate: current, started: started,
-                appTransactionID: latest.transaction.appTransactionID)
+                subscription.state, account: account, signedDate: current, started: started,
+                latest: latest.transaction)
             return SubscriptionStatusItem(
                 groupID: latest.transaction.subscriptionGroupID
                     ?? self.appStore.catalog.entry(subscription.state.productID.rawValue)?.subscription?.groupID ?? "",

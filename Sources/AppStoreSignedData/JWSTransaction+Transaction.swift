@@ -40,10 +40,13 @@ extension JWSTransaction {
         }
         if let revoked = transaction.revocationDate {
             payload["revocationDate"] = milliseconds(revoked)
-            // The emulator refunds whole purchases; a family member's access ends by the family's revocation.
+            // The emulator refunds whole purchases; a family member's access ends by the family's revocation;
+            // an upgraded period's unused part is refunded (prorated: its share is not kept, so not written).
             // The percentage is a refund's (in milliunits), absent from a family revocation.
             if transaction.ownership == .familyShared {
                 payload["revocationType"] = .string("FAMILY_REVOKE")
+            } else if transaction.isUpgraded {
+                payload["revocationType"] = .string("REFUND_PRORATED")
             } else {
                 payload["revocationType"] = .string("REFUND_FULL")
                 payload["revocationPercentage"] = .integer(100_000)

@@ -244,10 +244,16 @@ extension AppStore {
         }
         let originalID = transaction.originalID
         let productID = transaction.productID
-        let (state, effects) = try Self.refusing { () throws(LifecycleError) in
+        var (state, effects) = try Self.refusing { () throws(LifecycleError) in
             try engine.subscribe(
                 originalTransactionID: originalID, productID: productID, at: current, resubscribe: existing != nil,
                 offer: terms, plan: billingPlan)
+        }
+        if let previous = existing?.state {
+            // A lapse of 60 days (at the store's time rate) or more starts a new run of periods; a shorter one
+            // continues the last.
+            let lapsed = previous.expiresDate.map { rate.end(of: Self.runLapse, from: $0) <= current }
+            state.runStart = lapsed == true ? current : previous.runStart
         }
         transaction.expiresDate = state.expiresDate
         transaction.billingPlan = state.billingPlan
@@ -268,6 +274,9 @@ extension AppStore {
         try apply(effects, to: &subscription, account: account, in: store, now: current)
         return stored
     }
+
+    /// A lapse shorter than this does not end a run of periods (Apple's `recentSubscriptionStartDate`).
+    static let runLapse = StorePeriod(days: 60)
 
     /// Unfinished transactions and payments of the device's account for the app, oldest first.
     public func unfinished(deviceID: String, bundleID: String) async throws -> [QueueEntry] {

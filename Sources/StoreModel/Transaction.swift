@@ -173,6 +173,9 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     /// A plan chosen for the next renewal outside a commitment (`MONTHLY`: the next period starts one);
     /// nil: billed as now.
     public var renewalBillingPlan: BillingPlanType? = nil
+    /// When the current run of periods began, where it is not the first purchase: a resubscription after a
+    /// lapse of 60 days or more starts a new one (renewal info's `recentSubscriptionStartDate`).
+    public var runStart: Date? = nil
 
     public init(
         originalTransactionID: TransactionID, productID: ProductID, autoRenewProductID: ProductID? = nil,

@@ -161,6 +161,7 @@ struct EmulatorStorageContractTests {
             billingPeriodNumber: 3, totalBillingPeriods: 12, expiresDate: start.addingTimeInterval(0.25),
             autoRenew: false, renewalPlan: .billedUpfront)
         state.renewalBillingPlan = .monthly
+        state.runStart = start.addingTimeInterval(0.5)
         return StoredSubscription(state: state, accountID: "A1", bundleID: "com.example", latestTransactionID: "10")
     }()
 
@@ -742,6 +743,7 @@ struct EmulatorStorageContractTests {
                 ALTER TABLE transactions DROP COLUMN billing_plan; ALTER TABLE transactions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN renewal_billing_plan;
+                ALTER TABLE subscriptions DROP COLUMN run_start;
                 ALTER TABLE mass_extensions DROP COLUMN bundle_id; ALTER TABLE mass_extensions DROP COLUMN extend_by_days;
                 ALTER TABLE mass_extensions DROP COLUMN extend_reason_code;
                 ALTER TABLE mass_extensions DROP COLUMN resume_after;
@@ -863,6 +865,7 @@ struct EmulatorStorageContractTests {
                 ALTER TABLE transactions DROP COLUMN billing_plan; ALTER TABLE transactions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN renewal_billing_plan;
+                ALTER TABLE subscriptions DROP COLUMN run_start;
                 DELETE FROM schema_migrations WHERE id >= '013';
                 INSERT INTO settings VALUES ('extensions.10', '[{"requestIdentifier":"r1","date":1704067200000,"effectiveDate":1704153600000,"webOrderLineItemId":"7"}]');
                 INSERT INTO settings VALUES ('massExtension.p.m1', '{"requestIdentifier":"m1","productId":"p","environment":"Production","complete":true,"succeededCount":3,"failedCount":1,"completeDate":1704067200000,"storefrontCountryCodes":["USA","GBR"]}');

@@ -195,6 +195,31 @@ struct ServerAPITests {
         #expect(renewal["appAccountToken"] == .string(token))
     }
 
+    @Test("recentSubscriptionStartDate: a resubscription after a lapse of 60 days or more starts a new run")
+    func recentSubscriptionStart() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let (first, app) = try await api.buy("monthly")
+        let client = try api.client()
+        func runStart() async throws -> Int64? {
+            let item = try await client.subscriptionStatuses(first).groups.first?.lastTransactions.first
+            return try api.payload(try #require(item?.signedRenewalInfo))["recentSubscriptionStartDate"]?.int64Value
+        }
+        let original = try await runStart()
+        // Expired and bought again soon after: the same run.
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(first)/expire")
+        let (soon, _) = try await api.buy("monthly", app: app)
+        #expect(try await runStart() == original, "a short lapse continues the run")
+        // Expired, and a year (at the store's rate, well past 60 days) before buying again: a new run from that
+        // purchase.
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(soon)/expire")
+        _ = try await api.harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1Y")])
+        let (later, _) = try await api.buy("monthly", app: app)
+        let bought = try await client.transactionInfo(later).signedTransactionInfo
+        let purchased = try api.payload(try #require(bought))["purchaseDate"]?.int64Value
+        #expect(try await runStart() == purchased && purchased != original, "a new run")
+    }
+
     @Test("Subscription statuses, refund history and order look-up answer as Apple's do")
     func statusesRefundsOrders() async throws {
         let api = try await API.make()

@@ -229,7 +229,9 @@ extension AppStore {
         info["environment"] = .string(environment.rawValue)
         if let app = latest.appTransactionID { info["appTransactionId"] = .string(app.rawValue) }
         if let token = latest.appAccountToken { info["appAccountToken"] = .string(token) }
-        if let started { info["recentSubscriptionStartDate"] = Self.milliseconds(started) }
+        if let started = state.runStart ?? started {
+            info["recentSubscriptionStartDate"] = Self.milliseconds(started)
+        }
         if let expires = state.expiresDate { info["renewalDate"] = Self.milliseconds(expires) }
         let nextOffer = state.offerPeriodsLeft > 0 ? state.offer : nil
         if let price = charged(

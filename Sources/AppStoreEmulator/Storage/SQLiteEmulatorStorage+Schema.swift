@@ -274,5 +274,7 @@ extension SQLiteEmulatorStorage {
             ALTER TABLE mass_extensions ADD COLUMN extend_reason_code INTEGER;
             ALTER TABLE mass_extensions ADD COLUMN resume_after TEXT;
             """),
+        // When a subscription's current run of periods began, after a lapse of 60 days or more.
+        Migration("019-subscription-run-start", "ALTER TABLE subscriptions ADD COLUMN run_start REAL;"),
     ]
 }

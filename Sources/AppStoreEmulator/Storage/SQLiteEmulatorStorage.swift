@@ -410,6 +410,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             state.billingPlan = row["billing_plan"].string.flatMap(BillingPlanType.init(rawValue:))
             state.commitment = CommitmentColumns.subscriptionCommitment(row["commitment"].string)
             state.renewalBillingPlan = row["renewal_billing_plan"].string.flatMap(BillingPlanType.init(rawValue:))
+            state.runStart = date(row["run_start"])
             return StoredSubscription(
                 state: state, accountID: AccountID(row["account_id"].string ?? ""),
                 bundleID: BundleID(row["bundle_id"].string ?? ""),
@@ -430,8 +431,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         auto_renew_product_id, status, auto_renew, expires_date, expiration_intent,
                         grace_period_expires_date, billing_retry_ends_date, renewal_count, latest_transaction_id,
                         price_increase_status, offer_type, offer_id, offer_discount, offer_period, offer_periods_left,
-                        billing_plan, commitment, renewal_billing_plan)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        billing_plan, commitment, renewal_billing_plan, run_start)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (original_id) DO UPDATE SET product_id = excluded.product_id,
                         auto_renew_product_id = excluded.auto_renew_product_id, status = excluded.status,
                         auto_renew = excluded.auto_renew, expires_date = excluded.expires_date,
@@ -443,7 +444,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         offer_id = excluded.offer_id, offer_discount = excluded.offer_discount,
                         offer_period = excluded.offer_period, offer_periods_left = excluded.offer_periods_left,
                         billing_plan = excluded.billing_plan, commitment = excluded.commitment,
-                        renewal_billing_plan = excluded.renewal_billing_plan
+                        renewal_billing_plan = excluded.renewal_billing_plan, run_start = excluded.run_start
                     WHERE account_id = excluded.account_id AND bundle_id = excluded.bundle_id
                     """,
                     [
@@ -457,7 +458,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                         text(state.offer?.identifier), text(state.offer?.discountType?.rawValue),
                         text(state.offer?.period), .integer(Int64(state.offerPeriodsLeft)),
                         text(state.billingPlan?.rawValue), text(CommitmentColumns.text(state.commitment)),
-                        text(state.renewalBillingPlan?.rawValue),
+                        text(state.renewalBillingPlan?.rawValue), real(state.runStart),
                     ])
             }
             // The owner is not assigned on update (an index of it would be rewritten at every renewal): a save

@@ -146,6 +146,7 @@ extension AppStore {
                 try store.insert(copy)
                 var state = subscription.state
                 state.originalTransactionID = id
+                state.runStart = nil  // the member's run begins with its own copy
                 let memberSubscription = StoredSubscription(
                     state: state, accountID: member, bundleID: subscription.bundleID, latestTransactionID: id)
                 try store.save(memberSubscription)
@@ -184,6 +185,7 @@ extension AppStore {
             }
             var state = subscription.state
             state.originalTransactionID = share.memberOriginalID
+            state.runStart = memberSubscription.state.runStart  // the member's own run, not the purchaser's
             memberSubscription.state = state
             try store.save(memberSubscription)
             for notice in notices {

@@ -249,11 +249,13 @@ extension AppStore {
                 originalTransactionID: originalID, productID: productID, at: current, resubscribe: existing != nil,
                 offer: terms, plan: billingPlan)
         }
-        if let previous = existing?.state {
+        if let previous = existing {
             // A lapse of 60 days (at the store's time rate) or more starts a new run of periods; a shorter one
-            // continues the last.
-            let lapsed = previous.expiresDate.map { rate.end(of: Self.runLapse, from: $0) <= current }
-            state.runStart = lapsed == true ? current : previous.runStart
+            // continues the last. Paid service ended at the expiry, or at a refund of the last period before it.
+            let refunded = try store.transaction(previous.latestTransactionID)?.transaction.revocationDate
+            let ended = [previous.state.expiresDate, refunded].compactMap { $0 }.min()
+            let lapsed = ended.map { rate.end(of: Self.runLapse, from: $0) <= current }
+            state.runStart = lapsed == true ? current : previous.state.runStart
         }
         transaction.expiresDate = state.expiresDate
         transaction.billingPlan = state.billingPlan

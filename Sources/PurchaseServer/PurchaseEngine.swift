@@ -231,17 +231,18 @@ public enum PurchaseEngine {
                     date: transaction.revocationDate ?? transaction.signedDate, details: details))
         } else if wasRevoked && !isRevoked {
             if transaction.kind == .consumable {
-                // What the refund took back (the stored record still says how much), given back.
+                // What the refund took back (the stored record still says how much), given back; dated by the
+                // revocation it undoes, so that each refund is reversed once however often it is told.
                 outcome.ledger.append(
                     LedgerEntry(
                         transactionID: id, productID: transaction.productID,
                         quantity: stored?.revokedUnits ?? transaction.quantity, reason: .refundReversed,
-                        date: transaction.signedDate))
+                        date: stored?.revocationDate ?? transaction.signedDate))
             }
             outcome.events.append(
                 context.event(
                     .refundReversed,
-                    key: "\(id):\(milliseconds(transaction.signedDate))",
+                    key: "\(id):\(milliseconds(stored?.revocationDate ?? transaction.signedDate))",
                     subscription: nil, transaction: transaction, date: transaction.signedDate))
         }
     }

@@ -280,8 +280,9 @@ public struct LedgerEntry: Codable, Sendable, Hashable {
     }
 
     /// What makes the entry one of its transaction's (the stored `reason` column): the purchase's reason
-    /// alone; a refund's or a reversal's with its date in milliseconds (Apple's revocation date, the reversal's
-    /// signed date), so that the same one told twice is one entry and a later one another.
+    /// alone; a refund's or a reversal's with its date in milliseconds (Apple's revocation date; for a
+    /// reversal, the date of the revocation it undoes), so that the same one told twice is one entry and a
+    /// later one another.
     public var key: String {
         reason == .purchase ? reason.rawValue : "\(reason.rawValue):\(EpochMilliseconds.milliseconds(date))"
     }

@@ -124,12 +124,6 @@ public struct StoreKitConfiguration: Sendable, Hashable {
         self.products = products
         self.subscriptionGroups = groups
         self.settings = Settings(json: root["settings"]?.objectValue ?? JSONObject())
-        if let rate = settings.json["_timeRate"], rate != .null, settings.timeRate == nil {
-            throw ConfigurationError(
-                description:
-                    "settings._timeRate \(JSONWriter.string(rate)) is not a time rate Storekeeper knows (one of \(TimeRate.all.compactMap { $0.rawValue.map(String.init) }.joined(separator: ", ")))"
-            )
-        }
     }
 
     /// What every product and subscription has, when written: a price Storekeeper can read (a decimal string

@@ -19,7 +19,6 @@ public struct StorePeriod: Hashable, Sendable, CustomStringConvertible {
         (self.hours, self.minutes, self.seconds) = (hours, minutes, seconds)
     }
 
-    /// Parses `PnYnMnWnDTnHnMnS` (each part optional, at least one present, non-negative integers).
     /// The period `count` times over (an offer's `numberOfPeriods` of one period: Apple's `offerPeriod`).
     public func repeated(_ count: Int) -> StorePeriod {
         let times = max(0, min(count, 1_000))
@@ -28,6 +27,7 @@ public struct StorePeriod: Hashable, Sendable, CustomStringConvertible {
             hours: hours * times, minutes: minutes * times, seconds: seconds * times)
     }
 
+    /// Parses `PnYnMnWnDTnHnMnS` (each part optional, at least one present, non-negative integers).
     public init?(_ text: String) {
         var rest = Substring(text)
         guard rest.first == "P", rest.count > 1 else { return nil }

@@ -49,6 +49,13 @@ extension AppStoreCommands {
                 }
             }
         }
+        // A rate this build does not know (a newer Xcode's) is kept in the file; serving needs one it knows.
+        if rate == nil, let settings = catalogs.first?.settings, let raw = settings.json["_timeRate"], raw != .null,
+            settings.timeRate == nil
+        {
+            throw CommandError.input(
+                "the catalogue's _timeRate \(JSONWriter.string(raw)) is not a time rate Storekeeper knows: give --rate")
+        }
         if catalogs.isEmpty { catalogs = [try! StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))] }
         var apps = try loadApps(arguments.value("config"))
         try applyBillingPlans(arguments.value("config"), to: &catalogs)

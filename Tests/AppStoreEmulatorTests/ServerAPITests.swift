@@ -218,6 +218,15 @@ struct ServerAPITests {
         let bought = try await client.transactionInfo(later).signedTransactionInfo
         let purchased = try api.payload(try #require(bought))["purchaseDate"]?.int64Value
         #expect(try await runStart() == purchased && purchased != original, "a new run")
+        // Refunded at once, and 65 days later (at the store's rate) bought again: paid service ended at the refund,
+        // 65 days before, though the refunded period would have expired within the 60 days.
+        let third = try #require(later as String?)
+        _ = try await api.harness.call("POST", "/_emulator/v1/transactions/\(third)/refund", [:])
+        _ = try await api.harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P65D")])
+        let (again, _) = try await api.buy("monthly", app: app)
+        let rebought = try await client.transactionInfo(again).signedTransactionInfo
+        let restarted = try api.payload(try #require(rebought))["purchaseDate"]?.int64Value
+        #expect(try await runStart() == restarted, "a lapse counted from the refund")
     }
 
     @Test("Subscription statuses, refund history and order look-up answer as Apple's do")

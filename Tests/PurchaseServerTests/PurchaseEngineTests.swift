@@ -152,6 +152,13 @@ struct PurchaseEngineTests {
         #expect(twice.ledger.map(\.quantity) == [3, -3, 3, -3])
         #expect(twice.events == ["NON_RENEWING_PURCHASE", "REFUND", "REFUND_REVERSED", "REFUND"])
         #expect(Set(twice.ledger.map(\.key)).count == 4, "each its own entry in the ledger")
+        // Told again later (a newer record still showing the first refund, then unrevoked again): the same
+        // entries, so the ledger keeps one of each.
+        let retold = Self.run([
+            coins(revoked: false, signed: 1), coins(revoked: true, signed: 5), coins(revoked: false, signed: 9),
+            coins(revoked: true, signed: 10), coins(revoked: false, signed: 11),
+        ])
+        #expect(Set(retold.ledger.map(\.key)).count == 3, "\(retold.ledger.map(\.key))")
         // A refund of coins already spent leaves the balance below zero.
         let refundedFirst = Self.run([coins(revoked: true, signed: 5)])
         #expect(refundedFirst.ledger.map(\.quantity) == [3, -3])

@@ -204,6 +204,10 @@ struct ConventionTests {
             "appstore", "serve", "--data", data, "--storekit", catalogue.path, "--storekit", catalogue.path,
         ])
         #expect(twice.status == 2 && twice.stderr.contains("product 'coins' is defined in both"), "\(twice.stderr)")
+        let future = directory.appendingPathComponent("future.storekit")
+        try Data(#"{"settings":{"_timeRate":99},"products":[]}"#.utf8).write(to: future)
+        let unknownRate = await CapturedConsole.run(["appstore", "serve", "--data", data, "--storekit", future.path])
+        #expect(unknownRate.status == 2 && unknownRate.stderr.contains("give --rate"), "\(unknownRate.stderr)")
     }
 
     @Test("An unreachable emulator is exit 69 with one sentence on stderr, never a Foundation dump")

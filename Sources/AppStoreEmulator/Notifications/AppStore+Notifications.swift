@@ -223,7 +223,10 @@ extension AppStore {
             info["offerType"] = .integer(offer.type.rawValue)
             if let identifier = offer.identifier { info["offerIdentifier"] = .string(identifier) }
             if let discount = offer.discountType { info["offerDiscountType"] = .string(discount.rawValue) }
-            if let period = offerPeriod(offer, productID: state.productID) { info["offerPeriod"] = .string(period) }
+            // The offer of the next renewal, of the product it renews to (a downgrade's is that product's).
+            if let period = offerPeriod(offer, productID: state.autoRenewProductID) {
+                info["offerPeriod"] = .string(period)
+            }
         }
         info["signedDate"] = Self.milliseconds(signedDate)
         info["environment"] = .string(environment.rawValue)

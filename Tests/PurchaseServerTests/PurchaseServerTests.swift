@@ -65,17 +65,23 @@ struct PurchaseServerTests {
             harness.sink.state.received.withLock { $0.allSatisfy { $0.event["app_user_id"]?.stringValue == "alice" } })
     }
 
-    @Test("Billing trouble: BILLING_ISSUE in the grace period (still entitled), then EXPIRATION when retry ends")
-    func billingTrouble() async throws {
-        let harness = try await ServerHarness.make()
-        defer { harness.stop() }
+    /// Bob buys monthly with billing retry and a grace period on; a month later his renewal fails: the
+    /// subscription's id and his view once the server says status 4 (or after about a minute).
+    static func intoGracePeriod(_ harness: ServerHarness) async throws -> (id: String, view: JSONValue) {
         let (account, device) = try await harness.customer()
         let (id, jws) = try await harness.buy("monthly", device: device, token: UUID())
         _ = try await harness.post(jws, user: "bob")
         _ = try await harness.store.configureBilling(account.rawValue, retryOnRenewal: true, gracePeriod: true)
         _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
         try await harness.settleNotifications()
-        let grace = try await harness.subscriber("bob") { $0["subscriptions"]?[id]?["status"]?.int64Value == 4 }
+        return (id, try await harness.subscriber("bob") { $0["subscriptions"]?[id]?["status"]?.int64Value == 4 })
+    }
+
+    @Test("Billing trouble: BILLING_ISSUE in the grace period (still entitled), then EXPIRATION when retry ends")
+    func billingTrouble() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (id, grace) = try await Self.intoGracePeriod(harness)
         #expect(grace["entitlements"]?["plus"]?["inGracePeriod"] == .bool(true))
         #expect(grace["entitlements"]?["plus"]?["active"] == .bool(true))
         _ = try await harness.store.setClock(advance: StorePeriod(months: 3), rate: nil)
@@ -97,14 +103,8 @@ struct PurchaseServerTests {
         try await harness.store.setNotifications(
             bundleID: ServerHarness.bundleID,
             AppNotifications(productionURLs: [url], sandboxURLs: [url], version: 1, retrySchedule: [0.1, 0.1, 0.1]))
-        let (account, device) = try await harness.customer()
-        let (id, jws) = try await harness.buy("monthly", device: device, token: UUID())
-        _ = try await harness.post(jws, user: "bob")
-        _ = try await harness.store.configureBilling(account.rawValue, retryOnRenewal: true, gracePeriod: true)
-        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
-        try await harness.settleNotifications()
         // V1 sends no status: the server reads it from pending_renewal_info and the receipt.
-        let grace = try await harness.subscriber("bob") { $0["subscriptions"]?[id]?["status"]?.int64Value == 4 }
+        let (id, grace) = try await Self.intoGracePeriod(harness)
         #expect(grace["subscriptions"]?[id]?["status"]?.int64Value == 4, "\(grace)")
         #expect(grace["entitlements"]?["plus"]?["active"] == .bool(true))
         _ = try await harness.store.setClock(advance: StorePeriod(months: 3), rate: nil)

@@ -298,6 +298,9 @@ struct NotificationTests {
         #expect(grace["data"]?["status"] == .integer(4))
         #expect(grace["data"]?["renewalInfo"]?["isInBillingRetryPeriod"] == .bool(true))
         #expect(grace["data"]?["renewalInfo"]?["gracePeriodExpiresDate"]?.int64Value != nil)
+        let afterRecovery = try Self.decode(payloads[3], harness)
+        #expect(
+            afterRecovery["data"]?["renewalInfo"]?.objectValue?["isInBillingRetryPeriod"] == nil, "absent, as Apple's")
         let refund = try Self.decode(payloads[7], harness)
         #expect(refund["data"]?["status"] == .integer(5))
         #expect(refund["data"]?["transactionInfo"]?["revocationReason"] == .integer(1))

@@ -213,8 +213,9 @@ extension AppStore {
             "originalTransactionId": .string(state.originalTransactionID.rawValue),
             "autoRenewProductId": .string(state.autoRenewProductID.rawValue),
             "productId": .string(state.productID.rawValue), "autoRenewStatus": .integer(state.autoRenew ? 1 : 0),
-            "isInBillingRetryPeriod": .bool(state.isInBillingRetry),
         ]
+        // Present while Apple retries billing, as in Apple's renewal info (absent otherwise).
+        if state.isInBillingRetry { info["isInBillingRetryPeriod"] = .bool(true) }
         if let intent = state.expirationIntent { info["expirationIntent"] = .integer(intent.rawValue) }
         if let grace = state.gracePeriodExpiresDate { info["gracePeriodExpiresDate"] = Self.milliseconds(grace) }
         if let status = state.priceIncreaseStatus { info["priceIncreaseStatus"] = .integer(status.rawValue) }

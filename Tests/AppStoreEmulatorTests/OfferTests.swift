@@ -186,5 +186,10 @@ struct OfferTests {
             try NotificationTests.names(payloads, harness) == [
                 "SUBSCRIBED/INITIAL_BUY", "OFFER_REDEEMED", "EXPIRED/VOLUNTARY", "SUBSCRIBED/RESUBSCRIBE",
             ])
+        // Renewal info names the win-back offers an ended subscription may redeem, and none while it is live.
+        let expired = try NotificationTests.decode(payloads[2], harness)
+        #expect(expired["data"]?["renewalInfo"]?["eligibleWinBackOfferIds"] == .array([.string("MISSYOU")]))
+        let live = try NotificationTests.decode(payloads[0], harness)
+        #expect(live["data"]?["renewalInfo"]?.objectValue?["eligibleWinBackOfferIds"] == nil)
     }
 }

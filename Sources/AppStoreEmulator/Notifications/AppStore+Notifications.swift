@@ -1,6 +1,7 @@
 import AppStoreReceipts
 import AppStoreSignedData
 public import Foundation
+import StoreKitCatalog
 public import StoreModel
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -216,6 +217,12 @@ extension AppStore {
         ]
         // Present while Apple retries billing, as in Apple's renewal info (absent otherwise).
         if state.isInBillingRetry { info["isInBillingRetryPeriod"] = .bool(true) }
+        // Ended: the group's win-back offers the customer may redeem now (in the catalogue's order).
+        if state.status == .expired, let group = catalog.entry(state.productID.rawValue)?.subscription?.groupID {
+            let ids = catalog.all.filter { $0.subscription?.groupID == group }
+                .flatMap { $0.subscription?.winBackOffers ?? [] }.compactMap(Self.winBackID)
+            if !ids.isEmpty { info["eligibleWinBackOfferIds"] = .array(ids.map(JSONValue.string)) }
+        }
         if let intent = state.expirationIntent { info["expirationIntent"] = .integer(intent.rawValue) }
         if let grace = state.gracePeriodExpiresDate { info["gracePeriodExpiresDate"] = Self.milliseconds(grace) }
         if let status = state.priceIncreaseStatus { info["priceIncreaseStatus"] = .integer(status.rawValue) }

@@ -240,7 +240,9 @@ extension PurchaseServer {
                             let delivery = item.delivery
                             return .object([
                                 "id": .string(delivery.id), "eventId": .string(delivery.eventID),
-                                "type": .string(delivery.eventType), "url": .string(delivery.url),
+                                "type": .string(delivery.eventType),
+                                // Without credentials or a query: the receiver's URL may carry a token.
+                                "url": .string(HTTPClient.printable(delivery.url)),
                                 "state": .string(delivery.state.rawValue),
                                 "attempts": .array(
                                     delivery.attempts.map { attempt in

@@ -1,6 +1,7 @@
 public import Foundation
 public import StoreModel
 public import StorekeeperCrypto
+import StorekeeperHTTP
 import StorekeeperJSON
 
 /// What to do when a purchase arrives for another app user than the one that has it.
@@ -205,6 +206,12 @@ public struct ServerConfiguration: Sendable {
                         "\(bundleID): a webhook needs an http(s) url and a secret of at least 8 characters")
                 }
                 return WebhookTarget(url: url, secret: secret)
+            }
+            // One delivery an event a URL: a URL listed twice would be sent to once, one of its secrets unused.
+            if let twice = Dictionary(grouping: webhooks, by: \.url).first(where: { $0.value.count > 1 })?.key {
+                throw PurchaseServerError.configuration(
+                    "\(bundleID): webhook url '\(HTTPClient.printable(twice))' is listed twice (one secret per receiver)"
+                )
             }
             apps.append(
                 AppSettings(

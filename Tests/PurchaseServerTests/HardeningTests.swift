@@ -4,6 +4,7 @@ import StoreModel
 import StorekeeperDashboard
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperTestSupport
 import Synchronization
 import Testing
 
@@ -192,6 +193,23 @@ struct ServerHardeningTests {
         let wrong = DashboardLogin(
             root: "/dashboard", product: "P", assets: "/a", secret: "another-secret", clock: { now })
         #expect(!wrong.isSignedIn(HTTPRequest(method: "GET", path: "/", headers: [("Cookie", otherCookie)])))
+    }
+
+    @Test("Webhook receivers: a URL listed twice is refused, the error naming it without its credentials or query")
+    func webhookURLs() async throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        let file = directory.appendingPathComponent("server.json")
+        let hook = #"{"url": "https://user:pass@hooks.example/in?token=abc", "secret": "whsec_12345678"}"#
+        try Data(
+            #"{"secretKey": "sk_0123456789abcdef", "apps": [{"bundleId": "a.b", "publicKey": "pk_12345678", "webhooks": [\#(hook), \#(hook)]}]}"#
+                .utf8
+        ).write(to: file)
+        do {
+            _ = try ServerConfiguration.load(path: file.path, variables: [:])
+            Issue.record("a URL listed twice was accepted")
+        } catch let error as PurchaseServerError {
+            #expect(error.message.contains("listed twice") && !error.message.contains("pass"), "\(error.message)")
+        }
     }
 
     @Test("Dashboard sign-out with a store: a failed store answers 503 and the retry stores it; others then refuse")

@@ -124,7 +124,8 @@ extension PurchaseServer {
             columns: ["Created", "Event", "To", "State", "Attempts", "Next attempt"],
             rows: deliveries.map { delivery in
                 [
-                    HTML.date(delivery.created), "\(delivery.eventType)", "<code>\(delivery.url)</code>",
+                    HTML.date(delivery.created), "\(delivery.eventType)",
+                    "<code>\(HTTPClient.printable(delivery.url))</code>",
                     delivery.state == .failed || (delivery.state == .pending && !delivery.attempts.isEmpty)
                         ? "<span class=\"badge bad\">\(delivery.state.rawValue)</span>"
                         : "<span class=\"badge\(delivery.state == .delivered ? " good" : "")\">\(delivery.state.rawValue)</span>",

@@ -249,10 +249,12 @@ extension AppStore {
                 originalTransactionID: originalID, productID: productID, at: current, resubscribe: existing != nil,
                 offer: terms, plan: billingPlan)
         }
+        // The previous run's last period, read once: where its run ended, and the renewal number after it.
+        let previousLatest = try existing.flatMap { try store.transaction($0.latestTransactionID) }
         if let previous = existing {
             // A lapse of 60 days (at the store's time rate) or more starts a new run of periods; a shorter one
             // continues the last. Paid service ended at the expiry, or at a refund of the last period before it.
-            let refunded = try store.transaction(previous.latestTransactionID)?.transaction.revocationDate
+            let refunded = previousLatest?.transaction.revocationDate
             let ended = [previous.state.expiresDate, refunded].compactMap { $0 }.min()
             let lapsed = ended.map { rate.end(of: Self.runLapse, from: $0) <= current }
             state.runStart = lapsed == true ? current : previous.state.runStart
@@ -267,9 +269,7 @@ extension AppStore {
         var stored = StoredTransaction(
             transaction: transaction, accountID: account.id, applicationUsername: applicationUsername,
             orderID: newOrderID(at: current))
-        if let previous = existing, let latest = try store.transaction(previous.latestTransactionID) {
-            stored.renewalNumber = latest.renewalNumber + 1
-        }
+        if let previousLatest { stored.renewalNumber = previousLatest.renewalNumber + 1 }
         try store.insert(stored)
         var subscription = StoredSubscription(
             state: state, accountID: account.id, bundleID: transaction.bundleID, latestTransactionID: transaction.id)
@@ -523,7 +523,7 @@ extension AppStore {
     /// Apple's `offerPeriod`: the whole offer, so a pay-as-you-go offer of two one-month periods is P2M (the
     /// stored offer keeps one period, the length the lifecycle renews each discounted period by).
     func offerPeriod(_ offer: Offer, productID: ProductID) -> String? {
-        guard let text = offer.period, let period = StorePeriod(text), offer.discountType == .payAsYouGo,
+        guard offer.discountType == .payAsYouGo, let text = offer.period, let period = StorePeriod(text),
             let count = catalogOffer(offer, productID: productID)?.numberOfPeriods
         else { return offer.period }
         return period.repeated(count).description

@@ -126,11 +126,14 @@ public struct StoreKitConfiguration: Sendable, Hashable {
         self.settings = Settings(json: root["settings"]?.objectValue ?? JSONObject())
     }
 
+    /// Whether `text` is a price as the file writes one (a decimal string such as "1.99").
+    static func isPrice(_ text: String?) -> Bool { text.flatMap { Money(decimal: $0, currency: "USD") } != nil }
+
     /// What every product and subscription has, when written: a price Storekeeper can read (a decimal string
     /// such as "1.99"), and `familyShareable` a boolean.
     static func checkItem(_ object: JSONObject, place: String) throws(ConfigurationError) {
         if let price = object["displayPrice"], price != .null,
-            price.stringValue.flatMap({ Money(decimal: $0, currency: "USD") }) == nil
+            !Self.isPrice(price.stringValue)
         {
             throw ConfigurationError(description: "\(place): displayPrice must be a price such as \"1.99\"")
         }
@@ -172,7 +175,7 @@ public struct StoreKitConfiguration: Sendable, Hashable {
                 throw ConfigurationError(description: "\(place): numberOfPeriods must be 1 to 120")
             }
             if offer.paymentMode != "free",
-                offer.displayPrice.flatMap({ Money(decimal: $0, currency: "USD") }) == nil
+                !Self.isPrice(offer.displayPrice)
             {
                 throw ConfigurationError(
                     description: "\(place): a \(offer.paymentMode ?? "") offer needs a displayPrice such as \"0.99\"")
@@ -342,7 +345,6 @@ public struct Subscription: CatalogItem, Sendable, Hashable {
                 description: "subscription '\(productID)': billingPlans \(what)")
         }
         guard let items = value.arrayValue, items.count <= 16 else { throw refuse("must be an array (at most 16)") }
-        func price(_ text: String?) -> Bool { text.flatMap { Money(decimal: $0, currency: "USD") } != nil }
         var plans: [BillingPlan] = []
         for item in items {
             guard let raw = item["billingPlanType"]?.stringValue else { throw refuse("entries need a billingPlanType") }
@@ -355,9 +357,11 @@ public struct Subscription: CatalogItem, Sendable, Hashable {
                 guard period == StorePeriod(years: 1) else {
                     throw refuse("MONTHLY is a yearly (P1Y) subscription's plan")
                 }
-                guard price(displayPrice) else { throw refuse("MONTHLY needs a displayPrice such as \"2.49\"") }
+                guard StoreKitConfiguration.isPrice(displayPrice) else {
+                    throw refuse("MONTHLY needs a displayPrice such as \"2.49\"")
+                }
             }
-            if let commitment, !price(commitment) {
+            if let commitment, !StoreKitConfiguration.isPrice(commitment) {
                 throw refuse("commitmentDisplayPrice '\(commitment)' is not a price")
             }
             plans.append(

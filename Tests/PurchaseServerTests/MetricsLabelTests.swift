@@ -12,13 +12,7 @@ import Testing
 struct MetricsLabelTests {
     @Test("A notification type this build does not know is counted as other, not under its own name")
     func unknownType() async throws {
-        let app = AppSettings(
-            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
-            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root])
-        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]),
-            storage: try await SQLiteServerStorage(path: path))
+        let (server, _) = try await FixtureServer.make()
         let responder = server.responder()
         func metrics() async -> String {
             var get = HTTPRequest(method: "GET", target: "/metrics", headers: [], body: [])

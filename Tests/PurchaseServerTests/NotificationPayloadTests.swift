@@ -12,13 +12,7 @@ import Testing
 struct NotificationPayloadTests {
     @Test("A notification's environment is read from data, summary, appData or the external purchase token's id")
     func environments() async throws {
-        let app = AppSettings(
-            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.production],
-            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root])
-        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]),
-            storage: try await SQLiteServerStorage(path: path))
+        let (server, _) = try await FixtureServer.make(environments: [.production])
         func post(_ notification: JSONObject) async -> Int {
             do {
                 let body = JSONWriter.bytes(.object(["signedPayload": .string(try JWSFixtures.sign(notification))]))
@@ -60,13 +54,7 @@ struct NotificationPayloadTests {
         "Fields read from Apple's signed payloads: consumptionRequestReason on the request, revocationType and revocationPercentage on the refund"
     )
     func signedFields() async throws {
-        let app = AppSettings(
-            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
-            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root])
-        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
-        let storage = try await SQLiteServerStorage(path: path)
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
+        let (server, storage) = try await FixtureServer.make()
         func notification(_ type: String, transaction extra: JSONObject, data more: JSONObject = [:]) throws
             -> [UInt8]
         {

@@ -20,16 +20,10 @@ struct ReconciliationHistoryTests {
         router.add("POST", "/inApps/v1/notifications/history", inline: { request, _ in answer(request) })
         let apple = try HTTPServer(port: 0, responder: router.freeze())
         let url = "http://127.0.0.1:\(apple.port)"
-        let app = AppSettings(
-            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
-            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root],
+        let (server, storage) = try await FixtureServer.make(
             serverAPI: ServerAPISettings(
                 keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
                 sandboxURL: url))
-        let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
-        let storage = try await SQLiteServerStorage(path: path)
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
         return (apple, server, storage)
     }
 

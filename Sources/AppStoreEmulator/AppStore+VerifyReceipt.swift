@@ -25,9 +25,6 @@ extension AppStore {
             public var receipt: [UInt8]?
             /// `pending_renewal_info`, one per subscription, by original transaction id.
             public var renewals: [Renewal]
-            /// Each refunded or revoked transaction's reason, by transaction id: `cancellation_reason` in
-            /// `receipt.in_app`, whose ASN.1 has the date alone.
-            public var revocationReasons: [String: RevocationReason] = [:]
         }
 
         public struct Renewal: Sendable {
@@ -141,8 +138,7 @@ extension AppStore {
             renewals: subscriptions.map { subscription in
                 VerifyReceiptResult.Renewal(
                     subscription: subscription, expired: (subscription.state.expiresDate ?? .distantFuture) <= current)
-            },
-            revocationReasons: Self.revocationReasons(current_))
+            })
         result.revocationReasons = Self.revocationReasons(current_)
         return result
     }

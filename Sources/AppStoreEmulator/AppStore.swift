@@ -162,7 +162,7 @@ public final class AppStore: Sendable {
     ) async throws {
         directoryLock = try DirectoryLock(directory: dataDirectory)
         self.realtimeTimeout = realtimeTimeout
-        self.catalog = Catalog(catalog)
+        self.catalog = try Catalog(catalog)
         self.defaultStorefront =
             catalog.lazy.compactMap { $0.settings.storefront.flatMap(Storefront.init(countryCode:)) }.first
             ?? .unitedStates

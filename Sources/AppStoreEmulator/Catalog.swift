@@ -53,10 +53,22 @@ public struct Catalog: Sendable {
     }
 
     private let entries: [String: Entry]
+    /// Each subscription group's win-back offers, by their identifiers, in the catalogue's order.
+    private let winBackOffers: [String: [String]]
 
-    init(_ configurations: [StoreKitConfiguration]) {
+    /// Refuses a product defined in two catalogues (one of them would be dropped without a word).
+    init(_ configurations: [StoreKitConfiguration]) throws(EmulatorError) {
         var entries: [String: Entry] = [:]
+        var winBackOffers: [String: [String]] = [:]
         for configuration in configurations {
+            for id in configuration.products.map(\.productID) + configuration.subscriptions.map(\.productID)
+            where entries[id] != nil {
+                throw EmulatorError.configuration("product '\(id)' is defined in two catalogues")
+            }
+            for subscription in configuration.subscriptions {
+                guard let group = subscription.groupID else { continue }
+                winBackOffers[group, default: []] += subscription.winBackOffers.compactMap(AppStore.winBackID)
+            }
             for product in configuration.products where entries[product.productID] == nil {
                 entries[product.productID] = Entry(
                     productID: product.productID, kind: product.kind, displayPrice: product.displayPrice,
@@ -70,7 +82,11 @@ public struct Catalog: Sendable {
             }
         }
         self.entries = entries
+        self.winBackOffers = winBackOffers
     }
+
+    /// The win-back offers of subscription group `group` (renewal info's `eligibleWinBackOfferIds`).
+    func winBackOfferIDs(group: String) -> [String] { winBackOffers[group] ?? [] }
 
     public func entry(_ productID: String) -> Entry? { entries[productID] }
 

@@ -133,7 +133,7 @@ extension AppStore {
         ]
         guard result.status == 0, let receipt = result.receipt else { return response }
         var decoded = appleShape(receipt.verifyReceiptJSON(requestDate: result.requestDate))
-        let reasons = result.revocationReasons.merging(result.latest?.revocationReasons ?? [:]) { $1 }
+        let reasons = result.revocationReasons
         if !reasons.isEmpty, let purchases = decoded["in_app"]?.arrayValue {
             // The receipt's ASN.1 has a cancellation date but no reason: Apple adds it from its records.
             decoded["in_app"] = .array(

@@ -29,7 +29,7 @@ extension PurchaseServer {
         record.billingPlanType = transaction.billingPlanType
         if record.revocationDate != nil {
             record.revocationType = transaction.string("revocationType")
-            record.revocationPercentage = transaction.json["revocationPercentage"]?.int64Value
+            record.revocationPercentage = transaction.int64("revocationPercentage")
         }
         if let info = transaction.commitmentInfo {
             record.commitment = CommitmentFacts(

@@ -121,7 +121,7 @@ public enum PurchaseEngine {
             outcome.events.append(
                 context.event(
                     .refundRequest,
-                    key: "\(transaction.transactionID):\(EpochMilliseconds.milliseconds(transaction.signedDate))",
+                    key: "\(transaction.transactionID):\(milliseconds(transaction.signedDate))",
                     subscription: storedSubscription, transaction: transaction, date: transaction.signedDate,
                     details: update.requestReason.map { ["consumptionRequestReason": $0] } ?? [:]))
         }

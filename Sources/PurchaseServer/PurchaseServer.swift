@@ -278,7 +278,7 @@ public final class PurchaseServer: Sendable {
         var found = Self.purchases(of: parsed, environment: environment).map {
             PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
         }
-        let at = now()
+        let current = now()
         for renewal in notification.pendingRenewals {
             // V1 sends no status: it follows from the receipt's latest period and the retry and grace facts.
             let latest = found.compactMap(\.transaction)
@@ -290,7 +290,7 @@ public final class PurchaseServer: Sendable {
                     renewal: RenewalFacts(
                         originalTransactionID: TransactionID(renewal.originalTransactionID),
                         status: renewal.status(
-                            latestExpires: latest?.expiresDate, revoked: latest?.revocationDate != nil, at: at),
+                            latestExpires: latest?.expiresDate, revoked: latest?.revocationDate != nil, at: current),
                         autoRenewStatus: renewal.autoRenewStatus,
                         autoRenewProductID: renewal.autoRenewProductID.map(ProductID.init),
                         expirationIntent: renewal.expirationIntent,
@@ -303,7 +303,6 @@ public final class PurchaseServer: Sendable {
         // from a second notification saying the same (a plan changed to B, back, and to B again): keyed by the
         // whole body, a retry is applied again (which changes nothing) rather than a real change being lost.
         let key = "notification-v1:" + Digest.hex(Digest.sha256(body).prefix(16))
-        let current = now()
         let bundleID = app.settings.bundleID
         // Kept without its `password`: the app's shared secret is not stored with every notification.
         var kept = body

@@ -40,15 +40,6 @@ extension AppStoreCommands {
                 throw CommandError.input("'\(path)': \(error.description)")
             }
         }
-        // A product in two files would be one of them, silently: refused, as within one file.
-        var seen: [String: String] = [:]
-        for (path, catalog) in zip(arguments.all("storekit"), catalogs) {
-            for id in catalog.products.map(\.productID) + catalog.subscriptions.map(\.productID) {
-                if let first = seen.updateValue(path, forKey: id) {
-                    throw CommandError.input("product '\(id)' is defined in both '\(first)' and '\(path)'")
-                }
-            }
-        }
         // A rate this build does not know (a newer Xcode's) is kept in the file; serving needs one it knows.
         if rate == nil, let settings = catalogs.first?.settings, let raw = settings.json["_timeRate"], raw != .null,
             settings.timeRate == nil
@@ -102,7 +93,9 @@ extension AppStoreCommands {
                 maxNotificationsInFlight: maxInFlight, notificationRetention: retention,
                 realtimeTimeout: realtimeTimeout ?? RetentionLimits.realtimeTimeout)
         } catch let error as EmulatorError {
-            throw CommandError.runtime(error.message)
+            // The catalogues, keys or apps given are not usable (cli.md: exit 2); anything else failed to run.
+            throw error.code == "configuration"
+                ? CommandError.input(error.message) : CommandError.runtime(error.message)
         }
         let controlPlane = ControlPlaneGuard(
             listeningOn: host, extraHosts: arguments.all("allow-host"), token: token)

@@ -13,6 +13,9 @@ package struct WaitingLine<Element> {
 
     package mutating func append(_ element: Element) { items.append(element) }
 
+    /// The one waiting longest, left in the line; nil when none waits.
+    package var first: Element? { head < items.count ? items[head] : nil }
+
     /// The one waiting longest, taken from the line; nil when none waits.
     package mutating func take() -> Element? {
         guard head < items.count else { return nil }

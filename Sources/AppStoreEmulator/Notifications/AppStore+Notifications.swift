@@ -166,7 +166,7 @@ extension AppStore {
         receipt.sha1Hash = randomBytes(20)
         let signed = try receipt.signed(
             by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
-        let result = VerifyReceiptResult(
+        var result = VerifyReceiptResult(
             status: 0, environment: account.environment, requestDate: now, receipt: receipt,
             latest: VerifyReceiptResult.Latest(
                 transactions: purchases.sorted { $0.transaction.purchaseDate > $1.transaction.purchaseDate },
@@ -174,7 +174,8 @@ extension AppStore {
                 renewals: subscriptions.map { subscription in
                     VerifyReceiptResult.Renewal(
                         subscription: subscription, expired: (subscription.state.expiresDate ?? .distantFuture) <= now)
-                }, revocationReasons: Self.revocationReasons(purchases)))
+                }))
+        result.revocationReasons = Self.revocationReasons(purchases)
         let rendered = Self.render(result)
         var unified: JSONObject = ["status": .integer(0), "environment": .string(account.environment.rawValue)]
         unified["latest_receipt"] = rendered["latest_receipt"]
@@ -219,8 +220,7 @@ extension AppStore {
         if state.isInBillingRetry { info["isInBillingRetryPeriod"] = .bool(true) }
         // Ended: the group's win-back offers the customer may redeem now (in the catalogue's order).
         if state.status == .expired, let group = catalog.entry(state.productID.rawValue)?.subscription?.groupID {
-            let ids = catalog.all.filter { $0.subscription?.groupID == group }
-                .flatMap { $0.subscription?.winBackOffers ?? [] }.compactMap(Self.winBackID)
+            let ids = catalog.winBackOfferIDs(group: group)
             if !ids.isEmpty { info["eligibleWinBackOfferIds"] = .array(ids.map(JSONValue.string)) }
         }
         if let intent = state.expirationIntent { info["expirationIntent"] = .integer(intent.rawValue) }

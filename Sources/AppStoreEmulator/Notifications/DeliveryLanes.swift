@@ -1,4 +1,5 @@
 import Dispatch
+import StorekeeperSQL
 import Synchronization
 
 /// A fixed number of threads that send claimed notifications, shared by every batch and receiver: a slow
@@ -36,10 +37,9 @@ final class DeliveryLanes: Sendable {
     /// those before it are taken, and nil so that their payloads are not kept), and the lanes sending its
     /// chains now.
     private struct Line {
-        var waiting: [(order: UInt64, batch: Batch, chain: [OutboundNotification])?] = []
-        var head = 0
+        var waiting = WaitingLine<(order: UInt64, batch: Batch, chain: [OutboundNotification])>()
         var running = 0
-        var next: UInt64? { head < waiting.count ? waiting[head]?.order : nil }
+        var next: UInt64? { waiting.first?.order }
     }
 
     private struct State {
@@ -82,7 +82,7 @@ final class DeliveryLanes: Sendable {
             }
             // As many lanes as there are chains a lane may take now.
             let ready = state.lines.values.reduce(0) { ready, line in
-                ready + min(line.waiting.count - line.head, max(0, perReceiver - line.running))
+                ready + min(line.waiting.count, max(0, perReceiver - line.running))
             }
             let starting = max(0, min(lanes - state.running, ready))
             state.running += starting
@@ -119,25 +119,15 @@ final class DeliveryLanes: Sendable {
                 best = (receiver, line.running, order)
             }
             guard let receiver = best?.receiver, state.lines[receiver]?.next != nil,
-                var line = state.lines.removeValue(forKey: receiver), let item = line.waiting[line.head]
+                var line = state.lines.removeValue(forKey: receiver), let item = line.waiting.take()
             else {
                 state.running -= 1
                 // Receivers with nothing waiting and no lane are forgotten.
                 state.lines = state.lines.filter { $0.value.running > 0 || $0.value.next != nil }
                 return nil
             }
-            line.waiting[line.head] = nil
-            line.head += 1
             line.running += 1
             state.busy += 1
-            // Drop what was taken once it is all or most of the array (amortised O(1) a chain).
-            if line.head == line.waiting.count {
-                line.waiting = []
-                line.head = 0
-            } else if line.head > 1_024, line.head * 2 > line.waiting.count {
-                line.waiting.removeFirst(line.head)
-                line.head = 0
-            }
             state.lines[receiver] = line
             return (receiver, item.batch, item.chain)
         }

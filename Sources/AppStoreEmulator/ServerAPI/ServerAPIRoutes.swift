@@ -55,17 +55,10 @@ extension ServerAPIService {
                 status: 429, code: String(APIErrorCode.rateLimitExceeded.rawValue), message: "Rate limit exceeded.",
                 headers: ["Retry-After": String(EpochMilliseconds.milliseconds(next, roundingUp: true))])
         }
-        do {
-            try await appStore.catchUp()
-            return try await handler(request, context, scope)
-        } catch let error as any HTTPErrorConvertible {
-            // Apple's endpoints answer Apple's numeric codes: the general one for the status otherwise.
-            let answer = error.httpError
-            guard Int64(answer.code) == nil else { throw answer }
-            throw HTTPError(
-                status: answer.status, code: Self.appleCode(answer.code, status: answer.status),
-                message: answer.message, headers: answer.headers)
-        }
+        // Errors are rendered in Apple's shape under the prefix (HTTPErrorRenderer.apple: Apple's numeric code,
+        // else the general one of the status).
+        try await appStore.catchUp()
+        return try await handler(request, context, scope)
     }
 
     /// A request's JSON object body (empty for none), or Apple's general error.
@@ -75,13 +68,6 @@ extension ServerAPIService {
             throw EmulatorError.api(.generalBadRequest, "The request body is not a JSON object.")
         }
         return object
-    }
-
-    /// Apple's numeric code for an error: itself when numeric, else the general one for its status.
-    static func appleCode(_ code: String, status: Int) -> String {
-        if Int64(code) != nil { return code }
-        // The general code of the status (its three digits, then zeros), as the Apple renderer writes one.
-        return String(min(max(status, 100), 599) * 10_000)
     }
 
     /// Every endpoint: method, path under the prefix, rate-limit class and handler.

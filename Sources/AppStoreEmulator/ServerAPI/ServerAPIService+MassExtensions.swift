@@ -71,6 +71,7 @@ extension ServerAPIService {
     /// Goes on with the mass extensions a stopped process left incomplete, each from where it got to (the
     /// subscriptions it had been through are not counted again).
     func resumeMassExtensions() async {
+        guard !massExtensionsResumed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         do {
             let incomplete = try await appStore.storage.read { try $0.incompleteMassExtensions(limit: 1_000) }
             for progress in incomplete {

@@ -346,6 +346,9 @@ public final class ServerAPIService: Sendable {
 
     /// Mass extensions running now (``maxMassExtensions`` at most).
     let massExtensionsRunning = Atomic<Int>(0)
+    /// Whether incomplete mass extensions were resumed (once a process: a scheduler started again finds its
+    /// own still running).
+    let massExtensionsResumed = Atomic<Bool>(false)
 
     // MARK: - Notifications
 

@@ -238,7 +238,9 @@ public final class PurchaseServer: Sendable {
             ? ServerEvent(
                 id: "\(ServerEventType.test):\(uuid)", type: .test, bundleID: BundleID(bundleID), appUserID: nil,
                 date: signedDate, source: .notification, appleNotificationType: type.rawValue) : nil
-        let raw = RawInput(key: "notification:\(uuid)", body: body, token: signed, payload: result.payloadBytes)
+        let raw = RawInput(
+            key: RawInput.notificationKey(signedDate: payload["signedDate"]?.int64Value, uuid: uuid), body: body,
+            token: signed, payload: result.payloadBytes)
         return try await write(raw: raw, ahead: WriteAhead(update, bundleID: bundleID), viewFollows: false) { store in
             var events = try self.apply(update, bundleID: bundleID, claimant: nil, in: store, now: current)
             if let testEvent, try store.append(testEvent) {

@@ -1,6 +1,7 @@
 import AppStoreSignedData
 import Foundation
 import StorekeeperCrypto
+import StorekeeperJSON
 
 /// How a raw input is kept. A V2 notification as Apple posts it, `{"signedPayload":"<JWS>"}`, is ~14 KB of
 /// which each of its three JWS headers (the same `x5c` chain) is ~3 KB, the nested two base64url-encoded
@@ -61,6 +62,15 @@ enum StoredInput {
             && token.withUTF8 { bytes in
                 jws.withUnsafeBufferPointer { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }
             }
+    }
+
+    /// The `signedDate` of the V2 notification `body` (as received) wraps, not verified (it was when received);
+    /// nil when it has none or is not one.
+    static func signedDate(of body: [UInt8]) -> Int64? {
+        guard let token = (try? JSONParser.parse(body))?["signedPayload"]?.stringValue,
+            let jws = try? CompactJWS(token)
+        else { return nil }
+        return jws.payload["signedDate"]?.int64Value
     }
 
     /// The fingerprint a compact input names; nil for one kept whole.

@@ -1,5 +1,6 @@
 import AppStoreSignedData
 import Foundation
+import StorekeeperCrypto
 import StorekeeperJSON
 import StorekeeperSQL
 import StorekeeperTestSupport
@@ -24,6 +25,24 @@ struct StoredInputTests {
         #expect(StoredInput.expand(stored, header: header.bytes) == body)
         // Another header does not give it back.
         #expect(StoredInput.expand(stored, header: Array("eyJhbGciOiJFUzI1NiJ9".utf8)) != body)
+    }
+
+    @Test("Bodies signed under two chains in turn each name their own header (the last one named is not reused)")
+    func twoHeaders() throws {
+        let other = try TestPKI(keyKind: .p256).chain
+        var fingerprints: [String] = []
+        for chain in [JWSFixtures.chain, other, JWSFixtures.chain, other] {
+            let signed = try JWSFixtures.sign(try JWSFixtures.notification(chain: chain), chain: chain)
+            let body = Array(#"{"signedPayload":"\#(signed)"}"#.utf8)
+            let (stored, header) = try #require(StoredInput.compact(body))
+            let encoded = Array(signed.utf8.prefix { $0 != UInt8(ascii: ".") })
+            #expect(header.bytes == encoded)
+            #expect(header.fingerprint == Digest.hex(Digest.sha256(encoded)))
+            #expect(StoredInput.expand(stored, header: header.bytes) == body)
+            fingerprints.append(header.fingerprint)
+        }
+        #expect(fingerprints[0] == fingerprints[2] && fingerprints[1] == fingerprints[3])
+        #expect(fingerprints[0] != fingerprints[1])
     }
 
     @Test("What is not exactly Apple's wrapping of one JWS is kept whole")

@@ -19,6 +19,9 @@ import Synchronization
 public final class PurchaseServer: Sendable {
     public let configuration: ServerConfiguration
     let apps: [String: AppRuntime]
+    /// Whether any app has webhook receivers: without any, a write's events wake no delivery (what earlier
+    /// configurations left pending is sent on the delivery task's timer).
+    let hasWebhooks: Bool
     package let storage: any ServerStorage
     /// The clock of purchase state (renewal dates, events): the emulator's in tests.
     let now: @Sendable () -> Date
@@ -137,6 +140,7 @@ public final class PurchaseServer: Sendable {
             apps[app.bundleID] = runtime
         }
         self.apps = apps
+        hasWebhooks = apps.values.contains { !$0.settings.webhooks.isEmpty }
     }
 
     deinit {
@@ -341,7 +345,7 @@ public final class PurchaseServer: Sendable {
         // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)
         // counts nothing twice.
         for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }
-        if !result.events.isEmpty { wakeDelivery() }
+        if hasWebhooks, !result.events.isEmpty { wakeDelivery() }
         // Answered once every other process answering reads from memory has dropped what the write changed,
         // and this one what others committed before it (a write may have waited for one: a duplicate input,
         // an alias another process made). With no view to answer, at once when it changed no user's answers:

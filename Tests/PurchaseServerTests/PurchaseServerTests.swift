@@ -367,6 +367,17 @@ struct PurchaseServerTests {
         #expect(attempts == [500, 503, 200])
     }
 
+    @Test("An event wakes the webhook sender: with an hour between its own looks, the webhook still comes at once")
+    func eventWakesDelivery() async throws {
+        let harness = try await ServerHarness.make(withAPI: false, deliveryGranularity: .seconds(3_600))
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (_, jws) = try await harness.buy("pro", device: device)
+        // The sender's first look, at its start, found nothing: it sleeps for the hour unless woken.
+        _ = try await harness.post(jws, user: "walt")
+        #expect(try await harness.sink.types { !$0.isEmpty } == ["NON_RENEWING_PURCHASE"])
+    }
+
     @Test("Any 2xx acknowledges a webhook: a receiver answering 204 is not asked again")
     func webhookNoContent() async throws {
         let harness = try await ServerHarness.make(withAPI: false, failFirstWebhooks: [204])

@@ -105,12 +105,14 @@ struct ServerHarness {
     /// An emulator and a purchase server: by default one instance on SQLite; with `postgres`, `instances`
     /// server instances on that database (each its own pool, cache, webhook sender and leader election,
     /// as separate processes would have) behind a round-robin ``Balancer`` that injects `faults` into
-    /// Apple's notifications; with `reconcileEvery`, each instance polls as `serve` does.
+    /// Apple's notifications; with `reconcileEvery`, each instance polls as `serve` does; `deliveryGranularity`:
+    /// how long the webhook sender sleeps when nothing wakes it.
     static func make(
         storage: (any ServerStorage)? = nil, transferPolicy: TransferPolicy = .transfer, withAPI: Bool = true,
         failFirstWebhooks: [Int] = [], notificationsTo deadEnd: String? = nil, postgres: String? = nil,
         instances count: Int = 1, faults: NotificationFaults = .none, reconcileEvery: Duration? = nil,
-        maxAPIRequestsPerHour: Double? = nil, retention: [RetentionSettings.Rule]? = nil
+        maxAPIRequestsPerHour: Double? = nil, retention: [RetentionSettings.Rule]? = nil,
+        deliveryGranularity: Duration = .milliseconds(20)
     ) async throws -> ServerHarness {
         let directory = try ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
@@ -162,7 +164,7 @@ struct ServerHarness {
             }
             // The server's clock is the store's, so that renewal dates compare as the emulator sees them.
             let server = try PurchaseServer(configuration: configuration, storage: chosen, now: { store.now })
-            server.startDelivery(granularity: .milliseconds(20))
+            server.startDelivery(granularity: deliveryGranularity)
             if let reconcileEvery { server.startReconciliation(every: reconcileEvery) }
             let responder = server.responder()
             responders.append(responder)

@@ -18,6 +18,15 @@ final class Metrics: Sendable {
 
     static func key(_ name: String, _ labels: [String: String]) -> String {
         guard !labels.isEmpty else { return name }
+        // One or two labels (every count an input makes) without a sorted copy and an array of parts.
+        func part(_ label: (key: String, value: String)) -> String { label.key + "=\"" + escape(label.value) + "\"" }
+        if labels.count == 1, let only = labels.first { return name + "{" + part(only) + "}" }
+        if labels.count == 2 {
+            let first = labels[labels.startIndex]
+            let second = labels[labels.index(after: labels.startIndex)]
+            let (low, high) = first.key < second.key ? (first, second) : (second, first)
+            return name + "{" + part(low) + "," + part(high) + "}"
+        }
         let rendered = labels.sorted { $0.key < $1.key }.map { key, value in "\(key)=\"\(escape(value))\"" }
         return "\(name){\(rendered.joined(separator: ","))}"
     }

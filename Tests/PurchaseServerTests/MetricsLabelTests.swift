@@ -1,11 +1,12 @@
 import Foundation
-import PurchaseServer
 import StoreModel
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
 import Testing
+
+@testable import PurchaseServer
 
 /// `/metrics` is open to anyone who can reach it: its labels come from closed sets, never from what a sender wrote.
 @Suite("Purchase server: metric labels")
@@ -35,5 +36,16 @@ struct MetricsLabelTests {
         // The table counts are made at most once every five seconds (each reads a whole table, on an open
         // route): the input just stored is not counted yet.
         #expect(text.contains("storekeeper_inputs_stored 0"), "\(text)")
+    }
+
+    @Test("A counter's key lists its labels sorted by name, values escaped, however many there are")
+    func keys() {
+        #expect(Metrics.key("n", [:]) == "n")
+        #expect(Metrics.key("n", ["type": "DID_RENEW"]) == #"n{type="DID_RENEW"}"#)
+        let two = #"n{kind="notification",outcome="valid"}"#
+        #expect(Metrics.key("n", ["kind": "notification", "outcome": "valid"]) == two)
+        #expect(Metrics.key("n", ["outcome": "valid", "kind": "notification"]) == two)
+        #expect(Metrics.key("n", ["b": "2", "a": "1", "c": "3"]) == #"n{a="1",b="2",c="3"}"#)
+        #expect(Metrics.key("n", ["a": "x\"y\\z\n"]) == #"n{a="x\"y\\z\n"}"#)
     }
 }

@@ -52,6 +52,8 @@ struct StoredInputTests {
             #"{ "signedPayload": "\#(signed)" }"#, #"{"signedPayload":"\#(signed)","x":1}"#, signed,
             #"{"signedPayload":"abc"}"#, #"{"signedPayload":""}"#,
             #"{"signedPayload":"\#(try JWSFixtures.sign(["note": .string("\"~.x")]))"}"#,
+            // No header (twice: the header named last is not compared with an empty one).
+            #"{"signedPayload":".e30.c2ln"}"#, #"{"signedPayload":".e30.c2ln"}"#,
         ] {
             #expect(StoredInput.compact(Array(body.utf8)) == nil, "\(body.prefix(60))")
         }
@@ -171,57 +173,18 @@ struct StoredInputTests {
         #expect(RawInput.notificationKey(signedDate: 42, uuid: "u") == "notification:0000000000042:u")
         #expect(RawInput.notificationKey(signedDate: nil, uuid: "u") == "notification:0000000000000:u")
         #expect(RawInput.notificationKey(signedDate: -5, uuid: "u") == "notification:0000000000000:u")
-        #expect(RawInput.isEarlierNotificationKey("notification:002e14d5-51f5-4503-b5a8-c3a1af68eb20"))
-        #expect(!RawInput.isEarlierNotificationKey("notification:1704067200000:u"))
-        #expect(!RawInput.isEarlierNotificationKey("notification-v1:abc"))
         let (server, storage) = try await FixtureServer.make()
         let body = Array(#"{"signedPayload":"\#(try JWSFixtures.sign(try JWSFixtures.notification()))"}"#.utf8)
         #expect(try await server.ingestNotification(bundleID: JWSFixtures.bundleID, body: body).duplicate == false)
         #expect(try await server.ingestNotification(bundleID: JWSFixtures.bundleID, body: body).duplicate == true)
         let key = "notification:1704067200000:002e14d5-51f5-4503-b5a8-c3a1af68eb20"
         #expect(try await storage.read { try $0.input(key: key) } == body)
-    }
-
-    @Test(
-        "Notification inputs an earlier build kept as notification:<uuid> are moved to today's key at start, once",
-        arguments: [false] + (PostgresTesting.url == nil ? [] : [true]))
-    func earlierNotificationKeys(postgres: Bool) async throws {
-        let open: () async throws -> any ServerStorage
-        if postgres {
-            let url = try PostgresTesting.freshDatabase()
-            open = { try await PostgresServerStorage(url: url, poolSize: 2) }
-        } else {
-            let path = try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path
-            open = { try await SQLiteServerStorage(path: path) }
-        }
-        let checkpoint = "inputs:notification-keys"
-        let first = try await open()
-        #expect(try await first.read { try $0.checkpoint(checkpoint) } == "done", "a new database has none to move")
-        let signedDate = JWSFixtures.signedDateMs
-        let (one, two) = (try Self.input(1).body, try Self.input(2).body)
-        let earlier: [(key: String, body: [UInt8])] = [
-            ("notification:uuid-1", one), ("notification:uuid-2", two),
-            ("notification:1704067200000:uuid-2", two), ("notification:uuid-x", Array("{}".utf8)),
-            ("notification-v1:abc", Array("{}".utf8)),
-        ]
-        try await first.write { store in
-            try store.removeCheckpoint(checkpoint)
-            for (key, body) in earlier {
-                #expect(try store.recordInput(key: key, kind: StoredInput.kind, body: body, received: Date()))
-            }
-        }
-        let reopened = try await open()
-        try await reopened.read { (store: any ServerStore) throws in
-            #expect(try store.input(key: "notification:uuid-1") == nil)
-            #expect(try store.input(key: "notification:\(signedDate):uuid-1") == one)
-            // Kept under both forms: both stay.
-            #expect(try store.input(key: "notification:uuid-2") == two)
-            #expect(try store.input(key: "notification:\(signedDate):uuid-2") == two)
-            // No signing date to read: zeros.
-            #expect(try store.input(key: "notification:0000000000000:uuid-x") == Array("{}".utf8))
-            #expect(try store.input(key: "notification-v1:abc") == Array("{}".utf8))
-            #expect(try store.inputCount() == earlier.count)
-            #expect(try store.checkpoint(checkpoint) == "done")
-        }
+        // The same notification signed again at another date is kept again and applied again: no new event.
+        var again = try JWSFixtures.notification()
+        again["signedDate"] = .integer(JWSFixtures.signedDateMs + 3_600_000)
+        let resigned = Array(#"{"signedPayload":"\#(try JWSFixtures.sign(again))"}"#.utf8)
+        let second = try await server.ingestNotification(bundleID: JWSFixtures.bundleID, body: resigned)
+        #expect(second.duplicate == false && second.events.isEmpty)
+        #expect(try await storage.read { try $0.inputCount() } == 2)
     }
 }

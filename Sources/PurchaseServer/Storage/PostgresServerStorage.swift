@@ -150,12 +150,6 @@ public final class PostgresServerStorage: ServerStorage {
         try await database.migrate(
             Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.postgres))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}
-        var rekeyed: Int64? = 0
-        while let after = rekeyed {
-            rekeyed = try await database.write {
-                try SQLServerStore(connection: $0).rekeyNotificationInputs(after: after)
-            }
-        }
     }
 
     public var isShared: Bool { true }

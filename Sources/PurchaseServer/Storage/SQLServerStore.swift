@@ -593,37 +593,6 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         return body
     }
 
-    /// Moves up to 5,000 V2 notification inputs after `position` from the key form of earlier builds
-    /// (`notification:<uuid>`) to today's (``RawInput/notificationKey(signedDate:uuid:)``), so that a retry
-    /// of one kept before is still a duplicate; answers the last position it looked at, nil once none is left
-    /// (then recorded in a checkpoint: later starts look at none). One kept under both forms keeps both.
-    func rekeyNotificationInputs(after position: Int64) throws -> Int64? {
-        guard try checkpoint(Self.notificationKeysCheckpoint) == nil else { return nil }
-        let rows = try connection.execute(
-            """
-            SELECT position, key FROM inputs WHERE position > ? AND key LIKE 'notification:%'
-            AND key NOT LIKE 'notification:%:%' ORDER BY position LIMIT 5000
-            """, [.integer(position)])
-        for row in rows {
-            guard let key = row["key"].string, RawInput.isEarlierNotificationKey(key),
-                let body = try input(key: key)
-            else { continue }
-            let rekeyed = RawInput.notificationKey(
-                signedDate: StoredInput.signedDate(of: body), uuid: String(key.dropFirst("notification:".count)))
-            guard try connection.execute("SELECT 1 AS kept FROM inputs WHERE key = ?", [.text(rekeyed)]).isEmpty
-            else { continue }
-            try connection.execute("UPDATE inputs SET key = ? WHERE key = ?", [.text(rekeyed), .text(key)])
-        }
-        guard let last = rows.last?["position"].int64 else {
-            try setCheckpoint(Self.notificationKeysCheckpoint, "done")
-            return nil
-        }
-        return last
-    }
-
-    /// The checkpoint that says every V2 notification input is kept under today's key form.
-    static var notificationKeysCheckpoint: String { "inputs:notification-keys" }
-
     func inputCount() throws -> Int {
         Int(try connection.execute("SELECT count(*) AS n FROM inputs").first?["n"].int64 ?? 0)
     }

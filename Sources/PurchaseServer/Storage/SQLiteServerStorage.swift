@@ -144,12 +144,6 @@ public struct SQLiteServerStorage: ServerStorage {
         try await database.migrate(
             Self.migrations, baseline: replayingHistory ? nil : ServerSchema.current(.sqlite))
         while try await database.write({ try SQLServerStore(connection: $0).backfillChartColumns(limit: 5_000) }) > 0 {}
-        var rekeyed: Int64? = 0
-        while let after = rekeyed {
-            rekeyed = try await database.write {
-                try SQLServerStore(connection: $0).rekeyNotificationInputs(after: after)
-            }
-        }
     }
 
     /// Reads run on reading connections of their own (WAL), each in one snapshot, beside the writer.

@@ -271,18 +271,17 @@ public struct RawInput: Sendable {
 
 extension RawInput {
     /// The key a V2 notification is kept under: `notification:<signedDate>:<notificationUUID>`, its signing
-    /// date in epoch milliseconds as 13 digits (zero-padded; 0 when it has none). Apple resends a notification
-    /// with the same signed payload (its history keeps one payload for all send attempts), so a retry finds
-    /// its key. Keys in signing order make the unique index grow at its end: with the random UUID first, each
-    /// insert landed on a page of its own, a quarter of the WAL's pages a group commit wrote (2026-12-06).
+    /// date in epoch milliseconds as 13 digits (zero-padded; 0 when it has none). Keys in signing order make
+    /// the unique index grow at its end: with the random UUID first, each insert landed on a page of its own, a
+    /// quarter of the WAL's pages a group commit wrote (2026-12-06). A notification posted again with the same
+    /// signed payload (a replay from Apple's notification history, which keeps one payload for every send
+    /// attempt) finds its key. That Apple's live retries resend the payload unchanged is assumed, not
+    /// documented by Apple: one signed again would be kept and applied again, which changes no state (facts
+    /// are ordered by the transaction's and renewal info's own dates, events and ledger entries have keys of
+    /// their own). Inputs kept by builds before it keep `notification:<uuid>`.
     static func notificationKey(signedDate: Int64?, uuid: String) -> String {
         let digits = String(min(max(signedDate ?? 0, 0), 9_999_999_999_999))
         return "notification:" + String(repeating: "0", count: 13 - digits.count) + digits + ":" + uuid
-    }
-
-    /// Whether `key` is a V2 notification's in the form earlier builds kept it: `notification:<uuid>`.
-    static func isEarlierNotificationKey(_ key: String) -> Bool {
-        key.hasPrefix("notification:") && !key.dropFirst("notification:".count).contains(":")
     }
 }
 

@@ -1,7 +1,6 @@
 import AppStoreSignedData
 import Foundation
 import StorekeeperCrypto
-import StorekeeperJSON
 import Synchronization
 
 /// How a raw input is kept. A V2 notification as Apple posts it, `{"signedPayload":"<JWS>"}`, is ~14 KB of
@@ -51,7 +50,8 @@ enum StoredInput {
         guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
         else { return nil }
         let jws = body[prefix.count..<(body.count - suffix.count)]
-        guard let dot = jws.firstIndex(of: StoredJWS.dot) else { return nil }
+        // A JWS's protected header is never empty.
+        guard let dot = jws.firstIndex(of: StoredJWS.dot), dot > jws.startIndex else { return nil }
         let encoded = jws[..<dot]
         // Apple signs with one chain for months: the last header named is named again without hashing its
         // ~4 KB (SHA-256 and a copy were ~3 µs a notification).
@@ -78,15 +78,6 @@ enum StoredInput {
             && token.withUTF8 { bytes in
                 jws.withUnsafeBufferPointer { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }
             }
-    }
-
-    /// The `signedDate` of the V2 notification `body` (as received) wraps, not verified (it was when received);
-    /// nil when it has none or is not one.
-    static func signedDate(of body: [UInt8]) -> Int64? {
-        guard let token = (try? JSONParser.parse(body))?["signedPayload"]?.stringValue,
-            let jws = try? CompactJWS(token)
-        else { return nil }
-        return jws.payload["signedDate"]?.int64Value
     }
 
     /// The fingerprint a compact input names; nil for one kept whole.

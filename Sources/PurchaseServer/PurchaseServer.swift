@@ -404,7 +404,7 @@ public final class PurchaseServer: Sendable {
         let storedPurchase = try update.transaction.flatMap { try store.purchase($0.transactionID) }
         let storedSubscription = try store.subscription(originalID)
         var owner = storedSubscription?.owner ?? storedPurchase?.owner
-        if owner == nil { owner = try store.purchases(original: originalID).first?.owner }
+        if owner == nil { owner = try store.firstOwner(original: originalID) }
         if owner == nil, let token = update.transaction?.appAccountToken {
             owner = try store.subscriber(bundle: bundleID, appAccountToken: token)?.appUserID
         }

@@ -108,6 +108,12 @@ struct ServerStorageContractTests {
             try store.save(Self.purchase("2", original: "1", owner: "u1"))
             try store.save(Self.purchase("3", owner: "u2"))
             try store.save(Self.period)
+            // An original whose earliest transactions have no owner yet, and one with none at all.
+            try store.save(Self.purchase("20", owner: nil))
+            try store.save(Self.purchase("21", original: "20", owner: nil))
+            try store.save(Self.purchase("23", original: "20", owner: "u5"))
+            try store.save(Self.purchase("22", original: "20", owner: "u4"))
+            try store.save(Self.purchase("30", owner: nil))
         }
         try await storage.read { (store: any ServerStore) throws in
             #expect(try store.subscriber(bundle: "app", appUserID: "u1") == saved)
@@ -118,6 +124,11 @@ struct ServerStorageContractTests {
             #expect(try store.purchase("1") == Self.purchase("1", owner: "u1"))
             #expect(try store.purchases(bundle: "app", owner: "u1").map(\.transactionID) == ["1", "2"])
             #expect(try store.purchases(original: "1").map(\.transactionID) == ["1", "2"])
+            // The owner of the earliest transaction that has one.
+            #expect(try store.firstOwner(original: "1") == "u1")
+            #expect(try store.firstOwner(original: "20") == "u4")
+            #expect(try store.firstOwner(original: "30") == nil)
+            #expect(try store.firstOwner(original: "404") == nil)
             // What charts read: bought before `to`, last needed (expiry, refund, purchase) at or after `from`.
             func chart(_ from: Double, _ to: Double, limit: Int = 10) throws -> [Date] {
                 try store.chartRecords(

@@ -92,6 +92,10 @@ public final class InMemoryServerStorage: ServerStorage {
             }
         }
 
+        func firstOwner(original: TransactionID) -> String? {
+            purchases(original: original).lazy.compactMap(\.owner).first
+        }
+
         func chartRecords(bundle: String, from: Date, to: Date, limit: Int) -> [SubscriptionCharts.Record] {
             Array(
                 tables.purchases.values.map { ($0, SubscriptionCharts.Record($0)) }

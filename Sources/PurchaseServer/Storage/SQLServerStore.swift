@@ -92,6 +92,12 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         "SELECT document FROM purchases WHERE original_id = ? ORDER BY purchase_date, transaction_id"
     }
     static var subscriptionByOriginal: String { "SELECT document FROM subscriptions WHERE original_id = ?" }
+    static var firstOwnerByOriginal: String {
+        """
+        SELECT owner FROM purchases WHERE original_id = ? AND owner IS NOT NULL
+        ORDER BY purchase_date, transaction_id LIMIT 1
+        """
+    }
 
     /// The input's insert first, in the same round trip (its `RETURNING` row says whether it was new):
     /// ``recordInput(_:received:)`` with the same input and time is then answered from it.
@@ -108,7 +114,7 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         }
         statements += [
             (Self.subscriptionByOriginal, [.text(ahead.original.rawValue)]),
-            (Self.purchasesByOriginal, [.text(ahead.original.rawValue)]),
+            (Self.firstOwnerByOriginal, [.text(ahead.original.rawValue)]),
         ]
         if let transaction = ahead.transaction {
             statements.append((Self.purchaseByID, [.text(transaction.rawValue)]))
@@ -333,6 +339,10 @@ struct SQLServerStore<Connection: SQLStatementRunner>: ServerStore {
         try connection.execute(
             Self.purchasesByOriginal, [.text(original.rawValue)]
         ).map { try Self.decode(PurchaseRecord.self, $0["document"]) }
+    }
+
+    func firstOwner(original: TransactionID) throws -> String? {
+        try connection.execute(Self.firstOwnerByOriginal, [.text(original.rawValue)]).first?["owner"].string
     }
 
     func subscription(_ originalTransactionID: TransactionID) throws -> SubscriptionRecord? {

@@ -142,6 +142,10 @@ public protocol PurchaseRepository {
     func purchases(bundle: String, owner: String) throws -> [PurchaseRecord]
     /// The transactions of one original transaction (a purchase and its renewals), by purchase date.
     func purchases(original: TransactionID) throws -> [PurchaseRecord]
+    /// The owner of the earliest of one original transaction's transactions that has one: what applying an
+    /// update reads when neither its subscription nor its transaction names an owner, without reading every
+    /// renewal's record.
+    func firstOwner(original: TransactionID) throws -> String?
     /// What charts need of the app's transactions bought before `to` whose last date (expiry, refund or
     /// purchase) is at or after `from`, by purchase date, at most `limit`.
     func chartRecords(bundle: String, from: Date, to: Date, limit: Int) throws -> [SubscriptionCharts.Record]

@@ -55,10 +55,8 @@ enum StoredInput {
         let encoded = jws[..<dot]
         // Apple signs with one chain for months: the last header named is named again without hashing its
         // ~4 KB (SHA-256 and a copy were ~3 µs a notification).
-        if let last = lastHeader.withLock({ $0 }), last.bytes.count == encoded.count,
-            last.bytes.withUnsafeBufferPointer({ known in
-                encoded.withUnsafeBufferPointer { memcmp(known.baseAddress!, $0.baseAddress!, known.count) == 0 }
-            })
+        if let last = lastHeader.withLock({ $0 }),
+            last.bytes.withUnsafeBufferPointer({ known in encoded.withUnsafeBufferPointer { same(known, $0) } })
         {
             return (jws, last)
         }
@@ -71,13 +69,17 @@ enum StoredInput {
     /// The header ``unwrap(_:)`` named last.
     private static let lastHeader = Mutex<Header?>(nil)
 
-    /// Whether `jws` (not empty) is `token`'s bytes: one `memcmp`, not a walk over ~14 KB.
+    /// Whether `jws` is `token`'s bytes: one `memcmp`, not a walk over ~14 KB.
     private static func holds(_ jws: ArraySlice<UInt8>, _ token: String) -> Bool {
         var token = token
-        return jws.count == token.utf8.count
-            && token.withUTF8 { bytes in
-                jws.withUnsafeBufferPointer { memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }
-            }
+        return token.withUTF8 { bytes in jws.withUnsafeBufferPointer { same($0, bytes) } }
+    }
+
+    /// Whether two byte buffers are equal: their counts, then one `memcmp` (none for empty ones).
+    private static func same(_ left: UnsafeBufferPointer<UInt8>, _ right: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard left.count == right.count else { return false }
+        guard let a = left.baseAddress, let b = right.baseAddress, left.count > 0 else { return true }
+        return memcmp(a, b, left.count) == 0
     }
 
     /// The fingerprint a compact input names; nil for one kept whole.

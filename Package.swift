@@ -35,6 +35,9 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(name: "CStorekeeperSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // A VFS over SQLite's default one that writes a WAL file's frames in one call a commit; its types stay
+        // in vfs.c.
+        .target(name: "CStorekeeperSQLiteVFS", linkerSettings: [.linkedLibrary("sqlite3")]),
         .systemLibrary(name: "CStorekeeperPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         // libmicrohttpd (libmicrohttpd-dev) behind a small C facade; its types stay in server.c.
         .target(name: "CStorekeeperHTTPServer", linkerSettings: [.linkedLibrary("microhttpd")]),
@@ -48,7 +51,8 @@ let package = Package(
         .target(name: "StoreTime", swiftSettings: upcoming),
         .target(name: "StorekeeperSQL", dependencies: ["StoreTime"], swiftSettings: upcoming),
         .target(
-            name: "StorekeeperSQLite", dependencies: ["CStorekeeperSQLite", "StorekeeperSQL"], swiftSettings: upcoming),
+            name: "StorekeeperSQLite", dependencies: ["CStorekeeperSQLite", "CStorekeeperSQLiteVFS", "StorekeeperSQL"],
+            swiftSettings: upcoming),
         .target(
             name: "StorekeeperPostgres", dependencies: ["CStorekeeperPostgres", "StorekeeperSQL"],
             swiftSettings: upcoming),

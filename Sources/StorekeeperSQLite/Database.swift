@@ -31,7 +31,7 @@ public actor Database {
         self.gathering = gathering
         if path != ":memory:" { try Self.ownerOnly(path) }
         executor = DispatchSerialExecutor(label: "storekeeper.sqlite")
-        connection = try Connection(path: path)
+        connection = try Connection(path: path, gatheringWAL: path != ":memory:")
         if path != ":memory:" { try connection.execute("PRAGMA journal_mode=WAL") }
         try connection.executeScript("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
         // A write of a few hundred renewals and notifications dirties megabytes of pages: with SQLite's

@@ -1,4 +1,5 @@
 import AppStoreReceipts
+import AppStoreSignedData
 import Foundation
 import StoreModel
 import StorekeeperCrypto
@@ -291,6 +292,22 @@ extension PurchaseServer {
         subscribers: Metrics.key("storekeeper_http_requests_total", ["route": "subscribers"]),
         entitlements: Metrics.key("storekeeper_http_requests_total", ["route": "entitlements"])
     )
+
+    /// The counter keys a V2 notification counts, made once: a verified one, its type (a type this build does
+    /// not know is counted as "other": a label per string sent would grow without end).
+    static let notificationCounters = (
+        verified: Metrics.key(
+            "storekeeper_verifications_total", ["kind": "notification", "outcome": VerificationStatus.ok.rawValue]),
+        types: Dictionary(
+            NotificationType.known.map { ($0, Metrics.key("storekeeper_notifications_total", ["type": $0.rawValue])) },
+            uniquingKeysWith: { first, _ in first }),
+        other: Metrics.key("storekeeper_notifications_total", ["type": "other"])
+    )
+
+    /// The counter key of each event type this build knows, made once.
+    static let eventCounters = Dictionary(
+        ServerEventType.known.map { ($0, Metrics.key("storekeeper_events_total", ["type": $0.rawValue])) },
+        uniquingKeysWith: { first, _ in first })
 
     static func routeName(_ path: String) -> String {
         if path.hasPrefix("/v1/notifications/") { return "notifications" }

@@ -193,15 +193,25 @@ public final class PurchaseServer: Sendable {
     /// stored and applied; answers once it is durable.
     public func ingestNotification(bundleID: String, body: [UInt8]) async throws -> Ingested {
         let app = try app(bundleID)
-        guard let object = (try? JSONParser.parse(body))?.objectValue else {
-            throw PurchaseServerError.invalid("the body is not a JSON object")
-        }
-        if let v1 = V1Notification(object) { return try await ingestV1(v1, object: object, body: body, app: app) }
-        guard let signed = object["signedPayload"]?.stringValue else {
-            throw PurchaseServerError.invalid("the body has no signedPayload")
+        let signed: String
+        if let exact = StoredInput.signedPayload(of: body) {
+            signed = exact
+        } else {
+            guard let object = (try? JSONParser.parse(body))?.objectValue else {
+                throw PurchaseServerError.invalid("the body is not a JSON object")
+            }
+            if let v1 = V1Notification(object) { return try await ingestV1(v1, object: object, body: body, app: app) }
+            guard let payload = object["signedPayload"]?.stringValue else {
+                throw PurchaseServerError.invalid("the body has no signedPayload")
+            }
+            signed = payload
         }
         let result = app.signedData.verify(signed, as: .notification, now: now())
-        metrics.count("storekeeper_verifications_total", ["kind": "notification", "outcome": result.status.rawValue])
+        metrics.count(
+            key: result.status == .ok
+                ? Self.notificationCounters.verified
+                : Metrics.key(
+                    "storekeeper_verifications_total", ["kind": "notification", "outcome": result.status.rawValue]))
         guard let verified = result.notification else {
             throw PurchaseServerError.verification(
                 "the notification did not verify: \(result.status.rawValue) (\(result.reason ?? ""))")
@@ -224,9 +234,7 @@ public final class PurchaseServer: Sendable {
                 "notifications from \(environment.rawValue) are not accepted for \(bundleID)")
         }
         // A type this build does not know is counted as "other": a label per string sent would grow without end.
-        metrics.count(
-            "storekeeper_notifications_total", ["type": type.isKnown ? type.rawValue : "other"]
-        )
+        metrics.count(key: Self.notificationCounters.types[type] ?? Self.notificationCounters.other)
         let signedDate = notification.signedDate ?? now()
         var parsed = PurchaseUpdate(
             source: .notification, notice: .v2(type, notification.subtype),
@@ -344,7 +352,11 @@ public final class PurchaseServer: Sendable {
         let result = Ingested(duplicate: written == nil, events: written?.events ?? [])
         // Counted once the write is committed: a body run again (PostgreSQL retries a write that lost a race)
         // counts nothing twice.
-        for event in result.events { metrics.count("storekeeper_events_total", ["type": event.type.rawValue]) }
+        for event in result.events {
+            metrics.count(
+                key: Self.eventCounters[event.type]
+                    ?? Metrics.key("storekeeper_events_total", ["type": event.type.rawValue]))
+        }
         if hasWebhooks, !result.events.isEmpty { wakeDelivery() }
         // Answered once every other process answering reads from memory has dropped what the write changed,
         // and this one what others committed before it (a write may have waited for one: a duplicate input,

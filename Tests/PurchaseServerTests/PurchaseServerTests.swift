@@ -417,6 +417,7 @@ struct PurchaseServerTests {
             decoding: try await HTTPClient().send("GET", harness.base + "/metrics").body, as: UTF8.self)
         #expect(metrics.contains("storekeeper_notifications_total{type=\"TEST\"} 1"), "\(metrics)")
         #expect(metrics.contains("storekeeper_verifications_total{kind=\"notification\",outcome=\"OK\"} 1"))
+        #expect(metrics.contains("storekeeper_events_total{type=\"TEST\"} 1"), "\(metrics)")
     }
 
     @Test("An alias merges an anonymous id's purchases into the user; requests by either id answer for the user")

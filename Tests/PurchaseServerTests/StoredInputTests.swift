@@ -187,4 +187,28 @@ struct StoredInputTests {
         #expect(second.duplicate == false && second.events.isEmpty)
         #expect(try await storage.read { try $0.inputCount() } == 2)
     }
+
+    @Test("Apple's exact wrapping gives its signedPayload without the JSON parser; any other body is the parser's")
+    func signedPayloadWithoutParser() async throws {
+        let signed = try JWSFixtures.sign(try JWSFixtures.notification())
+        #expect(StoredInput.signedPayload(of: Array(#"{"signedPayload":"\#(signed)"}"#.utf8)) == signed)
+        #expect(StoredInput.signedPayload(of: Array(#"{"signedPayload":"a.b.c"}"#.utf8)) == "a.b.c")
+        for body in [
+            // JSON whose string value is not its bytes as they are, other wrappings, and no JSON at all.
+            #"{"signedPayload":"\/\#(signed.dropFirst())"}"#, #"{"signedPayload":"a\"b"}"#,
+            "{\"signedPayload\":\"a\u{01}b\"}", #"{ "signedPayload": "\#(signed)" }"#,
+            #"{"signedPayload":"\#(signed)","x":1}"#, #"{"signedPayload":""}"#, #"{"signedPayload":"}"#, signed,
+        ] {
+            #expect(StoredInput.signedPayload(of: Array(body.utf8)) == nil, "\(body.prefix(60))")
+        }
+        // A body that escapes a character of the JWS is still read, by the parser, and ingested.
+        let (server, _) = try await FixtureServer.make()
+        let first = try #require(signed.utf8.first)
+        let escaped = #"\u00"# + String(first, radix: 16) + signed.dropFirst()
+        let body = Array(#"{"signedPayload":"\#(escaped)"}"#.utf8)
+        #expect(try await server.ingestNotification(bundleID: JWSFixtures.bundleID, body: body).duplicate == false)
+        // The same notification without the escape is the same input.
+        let plain = Array(#"{"signedPayload":"\#(signed)"}"#.utf8)
+        #expect(try await server.ingestNotification(bundleID: JWSFixtures.bundleID, body: plain).duplicate == true)
+    }
 }

@@ -20,6 +20,23 @@ enum StoredInput {
         let bytes: [UInt8]
     }
 
+    /// The `signedPayload` of a body exactly as Apple posts it, `{"signedPayload":"<JWS>"}` with no quote,
+    /// backslash or control character inside, read without parsing JSON (the parser made and checked a ~14 KB
+    /// string a notification, ~5 µs); nil for any other body, which the JSON parser reads.
+    static func signedPayload(of body: [UInt8]) -> String? {
+        guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
+        else { return nil }
+        let range = prefix.count..<(body.count - suffix.count)
+        // Without a branch a byte, so that the compiler can compare many at once.
+        var escaped = false
+        body.withUnsafeBufferPointer { buffer in
+            for byte in UnsafeBufferPointer(rebasing: buffer[range]) {
+                escaped = escaped || (byte == 0x22) || (byte == 0x5C) || (byte < 0x20)
+            }
+        }
+        return escaped ? nil : String(decoding: body[range], as: UTF8.self)
+    }
+
     /// The compact form of a V2 notification's body and the header it names; nil to keep `body` whole.
     static func compact(_ body: [UInt8]) -> (stored: [UInt8], header: Header)? {
         guard let (slice, header) = unwrap(body) else { return nil }

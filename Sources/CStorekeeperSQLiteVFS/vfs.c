@@ -4,10 +4,12 @@
 // them in the file: a sync, a read, a truncation, a size, a file control, a close. Every other file, and every other method, is the
 // default VFS's own.
 //
-// The buffer holds only frames no other connection has been told of when the connection syncs at each commit
-// (synchronous=FULL): SQLite writes a transaction's frames, syncs the WAL, and only then appends them to the
-// WAL index that readers consult. Non-commit frames (a transaction spilling its cache) are read back only by
-// the writing connection, through this file, which writes the buffer out first.
+// The buffer holds only frames no other connection has been told of: SQLite writes a transaction's frames,
+// syncs the WAL (synchronous=FULL, which the connection sets), and only then appends them to the WAL index that
+// readers consult, after a shared-memory barrier on the database file, which writes the buffer out too. Non-commit
+// frames (a transaction spilling its cache) are read back only by the writing connection, through this file,
+// which writes the buffer out first; if the transaction rolls back, they go out before the WAL's write lock is
+// released, so that they never land over another connection's frames.
 #include "storekeeper_sqlite_vfs.h"
 
 #include <pthread.h>
@@ -19,32 +21,45 @@
 // written out at 126 KiB: 31 frames of 4 KiB pages.
 enum { capacity = 126 * 1024 };
 
-typedef struct {
+typedef struct BufferedFile BufferedFile;
+struct BufferedFile {
     sqlite3_file base;
     sqlite3_file *real;  // The default VFS's file, in the same allocation, just after this struct.
     unsigned char *buffer;  // WAL files only; allocated at the first write.
     sqlite3_int64 start;  // The file offset of buffer[0].
     int used;
     int wal;
-} BufferedFile;
+    // A database file's open WAL file, and a WAL file's database file (the same connection's): the database
+    // file's shared-memory calls write the WAL's buffer out first.
+    BufferedFile *partner;
+};
+_Static_assert(sizeof(BufferedFile) % 8 == 0, "the default VFS's file follows, aligned");
 
 static sqlite3_vfs *root;
 static sqlite3_vfs vfs;
 // Per thread, so that a test counts only its own connection's writes.
 static _Thread_local long long gatheredCount;
 static _Thread_local long long writtenCount;
+static _Thread_local int failingFlushes;
 
+// Writes the buffer out. On failure the bytes stay, so that nothing SQLite wrote is lost: the next flush
+// writes them again, and whatever needed them in the file fails until one succeeds.
 static int flush(BufferedFile *file) {
     if (file->used == 0) return SQLITE_OK;
-    int used = file->used;
-    file->used = 0;
     writtenCount += 1;
-    return file->real->pMethods->xWrite(file->real, file->buffer, used, file->start);
+    if (failingFlushes > 0) {
+        failingFlushes -= 1;
+        return SQLITE_FULL;
+    }
+    int rc = file->real->pMethods->xWrite(file->real, file->buffer, file->used, file->start);
+    if (rc == SQLITE_OK) file->used = 0;
+    return rc;
 }
 
 static int bufferedClose(sqlite3_file *base) {
     BufferedFile *file = (BufferedFile *)base;
     int flushed = flush(file);
+    if (file->partner != NULL) file->partner->partner = NULL;
     int closed = file->real->pMethods->xClose(file->real);
     free(file->buffer);
     file->buffer = NULL;
@@ -137,14 +152,23 @@ static int bufferedShmMap(sqlite3_file *base, int region, int size, int extend, 
     return file->real->pMethods->xShmMap(file->real, region, size, extend, memory);
 }
 
+// Called on the database file. Before a lock is released (the WAL's write lock among them), the WAL's buffer is
+// written out: a transaction rolled back after spilling frames leaves them in it, and another connection may
+// write the WAL once the lock is free. A failed write keeps them (the next flush retries), and the lock is
+// released all the same.
 static int bufferedShmLock(sqlite3_file *base, int offset, int count, int flags) {
     BufferedFile *file = (BufferedFile *)base;
     if (file->real->pMethods->iVersion < 2) return SQLITE_IOERR;
+    if ((flags & SQLITE_SHM_UNLOCK) != 0 && file->partner != NULL) (void)flush(file->partner);
     return file->real->pMethods->xShmLock(file->real, offset, count, flags);
 }
 
+// Called on the database file before SQLite publishes a WAL index header (and at other orderings): the WAL's
+// buffer goes out first, so that no connection is told of frames not in the file whatever the connection's
+// `synchronous` (with FULL the commit's sync has already written them).
 static void bufferedShmBarrier(sqlite3_file *base) {
     BufferedFile *file = (BufferedFile *)base;
+    if (file->partner != NULL) (void)flush(file->partner);
     if (file->real->pMethods->iVersion >= 2) file->real->pMethods->xShmBarrier(file->real);
 }
 
@@ -204,6 +228,14 @@ static int bufferedOpen(sqlite3_vfs *self, sqlite3_filename name, sqlite3_file *
     }
     file->wal = (flags & SQLITE_OPEN_WAL) != 0;
     base->pMethods = &methods;
+    if (file->wal && rc == SQLITE_OK) {
+        // The same connection's database file, opened through this VFS before its WAL.
+        BufferedFile *database = (BufferedFile *)sqlite3_database_file_object(name);
+        if (database != NULL && database->base.pMethods == &methods) {
+            database->partner = file;
+            file->partner = database;
+        }
+    }
     return rc;
 }
 
@@ -301,6 +333,8 @@ int storekeeper_sqlite_vfs_register(void) {
     pthread_once(&once, registerOnce);
     return registered;
 }
+
+void storekeeper_sqlite_vfs_fail_flushes(int count) { failingFlushes = count; }
 
 void storekeeper_sqlite_vfs_counts(long long *gathered, long long *written) {
     *gathered = gatheredCount;

@@ -37,6 +37,9 @@ public final class Connection {
         return STOREKEEPER_SQLITE_VFS_NAME
     }
 
+    /// Makes the next `count` writes of a gathered buffer on this thread fail, keeping their bytes (tests).
+    package static func failGatheredFlushes(_ count: Int) { storekeeper_sqlite_vfs_fail_flushes(Int32(count)) }
+
     /// Writes the gathering VFS has taken into a buffer and writes it made to WAL files on this thread
     /// (tests).
     package static var gatheringCounts: (gathered: Int, written: Int) {

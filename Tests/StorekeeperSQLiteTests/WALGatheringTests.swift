@@ -93,4 +93,53 @@ struct WALGatheringTests {
         let reader = try Connection(path: path)
         #expect(try reader.execute("PRAGMA integrity_check").first?["integrity_check"] == "ok")
     }
+
+    @Test("A buffer that cannot go out (a full disk) fails the read that needed it and leaves the database whole")
+    func failedFlushLosesNothing() throws {
+        let path = try DatabaseTests.temporaryPath()
+        var committed = false
+        do {
+            let connection = try Self.open(path)
+            try connection.executeScript("PRAGMA cache_size=8")
+            try connection.executeScript("BEGIN")
+            // Spilled to the WAL, the last ~31 frames still in the buffer.
+            try Self.insert(300, into: connection)
+            try connection.executeScript("SAVEPOINT later")
+            try Self.insert(10, into: connection)
+            // Reading the spilled pages writes the buffer out first: that write fails (a full disk), and so does
+            // the read; the transaction goes on.
+            Connection.failGatheredFlushes(1)
+            #expect(throws: SQLiteError.self) { try connection.execute("SELECT sum(length(body)) FROM blobs") }
+            Connection.failGatheredFlushes(0)
+            try? connection.executeScript("ROLLBACK TO later")
+            try? connection.executeScript("RELEASE later")
+            committed = (try? connection.executeScript("COMMIT")) != nil
+        }
+        let reader = try Connection(path: path)
+        #expect(try reader.execute("PRAGMA integrity_check").first?["integrity_check"] == "ok")
+        #expect(try reader.execute("SELECT count(*) AS n FROM blobs").first?["n"] == .integer(committed ? 300 : 0))
+    }
+
+    @Test("A transaction rolled back after spilling leaves another connection's next commit whole")
+    func rolledBackFramesBeforeAnotherWriter() throws {
+        let path = try DatabaseTests.temporaryPath()
+        do {
+            let connection = try Self.open(path)
+            try connection.executeScript("PRAGMA cache_size=8")
+            // Spilled, every frame still in the buffer (20 pages of 4 KiB), from where the last commit ended.
+            try connection.executeScript("BEGIN")
+            try Self.insert(20, into: connection)
+            try connection.executeScript("ROLLBACK")
+            // Another connection, of SQLite's own VFS, writes the WAL from where the last commit ended.
+            let other = try Connection(path: path)
+            try other.executeScript("BEGIN")
+            try Self.insert(10, into: other)
+            try other.executeScript("COMMIT")
+            // The first connection reads and closes (each writes out what its buffer still holds).
+            #expect(try connection.execute("SELECT count(*) AS n FROM blobs").first?["n"] == 10)
+        }
+        let reader = try Connection(path: path)
+        #expect(try reader.execute("PRAGMA integrity_check").first?["integrity_check"] == "ok")
+        #expect(try reader.execute("SELECT count(*) AS n FROM blobs").first?["n"] == 10)
+    }
 }

@@ -176,14 +176,16 @@ extension ServerAPIService {
                     let id = try context.parameter("id")
                     var signed: [String] = []
                     var revision: String?
+                    // Pages of at most the rest of the 50, so that none is signed only to be dropped.
                     while signed.count < 50 {
                         let page = try await store.apiHistory(
-                            id, scope: scope, filter: filter, descending: true, revision: revision)
+                            id, scope: scope, filter: filter, descending: true, revision: revision,
+                            size: min(50 - signed.count, ServerAPIService.historyPageSize))
                         signed += page.signedTransactions
                         guard page.hasMore else { break }
                         revision = page.revision
                     }
-                    return .json(.object(["signedTransactions": .array(signed.prefix(50).map(JSONValue.string))]))
+                    return .json(.object(["signedTransactions": .array(signed.map(JSONValue.string))]))
                 }
             ),
             (

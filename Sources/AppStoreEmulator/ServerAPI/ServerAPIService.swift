@@ -93,11 +93,12 @@ public final class ServerAPIService: Sendable {
     static let historyScanLimit = 5_000
 
     /// One page of rows read in batches of 100 from `start` on (`fetch` answers the rows after a position
-    /// with their positions), keeping those `accepts` takes: at most ``historyPageSize``, looking at no more
-    /// than ``historyScanLimit`` rows. `position` is where the next page starts (after the last row looked
-    /// at); `hasMore` when an accepted row was left for it or the scan was cut short.
+    /// with their positions), keeping those `accepts` takes: at most `size` (``historyPageSize``), looking at
+    /// no more than ``historyScanLimit`` rows. `position` is where the next page starts (after the last row
+    /// looked at); `hasMore` when an accepted row was left for it or the scan was cut short.
     static func scanPage<Row>(
-        from start: Int64?, fetch: (Int64?, Int) throws -> [(position: Int64, row: Row)], accepts: (Row) -> Bool
+        from start: Int64?, size: Int = historyPageSize, fetch: (Int64?, Int) throws -> [(position: Int64, row: Row)],
+        accepts: (Row) -> Bool
     ) rethrows -> (rows: [Row], position: Int64?, hasMore: Bool) {
         var rows: [Row] = []
         var position = start
@@ -106,7 +107,7 @@ public final class ServerAPIService: Sendable {
             let batch = try fetch(position, 100)
             for (rowPosition, row) in batch {
                 let accepted = accepts(row)
-                if accepted, rows.count == historyPageSize { return (rows, position, true) }
+                if accepted, rows.count >= size { return (rows, position, true) }
                 scanned += 1
                 position = rowPosition
                 if accepted { rows.append(row) }
@@ -187,10 +188,12 @@ public final class ServerAPIService: Sendable {
         }
     }
 
-    /// A page of the customer's history in the order transactions last changed, from `revision`.
-    func apiHistory(_ id: String, scope: APIScope, filter: HistoryFilter, descending: Bool, revision: String?)
-        async throws -> HistoryPage
-    {
+    /// A page of the customer's history in the order transactions last changed, from `revision`: at most
+    /// `size` transactions (signed: a caller that needs fewer than a page asks for fewer).
+    func apiHistory(
+        _ id: String, scope: APIScope, filter: HistoryFilter, descending: Bool, revision: String?,
+        size: Int = historyPageSize
+    ) async throws -> HistoryPage {
         var cursor: Int64?
         if let revision {
             guard revision.hasPrefix("r"), let value = Int64(revision.dropFirst()), value >= 0 else {
@@ -203,7 +206,7 @@ public final class ServerAPIService: Sendable {
         let (page, account, next, hasMore) = try await self.appStore.storage.read {
             store -> ([StoredTransaction], Account, Int64, Bool) in
             let (account, bundle) = try self.apiCustomer(id, scope: scope, in: store)
-            let scan = try Self.scanPage(from: start) { position, limit in
+            let scan = try Self.scanPage(from: start, size: size) { position, limit in
                 try store.transactions(
                     account: account.id, bundle: bundle, revisionAfter: position,
                     descending: descending, limit: limit

@@ -1,15 +1,15 @@
 // A VFS over SQLite's default one that gathers a WAL file's writes. SQLite writes a WAL frame as two calls (its
 // 24-byte header, then its page), so a commit of 70 pages was 140 `pwrite`s; here the contiguous writes of a
-// transaction go into a buffer of up to 126 KiB, written with one call when full and before anything that needs
-// them in the file: a sync, a read, a truncation, a size, a file control, a close. Every other file, and every other method, is the
-// default VFS's own.
+// transaction go into a buffer of up to 126 KiB, written with one call when full and before anything that
+// needs them in the file: a sync, a read, a truncation, a size, a file control, a close. Every other file, and
+// every other method, is the default VFS's own.
 //
 // The buffer holds only frames no other connection has been told of: SQLite writes a transaction's frames,
-// syncs the WAL (synchronous=FULL, which the connection sets), and only then appends them to the WAL index that
-// readers consult, after a shared-memory barrier on the database file, which writes the buffer out too. Non-commit
-// frames (a transaction spilling its cache) are read back only by the writing connection, through this file,
-// which writes the buffer out first; if the transaction rolls back, they go out before the WAL's write lock is
-// released, so that they never land over another connection's frames.
+// syncs the WAL (synchronous=FULL, which the connection sets), and only then appends them to the WAL index
+// that readers consult, after a shared-memory barrier on the database file, which writes the buffer out too.
+// Non-commit frames (a transaction spilling its cache) are read back only by the writing connection, through
+// this file, which writes the buffer out first; if the transaction rolls back, they go out before the WAL's
+// write lock is released, so that they never land over another connection's frames.
 #include "storekeeper_sqlite_vfs.h"
 
 #include <pthread.h>

@@ -22,7 +22,7 @@ public final class Connection {
         handle = db
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 5000)
-        // Before any write: a commit's frames leave the buffer only when it syncs.
+        // Before any write: every commit syncs the WAL, which writes the VFS's buffer out first.
         if gatheringWAL { try executeScript("PRAGMA synchronous=FULL") }
     }
 

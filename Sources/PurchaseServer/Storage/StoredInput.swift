@@ -28,13 +28,13 @@ enum StoredInput {
         else { return nil }
         let range = prefix.count..<(body.count - suffix.count)
         // Without a branch a byte, so that the compiler can compare many at once.
-        var escaped = false
+        var escaped: UInt8 = 0
         body.withUnsafeBufferPointer { buffer in
             for byte in UnsafeBufferPointer(rebasing: buffer[range]) {
-                escaped = escaped || (byte == 0x22) || (byte == 0x5C) || (byte < 0x20)
+                escaped |= (byte == 0x22 ? 1 : 0) | (byte == 0x5C ? 1 : 0) | (byte < 0x20 ? 1 : 0)
             }
         }
-        return escaped ? nil : String(decoding: body[range], as: UTF8.self)
+        return escaped != 0 ? nil : String(decoding: body[range], as: UTF8.self)
     }
 
     /// The compact form of a V2 notification's body and the header it names; nil to keep `body` whole.

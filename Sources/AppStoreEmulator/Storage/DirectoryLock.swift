@@ -19,13 +19,24 @@ final class DirectoryLock: Sendable {
             throw EmulatorError.configuration(
                 "cannot open \(path): \(String(cString: strerror(errno)))")
         }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            close(descriptor)
-            throw EmulatorError.configuration(
-                "the data directory \(directory.path) is in use by another emulator (\(path) is locked)")
+        // A child this process forks (a tool it runs, between fork and exec) holds a copy of the descriptor, and
+        // so the lock, for a moment after the emulator before closed it: a lock refused is asked for again for
+        // up to half a second before the directory counts as in use.
+        var retries = 0
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR, retries < Self.retries else {
+                close(descriptor)
+                throw EmulatorError.configuration(
+                    "the data directory \(directory.path) is in use by another emulator (\(path) is locked)")
+            }
+            retries += 1
+            usleep(10_000)
         }
         self.descriptor = Mutex(descriptor)
     }
+
+    /// Times a refused lock is asked for again, 10 ms apart.
+    static let retries = 50
 
     /// Gives the directory up (idempotent).
     func release() {

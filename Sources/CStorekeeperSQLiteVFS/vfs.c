@@ -74,10 +74,12 @@ static int bufferedRead(sqlite3_file *base, void *data, int amount, sqlite3_int6
 
 static int bufferedWrite(sqlite3_file *base, const void *data, int amount, sqlite3_int64 offset) {
     BufferedFile *file = (BufferedFile *)base;
-    if (!file->wal || amount <= 0 || amount > capacity) {
+    // Only a WAL file's writes are gathered (any other file's buffer is always empty).
+    if (!file->wal) return file->real->pMethods->xWrite(file->real, data, amount, offset);
+    if (amount <= 0 || amount > capacity) {
         int rc = flush(file);
         if (rc != SQLITE_OK) return rc;
-        if (file->wal) writtenCount += 1;
+        writtenCount += 1;
         return file->real->pMethods->xWrite(file->real, data, amount, offset);
     }
     // A write that does not follow the buffer's last (a frame written again, the header at a restart) goes

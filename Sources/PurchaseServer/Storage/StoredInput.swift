@@ -24,9 +24,7 @@ enum StoredInput {
     /// backslash or control character inside, read without parsing JSON (the parser made and checked a ~14 KB
     /// string a notification, ~5 µs); nil for any other body, which the JSON parser reads.
     static func signedPayload(of body: [UInt8]) -> String? {
-        guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
-        else { return nil }
-        let range = prefix.count..<(body.count - suffix.count)
+        guard let range = wrapped(body) else { return nil }
         // Without a branch a byte, so that the compiler can compare many at once.
         var escaped: UInt8 = 0
         body.withUnsafeBufferPointer { buffer in
@@ -61,12 +59,18 @@ enum StoredInput {
         return (stored, header)
     }
 
+    /// Where the string inside `{"signedPayload":"…"}` lies in `body`; nil for a body not wrapped so.
+    private static func wrapped(_ body: [UInt8]) -> Range<Int>? {
+        guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
+        else { return nil }
+        return prefix.count..<(body.count - suffix.count)
+    }
+
     /// The JWS a body wraps exactly as Apple posts it, and that JWS's header with its name; nil for any other
     /// body.
     private static func unwrap(_ body: [UInt8]) -> (jws: ArraySlice<UInt8>, header: Header)? {
-        guard body.count > prefix.count + suffix.count, body.starts(with: prefix), body.suffix(2).elementsEqual(suffix)
-        else { return nil }
-        let jws = body[prefix.count..<(body.count - suffix.count)]
+        guard let range = wrapped(body) else { return nil }
+        let jws = body[range]
         // A JWS's protected header is never empty.
         guard let dot = jws.firstIndex(of: StoredJWS.dot), dot > jws.startIndex else { return nil }
         let encoded = jws[..<dot]

@@ -44,12 +44,14 @@ struct AppStoreTests {
 
         static func make(
             directory: URL? = nil, time: FakeTime = FakeTime(), secret: String? = "s3cret", rate: TimeRate? = nil,
-            maxEventsPerRequest: Int = AppStore.defaultMaxEventsPerRequest
+            maxEventsPerRequest: Int = AppStore.defaultMaxEventsPerRequest, otherApps: [String] = []
         ) async throws -> Harness {
             let directory = try directory ?? ExternalTool.temporaryDirectory()
             let catalog = try StoreKitConfiguration(data: Array(AppStoreTests.catalogText.utf8))
             let store = try await AppStore(
-                catalog: [catalog], apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)],
+                catalog: [catalog],
+                apps: [AppConfiguration(bundleID: AppStoreTests.bundleID, sharedSecret: secret)]
+                    + otherApps.map { AppConfiguration(bundleID: $0, sharedSecret: secret) },
                 dataDirectory: directory, rate: rate ?? catalog.settings.timeRate,
                 maxEventsPerRequest: maxEventsPerRequest, realNow: { time.now })
             return Harness(store: store, responder: EmulatorRoutes(store).responder(), directory: directory)

@@ -32,9 +32,10 @@ struct ServerAPITests {
         let issuerID: String
         let sleeps = Sleeps()
 
-        static func make() async throws -> API {
+        static func make(otherApps: [String] = []) async throws -> API {
             let time = AppStoreTests.FakeTime()
-            let harness = try await AppStoreTests.Harness.make(time: time, rate: .monthlyRenewalEveryFiveMinutes)
+            let harness = try await AppStoreTests.Harness.make(
+                time: time, rate: .monthlyRenewalEveryFiveMinutes, otherApps: otherApps)
             let server = try HTTPServer(port: 0, responder: harness.responder)
             let minted = try await harness.store.serverAPI.mintAPIKey(bundleID: AppStoreTests.bundleID)
             return API(
@@ -339,7 +340,8 @@ struct ServerAPITests {
         "A mass extension runs in the background, reports its status, tells of each subscription it could not extend (FAILURE) and ends with SUMMARY"
     )
     func massExtension() async throws {
-        let api = try await API.make()
+        let other = "com.example.other"
+        let api = try await API.make(otherApps: [other])
         defer { api.stop() }
         let sink = try NotificationSink()
         try await NotificationTests.configure(api.harness, ["sandboxURL": .string(sink.url)])
@@ -370,6 +372,14 @@ struct ServerAPITests {
             _ = try await client.massExtensionStatus(productID: "monthly", requestIdentifier: "nope")
         }
         #expect(unknown?.code == .statusRequestNotFound)
+        // Another app's key does not see this app's request.
+        let minted = try await api.harness.store.serverAPI.mintAPIKey(bundleID: other)
+        let otherClient = try api.client(
+            bundleID: other, key: try PrivateKey(pem: minted.privateKey), keyID: minted.keyID)
+        let otherApp = await Self.apiError {
+            _ = try await otherClient.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
+        }
+        #expect(otherApp?.code == .statusRequestNotFound && otherApp?.status == 404)
         var decoded: [JSONObject] = []
         for _ in 0..<60 {
             decoded = try await sink.payloads(atLeast: 4 + 2 + 2 + 1 + 1).map { try api.payload($0) }

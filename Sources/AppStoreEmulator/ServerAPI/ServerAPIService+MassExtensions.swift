@@ -180,7 +180,11 @@ extension ServerAPIService {
         let stored = try await self.appStore.storage.read {
             try $0.massExtension(productID: productID, requestIdentifier: requestIdentifier)
         }
-        guard let stored, stored.environment == scope.environment else {
+        // Another app's request is not found, as another environment's is (a request stored before the app
+        // was kept, with no `resume`, is answered to any app of its environment).
+        guard let stored, stored.environment == scope.environment,
+            stored.resume.map({ $0.bundleID == scope.bundleID }) ?? true
+        else {
             throw EmulatorError.api(.statusRequestNotFound, "Status request not found.")
         }
         return stored

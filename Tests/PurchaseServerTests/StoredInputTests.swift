@@ -201,6 +201,22 @@ struct StoredInputTests {
         ] {
             #expect(StoredInput.signedPayload(of: Array(body.utf8)) == nil, "\(body.prefix(60))")
         }
+        // The scan 16 bytes at a time and the tail after it: each such byte found wherever it is; bytes JSON
+        // strings take as they are (including 0x7F and UTF-8's high bytes) are not.
+        let clean = Array("abcdefghijklmnopqrstuvwxyz0123456789-_.A".utf8)
+        #expect(!clean.withUnsafeBufferPointer(StoredInput.needsEscaping))
+        for position in clean.indices {
+            for byte: UInt8 in [0x22, 0x5C, 0x00, 0x0A, 0x1F] {
+                var bytes = clean
+                bytes[position] = byte
+                #expect(bytes.withUnsafeBufferPointer(StoredInput.needsEscaping), "\(byte) at \(position)")
+            }
+            for byte: UInt8 in [0x20, 0x7F, 0x80, 0xFF] {
+                var bytes = clean
+                bytes[position] = byte
+                #expect(!bytes.withUnsafeBufferPointer(StoredInput.needsEscaping), "\(byte) at \(position)")
+            }
+        }
         // A body that escapes a character of the JWS is still read, by the parser, and ingested.
         let (server, _) = try await FixtureServer.make()
         let first = try #require(signed.utf8.first)

@@ -24,15 +24,34 @@ enum StoredInput {
     /// backslash or control character inside, read without parsing JSON (the parser made and checked a ~14 KB
     /// string a notification, ~5 µs); nil for any other body, which the JSON parser reads.
     static func signedPayload(of body: [UInt8]) -> String? {
-        guard let range = wrapped(body) else { return nil }
-        // Without a branch a byte, so that the compiler can compare many at once.
-        var escaped: UInt8 = 0
-        body.withUnsafeBufferPointer { buffer in
-            for byte in UnsafeBufferPointer(rebasing: buffer[range]) {
-                escaped |= (byte == 0x22 ? 1 : 0) | (byte == 0x5C ? 1 : 0) | (byte < 0x20 ? 1 : 0)
-            }
+        guard let range = wrapped(body),
+            !body.withUnsafeBufferPointer({ needsEscaping(UnsafeBufferPointer(rebasing: $0[range])) })
+        else { return nil }
+        return String(decoding: body[range], as: UTF8.self)
+    }
+
+    /// Whether `bytes` holds a quote, a backslash or a control character (what a JSON string escapes), 16
+    /// bytes a step: a loop a byte, as the compiler left it, took ~10 µs for a notification's ~14 KB.
+    static func needsEscaping(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return false }
+        let raw = UnsafeRawPointer(base)
+        let quote = SIMD16<UInt8>(repeating: 0x22)
+        let backslash = SIMD16<UInt8>(repeating: 0x5C)
+        let space = SIMD16<UInt8>(repeating: 0x20)
+        var found = SIMDMask<SIMD16<Int8>>(repeating: false)
+        var index = 0
+        while index + 16 <= bytes.count {
+            let chunk = raw.loadUnaligned(fromByteOffset: index, as: SIMD16<UInt8>.self)
+            found = found .| (chunk .== quote) .| (chunk .== backslash) .| (chunk .< space)
+            index += 16
         }
-        return escaped != 0 ? nil : String(decoding: body[range], as: UTF8.self)
+        if any(found) { return true }
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == 0x22 || byte == 0x5C || byte < 0x20 { return true }
+            index += 1
+        }
+        return false
     }
 
     /// The compact form of a V2 notification's body and the header it names; nil to keep `body` whole.
@@ -71,8 +90,8 @@ enum StoredInput {
     private static func unwrap(_ body: [UInt8]) -> (jws: ArraySlice<UInt8>, header: Header)? {
         guard let range = wrapped(body) else { return nil }
         let jws = body[range]
-        // A JWS's protected header is never empty.
-        guard let dot = jws.firstIndex(of: StoredJWS.dot), dot > jws.startIndex else { return nil }
+        // A JWS's protected header is never empty. Its end found by `memchr` (~4 KB: a loop a byte took ~2 µs).
+        guard let dot = firstDot(in: jws), dot > jws.startIndex else { return nil }
         let encoded = jws[..<dot]
         // Apple signs with one chain for months: the last header named is named again without hashing its
         // ~4 KB (SHA-256 and a copy were ~3 µs a notification).
@@ -85,6 +104,16 @@ enum StoredInput {
         let header = Header(fingerprint: Digest.hex(Digest.sha256(bytes)), bytes: bytes)
         lastHeader.withLock { $0 = header }
         return (jws, header)
+    }
+
+    /// Where the first `.` of `bytes` is (an index of `bytes`), by `memchr`.
+    private static func firstDot(in bytes: ArraySlice<UInt8>) -> Int? {
+        bytes.withUnsafeBufferPointer { buffer -> Int? in
+            guard let base = buffer.baseAddress, let hit = memchr(base, Int32(StoredJWS.dot), buffer.count) else {
+                return nil
+            }
+            return bytes.startIndex + base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+        }
     }
 
     /// The header ``unwrap(_:)`` named last.

@@ -25,6 +25,9 @@ extension BenchCommands {
                 name: "receiver-pause", valueName: "seconds",
                 help: "The receiver holds every request this long after the start, then answers (default: 0)."),
             .init(
+                name: "floor-rounds", valueName: "n",
+                help: "Rounds the months are split into, the floors measured after each (default: 4; 1 to 12)."),
+            .init(
                 name: "notification-retention-days", valueName: "n",
                 help: "Delete done notifications n days (at the time rate) after they were made (default: keep all)."),
         ],
@@ -40,9 +43,12 @@ extension BenchCommands {
             them to a receiver on 127.0.0.1. Reports subscriber-years per second (from the first subscription, once \
             the store's keys and tables are made, until the last notification was received) and peak resident memory, and, as a baseline measured first in the \
             same run, bare ES256 signatures per second on every core: the ceiling those signatures alone put \
-            on subscriber-years per second with this run's notifications; and, after the run, two floors from one of \
-            its own notifications made again as the emulator makes it (JSON and three signatures, nothing read or \
-            stored): signed alone, and signed and posted to the same receiver. It also gives the process's CPU \
+            on subscriber-years per second with this run's notifications; and two floors from one of its own \
+            notifications made again as the emulator makes it (JSON and three signatures, nothing read or stored): \
+            signed alone, and signed and posted to the same receiver. The months run in --floor-rounds rounds: \
+            after each, the outbox drains and the floors are measured (not counted in the run's time), and the \
+            ratio to the floor is the median of the rounds' (each round's notifications a second over its own \
+            floor), as the machine's speed moves over a long run. It also gives the process's CPU \
             time a notification (user and system, every thread) in the run and in each floor, and the cores busy \
             on average in the run and while signing and sending: the rates mix CPU with idle cores, these figures \
             separate them; and the share of the run the store's one writer spent in write transactions (near 1, \
@@ -63,12 +69,20 @@ extension BenchCommands {
         let pause = Double(arguments.value("receiver-pause") ?? "0") ?? -1
         let stuck = arguments.flag("stuck-receiver")
         let retention = try arguments.notificationRetention()
-        guard subscribers > 0, (1...20).contains(years), (0...3_600).contains(pause) else {
-            throw CommandError.usage("--subscribers must be positive, --years 1 to 20 and --receiver-pause 0 to 3600")
+        let floorRounds = Int(arguments.value("floor-rounds") ?? "4") ?? 0
+        guard subscribers > 0, (1...20).contains(years), (0...3_600).contains(pause), (1...12).contains(floorRounds)
+        else {
+            throw CommandError.usage(
+                "--subscribers must be positive, --years 1 to 20, --receiver-pause 0 to 3600 and --floor-rounds 1 to 12"
+            )
         }
+        // Floors need the run's notifications, each one signed for one receiver; a paused receiver's run is one
+        // round (what it measures is the outbox holding, not the rate).
+        let floors = !arguments.flag("no-notifications") && !stuck
+        let rounds = floors && pause == 0 ? floorRounds : 1
         let signaturesPerSecond = arguments.flag("no-notifications") ? 0 : try bareSignaturesPerSecond()
         let received = Atomic<Int>(0)
-        // One notification as received, kept for the floor measured after the run.
+        // One notification as received, kept for the floors.
         let sampleWanted = Atomic<Bool>(true)
         let sample = Mutex<[UInt8]?>(nil)
         let clock = ContinuousClock()
@@ -132,9 +146,8 @@ extension BenchCommands {
         }
         // The store's keys and tables are made once, before the simulation: not part of its rate.
         let ready = clock.now
-        let cpuAtReady = processCPUSeconds()
-        let writerAtReady = store.storeWriterBusy
         progress(console, "subscribing \(subscribers) customers…")
+        var segment = Segment.Start(at: ready, store: store, received: 0)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for slice in 0..<Self.subscribingClients {
                 group.addTask {
@@ -145,45 +158,56 @@ extension BenchCommands {
             }
             try await group.waitForAll()
         }
-        let subscribed = clock.now
+        let subscribing = clock.now - ready
         var renewals = 0
         var expirations = 0
-        for month in 0..<(years * 12) {
-            if month % 12 == 0 { progress(console, "year \(month / 12 + 1) of \(years)…") }
-            let change = try await store.setClock(advance: .oneMonth, rate: nil)
-            renewals += change.ran.renewals
-            expirations += change.ran.expirations
-        }
-        let advanced = clock.now
-        let queued = pause > 0 ? try await store.deliveryQueueDepth() : 0
-        // Wait for the outbox to drain: the receiver answers, then nothing new arrives for a second.
-        progress(console, "waiting for the last notifications…")
-        var last = -1
-        var lastChange = clock.now
-        // The process's CPU time when the last notification arrived: the run's, over the same span as its rate.
-        var cpuAtLastChange = processCPUSeconds()
-        var writerAtLastChange = store.storeWriterBusy
-        while clock.now - max(lastChange, answerFrom) < .seconds(1) {
-            let count = received.load(ordering: .relaxed)
-            if count != last {
-                last = count
-                lastChange = clock.now
-                cpuAtLastChange = processCPUSeconds()
-                writerAtLastChange = store.storeWriterBusy
+        var advancing = Duration.zero
+        var draining = Duration.zero
+        var queued = 0
+        var segments: [Segment] = []
+        var measuredFloors: [Floor] = []
+        let months = years * 12
+        for round in 0..<rounds {
+            let began = clock.now
+            for month in (months * round / rounds)..<(months * (round + 1) / rounds) {
+                if month % 12 == 0 { progress(console, "year \(month / 12 + 1) of \(years)…") }
+                let change = try await store.setClock(advance: .oneMonth, rate: nil)
+                renewals += change.ran.renewals
+                expirations += change.ran.expirations
             }
-            try await store.catchUp()
-            try await Task.sleep(for: .milliseconds(50))
+            let advanced = clock.now
+            advancing += advanced - began
+            if pause > 0 { queued = try await store.deliveryQueueDepth() }
+            // Wait for the outbox to drain: the receiver answers, then nothing new arrives for a second.
+            progress(console, round == rounds - 1 ? "waiting for the last notifications…" : "draining the outbox…")
+            var last = -1
+            var end = segment.end(at: clock.now, store: store, received: received.load(ordering: .relaxed))
+            while clock.now - max(end.lastChange, answerFrom) < .seconds(1) {
+                let count = received.load(ordering: .relaxed)
+                if count != last {
+                    last = count
+                    end = segment.end(at: clock.now, store: store, received: count)
+                }
+                try await store.catchUp()
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            draining += end.lastChange - advanced
+            segments.append(end)
+            // The floors, with the outbox idle: not part of the run's time, CPU or notifications.
+            if floors, let body = sample.withLock({ $0 }) {
+                progress(console, "measuring the floors (round \(round + 1) of \(rounds))…")
+                measuredFloors.append(
+                    try signAndSendPerSecond(like: body, url: "http://127.0.0.1:\(sink.port)/notifications"))
+            }
+            segment = Segment.Start(at: clock.now, store: store, received: received.load(ordering: .relaxed))
         }
-        let elapsed = (lastChange - ready).seconds
-        let runCPU = cpuAtLastChange - cpuAtReady
-        let writerShare = writerAtReady.flatMap { start in writerAtLastChange.map { ($0 - start).seconds / elapsed } }
+        let last = segments.reduce(0) { $0 + $1.received }
+        let elapsed = segments.reduce(0) { $0 + $1.seconds }
+        let runCPU = segments.reduce(0) { $0 + $1.cpu }
+        let writerShare =
+            segments.contains { $0.writer == nil } ? nil : segments.reduce(0) { $0 + $1.writer! } / elapsed
         let cores = ProcessInfo.processInfo.activeProcessorCount
         let peakKilobytes = peakResidentKilobytes()
-        // Measured after the run, against the same receiver, with one of the run's own notifications (not
-        // with the stuck receiver, whose notifications cost a fourth signature and a send).
-        let floor = try (stuck ? nil : sample.withLock { $0 }).map { body in
-            try signAndSendPerSecond(like: body, url: "http://127.0.0.1:\(sink.port)/notifications")
-        }
         _ = try await store.pruneNotifications()
         let databaseBytes = ["store.sqlite", "store.sqlite-wal"].reduce(0) { total, name in
             let path = directory.appendingPathComponent(name).path
@@ -196,7 +220,7 @@ extension BenchCommands {
               \(subscribers) subscribers × \(years) years = \(Int(subscriberYears)) subscriber-years
               \(renewals) renewals, \(expirations) expirations, \(last) notifications received
               \(format(elapsed)) s: \(rate(subscriberYears / elapsed)) subscriber-years/s, \(rate(Double(last) / elapsed)) notifications/s
-              setting up \(format((ready - start).seconds)) s (keys and tables; not counted), subscribing \(format((subscribed - ready).seconds)) s, advancing \(format((advanced - subscribed).seconds)) s, draining \(format((lastChange - advanced).seconds)) s
+              setting up \(format((ready - start).seconds)) s (keys and tables; not counted), subscribing \(format(subscribing.seconds)) s, advancing \(format(advancing.seconds)) s, draining \(format(draining.seconds)) s\(rounds > 1 ? " in \(rounds) rounds (the floors measured after each, not counted)" : "")
               peak resident memory \(peakKilobytes / 1024) MiB
               database on disk \(databaseBytes / 1_048_576) MiB (\(retention.map { "done notifications kept \($0.days) days" } ?? "every notification kept"))
               CPU a notification (user and system, every thread) \(last > 0 ? microseconds(runCPU, each: last) : "—"), \
@@ -235,25 +259,68 @@ extension BenchCommands {
 
                 """)
         }
-        if let floor, last > 0 {
+        if !measuredFloors.isEmpty, last > 0 {
             let perSubscriberYear = Double(last) / subscriberYears
-            let signing = floor.signing / perSubscriberYear
-            let sending = floor.signingAndSending / perSubscriberYear
-            let share = format(subscriberYears / elapsed / sending)
+            // Each round's notifications a second over the floor measured right after it.
+            let shares = zip(segments, measuredFloors).map { segment, floor in
+                Double(segment.received) / segment.seconds / floor.signingAndSending
+            }
+            let signing = median(measuredFloors.map(\.signing)) ?? 0
+            let sending = median(measuredFloors.map(\.signingAndSending)) ?? 0
+            let several = measuredFloors.count > 1
+            func list(_ values: [String]) -> String { values.map { $0.drop { $0 == " " } }.joined(separator: ", ") }
+            /// " (each round: a, b, …)" after a median, when there are rounds.
+            func eachRound(_ values: [String]) -> String { several ? " (each round: \(list(values)))" : "" }
+            let threads = measuredFloors.map { String($0.threads) }.joined(separator: ", ")
+            let runRates = segments.map { rate(Double($0.received) / $0.seconds) }
             console.write(
                 """
                   floors, same run, one of the run's notifications made again as the emulator makes it (its JSON and \
-                three signatures), nothing rendered from state, stored or recorded: signed alone on \
-                \(cores) threads \(rate(floor.signing)) notifications/s, \
-                at most \(rate(signing)) subscriber-years/s; signed and sent to the same receiver on \(floor.threads) \
-                threads \(rate(floor.signingAndSending)) notifications/s, at most \(rate(sending)) subscriber-years/s; \
-                this run \(share)× that; the floors' CPU a notification \(microseconds(floor.signingCPU)) signed alone, \
-                \(microseconds(floor.signingAndSendingCPU)) signed and sent (\(format(floor.sendingCoresBusy)) \
-                cores busy)
+                three signatures), nothing rendered from state, stored or recorded, \
+                \(several ? "in each round with the outbox idle (the rounds' medians)" : "with the outbox idle"): \
+                signed alone on \(cores) threads \(rate(signing)) notifications/s, at most \
+                \(rate(signing / perSubscriberYear)) subscriber-years/s; signed and sent to the same receiver \
+                \(rate(sending)) notifications/s\(eachRound(measuredFloors.map { rate($0.signingAndSending) })) on \
+                \(threads) threads (the best of 1, 2 and 4 a core), at most \(rate(sending / perSubscriberYear)) \
+                subscriber-years/s\(several ? "; the run's notifications/s each round \(list(runRates))" : ""); \
+                this run \(format(median(shares) ?? 0))× that\(eachRound(shares.map(format))); the floors' CPU a \
+                notification \(microseconds(median(measuredFloors.map(\.signingCPU)) ?? 0)) signed alone, \
+                \(microseconds(median(measuredFloors.map(\.signingAndSendingCPU)) ?? 0)) signed and sent \
+                (\(format(median(measuredFloors.map(\.sendingCoresBusy)) ?? 0)) cores busy)
 
                 """)
         }
         return 0
+    }
+
+    /// One round of the run: its time (to the last notification received), notifications, the process's CPU
+    /// seconds and the store's writer's seconds in write transactions over that time.
+    struct Segment {
+        var seconds: Double
+        var received: Int
+        var cpu: Double
+        var writer: Double?
+        var lastChange: ContinuousClock.Instant
+
+        /// Where a round began.
+        struct Start {
+            let at: ContinuousClock.Instant
+            let cpu: Double
+            let writer: Duration?
+            let received: Int
+
+            init(at: ContinuousClock.Instant, store: AppStore, received: Int) {
+                (self.at, cpu, writer, self.received) = (at, processCPUSeconds(), store.storeWriterBusy, received)
+            }
+
+            /// The round so far, with `received` notifications in all at `now`.
+            func end(at now: ContinuousClock.Instant, store: AppStore, received: Int) -> Segment {
+                Segment(
+                    seconds: (now - at).seconds, received: received - self.received, cpu: processCPUSeconds() - cpu,
+                    writer: writer.flatMap { start in store.storeWriterBusy.map { ($0 - start).seconds } },
+                    lastChange: now)
+            }
+        }
     }
 
     /// Customers subscribing at once (the emulator's group commit joins their writes).

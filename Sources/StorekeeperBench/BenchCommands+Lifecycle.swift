@@ -165,7 +165,8 @@ extension BenchCommands {
         var draining = Duration.zero
         var queued = 0
         var segments: [Segment] = []
-        var measuredFloors: [Floor] = []
+        // Each floor with the round it followed (a round before any notification arrived has none).
+        var measured: [(round: Segment, floor: Floor)] = []
         let months = years * 12
         for round in 0..<rounds {
             let began = clock.now
@@ -196,8 +197,8 @@ extension BenchCommands {
             // The floors, with the outbox idle: not part of the run's time, CPU or notifications.
             if floors, let body = sample.withLock({ $0 }) {
                 progress(console, "measuring the floors (round \(round + 1) of \(rounds))…")
-                measuredFloors.append(
-                    try signAndSendPerSecond(like: body, url: "http://127.0.0.1:\(sink.port)/notifications"))
+                measured.append(
+                    (end, try signAndSendPerSecond(like: body, url: "http://127.0.0.1:\(sink.port)/notifications")))
             }
             segment = Segment.Start(at: clock.now, store: store, received: received.load(ordering: .relaxed))
         }
@@ -259,12 +260,11 @@ extension BenchCommands {
 
                 """)
         }
-        if !measuredFloors.isEmpty, last > 0 {
+        if !measured.isEmpty, last > 0 {
             let perSubscriberYear = Double(last) / subscriberYears
+            let measuredFloors = measured.map(\.floor)
             // Each round's notifications a second over the floor measured right after it.
-            let shares = zip(segments, measuredFloors).map { segment, floor in
-                Double(segment.received) / segment.seconds / floor.signingAndSending
-            }
+            let shares = measured.map { Double($0.round.received) / $0.round.seconds / $0.floor.signingAndSending }
             let signing = median(measuredFloors.map(\.signing)) ?? 0
             let sending = median(measuredFloors.map(\.signingAndSending)) ?? 0
             let several = measuredFloors.count > 1
@@ -272,7 +272,7 @@ extension BenchCommands {
             /// " (each round: a, b, …)" after a median, when there are rounds.
             func eachRound(_ values: [String]) -> String { several ? " (each round: \(list(values)))" : "" }
             let threads = measuredFloors.map { String($0.threads) }.joined(separator: ", ")
-            let runRates = segments.map { rate(Double($0.received) / $0.seconds) }
+            let runRates = measured.map { rate(Double($0.round.received) / $0.round.seconds) }
             console.write(
                 """
                   floors, same run, one of the run's notifications made again as the emulator makes it (its JSON and \

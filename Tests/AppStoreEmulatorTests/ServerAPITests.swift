@@ -380,6 +380,13 @@ struct ServerAPITests {
             _ = try await otherClient.massExtensionStatus(productID: "monthly", requestIdentifier: "outage-1")
         }
         #expect(otherApp?.code == .statusRequestNotFound && otherApp?.status == 404)
+        // Nor can it take the same identifier for the same product: refused, not answered as if started.
+        let reused = await Self.apiError {
+            _ = try await otherClient.extendRenewalDatesForAllActiveSubscribers(
+                MassExtendRenewalDateRequest(
+                    extendByDays: 3, extendReasonCode: 3, requestIdentifier: "outage-1", productID: "monthly"))
+        }
+        #expect(reused?.code == .invalidRequestIdentifier && reused?.status == 400)
         var decoded: [JSONObject] = []
         for _ in 0..<60 {
             decoded = try await sink.payloads(atLeast: 4 + 2 + 2 + 1 + 1).map { try api.payload($0) }

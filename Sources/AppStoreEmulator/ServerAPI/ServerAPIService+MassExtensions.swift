@@ -40,9 +40,16 @@ extension ServerAPIService {
         let started: Bool
         do {
             started = try await self.appStore.storage.write { store -> Bool in
-                guard
-                    try store.massExtension(productID: productID, requestIdentifier: request.requestIdentifier) == nil
-                else { return false }
+                if let taken = try store.massExtension(
+                    productID: productID, requestIdentifier: request.requestIdentifier)
+                {
+                    // Requests are kept by product and identifier: another app's or environment's under the same
+                    // ones is refused, not answered as if it were this one (whose status it could not read).
+                    guard taken.environment == scope.environment,
+                        taken.resume.map({ $0.bundleID == scope.bundleID }) ?? true
+                    else { throw EmulatorError.api(.invalidRequestIdentifier, "Invalid request identifier.") }
+                    return false
+                }
                 try store.save(progress)
                 return true
             }

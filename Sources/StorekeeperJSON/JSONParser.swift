@@ -209,24 +209,21 @@ public struct JSONParser {
         }
     }
 
-    /// Where the run of printable ASCII other than `"` and `\` that starts at `from` ends. Eight bytes at a
-    /// time while none of them ends it (a base64url JWS is thousands of such bytes), then one at a time.
-    static func plainEnd(in buffer: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
+    /// Where the run of printable ASCII other than `"` and `\` that starts at `from` ends: what a JSON string
+    /// holds as it is, without escapes. Sixteen bytes at a time while none of them ends it (a base64url JWS is
+    /// thousands of such bytes; a loop a byte the compiler leaves scalar took ~10 µs for 14 KB), then one at a
+    /// time. Also how the purchase server reads Apple's `{"signedPayload":"…"}` without parsing it.
+    package static func plainEnd(in buffer: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
         var end = from
         if let base = UnsafeRawPointer(buffer.baseAddress) {
-            let ones: UInt64 = 0x0101_0101_0101_0101
-            let highs: UInt64 = 0x8080_8080_8080_8080
-            while end + 8 <= buffer.count {
-                let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: end, as: UInt64.self))
-                // Nonzero when some byte is 0x80 or more, below 0x20, `"` or `\` (the usual tests for a
-                // byte below n and for a zero byte, exact as to whether one exists).
-                let quote = word ^ (ones &* 0x22)
-                let backslash = word ^ (ones &* 0x5C)
-                let found =
-                    (word & highs) | ((word &- ones &* 0x20) & ~word & highs) | ((quote &- ones) & ~quote & highs)
-                    | ((backslash &- ones) & ~backslash & highs)
-                if found != 0 { break }
-                end += 8
+            let quote = SIMD16<UInt8>(repeating: 0x22)
+            let backslash = SIMD16<UInt8>(repeating: 0x5C)
+            let space = SIMD16<UInt8>(repeating: 0x20)
+            let high = SIMD16<UInt8>(repeating: 0x80)
+            while end + 16 <= buffer.count {
+                let chunk = base.loadUnaligned(fromByteOffset: end, as: SIMD16<UInt8>.self)
+                if any((chunk .== quote) .| (chunk .== backslash) .| (chunk .< space) .| (chunk .>= high)) { break }
+                end += 16
             }
         }
         while end < buffer.count {

@@ -18,6 +18,25 @@ struct JSONParserTests {
         #expect(try JSONParser.parse(JSONWriter.string(value)) == value)
     }
 
+    @Test("A string's plain run ends at the first quote, backslash, control or non-ASCII byte, wherever it is")
+    func plainRun() throws {
+        let clean = Array("abcdefghijklmnopqrstuvwxyz0123456789-_. ~\u{7F}".utf8)
+        #expect(clean.withUnsafeBufferPointer { JSONParser.plainEnd(in: $0, from: 0) } == clean.count)
+        #expect(clean.withUnsafeBufferPointer { JSONParser.plainEnd(in: $0, from: 7) } == clean.count)
+        for position in clean.indices {
+            for byte: UInt8 in [0x22, 0x5C, 0x00, 0x0A, 0x1F, 0x80, 0xFF] {
+                var bytes = clean
+                bytes[position] = byte
+                #expect(bytes.withUnsafeBufferPointer { JSONParser.plainEnd(in: $0, from: 0) } == position)
+                // And the parser reads the string the same with or without the fast path's help.
+                let text = String(decoding: bytes, as: UTF8.self)
+                if byte >= 0x20, let parsed = try? JSONParser.parse(JSONWriter.string(.string(text))) {
+                    #expect(parsed == .string(text))
+                }
+            }
+        }
+    }
+
     @Test("The writer's bytes: escapes, control characters, U+2028, raw non-ASCII, pretty form; string() is the same")
     func writerBytes() {
         let value: JSONValue = .object([

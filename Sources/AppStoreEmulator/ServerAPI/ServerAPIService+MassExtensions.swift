@@ -45,9 +45,9 @@ extension ServerAPIService {
                 {
                     // Requests are kept by product and identifier: another app's or environment's under the same
                     // ones is refused, not answered as if it were this one (whose status it could not read).
-                    guard taken.environment == scope.environment,
-                        taken.resume.map({ $0.bundleID == scope.bundleID }) ?? true
-                    else { throw EmulatorError.api(.invalidRequestIdentifier, "Invalid request identifier.") }
+                    guard Self.belongs(taken, to: scope) else {
+                        throw EmulatorError.api(.invalidRequestIdentifier, "Invalid request identifier.")
+                    }
                     return false
                 }
                 try store.save(progress)
@@ -187,13 +187,16 @@ extension ServerAPIService {
         let stored = try await self.appStore.storage.read {
             try $0.massExtension(productID: productID, requestIdentifier: requestIdentifier)
         }
-        // Another app's request is not found, as another environment's is (a request stored before the app
-        // was kept, with no `resume`, is answered to any app of its environment).
-        guard let stored, stored.environment == scope.environment,
-            stored.resume.map({ $0.bundleID == scope.bundleID }) ?? true
-        else {
+        // Another app's or environment's request is not found.
+        guard let stored, Self.belongs(stored, to: scope) else {
             throw EmulatorError.api(.statusRequestNotFound, "Status request not found.")
         }
         return stored
+    }
+
+    /// Whether a stored mass extension is the app's and environment's that `scope` names (one stored before
+    /// the app was kept, with no `resume`, counts as any app's of its environment).
+    static func belongs(_ mass: MassExtension, to scope: APIScope) -> Bool {
+        mass.environment == scope.environment && (mass.resume.map { $0.bundleID == scope.bundleID } ?? true)
     }
 }

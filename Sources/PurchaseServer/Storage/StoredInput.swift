@@ -1,6 +1,7 @@
 import AppStoreSignedData
 import Foundation
 import StorekeeperCrypto
+import StorekeeperJSON
 import Synchronization
 
 /// How a raw input is kept. A V2 notification as Apple posts it, `{"signedPayload":"<JWS>"}`, is ~14 KB of
@@ -20,38 +21,15 @@ enum StoredInput {
         let bytes: [UInt8]
     }
 
-    /// The `signedPayload` of a body exactly as Apple posts it, `{"signedPayload":"<JWS>"}` with no quote,
-    /// backslash or control character inside, read without parsing JSON (the parser made and checked a ~14 KB
-    /// string a notification, ~5 µs); nil for any other body, which the JSON parser reads.
+    /// The `signedPayload` of a body exactly as Apple posts it, `{"signedPayload":"<JWS>"}` with nothing but
+    /// printable ASCII other than a quote or backslash inside (``JSONParser/plainEnd(in:from:)``), read without
+    /// parsing JSON (the parser made and checked a ~14 KB string a notification, ~5 µs); nil for any other
+    /// body, which the JSON parser reads.
     static func signedPayload(of body: [UInt8]) -> String? {
         guard let range = wrapped(body),
-            !body.withUnsafeBufferPointer({ needsEscaping(UnsafeBufferPointer(rebasing: $0[range])) })
+            body.withUnsafeBufferPointer({ JSONParser.plainEnd(in: $0, from: range.lowerBound) }) == range.upperBound
         else { return nil }
         return String(decoding: body[range], as: UTF8.self)
-    }
-
-    /// Whether `bytes` holds a quote, a backslash or a control character (what a JSON string escapes), 16
-    /// bytes a step: a loop a byte, as the compiler left it, took ~10 µs for a notification's ~14 KB.
-    static func needsEscaping(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard let base = bytes.baseAddress else { return false }
-        let raw = UnsafeRawPointer(base)
-        let quote = SIMD16<UInt8>(repeating: 0x22)
-        let backslash = SIMD16<UInt8>(repeating: 0x5C)
-        let space = SIMD16<UInt8>(repeating: 0x20)
-        var found = SIMDMask<SIMD16<Int8>>(repeating: false)
-        var index = 0
-        while index + 16 <= bytes.count {
-            let chunk = raw.loadUnaligned(fromByteOffset: index, as: SIMD16<UInt8>.self)
-            found = found .| (chunk .== quote) .| (chunk .== backslash) .| (chunk .< space)
-            index += 16
-        }
-        if any(found) { return true }
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == 0x22 || byte == 0x5C || byte < 0x20 { return true }
-            index += 1
-        }
-        return false
     }
 
     /// The compact form of a V2 notification's body and the header it names; nil to keep `body` whole.

@@ -50,7 +50,10 @@ public struct Row: Sendable, Hashable {
     }
 
     public subscript(_ column: String) -> SQLValue {
-        guard let index = columns.firstIndex(of: column) else { return .null }
+        // Lengths first: most names differ in length, and comparing two long names' bytes was most of reading a
+        // wide row by its names (`perf`: string comparison 9% of the lifecycle writer's own code).
+        let length = column.utf8.count
+        guard let index = columns.firstIndex(where: { $0.utf8.count == length && $0 == column }) else { return .null }
         return values[index]
     }
 

@@ -50,10 +50,10 @@ public final class Connection {
     }
 
     /// Prepared statements by SQL text, reused (reset and re-bound) by ``execute(_:_:)``.
-    private var statements: [String: OpaquePointer] = [:]  // sqlite3_stmt, owned
+    private var statements = StatementCache()
 
     deinit {
-        for statement in statements.values { sqlite3_finalize(statement) }
+        for entry in statements.entries { sqlite3_finalize(entry.statement) }
         sqlite3_close_v2(handle)
     }
 
@@ -77,38 +77,37 @@ public final class Connection {
             }, Unmanaged.passUnretained(box).toOpaque())
     }
 
-    private func prepared(_ sql: String) throws(SQLiteError) -> OpaquePointer {
-        if let statement = statements[sql] { return statement }
+    private func prepared(_ sql: String) throws(SQLiteError) -> StatementCache.Entry {
+        let fingerprint = StatementCache.fingerprint(sql)
+        if let entry = statements.entry(sql, fingerprint: fingerprint) { return entry }
         var statement: OpaquePointer?  // sqlite3_stmt
         let status = sql.withCString {
             sqlite3_prepare_v3(handle, $0, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
         }
         guard status == SQLITE_OK, let statement else { throw error(status, sql) }
         if statements.count >= 256 {
-            for old in statements.values { sqlite3_finalize(old) }
-            statements.removeAll()
+            for old in statements.removeAll() { sqlite3_finalize(old.statement) }
         }
-        statements[sql] = statement
-        return statement
+        let entry = StatementCache.Entry(sql: sql, statement: statement)
+        statements.insert(entry, fingerprint: fingerprint)
+        return entry
     }
 
-    /// Result column names by SQL text, made once per statement rather than per call (a `SELECT *` of a
-    /// wide table made a string per column per call); made again when the count changes (a statement
-    /// SQLite prepared again after a schema change; no migration renames a column).
-    private var columnNameCache: [String: [String]] = [:]
-
-    private func columnNames(_ statement: OpaquePointer, sql: String, count: Int32) -> [String] {
-        if let names = columnNameCache[sql], names.count == Int(count) { return names }
-        let names = (0..<count).map { String(cString: sqlite3_column_name(statement, $0)) }
-        if columnNameCache.count >= 256 { columnNameCache.removeAll() }
-        columnNameCache[sql] = names
+    /// Result column names, made once per statement rather than per call (a `SELECT *` of a wide table made a
+    /// string per column per call); made again when the count changes (a statement SQLite prepared again after
+    /// a schema change; no migration renames a column).
+    private func columnNames(_ entry: StatementCache.Entry, count: Int32) -> [String] {
+        if let names = entry.columns, names.count == Int(count) { return names }
+        let names = (0..<count).map { String(cString: sqlite3_column_name(entry.statement, $0)) }
+        entry.columns = names
         return names
     }
 
     /// Runs one statement with bound values and returns every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(SQLiteError) -> [Row] {
-        let statement = try prepared(sql)
+        let entry = try prepared(sql)
+        let statement = entry.statement
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
@@ -151,7 +150,7 @@ public final class Connection {
             guard step == SQLITE_ROW else { throw error(step, sql) }
             if rows.isEmpty {
                 columnCount = sqlite3_column_count(statement)
-                columns = columnNames(statement, sql: sql, count: columnCount)
+                columns = columnNames(entry, count: columnCount)
             }
             var values: [SQLValue] = []
             values.reserveCapacity(Int(columnCount))

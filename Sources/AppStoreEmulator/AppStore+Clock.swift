@@ -138,6 +138,10 @@ extension AppStore {
     /// whole of a span means the writer set its rate (reports, not requests).
     public var storeWriterBusy: Duration? { storage.writerBusy }
 
+    /// The CPU time the store's writer has spent in those write transactions (nil where not measured): with
+    /// ``storeWriterBusy``, whether the writer's rate is its own work or its waits.
+    public var storeWriterCPU: Duration? { storage.writerCPU }
+
     /// Runs due events in store-time order, in transactions of at most `batch` events, until none is due or
     /// `maxEvents` ran; returns what ran and whether none is left due (the scheduler runs the rest).
     @discardableResult

@@ -207,6 +207,10 @@ extension BenchCommands {
         let runCPU = segments.reduce(0) { $0 + $1.cpu }
         let writerShare =
             segments.contains { $0.writer == nil } ? nil : segments.reduce(0) { $0 + $1.writer! } / elapsed
+        let writerCPU = segments.contains { $0.writerCPU == nil } ? nil : segments.reduce(0) { $0 + $1.writerCPU! }
+        // On a core for this share of its time in write transactions, and its CPU a notification.
+        let writerOnCore = writerShare.flatMap { share in writerCPU.map { format($0 / (share * elapsed)) } } ?? "—"
+        let writerEach = writerCPU.map { last > 0 ? microseconds($0, each: last) : "—" } ?? "—"
         let cores = ProcessInfo.processInfo.activeProcessorCount
         let peakKilobytes = peakResidentKilobytes()
         _ = try await store.pruneNotifications()
@@ -226,7 +230,7 @@ extension BenchCommands {
               database on disk \(databaseBytes / 1_048_576) MiB (\(retention.map { "done notifications kept \($0.days) days" } ?? "every notification kept"))
               CPU a notification (user and system, every thread) \(last > 0 ? microseconds(runCPU, each: last) : "—"), \
             \(format(runCPU / elapsed)) of \(cores) cores busy on average
-              the store's writer in write transactions \(writerShare.map(format) ?? "—") of the run (near 1: the one writer sets the rate)
+              the store's writer in write transactions \(writerShare.map(format) ?? "—") of the run (near 1: the one writer sets the rate), on a core \(writerOnCore) of that time (\(writerEach) of CPU a notification)
 
             """)
         if pause > 0 {
@@ -294,12 +298,13 @@ extension BenchCommands {
     }
 
     /// One round of the run: its time (to the last notification received), notifications, the process's CPU
-    /// seconds and the store's writer's seconds in write transactions over that time.
+    /// seconds and the store's writer's seconds in write transactions (and on a core in them) over that time.
     struct Segment {
         var seconds: Double
         var received: Int
         var cpu: Double
         var writer: Double?
+        var writerCPU: Double?
         var lastChange: ContinuousClock.Instant
 
         /// Where a round began.
@@ -307,10 +312,13 @@ extension BenchCommands {
             let at: ContinuousClock.Instant
             let cpu: Double
             let writer: Duration?
+            let writerCPU: Duration?
             let received: Int
 
             init(at: ContinuousClock.Instant, store: AppStore, received: Int) {
-                (self.at, cpu, writer, self.received) = (at, processCPUSeconds(), store.storeWriterBusy, received)
+                (self.at, cpu, writer, writerCPU, self.received) = (
+                    at, processCPUSeconds(), store.storeWriterBusy, store.storeWriterCPU, received
+                )
             }
 
             /// The round so far, with `received` notifications in all at `now`.
@@ -318,6 +326,7 @@ extension BenchCommands {
                 Segment(
                     seconds: (now - at).seconds, received: received - self.received, cpu: processCPUSeconds() - cpu,
                     writer: writer.flatMap { start in store.storeWriterBusy.map { ($0 - start).seconds } },
+                    writerCPU: writerCPU.flatMap { start in store.storeWriterCPU.map { ($0 - start).seconds } },
                     lastChange: now)
             }
         }

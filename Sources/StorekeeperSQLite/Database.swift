@@ -130,20 +130,40 @@ public actor Database {
     /// How long the writer has spent in write transactions so far, from `BEGIN` to the end of `COMMIT` or
     /// `ROLLBACK` (a group's gathering wait not included). Its share of a span tells whether the one writer
     /// sets a workload's rate: near the whole span, only less work a write makes the workload faster.
-    public nonisolated var writerBusy: Duration { busy.withLock { $0 } }
-    private nonisolated let busy = Mutex(Duration.zero)
+    public nonisolated var writerBusy: Duration { busy.withLock { $0.wall } }
 
-    /// Adds the time since `start` to ``writerBusy``.
-    private func countBusy(since start: ContinuousClock.Instant) {
-        let elapsed = ContinuousClock.now - start
-        busy.withLock { $0 += elapsed }
+    /// The writer's thread's CPU time in those transactions (`CLOCK_THREAD_CPUTIME_ID`; a transaction runs on
+    /// one thread): the rest of ``writerBusy`` is waiting, for the disk, for a core, or for what a write waits on.
+    public nonisolated var writerCPU: Duration { busy.withLock { $0.cpu } }
+    private nonisolated let busy = Mutex((wall: Duration.zero, cpu: Duration.zero))
+
+    /// When a write transaction began: the clock's time and its thread's CPU time.
+    private struct Began {
+        let at = ContinuousClock.now
+        let cpu = Database.threadCPU()
+    }
+
+    /// This thread's CPU time so far.
+    private static func threadCPU() -> Duration {
+        var time = timespec()
+        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return .zero }
+        return .seconds(time.tv_sec) + .nanoseconds(time.tv_nsec)
+    }
+
+    /// Adds the time since `began` to ``writerBusy`` and ``writerCPU``.
+    private func countBusy(since began: Began) {
+        let (elapsed, cpu) = (ContinuousClock.now - began.at, Self.threadCPU() - began.cpu)
+        busy.withLock {
+            $0.wall += elapsed
+            $0.cpu += cpu
+        }
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     @discardableResult
     public func write<T: Sendable>(_ body: @Sendable (Connection) throws -> T) throws -> T {
-        let start = ContinuousClock.now
-        defer { countBusy(since: start) }
+        let began = Began()
+        defer { countBusy(since: began) }
         try connection.executeScript("BEGIN IMMEDIATE")
         writeCounter.ran(writes: 1)
         defer { afterCommit() }
@@ -223,7 +243,7 @@ public actor Database {
             return writes
         }
         guard !writes.isEmpty else { return }
-        let start = ContinuousClock.now
+        let began = Began()
         let results: [Result<any Sendable, any Error>]
         // The hook runs once the transaction has ended and before any write is answered: a write's caller
         // that reads next must find nothing kept from before its own commit.
@@ -235,12 +255,12 @@ public actor Database {
             }
         } catch {
             try? connection.executeScript("ROLLBACK")
-            countBusy(since: start)
+            countBusy(since: began)
             afterCommit()
             for write in writes { write.resume(.failure(error)) }
             return
         }
-        countBusy(since: start)
+        countBusy(since: began)
         afterCommit()
         for (write, result) in zip(writes, results) { write.resume(result) }
     }

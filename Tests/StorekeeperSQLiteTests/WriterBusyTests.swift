@@ -55,4 +55,28 @@ struct WriterBusyTests {
         #expect(added >= body.end - body.start)
         #expect(added - (body.end - body.start) < .milliseconds(300))
     }
+
+    @Test("The writer's CPU time counts a transaction's work on its thread, not its sleeping")
+    func writerCPU() async throws {
+        let database = try Database(path: try DatabaseTests.temporaryPath())
+        try await database.migrate(DatabaseTests.schema)
+        let (busy, cpu) = (database.writerBusy, database.writerCPU)
+        // 60 ms asleep in a write and in a group: busy, not on a core.
+        try await database.write { _ in usleep(60_000) }
+        _ = try await database.writeGrouped { _ in usleep(60_000) }
+        #expect(database.writerBusy - busy >= .milliseconds(120))
+        #expect(database.writerCPU - cpu < .milliseconds(60))
+        // 50 ms of work in a write: on a core for most of it (this thread's own time, whatever else runs).
+        let (busyBefore, cpuBefore) = (database.writerBusy, database.writerCPU)
+        let worked = try await database.write { _ -> Duration in
+            let start = ContinuousClock.now
+            var spin: UInt64 = 0
+            while ContinuousClock.now - start < .milliseconds(50) { spin &+= 1 }
+            return ContinuousClock.now - start + .nanoseconds(Int64(spin & 1))
+        }
+        let addedCPU = database.writerCPU - cpuBefore
+        #expect(worked >= .milliseconds(50))
+        #expect(addedCPU > .milliseconds(5))
+        #expect(addedCPU <= database.writerBusy - busyBefore + .milliseconds(1))
+    }
 }

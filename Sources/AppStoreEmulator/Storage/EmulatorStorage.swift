@@ -230,8 +230,11 @@ public protocol EmulatorStorage: Sendable {
     func write<T: Sendable>(_ body: @escaping @Sendable (any EmulatorStore) throws -> T) async throws -> T
     /// How long its one writer has spent in write transactions so far; nil where it is not measured.
     var writerBusy: Duration? { get }
+    /// The CPU time its writer's thread has spent in those transactions; nil where it is not measured.
+    var writerCPU: Duration? { get }
 }
 
 extension EmulatorStorage {
     public var writerBusy: Duration? { nil }
+    public var writerCPU: Duration? { nil }
 }

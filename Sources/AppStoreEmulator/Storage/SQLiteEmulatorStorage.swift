@@ -37,6 +37,8 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
 
     /// How long the database's writer has spent in write transactions so far (``Database/writerBusy``).
     public var writerBusy: Duration? { database.writerBusy }
+    /// The CPU time of those transactions (``Database/writerCPU``).
+    public var writerCPU: Duration? { database.writerCPU }
 
     /// A group commit: writes waiting at the same moment share one transaction and one fsync, each all or
     /// nothing on its own (a savepoint), in the order they were submitted; each returns once the group is

@@ -262,14 +262,28 @@ extension AppStore {
     /// Schedules an event within a write and keeps the cached next due time in step.
     func schedule(_ event: DueEvent, in store: any EmulatorStore) throws {
         try store.schedule(event)
+        HandledEvent.current?.noteScheduled(event)
         nextDue.withLock { $0 = min($0 ?? event.due, event.due) }
     }
 
     /// Applies one due event and says what it did.
+    ///
+    /// The event's row goes once it is handled, unless handling it scheduled it again (the next renewal, a
+    /// lease renewed): then the row was moved in place, not deleted and inserted again.
     func handle(_ event: DueEvent, in store: any EmulatorStore, now: Date, claims: SlotClaims) throws
         -> DueWork.Outcome
     {
-        try store.cancel(kind: event.kind, key: event.key)
+        let handled = HandledEvent(event)
+        let outcome = try HandledEvent.$current.withValue(handled) {
+            try handleScheduled(event, in: store, now: now, claims: claims)
+        }
+        if !handled.scheduledAgain { try store.cancel(kind: event.kind, key: event.key) }
+        return outcome
+    }
+
+    private func handleScheduled(_ event: DueEvent, in store: any EmulatorStore, now: Date, claims: SlotClaims)
+        throws -> DueWork.Outcome
+    {
         let originalID = TransactionID(event.key)
         switch event.kind {
         case .renewal:
@@ -288,4 +302,22 @@ extension AppStore {
 
     /// Transactions stored, for every account.
     public func transactionCount() async throws -> Int { try await storage.read { try $0.transactionCount() } }
+}
+
+/// The due event being handled, while it is: whether handling it scheduled the same event again.
+final class HandledEvent: Sendable {
+    private let kind: DueEvent.Kind
+    private let key: String
+    private let again = Atomic<Bool>(false)
+
+    @TaskLocal static var current: HandledEvent?
+
+    init(_ event: DueEvent) { (kind, key) = (event.kind, event.key) }
+
+    var scheduledAgain: Bool { again.load(ordering: .relaxed) }
+
+    /// Notes `event` scheduled within the handling: the handled one again if its kind and key are the same.
+    func noteScheduled(_ event: DueEvent) {
+        if event.kind == kind, event.key == key { again.store(true, ordering: .relaxed) }
+    }
 }

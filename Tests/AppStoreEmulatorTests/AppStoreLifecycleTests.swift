@@ -88,6 +88,41 @@ struct AppStoreFoundationTests {
         #expect(bought["transaction"]?["transactionIdentifier"] == .string("2000000000000002"))
         #expect(try await database.read { try $0.execute("SELECT count(*) AS n FROM state") }.first?["n"].int64 == 0)
     }
+
+    @Test("A renewal moves its due event to the new period's end; an expiry removes it")
+    func renewalDueEvent() async throws {
+        let harness = try await Harness.make()
+        let app = try await harness.device()
+        let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("monthly")])
+        let original = try #require(bought["transaction"]?["originalTransactionIdentifier"]?.stringValue)
+        // Read beside the emulator's own connection (WAL: the last commit).
+        let connection = try Connection(path: harness.directory.appendingPathComponent("store.sqlite").path)
+        func dueEvents() throws -> [String] {
+            try connection.execute("SELECT kind, key, due FROM due_events ORDER BY kind, key").map {
+                "\($0["kind"].string ?? "") \($0["key"].string ?? "") \($0["due"].double ?? 0)"
+            }
+        }
+        func latestExpiry() throws -> Double {
+            try #require(
+                try connection.execute(
+                    "SELECT max(expires_date) AS expires FROM transactions WHERE original_id = ?", [.text(original)]
+                ).first?["expires"].double)
+        }
+        #expect(try dueEvents() == ["renewal \(original) \(try latestExpiry())"])
+        for renewals in 1...3 {
+            let (_, clock) = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+            #expect(clock["ran"]?["renewals"] == .integer(1))
+            // One row for the subscription, now due when the period just bought ends.
+            #expect(try dueEvents() == ["renewal \(original) \(try latestExpiry())"], "after renewal \(renewals)")
+        }
+        // Auto-renew off: the period's end expires the subscription and schedules nothing after it.
+        let (status, _) = try await harness.call(
+            "POST", "/_emulator/v1/transactions/\(original)/auto-renew", ["enabled": .bool(false)])
+        #expect(status == 200)
+        let (_, clock) = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        #expect(clock["ran"] == .object(["renewals": .integer(0), "expirations": .integer(1)]))
+        #expect(try dueEvents() == [])
+    }
 }
 
 @Suite("Emulator secrets on disk")

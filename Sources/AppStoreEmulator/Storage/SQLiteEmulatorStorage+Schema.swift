@@ -276,5 +276,18 @@ extension SQLiteEmulatorStorage {
             """),
         // When a subscription's current run of periods began, after a lapse of 60 days or more.
         Migration("019-subscription-run-start", "ALTER TABLE subscriptions ADD COLUMN run_start REAL;"),
+        // Due events keyed by their primary key alone (no rowid and no second index on (kind, key)): each
+        // renewal, lease and attempt scheduled or cancelled changes two B-trees rather than three.
+        Migration(
+            "020-due-events-without-rowid",
+            """
+            CREATE TABLE due_events_keyed (
+                kind TEXT NOT NULL, key TEXT NOT NULL, due REAL NOT NULL, PRIMARY KEY (kind, key)
+            ) WITHOUT ROWID;
+            INSERT INTO due_events_keyed (kind, key, due) SELECT kind, key, due FROM due_events;
+            DROP TABLE due_events;
+            ALTER TABLE due_events_keyed RENAME TO due_events;
+            CREATE INDEX due_events_by_time ON due_events (due, kind, key);
+            """),
     ]
 }

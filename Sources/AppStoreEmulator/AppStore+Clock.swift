@@ -7,6 +7,7 @@ public import StoreTime
 import StorekeeperCrypto
 import StorekeeperJSON
 import StorekeeperLogging
+public import StorekeeperSQL
 import SubscriptionLifecycle
 import Synchronization
 
@@ -141,6 +142,13 @@ extension AppStore {
     /// The CPU time the store's writer has spent in those write transactions (nil where not measured): with
     /// ``storeWriterBusy``, whether the writer's rate is its own work or its waits.
     public var storeWriterCPU: Duration? { storage.writerCPU }
+
+    /// Counts what each statement costs the store's writer from now on, from zero (`on`), or stops counting.
+    public func countStoreWriterStatements(_ on: Bool) async { await storage.countWriterStatements(on) }
+
+    /// What each statement has cost the store's writer while counted, the costliest first (empty for a store
+    /// that does not measure it).
+    public func storeWriterStatementCosts() async -> [StatementCost] { await storage.writerStatementCosts() }
 
     /// Runs due events in store-time order, in transactions of at most `batch` events, until none is due or
     /// `maxEvents` ran; returns what ran and whether none is left due (the scheduler runs the rest).

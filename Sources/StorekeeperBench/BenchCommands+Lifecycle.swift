@@ -9,6 +9,7 @@ import StorekeeperCommandLine
 import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperSQL
 import SubscriptionLifecycle
 import Synchronization
 
@@ -34,6 +35,10 @@ extension BenchCommands {
         flags: [
             ("no-notifications", "Configure no receiver: the lifecycle, scheduler and storage alone."),
             ("stuck-receiver", "Also send every notification to a second receiver that never answers in time."),
+            (
+                "statements",
+                "Also count what each SQL statement costs the store's writer from the first renewal (two reads of the thread's CPU clock a statement) and list the costliest."
+            ),
         ],
         discussion: """
             Production accounts (no sandbox renewal cap) with monthly subscriptions: of every 20 subscribers, \
@@ -159,6 +164,8 @@ extension BenchCommands {
             try await group.waitForAll()
         }
         let subscribing = clock.now - ready
+        let countStatements = arguments.flag("statements")
+        if countStatements { await store.countStoreWriterStatements(true) }
         var renewals = 0
         var expirations = 0
         var advancing = Duration.zero
@@ -294,7 +301,26 @@ extension BenchCommands {
 
                 """)
         }
+        if countStatements {
+            console.write(statementLines(await store.storeWriterStatementCosts(), notifications: last))
+        }
         return 0
+    }
+
+    /// The costliest of the writer's statements, each with its CPU and calls a notification.
+    static func statementLines(_ costs: [StatementCost], notifications: Int) -> String {
+        guard !costs.isEmpty, notifications > 0 else { return "  the writer's statements: not counted by this store\n" }
+        let total = costs.reduce(0) { $0 + $1.cpu.seconds }
+        var lines = [
+            "  the writer's statements from the first renewal (CPU a notification, calls a notification, share of the \(microseconds(total, each: notifications)) they took in all):"
+        ]
+        for cost in costs.prefix(16) {
+            let text = cost.sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            lines.append(
+                "    \(String(format: "%5.1f µs  %4.2f×", cost.cpu.seconds / Double(notifications) * 1e6, Double(cost.calls) / Double(notifications)))  \(String(format: "%4.1f%%", 100 * cost.cpu.seconds / max(total, 1e-9)))  \(text.prefix(100))"
+            )
+        }
+        return lines.joined(separator: "\n") + "\n"
     }
 
     /// One round of the run: its time (to the last notification received), notifications, the process's CPU

@@ -2,6 +2,10 @@ internal import CStorekeeperSQLite
 internal import CStorekeeperSQLiteVFS
 public import StorekeeperSQL
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// One SQLite connection. Not thread-safe: ``Database`` confines it to its own serial executor.
 public final class Connection {
     private let handle: OpaquePointer  // sqlite3, owned
@@ -52,6 +56,36 @@ public final class Connection {
     /// Prepared statements by SQL text, reused (reset and re-bound) by ``execute(_:_:)``.
     private var statements = StatementCache()
 
+    /// Whether each statement's calls and CPU time are counted (``statementCosts``): two reads of the
+    /// thread's CPU clock a statement while on, one test of this flag while off.
+    package var countsStatements = false
+    /// Counts of statements no longer in the cache, and of scripts (`BEGIN`, `COMMIT`, savepoints).
+    private var otherCosts: [String: (calls: Int, nanoseconds: Int)] = [:]
+
+    /// What each statement has cost while counted, the costliest first.
+    package var statementCosts: [StatementCost] {
+        var all = otherCosts
+        for entry in statements.entries where entry.calls > 0 {
+            all[entry.sql, default: (0, 0)].calls += entry.calls
+            all[entry.sql, default: (0, 0)].nanoseconds += entry.cpuNanoseconds
+        }
+        return all.map { StatementCost(sql: $0.key, calls: $0.value.calls, cpu: .nanoseconds($0.value.nanoseconds)) }
+            .sorted { ($0.cpu, $1.sql) > ($1.cpu, $0.sql) }
+    }
+
+    /// Forgets what was counted so far.
+    package func resetStatementCosts() {
+        otherCosts = [:]
+        for entry in statements.entries { (entry.calls, entry.cpuNanoseconds) = (0, 0) }
+    }
+
+    /// This thread's CPU time in nanoseconds.
+    private static func threadNanoseconds() -> Int {
+        var time = timespec()
+        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return 0 }
+        return time.tv_sec * 1_000_000_000 + time.tv_nsec
+    }
+
     deinit {
         for entry in statements.entries { sqlite3_finalize(entry.statement) }
         sqlite3_close_v2(handle)
@@ -86,7 +120,13 @@ public final class Connection {
         }
         guard status == SQLITE_OK, let statement else { throw error(status, sql) }
         if statements.count >= 256 {
-            for old in statements.removeAll() { sqlite3_finalize(old.statement) }
+            for old in statements.removeAll() {
+                if old.calls > 0 {
+                    otherCosts[old.sql, default: (0, 0)].calls += old.calls
+                    otherCosts[old.sql, default: (0, 0)].nanoseconds += old.cpuNanoseconds
+                }
+                sqlite3_finalize(old.statement)
+            }
         }
         let entry = StatementCache.Entry(sql: sql, statement: statement)
         statements.insert(entry, fingerprint: fingerprint)
@@ -106,11 +146,16 @@ public final class Connection {
     /// Runs one statement with bound values and returns every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(SQLiteError) -> [Row] {
+        let began = countsStatements ? Self.threadNanoseconds() : 0
         let entry = try prepared(sql)
         let statement = entry.statement
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
+            if countsStatements {
+                entry.calls += 1
+                entry.cpuNanoseconds += Self.threadNanoseconds() - began
+            }
         }
         guard Int(sqlite3_bind_parameter_count(statement)) == values.count else {
             throw SQLiteError(
@@ -178,6 +223,13 @@ public final class Connection {
 
     /// Runs several statements without values (schema scripts).
     public func executeScript(_ sql: String) throws(SQLiteError) {
+        let began = countsStatements ? Self.threadNanoseconds() : 0
+        defer {
+            if countsStatements {
+                otherCosts[sql, default: (0, 0)].calls += 1
+                otherCosts[sql, default: (0, 0)].nanoseconds += Self.threadNanoseconds() - began
+            }
+        }
         var message: UnsafeMutablePointer<CChar>?
         let status = sqlite3_exec(handle, sql, nil, nil, &message)
         guard status == SQLITE_OK else {

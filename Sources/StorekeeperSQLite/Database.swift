@@ -137,6 +137,16 @@ public actor Database {
     public nonisolated var writerCPU: Duration { busy.withLock { $0.cpu } }
     private nonisolated let busy = Mutex((wall: Duration.zero, cpu: Duration.zero))
 
+    /// Counts what each statement run on the writer's connection costs from now on, from zero (`on`), or
+    /// stops counting: where a workload's write time goes (`storekeeper bench lifecycle --statements`).
+    public func countWriterStatements(_ on: Bool) {
+        connection.resetStatementCosts()
+        connection.countsStatements = on
+    }
+
+    /// What each statement run on the writer's connection has cost while counted, the costliest first.
+    public var writerStatementCosts: [StatementCost] { connection.statementCosts }
+
     /// When a write transaction began: the clock's time and its thread's CPU time.
     private struct Began {
         let at = ContinuousClock.now

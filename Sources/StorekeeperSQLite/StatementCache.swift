@@ -10,6 +10,10 @@ struct StatementCache {
         let sql: String
         let statement: OpaquePointer  // sqlite3_stmt, owned by the connection
         var columns: [String]?
+        /// Calls and their thread CPU time in nanoseconds, while the connection counts
+        /// (``Connection/countsStatements``).
+        var calls = 0
+        var cpuNanoseconds = 0
 
         init(sql: String, statement: OpaquePointer) {
             self.sql = sql

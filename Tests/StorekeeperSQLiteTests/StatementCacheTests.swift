@@ -56,3 +56,49 @@ struct StatementCacheTests {
         #expect(row?["c"] == .null)
     }
 }
+
+@Suite("What each of the writer's statements costs")
+struct StatementCostTests {
+    @Test("Counted only while on, from zero: each statement's calls, scripts too, the costliest first")
+    func counted() async throws {
+        let database = try Database(path: ":memory:")
+        try await database.write { try $0.execute("CREATE TABLE t (a INTEGER)") }
+        #expect(await database.writerStatementCosts.isEmpty)
+        await database.countWriterStatements(true)
+        let insert = "INSERT INTO t (a) VALUES (?)"
+        try await database.write { connection in
+            for value in 0..<3 { try connection.execute(insert, [.integer(Int64(value))]) }
+            // Enough work to take measurable CPU: a recursive count to 200,000.
+            try connection.execute(
+                "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 200000) SELECT count(*) FROM c"
+            )
+        }
+        let costs = await database.writerStatementCosts
+        let calls = Dictionary(costs.map { ($0.sql, $0.calls) }, uniquingKeysWith: +)
+        #expect(calls[insert] == 3)
+        #expect(calls["BEGIN IMMEDIATE"] == 1)
+        #expect(calls["COMMIT"] == 1)
+        #expect(calls["CREATE TABLE t (a INTEGER)"] == nil, "run before counting began")
+        #expect(costs.first?.sql.hasPrefix("WITH RECURSIVE") == true, "the costliest first")
+        #expect(costs.first.map { $0.cpu > .zero } == true)
+        #expect(zip(costs, costs.dropFirst()).allSatisfy { $0.cpu >= $1.cpu })
+        // Off: what was counted is forgotten, and nothing more is counted.
+        await database.countWriterStatements(false)
+        try await database.write { try $0.execute(insert, [.integer(9)]) }
+        #expect(await database.writerStatementCosts.isEmpty)
+    }
+
+    @Test("Statements the cache lets go (past 256) keep their counts")
+    func keptPastTheCache() async throws {
+        let database = try Database(path: ":memory:")
+        await database.countWriterStatements(true)
+        try await database.read { connection in
+            for _ in 0..<2 {
+                for value in 0..<300 { _ = try connection.execute("SELECT \(value) AS v") }
+            }
+        }
+        let costs = await database.writerStatementCosts
+        #expect(costs.count == 300)
+        #expect(costs.allSatisfy { $0.calls == 2 })
+    }
+}

@@ -1,5 +1,6 @@
 public import Foundation
 public import StoreModel
+public import StorekeeperSQL
 
 /// Accounts by id.
 public protocol AccountRepository {
@@ -232,9 +233,15 @@ public protocol EmulatorStorage: Sendable {
     var writerBusy: Duration? { get }
     /// The CPU time its writer's thread has spent in those transactions; nil where it is not measured.
     var writerCPU: Duration? { get }
+    /// Counts what each statement costs its writer from now on, from zero (`on`), or stops counting.
+    func countWriterStatements(_ on: Bool) async
+    /// What each statement has cost its writer while counted, the costliest first; empty where not measured.
+    func writerStatementCosts() async -> [StatementCost]
 }
 
 extension EmulatorStorage {
     public var writerBusy: Duration? { nil }
     public var writerCPU: Duration? { nil }
+    public func countWriterStatements(_ on: Bool) async {}
+    public func writerStatementCosts() async -> [StatementCost] { [] }
 }

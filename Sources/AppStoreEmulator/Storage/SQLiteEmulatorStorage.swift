@@ -1,7 +1,7 @@
 import AppStoreSignedData
 import Foundation
 import StoreModel
-import StorekeeperSQL
+public import StorekeeperSQL
 import StorekeeperSQLite
 import Synchronization
 
@@ -39,6 +39,9 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
     public var writerBusy: Duration? { database.writerBusy }
     /// The CPU time of those transactions (``Database/writerCPU``).
     public var writerCPU: Duration? { database.writerCPU }
+    /// Counts each statement's cost on the writer (``Database/countWriterStatements(_:)``).
+    public func countWriterStatements(_ on: Bool) async { await database.countWriterStatements(on) }
+    public func writerStatementCosts() async -> [StatementCost] { await database.writerStatementCosts }
 
     /// A group commit: writes waiting at the same moment share one transaction and one fsync, each all or
     /// nothing on its own (a savepoint), in the order they were submitted; each returns once the group is

@@ -37,7 +37,7 @@ extension BenchCommands {
             ("stuck-receiver", "Also send every notification to a second receiver that never answers in time."),
             (
                 "statements",
-                "Also count what each SQL statement costs the store's writer from the first renewal (two reads of the thread's CPU clock a statement) and list the costliest."
+                "Also count what each SQL statement on the store's writer's connection costs after subscribing (two reads of the thread's CPU clock a statement) and list the costliest."
             ),
         ],
         discussion: """
@@ -166,6 +166,8 @@ extension BenchCommands {
         let subscribing = clock.now - ready
         let countStatements = arguments.flag("statements")
         if countStatements { await store.countStoreWriterStatements(true) }
+        // What arrives from here on is what the counted statements are divided by.
+        let receivedBeforeCounting = received.load(ordering: .relaxed)
         var renewals = 0
         var expirations = 0
         var advancing = Duration.zero
@@ -220,6 +222,8 @@ extension BenchCommands {
         let writerEach = writerCPU.map { last > 0 ? microseconds($0, each: last) : "—" } ?? "—"
         let cores = ProcessInfo.processInfo.activeProcessorCount
         let peakKilobytes = peakResidentKilobytes()
+        // Read before the pruning below, which is not part of the run.
+        let statementCosts = countStatements ? await store.storeWriterStatementCosts() : []
         _ = try await store.pruneNotifications()
         let databaseBytes = ["store.sqlite", "store.sqlite-wal"].reduce(0) { total, name in
             let path = directory.appendingPathComponent(name).path
@@ -302,22 +306,29 @@ extension BenchCommands {
                 """)
         }
         if countStatements {
-            console.write(statementLines(await store.storeWriterStatementCosts(), notifications: last))
+            // The run's own (the floors post to the same receiver, between rounds).
+            let notifications = last - receivedBeforeCounting
+            console.write(
+                notifications > 0
+                    ? statementLines(statementCosts, each: notifications, of: "notification")
+                    : statementLines(statementCosts, each: renewals + expirations, of: "renewal or expiry"))
         }
         return 0
     }
 
-    /// The costliest of the writer's statements, each with its CPU and calls a notification.
-    static func statementLines(_ costs: [StatementCost], notifications: Int) -> String {
-        guard !costs.isEmpty, notifications > 0 else { return "  the writer's statements: not counted by this store\n" }
+    /// The costliest statements run on the store's writer's connection (its writes, and the reads that run
+    /// there), each with its CPU and calls for each of `items` (`unit`: what they are).
+    static func statementLines(_ costs: [StatementCost], each items: Int, of unit: String) -> String {
+        guard !costs.isEmpty, items > 0 else { return "  the writer's statements: none counted\n" }
         let total = costs.reduce(0) { $0 + $1.cpu.seconds }
         var lines = [
-            "  the writer's statements from the first renewal (CPU a notification, calls a notification, share of the \(microseconds(total, each: notifications)) they took in all):"
+            "  statements on the store's writer's connection after subscribing (its own CPU a \(unit) and calls a \(unit), over \(items); share of the \(microseconds(total, each: items)) a \(unit) they took in all):"
         ]
         for cost in costs.prefix(16) {
             let text = cost.sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            let each = cost.cpu.seconds / Double(items) * 1e6
             lines.append(
-                "    \(String(format: "%5.1f µs  %4.2f×", cost.cpu.seconds / Double(notifications) * 1e6, Double(cost.calls) / Double(notifications)))  \(String(format: "%4.1f%%", 100 * cost.cpu.seconds / max(total, 1e-9)))  \(text.prefix(100))"
+                "    \(String(format: "%5.1f µs  %4.2f×  %4.1f%%", each, Double(cost.calls) / Double(items), 100 * cost.cpu.seconds / max(total, 1e-9)))  \(text.prefix(100))"
             )
         }
         return lines.joined(separator: "\n") + "\n"

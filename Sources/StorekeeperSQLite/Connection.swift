@@ -76,14 +76,32 @@ public final class Connection {
     /// Forgets what was counted so far.
     package func resetStatementCosts() {
         otherCosts = [:]
+        nestedNanoseconds = 0
         for entry in statements.entries { (entry.calls, entry.cpuNanoseconds) = (0, 0) }
+    }
+
+    /// The CPU time of the statements that ran inside the one being counted now (a checkpoint the commit
+    /// hook runs inside `COMMIT`): taken off its count, so that each nanosecond is counted once.
+    private var nestedNanoseconds = 0
+
+    /// Starts counting a statement: its start and the nested time counted so far, for ``counted(since:)``.
+    private func startCounting() -> (began: Int, nested: Int) {
+        defer { nestedNanoseconds = 0 }
+        return (Self.threadNanoseconds(), nestedNanoseconds)
+    }
+
+    /// Ends counting a statement begun at `start`: its own CPU time (the statements inside it taken off).
+    private func counted(since start: (began: Int, nested: Int)) -> Int {
+        let elapsed = Self.threadNanoseconds() - start.began
+        defer { nestedNanoseconds = start.nested + elapsed }
+        return elapsed - nestedNanoseconds
     }
 
     /// This thread's CPU time in nanoseconds.
     private static func threadNanoseconds() -> Int {
         var time = timespec()
         guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return 0 }
-        return time.tv_sec * 1_000_000_000 + time.tv_nsec
+        return Int(time.tv_sec) &* 1_000_000_000 &+ Int(time.tv_nsec)
     }
 
     deinit {
@@ -146,15 +164,15 @@ public final class Connection {
     /// Runs one statement with bound values and returns every row.
     @discardableResult
     public func execute(_ sql: String, _ values: [SQLValue] = []) throws(SQLiteError) -> [Row] {
-        let began = countsStatements ? Self.threadNanoseconds() : 0
         let entry = try prepared(sql)
+        let start = countsStatements ? startCounting() : nil
         let statement = entry.statement
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
-            if countsStatements {
+            if let start, countsStatements {
                 entry.calls += 1
-                entry.cpuNanoseconds += Self.threadNanoseconds() - began
+                entry.cpuNanoseconds += counted(since: start)
             }
         }
         guard Int(sqlite3_bind_parameter_count(statement)) == values.count else {
@@ -223,11 +241,11 @@ public final class Connection {
 
     /// Runs several statements without values (schema scripts).
     public func executeScript(_ sql: String) throws(SQLiteError) {
-        let began = countsStatements ? Self.threadNanoseconds() : 0
+        let start = countsStatements ? startCounting() : nil
         defer {
-            if countsStatements {
+            if let start, countsStatements {
                 otherCosts[sql, default: (0, 0)].calls += 1
-                otherCosts[sql, default: (0, 0)].nanoseconds += Self.threadNanoseconds() - began
+                otherCosts[sql, default: (0, 0)].nanoseconds += counted(since: start)
             }
         }
         var message: UnsafeMutablePointer<CChar>?

@@ -97,8 +97,8 @@ public final class Connection {
         return elapsed - nestedNanoseconds
     }
 
-    /// This thread's CPU time in nanoseconds.
-    private static func threadNanoseconds() -> Int {
+    /// This thread's CPU time in nanoseconds (0 where the clock cannot be read).
+    static func threadNanoseconds() -> Int {
         var time = timespec()
         guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return 0 }
         return Int(time.tv_sec) &* 1_000_000_000 &+ Int(time.tv_nsec)

@@ -154,11 +154,7 @@ public actor Database {
     }
 
     /// This thread's CPU time so far.
-    private static func threadCPU() -> Duration {
-        var time = timespec()
-        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return .zero }
-        return .seconds(time.tv_sec) + .nanoseconds(time.tv_nsec)
-    }
+    private static func threadCPU() -> Duration { .nanoseconds(Connection.threadNanoseconds()) }
 
     /// Adds the time since `began` to ``writerBusy`` and ``writerCPU``.
     private func countBusy(since began: Began) {

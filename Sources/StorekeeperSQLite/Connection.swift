@@ -66,11 +66,18 @@ public final class Connection {
     package var statementCosts: [StatementCost] {
         var all = otherCosts
         for entry in statements.entries where entry.calls > 0 {
-            all[entry.sql, default: (0, 0)].calls += entry.calls
-            all[entry.sql, default: (0, 0)].nanoseconds += entry.cpuNanoseconds
+            Self.tally(&all, entry.sql, calls: entry.calls, nanoseconds: entry.cpuNanoseconds)
         }
         return all.map { StatementCost(sql: $0.key, calls: $0.value.calls, cpu: .nanoseconds($0.value.nanoseconds)) }
             .sorted { ($0.cpu, $1.sql) > ($1.cpu, $0.sql) }
+    }
+
+    /// Adds `calls` and `nanoseconds` to `sql`'s counts in `table`.
+    private static func tally(
+        _ table: inout [String: (calls: Int, nanoseconds: Int)], _ sql: String, calls: Int, nanoseconds: Int
+    ) {
+        table[sql, default: (0, 0)].calls += calls
+        table[sql, default: (0, 0)].nanoseconds += nanoseconds
     }
 
     /// Forgets what was counted so far.
@@ -140,8 +147,7 @@ public final class Connection {
         if statements.count >= 256 {
             for old in statements.removeAll() {
                 if old.calls > 0 {
-                    otherCosts[old.sql, default: (0, 0)].calls += old.calls
-                    otherCosts[old.sql, default: (0, 0)].nanoseconds += old.cpuNanoseconds
+                    Self.tally(&otherCosts, old.sql, calls: old.calls, nanoseconds: old.cpuNanoseconds)
                 }
                 sqlite3_finalize(old.statement)
             }
@@ -170,7 +176,7 @@ public final class Connection {
         defer {
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
-            if let start, countsStatements {
+            if let start {
                 entry.calls += 1
                 entry.cpuNanoseconds += counted(since: start)
             }
@@ -243,10 +249,7 @@ public final class Connection {
     public func executeScript(_ sql: String) throws(SQLiteError) {
         let start = countsStatements ? startCounting() : nil
         defer {
-            if let start, countsStatements {
-                otherCosts[sql, default: (0, 0)].calls += 1
-                otherCosts[sql, default: (0, 0)].nanoseconds += counted(since: start)
-            }
+            if let start { Self.tally(&otherCosts, sql, calls: 1, nanoseconds: counted(since: start)) }
         }
         var message: UnsafeMutablePointer<CChar>?
         let status = sqlite3_exec(handle, sql, nil, nil, &message)

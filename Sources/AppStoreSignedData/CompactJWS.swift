@@ -41,10 +41,11 @@ public struct CompactJWS: Sendable {
         guard bytes.count <= Self.maxSize else {
             throw FormatError(reason: "JWS of \(bytes.count) bytes exceeds \(Self.maxSize)")
         }
-        let segments = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard segments.count == 3 else {
-            throw FormatError(reason: "a compact JWS has 3 segments, found \(segments.count)")
+        let dots = Self.dots(in: bytes)
+        guard dots.count == 2 else {
+            throw FormatError(reason: "a compact JWS has 3 segments, found \(dots.count + 1)")
         }
+        let segments = [bytes[..<dots[0]], bytes[(dots[0] + 1)..<dots[1]], bytes[(dots[1] + 1)...]]
         let limits = JSONParser.Limits(maxSize: Self.maxSize, maxDepth: 32, maxMembers: 10_000)
         let header: JSONObject
         if let known, known.hasHeader(segments[0]) {
@@ -71,6 +72,22 @@ public struct CompactJWS: Sendable {
         self.signature = signature
         self.signingInput = Array(bytes[..<segments[1].endIndex])
         self.encodedHeader = signingInput[..<segments[0].endIndex]
+    }
+
+    /// Where `bytes` has a `.`, in order (found by `memchr`: a token is kilobytes, and a generic split compared
+    /// them one by one).
+    static func dots(in bytes: [UInt8]) -> [Int] {
+        bytes.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return [] }
+            var found: [Int] = []
+            var start = 0
+            while start < buffer.count, let hit = memchr(base + start, Int32(UInt8(ascii: ".")), buffer.count - start) {
+                let position = UnsafeRawPointer(hit) - UnsafeRawPointer(base)
+                found.append(position)
+                start = position + 1
+            }
+            return found
+        }
     }
 
     /// The registered header members Storekeeper reads must have their types (RFC 7515 §4.1): `alg`, `kid`,
@@ -168,32 +185,73 @@ public enum Base64URL {
     /// the unused low bits of the last character zero, so that each byte string has exactly one encoding.
     /// Nil for anything else.
     public static func decode(_ segment: some Collection<UInt8>) -> [UInt8]? {
-        let input = Array(segment)
-        return input.withUnsafeBufferPointer { bytes in
-            decodeTable.withUnsafeBufferPointer { table in decode(bytes, table: table) }
+        decodeTable.withUnsafeBufferPointer { table in
+            // A token's segments are slices of one array: read in place, not copied first.
+            if let decoded = segment.withContiguousStorageIfAvailable({ decode($0, table: table) }) { return decoded }
+            return Array(segment).withUnsafeBufferPointer { decode($0, table: table) }
         }
     }
 
-    /// The loop over raw buffers (a generic collection walked element by element through its witness table
-    /// cost ~10 ns a byte).
+    /// Four characters to three bytes at a time, over raw buffers into an array filled in place (a generic
+    /// collection walked element by element through its witness table cost ~10 ns a byte; with a byte at a
+    /// time appended and the segment copied first, `bench jws` read 0.83–0.84 of bare OpenSSL, 0.86 after).
     private static func decode(_ segment: UnsafeBufferPointer<UInt8>, table: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
-        var output: [UInt8] = []
-        output.reserveCapacity(segment.count * 3 / 4 + 2)
-        var accumulator: UInt32 = 0
-        var bits = 0
-        for byte in segment {
-            let value = table[Int(byte)]
-            guard value != 0xff else { return nil }
-            accumulator = accumulator << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                output.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+        let count = segment.count
+        let full = count / 4
+        let rest = count % 4
+        // One character left over cannot end a group (6 bits of a byte).
+        guard rest != 1 else { return nil }
+        let length = full * 3 + (rest == 0 ? 0 : rest - 1)
+        var valid = true
+        let output = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
+            var input = 0
+            var output = 0
+            for _ in 0..<full {
+                let a = UInt32(table[Int(segment[input])])
+                let b = UInt32(table[Int(segment[input + 1])])
+                let c = UInt32(table[Int(segment[input + 2])])
+                let d = UInt32(table[Int(segment[input + 3])])
+                // Every alphabet value is below 64; 0xff (outside the alphabet) sets the high bits.
+                guard (a | b | c | d) & 0xc0 == 0 else {
+                    valid = false
+                    break
+                }
+                let group = a << 18 | b << 12 | c << 6 | d
+                buffer[output] = UInt8(truncatingIfNeeded: group >> 16)
+                buffer[output + 1] = UInt8(truncatingIfNeeded: group >> 8)
+                buffer[output + 2] = UInt8(truncatingIfNeeded: group)
+                input += 4
+                output += 3
             }
+            if valid, rest > 0 {
+                var group: UInt32 = 0
+                for index in 0..<rest {
+                    let value = UInt32(table[Int(segment[input + index])])
+                    guard value & 0xc0 == 0 else {
+                        valid = false
+                        break
+                    }
+                    group = group << 6 | value
+                }
+                // 2 or 3 characters: 12 bits give one byte and 4 unused, 18 bits two bytes and 2 unused, which
+                // must be zero (one encoding for each byte string).
+                let unused = UInt32(rest == 2 ? 4 : 2)
+                if valid, group & ((1 << unused) - 1) == 0 {
+                    group >>= unused
+                    if rest == 3 {
+                        buffer[output] = UInt8(truncatingIfNeeded: group >> 8)
+                        buffer[output + 1] = UInt8(truncatingIfNeeded: group)
+                    } else {
+                        buffer[output] = UInt8(truncatingIfNeeded: group)
+                    }
+                    output += rest - 1
+                } else {
+                    valid = false
+                }
+            }
+            initialized = valid ? output : 0
         }
-        // 2 or 4 leftover bits end the last group and must be zero; 6 leftover bits cannot end one.
-        guard bits < 6, accumulator & ((1 << UInt32(bits)) - 1) == 0 else { return nil }
-        return output
+        return valid ? output : nil
     }
 
     /// base64url alphabet value of each byte, 0xff for bytes outside it.

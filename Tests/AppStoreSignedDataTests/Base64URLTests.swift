@@ -25,4 +25,44 @@ struct Base64URLTests {
         }
         #expect(Base64URL.encode([0xFB, 0xFF]) == "-_8")
     }
+
+    /// Decodes one bit at a time, as RFC 4648 describes it: what the fast decoder must agree with.
+    static func referenceDecode(_ text: [UInt8]) -> [UInt8]? {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        var bits: [Bool] = []
+        for character in text {
+            guard let value = alphabet.firstIndex(of: character) else { return nil }
+            for shift in (0..<6).reversed() { bits.append(value >> shift & 1 == 1) }
+        }
+        let whole = bits.count / 8 * 8
+        // Leftover bits: fewer than 6 (else a character carried no byte), and all zero.
+        guard bits.count - whole < 6, !bits[whole...].contains(true) else { return nil }
+        return stride(from: 0, to: whole, by: 8).map { start in
+            bits[start..<start + 8].reduce(UInt8(0)) { $0 << 1 | ($1 ? 1 : 0) }
+        }
+    }
+
+    @Test("Decoding agrees with a bit-by-bit decoder at every length, for valid, non-canonical and foreign text")
+    func decodeMatchesReference() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        let foreign = Array("=+/.\n \u{0}\u{80}\u{ff}".utf8)
+        var accepted = 0
+        var refused = 0
+        for length in 0..<70 {
+            for trial in 0..<40 {
+                var text = (0..<length).map { _ in alphabet.randomElement(using: &generator)! }
+                // A quarter with one foreign byte somewhere (each position in turn over the trials).
+                if trial % 4 == 3, length > 0 { text[trial % length] = foreign.randomElement(using: &generator)! }
+                let expected = Self.referenceDecode(text)
+                #expect(Base64URL.decode(text) == expected, "\(String(decoding: text, as: UTF8.self))")
+                // A slice of a larger array, as a token's segments are, decodes the same.
+                let framed = Array("a.".utf8) + text + Array(".b".utf8)
+                #expect(Base64URL.decode(framed[2..<(2 + length)]) == expected)
+                if expected == nil { refused += 1 } else { accepted += 1 }
+            }
+        }
+        // Both kinds were tried (random last characters are often non-canonical).
+        #expect(accepted > 500 && refused > 500)
+    }
 }

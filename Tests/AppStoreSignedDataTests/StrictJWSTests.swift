@@ -30,6 +30,16 @@ struct StrictJWSTests {
         #expect(result.reason?.contains("base64url") == true)
     }
 
+    @Test("A token of other than three segments is refused, with the count found", arguments: [0, 1, 3, 4])
+    func segmentCount(dots: Int) throws {
+        var parts = try Self.token().split(separator: ".").map(String.init)
+        while parts.count > dots + 1 { parts[parts.count - 2] += parts.removeLast() }
+        while parts.count < dots + 1 { parts.append("AAAA") }
+        let result = try Self.verify(parts.joined(separator: "."))
+        #expect(result.status == .invalidJWTFormat)
+        #expect(result.reason?.contains("found \(dots + 1)") == true, "\(result.reason ?? "")")
+    }
+
     @Test("Unused low bits of the last character must be zero (one encoding per signature)")
     func trailingBits() throws {
         var parts = try Self.token().split(separator: ".").map(String.init)

@@ -362,10 +362,13 @@ extension BenchCommands {
         var servers = 0.0
         var postgres: Double?
         var clients = 0.0
+        /// Context switches on the whole machine (nil where `/proc/stat` cannot be read).
+        var switches: Double?
 
         mutating func add(from start: CPUTime, to end: CPUTime) {
             servers += end.servers - start.servers
             clients += end.clients - start.clients
+            if let now = end.switches, let was = start.switches { switches = (switches ?? 0) + now - was }
             if let now = end.postgres, let was = start.postgres { postgres = (postgres ?? 0) + now - was }
         }
 
@@ -375,7 +378,10 @@ extension BenchCommands {
             var parts = ["the server\(processes == 1 ? "" : "s") \(each(servers))"]
             if let postgres { parts.append("PostgreSQL \(each(postgres))") }
             parts.append("the clients \(each(clients))")
-            return "      CPU a notification: " + parts.joined(separator: ", ")
+            let switched = switches.map {
+                "; context switches a notification (the whole machine) \(BenchCommands.format($0 / Double(max(1, items))))"
+            }
+            return "      CPU a notification: " + parts.joined(separator: ", ") + (switched ?? "")
         }
     }
 
@@ -385,10 +391,12 @@ extension BenchCommands {
         var servers = 0.0
         var postgres: Double?
         var clients = 0.0
+        var switches: Double?
         let processes: Int
 
         init(servers running: [RunningServer], postmaster: Int32?) {
             processes = running.count
+            switches = Self.contextSwitches()
             servers = running.compactMap { Self.seconds($0.process.processIdentifier) }.reduce(0, +)
             clients = Self.seconds(getpid()) ?? 0
             guard let postmaster, let own = Self.seconds(postmaster, children: true) else { return }
@@ -406,6 +414,12 @@ extension BenchCommands {
             else { return nil }
             let fields = stat[stat.index(after: end)...].split(separator: " ")
             return fields.count > 14 ? fields : nil
+        }
+
+        /// The machine's context switches since boot (`/proc/stat`'s `ctxt` line); nil when unreadable.
+        static func contextSwitches() -> Double? {
+            guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8) else { return nil }
+            return stat.split(separator: "\n").first { $0.hasPrefix("ctxt ") }.flatMap { Double($0.dropFirst(5)) }
         }
 
         private static func parent(_ pid: Int32) -> Int32? { fields(pid).flatMap { Int32($0[1]) } }

@@ -45,7 +45,7 @@ public struct CompactJWS: Sendable {
         guard dots.count == 2 else {
             throw FormatError(reason: "a compact JWS has 3 segments, found \(dots.count + 1)")
         }
-        let segments = [bytes[..<dots[0]], bytes[(dots[0] + 1)..<dots[1]], bytes[(dots[1] + 1)...]]
+        let segments = [bytes[..<dots.first], bytes[(dots.first + 1)..<dots.second], bytes[(dots.second + 1)...]]
         let limits = JSONParser.Limits(maxSize: Self.maxSize, maxDepth: 32, maxMembers: 10_000)
         let header: JSONObject
         if let known, known.hasHeader(segments[0]) {
@@ -74,16 +74,17 @@ public struct CompactJWS: Sendable {
         self.encodedHeader = signingInput[..<segments[0].endIndex]
     }
 
-    /// Where `bytes` has a `.`, in order (found by `memchr`: a token is kilobytes, and a generic split compared
-    /// them one by one).
-    static func dots(in bytes: [UInt8]) -> [Int] {
+    /// How many `.` `bytes` has, and where the first two are (0 when absent), found by `memchr`: a token is
+    /// kilobytes, and a generic split compared them one by one and kept a slice for every dot.
+    static func dots(in bytes: [UInt8]) -> (count: Int, first: Int, second: Int) {
         bytes.withUnsafeBufferPointer { buffer in
-            guard let base = buffer.baseAddress else { return [] }
-            var found: [Int] = []
+            var found = (count: 0, first: 0, second: 0)
+            guard let base = buffer.baseAddress else { return found }
             var start = 0
             while start < buffer.count, let hit = memchr(base + start, Int32(UInt8(ascii: ".")), buffer.count - start) {
                 let position = UnsafeRawPointer(hit) - UnsafeRawPointer(base)
-                found.append(position)
+                if found.count == 0 { found.first = position } else if found.count == 1 { found.second = position }
+                found.count += 1
                 start = position + 1
             }
             return found

@@ -212,7 +212,9 @@ public struct JSONParser {
     /// Where the run of printable ASCII other than `"` and `\` that starts at `from` ends: what a JSON string
     /// holds as it is, without escapes. Sixteen bytes at a time while none of them ends it (a base64url JWS is
     /// thousands of such bytes; a loop a byte the compiler leaves scalar took ~10 µs for 14 KB), then one at a
-    /// time. Also how the purchase server reads Apple's `{"signedPayload":"…"}` without parsing it.
+    /// time. Also how the purchase server reads Apple's `{"signedPayload":"…"}` without parsing it. A chunk's
+    /// mask is tested as two 64-bit words of 0 and 1 bytes: `any(_:)` on it was reduced lane by lane (2.2 µs
+    /// for 14 KB in a loop of its own; 0.9 µs so).
     package static func plainEnd(in buffer: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
         var end = from
         if let base = UnsafeRawPointer(buffer.baseAddress) {
@@ -220,9 +222,12 @@ public struct JSONParser {
             let backslash = SIMD16<UInt8>(repeating: 0x5C)
             let space = SIMD16<UInt8>(repeating: 0x20)
             let high = SIMD16<UInt8>(repeating: 0x80)
+            let (zero, one) = (SIMD16<UInt8>(repeating: 0), SIMD16<UInt8>(repeating: 1))
             while end + 16 <= buffer.count {
                 let chunk = base.loadUnaligned(fromByteOffset: end, as: SIMD16<UInt8>.self)
-                if any((chunk .== quote) .| (chunk .== backslash) .| (chunk .< space) .| (chunk .>= high)) { break }
+                let ends = (chunk .== quote) .| (chunk .== backslash) .| (chunk .< space) .| (chunk .>= high)
+                let words = unsafeBitCast(zero.replacing(with: one, where: ends), to: SIMD2<UInt64>.self)
+                if words[0] | words[1] != 0 { break }
                 end += 16
             }
         }

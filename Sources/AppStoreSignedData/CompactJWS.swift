@@ -206,7 +206,7 @@ public enum Base64URL {
         var valid = true
         let output = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
             var input = 0
-            var output = 0
+            var written = 0
             for _ in 0..<full {
                 let a = UInt32(table[Int(segment[input])])
                 let b = UInt32(table[Int(segment[input + 1])])
@@ -218,11 +218,11 @@ public enum Base64URL {
                     break
                 }
                 let group = a << 18 | b << 12 | c << 6 | d
-                buffer[output] = UInt8(truncatingIfNeeded: group >> 16)
-                buffer[output + 1] = UInt8(truncatingIfNeeded: group >> 8)
-                buffer[output + 2] = UInt8(truncatingIfNeeded: group)
+                buffer[written] = UInt8(truncatingIfNeeded: group >> 16)
+                buffer[written + 1] = UInt8(truncatingIfNeeded: group >> 8)
+                buffer[written + 2] = UInt8(truncatingIfNeeded: group)
                 input += 4
-                output += 3
+                written += 3
             }
             if valid, rest > 0 {
                 var group: UInt32 = 0
@@ -240,17 +240,17 @@ public enum Base64URL {
                 if valid, group & ((1 << unused) - 1) == 0 {
                     group >>= unused
                     if rest == 3 {
-                        buffer[output] = UInt8(truncatingIfNeeded: group >> 8)
-                        buffer[output + 1] = UInt8(truncatingIfNeeded: group)
+                        buffer[written] = UInt8(truncatingIfNeeded: group >> 8)
+                        buffer[written + 1] = UInt8(truncatingIfNeeded: group)
                     } else {
-                        buffer[output] = UInt8(truncatingIfNeeded: group)
+                        buffer[written] = UInt8(truncatingIfNeeded: group)
                     }
-                    output += rest - 1
+                    written += rest - 1
                 } else {
                     valid = false
                 }
             }
-            initialized = valid ? output : 0
+            initialized = valid ? written : 0
         }
         return valid ? output : nil
     }

@@ -74,21 +74,19 @@ public struct CompactJWS: Sendable {
         self.encodedHeader = signingInput[..<segments[0].endIndex]
     }
 
-    /// How many `.` `bytes` has, and where the first two are (0 when absent), found by `memchr`: a token is
-    /// kilobytes, and a generic split compared them one by one and kept a slice for every dot.
+    /// How many `.` `bytes` has, and where the first two are (0 when absent), found by `memchr`
+    /// (``StoredJWS/firstRange(of:in:from:)``): a token is kilobytes, and a generic split compared them one by one
+    /// and kept a slice for every dot.
     static func dots(in bytes: [UInt8]) -> (count: Int, first: Int, second: Int) {
-        bytes.withUnsafeBufferPointer { buffer in
-            var found = (count: 0, first: 0, second: 0)
-            guard let base = buffer.baseAddress else { return found }
-            var start = 0
-            while start < buffer.count, let hit = memchr(base + start, Int32(UInt8(ascii: ".")), buffer.count - start) {
-                let position = UnsafeRawPointer(hit) - UnsafeRawPointer(base)
-                if found.count == 0 { found.first = position } else if found.count == 1 { found.second = position }
-                found.count += 1
-                start = position + 1
-            }
-            return found
+        var found = (count: 0, first: 0, second: 0)
+        let dot = [StoredJWS.dot]
+        var start = 0
+        while let position = StoredJWS.firstRange(of: dot, in: bytes, from: start) {
+            if found.count == 0 { found.first = position } else if found.count == 1 { found.second = position }
+            found.count += 1
+            start = position + 1
         }
+        return found
     }
 
     /// The registered header members Storekeeper reads must have their types (RFC 7515 §4.1): `alg`, `kid`,

@@ -310,19 +310,24 @@ extension BenchCommands {
             let notifications = last - receivedBeforeCounting
             console.write(
                 notifications > 0
-                    ? statementLines(statementCosts, each: notifications, of: "notification")
-                    : statementLines(statementCosts, each: renewals + expirations, of: "renewal or expiry"))
+                    ? statementLines(
+                        statementCosts, each: notifications, of: "notification", while: "after subscribing")
+                    : statementLines(
+                        statementCosts, each: renewals + expirations, of: "renewal or expiry",
+                        while: "after subscribing"))
         }
         return 0
     }
 
     /// The costliest statements run on the store's writer's connection (its writes, and the reads that run
-    /// there), each with its CPU and calls for each of `items` (`unit`: what they are).
-    static func statementLines(_ costs: [StatementCost], each items: Int, of unit: String) -> String {
+    /// there), each with its CPU and calls for each of `items` (`unit`: what they are; `span`: when counted).
+    static func statementLines(_ costs: [StatementCost], each items: Int, of unit: String, while span: String)
+        -> String
+    {
         guard !costs.isEmpty, items > 0 else { return "  the writer's statements: none counted\n" }
         let total = costs.reduce(0) { $0 + $1.cpu.seconds }
         var lines = [
-            "  statements on the store's writer's connection after subscribing (its own CPU a \(unit) and calls a \(unit), over \(items); share of the \(microseconds(total, each: items)) a \(unit) they took in all):"
+            "  statements on the store's writer's connection \(span) (its own CPU a \(unit) and calls a \(unit), over \(items); share of the \(microseconds(total, each: items)) a \(unit) they took in all):"
         ]
         for cost in costs.prefix(16) {
             let text = cost.sql.split(whereSeparator: \.isWhitespace).joined(separator: " ")

@@ -32,6 +32,12 @@ extension BenchCommands {
                     "Interleaved rounds of verification alone and ingestion, each of a share of the notifications (default: 3)."
             ),
         ],
+        flags: [
+            (
+                "statements",
+                "Also count what each SQL statement on the writer's connection costs while ingesting notifications (two reads of the thread's CPU clock a statement) and list the costliest."
+            )
+        ],
         discussion: """
             A purchase server on SQLite (WAL, synchronous=FULL, group commit) in a scratch directory, trusting a \
             chain made for the run. (1) --notifications distinct V2 notifications (DID_RENEW of distinct \
@@ -92,7 +98,10 @@ extension BenchCommands {
         // Each round's rates: verification alone, then ingestion (``Rates``).
         var rounds = Rates(rounds: [])
         var elapsed = (verify: 0.0, ingest: 0.0)
-        var cpu = (verify: 0.0, ingest: 0.0)
+        var cpu = (verify: 0.0, ingest: 0.0, writer: 0.0)
+        // What each statement on the writer cost in the rounds' ingestion (--statements).
+        let countStatements = arguments.flag("statements")
+        if countStatements { await storage.countWriterStatements(true) }
         var groups = WriteCounts(transactions: 0, writes: 0)
         for round in 0..<ingestRounds {
             progress(console, "round \(round + 1) of \(ingestRounds): verifying a share alone, then ingesting it…")
@@ -100,12 +109,13 @@ extension BenchCommands {
             guard !share.isEmpty else { continue }
             let verified = try notificationVerification(
                 share, root: pki.signedData.root, bundleID: bundleID, now: now)
-            let (ingestCPU, countsBefore) = (processCPUSeconds(), storage.writeCounts)
+            let (ingestCPU, countsBefore, writerBefore) = (processCPUSeconds(), storage.writeCounts, storage.writerCPU)
             let ingestRate = try await concurrentRate(share.count, clients: clients) { index in
                 _ = try await server.ingestNotification(bundleID: bundleID, body: share[index])
             }
             cpu.verify += verified.cpuSeconds
             cpu.ingest += processCPUSeconds() - ingestCPU
+            cpu.writer += (storage.writerCPU - writerBefore).seconds
             if let after = storage.writeCounts, let countsBefore {
                 let counted = after.since(countsBefore)
                 groups.transactions += counted.transactions
@@ -117,6 +127,13 @@ extension BenchCommands {
         }
         let (verifyRate, ingestRate) = (Double(count) / elapsed.verify, Double(count) / elapsed.ingest)
         let ingestRatios = rounds.rounds.map { $0[1] / $0[0] }
+        let statementList =
+            countStatements
+            ? "\n"
+                + statementLines(
+                    await storage.writerStatementCosts(), each: count, of: "notification", while: "while ingesting"
+                ).dropLast() : ""
+        await storage.countWriterStatements(false)
         let verifyClock = ContinuousClock()
         let stored = try await storage.read { try $0.inputCount() }
         guard stored == count else { throw CommandError.runtime("stored \(stored) inputs, expected \(count)") }
@@ -254,7 +271,7 @@ extension BenchCommands {
               verification alone, 2 cores       \(rate(verifyRate)) /s
               ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(rounds.medianRatio(1, to: 0))) of verification alone, the rounds' median (each round: \(ingestRatios.map(format).joined(separator: ", ")))   (target ≥ 0.7)
               CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying); cores busy: verification alone \(format(cpu.verify / elapsed.verify)), ingestion \(format(cpu.ingest / elapsed.ingest)) of \(ProcessInfo.processInfo.activeProcessorCount)
-              group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average
+              group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average; the writer's CPU in them \(microseconds(cpu.writer, each: count, decimals: 1)) a notification\(statementList)
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
               ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare

@@ -129,6 +129,7 @@ public final class PostgresServerStorage: ServerStorage {
         Migration("008-inputs-uncompressed", ServerSchema.uncompressedInputs),
         Migration("009-signing-headers", ServerSchema.signingHeaders(.postgres)),
         Migration("010-cache-readers", ServerSchema.cacheReaders),
+        Migration("011-purchases-by-original-in-order", ServerSchema.purchasesByOriginalInOrder),
     ]
 
     /// Connects to `url` (`postgres://…`), keeps up to `poolSize` connections and applies the migrations.

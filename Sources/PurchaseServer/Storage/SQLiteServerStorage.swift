@@ -128,6 +128,7 @@ public struct SQLiteServerStorage: ServerStorage {
         Migration("009-retention-answers", ServerSchema.retentionAnswers(.sqlite)),
         Migration("010-subscriber-versions", ServerSchema.subscriberVersions(.sqlite)),
         Migration("011-signing-headers", ServerSchema.signingHeaders(.sqlite)),
+        Migration("012-purchases-by-original-in-order", ServerSchema.purchasesByOriginalInOrder),
     ]
 
     public init(path: String) async throws {
@@ -159,6 +160,15 @@ public struct SQLiteServerStorage: ServerStorage {
     }
 
     public var writeCounts: WriteCounts? { database.writeCounts }
+
+    /// The CPU time the database's writer has spent in write transactions so far (``Database/writerCPU``).
+    public var writerCPU: Duration { database.writerCPU }
+
+    /// Counts each statement's cost on the writer from now on, or stops (``Database/countWriterStatements(_:)``).
+    public func countWriterStatements(_ on: Bool) async { await database.countWriterStatements(on) }
+
+    /// What each statement on the writer has cost while counted, the costliest first.
+    public func writerStatementCosts() async -> [StatementCost] { await database.writerStatementCosts }
 
     /// Writes wait for one another's commit: concurrent inputs share one fsync (group commit).
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {

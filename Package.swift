@@ -168,7 +168,7 @@ let package = Package(
             name: "StorekeeperTestSupport",
             dependencies: [
                 "StorekeeperASN1", "StorekeeperCrypto", "AppStoreReceipts", "AppStoreSignedData", "StorekeeperPostgres",
-                "StorekeeperCommandLine",
+                "StorekeeperCommandLine", "StorekeeperJSON",
             ],
             swiftSettings: upcoming
         ),

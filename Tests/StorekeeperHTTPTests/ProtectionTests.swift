@@ -1,6 +1,7 @@
 import Foundation
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperTestSupport
 import Synchronization
 import Testing
 

@@ -128,11 +128,14 @@ extension BenchCommands {
         let (verifyRate, ingestRate) = (Double(count) / elapsed.verify, Double(count) / elapsed.ingest)
         let ingestRatios = rounds.rounds.map { $0[1] / $0[0] }
         let statementList =
-            countStatements
-            ? "\n"
-                + statementLines(
-                    await storage.writerStatementCosts(), each: count, of: "notification", while: "while ingesting"
-                ).dropLast() : ""
+            if countStatements {
+                "\n"
+                    + statementLines(
+                        await storage.writerStatementCosts(), each: count, of: "notification", while: "while ingesting"
+                    ).dropLast()
+            } else {
+                ""
+            }
         await storage.countWriterStatements(false)
         let verifyClock = ContinuousClock()
         let stored = try await storage.read { try $0.inputCount() }
@@ -271,7 +274,7 @@ extension BenchCommands {
               verification alone, 2 cores       \(rate(verifyRate)) /s
               ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(rounds.medianRatio(1, to: 0))) of verification alone, the rounds' median (each round: \(ingestRatios.map(format).joined(separator: ", ")))   (target ≥ 0.7)
               CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying); cores busy: verification alone \(format(cpu.verify / elapsed.verify)), ingestion \(format(cpu.ingest / elapsed.ingest)) of \(ProcessInfo.processInfo.activeProcessorCount)
-              group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average; the writer's CPU in them \(microseconds(cpu.writer, each: count, decimals: 1)) a notification\(statementList)
+              group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average; the writer's CPU in them \(microseconds(cpu.writer, each: count, decimals: 1)) a notification\(countStatements ? " (its statements counted, two clock reads each)" : "")\(statementList)
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
               ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare

@@ -5,10 +5,6 @@ import StorekeeperTestSupport
 import Synchronization
 import Testing
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 @Suite("HTTP server: framing, limits and deadlines over a socket")
 struct HTTPServerLiveTests {
     static func server(_ configure: (inout HTTPLimits) -> Void = { _ in }) throws -> HTTPServer {

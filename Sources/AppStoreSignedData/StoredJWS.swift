@@ -109,19 +109,27 @@ public enum StoredJWS {
     }
 
     /// Where `pattern` first occurs in `bytes` at or after `from`: `memchr` for its first byte, then `memcmp`.
-    static func firstRange(of pattern: [UInt8], in bytes: [UInt8], from: Int = 0) -> Int? {
-        guard !pattern.isEmpty, bytes.count >= pattern.count, from <= bytes.count - pattern.count else { return nil }
+    package static func firstRange(of pattern: [UInt8], in bytes: [UInt8], from: Int = 0) -> Int? {
+        firstRange(of: pattern, in: bytes[...], from: from)
+    }
+
+    /// The same in a slice, `from` and the answer indexes of `bytes` (from its start when nil).
+    package static func firstRange(of pattern: [UInt8], in bytes: ArraySlice<UInt8>, from: Int? = nil) -> Int? {
+        let from = from ?? bytes.startIndex
+        guard !pattern.isEmpty, from >= bytes.startIndex, bytes.count >= pattern.count,
+            from <= bytes.endIndex - pattern.count
+        else { return nil }
         return bytes.withUnsafeBufferPointer { haystack in
             pattern.withUnsafeBufferPointer { needle in
                 guard let base = haystack.baseAddress, let first = needle.baseAddress else { return nil }
-                var index = from
+                var index = from - bytes.startIndex
                 let lastStart = haystack.count - needle.count
                 while index <= lastStart {
                     guard let hit = memchr(base + index, Int32(first.pointee), lastStart - index + 1) else {
                         return nil
                     }
                     let found = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                    if memcmp(base + found, first, needle.count) == 0 { return found }
+                    if memcmp(base + found, first, needle.count) == 0 { return bytes.startIndex + found }
                     index = found + 1
                 }
                 return nil

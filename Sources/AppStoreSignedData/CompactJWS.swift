@@ -79,9 +79,8 @@ public struct CompactJWS: Sendable {
     /// and kept a slice for every dot.
     static func dots(in bytes: [UInt8]) -> (count: Int, first: Int, second: Int) {
         var found = (count: 0, first: 0, second: 0)
-        let dot = [StoredJWS.dot]
         var start = 0
-        while let position = StoredJWS.firstRange(of: dot, in: bytes, from: start) {
+        while let position = StoredJWS.firstRange(of: StoredJWS.dotPattern, in: bytes, from: start) {
             if found.count == 0 { found.first = position } else if found.count == 1 { found.second = position }
             found.count += 1
             start = position + 1

@@ -16,6 +16,8 @@
 public enum StoredJWS {
     public static let marker = UInt8(ascii: "~")
     public static let dot = UInt8(ascii: ".")
+    /// ``dot`` as a pattern for ``firstRange(of:in:from:)``, made once (a JWS's segments are found with it).
+    package static let dotPattern = [dot]
     /// What a nested header becomes in the stored form: `"~.`.
     static let shortNested: [UInt8] = [UInt8(ascii: "\""), marker, dot]
 

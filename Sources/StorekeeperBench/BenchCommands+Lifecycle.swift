@@ -308,13 +308,9 @@ extension BenchCommands {
         if countStatements {
             // The run's own (the floors post to the same receiver, between rounds).
             let notifications = last - receivedBeforeCounting
-            console.write(
-                notifications > 0
-                    ? statementLines(
-                        statementCosts, each: notifications, of: "notification", while: "after subscribing")
-                    : statementLines(
-                        statementCosts, each: renewals + expirations, of: "renewal or expiry",
-                        while: "after subscribing"))
+            let (items, unit) =
+                notifications > 0 ? (notifications, "notification") : (renewals + expirations, "renewal or expiry")
+            console.write(statementLines(statementCosts, each: items, of: unit, while: "after subscribing"))
         }
         return 0
     }

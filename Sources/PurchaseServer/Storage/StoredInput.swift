@@ -70,7 +70,9 @@ enum StoredInput {
         let jws = body[range]
         // A JWS's protected header is never empty. Its end found by `memchr` (~4 KB: a loop a byte took ~2 µs),
         // the search `CompactJWS` splits tokens with.
-        guard let dot = StoredJWS.firstRange(of: dotPattern, in: jws), dot > jws.startIndex else { return nil }
+        guard let dot = StoredJWS.firstRange(of: StoredJWS.dotPattern, in: jws), dot > jws.startIndex else {
+            return nil
+        }
         let encoded = jws[..<dot]
         // Apple signs with one chain for months: the last header named is named again without hashing its
         // ~4 KB (SHA-256 and a copy were ~3 µs a notification).
@@ -84,9 +86,6 @@ enum StoredInput {
         lastHeader.withLock { $0 = header }
         return (jws, header)
     }
-
-    /// What ``unwrap(_:)`` searches for, made once.
-    private static let dotPattern = [StoredJWS.dot]
 
     /// The header ``unwrap(_:)`` named last.
     private static let lastHeader = Mutex<Header?>(nil)

@@ -437,25 +437,8 @@ struct EmulatorStorageContractTests {
             _ = Outbox.record(.success, status: 200, at: Self.start.addingTimeInterval(65), in: &stored)
             try store.update(stored)
         }
-        // A recording writes a pending notification's state and attempts; one no longer pending (or not
-        // stored) is left as it is.
-        try await storage.write { store in
-            var x = try #require(try store.notification("x"))
-            _ = Outbox.record(.timedOut, status: nil, at: Self.start.addingTimeInterval(7), in: &x)
-            #expect(try store.recordAttempt(x))
-            var late = try #require(try store.notification("y"))
-            late.state = .failed
-            late.attempts = []
-            #expect(try !store.recordAttempt(late))
-            var missing = x
-            missing.id = "missing"
-            #expect(try !store.recordAttempt(missing))
-        }
         try await storage.read { (store: any EmulatorStore) throws in
             let y = try #require(try store.notification("y"))
-            let x = try #require(try store.notification("x"))
-            #expect(x.state == .pending)
-            #expect(x.attempts == [SendAttempt(date: Self.start.addingTimeInterval(7), result: .timedOut)])
             #expect(
                 y
                     == {
@@ -467,6 +450,12 @@ struct EmulatorStorageContractTests {
                         ]
                         return expected
                     }())
+            // Its delivery alone (no payload read): the same state and attempts.
+            let delivery = try #require(try store.delivery("y"))
+            #expect(delivery.state == y.state && delivery.attempts == y.attempts)
+            #expect(try store.delivery("z")?.state == .pending)
+            #expect(try store.delivery("z")?.attempts == [])
+            #expect(try store.delivery("missing") == nil)
             let page = try store.notifications(
                 bundle: "com.example", environment: .sandbox, from: .distantPast, to: .distantFuture, after: nil,
                 limit: 3)

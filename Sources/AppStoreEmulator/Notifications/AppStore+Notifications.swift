@@ -429,17 +429,19 @@ extension AppStore {
         do {
             let queued = try await storage.write { store in
                 for attempt in attempts {
-                    // The notification as claimed: its state and attempts are those stored, since only a
-                    // recording changes them and a claimed notification is sent by nothing else until its own
-                    // is made (its payload, written once, is not read again). Written only while it is still
-                    // pending.
+                    // The notification as claimed, with its state and attempts as stored now (its payload,
+                    // written once, is not read again).
+                    guard let delivery = try store.delivery(attempt.notification.id), delivery.state == .pending
+                    else { continue }
                     var stored = attempt.notification
-                    let decision = Outbox.record(attempt.result, status: attempt.status, at: attempt.at, in: &stored)
-                    guard try store.recordAttempt(stored) else { continue }
-                    if case .retry(let date) = decision {
+                    (stored.state, stored.attempts) = (delivery.state, delivery.attempts)
+                    switch Outbox.record(attempt.result, status: attempt.status, at: attempt.at, in: &stored) {
+                    case .delivered, .failed: break
+                    case .retry(let date):
                         try self.schedule(DueEvent(kind: .notificationAttempt, key: stored.id, due: date), in: store)
                     }
                     try store.cancel(kind: .notificationLease, key: stored.id)
+                    try store.update(stored)
                 }
                 // No longer in flight for any write after this one (a retry falling due at once must be
                 // claimed, not taken for the send still in progress); given back here, whether or not the

@@ -142,10 +142,9 @@ public protocol NotificationRepository {
     /// Replaces the state and attempts of a stored notification.
     func update(_ notification: OutboundNotification) throws
     func notification(_ id: String) throws -> OutboundNotification?
-    /// Replaces the state and attempts of a stored notification that is still pending; false, changing
-    /// nothing, for one that is not pending or not stored. What recording a send needs: one statement, no
-    /// read of the row first.
-    func recordAttempt(_ notification: OutboundNotification) throws -> Bool
+    /// A stored notification's state and attempts, without reading its payload (what recording an
+    /// attempt needs).
+    func delivery(_ id: String) throws -> (state: OutboxState, attempts: [SendAttempt])?
     /// The notifications about one subscription (original transaction), oldest first, at most `limit`.
     func notifications(original: TransactionID, limit: Int) throws -> [OutboundNotification]
     /// The app's notifications in `environment` created in `from..<to`, in creation order, after position

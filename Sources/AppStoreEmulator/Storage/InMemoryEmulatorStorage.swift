@@ -352,11 +352,8 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             tables.deliveryQueue.keys.contains { tables.notifications[$0]?.url == url }
         }
         func queuedCount() -> Int { tables.deliveryQueue.count }
-        func recordAttempt(_ notification: OutboundNotification) -> Bool {
-            guard var stored = tables.notifications[notification.id], stored.state == .pending else { return false }
-            (stored.state, stored.attempts) = (notification.state, notification.attempts)
-            change(\.notifications, notification.id, stored)
-            return true
+        func delivery(_ id: String) -> (state: OutboxState, attempts: [SendAttempt])? {
+            tables.notifications[id].map { ($0.state, $0.attempts) }
         }
 
         func family(_ id: String) -> Family? { tables.families[id] }

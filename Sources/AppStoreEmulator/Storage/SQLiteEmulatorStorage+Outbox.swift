@@ -126,14 +126,12 @@ extension SQLiteEmulatorStorage.Store {
         }
     }
 
-    func recordAttempt(_ notification: OutboundNotification) throws -> Bool {
-        try connection.execute(
-            "UPDATE notifications SET state = ?, attempts = ? WHERE id = ? AND state = ?",
-            [
-                .text(notification.state.rawValue), .text(Self.attemptsText(notification.attempts)),
-                .text(notification.id), .text(OutboxState.pending.rawValue),
-            ])
-        return connection.changes > 0
+    func delivery(_ id: String) throws -> (state: OutboxState, attempts: [SendAttempt])? {
+        try connection.execute("SELECT state, attempts FROM notifications WHERE id = ?", [.text(id)]).first.map {
+            row in
+            let state = OutboxState(rawValue: row["state"].string ?? "") ?? .pending
+            return (state, Self.attempts(row["attempts"].string ?? ""))
+        }
     }
 
     func queueForDelivery(_ id: String) throws {

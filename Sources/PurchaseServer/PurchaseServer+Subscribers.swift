@@ -47,6 +47,7 @@ extension PurchaseServer {
         // kept before it and drops it all).
         if let follower, !follower.started { try await follower.catchUp() }
         let generation = cache.generation(bundleID, requested)
+        cache.missed()
         guard
             let found = try await storage.readStatement({
                 try $0.subscriberRecords(bundle: bundleID, appUserID: requested)
@@ -339,6 +340,13 @@ extension PurchaseServer {
         return try await subscriber(bundleID: bundleID, appUserID: appUserID)
     }
 
+    /// The users kept in memory now and the configured most, and the reads so far answered from them (hits)
+    /// or from the storage (misses): for benchmarks and reports, as `/metrics` gives them.
+    public var subscriberCacheCounts: (users: Int, capacity: Int, hits: Int, misses: Int) {
+        let counts = cache.counts
+        return (counts.users, cache.capacity, counts.hits, counts.misses)
+    }
+
     /// Counters the storage and the change follower keep, for `/metrics`: the write transactions and the
     /// writes they held (their ratio is the group commits' mean size), and the follower's round trips.
     func totals() -> [(name: String, help: String, value: Double)] {
@@ -352,6 +360,17 @@ extension PurchaseServer {
             totals.append(
                 ("storekeeper_storage_writes_total", "Writes those transactions held.", Double(counts.writes)))
         }
+        let cached = cache.counts
+        totals.append(
+            (
+                "storekeeper_subscriber_cache_hits_total",
+                "Reads of a user answered from the users kept in memory.", Double(cached.hits)
+            ))
+        totals.append(
+            (
+                "storekeeper_subscriber_cache_misses_total",
+                "Reads of a user that asked the storage (not kept, or changed since).", Double(cached.misses)
+            ))
         if let follower {
             totals.append(
                 (
@@ -377,6 +396,12 @@ extension PurchaseServer {
             ),
         ]
         if counts != nil { gaugesCounted.withLock { $0 = (now, values) } }
-        return values
+        // Kept in memory: read at once, not counted from the storage.
+        return values + [
+            (
+                "storekeeper_subscriber_cache_users",
+                "Users kept in memory (at most the configuration's cachedUsers).", Double(cache.counts.users)
+            )
+        ]
     }
 }

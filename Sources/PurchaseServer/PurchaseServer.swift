@@ -92,7 +92,7 @@ public final class PurchaseServer: Sendable {
         self.storage = storage
         self.logger = logger
         self.now = now
-        let cache = SubscriberCache(shared: storage.isShared)
+        let cache = SubscriberCache(shared: storage.isShared, capacity: configuration.cachedUsers)
         if storage.afterCommit({ cache.committed() }) { cache.trackCommits() }
         self.cache = cache
         follower =

@@ -44,6 +44,10 @@ final class SubscriberCache: Sendable {
         /// Users invalidated by writes that have not committed yet (tracked when the storage says when
         /// writes commit).
         var uncommitted: Set<String> = []
+        /// Look-ups that found the user kept (``entry(_:_:)``), and reads that asked the storage instead
+        /// (``missed()``).
+        var hits = 0
+        var misses = 0
     }
 
     private let state = Mutex(State())
@@ -55,24 +59,44 @@ final class SubscriberCache: Sendable {
     /// writes).
     private let tracksCommits = Atomic<Bool>(false)
 
-    init(shared: Bool = false) { self.shared = shared }
+    /// Users kept at most; when full, an eighth of them go. 0 keeps none (every read asks the storage).
+    let capacity: Int
+
+    init(shared: Bool = false, capacity: Int = SubscriberCache.defaultCapacity) {
+        self.shared = shared
+        self.capacity = max(0, capacity)
+    }
 
     /// From now on, ``committed()`` follows every write transaction.
     func trackCommits() { tracksCommits.store(true, ordering: .releasing) }
-    /// Users kept at most (with both answers rendered, about 1.2 KB each: 121 MiB measured for 100,000 users
-    /// of three purchases); when full, an eighth of them go.
-    static let capacity = 100_000
+    /// Users kept at most unless configured (`"cachedUsers"`): with both answers rendered about 1.2 KB each
+    /// (121 MiB measured for 100,000 users of three purchases), so about 240 MiB when full.
+    static let defaultCapacity = 200_000
 
     static func key(_ bundleID: String, _ user: String) -> String { bundleID + "\u{1F}" + user }
 
     /// The user's entry. When ``shared``, current only once the ``ChangeFollower`` caught up after the read
     /// arrived.
     func entry(_ bundleID: String, _ user: String) -> Entry? {
-        state.withLock { $0.entries[Self.key(bundleID, user)] }
+        let key = Self.key(bundleID, user)
+        return state.withLock { state in
+            let entry = state.entries[key]
+            if entry != nil { state.hits += 1 }
+            return entry
+        }
     }
+
+    /// Counts a read that found nothing current kept and asks the storage.
+    func missed() { state.withLock { $0.misses += 1 } }
 
     /// Users whose last invalidation is remembered (at most twice ``capacity``).
     var generationsRemembered: Int { state.withLock { $0.generations.count } }
+
+    /// Users kept now, the look-ups so far that found their user kept, and the reads that asked the storage
+    /// (for `/metrics`).
+    var counts: (users: Int, hits: Int, misses: Int) {
+        state.withLock { ($0.entries.count, $0.hits, $0.misses) }
+    }
 
     /// Whether anything is kept of the user (current or not).
     func holds(_ bundleID: String, _ user: String) -> Bool {
@@ -87,11 +111,11 @@ final class SubscriberCache: Sendable {
     func store(_ entry: Entry, _ bundleID: String, _ user: String, since generation: UInt64) {
         let key = Self.key(bundleID, user)
         state.withLock { state in
-            guard max(state.generations[key] ?? 0, state.floor) == generation else { return }
-            if state.entries.count >= Self.capacity {
+            guard capacity > 0, max(state.generations[key] ?? 0, state.floor) == generation else { return }
+            if state.entries.count >= capacity {
                 // An eighth goes, in the table's own (hash) order: about as good as random, and no reader of
                 // the rest starts cold.
-                for key in Array(state.entries.keys.prefix(Self.capacity / 8)) { state.entries[key] = nil }
+                for key in Array(state.entries.keys.prefix(max(1, capacity / 8))) { state.entries[key] = nil }
             }
             var entry = entry
             entry.generation = generation
@@ -119,7 +143,7 @@ final class SubscriberCache: Sendable {
         let tracks = tracksCommits.load(ordering: .acquiring)
         state.withLock { state in
             state.counter += 1
-            if state.generations.count >= 2 * Self.capacity {
+            if state.generations.count >= 2 * max(capacity, 1) {
                 // Bounded like the entries: the floor stands for every generation forgotten (reads under way
                 // then keep nothing; what is kept stays).
                 state.floor = state.counter

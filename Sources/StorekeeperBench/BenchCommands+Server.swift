@@ -229,7 +229,7 @@ extension BenchCommands {
                 }
             }
             readLines.append(
-                "  each of the \(receiptCount) users' two answers read once, in process (\(clients) clients; from the database, then rendered and kept)   \(rate(warmRate)) users/s; resident memory \(residentBefore / 1024) → \(residentKilobytes() / 1024) MiB"
+                "  each of the \(receiptCount) users' two answers read once, in process (\(clients) clients; from the database unless kept since their posts, then rendered and kept)   \(rate(warmRate)) users/s; resident memory \(residentBefore / 1024) → \(residentKilobytes() / 1024) MiB"
             )
             for (route, key) in [("subscribers", "sk_bench_secret_0123"), ("entitlements", "pk_bench_key")] {
                 let sample = try await HTTPClient().send(
@@ -244,6 +244,7 @@ extension BenchCommands {
                 let script = try randomUserScript(
                     at: root.appendingPathComponent("random-\(route).lua"), route: route, key: key, users: receiptCount)
                 var pairs: [(bare: WrkResult, server: WrkResult)] = []
+                let cacheBefore = server.subscriberCacheCounts
                 for round in 0..<readRounds {
                     progress(console, "wrk against GET /v1/\(route), round \(round + 1) of \(readRounds)…")
                     let bareResult = try runWrk(
@@ -254,6 +255,8 @@ extension BenchCommands {
                         script: script)
                     pairs.append((bareResult, result))
                 }
+                let cacheAfter = server.subscriberCacheCounts
+                let (hits, misses) = (cacheAfter.hits - cacheBefore.hits, cacheAfter.misses - cacheBefore.misses)
                 let ratios = pairs.map { $0.server.requestsPerSecond / $0.bare.requestsPerSecond }
                 let p99s = pairs.compactMap(\.server.p99Milliseconds)
                 let bareP99s = pairs.compactMap(\.bare.p99Milliseconds)
@@ -263,6 +266,7 @@ extension BenchCommands {
                       \(name), wrk -t2 -c\(connections) (same 2 cores), \(readRounds) interleaved rounds of \(seconds) s (medians)
                         bare libmicrohttpd, one answer's bytes (the same random paths)  \(rate(median(pairs.map(\.bare.requestsPerSecond)) ?? 0)) req/s, p99 \(latency(median(bareP99s)))
                         the server                              \(rate(median(pairs.map(\.server.requestsPerSecond)) ?? 0)) req/s, p99 \(latency(median(p99s)))   ratio to bare \(format(median(ratios) ?? 0)) (each round: \(ratios.map(format).joined(separator: ", ")))   (target ≥ 0.35, p99 < 5 ms)\(pairs.map { errors($0.server) }.first { !$0.isEmpty } ?? "")
+                        reads answered from the users kept in memory \(percent(hits, hits + misses)) (\(misses) read from SQLite); \(cacheAfter.users) users kept, at most \(cacheAfter.capacity)
                     """)
             }
         }

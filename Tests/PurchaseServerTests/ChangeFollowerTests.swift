@@ -160,11 +160,11 @@ struct ChangeFollowerTests {
 
     @Test("What the cache remembers of invalidated users is bounded; what it keeps stays, reads under way keep nothing")
     func boundedGenerations() {
-        let cache = SubscriberCache(shared: true)
+        let cache = SubscriberCache(shared: true, capacity: 1_000)
         cache.store(Self.entry("kept"), "app", "kept", since: cache.generation("app", "kept"))
         let underWay = cache.generation("app", "late")
-        for user in 0..<(2 * SubscriberCache.capacity + 1) { cache.invalidate("app", "u\(user)") }
-        #expect(cache.generationsRemembered <= 2 * SubscriberCache.capacity)
+        for user in 0..<(2 * cache.capacity + 1) { cache.invalidate("app", "u\(user)") }
+        #expect(cache.generationsRemembered <= 2 * cache.capacity)
         #expect(cache.holds("app", "kept"))
         cache.store(Self.entry("late"), "app", "late", since: underWay)
         #expect(!cache.holds("app", "late"))

@@ -21,15 +21,17 @@ struct RenderedAnswerTests {
     }
 
     /// A server on SQLite in a scratch directory whose clock the test sets.
-    static func make(in directory: URL, clock: Clock) async throws -> (PurchaseServer, Responder) {
+    static func make(in directory: URL, clock: Clock, cachedUsers: Int? = nil) async throws -> (
+        PurchaseServer, Responder
+    ) {
         let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
         let app = AppSettings(
             bundleID: bundleID, publicKey: publicKey, receiptRoots: [pki.receipts.root],
             jwsRoots: [pki.signedData.root], entitlements: ["plus": ["monthly"], "pro": ["pro"]])
         let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: secret, apps: [app]), storage: storage,
-            now: { clock.now })
+        var configuration = ServerConfiguration(secretKey: secret, apps: [app])
+        if let cachedUsers { configuration.cachedUsers = cachedUsers }
+        let server = try PurchaseServer(configuration: configuration, storage: storage, now: { clock.now })
         return (server, server.responder())
     }
 
@@ -92,5 +94,72 @@ struct RenderedAnswerTests {
             to: Self.request("POST", "/v1/subscribers/ana/entitlements/plus/revoke", key: Self.secret))
         #expect(revoked.status == 200)
         try await check(active: false, "revoked: the write invalidated what was rendered")
+    }
+
+    @Test("The users kept are at most cachedUsers; the rest answer the same from the storage, and /metrics counts both")
+    func boundedByConfiguration() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let clock = Clock(Date(timeIntervalSince1970: 1_800_000_000))
+        func metric(_ name: String, _ responder: Responder) async throws -> Int {
+            var get = HTTPRequest(method: "GET", target: "/metrics", headers: [], body: [])
+            get.remoteAddress = "127.0.0.1"
+            let text = String(decoding: await responder.respond(to: get).body, as: UTF8.self)
+            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix(name + " ") }, "\(text)")
+            return try #require(Int(line.split(separator: " ").last ?? ""))
+        }
+        for (capacity, kept) in [(4, 4), (0, 0)] {
+            let (_, responder) = try await Self.make(
+                in: directory.appendingPathComponent("\(capacity)"), clock: clock, cachedUsers: capacity)
+            let users = (0..<10).map { "user-\($0)" }
+            for user in users {
+                let granted = await responder.respond(
+                    to: Self.request(
+                        "POST", "/v1/subscribers/\(user)/entitlements/plus/grant", key: Self.secret,
+                        body: ["durationDays": .integer(2)]))
+                #expect(granted.status == 200)
+            }
+            // Each user's own answer, whether kept or read again.
+            for user in users {
+                let answer = await responder.respond(
+                    to: Self.request("GET", "/v1/subscribers/\(user)", key: Self.secret))
+                #expect(answer.status == 200)
+                let object: JSONValue = try JSONParser.parse(answer.body)
+                #expect(object["appUserId"]?.stringValue == user, "\(object)")
+                #expect(object["entitlements"]?["plus"]?["active"] == .bool(true))
+            }
+            #expect(try await metric("storekeeper_subscriber_cache_users", responder) <= kept)
+            let misses = try await metric("storekeeper_subscriber_cache_misses_total", responder)
+            let hits = try await metric("storekeeper_subscriber_cache_hits_total", responder)
+            // The last user read was kept (unless nothing is): a second read is a hit, not a miss.
+            let again = Self.request("GET", "/v1/subscribers/user-9", key: Self.secret)
+            #expect(await responder.respond(to: again).status == 200)
+            #expect(try await metric("storekeeper_subscriber_cache_hits_total", responder) == hits + (kept > 0 ? 1 : 0))
+            #expect(
+                try await metric("storekeeper_subscriber_cache_misses_total", responder) == misses + (kept > 0 ? 0 : 1))
+            #expect(misses >= 10 - kept, "at least the users not kept were read from the storage")
+        }
+    }
+
+    @Test("cachedUsers in the configuration file: a whole number from 0 to 10,000,000")
+    func cachedUsersConfiguration() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("server.json")
+        func load(_ value: String?) throws -> ServerConfiguration {
+            let member = value.map { #", "cachedUsers": \#($0)"# } ?? ""
+            try Data(
+                #"{"secretKey": "sk_0123456789abcdef", "apps": [{"bundleId": "a.b", "publicKey": "pk_12345678"}]\#(member)}"#
+                    .utf8
+            ).write(to: file)
+            return try ServerConfiguration.load(path: file.path, variables: [:])
+        }
+        #expect(try load(nil).cachedUsers == 200_000)
+        #expect(try load("0").cachedUsers == 0)
+        #expect(try load("500000").cachedUsers == 500_000)
+        for wrong in ["-1", "1.5", "10000001", #""many""#] {
+            #expect(throws: PurchaseServerError.self, "\(wrong)") { try load(wrong) }
+        }
     }
 }

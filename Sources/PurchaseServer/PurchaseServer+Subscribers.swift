@@ -340,11 +340,21 @@ extension PurchaseServer {
         return try await subscriber(bundleID: bundleID, appUserID: appUserID)
     }
 
-    /// The users kept in memory now and the configured most, and the reads so far answered from them (hits)
-    /// or from the storage (misses): for benchmarks and reports, as `/metrics` gives them.
-    public var subscriberCacheCounts: (users: Int, capacity: Int, hits: Int, misses: Int) {
+    /// What the users kept in memory have done so far, as `/metrics` gives it.
+    public struct SubscriberCacheCounts: Sendable, Hashable {
+        /// Users kept now, and at most (the configuration's ``ServerConfiguration/cachedUsers``).
+        public var users: Int
+        public var capacity: Int
+        /// Reads of a user's records answered from memory, and reads that asked the storage.
+        public var hits: Int
+        public var misses: Int
+    }
+
+    /// For benchmarks and reports.
+    public var subscriberCacheCounts: SubscriberCacheCounts {
         let counts = cache.counts
-        return (counts.users, cache.capacity, counts.hits, counts.misses)
+        return SubscriberCacheCounts(
+            users: counts.users, capacity: cache.capacity, hits: counts.hits, misses: counts.misses)
     }
 
     /// Counters the storage and the change follower keep, for `/metrics`: the write transactions and the
@@ -364,7 +374,7 @@ extension PurchaseServer {
         totals.append(
             (
                 "storekeeper_subscriber_cache_hits_total",
-                "Reads of a user answered from the users kept in memory.", Double(cached.hits)
+                "Reads of a user's records answered from the users kept in memory.", Double(cached.hits)
             ))
         totals.append(
             (
@@ -385,8 +395,15 @@ extension PurchaseServer {
     /// Pending deliveries and stored inputs, for `/metrics`: counted at most once every five seconds (a count
     /// reads a whole table, and `/metrics` is open to whoever reaches it).
     func gauges() async -> [(name: String, help: String, value: Double)] {
+        // Kept in memory: read at every asking, not counted from the storage.
+        let live: [(name: String, help: String, value: Double)] = [
+            (
+                "storekeeper_subscriber_cache_users",
+                "Users kept in memory (at most the configuration's cachedUsers).", Double(cache.counts.users)
+            )
+        ]
         let now = ContinuousClock.now
-        if let counted = gaugesCounted.withLock({ $0 }), now - counted.at < .seconds(5) { return counted.values }
+        if let counted = gaugesCounted.withLock({ $0 }), now - counted.at < .seconds(5) { return counted.values + live }
         let counts = try? await storage.read { store in (try store.pendingDeliveryCount(), try store.inputCount()) }
         let values: [(name: String, help: String, value: Double)] = [
             ("storekeeper_webhook_outbox_pending", "Webhook deliveries waiting to be sent.", Double(counts?.0 ?? 0)),
@@ -396,12 +413,6 @@ extension PurchaseServer {
             ),
         ]
         if counts != nil { gaugesCounted.withLock { $0 = (now, values) } }
-        // Kept in memory: read at once, not counted from the storage.
-        return values + [
-            (
-                "storekeeper_subscriber_cache_users",
-                "Users kept in memory (at most the configuration's cachedUsers).", Double(cache.counts.users)
-            )
-        ]
+        return values + live
     }
 }

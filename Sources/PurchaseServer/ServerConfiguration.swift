@@ -114,8 +114,11 @@ public struct ServerConfiguration: Sendable {
     public var clock: String?
     /// Users whose records and rendered answers a process keeps in memory, so that their reads answer
     /// without the storage (about 1.2 KB a user of three purchases); when full, an eighth go. 0 keeps none.
-    /// Config: `"cachedUsers"`, 0 to 10,000,000.
-    public var cachedUsers = SubscriberCache.defaultCapacity
+    /// Config: `"cachedUsers"`, 0 to ``maxCachedUsers`` (``defaultCachedUsers`` unless given).
+    public var cachedUsers = Self.defaultCachedUsers
+    /// About 240 MiB when full of users of three purchases.
+    public static let defaultCachedUsers = 200_000
+    public static let maxCachedUsers = 10_000_000
 
     public init(
         secretKey: String, apps: [AppSettings], transferPolicy: TransferPolicy = .transfer,
@@ -293,7 +296,9 @@ public struct ServerConfiguration: Sendable {
             configuration.clock = url
         }
         if let users = root["cachedUsers"] {
-            guard let count = users.doubleValue, count == count.rounded(), (0...10_000_000).contains(count) else {
+            guard let count = users.doubleValue, count == count.rounded(),
+                (0...Double(Self.maxCachedUsers)).contains(count)
+            else {
                 throw PurchaseServerError.configuration("cachedUsers is a whole number from 0 to 10000000")
             }
             configuration.cachedUsers = Int(count)

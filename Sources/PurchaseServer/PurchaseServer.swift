@@ -432,9 +432,8 @@ public final class PurchaseServer: Sendable {
             try checkAccountToken(token, claimant: claimant, bundleID: bundleID, in: store)
         }
         if let claimant {
-            var subscriber =
-                try store.subscriber(bundle: bundleID, appUserID: claimant)
-                ?? Subscriber(bundleID: bundleID, appUserID: claimant, firstSeen: now)
+            let storedSubscriber = try store.subscriber(bundle: bundleID, appUserID: claimant)
+            var subscriber = storedSubscriber ?? Subscriber(bundleID: bundleID, appUserID: claimant, firstSeen: now)
             if let token = update.transaction?.appAccountToken?.lowercased(),
                 !subscriber.appAccountTokens.contains(token)
             {
@@ -461,7 +460,9 @@ public final class PurchaseServer: Sendable {
             } else {
                 owner = claimant
             }
-            try store.save(subscriber)
+            // Written when new or changed (a token, a flag): not again for each purchase of a receipt, nor for
+            // each transaction an app posts for a user it already has.
+            if subscriber != storedSubscriber { try store.save(subscriber) }
         }
         for user in Set(
             [owner, previousOwner, claimant, storedSubscription?.owner, storedPurchase?.owner].compactMap { $0 })

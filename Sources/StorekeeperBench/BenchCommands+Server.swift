@@ -169,10 +169,23 @@ extension BenchCommands {
             }
         }
         let bareReceiptRate = Double(receiptCount) / (verifyClock.now - bareStart).seconds
+        if countStatements { await storage.countWriterStatements(true) }
+        let (receiptCPU, receiptWriterCPU) = (processCPUSeconds(), storage.writerCPU)
         let receiptRate = try await concurrentRate(receiptCount, clients: clients) { index in
             _ = try await server.ingestReceipt(
                 bundleID: bundleID, appUserID: "user-\(index)", receipt: receipts[index], deviceID: nil)
         }
+        let receiptCPUs = (
+            all: processCPUSeconds() - receiptCPU, writer: (storage.writerCPU - receiptWriterCPU).seconds
+        )
+        let receiptStatements =
+            countStatements
+            ? "\n"
+                + statementLines(
+                    await storage.writerStatementCosts(), each: receiptCount, of: "receipt",
+                    while: "while posting receipts"
+                ).dropLast() : ""
+        await storage.countWriterStatements(false)
 
         // 3. App transactions, each for a user the server has not seen (a first launch), through the route.
         progress(console, "signing \(appTransactionCount) app transactions…")
@@ -281,7 +294,7 @@ extension BenchCommands {
               group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average; the writer's CPU in them \(microseconds(cpu.writer, each: count, decimals: 1)) a notification\(countStatements ? " (its statements counted, two clock reads each)" : "")\(statementList)
               receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
-              ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare
+              ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare; CPU a receipt \(microseconds(receiptCPUs.all, each: receiptCount, decimals: 1)), the writer's in its transactions \(microseconds(receiptCPUs.writer, each: receiptCount, decimals: 1))\(receiptStatements)
               app transactions (POST /v1/app-transactions in process, each a new user: \(appTransactionCount))
               verification alone, 2 cores        \(rate(appTransactionVerifyRate)) /s
               posted (verify, store user and event) \(rate(appTransactionRate)) /s   ratio \(format(appTransactionRate / appTransactionVerifyRate)) of verification alone

@@ -1,8 +1,10 @@
 import AppStoreEmulator
+import AppStoreReceipts
 import Foundation
 import PurchaseServer
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperSQL
 import Synchronization
 import Testing
 
@@ -170,5 +172,52 @@ struct RenderedAnswerTests {
         for wrong in ["-1", "1.5", "10000001", #""many""#] {
             #expect(throws: PurchaseServerError.self, "\(wrong)") { try load(wrong) }
         }
+    }
+
+    @Test("A receipt of three purchases writes its user once; the same receipt posted again writes the user not at all")
+    func userWrittenWhenChanged() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
+        let app = AppSettings(
+            bundleID: Self.bundleID, publicKey: Self.publicKey, receiptRoots: [pki.receipts.root],
+            jwsRoots: [pki.signedData.root], entitlements: ["pro": ["pro"]])
+        let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: Self.secret, apps: [app]), storage: storage, now: { now })
+        let receipt = try Receipt(
+            receiptType: "ProductionSandbox", bundleID: Self.bundleID, appVersion: "1", opaqueValue: [1, 2, 3, 4],
+            sha1Hash: Array(repeating: 0, count: 20), creationDate: now, originalPurchaseDate: now,
+            originalAppVersion: "1",
+            inAppPurchases: [
+                InAppPurchase(
+                    productID: "pro", transactionID: "4000000000000001", purchaseDate: now, productTypeRaw: 0),
+                InAppPurchase(
+                    productID: "coins", transactionID: "4000000000000002", purchaseDate: now, productTypeRaw: 1),
+                InAppPurchase(
+                    productID: "coins", transactionID: "4000000000000003", purchaseDate: now, productTypeRaw: 1),
+            ]
+        ).signed(
+            by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
+        /// Upserts of the user's row while `post` runs.
+        func userWrites(_ post: () async throws -> Void) async throws -> Int {
+            let before = await storage.writerStatementCosts().filter { $0.sql.hasPrefix("INSERT INTO subscribers") }
+            try await post()
+            let after = await storage.writerStatementCosts().filter { $0.sql.hasPrefix("INSERT INTO subscribers") }
+            return after.reduce(0) { $0 + $1.calls } - before.reduce(0) { $0 + $1.calls }
+        }
+        await storage.countWriterStatements(true)
+        for (time, expected) in [("first", 1), ("again", 0)] {
+            let writes = try await userWrites {
+                let view = try await server.ingestReceipt(
+                    bundleID: Self.bundleID, appUserID: "ana", receipt: receipt, deviceID: nil)
+                #expect(view.purchases.count == 3 && view.entitlements["pro"]?.active == true, "\(time)")
+            }
+            #expect(writes == expected, "\(time)")
+        }
+        await storage.countWriterStatements(false)
+        let stored = try await storage.read { try $0.subscriber(bundle: Self.bundleID, appUserID: "ana") }
+        #expect(stored?.firstSeen == now)
     }
 }

@@ -388,8 +388,29 @@ public final class PurchaseServer: Sendable {
         throws -> RecordedEvents
     {
         try lockSubscriptions(of: updates.compactMap(\.originalTransactionID), in: store)
-        return RecordedEvents(
-            joining: try updates.map { try apply($0, bundleID: bundleID, claimant: claimant, in: store, now: now) })
+        var memo = ClaimantMemo()
+        let recorded = try updates.map {
+            try apply($0, bundleID: bundleID, claimant: claimant, in: store, now: now, memo: &memo)
+        }
+        try finish(memo, bundleID: bundleID, in: store)
+        return RecordedEvents(joining: recorded)
+    }
+
+    /// What one write's updates for a claimant look up once, not once an update (a receipt holds every period
+    /// of a subscription): the user the claimant's id names, the user's row as this write last read or wrote
+    /// it, and whether the user's subscriptions are to be checked for several Apple accounts when they end.
+    struct ClaimantMemo {
+        var user: String?
+        /// Nil until read; then the row (nil: none yet).
+        var subscriber: Subscriber??
+        var checkAccounts = false
+    }
+
+    /// What the updates of one write left to do once: the check for several Apple accounts.
+    func finish(_ memo: ClaimantMemo, bundleID: String, in store: any ServerStore) throws {
+        if memo.checkAccounts, let user = memo.user {
+            try flagSeveralAccounts(bundleID: bundleID, user: user, in: store)
+        }
     }
 
     /// Inside a write that changes what the user's answers are made from: what this process keeps of them
@@ -406,10 +427,26 @@ public final class PurchaseServer: Sendable {
     func apply(_ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date)
         throws -> RecordedEvents
     {
+        var memo = ClaimantMemo()
+        let recorded = try apply(update, bundleID: bundleID, claimant: claimant, in: store, now: now, memo: &memo)
+        try finish(memo, bundleID: bundleID, in: store)
+        return recorded
+    }
+
+    /// One update of a write whose updates share `memo` (``finish(_:bundleID:in:)`` follows the last).
+    func apply(
+        _ update: PurchaseUpdate, bundleID: String, claimant: String?, in store: any ServerStore, now: Date,
+        memo: inout ClaimantMemo
+    ) throws -> RecordedEvents {
         guard let ahead = WriteAhead(update, bundleID: bundleID) else { return [] }
         let originalID = ahead.original
         // A user the app knows by another id (an alias) is that user.
-        let claimant = try claimant.map { try store.user(bundle: bundleID, alias: $0) ?? $0 }
+        let claimant = try claimant.map { given in
+            if let user = memo.user { return user }
+            let user = try store.user(bundle: bundleID, alias: given) ?? given
+            memo.user = user
+            return user
+        }
         // The subscription, then the user: what follows reads them as the last writer left them.
         try store.lock(original: originalID)
         if let claimant { try store.lock(user: claimant, bundle: bundleID) }
@@ -432,7 +469,7 @@ public final class PurchaseServer: Sendable {
             try checkAccountToken(token, claimant: claimant, bundleID: bundleID, in: store)
         }
         if let claimant {
-            let storedSubscriber = try store.subscriber(bundle: bundleID, appUserID: claimant)
+            let storedSubscriber = try memo.subscriber ?? store.subscriber(bundle: bundleID, appUserID: claimant)
             var subscriber = storedSubscriber ?? Subscriber(bundleID: bundleID, appUserID: claimant, firstSeen: now)
             if let token = update.transaction?.appAccountToken?.lowercased(),
                 !subscriber.appAccountTokens.contains(token)
@@ -463,6 +500,7 @@ public final class PurchaseServer: Sendable {
             // Written when new or changed (a token, a flag): not again for each purchase of a receipt, nor for
             // each transaction an app posts for a user it already has.
             if subscriber != storedSubscriber { try store.save(subscriber) }
+            memo.subscriber = .some(subscriber)
         }
         for user in Set(
             [owner, previousOwner, claimant, storedSubscription?.owner, storedPurchase?.owner].compactMap { $0 })
@@ -519,7 +557,7 @@ public final class PurchaseServer: Sendable {
             recorded.append(event)
         }
         if let claimant, let owner, owner == claimant, update.transaction?.kind == .autoRenewable {
-            try flagSeveralAccounts(bundleID: bundleID, user: claimant, in: store)
+            memo.checkAccounts = true
         }
         return recorded
     }

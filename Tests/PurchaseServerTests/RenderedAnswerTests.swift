@@ -220,4 +220,61 @@ struct RenderedAnswerTests {
         let stored = try await storage.read { try $0.subscriber(bundle: Self.bundleID, appUserID: "ana") }
         #expect(stored?.firstSeen == now)
     }
+
+    @Test(
+        "A receipt of two subscriptions' years: the user, its alias and its purchases looked up once, the flag for several Apple accounts set"
+    )
+    func receiptHistoryLookedUpOnce() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
+        let app = AppSettings(
+            bundleID: Self.bundleID, publicKey: Self.publicKey, receiptRoots: [pki.receipts.root],
+            jwsRoots: [pki.signedData.root], entitlements: ["plus": ["monthly"]])
+        let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: Self.secret, apps: [app]), storage: storage, now: { now })
+        /// Twelve monthly periods of one subscription from each original (the last ending after `now`).
+        func receipt(originals: [Int]) throws -> [UInt8] {
+            var purchases: [InAppPurchase] = []
+            for original in originals {
+                for month in 0..<12 {
+                    let start = now.addingTimeInterval(Double(month - 11) * 30 * 86_400 - 86_400)
+                    purchases.append(
+                        InAppPurchase(
+                            productID: "monthly", transactionID: String(5_000_000_000_000_000 + original * 100 + month),
+                            purchaseDate: start, originalTransactionID: String(5_000_000_000_000_000 + original * 100),
+                            originalPurchaseDate: now.addingTimeInterval(-12 * 30 * 86_400), productTypeRaw: 3,
+                            expiresDate: start.addingTimeInterval(30 * 86_400),
+                            webOrderLineItemID: Int64(original * 100 + month)))
+                }
+            }
+            return try Receipt(
+                receiptType: "ProductionSandbox", bundleID: Self.bundleID, appVersion: "1", opaqueValue: [1, 2, 3, 4],
+                sha1Hash: Array(repeating: 0, count: 20), creationDate: now, originalPurchaseDate: now,
+                originalAppVersion: "1", inAppPurchases: purchases
+            ).signed(
+                by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
+        }
+        for (user, originals) in [("one", [1]), ("two", [2, 3])] {
+            await storage.countWriterStatements(true)
+            let view = try await server.ingestReceipt(
+                bundleID: Self.bundleID, appUserID: user, receipt: try receipt(originals: originals), deviceID: nil)
+            let costs = await storage.writerStatementCosts()
+            await storage.countWriterStatements(false)
+            func calls(_ prefix: String) -> Int {
+                costs.filter { $0.sql.hasPrefix(prefix) }.reduce(0) { $0 + $1.calls }
+            }
+            #expect(view.purchases.count == 12 * originals.count && view.entitlements["plus"]?.active == true)
+            // Once for the updates, once more where the user is found to hold several subscriptions' originals.
+            #expect(
+                calls("SELECT document FROM subscribers WHERE bundle_id = ? AND app_user_id = ?")
+                    == (originals.count > 1 ? 2 : 1), "\(user)")
+            #expect(calls("SELECT app_user_id FROM aliases") == 1, "\(user)")
+            #expect(calls("SELECT document FROM purchases WHERE bundle_id = ? AND owner = ?") == 1, "\(user)")
+            #expect(calls("INSERT INTO subscribers") == (originals.count > 1 ? 2 : 1), "\(user)")
+            #expect(view.flags == (originals.count > 1 ? ["multiple_apple_accounts"] : []), "\(user)")
+        }
+    }
 }

@@ -19,6 +19,11 @@ extension BenchCommands {
             .init(name: "notifications", valueName: "n", help: "Notifications to ingest (default: 20000)."),
             .init(name: "receipts", valueName: "n", help: "Receipts to post (default: 2000)."),
             .init(
+                name: "receipt-periods", valueName: "n",
+                help:
+                    "Monthly periods of an auto-renewable subscription each receipt also holds, its history (default: 0)."
+            ),
+            .init(
                 name: "app-transactions", valueName: "n",
                 help: "App transactions to post for distinct users (default: 20000)."),
             .init(name: "clients", valueName: "n", help: "Concurrent in-process clients (default: 64)."),
@@ -35,7 +40,7 @@ extension BenchCommands {
         flags: [
             (
                 "statements",
-                "Also count what each SQL statement on the writer's connection costs while ingesting notifications (two reads of the thread's CPU clock a statement) and list the costliest."
+                "Also count what each SQL statement on the writer's connection costs while ingesting notifications and while posting receipts (two reads of the thread's CPU clock a statement) and list the costliest."
             )
         ],
         discussion: """
@@ -46,8 +51,8 @@ extension BenchCommands {
             interleaved rounds (each verifies its share of the notifications alone, then ingests them), the ratio \
             the median of the rounds'; also the process's CPU time a notification and the cores busy in each, \
             and the write transactions the group commits took. (2) --receipts \
-            receipts of three purchases each posted for distinct users; baseline: bare receipt verification on \
-            both cores. (3) --app-transactions app transactions (one ES256 signature each) posted through \
+            receipts of three purchases each (and --receipt-periods monthly periods of a subscription) posted for \
+            distinct users; baseline: bare receipt verification on both cores. (3) --app-transactions app transactions (one ES256 signature each) posted through \
             POST /v1/app-transactions by --clients concurrent callers, each for a user the server has not seen; \
             baseline: verifying them alone, on both cores. (4) GET /v1/subscribers/{id} (secret key) and GET \
             /v1/entitlements/{id} (the app's key) of the receipts' users at random, over HTTP with wrk (2 threads, \
@@ -59,6 +64,10 @@ extension BenchCommands {
     static func serve(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         let count = Int(arguments.value("notifications") ?? "20000") ?? 0
         let receiptCount = Int(arguments.value("receipts") ?? "2000") ?? 0
+        let receiptPeriods = Int(arguments.value("receipt-periods") ?? "0") ?? -1
+        guard (0...1_000).contains(receiptPeriods) else {
+            throw CommandError.usage("--receipt-periods must be 0 to 1000")
+        }
         let appTransactionCount = Int(arguments.value("app-transactions") ?? "20000") ?? 0
         let clients = Int(arguments.value("clients") ?? "64") ?? 0
         let seconds = Int(arguments.value("seconds") ?? "5") ?? 0
@@ -156,7 +165,18 @@ extension BenchCommands {
                         productID: "coins", transactionID: String(base + 1), purchaseDate: start, productTypeRaw: 1),
                     InAppPurchase(
                         productID: "coins", transactionID: String(base + 2), purchaseDate: start, productTypeRaw: 1),
-                ])
+                ]
+                    + (0..<receiptPeriods).map { month in
+                        // Monthly periods ending now, the last one current.
+                        let begins = now.addingTimeInterval(Double(month + 1 - receiptPeriods) * 2_592_000 - 3_600)
+                        let first = 5_000_000_000_000_000 + index * receiptPeriods
+                        return InAppPurchase(
+                            productID: "monthly", transactionID: String(first + month), purchaseDate: begins,
+                            originalTransactionID: String(first),
+                            originalPurchaseDate: now.addingTimeInterval(Double(-receiptPeriods) * 2_592_000),
+                            productTypeRaw: 3, expiresDate: begins.addingTimeInterval(2_592_000),
+                            webOrderLineItemID: Int64(first + month))
+                    })
             return try receipt.signed(
                 by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
         }
@@ -292,7 +312,7 @@ extension BenchCommands {
               ingestion (verify, store, apply)  \(rate(ingestRate)) /s   ratio \(format(rounds.medianRatio(1, to: 0))) of verification alone, the rounds' median (each round: \(ingestRatios.map(format).joined(separator: ", ")))   (target ≥ 0.7)
               CPU a notification (user and system, every thread)   verification alone \(microseconds(cpu.verify, each: count, decimals: 1)), ingestion \(microseconds(cpu.ingest, each: count, decimals: 1)) (+\(microseconds(cpu.ingest - cpu.verify, each: count, decimals: 1)): parsing, storing, applying); cores busy: verification alone \(format(cpu.verify / elapsed.verify)), ingestion \(format(cpu.ingest / elapsed.ingest)) of \(ProcessInfo.processInfo.activeProcessorCount)
               group commits while ingesting   \(groups.transactions) transactions, \(format(Double(groups.writes) / Double(max(1, groups.transactions)))) writes each on average; the writer's CPU in them \(microseconds(cpu.writer, each: count, decimals: 1)) a notification\(countStatements ? " (its statements counted, two clock reads each)" : "")\(statementList)
-              receipts of three purchases (POST /v1/receipts' work, in process; \(receiptCount) users)
+              receipts of three purchases\(receiptPeriods > 0 ? " and \(receiptPeriods) monthly periods" : "") (POST /v1/receipts' work, in process; \(receiptCount) users)
               bare receipt verification, 2 cores \(rate(bareReceiptRate)) /s
               ingestion                          \(rate(receiptRate)) /s   ratio \(format(receiptRate / bareReceiptRate)) of bare; CPU a receipt \(microseconds(receiptCPUs.all, each: receiptCount, decimals: 1)), the writer's in its transactions \(microseconds(receiptCPUs.writer, each: receiptCount, decimals: 1))\(receiptStatements)
               app transactions (POST /v1/app-transactions in process, each a new user: \(appTransactionCount))

@@ -400,6 +400,8 @@ public final class PurchaseServer: Sendable {
     /// of a subscription): the user the claimant's id names, the user's row as this write last read or wrote
     /// it, and whether the user's subscriptions are to be checked for several Apple accounts when they end.
     struct ClaimantMemo {
+        /// The claimant's id as given, and the user it names.
+        var given: String?
         var user: String?
         /// Nil until read; then the row (nil: none yet).
         var subscriber: Subscriber??
@@ -442,9 +444,9 @@ public final class PurchaseServer: Sendable {
         let originalID = ahead.original
         // A user the app knows by another id (an alias) is that user.
         let claimant = try claimant.map { given in
-            if let user = memo.user { return user }
+            if let user = memo.user, memo.given == given { return user }
             let user = try store.user(bundle: bundleID, alias: given) ?? given
-            memo.user = user
+            (memo.given, memo.user, memo.subscriber) = (given, user, nil)
             return user
         }
         // The subscription, then the user: what follows reads them as the last writer left them.

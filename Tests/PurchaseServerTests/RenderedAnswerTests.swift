@@ -26,6 +26,14 @@ struct RenderedAnswerTests {
     static func make(in directory: URL, clock: Clock, cachedUsers: Int? = nil) async throws -> (
         PurchaseServer, Responder
     ) {
+        let (server, _) = try await makeServer(in: directory, clock: clock, cachedUsers: cachedUsers)
+        return (server, server.responder())
+    }
+
+    /// The same, with its storage (for counting the writer's statements).
+    static func makeServer(in directory: URL, clock: Clock, cachedUsers: Int? = nil) async throws -> (
+        PurchaseServer, SQLiteServerStorage
+    ) {
         let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
         let app = AppSettings(
             bundleID: bundleID, publicKey: publicKey, receiptRoots: [pki.receipts.root],
@@ -33,8 +41,18 @@ struct RenderedAnswerTests {
         let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
         var configuration = ServerConfiguration(secretKey: secret, apps: [app])
         if let cachedUsers { configuration.cachedUsers = cachedUsers }
-        let server = try PurchaseServer(configuration: configuration, storage: storage, now: { clock.now })
-        return (server, server.responder())
+        return (try PurchaseServer(configuration: configuration, storage: storage, now: { clock.now }), storage)
+    }
+
+    /// A receipt of `purchases` signed by the chain ``makeServer(in:clock:cachedUsers:)`` made in `directory`.
+    static func receipt(_ purchases: [InAppPurchase], in directory: URL, at now: Date) throws -> [UInt8] {
+        let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
+        return try Receipt(
+            receiptType: "ProductionSandbox", bundleID: bundleID, appVersion: "1", opaqueValue: [1, 2, 3, 4],
+            sha1Hash: Array(repeating: 0, count: 20), creationDate: now, originalPurchaseDate: now,
+            originalAppVersion: "1", inAppPurchases: purchases
+        ).signed(
+            by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
     }
 
     static func request(_ method: String, _ path: String, key: String, body: JSONObject? = nil) -> HTTPRequest {
@@ -179,27 +197,16 @@ struct RenderedAnswerTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let now = Date(timeIntervalSince1970: 1_800_000_000)
-        let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
-        let app = AppSettings(
-            bundleID: Self.bundleID, publicKey: Self.publicKey, receiptRoots: [pki.receipts.root],
-            jwsRoots: [pki.signedData.root], entitlements: ["pro": ["pro"]])
-        let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: Self.secret, apps: [app]), storage: storage, now: { now })
-        let receipt = try Receipt(
-            receiptType: "ProductionSandbox", bundleID: Self.bundleID, appVersion: "1", opaqueValue: [1, 2, 3, 4],
-            sha1Hash: Array(repeating: 0, count: 20), creationDate: now, originalPurchaseDate: now,
-            originalAppVersion: "1",
-            inAppPurchases: [
+        let (server, storage) = try await Self.makeServer(in: directory, clock: Clock(now))
+        let receipt = try Self.receipt(
+            [
                 InAppPurchase(
                     productID: "pro", transactionID: "4000000000000001", purchaseDate: now, productTypeRaw: 0),
                 InAppPurchase(
                     productID: "coins", transactionID: "4000000000000002", purchaseDate: now, productTypeRaw: 1),
                 InAppPurchase(
                     productID: "coins", transactionID: "4000000000000003", purchaseDate: now, productTypeRaw: 1),
-            ]
-        ).signed(
-            by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
+            ], in: directory, at: now)
         /// Upserts of the user's row while `post` runs.
         func userWrites(_ post: () async throws -> Void) async throws -> Int {
             let before = await storage.writerStatementCosts().filter { $0.sql.hasPrefix("INSERT INTO subscribers") }
@@ -228,13 +235,7 @@ struct RenderedAnswerTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let now = Date(timeIntervalSince1970: 1_800_000_000)
-        let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
-        let app = AppSettings(
-            bundleID: Self.bundleID, publicKey: Self.publicKey, receiptRoots: [pki.receipts.root],
-            jwsRoots: [pki.signedData.root], entitlements: ["plus": ["monthly"]])
-        let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
-        let server = try PurchaseServer(
-            configuration: ServerConfiguration(secretKey: Self.secret, apps: [app]), storage: storage, now: { now })
+        let (server, storage) = try await Self.makeServer(in: directory, clock: Clock(now))
         /// Twelve monthly periods of one subscription from each original (the last ending after `now`).
         func receipt(originals: [Int]) throws -> [UInt8] {
             var purchases: [InAppPurchase] = []
@@ -250,12 +251,7 @@ struct RenderedAnswerTests {
                             webOrderLineItemID: Int64(original * 100 + month)))
                 }
             }
-            return try Receipt(
-                receiptType: "ProductionSandbox", bundleID: Self.bundleID, appVersion: "1", opaqueValue: [1, 2, 3, 4],
-                sha1Hash: Array(repeating: 0, count: 20), creationDate: now, originalPurchaseDate: now,
-                originalAppVersion: "1", inAppPurchases: purchases
-            ).signed(
-                by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
+            return try Self.receipt(purchases, in: directory, at: now)
         }
         for (user, originals) in [("one", [1]), ("two", [2, 3])] {
             await storage.countWriterStatements(true)

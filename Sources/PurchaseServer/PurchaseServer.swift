@@ -582,6 +582,9 @@ public final class PurchaseServer: Sendable {
     /// who already holds the token (by an earlier claim, or whose id is that UUID) is refused, whatever the
     /// transfer policy — holding another user's signed transaction is not enough to take it.
     func checkAccountToken(_ token: String, claimant: String, bundleID: String, in store: any ServerStore) throws {
+        // Writes binding one token run one after the other, so the second sees the first's binding (processes
+        // apart, on PostgreSQL; a write takes one token's lock, after its subscriptions' and user's).
+        try store.lock(accountToken: token, bundle: bundleID)
         var holders: Set<String> = []
         if let holder = try store.subscriber(bundle: bundleID, appAccountToken: token)?.appUserID {
             holders.insert(holder)

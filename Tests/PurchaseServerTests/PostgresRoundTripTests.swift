@@ -4,6 +4,7 @@ import StoreModel
 import StorekeeperPostgres
 import StorekeeperSQL
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 @testable import PurchaseServer
@@ -248,6 +249,83 @@ struct PostgresRoundTripTests {
         #expect(stored.3 == Self.now.addingTimeInterval(2 * 86_400), "the group's write read the V1 write's commit")
         #expect(stored.1)
         #expect(stored.2)
+    }
+
+    @Test(
+        "Two processes binding one account token to two users at once: the second waits for the first's commit, then is refused"
+    )
+    func accountTokenRace() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let (_, first) = try await Self.server(poolSize: 2, url: url)
+        let (_, second) = try await Self.server(poolSize: 2, url: url)
+        // Neither holds a lease: a write does not wait for the other's cache.
+        await first.leave()
+        await second.leave()
+        let token = "5a0c55e2-0000-4000-8000-00000000aaaa"
+        // Two purchases (two subscriptions) carrying the same token, posted by two users.
+        let (ana, ben) = (
+            Self.renewal(700, original: 700, token: token), Self.renewal(701, original: 701, token: token)
+        )
+        let (bound, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let held = Task {
+            try await first.write(input: ("transaction:700:ana", "transaction", Array("{}".utf8)), viewFollows: false) {
+                store in
+                let events = try first.apply(ana, bundleID: "app", claimant: "ana", in: store, now: Self.now)
+                bound.signal()
+                guard release.wait(timeout: .now() + 60) == .success else {
+                    throw PurchaseServerError.invalid("the first write was not released within a minute")
+                }
+                return events
+            }
+        }
+        /// Set once the second write has finished, however.
+        final class Flag: Sendable {
+            private let value = Atomic<Bool>(false)
+            var isSet: Bool { value.load(ordering: .acquiring) }
+            func set() { value.store(true, ordering: .releasing) }
+        }
+        let done = Flag()
+        do {
+            try await Self.waitUntil("the first write to bind the token") { bound.wait(timeout: .now()) == .success }
+            let racing = Task {
+                defer { done.set() }
+                return try await second.write(
+                    input: ("transaction:701:ben", "transaction", Array("{}".utf8)), viewFollows: false
+                ) { store in
+                    try second.apply(ben, bundleID: "app", claimant: "ben", in: store, now: Self.now)
+                }
+            }
+            // The second waits on an advisory lock (the token's) while the first is open; without it, it would
+            // see no binding yet and finish.
+            let observer = try PostgresConnection(url: url)
+            func waiting() throws -> Int64 {
+                try observer.execute(
+                    """
+                    SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    """
+                ).first?["n"].int64 ?? 0
+            }
+            try await Self.waitUntil("the second write to wait or finish") {
+                try waiting() > 0 || done.isSet
+            }
+            #expect(!done.isSet, "the second write did not wait for the first")
+            release.signal()
+            _ = try await held.value
+            let error = await #expect(throws: PurchaseServerError.self) { try await racing.value }
+            #expect(error?.code == .accountTokenMismatch, "\(String(describing: error))")
+        } catch {
+            release.signal()
+            throw error
+        }
+        let owners = try await first.storage.read { store in
+            (
+                try store.subscriber(bundle: "app", appAccountToken: token)?.appUserID,
+                try store.subscription(TransactionID("701"))?.owner
+            )
+        }
+        #expect(owners.0 == "ana")
+        #expect(owners.1 == nil, "the refused write left the second purchase unbound")
     }
 
     @Test("Notifications of distinct subscriptions waiting together are written in one transaction")

@@ -239,7 +239,8 @@ public protocol ServerStore: SubscriberRepository, PurchaseRepository, Subscript
 {
     /// Holds `key` until the write ends: writes that lock the same key run one after the other, and what a
     /// write reads after taking its lock is what the last holder committed. Records read to be changed
-    /// must be read after their lock (a subscription's: `"o:" + original id`; a user's: ``userKey(_:_:)``).
+    /// must be read after their lock (a subscription's: `"o:" + original id`; a user's: ``userKey(_:_:)``; an
+    /// account token's binding: `"t:"`, the bundle id and the token).
     func lock(_ key: String) throws
     /// Says what applying an update is about to read (its subscription, its purchases, the transaction, the
     /// owner of its account token), after its locks, and the input the write records first if any
@@ -300,6 +301,8 @@ extension ServerStore {
     public func lock(user: String, bundle: String) throws { try lock("u:" + bundle + "\u{1F}" + user) }
     /// The lock of one purchase and its subscription (its original transaction's).
     public func lock(original: TransactionID) throws { try lock("o:" + original.rawValue) }
+    /// The lock of one app account token (lowercased): the users it is bound to.
+    public func lock(accountToken: String, bundle: String) throws { try lock("t:" + bundle + "\u{1F}" + accountToken) }
 }
 
 /// Where the purchase server keeps its state. A write is all or nothing and durable when it returns. On

@@ -92,10 +92,7 @@ public final class PurchaseServer: Sendable {
         self.storage = storage
         self.logger = logger
         self.now = now
-        guard (0...ServerConfiguration.maxCachedUsers).contains(configuration.cachedUsers) else {
-            throw PurchaseServerError.configuration(
-                "cachedUsers is a whole number from 0 to \(ServerConfiguration.maxCachedUsers)")
-        }
+        try ServerConfiguration.checkCachedUsers(Double(configuration.cachedUsers))
         let cache = SubscriberCache(shared: storage.isShared, capacity: configuration.cachedUsers)
         if storage.afterCommit({ cache.committed() }) { cache.trackCommits() }
         self.cache = cache

@@ -120,6 +120,13 @@ public struct ServerConfiguration: Sendable {
     public static let defaultCachedUsers = 200_000
     public static let maxCachedUsers = 10_000_000
 
+    /// Refuses a ``cachedUsers`` outside 0…``maxCachedUsers`` (read from the file, or set in code).
+    static func checkCachedUsers(_ count: Double) throws {
+        guard count == count.rounded(), (0...Double(maxCachedUsers)).contains(count) else {
+            throw PurchaseServerError.configuration("cachedUsers is a whole number from 0 to \(maxCachedUsers)")
+        }
+    }
+
     public init(
         secretKey: String, apps: [AppSettings], transferPolicy: TransferPolicy = .transfer,
         webhookRetrySchedule: [TimeInterval] = [300, 600, 1_200, 2_400, 4_800]
@@ -296,11 +303,8 @@ public struct ServerConfiguration: Sendable {
             configuration.clock = url
         }
         if let users = root["cachedUsers"] {
-            guard let count = users.doubleValue, count == count.rounded(),
-                (0...Double(Self.maxCachedUsers)).contains(count)
-            else {
-                throw PurchaseServerError.configuration("cachedUsers is a whole number from 0 to 10000000")
-            }
+            let count = users.doubleValue ?? -1
+            try Self.checkCachedUsers(count)
             configuration.cachedUsers = Int(count)
         }
         if let timeout = root["webhookTimeoutSeconds"] {

@@ -90,10 +90,13 @@ final class SubscriberCache: Sendable {
     /// Users whose last invalidation is remembered (at most twice ``capacity``).
     var generationsRemembered: Int { state.withLock { $0.generations.count } }
 
-    /// Users kept now, the look-ups so far that found their user kept, and the reads that asked the storage
-    /// (for `/metrics`).
-    var counts: (users: Int, hits: Int, misses: Int) {
-        state.withLock { ($0.entries.count, $0.hits, $0.misses) }
+    /// Users kept now and at most, the look-ups so far that found their user kept, and the reads that asked
+    /// the storage (for `/metrics`).
+    var counts: PurchaseServer.SubscriberCacheCounts {
+        state.withLock {
+            PurchaseServer.SubscriberCacheCounts(
+                users: $0.entries.count, capacity: capacity, hits: $0.hits, misses: $0.misses)
+        }
     }
 
     /// Whether anything is kept of the user (current or not).

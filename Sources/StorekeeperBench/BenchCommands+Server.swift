@@ -52,9 +52,9 @@ extension BenchCommands {
             the median of the rounds'; also the process's CPU time a notification and the cores busy in each, \
             and the write transactions the group commits took. (2) --receipts \
             receipts of three purchases each (and --receipt-periods monthly periods of a subscription) posted for \
-            distinct users; baseline: bare receipt verification on both cores. (3) --app-transactions app transactions (one ES256 signature each) posted through \
-            POST /v1/app-transactions by --clients concurrent callers, each for a user the server has not seen; \
-            baseline: verifying them alone, on both cores. (4) GET /v1/subscribers/{id} (secret key) and GET \
+            distinct users; baseline: bare receipt verification on both cores. (3) --app-transactions app \
+            transactions (one ES256 signature each) posted through POST /v1/app-transactions by --clients \
+            concurrent callers, each for a user the server has not seen; baseline: verifying them alone, on both cores. (4) GET /v1/subscribers/{id} (secret key) and GET \
             /v1/entitlements/{id} (the app's key) of the receipts' users at random, over HTTP with wrk (2 threads, \
             --connections), against bare libmicrohttpd answering one user's answer, in --read-rounds interleaved \
             rounds: req/s, p99 and the ratio (targets: ingestion ≥ 0.7 of verification alone, reads ≥ 0.35 of \

@@ -105,8 +105,7 @@ extension PurchaseServer {
         let facts = details
         let recorded = try await write(input: nil) { store -> RecordedEvents in
             // An alias is its user; a user the server has not seen becomes known (a first launch, nothing bought).
-            let user = try store.user(bundle: bundleID, alias: appUserID) ?? appUserID
-            try store.lock(user: user, bundle: bundleID)
+            let user = try self.lockedUser(appUserID, bundleID: bundleID, in: store)
             if try store.subscriber(bundle: bundleID, appUserID: user) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current))
             }

@@ -1,5 +1,6 @@
 import Foundation
 import StoreModel
+import StorekeeperHTTP
 import Synchronization
 
 /// Applying updates inside a write: the locks they take, ownership (the claimant, its alias and account token,
@@ -27,6 +28,31 @@ extension PurchaseServer {
         try finish(memo, bundleID: bundleID, in: store)
         return RecordedEvents(joining: recorded)
     }
+
+    /// The user `given` names (itself, or the user it is an alias of), read under the locks of both. An id
+    /// becomes an alias, and a user is merged into another, only under the locks of the ids that change
+    /// (``alias(bundleID:appUserID:alias:)``): once `given`'s lock is held it cannot become an alias, and once
+    /// its user's is, that user cannot be merged away, until this write ends. What is read before a lock may
+    /// be a merge's past (one that committed in between), so each lock is followed by a read again.
+    func lockedUser(_ given: String, bundleID: String, in store: any ServerStore) throws -> String {
+        try store.lock(user: given, bundle: bundleID)
+        var locked: Set<String> = [given]
+        var user = try store.user(bundle: bundleID, alias: given) ?? given
+        while !locked.contains(user) {
+            // Each turn is a merge of the user another process committed meanwhile.
+            guard locked.count < Self.aliasReadsBound else {
+                throw PurchaseServerError.unavailable(
+                    "\(RequestBody.printable(given))'s user kept changing while this write waited; try again")
+            }
+            try store.lock(user: user, bundle: bundleID)
+            locked.insert(user)
+            user = try store.user(bundle: bundleID, alias: given) ?? given
+        }
+        return user
+    }
+
+    /// Users locked at most while following an id's alias through merges committed meanwhile.
+    static let aliasReadsBound = 8
 
     /// What one write's updates for a claimant look up once, not once an update (a receipt holds every period
     /// of a subscription): the user the claimant's id names, the user's row as this write last read or wrote
@@ -74,16 +100,15 @@ extension PurchaseServer {
     ) throws -> RecordedEvents {
         guard let ahead = WriteAhead(update, bundleID: bundleID) else { return [] }
         let originalID = ahead.original
-        // A user the app knows by another id (an alias) is that user.
+        // The subscription, then the user (a user the app knows by another id, an alias, is that user): what
+        // follows reads them as the last writer left them.
+        try store.lock(original: originalID)
         let claimant = try claimant.map { given in
             if let user = memo.user, memo.given == given { return user }
-            let user = try store.user(bundle: bundleID, alias: given) ?? given
+            let user = try lockedUser(given, bundleID: bundleID, in: store)
             (memo.given, memo.user, memo.subscriber) = (given, user, nil)
             return user
         }
-        // The subscription, then the user: what follows reads them as the last writer left them.
-        try store.lock(original: originalID)
-        if let claimant { try store.lock(user: claimant, bundle: bundleID) }
         try store.readAhead(ahead)
         if let transaction = update.transaction, transaction.bundleID.rawValue != bundleID {
             throw PurchaseServerError.invalid("the transaction is for \(transaction.bundleID), not \(bundleID)")

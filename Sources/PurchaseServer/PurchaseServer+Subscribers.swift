@@ -225,11 +225,10 @@ extension PurchaseServer {
         try Self.checkUserID(alias)
         let current = now()
         _ = try await write(input: nil) { store in
-            // Both ids first: two requests making one alias cannot both find it free.
-            try store.lock(user: requested, bundle: bundleID)
+            // Both ids first (the requested one and the user it names): two requests making one alias cannot
+            // both find it free.
+            let user = try self.lockedUser(requested, bundleID: bundleID, in: store)
             try store.lock(user: alias, bundle: bundleID)
-            let user = try store.user(bundle: bundleID, alias: requested) ?? requested
-            if user != requested { try store.lock(user: user, bundle: bundleID) }
             let existing = try store.user(bundle: bundleID, alias: alias)
             guard alias != user, existing != user else { return [] }
             guard existing == nil else {
@@ -292,7 +291,6 @@ extension PurchaseServer {
     {
         let app = try app(bundleID)
         try Self.checkUserID(requested)
-        let appUserID = try await user(bundleID: bundleID, requested)
         guard app.settings.entitlements[entitlement] != nil else {
             throw PurchaseServerError.notFound(
                 "no entitlement \(RequestBody.printable(entitlement)) is configured for \(bundleID)")
@@ -302,7 +300,7 @@ extension PurchaseServer {
             throw PurchaseServerError.invalid("the grant would have expired already")
         }
         _ = try await write(input: nil) { store in
-            try store.lock(user: appUserID, bundle: bundleID)
+            let appUserID = try self.lockedUser(requested, bundleID: bundleID, in: store)
             try self.changed(bundleID, appUserID, in: store)
             if try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
                 try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
@@ -312,7 +310,7 @@ extension PurchaseServer {
                 bundle: bundleID, owner: appUserID)
             return []
         }
-        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+        return try await subscriber(bundleID: bundleID, appUserID: requested)
     }
 
     /// Ends a grant now.
@@ -320,10 +318,9 @@ extension PurchaseServer {
         -> SubscriberView
     {
         _ = try app(bundleID)
-        let appUserID = try await user(bundleID: bundleID, requested)
         let current = now()
         _ = try await write(input: nil) { store in
-            try store.lock(user: appUserID, bundle: bundleID)
+            let appUserID = try self.lockedUser(requested, bundleID: bundleID, in: store)
             try self.changed(bundleID, appUserID, in: store)
             guard
                 var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: {
@@ -337,7 +334,7 @@ extension PurchaseServer {
             try store.save(grant, bundle: bundleID, owner: appUserID)
             return []
         }
-        return try await subscriber(bundleID: bundleID, appUserID: appUserID)
+        return try await subscriber(bundleID: bundleID, appUserID: requested)
     }
 
     /// What the users kept in memory have done so far, as `/metrics` gives it.

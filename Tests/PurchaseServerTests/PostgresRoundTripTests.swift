@@ -81,7 +81,11 @@ struct PostgresRoundTripTests {
         let server = try PurchaseServer(
             configuration: ServerConfiguration(
                 secretKey: "sk_round_trips_0123",
-                apps: [AppSettings(bundleID: "app", publicKey: "pk_round_trips", receiptRoots: [], jwsRoots: [])]),
+                apps: [
+                    AppSettings(
+                        bundleID: "app", publicKey: "pk_round_trips", receiptRoots: [], jwsRoots: [],
+                        entitlements: ["plus": ["monthly"]])
+                ]),
             storage: storage)
         return (storage, server)
     }
@@ -251,6 +255,56 @@ struct PostgresRoundTripTests {
         #expect(stored.2)
     }
 
+    /// Runs `held` in a write of `first` that stays open until `racing`, on another server sharing the
+    /// database, waits on an advisory lock; then lets the first commit and answers how `racing` ended.
+    /// Throws when `racing` did not wait (it finished while the first write was open).
+    private static func race<Answer: Sendable>(
+        url: String, _ first: PurchaseServer,
+        holding held: @escaping @Sendable (any ServerStore) throws -> PurchaseServer.RecordedEvents,
+        racing: @escaping @Sendable () async throws -> Answer
+    ) async throws -> Result<Answer, any Error> {
+        let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let heldWrite = Task {
+            try await first.write(input: nil, viewFollows: false) { store in
+                let events = try held(store)
+                entered.signal()
+                guard release.wait(timeout: .now() + 60) == .success else {
+                    throw PurchaseServerError.invalid("the first write was not released within a minute")
+                }
+                return events
+            }
+        }
+        let done = RaceFlag()
+        do {
+            try await waitUntil("the first write to do its work") { entered.wait(timeout: .now()) == .success }
+            let racingWrite = Task {
+                defer { done.set() }
+                return try await racing()
+            }
+            let observer = try PostgresConnection(url: url)
+            func waiting() throws -> Int64 {
+                try observer.execute(
+                    """
+                    SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    """
+                ).first?["n"].int64 ?? 0
+            }
+            try await waitUntil("the second write to wait or finish") { try waiting() > 0 || done.isSet }
+            guard !done.isSet else {
+                release.signal()
+                _ = try await heldWrite.value
+                throw PurchaseServerError.invalid("the second write did not wait for the first")
+            }
+            release.signal()
+            _ = try await heldWrite.value
+            return await racingWrite.result
+        } catch {
+            release.signal()
+            throw error
+        }
+    }
+
     @Test(
         "Two processes binding one account token to two users at once: the second waits for the first's commit, then is refused"
     )
@@ -262,61 +316,22 @@ struct PostgresRoundTripTests {
         await first.leave()
         await second.leave()
         let token = "5a0c55e2-0000-4000-8000-00000000aaaa"
-        // Two purchases (two subscriptions) carrying the same token, posted by two users.
+        // Two purchases (two subscriptions) carrying the same token, posted by two users. The second waits on
+        // an advisory lock (the token's) while the first is open; without it, it would see no binding yet and
+        // finish.
         let (ana, ben) = (
             Self.renewal(700, original: 700, token: token), Self.renewal(701, original: 701, token: token)
         )
-        let (bound, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
-        let held = Task {
-            try await first.write(input: ("transaction:700:ana", "transaction", Array("{}".utf8)), viewFollows: false) {
-                store in
-                let events = try first.apply(ana, bundleID: "app", claimant: "ana", in: store, now: Self.now)
-                bound.signal()
-                guard release.wait(timeout: .now() + 60) == .success else {
-                    throw PurchaseServerError.invalid("the first write was not released within a minute")
-                }
-                return events
-            }
-        }
-        /// Set once the second write has finished, however.
-        final class Flag: Sendable {
-            private let value = Atomic<Bool>(false)
-            var isSet: Bool { value.load(ordering: .acquiring) }
-            func set() { value.store(true, ordering: .releasing) }
-        }
-        let done = Flag()
-        do {
-            try await Self.waitUntil("the first write to bind the token") { bound.wait(timeout: .now()) == .success }
-            let racing = Task {
-                defer { done.set() }
-                return try await second.write(
+        let outcome = try await Self.race(
+            url: url, first, holding: { try first.apply(ana, bundleID: "app", claimant: "ana", in: $0, now: Self.now) },
+            racing: {
+                try await second.write(
                     input: ("transaction:701:ben", "transaction", Array("{}".utf8)), viewFollows: false
-                ) { store in
-                    try second.apply(ben, bundleID: "app", claimant: "ben", in: store, now: Self.now)
-                }
-            }
-            // The second waits on an advisory lock (the token's) while the first is open; without it, it would
-            // see no binding yet and finish.
-            let observer = try PostgresConnection(url: url)
-            func waiting() throws -> Int64 {
-                try observer.execute(
-                    """
-                    SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                    """
-                ).first?["n"].int64 ?? 0
-            }
-            try await Self.waitUntil("the second write to wait or finish") {
-                try waiting() > 0 || done.isSet
-            }
-            #expect(!done.isSet, "the second write did not wait for the first")
-            release.signal()
-            _ = try await held.value
-            let error = await #expect(throws: PurchaseServerError.self) { try await racing.value }
-            #expect(error?.code == .accountTokenMismatch, "\(String(describing: error))")
-        } catch {
-            release.signal()
-            throw error
+                ) { try second.apply(ben, bundleID: "app", claimant: "ben", in: $0, now: Self.now) }
+            })
+        #expect(throws: PurchaseServerError.self) { try outcome.get() }
+        if case .failure(let error as PurchaseServerError) = outcome {
+            #expect(error.code == .accountTokenMismatch, "\(error)")
         }
         let owners = try await first.storage.read { store in
             (
@@ -326,6 +341,73 @@ struct PostgresRoundTripTests {
         }
         #expect(owners.0 == "ana")
         #expect(owners.1 == nil, "the refused write left the second purchase unbound")
+    }
+
+    /// What a write for an id does while another process makes that id an alias.
+    enum AliasedWrite: String, CaseIterable, Sendable {
+        case purchase, grant
+    }
+
+    @Test(
+        "A purchase or grant for an id while another process makes that id an alias: it waits, then goes to the alias's user",
+        arguments: AliasedWrite.allCases)
+    func aliasRace(_ write: AliasedWrite) async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let (_, first) = try await Self.server(poolSize: 2, url: url)
+        let (_, second) = try await Self.server(poolSize: 2, url: url)
+        await first.leave()
+        await second.leave()
+        // The first process makes "anon" an alias of "ana" as `alias(bundleID:appUserID:alias:)` does (both ids'
+        // locks, the alias, the user's row) and holds its write open; the second posts a purchase for "anon", or
+        // grants "anon" an entitlement. Before the second read the alias under the id's lock, it read "no alias"
+        // first, waited for the lock, and wrote to "anon", a user no request reaches any more.
+        let outcome = try await Self.race(
+            url: url, first,
+            holding: { store in
+                try store.lock(user: "ana", bundle: "app")
+                try store.lock(user: "anon", bundle: "app")
+                var ana = Subscriber(bundleID: "app", appUserID: "ana", firstSeen: Self.now)
+                ana.aliases = ["anon"]
+                try store.saveAlias(bundle: "app", alias: "anon", user: "ana")
+                try store.save(ana)
+                return []
+            },
+            racing: {
+                switch write {
+                case .purchase:
+                    _ = try await second.write(
+                        input: ("transaction:710:anon", "transaction", Array("{}".utf8)), viewFollows: false
+                    ) {
+                        try second.apply(
+                            Self.renewal(710, original: 710), bundleID: "app", claimant: "anon", in: $0, now: Self.now)
+                    }
+                case .grant:
+                    _ = try await second.grant(
+                        bundleID: "app", appUserID: "anon", entitlement: "plus", expiresDate: nil)
+                }
+            })
+        try outcome.get()
+        let stored = try await first.storage.read { store in
+            (
+                try store.purchase(TransactionID("710"))?.owner, try store.subscription(TransactionID("710"))?.owner,
+                try store.subscriber(bundle: "app", appUserID: "anon"),
+                try store.grants(bundle: "app", owner: "ana").map(\.entitlement),
+                try store.grants(bundle: "app", owner: "anon").count
+            )
+        }
+        #expect(stored.2 == nil, "no user row for the alias")
+        let view = try await second.subscriber(bundleID: "app", appUserID: "anon")
+        #expect(view.appUserID == "ana")
+        switch write {
+        case .purchase:
+            #expect(stored.0 == "ana")
+            #expect(stored.1 == "ana")
+            #expect(!view.subscriptions.isEmpty, "the alias's user has the purchase")
+        case .grant:
+            #expect(stored.3 == ["plus"])
+            #expect(stored.4 == 0)
+            #expect(view.entitlements["plus"]?.active == true, "the alias's user has the grant")
+        }
     }
 
     @Test("Notifications of distinct subscriptions waiting together are written in one transaction")
@@ -481,4 +563,11 @@ struct PostgresRoundTripTests {
         #expect(counted.transactions >= 8, "the held write, the group, and the six again one by one")
         #expect(counted.writes - counted.transactions == 5, "the group of six counted as one transaction")
     }
+}
+
+/// Set once the racing side of ``PostgresRoundTripTests`` `race` has finished, however.
+private final class RaceFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .acquiring) }
+    func set() { value.store(true, ordering: .releasing) }
 }

@@ -160,9 +160,14 @@ extension PurchaseServer {
             "receipt:" + Digest.hex(Digest.sha256(receipt).prefix(16)) + ":\(appUserID)"
         let current = now()
         _ = try await write(input: (key, "receipt", receipt)) { store in
-            // A receipt with no purchase in it still makes the user known (with nothing to show yet).
-            if purchases.isEmpty, try store.subscriber(bundle: bundleID, appUserID: appUserID) == nil {
-                try store.save(Subscriber(bundleID: bundleID, appUserID: appUserID, firstSeen: current))
+            // A receipt with no purchase in it still makes the user known (with nothing to show yet): the user
+            // the id names, read under its lock, so a user an alias request is writing meanwhile is not
+            // written over with an empty row.
+            if purchases.isEmpty {
+                let user = try self.lockedUser(appUserID, bundleID: bundleID, in: store)
+                if try store.subscriber(bundle: bundleID, appUserID: user) == nil {
+                    try store.save(Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current))
+                }
             }
             let updates = purchases.map { PurchaseUpdate(source: .app, transaction: $0) }
             return try self.apply(updates, bundleID: bundleID, claimant: appUserID, in: store, now: current)

@@ -117,8 +117,13 @@ extension PurchaseServer {
         let storedSubscription = try store.subscription(originalID)
         var owner = storedSubscription?.owner ?? storedPurchase?.owner
         if owner == nil { owner = try store.firstOwner(original: originalID) }
-        if owner == nil, let token = update.transaction?.appAccountToken {
-            owner = try store.subscriber(bundle: bundleID, appAccountToken: token)?.appUserID
+        if owner == nil, let token = update.transaction?.appAccountToken,
+            let holder = try store.subscriber(bundle: bundleID, appAccountToken: token)?.appUserID
+        {
+            // The holder's user, read under the holder's lock (``lockedUser(_:bundleID:in:)``): a merge of the
+            // holder into another user that committed after the token was read made the holder an alias of
+            // that user, and the purchase goes there.
+            owner = try lockedUser(holder, bundleID: bundleID, in: store)
         }
         // Whoever held it before a transfer below loses it: their answers change too.
         let previousOwner = owner

@@ -303,6 +303,8 @@ public final class PurchaseServer: Sendable {
             let bundleID = app.settings.bundleID
             let result = try await write(input: nil) { store in
                 let events = try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)
+                // Under the subscription's lock, whether or not the answer held it (one that did not decode).
+                if polled { try store.lock(original: originalTransactionID) }
                 if polled, var subscription = try store.subscription(originalTransactionID) {
                     subscription.lastPolled = current
                     try store.save(subscription)

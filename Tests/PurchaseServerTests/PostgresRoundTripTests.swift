@@ -345,11 +345,13 @@ struct PostgresRoundTripTests {
 
     /// What a write for an id does while another process makes that id an alias.
     enum AliasedWrite: String, CaseIterable, Sendable {
-        case purchase, grant
+        /// An app posts a purchase for the id; an administrator grants the id an entitlement; a notification of
+        /// a purchase no one owns yet carries an account token the id holds.
+        case purchase, grant, notification
     }
 
     @Test(
-        "A purchase or grant for an id while another process makes that id an alias: it waits, then goes to the alias's user",
+        "A purchase, grant or token's notification for an id while another process makes it an alias: it waits, then goes to the alias's user",
         arguments: AliasedWrite.allCases)
     func aliasRace(_ write: AliasedWrite) async throws {
         let url = try PostgresTesting.freshDatabase()
@@ -357,10 +359,22 @@ struct PostgresRoundTripTests {
         let (_, second) = try await Self.server(poolSize: 2, url: url)
         await first.leave()
         await second.leave()
+        let token = "5a0c55e2-0000-4000-8000-00000000bbbb"
+        if write == .notification {
+            // "anon" is a user already, known by the token its first purchase carried.
+            _ = try await second.write(
+                input: ("transaction:711:anon", "transaction", Array("{}".utf8)), viewFollows: false
+            ) {
+                try second.apply(
+                    Self.renewal(711, original: 711, token: token), bundleID: "app", claimant: "anon", in: $0,
+                    now: Self.now)
+            }
+        }
         // The first process makes "anon" an alias of "ana" as `alias(bundleID:appUserID:alias:)` does (both ids'
-        // locks, the alias, the user's row) and holds its write open; the second posts a purchase for "anon", or
-        // grants "anon" an entitlement. Before the second read the alias under the id's lock, it read "no alias"
-        // first, waited for the lock, and wrote to "anon", a user no request reaches any more.
+        // locks, the alias, the user's row with the alias's tokens) and holds its write open. The second posts a
+        // purchase for "anon", grants "anon" an entitlement, or takes a notification of a purchase nobody owns
+        // yet carrying "anon"'s token. Before the second read the alias under the id's lock, it read "no alias"
+        // first (waiting for the lock, or for none), and wrote to "anon", a user no request reaches any more.
         let outcome = try await Self.race(
             url: url, first,
             holding: { store in
@@ -368,6 +382,7 @@ struct PostgresRoundTripTests {
                 try store.lock(user: "anon", bundle: "app")
                 var ana = Subscriber(bundleID: "app", appUserID: "ana", firstSeen: Self.now)
                 ana.aliases = ["anon"]
+                ana.appAccountTokens = try store.subscriber(bundle: "app", appUserID: "anon")?.appAccountTokens ?? []
                 try store.saveAlias(bundle: "app", alias: "anon", user: "ana")
                 try store.save(ana)
                 return []
@@ -384,6 +399,14 @@ struct PostgresRoundTripTests {
                 case .grant:
                     _ = try await second.grant(
                         bundleID: "app", appUserID: "anon", entitlement: "plus", expiresDate: nil)
+                case .notification:
+                    _ = try await second.write(
+                        input: ("notification:710", "notification-v2", Array("{}".utf8)), viewFollows: false
+                    ) {
+                        try second.apply(
+                            Self.renewal(710, original: 710, token: token), bundleID: "app", claimant: nil, in: $0,
+                            now: Self.now)
+                    }
                 }
             })
         try outcome.get()
@@ -395,11 +418,11 @@ struct PostgresRoundTripTests {
                 try store.grants(bundle: "app", owner: "anon").count
             )
         }
-        #expect(stored.2 == nil, "no user row for the alias")
+        #expect(write == .notification || stored.2 == nil, "no user row for the alias")
         let view = try await second.subscriber(bundleID: "app", appUserID: "anon")
         #expect(view.appUserID == "ana")
         switch write {
-        case .purchase:
+        case .purchase, .notification:
             #expect(stored.0 == "ana")
             #expect(stored.1 == "ana")
             #expect(!view.subscriptions.isEmpty, "the alias's user has the purchase")

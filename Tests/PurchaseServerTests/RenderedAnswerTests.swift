@@ -228,6 +228,29 @@ struct RenderedAnswerTests {
         #expect(stored?.firstSeen == now)
     }
 
+    @Test("A receipt with no purchase posted under an alias makes no user of the alias: its user is known already")
+    func emptyReceiptUnderAlias() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let (server, storage) = try await Self.makeServer(in: directory, clock: Clock(now))
+        let empty = try Self.receipt([], in: directory, at: now)
+        _ = try await server.ingestReceipt(bundleID: Self.bundleID, appUserID: "ana", receipt: empty, deviceID: nil)
+        let merged = try await server.alias(bundleID: Self.bundleID, appUserID: "ana", alias: "ipad-2")
+        #expect(merged.aliases == ["ipad-2"])
+        let view = try await server.ingestReceipt(
+            bundleID: Self.bundleID, appUserID: "ipad-2", receipt: empty, deviceID: nil)
+        #expect(view.appUserID == "ana")
+        let rows = try await storage.read {
+            (
+                try $0.subscriber(bundle: Self.bundleID, appUserID: "ipad-2"),
+                try $0.subscriber(bundle: Self.bundleID, appUserID: "ana")?.aliases
+            )
+        }
+        #expect(rows.0 == nil, "no row for the alias")
+        #expect(rows.1 == ["ipad-2"])
+    }
+
     @Test(
         "A receipt of two subscriptions' years: the user, its alias and its purchases looked up once, the flag for several Apple accounts set"
     )

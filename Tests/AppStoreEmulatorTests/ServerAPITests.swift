@@ -437,28 +437,34 @@ struct ServerAPITests {
         let badToken = await Self.apiError { _ = try await client.testNotificationStatus("nonsense") }
         #expect(badToken?.code == .invalidTestNotificationToken)
 
-        let (id, _) = try await api.buy("monthly")
-        _ = try await sink.payloads(atLeast: 2)
+        // A customer's subscription and, in the same app, a consumable (ONE_TIME_CHARGE); another customer's
+        // subscription.
+        let (id, app) = try await api.buy("monthly")
+        _ = try await api.buy("coins", app: app)
+        _ = try await api.buy("monthly")
+        _ = try await sink.payloads(atLeast: 4)
         let now = api.harness.store.now
         let window = NotificationHistoryRequest(
             startDate: now.addingTimeInterval(-3600), endDate: now.addingTimeInterval(60))
         var settled: [NotificationHistoryResponse.Item] = []
         for _ in 0..<6_000 {
             settled = try await client.allNotificationHistory(window).flatMap(\.notificationHistory)
-            if settled.count == 2, settled.allSatisfy({ !$0.sendAttempts.isEmpty }) { break }
+            if settled.count == 4, settled.allSatisfy({ !$0.sendAttempts.isEmpty }) { break }
             try await Task.sleep(for: .milliseconds(10))
         }
-        #expect(settled.count == 2)
+        #expect(settled.count == 4)
         var failures = window
         failures.onlyFailures = true
         let failed = try await client.notificationHistory(failures).notificationHistory
         #expect(try failed.map { try api.payload($0.signedPayload ?? "")["notificationType"]?.stringValue } == ["TEST"])
+        // Any transaction of a customer names the customer: their subscription's and their consumable's
+        // notifications, not the other customer's.
         var byTransaction = window
         byTransaction.transactionID = id
         let forTransaction = try await client.notificationHistory(byTransaction).notificationHistory
         #expect(
             try forTransaction.map { try api.payload($0.signedPayload ?? "")["notificationType"]?.stringValue } == [
-                "SUBSCRIBED"
+                "SUBSCRIBED", "ONE_TIME_CHARGE",
             ])
         var both = byTransaction
         both.notificationType = "SUBSCRIBED"
@@ -473,7 +479,7 @@ struct ServerAPITests {
         var paired = window
         paired.notificationType = "SUBSCRIBED"
         paired.notificationSubtype = "INITIAL_BUY"
-        #expect(try await client.notificationHistory(paired).notificationHistory.count == 1)
+        #expect(try await client.notificationHistory(paired).notificationHistory.count == 2)
         for (type, subtype) in [("TEST", "SUMMARY"), ("SUBSCRIBED", "VOLUNTARY"), ("DID_RENEW", "UPGRADE")] {
             var mismatched = window
             mismatched.notificationType = type
@@ -501,21 +507,33 @@ struct ServerAPITests {
                 ConsumptionRequest(customerConsented: false, deliveryStatus: "DELIVERED", sampleContentProvided: false))
         }
         #expect(noConsent?.code == .invalidCustomerConsented)
-        try await client.sendConsumptionData(
-            transactionID: coins,
-            [
-                "customerConsented": .bool(true), "consumptionStatus": .integer(2), "platform": .integer(1),
-                "sampleContentProvided": .bool(false), "deliveryStatus": .integer(0), "accountTenure": .integer(3),
-                "playTime": .integer(2), "lifetimeDollarsRefunded": .integer(0),
-                "lifetimeDollarsPurchased": .integer(1),
-                "userStatus": .integer(1),
-            ])
+        let v1: JSONObject = [
+            "customerConsented": .bool(true), "consumptionStatus": .integer(2), "platform": .integer(1),
+            "sampleContentProvided": .bool(false), "deliveryStatus": .integer(0), "accountTenure": .integer(3),
+            "playTime": .integer(2), "lifetimeDollarsRefunded": .integer(0), "lifetimeDollarsPurchased": .integer(1),
+            "userStatus": .integer(1), "appAccountToken": .string(""),
+        ]
+        try await client.sendConsumptionData(transactionID: coins, v1)
         let badV1 = await Self.apiError {
             try await client.sendConsumptionData(
                 transactionID: coins,
                 ["customerConsented": .bool(true), "sampleContentProvided": .bool(true), "playTime": .integer(9)])
         }
         #expect(badV1?.code == .invalidPlayTime)
+        // Apple's V1 body requires every member but refundPreference: one left out (or null) is refused with its code.
+        let missing: [(String, APIErrorCode)] = [
+            ("accountTenure", .invalidAccountTenure), ("appAccountToken", .invalidAppAccountToken),
+            ("userStatus", .invalidUserStatus), ("lifetimeDollarsPurchased", .invalidLifetimeDollarsPurchased),
+        ]
+        for (member, code) in missing {
+            var body = v1
+            body[member] = nil
+            let refused = await Self.apiError { try await client.sendConsumptionData(transactionID: coins, body) }
+            #expect(refused?.code == code, "\(member)")
+            body[member] = .null
+            let null = await Self.apiError { try await client.sendConsumptionData(transactionID: coins, body) }
+            #expect(null?.code == code, "\(member) null")
+        }
 
         let token = UUID()
         try await client.setAppAccountToken(originalTransactionID: subscription, token)

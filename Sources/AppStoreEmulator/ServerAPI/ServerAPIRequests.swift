@@ -193,6 +193,14 @@ struct ConsumptionInformation: Sendable {
                 throw EmulatorError.api(.invalidAppAccountToken, "Invalid app account token.")
             }
         }
+        // Every member but refundPreference is required (Apple's ConsumptionRequestV1; 0 declares nothing, and an
+        // app with no account token sends ""): one left out is refused with its own code, after the values sent.
+        for (name, _, code) in ranges where name != "refundPreference" && (body[name] ?? .null) == .null {
+            throw EmulatorError.api(code, "Missing \(name).")
+        }
+        if (body["appAccountToken"] ?? .null) == .null {
+            throw EmulatorError.api(.invalidAppAccountToken, "Missing appAccountToken.")
+        }
     }
 }
 

@@ -448,12 +448,16 @@ public final class ServerAPIService: Sendable {
         try await self.appStore.catchUp()
         let start = cursor
         return try await self.appStore.storage.read { store in
-            var original: TransactionID?
+            // `transactionId` names a customer (any transaction of theirs, Apple's "limit the notification history
+            // request to this one customer"): the notifications of every purchase the account made in the app.
+            var originals: Set<TransactionID>?
             if let id = query.transactionID {
                 guard let stored = try store.transaction(TransactionID(id)),
                     stored.transaction.bundleID.rawValue == scope.bundleID
                 else { return ([], "p\(start ?? 0)", false) }
-                original = stored.transaction.originalID
+                originals = Set(
+                    try store.transactions(account: stored.accountID, bundle: stored.transaction.bundleID).map(
+                        \.transaction.originalID))
             }
             let scan = try Self.scanPage(from: start) { position, limit in
                 try store.notifications(
@@ -464,11 +468,18 @@ public final class ServerAPIService: Sendable {
                 notification.version == 2 && notification.signedPayload != nil
                     && (query.type == nil || notification.notice.type == query.type)
                     && (query.subtype == nil || notification.notice.subtype == query.subtype)
-                    && (original == nil || notification.originalTransactionID == original)
+                    && Self.isOf(notification, customer: originals)
                     && (!query.onlyFailures || notification.state != .delivered)
             }
             return (scan.rows, "p\(scan.position ?? 0)", scan.hasMore)
         }
+    }
+
+    /// Whether `notification` is about one of the customer's purchases (their original transactions; nil:
+    /// any notification).
+    static func isOf(_ notification: OutboundNotification, customer originals: Set<TransactionID>?) -> Bool {
+        guard let originals else { return true }
+        return notification.originalTransactionID.map(originals.contains) ?? false
     }
 
     // MARK: - Consumption, app account tokens, app transactions

@@ -255,6 +255,17 @@ struct PostgresRoundTripTests {
         #expect(stored.2)
     }
 
+    /// Two servers (two processes' worth) on one fresh database, neither holding a lease: a write does not
+    /// wait for the other's cache.
+    private static func twoServers() async throws -> (url: String, first: PurchaseServer, second: PurchaseServer) {
+        let url = try PostgresTesting.freshDatabase()
+        let (_, first) = try await server(poolSize: 2, url: url)
+        let (_, second) = try await server(poolSize: 2, url: url)
+        await first.leave()
+        await second.leave()
+        return (url, first, second)
+    }
+
     /// Runs `held` in a write of `first` that stays open until `racing`, on another server sharing the
     /// database, waits on an advisory lock; then lets the first commit and answers how `racing` ended.
     /// Throws when `racing` did not wait (it finished while the first write was open).
@@ -309,12 +320,7 @@ struct PostgresRoundTripTests {
         "Two processes binding one account token to two users at once: the second waits for the first's commit, then is refused"
     )
     func accountTokenRace() async throws {
-        let url = try PostgresTesting.freshDatabase()
-        let (_, first) = try await Self.server(poolSize: 2, url: url)
-        let (_, second) = try await Self.server(poolSize: 2, url: url)
-        // Neither holds a lease: a write does not wait for the other's cache.
-        await first.leave()
-        await second.leave()
+        let (url, first, second) = try await Self.twoServers()
         let token = "5a0c55e2-0000-4000-8000-00000000aaaa"
         // Two purchases (two subscriptions) carrying the same token, posted by two users. The second waits on
         // an advisory lock (the token's) while the first is open; without it, it would see no binding yet and
@@ -354,11 +360,7 @@ struct PostgresRoundTripTests {
         "A purchase, grant or token's notification for an id while another process makes it an alias: it waits, then goes to the alias's user",
         arguments: AliasedWrite.allCases)
     func aliasRace(_ write: AliasedWrite) async throws {
-        let url = try PostgresTesting.freshDatabase()
-        let (_, first) = try await Self.server(poolSize: 2, url: url)
-        let (_, second) = try await Self.server(poolSize: 2, url: url)
-        await first.leave()
-        await second.leave()
+        let (url, first, second) = try await Self.twoServers()
         let token = "5a0c55e2-0000-4000-8000-00000000bbbb"
         if write == .notification {
             // "anon" is a user already, known by the token its first purchase carried.

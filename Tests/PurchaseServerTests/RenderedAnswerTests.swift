@@ -45,6 +45,18 @@ struct RenderedAnswerTests {
     }
 
     /// A receipt of `purchases` signed by the chain ``makeServer(in:clock:cachedUsers:)`` made in `directory`.
+    /// Runs `body` with a server whose clock stands at 1,800,000,000 s, its storage, and its scratch directory
+    /// (removed after).
+    static func withServer(
+        _ body: (PurchaseServer, SQLiteServerStorage, URL, Date) async throws -> Void
+    ) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let (server, storage) = try await makeServer(in: directory, clock: Clock(now))
+        try await body(server, storage, directory, now)
+    }
+
     static func receipt(_ purchases: [InAppPurchase], in directory: URL, at now: Date) throws -> [UInt8] {
         let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
         return try Receipt(
@@ -194,106 +206,102 @@ struct RenderedAnswerTests {
 
     @Test("A receipt of three purchases writes its user once; the same receipt posted again writes the user not at all")
     func userWrittenWhenChanged() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let now = Date(timeIntervalSince1970: 1_800_000_000)
-        let (server, storage) = try await Self.makeServer(in: directory, clock: Clock(now))
-        let receipt = try Self.receipt(
-            [
-                InAppPurchase(
-                    productID: "pro", transactionID: "4000000000000001", purchaseDate: now, productTypeRaw: 0),
-                InAppPurchase(
-                    productID: "coins", transactionID: "4000000000000002", purchaseDate: now, productTypeRaw: 1),
-                InAppPurchase(
-                    productID: "coins", transactionID: "4000000000000003", purchaseDate: now, productTypeRaw: 1),
-            ], in: directory, at: now)
-        /// Upserts of the user's row while `post` runs.
-        func userWrites(_ post: () async throws -> Void) async throws -> Int {
-            let before = await storage.writerStatementCosts().filter { $0.sql.hasPrefix("INSERT INTO subscribers") }
-            try await post()
-            let after = await storage.writerStatementCosts().filter { $0.sql.hasPrefix("INSERT INTO subscribers") }
-            return after.reduce(0) { $0 + $1.calls } - before.reduce(0) { $0 + $1.calls }
-        }
-        await storage.countWriterStatements(true)
-        for (time, expected) in [("first", 1), ("again", 0)] {
-            let writes = try await userWrites {
-                let view = try await server.ingestReceipt(
-                    bundleID: Self.bundleID, appUserID: "ana", receipt: receipt, deviceID: nil)
-                #expect(view.purchases.count == 3 && view.entitlements["pro"]?.active == true, "\(time)")
+        try await Self.withServer { server, storage, directory, now in
+            let receipt = try Self.receipt(
+                [
+                    InAppPurchase(
+                        productID: "pro", transactionID: "4000000000000001", purchaseDate: now, productTypeRaw: 0),
+                    InAppPurchase(
+                        productID: "coins", transactionID: "4000000000000002", purchaseDate: now, productTypeRaw: 1),
+                    InAppPurchase(
+                        productID: "coins", transactionID: "4000000000000003", purchaseDate: now, productTypeRaw: 1),
+                ], in: directory, at: now)
+            /// Upserts of the user's row while `post` runs.
+            func userWrites(_ post: () async throws -> Void) async throws -> Int {
+                let before = await storage.writerStatementCosts().filter { $0.sql.hasPrefix("INSERT INTO subscribers") }
+                try await post()
+                let after = await storage.writerStatementCosts().filter { $0.sql.hasPrefix("INSERT INTO subscribers") }
+                return after.reduce(0) { $0 + $1.calls } - before.reduce(0) { $0 + $1.calls }
             }
-            #expect(writes == expected, "\(time)")
+            await storage.countWriterStatements(true)
+            for (time, expected) in [("first", 1), ("again", 0)] {
+                let writes = try await userWrites {
+                    let view = try await server.ingestReceipt(
+                        bundleID: Self.bundleID, appUserID: "ana", receipt: receipt, deviceID: nil)
+                    #expect(view.purchases.count == 3 && view.entitlements["pro"]?.active == true, "\(time)")
+                }
+                #expect(writes == expected, "\(time)")
+            }
+            await storage.countWriterStatements(false)
+            let stored = try await storage.read { try $0.subscriber(bundle: Self.bundleID, appUserID: "ana") }
+            #expect(stored?.firstSeen == now)
         }
-        await storage.countWriterStatements(false)
-        let stored = try await storage.read { try $0.subscriber(bundle: Self.bundleID, appUserID: "ana") }
-        #expect(stored?.firstSeen == now)
     }
 
     @Test("A receipt with no purchase posted under an alias makes no user of the alias: its user is known already")
     func emptyReceiptUnderAlias() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let now = Date(timeIntervalSince1970: 1_800_000_000)
-        let (server, storage) = try await Self.makeServer(in: directory, clock: Clock(now))
-        let empty = try Self.receipt([], in: directory, at: now)
-        _ = try await server.ingestReceipt(bundleID: Self.bundleID, appUserID: "ana", receipt: empty, deviceID: nil)
-        let merged = try await server.alias(bundleID: Self.bundleID, appUserID: "ana", alias: "ipad-2")
-        #expect(merged.aliases == ["ipad-2"])
-        let view = try await server.ingestReceipt(
-            bundleID: Self.bundleID, appUserID: "ipad-2", receipt: empty, deviceID: nil)
-        #expect(view.appUserID == "ana")
-        let rows = try await storage.read {
-            (
-                try $0.subscriber(bundle: Self.bundleID, appUserID: "ipad-2"),
-                try $0.subscriber(bundle: Self.bundleID, appUserID: "ana")?.aliases
-            )
+        try await Self.withServer { server, storage, directory, now in
+            let empty = try Self.receipt([], in: directory, at: now)
+            _ = try await server.ingestReceipt(bundleID: Self.bundleID, appUserID: "ana", receipt: empty, deviceID: nil)
+            let merged = try await server.alias(bundleID: Self.bundleID, appUserID: "ana", alias: "ipad-2")
+            #expect(merged.aliases == ["ipad-2"])
+            let view = try await server.ingestReceipt(
+                bundleID: Self.bundleID, appUserID: "ipad-2", receipt: empty, deviceID: nil)
+            #expect(view.appUserID == "ana")
+            let rows = try await storage.read {
+                (
+                    try $0.subscriber(bundle: Self.bundleID, appUserID: "ipad-2"),
+                    try $0.subscriber(bundle: Self.bundleID, appUserID: "ana")?.aliases
+                )
+            }
+            #expect(rows.0 == nil, "no row for the alias")
+            #expect(rows.1 == ["ipad-2"])
         }
-        #expect(rows.0 == nil, "no row for the alias")
-        #expect(rows.1 == ["ipad-2"])
     }
 
     @Test(
         "A receipt of two subscriptions' years: the user, its alias and its purchases looked up once, the flag for several Apple accounts set"
     )
     func receiptHistoryLookedUpOnce() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let now = Date(timeIntervalSince1970: 1_800_000_000)
-        let (server, storage) = try await Self.makeServer(in: directory, clock: Clock(now))
-        /// Twelve monthly periods of one subscription from each original (the last ending after `now`).
-        func receipt(originals: [Int]) throws -> [UInt8] {
-            var purchases: [InAppPurchase] = []
-            for original in originals {
-                for month in 0..<12 {
-                    let start = now.addingTimeInterval(Double(month - 11) * 30 * 86_400 - 86_400)
-                    purchases.append(
-                        InAppPurchase(
-                            productID: "monthly", transactionID: String(5_000_000_000_000_000 + original * 100 + month),
-                            purchaseDate: start, originalTransactionID: String(5_000_000_000_000_000 + original * 100),
-                            originalPurchaseDate: now.addingTimeInterval(-12 * 30 * 86_400), productTypeRaw: 3,
-                            expiresDate: start.addingTimeInterval(30 * 86_400),
-                            webOrderLineItemID: Int64(original * 100 + month)))
+        try await Self.withServer { server, storage, directory, now in
+            /// Twelve monthly periods of one subscription from each original (the last ending after `now`).
+            func receipt(originals: [Int]) throws -> [UInt8] {
+                var purchases: [InAppPurchase] = []
+                for original in originals {
+                    for month in 0..<12 {
+                        let start = now.addingTimeInterval(Double(month - 11) * 30 * 86_400 - 86_400)
+                        purchases.append(
+                            InAppPurchase(
+                                productID: "monthly",
+                                transactionID: String(5_000_000_000_000_000 + original * 100 + month),
+                                purchaseDate: start,
+                                originalTransactionID: String(5_000_000_000_000_000 + original * 100),
+                                originalPurchaseDate: now.addingTimeInterval(-12 * 30 * 86_400), productTypeRaw: 3,
+                                expiresDate: start.addingTimeInterval(30 * 86_400),
+                                webOrderLineItemID: Int64(original * 100 + month)))
+                    }
                 }
+                return try Self.receipt(purchases, in: directory, at: now)
             }
-            return try Self.receipt(purchases, in: directory, at: now)
-        }
-        for (user, originals) in [("one", [1]), ("two", [2, 3])] {
-            await storage.countWriterStatements(true)
-            let view = try await server.ingestReceipt(
-                bundleID: Self.bundleID, appUserID: user, receipt: try receipt(originals: originals), deviceID: nil)
-            let costs = await storage.writerStatementCosts()
-            await storage.countWriterStatements(false)
-            func calls(_ prefix: String) -> Int {
-                costs.filter { $0.sql.hasPrefix(prefix) }.reduce(0) { $0 + $1.calls }
+            for (user, originals) in [("one", [1]), ("two", [2, 3])] {
+                await storage.countWriterStatements(true)
+                let view = try await server.ingestReceipt(
+                    bundleID: Self.bundleID, appUserID: user, receipt: try receipt(originals: originals), deviceID: nil)
+                let costs = await storage.writerStatementCosts()
+                await storage.countWriterStatements(false)
+                func calls(_ prefix: String) -> Int {
+                    costs.filter { $0.sql.hasPrefix(prefix) }.reduce(0) { $0 + $1.calls }
+                }
+                #expect(view.purchases.count == 12 * originals.count && view.entitlements["plus"]?.active == true)
+                // Once for the updates, once more where the user is found to hold several subscriptions' originals.
+                #expect(
+                    calls("SELECT document FROM subscribers WHERE bundle_id = ? AND app_user_id = ?")
+                        == (originals.count > 1 ? 2 : 1), "\(user)")
+                #expect(calls("SELECT app_user_id FROM aliases") == 1, "\(user)")
+                #expect(calls("SELECT document FROM purchases WHERE bundle_id = ? AND owner = ?") == 1, "\(user)")
+                #expect(calls("INSERT INTO subscribers") == (originals.count > 1 ? 2 : 1), "\(user)")
+                #expect(view.flags == (originals.count > 1 ? ["multiple_apple_accounts"] : []), "\(user)")
             }
-            #expect(view.purchases.count == 12 * originals.count && view.entitlements["plus"]?.active == true)
-            // Once for the updates, once more where the user is found to hold several subscriptions' originals.
-            #expect(
-                calls("SELECT document FROM subscribers WHERE bundle_id = ? AND app_user_id = ?")
-                    == (originals.count > 1 ? 2 : 1), "\(user)")
-            #expect(calls("SELECT app_user_id FROM aliases") == 1, "\(user)")
-            #expect(calls("SELECT document FROM purchases WHERE bundle_id = ? AND owner = ?") == 1, "\(user)")
-            #expect(calls("INSERT INTO subscribers") == (originals.count > 1 ? 2 : 1), "\(user)")
-            #expect(view.flags == (originals.count > 1 ? ["multiple_apple_accounts"] : []), "\(user)")
         }
     }
 }

@@ -46,7 +46,8 @@ extension AppStore {
         return device
     }
 
-    /// Installs (or updates) an app; the first install's version and date become the original ones.
+    /// Installs (or updates) an app; the account's first install's version and date are the original ones,
+    /// on every device of the account (Apple's original purchase of the app is the account's, not a device's).
     public func install(deviceID: String, bundleID: String, version: String?) async throws -> (
         install: Install, environment: Environment
     ) {
@@ -55,11 +56,16 @@ extension AppStore {
         let current = now
         return try await storage.write { store in
             let (device, account) = try self.device(deviceID, in: store)
-            var install =
-                try store.install(device: device.id, bundle: BundleID(bundleID))
-                ?? Install(
-                    deviceID: device.id, bundleID: BundleID(bundleID), version: version, originalVersion: version,
-                    originalPurchaseDate: current)
+            var install: Install
+            if let installed = try store.install(device: device.id, bundle: BundleID(bundleID)) {
+                install = installed
+            } else {
+                let first = try store.installs(account: account.id, bundle: BundleID(bundleID)).first
+                install = Install(
+                    deviceID: device.id, bundleID: BundleID(bundleID), version: version,
+                    originalVersion: first?.originalVersion ?? version,
+                    originalPurchaseDate: first?.originalPurchaseDate ?? current)
+            }
             install.version = version
             try store.save(install)
             // The download is the account's app transaction (once per account and app).

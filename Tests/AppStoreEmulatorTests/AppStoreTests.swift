@@ -240,6 +240,40 @@ struct AppStoreTests {
         #expect(updated.originalAppVersion == "1")
     }
 
+    @Test(
+        "A later device of the account: its install, receipt and app transaction carry the account's original date and version"
+    )
+    func originalOfAccount() async throws {
+        let harness = try await Harness.make()
+        let (_, account) = try await harness.call(
+            "POST", "/_emulator/v1/accounts", ["environment": .string("Sandbox"), "storefront": .string("USA")])
+        func install(_ version: String) async throws -> (app: String, answer: JSONValue) {
+            let deviceID = UUID().uuidString
+            let (status, _) = try await harness.call(
+                "POST", "/_emulator/v1/devices", ["accountId": account["accountId"]!, "deviceId": .string(deviceID)])
+            #expect(status == 201)
+            let app = "/_emulator/v1/devices/\(deviceID)/apps/\(Self.bundleID)"
+            return (app, try await harness.call("POST", app + "/install", ["version": .string(version)]).1)
+        }
+        let first = try await install("1")
+        _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
+        let later = try await install("3")
+        #expect(later.answer["applicationVersion"] == .string("3"))
+        #expect(later.answer["originalApplicationVersion"] == .string("1"))
+        let original = try #require(first.answer["originalPurchaseDate"]?.int64Value)
+        #expect(later.answer["originalPurchaseDate"]?.int64Value == original)
+        let (_, appTransaction) = try await harness.call("GET", later.app + "/app-transaction")
+        let payload = try CompactJWS(try #require(appTransaction["signedAppTransaction"]?.stringValue)).payload
+        #expect(payload["originalApplicationVersion"] == .string("1"))
+        #expect(payload["originalPurchaseDate"]?.int64Value == original)
+        #expect(payload["applicationVersion"] == .string("3"))
+        let receipt = try #require(
+            ReceiptVerifier(trustedRoots: [harness.store.pki.receipts.root]).verify(
+                try await harness.receipt(later.app), expecting: .init(), now: harness.store.now
+            ).receipt)
+        #expect(receipt.originalAppVersion == "1" && receipt.appVersion == "3")
+    }
+
     @Test("Signed transactions, entitlements and the app transaction verify against the exported JWS root")
     func signedData() async throws {
         let harness = try await Harness.make()

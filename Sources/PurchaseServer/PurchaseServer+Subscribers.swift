@@ -1,6 +1,7 @@
 import AppStoreReceipts
 public import Foundation
 import StoreModel
+import StoreTime
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperSQL
@@ -35,8 +36,7 @@ extension PurchaseServer {
     /// The user's view now; an unknown user is a 404.
     public func subscriber(bundleID: String, appUserID requested: String) async throws -> SubscriberView {
         let app = try app(bundleID)
-        return Self.view(
-            try await records(bundleID: bundleID, requested), entitlements: app.settings.entitlements, now: now())
+        return Self.view(try await records(bundleID: bundleID, requested), app: app.settings, now: now())
     }
 
     /// The records of the user (or of the user `requested` is an alias of): those kept when current, else
@@ -97,7 +97,7 @@ extension PurchaseServer {
         if let rendered = entry.rendered[answer], rendered.holds(at: now) {
             body = rendered.bytes
         } else {
-            let view = Self.view(entry, entitlements: app.settings.entitlements, now: now)
+            let view = Self.view(entry, app: app.settings, now: now)
             switch answer {
             case .subscriber: body = Self.answer(.object(Self.render(view))).body
             case .entitlements:
@@ -105,7 +105,7 @@ extension PurchaseServer {
                 object["requestDate"] = nil
                 body = Self.answer(.object(object)).body
             }
-            let (from, until) = Self.span(of: entry, around: now)
+            let (from, until) = Self.span(of: entry, app: app.settings, around: now)
             cache.store(.init(bytes: body, from: from, until: until), as: answer, for: entry, bundleID, appUserID)
         }
         guard answer == .entitlements else { return body }
@@ -125,7 +125,7 @@ extension PurchaseServer {
 
     /// The span of time around `now` in which no expiry date of the entry passes: from the latest one at or
     /// before `now` to the first one after it. What the view says is the same anywhere in it.
-    static func span(of entry: SubscriberCache.Entry, around now: Date) -> (from: Date, until: Date) {
+    static func span(of entry: SubscriberCache.Entry, app: AppSettings, around now: Date) -> (from: Date, until: Date) {
         var from = Date.distantPast
         var until = Date.distantFuture
         func consider(_ date: Date?) {
@@ -137,23 +137,33 @@ extension PurchaseServer {
             consider(subscription.gracePeriodExpiresDate)
         }
         for grant in entry.records.grants { consider(grant.expiresDate) }
+        for purchase in entry.records.purchases { consider(Self.entitlementEnd(of: purchase, app: app)) }
         return (from, until)
     }
 
-    static func view(_ entry: SubscriberCache.Entry, entitlements: [String: [String]], now: Date) -> SubscriberView {
+    static func view(_ entry: SubscriberCache.Entry, app: AppSettings, now: Date) -> SubscriberView {
         view(
             entry.records.subscriber, subscriptions: entry.records.subscriptions, purchases: entry.records.purchases,
-            balances: entry.records.balances, grants: entry.records.grants, entitlements: entitlements, now: now)
+            balances: entry.records.balances, grants: entry.records.grants, app: app, now: now)
     }
 
-    /// Entitlements from the product map: an active or grace-period subscription (until its renewal date,
-    /// or the grace period's end), a one-time purchase not refunded, or a developer's grant.
+    /// When a one-time purchase stops giving its entitlements: a non-renewing subscription's expiry (as
+    /// recorded, else its purchase date plus the app's ``AppSettings/nonRenewingDurations`` for it); nil for good.
+    static func entitlementEnd(of purchase: PurchaseRecord, app: AppSettings) -> Date? {
+        guard purchase.kind == .nonRenewing else { return nil }
+        return purchase.expiresDate
+            ?? app.nonRenewingDurations[purchase.productID.rawValue]?.added(to: purchase.purchaseDate)
+    }
+
+    /// Entitlements from the app's product map: an active or grace-period subscription (until its renewal date,
+    /// or the grace period's end), a one-time purchase not refunded (a non-renewing subscription until its
+    /// ``entitlementEnd(of:app:)``), or a developer's grant.
     static func view(
         _ subscriber: Subscriber, subscriptions: [SubscriptionRecord], purchases: [PurchaseRecord],
-        balances: [String: Int], grants: [Grant], entitlements map: [String: [String]], now: Date
+        balances: [String: Int], grants: [Grant], app: AppSettings, now: Date
     ) -> SubscriberView {
         var entitlements: [String: SubscriberView.Entitlement] = [:]
-        for (name, products) in map {
+        for (name, products) in app.entitlements {
             var candidates: [SubscriberView.Entitlement] = []
             for subscription in subscriptions where products.contains(subscription.productID.rawValue) {
                 let graceActive =
@@ -172,11 +182,13 @@ extension PurchaseServer {
             where products.contains(purchase.productID.rawValue) && purchase.kind != .autoRenewable
                 && purchase.kind != .consumable
             {
+                let end = Self.entitlementEnd(of: purchase, app: app)
                 candidates.append(
                     SubscriberView.Entitlement(
-                        active: purchase.revocationDate == nil, productID: purchase.productID.rawValue,
-                        expiresDate: purchase.expiresDate, willRenew: false, periodType: "normal", inGracePeriod: false,
-                        inBillingRetry: false, source: "app_store"))
+                        active: purchase.revocationDate == nil && (end ?? .distantFuture) > now,
+                        productID: purchase.productID.rawValue, expiresDate: end ?? purchase.expiresDate,
+                        willRenew: false, periodType: "normal", inGracePeriod: false, inBillingRetry: false,
+                        source: "app_store"))
             }
             for grant in grants where grant.entitlement == name {
                 candidates.append(

@@ -1,5 +1,6 @@
 public import Foundation
 public import StoreModel
+public import StoreTime
 public import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
@@ -61,6 +62,10 @@ public struct AppSettings: Sendable {
     public var currency = "USD"
     /// Each subscription product's period (`P1M`, `P1Y`, …) for MRR. Config: `"subscriptionPeriods"`.
     public var subscriptionPeriods: [String: String] = [:]
+    /// How long each non-renewing subscription gives its entitlements from its purchase date (Apple sends no
+    /// expiry for them: the app decides). A non-renewing product missing here gives them for good, as a
+    /// non-consumable does. Config: `"nonRenewingDurations"`.
+    public var nonRenewingDurations: [String: StorePeriod] = [:]
     /// The certificates Xcode's StoreKit Testing signs with, as Xcode exports them (Editor › Save Public
     /// Certificate) or as a JWS's `x5c` carries them. Config: `"xcode": {"certificates": [files]}`. Empty
     /// (the default): receipts and signed data from Xcode are refused. Otherwise they are accepted when
@@ -268,6 +273,15 @@ public struct ServerConfiguration: Sendable {
                         "\(bundleID): subscriptionPeriods.\(member.key) is a period such as P1M or P1Y")
                 }
                 apps[apps.count - 1].subscriptionPeriods[member.key] = period
+            }
+            for member in item["nonRenewingDurations"]?.objectValue?.members ?? [] {
+                guard let text = member.value.stringValue, let duration = StorePeriod(text),
+                    duration != StorePeriod()
+                else {
+                    throw PurchaseServerError.configuration(
+                        "\(bundleID): nonRenewingDurations.\(member.key) is a duration such as P1M, P3M or P1Y")
+                }
+                apps[apps.count - 1].nonRenewingDurations[member.key] = duration
             }
         }
         var configuration = ServerConfiguration(secretKey: secret, apps: apps)

@@ -2,6 +2,8 @@ import AppStoreEmulator
 import AppStoreReceipts
 import Foundation
 import PurchaseServer
+import StoreModel
+import StoreTime
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperSQL
@@ -35,16 +37,18 @@ struct RenderedAnswerTests {
         PurchaseServer, SQLiteServerStorage
     ) {
         let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
-        let app = AppSettings(
+        var app = AppSettings(
             bundleID: bundleID, publicKey: publicKey, receiptRoots: [pki.receipts.root],
-            jwsRoots: [pki.signedData.root], entitlements: ["plus": ["monthly"], "pro": ["pro"]])
+            jwsRoots: [pki.signedData.root],
+            entitlements: ["plus": ["monthly"], "pro": ["pro"], "pass": ["season"], "archive": ["archive"]])
+        // A month's season pass; the archive, non-renewing too, has no duration here.
+        app.nonRenewingDurations = ["season": StorePeriod(months: 1)]
         let storage = try await SQLiteServerStorage(path: directory.appendingPathComponent("server.sqlite").path)
         var configuration = ServerConfiguration(secretKey: secret, apps: [app])
         if let cachedUsers { configuration.cachedUsers = cachedUsers }
         return (try PurchaseServer(configuration: configuration, storage: storage, now: { clock.now }), storage)
     }
 
-    /// A receipt of `purchases` signed by the chain ``makeServer(in:clock:cachedUsers:)`` made in `directory`.
     /// Runs `body` with a server whose clock stands at 1,800,000,000 s, its storage, and its scratch directory
     /// (removed after).
     static func withServer(
@@ -57,6 +61,7 @@ struct RenderedAnswerTests {
         try await body(server, storage, directory, now)
     }
 
+    /// A receipt of `purchases` signed by the chain ``makeServer(in:clock:cachedUsers:)`` made in `directory`.
     static func receipt(_ purchases: [InAppPurchase], in directory: URL, at now: Date) throws -> [UInt8] {
         let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
         return try Receipt(
@@ -74,6 +79,49 @@ struct RenderedAnswerTests {
             body: body.map { JSONWriter.bytes(.object($0)) } ?? [])
         request.remoteAddress = "127.0.0.1"
         return request
+    }
+
+    @Test(
+        "A non-renewing subscription gives its entitlement for the app's duration from its purchase (the kept answer ends then); one with no duration, for good"
+    )
+    func nonRenewingDuration() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        let clock = Clock(start)
+        let (server, responder) = try await Self.make(in: directory, clock: clock)
+        let receipt = try Self.receipt(
+            [
+                InAppPurchase(
+                    productID: "season", transactionID: "4000000000000101", purchaseDate: start, productTypeRaw: 2),
+                InAppPurchase(
+                    productID: "archive", transactionID: "4000000000000102", purchaseDate: start, productTypeRaw: 2),
+            ], in: directory, at: start)
+        _ = try await server.ingestReceipt(bundleID: Self.bundleID, appUserID: "ana", receipt: receipt, deviceID: nil)
+        let ends = StorePeriod(months: 1).added(to: start)
+        /// The subscriber's entitlements as answered inline (from the bytes kept, after the first).
+        func entitlements() throws -> JSONValue? {
+            let answered = try #require(
+                responder.respondInline(to: Self.request("GET", "/v1/subscribers/ana", key: Self.secret)))
+            #expect(answered.status == 200)
+            return try JSONParser.parse(answered.body)["entitlements"]
+        }
+        for at in [start, ends.addingTimeInterval(-1)] {
+            clock.set(at)
+            for _ in 0..<2 {
+                let answer = try entitlements()
+                #expect(answer?["pass"]?["active"] == .bool(true), "\(at)")
+                #expect(answer?["pass"]?["expiresDate"] == .integer(EpochMilliseconds.milliseconds(ends)))
+                #expect(answer?["archive"]?["active"] == .bool(true))
+            }
+        }
+        clock.set(ends)
+        for _ in 0..<2 {
+            let answer = try entitlements()
+            #expect(answer?["pass"]?["active"] == .bool(false), "the month is over")
+            #expect(answer?["archive"]?["active"] == .bool(true), "no duration: for good")
+            #expect(answer?["archive"]?["expiresDate"] == nil || answer?["archive"]?["expiresDate"] == .null)
+        }
     }
 
     @Test("The cached bytes are the full rendering's, before and after a grant expires, a revoke and a clock set back")
@@ -182,24 +230,42 @@ struct RenderedAnswerTests {
         }
     }
 
-    @Test("cachedUsers in the configuration file: a whole number from 0 to 10,000,000")
-    func cachedUsersConfiguration() throws {
+    /// A configuration file of one app with `app` appended to the app's members and `top` to the file's.
+    static func loadConfiguration(app: String = "", top: String = "") throws -> ServerConfiguration {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = directory.appendingPathComponent("server.json")
+        try Data(
+            #"{"secretKey": "sk_0123456789abcdef", "apps": [{"bundleId": "a.b", "publicKey": "pk_12345678"\#(app)}]\#(top)}"#
+                .utf8
+        ).write(to: file)
+        return try ServerConfiguration.load(path: file.path, variables: [:])
+    }
+
+    @Test("cachedUsers in the configuration file: a whole number from 0 to 10,000,000")
+    func cachedUsersConfiguration() throws {
         func load(_ value: String?) throws -> ServerConfiguration {
-            let member = value.map { #", "cachedUsers": \#($0)"# } ?? ""
-            try Data(
-                #"{"secretKey": "sk_0123456789abcdef", "apps": [{"bundleId": "a.b", "publicKey": "pk_12345678"}]\#(member)}"#
-                    .utf8
-            ).write(to: file)
-            return try ServerConfiguration.load(path: file.path, variables: [:])
+            try Self.loadConfiguration(top: value.map { #", "cachedUsers": \#($0)"# } ?? "")
         }
         #expect(try load(nil).cachedUsers == ServerConfiguration.defaultCachedUsers)
         #expect(try load("0").cachedUsers == 0)
         #expect(try load("500000").cachedUsers == 500_000)
         for wrong in ["-1", "1.5", "10000001", #""many""#] {
+            #expect(throws: PurchaseServerError.self, "\(wrong)") { try load(wrong) }
+        }
+    }
+
+    @Test("nonRenewingDurations in the configuration file: product id → an ISO 8601 duration, not empty")
+    func nonRenewingDurationsConfiguration() throws {
+        func load(_ value: String) throws -> [String: StorePeriod] {
+            try Self.loadConfiguration(app: #", "nonRenewingDurations": {"season": \#(value)}"#).apps[0]
+                .nonRenewingDurations
+        }
+        #expect(try Self.loadConfiguration().apps[0].nonRenewingDurations.isEmpty)
+        #expect(try load(#""P3M""#) == ["season": StorePeriod(months: 3)])
+        #expect(try load(#""P1Y2M10DT2H""#) == ["season": StorePeriod(years: 1, months: 2, days: 10, hours: 2)])
+        for wrong in [#""3 months""#, #""P0M""#, #""P""#, "30", #""-P1M""#] {
             #expect(throws: PurchaseServerError.self, "\(wrong)") { try load(wrong) }
         }
     }

@@ -180,6 +180,7 @@ extension AppStore {
                 current.transaction.expiresDate = latest.transaction.expiresDate
                 current.transaction.revocationDate = latest.transaction.revocationDate
                 current.transaction.revocationReason = latest.transaction.revocationReason
+                current.transaction.revocationPercentage = latest.transaction.revocationPercentage
                 current.transaction.isUpgraded = latest.transaction.isUpgraded
                 try store.update(current)
             }

@@ -83,6 +83,7 @@ extension AppStore {
                 }
                 next.transaction.revocationDate = nil
                 next.transaction.revocationReason = nil
+                next.transaction.revocationPercentage = nil
                 next.transaction.isUpgraded = false
                 next.renewalNumber += 1
                 next.finished = false
@@ -96,13 +97,15 @@ extension AppStore {
                 guard var latest = try latestKnown ?? store.transaction(subscription.latestTransactionID) else {
                     continue
                 }
-                latest.transaction.expiresDate = date
                 if refundUnused {
-                    // The upgraded period ends now; its unused part is refunded.
+                    // The upgraded period ends now; its unused part is refunded, as a share of the period.
                     latest.transaction.isUpgraded = true
                     latest.transaction.revocationDate = date
                     latest.transaction.revocationReason = .other
+                    latest.transaction.revocationPercentage = Self.unusedShare(
+                        of: latest.transaction.purchaseDate, until: latest.transaction.expiresDate, at: date)
                 }
+                latest.transaction.expiresDate = date
                 try store.update(latest)
                 latestKnown = latest
             case .revokeLatest(let reason, let date):
@@ -111,6 +114,7 @@ extension AppStore {
                 }
                 latest.transaction.revocationDate = reason == nil ? nil : date
                 latest.transaction.revocationReason = reason
+                latest.transaction.revocationPercentage = nil
                 try store.update(latest)
                 latestKnown = latest
             case .schedule(let kind, let date):
@@ -136,6 +140,13 @@ extension AppStore {
             throw EmulatorError.invalid(
                 "transaction \(stored.id.rawValue) is a family member's access (FAMILY_SHARED); act on the purchaser's")
         }
+    }
+
+    /// The share of the period from `start` to `end` not used by `date`, in milliunits (0 to 100,000).
+    static func unusedShare(of start: Date, until end: Date?, at date: Date) -> Int64? {
+        guard let end, end > start else { return nil }
+        let unused = end.timeIntervalSince(date) / end.timeIntervalSince(start)
+        return Int64((min(max(unused, 0), 1) * 100_000).rounded())
     }
 
     /// The engine's refusal as a 400.
@@ -234,6 +245,7 @@ extension AppStore {
         }
         stored.transaction.revocationDate = now
         stored.transaction.revocationReason = reason
+        stored.transaction.revocationPercentage = nil
         try store.update(stored)
         try enqueue(
             Notice(.refund, v1: .refund), transaction: stored, renewal: nil, account: account, in: store, now: now)
@@ -258,12 +270,14 @@ extension AppStore {
             }
             past.transaction.revocationDate = now
             past.transaction.revocationReason = reason
+            past.transaction.revocationPercentage = nil
         } else {
             guard past.transaction.revocationDate != nil, !past.transaction.isUpgraded else {
                 throw EmulatorError.invalid("transaction \(stored.id.rawValue) has no refund to reverse")
             }
             past.transaction.revocationDate = nil
             past.transaction.revocationReason = nil
+            past.transaction.revocationPercentage = nil
         }
         try store.update(past)
         let started = try store.purchaseDate(of: subscription.originalTransactionID)

@@ -108,6 +108,7 @@ extension AppStore {
             }
             stored.transaction.revocationDate = nil
             stored.transaction.revocationReason = nil
+            stored.transaction.revocationPercentage = nil
             try store.update(stored)
             try self.enqueue(
                 Notice(.refundReversed), transaction: stored, renewal: nil, account: account, in: store, now: current)

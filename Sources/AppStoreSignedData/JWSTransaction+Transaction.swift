@@ -41,12 +41,13 @@ extension JWSTransaction {
         if let revoked = transaction.revocationDate {
             payload["revocationDate"] = milliseconds(revoked)
             // The emulator refunds whole purchases; a family member's access ends by the family's revocation;
-            // an upgraded period's unused part is refunded (prorated: its share is not kept, so not written).
+            // an upgraded period's unused part is refunded (prorated, its share as the upgrade found it).
             // The percentage is a refund's (in milliunits), absent from a family revocation.
             if transaction.ownership == .familyShared {
                 payload["revocationType"] = .string("FAMILY_REVOKE")
             } else if transaction.isUpgraded {
                 payload["revocationType"] = .string("REFUND_PRORATED")
+                if let share = transaction.revocationPercentage { payload["revocationPercentage"] = .integer(share) }
             } else {
                 payload["revocationType"] = .string("REFUND_FULL")
                 payload["revocationPercentage"] = .integer(100_000)

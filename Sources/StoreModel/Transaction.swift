@@ -45,6 +45,9 @@ public struct Transaction: Sendable, Hashable, Codable {
     public var appAccountToken: String?
     public var revocationDate: Date?
     public var revocationReason: RevocationReason?
+    /// A prorated refund's share, in milliunits (50,000 is half): an upgraded period's unused part, as the
+    /// upgrade found it. Nil otherwise (a whole refund is 100,000 when signed; a family revocation has none).
+    public var revocationPercentage: Int64? = nil
     public var isUpgraded: Bool
     /// The id of the customer's download of the app (`appTransactionId`, API 1.20): the same for every
     /// purchase of one Apple Account in one app. Nil for purchases made before the store had one.

@@ -744,6 +744,7 @@ struct EmulatorStorageContractTests {
                 ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN renewal_billing_plan;
                 ALTER TABLE subscriptions DROP COLUMN run_start;
+                ALTER TABLE transactions DROP COLUMN revocation_percentage;
                 ALTER TABLE mass_extensions DROP COLUMN bundle_id; ALTER TABLE mass_extensions DROP COLUMN extend_by_days;
                 ALTER TABLE mass_extensions DROP COLUMN extend_reason_code;
                 ALTER TABLE mass_extensions DROP COLUMN resume_after;
@@ -866,6 +867,7 @@ struct EmulatorStorageContractTests {
                 ALTER TABLE subscriptions DROP COLUMN billing_plan; ALTER TABLE subscriptions DROP COLUMN commitment;
                 ALTER TABLE subscriptions DROP COLUMN renewal_billing_plan;
                 ALTER TABLE subscriptions DROP COLUMN run_start;
+                ALTER TABLE transactions DROP COLUMN revocation_percentage;
                 DELETE FROM schema_migrations WHERE id >= '013';
                 INSERT INTO settings VALUES ('extensions.10', '[{"requestIdentifier":"r1","date":1704067200000,"effectiveDate":1704153600000,"webOrderLineItemId":"7"}]');
                 INSERT INTO settings VALUES ('massExtension.p.m1', '{"requestIdentifier":"m1","productId":"p","environment":"Production","complete":true,"succeededCount":3,"failedCount":1,"completeDate":1704067200000,"storefrontCountryCodes":["USA","GBR"]}');

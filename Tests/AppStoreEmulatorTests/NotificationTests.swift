@@ -272,10 +272,16 @@ struct NotificationTests {
         let (recovered, answer) = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/resolve-issue")
         #expect(recovered == 200, "\(answer)")
         #expect(answer["subscription"]?["status"] == .integer(1))
+        let recoveredPeriod = try #require(answer["transaction"]?["transactionIdentifier"]?.stringValue)
         _ = try await harness.call(
             "POST", "/_emulator/v1/accounts/\(accountID)/settings", ["billingRetryOnRenewal": .bool(false)])
         let upgraded = try await harness.call("POST", app + "/payments", ["productId": .string("premium")])
         #expect(upgraded.0 == 201, "\(upgraded.1)")
+        // The period the upgrade ended is refunded its unused share: nearly all of it, just begun.
+        let (_, superseded) = try await harness.call("GET", "/_emulator/v1/transactions/\(recoveredPeriod)")
+        let ended = try CompactJWS(try #require(superseded["jwsRepresentation"]?.stringValue)).payload
+        #expect(ended["isUpgraded"] == .bool(true) && ended["revocationType"] == .string("REFUND_PRORATED"))
+        #expect((99_000...100_000).contains(ended["revocationPercentage"]?.int64Value ?? -1), "\(ended)")
         _ = try await harness.call(
             "POST", "/_emulator/v1/products/premium/price-increase", ["requiresConsent": .bool(true)])
         _ = try await harness.call("POST", "/_emulator/v1/transactions/\(id)/price-consent", ["consent": .bool(false)])

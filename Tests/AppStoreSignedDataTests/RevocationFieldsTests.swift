@@ -28,9 +28,15 @@ struct RevocationFieldsTests {
         #expect(refunded["revocationPercentage"] == .integer(100_000))
         let family = Self.payload { $0.ownership = .familyShared }
         #expect(family["revocationType"] == .string("FAMILY_REVOKE") && family["revocationPercentage"] == nil)
-        let upgraded = Self.payload { $0.isUpgraded = true }
+        let upgraded = Self.payload {
+            $0.isUpgraded = true
+            $0.revocationPercentage = 66_667
+        }
         #expect(upgraded["revocationType"] == .string("REFUND_PRORATED"))
-        #expect(upgraded["revocationPercentage"] == nil, "its share is not known, so not claimed as all")
+        #expect(upgraded["revocationPercentage"] == .integer(66_667), "the unused share the upgrade found")
+        let unknown = Self.payload { $0.isUpgraded = true }
+        #expect(
+            unknown["revocationPercentage"] == nil, "a share not known (stored before it was) is not claimed as all")
         let kept = Self.payload { $0.revocationDate = nil }
         #expect(kept["revocationType"] == nil && kept["revocationPercentage"] == nil, "a reversed refund says none")
     }

@@ -289,5 +289,7 @@ extension SQLiteEmulatorStorage {
             ALTER TABLE due_events_keyed RENAME TO due_events;
             CREATE INDEX due_events_by_time ON due_events (due, kind, key);
             """),
+        // An upgraded period's refunded share (`revocationPercentage` with `REFUND_PRORATED`).
+        Migration("021-revocation-percentage", "ALTER TABLE transactions ADD COLUMN revocation_percentage INTEGER"),
     ]
 }

@@ -224,7 +224,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             expires_date, web_order_line_item_id, group_id, reason, ownership, offer_type, offer_id, offer_discount,
             offer_period, price, currency, app_account_token, application_username, revocation_date,
             revocation_reason, is_upgraded, renewal_number, finished, order_id, app_transaction_id, billing_plan,
-            commitment
+            commitment, revocation_percentage
             """
 
         func values(_ stored: StoredTransaction) -> [SQLValue] {
@@ -240,7 +240,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
                 real(t.revocationDate), integer(t.revocationReason?.rawValue), flag(t.isUpgraded),
                 .integer(Int64(stored.renewalNumber)), flag(stored.finished), text(stored.orderID),
                 text(t.appTransactionID?.rawValue), text(t.billingPlan?.rawValue),
-                text(CommitmentColumns.text(t.commitment)),
+                text(CommitmentColumns.text(t.commitment)), integer(t.revocationPercentage),
             ]
         }
 
@@ -268,6 +268,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             transaction.appTransactionID = row["app_transaction_id"].string.map(TransactionID.init(rawValue:))
             transaction.billingPlan = row["billing_plan"].string.flatMap(BillingPlanType.init(rawValue:))
             transaction.commitment = CommitmentColumns.transactionCommitment(row["commitment"].string)
+            transaction.revocationPercentage = row["revocation_percentage"].int64
             return StoredTransaction(
                 transaction: transaction, accountID: AccountID(row["account_id"].string ?? ""),
                 renewalNumber: Int(row["renewal_number"].int64 ?? 0), finished: row["finished"].int64 == 1,
@@ -288,7 +289,7 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
         /// Made once: a renewal inserts a transaction, and this text is the statement cache's key.
         static let insertTransaction = """
             INSERT INTO transactions (\(transactionColumns), revision)
-            VALUES (\(placeholders(31)), \(nextRevision))
+            VALUES (\(placeholders(32)), \(nextRevision))
             """
 
         func insert(_ transaction: StoredTransaction) throws {

@@ -361,7 +361,13 @@ public enum PurchaseEngine {
     }
 
     static func applyRenewal(_ renewal: RenewalFacts, to subscription: inout SubscriptionRecord) {
-        if let status = renewal.status { subscription.status = status }
+        if let status = renewal.status {
+            subscription.status = status
+        } else if renewal.isInBillingRetryPeriod == true, subscription.status != 5 {
+            // No status from Apple (a notification from before it had one): the renewal info says billing retry,
+            // in its grace period until that ends, as V1's facts are read.
+            subscription.status = (renewal.gracePeriodExpiresDate.map { $0 > renewal.signedDate } ?? false) ? 4 : 3
+        }
         if let autoRenew = renewal.autoRenewStatus { subscription.autoRenewStatus = autoRenew }
         if let product = renewal.autoRenewProductID { subscription.autoRenewProductID = product }
         subscription.expirationIntent = renewal.expirationIntent

@@ -103,6 +103,33 @@ struct PurchaseEngineTests {
         #expect(result.subscription?.status == 2 && result.subscription?.expirationIntent == 2)
     }
 
+    @Test("Renewal info without Apple's status: billing retry read from it, in grace while the grace period runs")
+    func statusFromRenewalInfo() {
+        func retry(_ signed: TimeInterval, grace: Date?) -> RenewalFacts {
+            var facts = Self.renewal(signed, status: 1)
+            facts.status = nil
+            facts.isInBillingRetryPeriod = true
+            facts.gracePeriodExpiresDate = grace
+            return facts
+        }
+        let bought = PurchaseUpdate(source: "app", transaction: Self.period(0), renewal: Self.renewal(1, status: 1))
+        let graced = Self.run([
+            bought,
+            PurchaseUpdate(
+                source: "notification",
+                renewal: retry(Self.month + 1, grace: Self.start.addingTimeInterval(Self.month + 6 * 86_400))),
+        ])
+        #expect(graced.subscription?.status == 4, "in its grace period")
+        let retrying = Self.run([
+            bought, PurchaseUpdate(source: "notification", renewal: retry(Self.month + 1, grace: nil)),
+        ])
+        #expect(retrying.subscription?.status == 3, "billing retry, no grace")
+        var plain = Self.renewal(Self.month + 1, status: 1)
+        plain.status = nil
+        let kept = Self.run([bought, PurchaseUpdate(source: "notification", renewal: plain)])
+        #expect(kept.subscription?.status == 1, "nothing said: the status stays")
+    }
+
     @Test("A plan change at renewal is PRODUCT_CHANGE now; an upgrade bought now is PRODUCT_CHANGE and RENEWAL")
     func productChanges() {
         let pending = Self.run([

@@ -82,7 +82,7 @@ extension PurchaseServer {
                 let signed = try body.string("signedTransaction", maxBytes: Self.appBodyLimit, required: true)!
                 let posted = try await server.postTransaction(
                     bundleID: bundleID, appUserID: user, signedTransaction: signed)
-                var object = Self.render(posted, for: caller)
+                var object = Self.render(posted, for: caller, asked: user)
                 object["requestDate"] = Self.ms(server.now())
                 return Self.answer(.object(object))
             })
@@ -100,7 +100,9 @@ extension PurchaseServer {
                 let posted = try await server.postReceipt(
                     bundleID: bundleID, appUserID: user, receipt: Array(receipt),
                     deviceID: try body.string("deviceId", maxBytes: 36))
-                return Self.answer(.object(Self.render(posted, for: caller)))
+                var object = Self.render(posted, for: caller, asked: user)
+                object["requestDate"] = Self.ms(server.now())
+                return Self.answer(.object(object))
             })
         router.post(
             "/v1/app-transactions",
@@ -173,8 +175,7 @@ extension PurchaseServer {
             "/v1/subscribers/{user}/events",
             handle { request, context in
                 try server.authorizeSecret(request)
-                let limit = min(max(Int(request.query["limit"] ?? "") ?? 50, 1), 500)
-                let after = request.query["cursor"].flatMap { Int64($0) }
+                let (limit, after) = try Self.page(request)
                 let events = try await server.events(
                     bundleID: try server.bundleID(request.query["bundleId"]), appUserID: try context.parameter("user"),
                     after: after, limit: limit)
@@ -232,9 +233,8 @@ extension PurchaseServer {
             "/v1/webhooks/deliveries",
             handle { request, _ in
                 try server.authorizeSecret(request)
-                let limit = min(max(Int(request.query["limit"] ?? "") ?? 50, 1), 500)
-                let list = try await server.deliveries(
-                    after: request.query["cursor"].flatMap { Int64($0) }, limit: limit)
+                let (limit, after) = try Self.page(request)
+                let list = try await server.deliveries(after: after, limit: limit)
                 var object: JSONObject = [
                     "deliveries": .array(
                         list.map { item in
@@ -393,11 +393,32 @@ extension PurchaseServer {
     static func ms(_ date: Date) -> JSONValue { .integer(EpochMilliseconds.milliseconds(date)) }
     static func ms(_ date: Date?) -> JSONValue { date.map(ms) ?? .null }
 
+    /// A list's page from the query: `limit` 1 to 500 (50 when absent) and `cursor`, a position this server
+    /// gave; anything else is a 400, not a page of another size or one from the start.
+    static func page(_ request: HTTPRequest) throws -> (limit: Int, after: Int64?) {
+        var limit = 50
+        if let text = request.query["limit"] {
+            guard let value = Int(text), (1...500).contains(value) else {
+                throw PurchaseServerError.invalid("limit must be a whole number from 1 to 500")
+            }
+            limit = value
+        }
+        var after: Int64?
+        if let text = request.query["cursor"] {
+            guard let value = Int64(text), value >= 0 else {
+                throw PurchaseServerError.invalid("cursor must be a nextCursor this server answered")
+            }
+            after = value
+        }
+        return (limit, after)
+    }
+
     /// An app post's answer. The developer's backend (secret key) gets the whole subscriber; the app (its
     /// public key, which ships inside the app and is no secret) gets the entitlements, the user's flags and
     /// what became of the purchases its post carried (their records and subscriptions) only — the user's
-    /// aliases, other purchases and balances are not for whoever holds a transaction.
-    static func render(_ posted: PurchaseServer.Posted, for caller: AppCaller) -> JSONObject {
+    /// aliases, other purchases and balances are not for whoever holds a transaction, nor which user an alias
+    /// it posted under belongs to (its `appUserId` is the id it sent, `asked`).
+    static func render(_ posted: PurchaseServer.Posted, for caller: AppCaller, asked: String) -> JSONObject {
         let object = render(posted.view)
         guard caller == .app else { return object }
         let posts = posted.view.purchases.filter { posted.transactionIDs.contains($0.transactionID) }
@@ -408,7 +429,7 @@ extension PurchaseServer {
             subscriptions[member.key] = member.value
         }
         return [
-            "appUserId": object["appUserId"] ?? .null, "bundleId": object["bundleId"] ?? .null,
+            "appUserId": .string(asked), "bundleId": object["bundleId"] ?? .null,
             "entitlements": object["entitlements"] ?? .object([:]), "subscriptions": .object(subscriptions),
             "purchases": .array(
                 (object["purchases"]?.arrayValue ?? []).filter { purchase in

@@ -336,7 +336,7 @@ extension PurchaseServer {
             try self.changed(bundleID, appUserID, in: store)
             guard
                 var grant = try store.grants(bundle: bundleID, owner: appUserID).first(where: {
-                    $0.entitlement == entitlement
+                    $0.entitlement == entitlement && $0.revokedAt == nil
                 })
             else {
                 throw PurchaseServerError.notFound(

@@ -437,9 +437,12 @@ struct PurchaseServerTests {
         #expect(merged["subscriptions"]?[id] != nil && merged["entitlements"]?["plus"]?["active"] == .bool(true))
         let byAlias = try await harness.subscriber("anonymous-7f3a")
         #expect(byAlias["appUserId"] == .string("jane") && byAlias["subscriptions"]?[id] != nil)
-        // A purchase posted under the alias now goes to the user.
+        // A purchase posted under the alias now goes to the user; the app's answer names the alias, not whose
+        // alias it is.
         let (coins, coinsJWS) = try await harness.buy("coins", device: device)
-        _ = try await harness.post(coinsJWS, user: "anonymous-7f3a")
+        let (posted, postedAnswer) = try await harness.post(coinsJWS, user: "anonymous-7f3a")
+        #expect(posted == 200 && postedAnswer["appUserId"] == .string("anonymous-7f3a"), "\(postedAnswer)")
+        #expect(postedAnswer["requestDate"]?.int64Value != nil)
         let after = try await harness.subscriber("jane")
         #expect(
             after["purchases"]?.arrayValue?.contains { $0["transactionId"] == .string(coins) } == true,
@@ -447,6 +450,20 @@ struct PurchaseServerTests {
         let (taken, _) = try await harness.call(
             "POST", "/v1/subscribers/kim/aliases", ["alias": .string("anonymous-7f3a")])
         #expect(taken == 400, "an alias belongs to one user")
+        // The grant revoked once is gone: a second revoke has none in force to end.
+        let (revoked, _) = try await harness.call("POST", "/v1/subscribers/jane/entitlements/pro/revoke", [:])
+        #expect(revoked == 200)
+        let (again, answer) = try await harness.call("POST", "/v1/subscribers/jane/entitlements/pro/revoke", [:])
+        #expect(again == 404, "\(answer)")
+        // Pages of events: limit and cursor in range, or a 400 (not a page of another size, or the first again).
+        let (paged, page) = try await harness.call("GET", "/v1/subscribers/jane/events?limit=1")
+        #expect(paged == 200 && page["events"]?.arrayValue?.count == 1, "\(page)")
+        for query in ["limit=0", "limit=501", "limit=ten", "cursor=-1", "cursor=abc"] {
+            let (status, refused) = try await harness.call("GET", "/v1/subscribers/jane/events?\(query)")
+            #expect(status == 400 && refused["error"]?["code"] == .string("invalid_request"), "\(query): \(refused)")
+        }
+        let (deliveries, _) = try await harness.call("GET", "/v1/webhooks/deliveries?limit=1000")
+        #expect(deliveries == 400)
     }
 
     @Test("Notifications that never arrived are recovered by polling: the history's failures and overdue renewals")

@@ -363,10 +363,18 @@ public enum PurchaseEngine {
     static func applyRenewal(_ renewal: RenewalFacts, to subscription: inout SubscriptionRecord) {
         if let status = renewal.status {
             subscription.status = status
-        } else if renewal.isInBillingRetryPeriod == true, subscription.status != 5 {
+        } else if subscription.status != 5, let retrying = renewal.isInBillingRetryPeriod {
             // No status from Apple (a notification from before it had one): the renewal info says billing retry,
-            // in its grace period until that ends, as V1's facts are read.
-            subscription.status = (renewal.gracePeriodExpiresDate.map { $0 > renewal.signedDate } ?? false) ? 4 : 3
+            // in its grace period until that ends, as V1's facts are read; a retry over with the period passed
+            // is expired.
+            if retrying {
+                subscription.status =
+                    (renewal.gracePeriodExpiresDate.map { $0 > renewal.signedDate } ?? false) ? 4 : 3
+            } else if [3, 4].contains(subscription.status),
+                (subscription.expiresDate ?? .distantFuture) <= renewal.signedDate
+            {
+                subscription.status = 2
+            }
         }
         if let autoRenew = renewal.autoRenewStatus { subscription.autoRenewStatus = autoRenew }
         if let product = renewal.autoRenewProductID { subscription.autoRenewProductID = product }

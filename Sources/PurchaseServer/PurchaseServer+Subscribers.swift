@@ -237,10 +237,11 @@ extension PurchaseServer {
         try Self.checkUserID(alias)
         let current = now()
         _ = try await write(input: nil) { store in
-            // Both ids first (the requested one and the user it names): two requests making one alias cannot
-            // both find it free.
-            let user = try self.lockedUser(requested, bundleID: bundleID, in: store)
+            // Both ids first, then the user the requested one names (the order it always took): two requests
+            // making one alias cannot both find it free.
+            try store.lock(user: requested, bundle: bundleID)
             try store.lock(user: alias, bundle: bundleID)
+            let user = try self.lockedUser(requested, bundleID: bundleID, in: store)
             let existing = try store.user(bundle: bundleID, alias: alias)
             guard alias != user, existing != user else { return [] }
             guard existing == nil else {

@@ -675,6 +675,8 @@ struct NotificationTests {
             let (_, verified) = try await harness.call(
                 "POST", "/sandbox/verifyReceipt", ["receipt-data": .string(latest), "password": .string("s3cret")])
             #expect(verified["status"] == .integer(0), "\(verified)")
+            // The app's original version is the account's first install's, as the device's own receipt says.
+            #expect(verified["receipt"]?["original_application_version"] == .string("1"), "\(verified)")
             let original = try #require(body["original_transaction_id"]?.stringValue)
             #expect(
                 unified["latest_receipt_info"]?.arrayValue?.contains {

@@ -128,6 +128,15 @@ struct PurchaseEngineTests {
         plain.status = nil
         let kept = Self.run([bought, PurchaseUpdate(source: "notification", renewal: plain)])
         #expect(kept.subscription?.status == 1, "nothing said: the status stays")
+        // The retry over (not retrying any more) with the period passed: expired; while it runs, still retrying.
+        var over = Self.renewal(Self.month * 2, status: 1)
+        (over.status, over.isInBillingRetryPeriod) = (nil, false)
+        let expired = Self.run([
+            bought, PurchaseUpdate(source: "notification", renewal: retry(Self.month + 1, grace: nil)),
+            PurchaseUpdate(source: "notification", renewal: over),
+        ])
+        #expect(expired.subscription?.status == 2, "billing retry ended")
+        #expect(expired.events.contains("EXPIRATION"))
     }
 
     @Test("A plan change at renewal is PRODUCT_CHANGE now; an upgrade bought now is PRODUCT_CHANGE and RENEWAL")

@@ -154,13 +154,18 @@ extension AppStore {
         let purchases = try store.transactions(account: account.id, bundle: bundle).filter(\.isInReceipt)
         let subscriptions = try store.subscriptions(account: account.id, bundle: bundle)
         let current = Self.wholeSeconds(now)
-        let firstPurchase = purchases.map(\.transaction.purchaseDate).min() ?? current
+        // The app's original purchase (date and version) is the account's first install's, as every receipt
+        // of the account's devices says; without one, its first purchase's date and the app's version.
+        let firstInstall = try store.installs(account: account.id, bundle: bundle).first
+        let firstPurchase =
+            firstInstall?.originalPurchaseDate ?? purchases.map(\.transaction.purchaseDate).min() ?? current
         var receipt = Receipt(
             receiptType: ReceiptType(environment: account.environment, volumePurchase: false).rawValue,
             appItemID: production ? app?.appAppleID ?? 0 : 0, bundleID: bundle.rawValue,
             appVersion: app?.version ?? "1.0", opaqueValue: randomBytes(16), sha1Hash: [], ageRating: "4+",
             developerID: 0, creationDate: current, downloadID: 0, versionExternalID: 0,
-            originalPurchaseDate: Self.wholeSeconds(firstPurchase), originalAppVersion: app?.version ?? "1.0",
+            originalPurchaseDate: Self.wholeSeconds(firstPurchase),
+            originalAppVersion: firstInstall?.originalVersion ?? app?.version ?? "1.0",
             expirationDate: nil, inAppPurchases: purchases.map { InAppPurchase($0.transaction) })
         // No device: the hash is of a device no one has (a V1 receiver re-verifies the receipt without one).
         receipt.sha1Hash = randomBytes(20)

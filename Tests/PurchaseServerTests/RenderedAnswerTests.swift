@@ -49,6 +49,16 @@ struct RenderedAnswerTests {
         return (try PurchaseServer(configuration: configuration, storage: storage, now: { clock.now }), storage)
     }
 
+    /// Runs `body` with a server whose clock (the test sets it) starts at 1,800,000,000 s, its responder, its
+    /// scratch directory (removed after) and the clock.
+    static func withResponder(_ body: (PurchaseServer, Responder, URL, Clock) async throws -> Void) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let clock = Clock(Date(timeIntervalSince1970: 1_800_000_000))
+        let (server, responder) = try await make(in: directory, clock: clock)
+        try await body(server, responder, directory, clock)
+    }
+
     /// Runs `body` with a server whose clock stands at 1,800,000,000 s, its storage, and its scratch directory
     /// (removed after).
     static func withServer(
@@ -85,95 +95,92 @@ struct RenderedAnswerTests {
         "A non-renewing subscription gives its entitlement for the app's duration from its purchase (the kept answer ends then); one with no duration, for good"
     )
     func nonRenewingDuration() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let start = Date(timeIntervalSince1970: 1_800_000_000)
-        let clock = Clock(start)
-        let (server, responder) = try await Self.make(in: directory, clock: clock)
-        let receipt = try Self.receipt(
-            [
-                InAppPurchase(
-                    productID: "season", transactionID: "4000000000000101", purchaseDate: start, productTypeRaw: 2),
-                InAppPurchase(
-                    productID: "archive", transactionID: "4000000000000102", purchaseDate: start, productTypeRaw: 2),
-            ], in: directory, at: start)
-        _ = try await server.ingestReceipt(bundleID: Self.bundleID, appUserID: "ana", receipt: receipt, deviceID: nil)
-        let ends = StorePeriod(months: 1).added(to: start)
-        /// The subscriber's entitlements as answered inline (from the bytes kept, after the first).
-        func entitlements() throws -> JSONValue? {
-            let answered = try #require(
-                responder.respondInline(to: Self.request("GET", "/v1/subscribers/ana", key: Self.secret)))
-            #expect(answered.status == 200)
-            return try JSONParser.parse(answered.body)["entitlements"]
-        }
-        for at in [start, ends.addingTimeInterval(-1)] {
-            clock.set(at)
+        try await Self.withResponder { server, responder, directory, clock in
+            let start = clock.now
+            let receipt = try Self.receipt(
+                [
+                    InAppPurchase(
+                        productID: "season", transactionID: "4000000000000101", purchaseDate: start, productTypeRaw: 2),
+                    InAppPurchase(
+                        productID: "archive", transactionID: "4000000000000102", purchaseDate: start, productTypeRaw: 2),
+                ], in: directory, at: start)
+            _ = try await server.ingestReceipt(
+                bundleID: Self.bundleID, appUserID: "ana", receipt: receipt, deviceID: nil)
+            let ends = StorePeriod(months: 1).added(to: start)
+            /// The subscriber's entitlements as answered inline (from the bytes kept, after the first).
+            func entitlements() throws -> JSONValue? {
+                let answered = try #require(
+                    responder.respondInline(to: Self.request("GET", "/v1/subscribers/ana", key: Self.secret)))
+                #expect(answered.status == 200)
+                return try JSONParser.parse(answered.body)["entitlements"]
+            }
+            for at in [start, ends.addingTimeInterval(-1)] {
+                clock.set(at)
+                for _ in 0..<2 {
+                    let answer = try entitlements()
+                    #expect(answer?["pass"]?["active"] == .bool(true), "\(at)")
+                    #expect(answer?["pass"]?["expiresDate"] == .integer(EpochMilliseconds.milliseconds(ends)))
+                    #expect(answer?["archive"]?["active"] == .bool(true))
+                }
+            }
+            clock.set(ends)
             for _ in 0..<2 {
                 let answer = try entitlements()
-                #expect(answer?["pass"]?["active"] == .bool(true), "\(at)")
-                #expect(answer?["pass"]?["expiresDate"] == .integer(EpochMilliseconds.milliseconds(ends)))
-                #expect(answer?["archive"]?["active"] == .bool(true))
+                #expect(answer?["pass"]?["active"] == .bool(false), "the month is over")
+                #expect(answer?["archive"]?["active"] == .bool(true), "no duration: for good")
+                #expect(answer?["archive"]?["expiresDate"] == nil || answer?["archive"]?["expiresDate"] == .null)
             }
-        }
-        clock.set(ends)
-        for _ in 0..<2 {
-            let answer = try entitlements()
-            #expect(answer?["pass"]?["active"] == .bool(false), "the month is over")
-            #expect(answer?["archive"]?["active"] == .bool(true), "no duration: for good")
-            #expect(answer?["archive"]?["expiresDate"] == nil || answer?["archive"]?["expiresDate"] == .null)
         }
     }
 
     @Test("The cached bytes are the full rendering's, before and after a grant expires, a revoke and a clock set back")
     func cachedBytesMatchTheFullRendering() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rendered-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let start = Date(timeIntervalSince1970: 1_800_000_000)
-        let clock = Clock(start)
-        let (_, responder) = try await Self.make(in: directory, clock: clock)
+        try await Self.withResponder { _, responder, directory, clock in
+            let start = clock.now
 
-        let granted = await responder.respond(
-            to: Self.request(
-                "POST", "/v1/subscribers/ana/entitlements/plus/grant", key: Self.secret,
-                body: ["durationDays": .integer(2)]))
-        #expect(granted.status == 200)
-        let subscriber = Self.request("GET", "/v1/subscribers/ana", key: Self.secret)
-        let entitlements = Self.request("GET", "/v1/entitlements/ana", key: Self.publicKey)
+            let granted = await responder.respond(
+                to: Self.request(
+                    "POST", "/v1/subscribers/ana/entitlements/plus/grant", key: Self.secret,
+                    body: ["durationDays": .integer(2)]))
+            #expect(granted.status == 200)
+            let subscriber = Self.request("GET", "/v1/subscribers/ana", key: Self.secret)
+            let entitlements = Self.request("GET", "/v1/entitlements/ana", key: Self.publicKey)
 
-        /// Both answers, inline from what the server keeps rendered, against a server just opened on the same
-        /// file (nothing kept: rendered at the clock's time).
-        func check(active: Bool, _ comment: Comment) async throws {
-            let (_, fresh) = try await Self.make(in: directory, clock: clock)
-            for request in [subscriber, entitlements] {
-                let full = await fresh.respond(to: request)
-                #expect(full.status == 200, comment)
-                // Twice inline: the first renders and keeps the bytes, the second answers from them.
-                for _ in 0..<2 {
-                    let answered = responder.respondInline(to: request)
-                    let inline = try #require(answered, comment)
-                    #expect(inline.status == 200, comment)
-                    #expect(inline.body == full.body, comment)
-                }
-                let object: JSONValue = try JSONParser.parse(full.body)
-                #expect(object["entitlements"]?["plus"]?["active"] == .bool(active), comment)
-                if request.path.hasPrefix("/v1/entitlements") {
-                    let now = clock.now
-                    #expect(object["requestDate"] == .integer(Int64(now.timeIntervalSince1970 * 1000)), comment)
-                    #expect(object["requestDateISO"]?.stringValue != nil, comment)
+            /// Both answers, inline from what the server keeps rendered, against a server just opened on the same
+            /// file (nothing kept: rendered at the clock's time).
+            func check(active: Bool, _ comment: Comment) async throws {
+                let (_, fresh) = try await Self.make(in: directory, clock: clock)
+                for request in [subscriber, entitlements] {
+                    let full = await fresh.respond(to: request)
+                    #expect(full.status == 200, comment)
+                    // Twice inline: the first renders and keeps the bytes, the second answers from them.
+                    for _ in 0..<2 {
+                        let answered = responder.respondInline(to: request)
+                        let inline = try #require(answered, comment)
+                        #expect(inline.status == 200, comment)
+                        #expect(inline.body == full.body, comment)
+                    }
+                    let object: JSONValue = try JSONParser.parse(full.body)
+                    #expect(object["entitlements"]?["plus"]?["active"] == .bool(active), comment)
+                    if request.path.hasPrefix("/v1/entitlements") {
+                        let now = clock.now
+                        #expect(object["requestDate"] == .integer(Int64(now.timeIntervalSince1970 * 1000)), comment)
+                        #expect(object["requestDateISO"]?.stringValue != nil, comment)
+                    }
                 }
             }
+            try await check(active: true, "just granted")
+            clock.set(start.addingTimeInterval(86_400))
+            try await check(active: true, "a day later (the same bytes for the subscriber; a new requestDate)")
+            clock.set(start.addingTimeInterval(2 * 86_400))
+            try await check(active: false, "at the grant's end")
+            clock.set(start.addingTimeInterval(86_400))
+            try await check(active: true, "the clock set back before the end (a followed emulator's clock can)")
+            let revoked = await responder.respond(
+                to: Self.request("POST", "/v1/subscribers/ana/entitlements/plus/revoke", key: Self.secret))
+            #expect(revoked.status == 200)
+            try await check(active: false, "revoked: the write invalidated what was rendered")
         }
-        try await check(active: true, "just granted")
-        clock.set(start.addingTimeInterval(86_400))
-        try await check(active: true, "a day later (the same bytes for the subscriber; a new requestDate)")
-        clock.set(start.addingTimeInterval(2 * 86_400))
-        try await check(active: false, "at the grant's end")
-        clock.set(start.addingTimeInterval(86_400))
-        try await check(active: true, "the clock set back before the end (a followed emulator's clock can)")
-        let revoked = await responder.respond(
-            to: Self.request("POST", "/v1/subscribers/ana/entitlements/plus/revoke", key: Self.secret))
-        #expect(revoked.status == 200)
-        try await check(active: false, "revoked: the write invalidated what was rendered")
     }
 
     @Test("The users kept are at most cachedUsers; the rest answer the same from the storage, and /metrics counts both")

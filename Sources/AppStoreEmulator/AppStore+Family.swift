@@ -248,8 +248,7 @@ extension AppStore {
             if var latest = try store.transaction(subscription.latestTransactionID),
                 latest.transaction.revocationDate == nil
             {
-                latest.transaction.revocationDate = now
-                latest.transaction.revocationReason = .other
+                latest.transaction.setRevocation(now, reason: .other)
                 try store.update(latest)
             }
             subscription.state.status = .revoked
@@ -258,8 +257,7 @@ extension AppStore {
             try enqueue(notice, subscription: subscription, account: memberAccount, in: store, now: now)
         } else if var copy = try store.transaction(share.memberOriginalID) {
             if copy.transaction.revocationDate == nil {
-                copy.transaction.revocationDate = now
-                copy.transaction.revocationReason = .other
+                copy.transaction.setRevocation(now, reason: .other)
                 try store.update(copy)
             }
             try enqueue(notice, transaction: copy, renewal: nil, account: memberAccount, in: store, now: now)

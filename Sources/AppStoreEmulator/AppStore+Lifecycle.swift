@@ -81,9 +81,7 @@ extension AppStore {
                     next.transaction.price = billed.price
                     next.transaction.commitment = billed.commitment
                 }
-                next.transaction.revocationDate = nil
-                next.transaction.revocationReason = nil
-                next.transaction.revocationPercentage = nil
+                next.transaction.setRevocation(nil, reason: nil)
                 next.transaction.isUpgraded = false
                 next.renewalNumber += 1
                 next.finished = false
@@ -100,10 +98,10 @@ extension AppStore {
                 if refundUnused {
                     // The upgraded period ends now; its unused part is refunded, as a share of the period.
                     latest.transaction.isUpgraded = true
-                    latest.transaction.revocationDate = date
-                    latest.transaction.revocationReason = .other
-                    latest.transaction.revocationPercentage = Self.unusedShare(
-                        of: latest.transaction.purchaseDate, until: latest.transaction.expiresDate, at: date)
+                    latest.transaction.setRevocation(
+                        date, reason: .other,
+                        share: Self.unusedShare(
+                            of: latest.transaction.purchaseDate, until: latest.transaction.expiresDate, at: date))
                 }
                 latest.transaction.expiresDate = date
                 try store.update(latest)
@@ -112,9 +110,7 @@ extension AppStore {
                 guard var latest = try latestKnown ?? store.transaction(subscription.latestTransactionID) else {
                     continue
                 }
-                latest.transaction.revocationDate = reason == nil ? nil : date
-                latest.transaction.revocationReason = reason
-                latest.transaction.revocationPercentage = nil
+                latest.transaction.setRevocation(reason == nil ? nil : date, reason: reason)
                 try store.update(latest)
                 latestKnown = latest
             case .schedule(let kind, let date):
@@ -243,9 +239,7 @@ extension AppStore {
         guard stored.transaction.revocationDate == nil else {
             throw EmulatorError.invalid("transaction \(transactionID) is already refunded")
         }
-        stored.transaction.revocationDate = now
-        stored.transaction.revocationReason = reason
-        stored.transaction.revocationPercentage = nil
+        stored.transaction.setRevocation(now, reason: reason)
         try store.update(stored)
         try enqueue(
             Notice(.refund, v1: .refund), transaction: stored, renewal: nil, account: account, in: store, now: now)
@@ -268,16 +262,12 @@ extension AppStore {
             guard past.transaction.revocationDate == nil else {
                 throw EmulatorError.invalid("transaction \(stored.id.rawValue) is already refunded")
             }
-            past.transaction.revocationDate = now
-            past.transaction.revocationReason = reason
-            past.transaction.revocationPercentage = nil
+            past.transaction.setRevocation(now, reason: reason)
         } else {
             guard past.transaction.revocationDate != nil, !past.transaction.isUpgraded else {
                 throw EmulatorError.invalid("transaction \(stored.id.rawValue) has no refund to reverse")
             }
-            past.transaction.revocationDate = nil
-            past.transaction.revocationReason = nil
-            past.transaction.revocationPercentage = nil
+            past.transaction.setRevocation(nil, reason: nil)
         }
         try store.update(past)
         let started = try store.purchaseDate(of: subscription.originalTransactionID)

@@ -106,9 +106,7 @@ extension AppStore {
             guard stored.transaction.revocationDate != nil else {
                 throw EmulatorError.invalid("transaction \(transactionID) is not refunded")
             }
-            stored.transaction.revocationDate = nil
-            stored.transaction.revocationReason = nil
-            stored.transaction.revocationPercentage = nil
+            stored.transaction.setRevocation(nil, reason: nil)
             try store.update(stored)
             try self.enqueue(
                 Notice(.refundReversed), transaction: stored, renewal: nil, account: account, in: store, now: current)

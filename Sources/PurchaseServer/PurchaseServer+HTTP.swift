@@ -82,9 +82,7 @@ extension PurchaseServer {
                 let signed = try body.string("signedTransaction", maxBytes: Self.appBodyLimit, required: true)!
                 let posted = try await server.postTransaction(
                     bundleID: bundleID, appUserID: user, signedTransaction: signed)
-                var object = Self.render(posted, for: caller, asked: user)
-                object["requestDate"] = Self.ms(server.now())
-                return Self.answer(.object(object))
+                return Self.answer(.object(Self.render(posted, for: caller, asked: user, at: server.now())))
             })
         router.post(
             "/v1/receipts",
@@ -100,9 +98,7 @@ extension PurchaseServer {
                 let posted = try await server.postReceipt(
                     bundleID: bundleID, appUserID: user, receipt: Array(receipt),
                     deviceID: try body.string("deviceId", maxBytes: 36))
-                var object = Self.render(posted, for: caller, asked: user)
-                object["requestDate"] = Self.ms(server.now())
-                return Self.answer(.object(object))
+                return Self.answer(.object(Self.render(posted, for: caller, asked: user, at: server.now())))
             })
         router.post(
             "/v1/app-transactions",
@@ -417,27 +413,33 @@ extension PurchaseServer {
     /// public key, which ships inside the app and is no secret) gets the entitlements, the user's flags and
     /// what became of the purchases its post carried (their records and subscriptions) only — the user's
     /// aliases, other purchases and balances are not for whoever holds a transaction, nor which user an alias
-    /// it posted under belongs to (its `appUserId` is the id it sent, `asked`).
-    static func render(_ posted: PurchaseServer.Posted, for caller: AppCaller, asked: String) -> JSONObject {
-        let object = render(posted.view)
-        guard caller == .app else { return object }
-        let posts = posted.view.purchases.filter { posted.transactionIDs.contains($0.transactionID) }
-        let originals = Set(posts.map(\.originalTransactionID))
-        var subscriptions = JSONObject()
-        for member in object["subscriptions"]?.objectValue?.members ?? []
-        where originals.contains(TransactionID(member.key)) {
-            subscriptions[member.key] = member.value
+    /// it posted under belongs to (its `appUserId` is the id it sent, `asked`). Either ends with `requestDate`.
+    static func render(_ posted: PurchaseServer.Posted, for caller: AppCaller, asked: String, at now: Date)
+        -> JSONObject
+    {
+        var object = render(posted.view)
+        if caller == .app {
+            let posts = posted.view.purchases.filter { posted.transactionIDs.contains($0.transactionID) }
+            let originals = Set(posts.map(\.originalTransactionID))
+            var subscriptions = JSONObject()
+            for member in object["subscriptions"]?.objectValue?.members ?? []
+            where originals.contains(TransactionID(member.key)) {
+                subscriptions[member.key] = member.value
+            }
+            object = [
+                "appUserId": .string(asked), "bundleId": object["bundleId"] ?? .null,
+                "entitlements": object["entitlements"] ?? .object([:]), "subscriptions": .object(subscriptions),
+                "purchases": .array(
+                    (object["purchases"]?.arrayValue ?? []).filter { purchase in
+                        purchase["transactionId"]?.stringValue.map {
+                            posted.transactionIDs.contains(TransactionID($0))
+                        } ?? false
+                    }),
+                "flags": object["flags"] ?? .array([]),
+            ]
         }
-        return [
-            "appUserId": .string(asked), "bundleId": object["bundleId"] ?? .null,
-            "entitlements": object["entitlements"] ?? .object([:]), "subscriptions": .object(subscriptions),
-            "purchases": .array(
-                (object["purchases"]?.arrayValue ?? []).filter { purchase in
-                    purchase["transactionId"]?.stringValue.map { posted.transactionIDs.contains(TransactionID($0)) }
-                        ?? false
-                }),
-            "flags": object["flags"] ?? .array([]),
-        ]
+        object["requestDate"] = ms(now)
+        return object
     }
 
     /// A subscription's commitment (monthly billing over 12 months).

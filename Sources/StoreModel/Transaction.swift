@@ -86,6 +86,14 @@ public struct Transaction: Sendable, Hashable, Codable {
         self.isUpgraded = isUpgraded
     }
 
+    /// Revoked at `date` for `reason`, a prorated refund's `share` (milliunits) with it; a nil `date` is not
+    /// revoked (a refund reversed), its reason and share gone too. The one place the three change together.
+    public mutating func setRevocation(_ date: Date?, reason: RevocationReason?, share: Int64? = nil) {
+        revocationDate = date
+        revocationReason = date == nil ? nil : reason
+        revocationPercentage = date == nil ? nil : share
+    }
+
     /// Whether this transaction grants access at `date`: not revoked, and for subscriptions within the period.
     public func isActive(at date: Date) -> Bool {
         guard revocationDate == nil, !isUpgraded else { return false }

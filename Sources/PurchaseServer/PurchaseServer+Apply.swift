@@ -216,7 +216,8 @@ extension PurchaseServer {
             // A cancellation within a day of a retention answer means the answer did not save it.
             if event.type == .cancellation, let original = event.originalTransactionID {
                 try store.markRetentionCancelled(
-                    original: original, since: event.date.addingTimeInterval(-Self.retentionSaveWindow), at: event.date)
+                    original: original, since: event.date.addingTimeInterval(-Self.retentionSaveWindow),
+                    until: event.date, at: event.date)
             }
             recorded.append(event)
         }

@@ -284,7 +284,17 @@ extension PurchaseServer {
             details: details)
         let owner = subscription?.owner
         try await storage.write { store in
+            // Under the subscription's lock, as a cancellation is applied: one recorded since the read above
+            // (or told late) is found here, one recorded after finds this answer.
+            try store.lock(original: originalID)
             guard try store.insert(answer) else { return }
+            if let cancelled = try store.cancellation(
+                original: originalID, from: answer.date,
+                through: answer.date.addingTimeInterval(Self.retentionSaveWindow))
+            {
+                try store.markRetentionCancelled(
+                    original: originalID, since: answer.date, until: answer.date, at: cancelled)
+            }
             _ = try store.append(event)
         }
         if let owner { cache.invalidate(bundleID, owner) }

@@ -10,6 +10,7 @@ import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
 import SubscriptionLifecycle
+import Synchronization
 import Testing
 
 /// Retention Messaging end to end: the emulator sends Apple's signed realtime request to the purchase
@@ -129,6 +130,39 @@ struct RetentionServerTests {
         )
         let values = chart["values"]?.arrayValue?.compactMap { $0["value"]?.doubleValue } ?? []
         #expect(values.contains(100), "nobody cancelled: every request saved (\(chart))")
+    }
+
+    @Test("A request answered after the cancellation that followed it is still not a save")
+    func cancellationBeforeTheAnswer() async throws {
+        // Apple's request is held back (as a request read before a cancellation and recorded after it would be):
+        // the realtime URL captures it, the customer cancels, then the server gets it.
+        let captured = Mutex<[UInt8]?>(nil)
+        var router = Router()
+        router.add(
+            "POST", "/capture",
+            inline: { request, _ in
+                captured.withLock { $0 = request.body }
+                return HTTPResponse(status: 204)
+            })
+        let capture = try HTTPServer(port: 0, responder: router.freeze())
+        defer { capture.stop() }
+        let harness = try await ServerHarness.make(retention: Self.rules)
+        defer { harness.stop() }
+        try await Self.configure(harness, url: "http://127.0.0.1:\(capture.port)/capture")
+        let (_, device) = try await harness.customer()
+        let (id, jws) = try await harness.buy("monthly", device: device)
+        #expect(try await harness.post(jws, user: "dave").0 == 200)
+        _ = try await Self.cancellationPage(harness, id)
+        let body = try #require(captured.withLock { $0 })
+        _ = try await harness.store.subscriptionVerb(.setAutoRenew(false), transactionID: id)
+        try await harness.settleNotifications()
+
+        let reply = try await harness.server.answerRetention(bundleID: ServerHarness.bundleID, body: body)
+        #expect(reply.answer.answer == "promotionalOffer")
+        let answers = try await harness.server.storage.read {
+            try $0.retentionAnswers(original: TransactionID(id), limit: 10)
+        }
+        #expect(answers.count == 1 && answers.first?.cancelled != nil, "\(answers)")
     }
 
     @Test("Requests that do not verify, or name another app, are refused")

@@ -81,7 +81,8 @@ struct ServerStorageContractTests {
         #expect(inserted == [true, true, true, true, false], "a request is recorded once")
         try await storage.write {
             try $0.markRetentionCancelled(
-                original: "100", since: Self.start.addingTimeInterval(5), at: Self.start.addingTimeInterval(15))
+                original: "100", since: Self.start.addingTimeInterval(5), until: Self.start.addingTimeInterval(15),
+                at: Self.start.addingTimeInterval(15))
         }
         try await storage.read { store in
             let byDate = try store.retentionAnswers(
@@ -92,6 +93,40 @@ struct ServerStorageContractTests {
             #expect(try store.retentionAnswers(bundle: "app", from: Self.start, to: Self.start, limit: 10).isEmpty)
             let latest = try store.retentionAnswers(original: "100", limit: 2)
             #expect(latest.map(\.requestIdentifier) == ["r2", "r4"], "the latest, oldest first")
+            #expect(latest.map(\.cancelled) == [Self.start.addingTimeInterval(15), nil], "not one after it")
+        }
+    }
+
+    @Test("A subscription's cancellations are found by date among its events", arguments: Backend.allCases)
+    func cancellations(backend: Backend) async throws {
+        let storage = try await backend.make()
+        @Sendable func event(_ id: String, _ type: ServerEventType, _ original: TransactionID, at offset: Double)
+            -> ServerEvent
+        {
+            ServerEvent(
+                id: "\(type.rawValue):\(id)", type: type, bundleID: "app", appUserID: nil,
+                date: Self.start.addingTimeInterval(offset), originalTransactionID: original, source: "notification")
+        }
+        try await storage.write { store in
+            for item in [
+                event("1", .cancellation, "100", at: 30), event("2", .cancellation, "100", at: 10),
+                event("3", .uncancellation, "100", at: 5), event("4", .cancellation, "200", at: 6),
+                event("5", .renewal, "100", at: 7),
+            ] {
+                _ = try store.append(item)
+            }
+        }
+        try await storage.read { store in
+            let found = try [(0.0, 40.0), (11, 40), (0, 9), (31, 40), (10, 10)].map { from, through in
+                try store.cancellation(
+                    original: "100", from: Self.start.addingTimeInterval(from),
+                    through: Self.start.addingTimeInterval(through))
+            }
+            let expected: [Date?] = ([10, 30, nil, nil, 10] as [Double?]).map {
+                $0.map { Self.start.addingTimeInterval($0) }
+            }
+            #expect(found == expected, "the earliest in the range, of that subscription, cancellations only")
+            #expect(try store.cancellation(original: "300", from: Self.start, through: Self.start + 100) == nil)
         }
     }
 

@@ -169,10 +169,12 @@ public final class InMemoryServerStorage: ServerStorage {
             tables.retentionAnswers.append(answer)
             return true
         }
-        func markRetentionCancelled(original: TransactionID, since: Date, at date: Date) {
+        func markRetentionCancelled(original: TransactionID, since: Date, until: Date, at date: Date) {
             for index in tables.retentionAnswers.indices {
                 let answer = tables.retentionAnswers[index]
-                if answer.originalTransactionID == original, answer.date >= since, answer.cancelled == nil {
+                if answer.originalTransactionID == original, answer.date >= since, answer.date <= until,
+                    answer.cancelled == nil
+                {
                     tables.retentionAnswers[index].cancelled = date
                 }
             }
@@ -186,6 +188,12 @@ public final class InMemoryServerStorage: ServerStorage {
             Array(
                 tables.retentionAnswers.filter { $0.originalTransactionID == original }.sorted { $0.date < $1.date }
                     .suffix(max(0, limit)))
+        }
+
+        func cancellation(original: TransactionID, from: Date, through: Date) -> Date? {
+            tables.events.lazy.reversed().map(\.event)
+                .filter { $0.type == .cancellation && $0.originalTransactionID == original }
+                .prefix(100).map(\.date).filter { $0 >= from && $0 <= through }.min()
         }
 
         func append(_ event: ServerEvent) -> Bool {

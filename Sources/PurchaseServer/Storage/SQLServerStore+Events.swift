@@ -67,10 +67,16 @@ extension SQLServerStore {
         return connection.changes > 0
     }
 
-    func markRetentionCancelled(original: TransactionID, since: Date, at date: Date) throws {
+    func markRetentionCancelled(original: TransactionID, since: Date, until: Date, at date: Date) throws {
         try connection.execute(
-            "UPDATE retention_answers SET cancelled = ? WHERE original_id = ? AND date >= ? AND cancelled IS NULL",
-            [.real(date.timeIntervalSince1970), .text(original.rawValue), .real(since.timeIntervalSince1970)])
+            """
+            UPDATE retention_answers SET cancelled = ?
+            WHERE original_id = ? AND date >= ? AND date <= ? AND cancelled IS NULL
+            """,
+            [
+                .real(date.timeIntervalSince1970), .text(original.rawValue), .real(since.timeIntervalSince1970),
+                .real(until.timeIntervalSince1970),
+            ])
     }
 
     private func retentionAnswer(_ row: Row) -> RetentionAnswer {
@@ -138,6 +144,17 @@ extension SQLServerStore {
                 .integer(Int64(limit)),
             ]
         ).map { ($0["position"].int64 ?? 0, try Self.decode(ServerEvent.self, $0["document"])) }
+    }
+
+    func cancellation(original: TransactionID, from: Date, through: Date) throws -> Date? {
+        // An event's id starts with its type (PurchaseEngine.EventContext.event).
+        try connection.execute(
+            """
+            SELECT document FROM events WHERE original_id = ? AND id LIKE ?
+            ORDER BY position DESC LIMIT 100
+            """, [.text(original.rawValue), .text(ServerEventType.cancellation.rawValue + ":%")]
+        ).map { try Self.decode(ServerEvent.self, $0["document"]) }
+            .filter { $0.type == .cancellation }.map(\.date).filter { $0 >= from && $0 <= through }.min()
     }
 
     func claimOwnerlessEvents(original: TransactionID, owner: String) throws -> [ServerEvent] {

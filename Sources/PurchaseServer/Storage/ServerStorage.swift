@@ -194,6 +194,9 @@ public protocol EventRepository {
     )]
     /// Gives the events of `original` that had no owner to `owner`; answers them as they are now.
     func claimOwnerlessEvents(original: TransactionID, owner: String) throws -> [ServerEvent]
+    /// The earliest date of a cancellation of `original`'s subscription among its events dated in
+    /// `from...through` (of the latest 100 cancellations); nil when there is none.
+    func cancellation(original: TransactionID, from: Date, through: Date) throws -> Date?
     /// Keeps an input exactly as received; false when one with this key was kept before (a duplicate).
     func recordInput(_ input: RawInput, received: Date) throws -> Bool
     /// An input's bytes as received; nil when no input has this key.
@@ -205,9 +208,9 @@ public protocol EventRepository {
 public protocol RetentionAnswerRepository {
     /// Records an answer once; false when its request was recorded before (Apple asked again).
     func insert(_ answer: RetentionAnswer) throws -> Bool
-    /// Marks the subscription's answers dated from `since` on, not yet marked, as followed by a
+    /// Marks the subscription's answers dated in `since...until`, not yet marked, as followed by a
     /// cancellation at `date` (they did not save it).
-    func markRetentionCancelled(original: TransactionID, since: Date, at date: Date) throws
+    func markRetentionCancelled(original: TransactionID, since: Date, until: Date, at date: Date) throws
     /// The app's answers dated in `from..<to`, oldest first, at most `limit`.
     func retentionAnswers(bundle: String, from: Date, to: Date, limit: Int) throws -> [RetentionAnswer]
     /// The subscription's latest `limit` answers, oldest first.

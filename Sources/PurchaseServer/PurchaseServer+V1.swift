@@ -38,6 +38,10 @@ extension PurchaseServer {
             ["type": "V1:" + (type.isKnown ? type.rawValue : "other")])
         // Apple's receipts only (Xcode sends no notifications): Production, or else the sandbox.
         let environment = Environment(name: parsed.environment, among: Environment.customerEnvironments) ?? .sandbox
+        guard app.settings.environments.contains(environment) else {
+            throw PurchaseServerError.invalid(
+                "notifications from \(environment.rawValue) are not accepted for \(app.settings.bundleID)")
+        }
         var found = Self.purchases(of: parsed, environment: environment).map {
             PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
         }

@@ -269,6 +269,26 @@ struct PurchaseServerTests {
         #expect(!String(decoding: kept, as: UTF8.self).contains("s3cret"))
     }
 
+    @Test("A V1 notification from an environment the app does not accept is refused and applies nothing")
+    func v1Environment() async throws {
+        let harness = try await ServerHarness.make(environments: [.production])
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer(environment: .sandbox)
+        let (id, _) = try await harness.buy("pro", device: device)
+        let receipt = try await harness.store.receipt(deviceID: device, bundleID: ServerHarness.bundleID)
+        let v1: JSONObject = [
+            "notification_type": .string("DID_RENEW"), "password": .string("s3cret"),
+            "unified_receipt": .object(["latest_receipt": .string(Data(receipt).base64EncodedString())]),
+        ]
+        let (status, answer) = try await harness.call(
+            "POST", "/v1/notifications/apple/\(ServerHarness.bundleID)", v1, key: nil)
+        #expect(status == 400 && answer["error"]?["code"] == .string("invalid_request"), "\(answer)")
+        let (stored, inputs) = try await harness.server.storage.read {
+            (try $0.purchases(original: TransactionID(id)), try $0.inputCount())
+        }
+        #expect(stored.isEmpty && inputs == 0, "\(stored), \(inputs) inputs")
+    }
+
     @Test("V1 pending renewal info: ids and intents as strings or numbers, flags as 1/0, true/false or booleans")
     func v1Values() throws {
         let text = #"""

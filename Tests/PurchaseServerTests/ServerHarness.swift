@@ -112,7 +112,7 @@ struct ServerHarness {
         failFirstWebhooks: [Int] = [], notificationsTo deadEnd: String? = nil, postgres: String? = nil,
         instances count: Int = 1, faults: NotificationFaults = .none, reconcileEvery: Duration? = nil,
         maxAPIRequestsPerHour: Double? = nil, retention: [RetentionSettings.Rule]? = nil,
-        deliveryGranularity: Duration = .milliseconds(20)
+        deliveryGranularity: Duration = .milliseconds(20), environments: Set<Environment> = [.production, .sandbox]
     ) async throws -> ServerHarness {
         let directory = try ExternalTool.temporaryDirectory()
         let catalog = try StoreKitConfiguration(data: Array(DefaultCatalog.storekit.utf8))
@@ -136,7 +136,8 @@ struct ServerHarness {
                 sandboxURL: "http://127.0.0.1:\(emulator.port)/sandbox")
         }
         var app = AppSettings(
-            bundleID: bundleID, appAppleID: 1_234_567_890, publicKey: publicKey, sharedSecret: "s3cret",
+            bundleID: bundleID, appAppleID: 1_234_567_890, environments: environments, publicKey: publicKey,
+            sharedSecret: "s3cret",
             receiptRoots: [store.pki.receipts.root], jwsRoots: [store.pki.signedData.root], serverAPI: api,
             entitlements: [
                 "plus": ["com.example.storekeeper.monthly", "com.example.storekeeper.yearly"],

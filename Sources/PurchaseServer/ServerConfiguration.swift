@@ -172,8 +172,14 @@ public struct ServerConfiguration: Sendable {
             guard let publicKey = item["publicKey"]?.stringValue, publicKey.utf8.count >= 8 else {
                 throw PurchaseServerError.configuration("\(bundleID): publicKey is required (at least 8 characters)")
             }
+            func typed<T>(_ name: String, _ expected: String, _ cast: (JSONValue) -> T?) throws -> T? {
+                try Self.member(item, name, of: "\(bundleID): ", is: expected, cast)
+            }
             var environments: Set<Environment> = [.production, .sandbox]
-            if let names = item["environments"]?.arrayValue {
+            if let names = try typed("environments", "a list such as [\"Production\", \"Sandbox\"]", \.arrayValue) {
+                guard !names.isEmpty else {
+                    throw PurchaseServerError.configuration("\(bundleID): environments names at least one")
+                }
                 environments = try Set(
                     names.map { name in
                         guard let text = name.stringValue,
@@ -185,7 +191,9 @@ public struct ServerConfiguration: Sendable {
                     })
             }
             func roots(_ name: String) throws -> [Certificate] {
-                guard let paths = item[name]?.arrayValue else { return try AppleRoots.certificates() }
+                guard
+                    let paths = try typed(name, "a list of certificate files (\"apple\": Apple's roots)", \.arrayValue)
+                else { return try AppleRoots.certificates() }
                 return try paths.flatMap { value -> [Certificate] in
                     guard let path = value.stringValue else {
                         throw PurchaseServerError.configuration("\(bundleID): \(name) holds file paths")
@@ -198,7 +206,7 @@ public struct ServerConfiguration: Sendable {
                 }
             }
             var serverAPI: ServerAPISettings?
-            if let api = item["appStoreServerAPI"]?.objectValue {
+            if let api = try typed("appStoreServerAPI", "an object", \.objectValue).map(JSONValue.object) {
                 guard let keyID = api["keyId"]?.stringValue, let issuerID = api["issuerId"]?.stringValue,
                     let keyFile = api["privateKeyFile"]?.stringValue
                 else {
@@ -209,15 +217,24 @@ public struct ServerConfiguration: Sendable {
                 do { key = try PrivateKey(pem: String(decoding: try file(keyFile), as: UTF8.self)) } catch {
                     throw PurchaseServerError.configuration("\(bundleID): '\(keyFile)' is not a PEM private key")
                 }
+                let production = try Self.member(
+                    api, "productionURL", of: "\(bundleID): appStoreServerAPI.", is: "a URL", \.stringValue)
+                let sandbox = try Self.member(
+                    api, "sandboxURL", of: "\(bundleID): appStoreServerAPI.", is: "a URL", \.stringValue)
                 serverAPI = ServerAPISettings(
-                    keyID: keyID, issuerID: issuerID, privateKey: key, productionURL: api["productionURL"]?.stringValue,
-                    sandboxURL: api["sandboxURL"]?.stringValue)
+                    keyID: keyID, issuerID: issuerID, privateKey: key, productionURL: production, sandboxURL: sandbox)
             }
             var entitlements: [String: [String]] = [:]
-            for member in item["entitlements"]?.objectValue?.members ?? [] {
-                entitlements[member.key] = member.value.arrayValue?.compactMap(\.stringValue) ?? []
+            for member in try typed("entitlements", "an object of product id lists", \.objectValue)?.members ?? [] {
+                guard let products = member.value.arrayValue?.compactMap(\.stringValue),
+                    products.count == member.value.arrayValue?.count
+                else {
+                    throw PurchaseServerError.configuration(
+                        "\(bundleID): entitlements.\(member.key) is a list of product ids")
+                }
+                entitlements[member.key] = products
             }
-            let webhooks = try (item["webhooks"]?.arrayValue ?? []).map { hook in
+            let webhooks = try (typed("webhooks", "a list of {\"url\", \"secret\"}", \.arrayValue) ?? []).map { hook in
                 guard let url = hook["url"]?.stringValue, url.hasPrefix("http://") || url.hasPrefix("https://"),
                     let secret = hook["secret"]?.stringValue, secret.utf8.count >= 8
                 else {
@@ -234,8 +251,10 @@ public struct ServerConfiguration: Sendable {
             }
             apps.append(
                 AppSettings(
-                    bundleID: bundleID, appAppleID: item["appAppleId"]?.int64Value, environments: environments,
-                    publicKey: publicKey, sharedSecret: item["sharedSecret"]?.stringValue,
+                    bundleID: bundleID,
+                    appAppleID: try typed("appAppleId", "a number (the app's Apple ID)", \.int64Value),
+                    environments: environments, publicKey: publicKey,
+                    sharedSecret: try typed("sharedSecret", "a string", \.stringValue),
                     receiptRoots: try roots("receiptRoots"), jwsRoots: try roots("jwsRoots"), serverAPI: serverAPI,
                     entitlements: entitlements, webhooks: webhooks))
             if let xcode = item["xcode"] {
@@ -267,14 +286,14 @@ public struct ServerConfiguration: Sendable {
                 apps[apps.count - 1].retention = try RetentionSettings(
                     json: retention, bundleID: bundleID, file: file)
             }
-            for member in item["subscriptionPeriods"]?.objectValue?.members ?? [] {
+            for member in try typed("subscriptionPeriods", "an object of periods", \.objectValue)?.members ?? [] {
                 guard let period = member.value.stringValue, SubscriptionCharts.days(ofPeriod: period) != nil else {
                     throw PurchaseServerError.configuration(
                         "\(bundleID): subscriptionPeriods.\(member.key) is a period such as P1M or P1Y")
                 }
                 apps[apps.count - 1].subscriptionPeriods[member.key] = period
             }
-            for member in item["nonRenewingDurations"]?.objectValue?.members ?? [] {
+            for member in try typed("nonRenewingDurations", "an object of durations", \.objectValue)?.members ?? [] {
                 guard let text = member.value.stringValue, let duration = StorePeriod(text),
                     duration != StorePeriod()
                 else {
@@ -285,12 +304,14 @@ public struct ServerConfiguration: Sendable {
             }
         }
         var configuration = ServerConfiguration(secretKey: secret, apps: apps)
-        if let policy = root["transferPolicy"]?.stringValue {
+        let rootValue = JSONValue.object(root)
+        if let policy = try Self.member(rootValue, "transferPolicy", is: "transfer or keep", \.stringValue) {
             guard let parsed = TransferPolicy(rawValue: policy) else {
                 throw PurchaseServerError.configuration("transferPolicy is transfer or keep")
             }
             configuration.transferPolicy = parsed
         }
+        _ = try Self.member(rootValue, "reconciliation", is: "an object", \.objectValue)
         if let every = root["reconciliation"]?["intervalSeconds"] ?? root["reconcileEverySeconds"] {
             guard let seconds = every.doubleValue, (0...31_536_000).contains(seconds) else {
                 throw PurchaseServerError.configuration(
@@ -327,10 +348,27 @@ public struct ServerConfiguration: Sendable {
             }
             configuration.webhookTimeoutSeconds = seconds
         }
-        if let schedule = root["webhookRetrySchedule"]?.arrayValue {
-            configuration.webhookRetrySchedule = schedule.compactMap(\.doubleValue).filter { $0 >= 0 }
+        let retries = "a list of at most 100 delays in seconds, each 0 to a week (604800)"
+        if let schedule = try Self.member(rootValue, "webhookRetrySchedule", is: retries, \.arrayValue) {
+            let delays = schedule.compactMap(\.doubleValue).filter { (0...604_800).contains($0) }
+            guard delays.count == schedule.count, delays.count <= 100 else {
+                throw PurchaseServerError.configuration("webhookRetrySchedule is \(retries)")
+            }
+            configuration.webhookRetrySchedule = delays
         }
         return configuration
+    }
+
+    /// `name`'s value in `object` as `T`: nil when it is absent or null; an error saying what it should be when
+    /// it is there with another type (a member of the wrong type never falls back to its default unsaid).
+    static func member<T>(
+        _ object: JSONValue, _ name: String, of context: String = "", is expected: String, _ cast: (JSONValue) -> T?
+    ) throws -> T? {
+        guard let value = object[name], value != .null else { return nil }
+        guard let typed = cast(value) else {
+            throw PurchaseServerError.configuration("\(context)\(name) is \(expected)")
+        }
+        return typed
     }
 
     /// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).

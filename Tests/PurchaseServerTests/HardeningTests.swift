@@ -216,6 +216,42 @@ struct ServerHardeningTests {
         }
     }
 
+    @Test("server.json: a known member of the wrong type is refused, naming it, never read as its default")
+    func configurationTypes() throws {
+        let refused: [(app: String, top: String, member: String)] = [
+            (#", "environments": "Production""#, "", "environments"),
+            (#", "environments": []"#, "", "environments"),
+            (#", "receiptRoots": "apple""#, "", "receiptRoots"), (#", "jwsRoots": "roots.pem""#, "", "jwsRoots"),
+            (#", "webhooks": {"url": "https://hooks.example", "secret": "whsec_12345678"}"#, "", "webhooks"),
+            (#", "appAppleId": "1234567890""#, "", "appAppleId"), (#", "sharedSecret": 42"#, "", "sharedSecret"),
+            (#", "entitlements": {"pro": "com.example.pro"}"#, "", "entitlements.pro"),
+            (#", "entitlements": ["pro"]"#, "", "entitlements"),
+            (#", "subscriptionPeriods": ["P1M"]"#, "", "subscriptionPeriods"),
+            (#", "appStoreServerAPI": "key.p8""#, "", "appStoreServerAPI"),
+            ("", #", "transferPolicy": 1"#, "transferPolicy"),
+            ("", #", "webhookRetrySchedule": 300"#, "webhookRetrySchedule"),
+            ("", #", "webhookRetrySchedule": [300, -1]"#, "webhookRetrySchedule"),
+            ("", #", "webhookRetrySchedule": ["300"]"#, "webhookRetrySchedule"),
+            ("", #", "reconciliation": 3600"#, "reconciliation"),
+        ]
+        for (app, top, member) in refused {
+            do {
+                _ = try RenderedAnswerTests.loadConfiguration(app: app, top: top)
+                Issue.record("accepted: \(app)\(top)")
+            } catch let error as PurchaseServerError {
+                #expect(
+                    error.message.contains(member + " is") || error.message.contains(member + " names"),
+                    "\(error.message)")
+            }
+        }
+        let accepted = try RenderedAnswerTests.loadConfiguration(
+            app: #", "appAppleId": null, "environments": ["Sandbox"], "entitlements": {"pro": ["com.example.pro"]}"#,
+            top: #", "webhookRetrySchedule": [0, 60.5]"#)
+        #expect(accepted.apps.first?.environments == [.sandbox] && accepted.apps.first?.appAppleID == nil)
+        #expect(accepted.apps.first?.entitlements == ["pro": ["com.example.pro"]])
+        #expect(accepted.webhookRetrySchedule == [0, 60.5])
+    }
+
     @Test("Dashboard sign-out with a store: a failed store answers 503 and the retry stores it; others then refuse")
     func signOutStored() async throws {
         /// Fails its first sign-out, then keeps them.

@@ -22,18 +22,42 @@ enum ServerClientCommands {
         positionals: [(name: "app-user-id", help: "The app's id of the user.")], options: options)
 
     static let eventsSpec = Arguments.Spec(
-        command: "storekeeper server events", abstract: "Print an app user's events, oldest first.",
-        positionals: [(name: "app-user-id", help: "The app's id of the user.")], options: options)
+        command: "storekeeper server events",
+        abstract: "Print an app user's events, oldest first: every one, or --limit of them after --cursor.",
+        positionals: [(name: "app-user-id", help: "The app's id of the user.")],
+        options: options + [
+            .init(name: "limit", valueName: "n", help: "At most this many events (default: all of them)."),
+            .init(name: "cursor", valueName: "cursor", help: "Start after this nextCursor of an earlier answer."),
+        ])
 
     static func subscriber(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
-        try await get(arguments, console, suffix: "")
+        try AppStoreCommands.printAnswer(try await get(arguments, suffix: "", query: []), arguments, console)
+        return 0
     }
 
+    /// The server's pages of 500 followed until the user's last event or `--limit`: one answer of the same
+    /// shape, its `nextCursor` where a later call would go on (null after the last).
     static func events(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
-        try await get(arguments, console, suffix: "/events")
+        var limit = Int.max
+        if let text = arguments.value("limit") {
+            guard let value = Int(text), value >= 1 else { throw CommandError.usage("--limit is a whole number ≥ 1") }
+            limit = value
+        }
+        var cursor = arguments.value("cursor")
+        var events: [JSONValue] = []
+        repeat {
+            var query = [("limit", String(min(500, limit - events.count)))]
+            if let cursor { query.append(("cursor", cursor)) }
+            let page = try await get(arguments, suffix: "/events", query: query)
+            events += page["events"]?.arrayValue ?? []
+            cursor = page["nextCursor"]?.stringValue
+        } while cursor != nil && events.count < limit
+        let answer = JSONValue.object(["events": .array(events), "nextCursor": cursor.map(JSONValue.string) ?? .null])
+        try AppStoreCommands.printAnswer(answer, arguments, console)
+        return 0
     }
 
-    static func get(_ arguments: Arguments, _ console: Console, suffix: String) async throws -> Int32 {
+    static func get(_ arguments: Arguments, suffix: String, query: [(String, String)]) async throws -> JSONValue {
         let environment = ProcessInfo.processInfo.environment
         guard let user = arguments.positionals.first else { throw CommandError.usage("Missing the app user id") }
         guard let server = arguments.value("server") ?? environment["STOREKEEPER_SERVER"] else {
@@ -42,7 +66,14 @@ enum ServerClientCommands {
         let key = try secretKey(arguments, environment)
         var path = "/v1/subscribers/" + (user.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? user)
         path += suffix
-        if let bundle = arguments.value("bundle-id") { path += "?bundleId=" + bundle }
+        var items = query
+        if let bundle = arguments.value("bundle-id") { items.insert(("bundleId", bundle), at: 0) }
+        if !items.isEmpty {
+            path +=
+                "?"
+                + items.map { $0 + "=" + ($1.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $1) }
+                .joined(separator: "&")
+        }
         let response: HTTPClient.Response
         do {
             response = try await HTTPClient(timeout: .seconds(30)).send(
@@ -57,22 +88,31 @@ enum ServerClientCommands {
                     + "\(answer["error"]?["code"]?.stringValue ?? "error")): "
                     + (answer["error"]?["message"]?.stringValue ?? "no details"))
         }
-        try AppStoreCommands.printAnswer(answer, arguments, console)
-        return 0
+        return answer
     }
 
-    /// `--secret-key`, `$STOREKEEPER_SECRET_KEY`, or the `secretKey` of the configuration file named.
+    /// The server's secret key: the command line's `--secret-key` or `--config` first, then
+    /// `$STOREKEEPER_SECRET_KEY`, then `$STOREKEEPER_SERVER_CONFIG` (an option given wins over a variable).
     static func secretKey(_ arguments: Arguments, _ environment: [String: String]) throws -> String {
-        if let key = arguments.value("secret-key") ?? environment["STOREKEEPER_SECRET_KEY"] { return key }
-        guard let path = arguments.value("config") ?? environment["STOREKEEPER_SERVER_CONFIG"] else {
-            throw CommandError.usage("give --config (the server's server.json), --secret-key or STOREKEEPER_SECRET_KEY")
-        }
+        if let key = arguments.value("secret-key") { return key }
+        if let path = arguments.value("config") { return try secretKey(file: path, environment) }
+        if let key = environment["STOREKEEPER_SECRET_KEY"] { return key }
+        if let path = environment["STOREKEEPER_SERVER_CONFIG"] { return try secretKey(file: path, environment) }
+        throw CommandError.usage("give --config (the server's server.json), --secret-key or STOREKEEPER_SECRET_KEY")
+    }
+
+    /// The `secretKey` of a configuration file; one written `"${NAME}"` is the variable's value, as `serve`
+    /// reads it.
+    static func secretKey(file path: String, _ environment: [String: String]) throws -> String {
         guard let data = FileManager.default.contents(atPath: path),
             let key = (try? JSONParser.parse(Array(data)))?["secretKey"]?.stringValue
         else { throw CommandError.input("'\(path)' is not a server configuration with a secretKey") }
-        if key.hasPrefix("${") {
-            throw CommandError.input("'\(path)' reads its secretKey from the environment: give --secret-key")
+        guard key.contains("${") else { return key }
+        guard key.hasPrefix("${"), key.hasSuffix("}"), let value = environment[String(key.dropFirst(2).dropLast())]
+        else {
+            throw CommandError.input(
+                "'\(path)' reads its secretKey from an environment variable this shell does not set: give --secret-key")
         }
-        return key
+        return value
     }
 }

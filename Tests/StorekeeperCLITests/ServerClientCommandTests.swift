@@ -1,0 +1,87 @@
+import Foundation
+import StorekeeperCLITestSupport
+import StorekeeperCommandLine
+import StorekeeperHTTP
+import StorekeeperJSON
+import StorekeeperTestSupport
+import Synchronization
+import Testing
+
+@testable import StorekeeperCLI
+
+/// Where `server subscriber` and `server events` find the server's secret key.
+@Suite("CLI: the purchase server's secret key for the client commands")
+struct SecretKeyTests {
+    static func key(_ command: [String], _ environment: [String: String]) throws -> String {
+        guard case .parsed(let arguments) = try Arguments.parse(command, spec: ServerClientCommands.subscriberSpec)
+        else { throw CommandError.usage("not a run") }
+        return try ServerClientCommands.secretKey(arguments, environment)
+    }
+
+    @Test("Options win over variables; a file's \"${NAME}\" is read from the environment")
+    func precedence() throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        let plain = directory.appendingPathComponent("plain.json")
+        try Data(#"{"secretKey": "sk_from_the_file_0001"}"#.utf8).write(to: plain)
+        let indirect = directory.appendingPathComponent("indirect.json")
+        try Data(#"{"secretKey": "${MY_SERVER_KEY}"}"#.utf8).write(to: indirect)
+        let variables = ["STOREKEEPER_SECRET_KEY": "sk_from_the_variable", "STOREKEEPER_SERVER_CONFIG": indirect.path]
+
+        #expect(try Self.key(["alice", "--config", plain.path], variables) == "sk_from_the_file_0001")
+        #expect(try Self.key(["alice", "--secret-key", "sk_given", "--config", plain.path], variables) == "sk_given")
+        #expect(try Self.key(["alice"], variables) == "sk_from_the_variable")
+        var noKey = variables
+        noKey["STOREKEEPER_SECRET_KEY"] = nil
+        noKey["MY_SERVER_KEY"] = "sk_through_the_file"
+        #expect(try Self.key(["alice"], noKey) == "sk_through_the_file")
+        #expect(throws: CommandError.self) { try Self.key(["alice", "--config", indirect.path], [:]) }
+        #expect(throws: CommandError.self) { try Self.key(["alice"], [:]) }
+    }
+}
+
+/// `server events` against a stand-in purchase server answering pages of a user's 1,203 events.
+@Suite("CLI: server events follows the server's pages")
+struct ServerEventsCommandTests {
+    @Test("Every event by default, through the cursors; --limit and --cursor take a part; the key is sent")
+    func pages() async throws {
+        let total = 1_203
+        let seen = Mutex<[String]>([])
+        var router = Router()
+        router.add(
+            "GET", "/v1/subscribers/{id}/events",
+            inline: { request, _ in
+                seen.withLock { $0.append(request.query["limit"] ?? "-") }
+                guard
+                    request.headers.first(where: { $0.name.lowercased() == "authorization" })?.value == "Bearer sk_key"
+                else { return HTTPResponse(status: 401) }
+                let after = Int(request.query["cursor"] ?? "0") ?? 0
+                let limit = Int(request.query["limit"] ?? "50") ?? 50
+                let positions = Array((after + 1)...min(total, after + limit))
+                let events = positions.map { JSONValue.object(["id": .string("E\($0)")]) }
+                let next: JSONValue = positions.count == limit ? .string(String(positions.last!)) : .null
+                return HTTPResponse(
+                    status: 200, headers: [("Content-Type", "application/json")],
+                    body: JSONWriter.bytes(.object(["events": .array(events), "nextCursor": next])))
+            })
+        let server = try HTTPServer(port: 0, responder: router.freeze())
+        defer { server.stop() }
+        let base = [
+            "server", "events", "alice", "--server", "http://127.0.0.1:\(server.port)", "--secret-key", "sk_key",
+        ]
+
+        let all = await CapturedConsole.run(base)
+        #expect(all.status == 0, "\(all.stderr)")
+        let answer = try JSONParser.parse(Array(all.stdout.utf8))
+        let ids = answer["events"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
+        #expect(ids.count == total && ids.first == "E1" && ids.last == "E1203" && answer["nextCursor"] == .null)
+        #expect(seen.withLock { $0 } == ["500", "500", "500"], "pages of 500")
+
+        let part = await CapturedConsole.run(base + ["--limit", "20", "--cursor", "1000"])
+        let partAnswer = try JSONParser.parse(Array(part.stdout.utf8))
+        let partIDs = partAnswer["events"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
+        #expect(partIDs == (1001...1020).map { "E\($0)" } && partAnswer["nextCursor"] == .string("1020"))
+
+        let refused = await CapturedConsole.run(base + ["--limit", "0"])
+        #expect(refused.status == 64, "\(refused.stderr)")
+    }
+}

@@ -316,17 +316,15 @@ extension PurchaseServer {
         return path.split(separator: "/").prefix(2).joined(separator: "/")
     }
 
-    /// Apple's notifications (~15 KB) and an app's signed transaction fit in 64 KiB; a receipt with a long
-    /// purchase history in 256 KiB; everything else the server takes (grants, aliases, the dashboard's forms)
-    /// in 16 KiB.
+    /// A V2 notification (~15 KB) and an app's signed transaction fit in 64 KiB; a receipt with a long
+    /// purchase history in 256 KiB, and so a V1 notification, which carries the subscriber's receipt (on the
+    /// same route as V2's); everything else the server takes (grants, aliases, the dashboard's forms) in 16 KiB.
     static let appBodyLimit = 64 << 10
     static let receiptBodyLimit = 256 << 10
 
     static func bodyLimit(_ path: String) -> Int {
-        if path == "/v1/receipts" { return receiptBodyLimit }
-        if path == "/v1/transactions" || path == "/v1/app-transactions" || path.hasPrefix("/v1/notifications/apple/")
-            || path.hasPrefix("/v1/apple/retention/")
-        {
+        if path == "/v1/receipts" || path.hasPrefix("/v1/notifications/apple/") { return receiptBodyLimit }
+        if path == "/v1/transactions" || path == "/v1/app-transactions" || path.hasPrefix("/v1/apple/retention/") {
             return appBodyLimit
         }
         return 16 << 10

@@ -267,6 +267,20 @@ struct PurchaseServerTests {
         let stored = try JSONParser.parse(kept)
         #expect(stored["password"] == nil && stored["notification_type"] == .string("DID_RENEW"))
         #expect(!String(decoding: kept, as: UTF8.self).contains("s3cret"))
+        // A long-standing subscriber's V1 notification (its receipt and latest_receipt_info) is past V2's 64 KiB.
+        var long = good
+        long["unified_receipt"] = .object([
+            "latest_receipt": .string(Data(receipt).base64EncodedString()),
+            "latest_receipt_info": .array(
+                (0..<150).map {
+                    .object(["transaction_id": .string("\($0)"), "note": .string(String(repeating: "x", count: 700))])
+                }),
+        ])
+        #expect(JSONWriter.bytes(.object(long)).count > 100_000)
+        let sent = try await HTTPClient().send(
+            "POST", harness.base + "/v1/notifications/apple/\(ServerHarness.bundleID)",
+            headers: [("Content-Type", "application/json")], body: JSONWriter.bytes(.object(long)))
+        #expect(sent.status == 200, "\(String(decoding: sent.body, as: UTF8.self))")
     }
 
     @Test("A V1 notification from an environment the app does not accept is refused and applies nothing")

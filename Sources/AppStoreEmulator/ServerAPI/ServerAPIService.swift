@@ -38,7 +38,7 @@ struct HistoryFilter: Sendable {
     var groups: Set<String> = []
     var ownership: OwnershipType?
     var revoked: Bool?
-    /// v1 leaves finished consumables out.
+    /// v1 leaves finished consumables out, unless refunded or revoked (Apple keeps those).
     var excludeFinishedConsumables = false
     /// Refund history: refunded purchases only.
     var refundsOnly = false
@@ -52,7 +52,11 @@ struct HistoryFilter: Sendable {
         if !groups.isEmpty, !groups.contains(transaction.subscriptionGroupID ?? "") { return false }
         if let ownership, transaction.ownership != ownership { return false }
         if let revoked, (transaction.revocationDate != nil) != revoked { return false }
-        if excludeFinishedConsumables, transaction.kind == .consumable, stored.finished { return false }
+        if excludeFinishedConsumables, transaction.kind == .consumable, stored.finished,
+            transaction.revocationDate == nil
+        {
+            return false
+        }
         if refundsOnly, transaction.revocationDate == nil || transaction.isUpgraded { return false }
         return true
     }
@@ -298,6 +302,11 @@ public final class ServerAPIService: Sendable {
         else {
             throw EmulatorError.api(
                 .familySharedSubscriptionExtensionIneligible, "Family-shared subscriptions cannot be extended.")
+        }
+        // Apple extends paid periods only: a subscription in a free offer period is ineligible (4030004).
+        guard latest.transaction.offer?.isFreeTrial != true else {
+            throw EmulatorError.api(
+                .subscriptionExtensionIneligible, "Subscriptions in a free offer period cannot be extended.")
         }
         let yearAgoCount = records.filter { self.appStore.rate.end(of: StorePeriod(years: 1), from: $0.date) > now }
             .count

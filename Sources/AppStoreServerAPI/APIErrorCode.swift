@@ -56,11 +56,15 @@ public struct APIErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
     public static let invalidPlayTime = Self(4_000_040)
     public static let invalidSampleContentProvided = Self(4_000_041)
     public static let invalidUserStatus = Self(4_000_042)
+    /// InvalidRefundPreferenceError (v2's names and v1's codes alike).
+    public static let invalidRefundPreference = Self(4_000_044)
     public static let invalidTransactionTypeNotSupported = Self(4_000_047)
     public static let appTransactionIdNotSupported = Self(4_000_048)
     public static let invalidAppAccountTokenUUID = Self(4_000_183)
     public static let familyTransactionNotSupported = Self(4_000_185)
     public static let transactionIdNotOriginalTransactionId = Self(4_000_187)
+    /// ConsumptionPercentageAutoRenewableSubscriptionError (API 1.19).
+    public static let consumptionPercentageAutoRenewableSubscription = Self(4_000_209)
     public static let subscriptionExtensionIneligible = Self(4_030_004)
     public static let subscriptionMaxExtension = Self(4_030_005)
     public static let familySharedSubscriptionExtensionIneligible = Self(4_030_007)

@@ -510,6 +510,43 @@ struct ServerAPITests {
                 ConsumptionRequest(customerConsented: false, deliveryStatus: "DELIVERED", sampleContentProvided: false))
         }
         #expect(noConsent?.code == .invalidCustomerConsented)
+        // API 1.19's rules: a share only with DELIVERED (0 otherwise), in range, never for an auto-renewable
+        // subscription; a refund preference Apple names.
+        func refused(_ id: String, _ request: ConsumptionRequest) async -> AppStoreServerAPIError? {
+            await Self.apiError { try await client.sendConsumptionInformation(transactionID: id, request) }
+        }
+        let undelivered = await refused(
+            coins,
+            ConsumptionRequest(
+                customerConsented: true, consumptionPercentage: 50_000, deliveryStatus: "UNDELIVERED_OTHER",
+                sampleContentProvided: false))
+        #expect(undelivered?.code == .generalBadRequest && undelivered?.status == 400)
+        try await client.sendConsumptionInformation(
+            transactionID: coins,
+            ConsumptionRequest(
+                customerConsented: true, consumptionPercentage: 0, deliveryStatus: "UNDELIVERED_OTHER",
+                sampleContentProvided: false))
+        let beyond = await refused(
+            coins,
+            ConsumptionRequest(
+                customerConsented: true, consumptionPercentage: 100_001, deliveryStatus: "DELIVERED",
+                sampleContentProvided: false))
+        #expect(beyond?.code == .generalBadRequest)
+        let preference = await refused(
+            coins,
+            ConsumptionRequest(
+                customerConsented: true, deliveryStatus: "DELIVERED", refundPreference: "MAYBE",
+                sampleContentProvided: false))
+        #expect(preference?.code == .invalidRefundPreference && preference?.status == 400)
+        let subscriptionShare = await refused(
+            subscription,
+            ConsumptionRequest(
+                customerConsented: true, consumptionPercentage: 10_000, deliveryStatus: "DELIVERED",
+                sampleContentProvided: false))
+        #expect(subscriptionShare?.code == .consumptionPercentageAutoRenewableSubscription)
+        try await client.sendConsumptionInformation(
+            transactionID: subscription,
+            ConsumptionRequest(customerConsented: true, deliveryStatus: "DELIVERED", sampleContentProvided: false))
         let v1: JSONObject = [
             "customerConsented": .bool(true), "consumptionStatus": .integer(2), "platform": .integer(1),
             "sampleContentProvided": .bool(false), "deliveryStatus": .integer(0), "accountTenure": .integer(3),
@@ -523,6 +560,12 @@ struct ServerAPITests {
                 ["customerConsented": .bool(true), "sampleContentProvided": .bool(true), "playTime": .integer(9)])
         }
         #expect(badV1?.code == .invalidPlayTime)
+        var badPreference = v1
+        badPreference["refundPreference"] = .integer(9)
+        let v1Preference = await Self.apiError {
+            try await client.sendConsumptionData(transactionID: coins, badPreference)
+        }
+        #expect(v1Preference?.code == .invalidRefundPreference)
         // Apple's V1 body requires every member but refundPreference: one left out (or null) is refused with its code.
         let missing: [(String, APIErrorCode)] = [
             ("accountTenure", .invalidAccountTenure), ("appAccountToken", .invalidAppAccountToken),

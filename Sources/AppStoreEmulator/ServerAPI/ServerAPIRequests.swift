@@ -136,11 +136,14 @@ struct ConsumptionInformation: Sendable {
     var version: Int
     /// The body as sent, written back as JSON text: what the transaction keeps.
     var stored: String
+    /// v2's `consumptionPercentage` was given (Apple refuses it for an auto-renewable subscription).
+    var hasPercentage = false
 
     init(json body: JSONObject, version: Int) throws {
         if version == 2 { try Self.checkV2(body) } else { try Self.checkV1(body) }
         self.version = version
         self.stored = JSONWriter.string(.object(body))
+        self.hasPercentage = version == 2 && body["consumptionPercentage"].map { $0 != .null } == true
     }
 
     static func checkV2(_ body: JSONObject) throws {
@@ -157,14 +160,25 @@ struct ConsumptionInformation: Sendable {
         guard body["sampleContentProvided"]?.boolValue != nil else {
             throw EmulatorError.api(.invalidSampleContentProvided, "Invalid sample content provided.")
         }
+        // Apple names the two percentage errors below (ConsumptionPercentageOutOfRangeError,
+        // UndeliveredConsumptionPercentageNonZeroError) without a published code: the general 4000000 here.
         if let value = body["consumptionPercentage"], value != .null {
             guard let share = value.int64Value, (0...100_000).contains(share) else {
-                throw EmulatorError.api(.generalBadRequest, "Invalid consumption percentage.")
+                throw EmulatorError.api(
+                    .generalBadRequest, "Invalid request. The consumption percentage is outside the valid range.")
+            }
+            guard share == 0 || delivery == "DELIVERED" else {
+                throw EmulatorError.api(
+                    .generalBadRequest,
+                    "Invalid request. The consumption percentage must be zero for the provided delivery status.")
             }
         }
         if let value = body["refundPreference"], value != .null {
             guard let preference = value.stringValue, ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"].contains(preference)
-            else { throw EmulatorError.api(.generalBadRequest, "Invalid refund preference.") }
+            else {
+                throw EmulatorError.api(
+                    .invalidRefundPreference, "Invalid request. The refund preference field is invalid.")
+            }
         }
     }
 
@@ -180,7 +194,7 @@ struct ConsumptionInformation: Sendable {
             ("deliveryStatus", 0...5, .invalidDeliveryStatus), ("accountTenure", 0...7, .invalidAccountTenure),
             ("playTime", 0...7, .invalidPlayTime), ("lifetimeDollarsRefunded", 0...7, .invalidLifetimeDollarsRefunded),
             ("lifetimeDollarsPurchased", 0...7, .invalidLifetimeDollarsPurchased),
-            ("userStatus", 0...4, .invalidUserStatus), ("refundPreference", 0...3, .generalBadRequest),
+            ("userStatus", 0...4, .invalidUserStatus), ("refundPreference", 0...3, .invalidRefundPreference),
         ]
         for (name, range, code) in ranges {
             guard let value = body[name], value != .null else { continue }

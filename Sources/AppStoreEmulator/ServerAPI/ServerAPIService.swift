@@ -498,6 +498,12 @@ public final class ServerAPIService: Sendable {
         let text = information.stored
         try await self.appStore.storage.write { store in
             let (stored, _) = try self.apiTransaction(id, scope: scope, in: store)
+            if information.hasPercentage, stored.transaction.kind == .autoRenewable {
+                throw EmulatorError.api(
+                    .consumptionPercentageAutoRenewableSubscription,
+                    "Invalid request. The consumption percentage field is not supported for auto-renewable subscription transactions."
+                )
+            }
             try store.save(ConsumptionRecord(transactionID: stored.id, version: information.version, body: text))
         }
     }

@@ -115,8 +115,17 @@ public struct Router {
     private var middleware: [any HTTPMiddleware] = []
     private var renderers: [(prefix: String, renderer: HTTPErrorRenderer)] = []
     private var bodyLimit: BodyLimit?
+    private var aliases: [String: String] = [:]
 
     public init() {}
+
+    /// Answers `path`, exactly as spelt (a trailing slash, say, that a published client sends), as `canonical`:
+    /// the request then goes through the middleware and routes as `canonical` does. Nothing else is
+    /// rewritten, so no other spelling reaches a route.
+    public mutating func alias(_ path: String, to canonical: String) {
+        precondition(CanonicalPath.problem(canonical) == nil, "an alias leads to a canonical path")
+        aliases[path] = canonical
+    }
 
     /// Who may send how much: consulted by the server before it reads a body (see ``BodyLimit``).
     public mutating func limitBodies(_ rule: @escaping BodyLimit) { bodyLimit = rule }
@@ -161,8 +170,8 @@ public struct Router {
         -> Responder
     {
         Responder(
-            routes: routes, middleware: middleware, renderers: renderers, bodyLimit: bodyLimit, logger: logger,
-            requestID: requestID)
+            routes: routes, middleware: middleware, renderers: renderers, bodyLimit: bodyLimit, aliases: aliases,
+            logger: logger, requestID: requestID)
     }
 
     static func segments(_ path: String) -> [Substring] { path.split(separator: "/", omittingEmptySubsequences: true) }
@@ -200,6 +209,8 @@ public struct Responder: Sendable {
     let middleware: [any HTTPMiddleware]
     let renderers: [(prefix: String, renderer: HTTPErrorRenderer)]
     let limitBodies: BodyLimit?
+    /// Exact spellings answered as a canonical path (``Router/alias(_:to:)``).
+    let aliases: [String: String]
     let logger: Logger
     let requestID: @Sendable () -> String
     /// For each path a route spells without parameters, every route that matches it, in order, with what
@@ -210,13 +221,14 @@ public struct Responder: Sendable {
 
     init(
         routes: [Router.Route], middleware: [any HTTPMiddleware],
-        renderers: [(prefix: String, renderer: HTTPErrorRenderer)], bodyLimit: BodyLimit?, logger: Logger,
-        requestID: @escaping @Sendable () -> String
+        renderers: [(prefix: String, renderer: HTTPErrorRenderer)], bodyLimit: BodyLimit?,
+        aliases: [String: String] = [:], logger: Logger, requestID: @escaping @Sendable () -> String
     ) {
         self.routes = routes
         self.middleware = middleware
         self.renderers = renderers
         self.limitBodies = bodyLimit
+        self.aliases = aliases
         self.logger = logger
         self.requestID = requestID
         let literalPaths = Self.literalPaths(routes)
@@ -234,6 +246,7 @@ public struct Responder: Sendable {
     /// Answers on the calling thread when the route (and every middleware) can; nil means "call
     /// ``respond(to:)``". Unknown paths and methods are answered here too.
     public func respondInline(to request: HTTPRequest) -> HTTPResponse? {
+        let request = aliased(request)
         if let refused = refuseNonCanonical(request) { return refused }
         guard let inlineChain else { return nil }
         let context = makeContext(request)
@@ -318,6 +331,7 @@ public struct Responder: Sendable {
     }
 
     public func respond(to request: HTTPRequest) async -> HTTPResponse {
+        let request = aliased(request)
         if let refused = refuseNonCanonical(request) { return refused }
         let context = makeContext(request)
         var response: HTTPResponse
@@ -332,6 +346,7 @@ public struct Responder: Sendable {
 
     /// The largest body `method` `path` may send from a sender with this `Authorization` header.
     public func bodyLimit(method: String, path: String, authorization: String?, default maxBody: Int) -> Int {
+        let path = aliases.isEmpty ? path : aliases[path] ?? path
         // A non-canonical path is refused with 400 after its headers; its body is not needed for that.
         guard CanonicalPath.problem(path) == nil else { return min(maxBody, 16 << 10) }
         return min(maxBody, max(0, limitBodies?(method, path, authorization) ?? maxBody))
@@ -343,6 +358,14 @@ public struct Responder: Sendable {
         var response = render(error, for: request, context: context)
         response.headers.append(("X-Request-ID", context.requestID))
         return response
+    }
+
+    /// The request with its path's alias in its place, if it has one.
+    private func aliased(_ request: HTTPRequest) -> HTTPRequest {
+        guard !aliases.isEmpty, let canonical = aliases[request.path] else { return request }
+        var request = request
+        request.path = canonical
+        return request
     }
 
     /// 400 for a path that is not canonical, before any middleware or route sees it.

@@ -390,6 +390,17 @@ struct ServerAPITests {
                     extendByDays: 3, extendReasonCode: 3, requestIdentifier: "outage-1", productID: "monthly"))
         }
         #expect(reused?.code == .invalidRequestIdentifier && reused?.status == 400)
+        // The trailing slash Apple's libraries of 2023 sent reaches the endpoint (its own error, not 4000000).
+        let slashed = await Self.apiError {
+            _ =
+                try await client.call(
+                    "POST", "/inApps/v1/subscriptions/extend/mass/",
+                    body: [
+                        "extendByDays": .integer(91), "extendReasonCode": .integer(3),
+                        "requestIdentifier": .string("outage-2"), "productId": .string("monthly"),
+                    ]) as EmptyResponse
+        }
+        #expect(slashed?.code == .invalidExtendByDays, "\(String(describing: slashed))")
         var decoded: [JSONObject] = []
         for _ in 0..<60 {
             decoded = try await sink.payloads(atLeast: 4 + 2 + 2 + 1 + 1).map { try api.payload($0) }

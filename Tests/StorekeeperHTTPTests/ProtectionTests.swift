@@ -68,6 +68,27 @@ struct CanonicalPathTests {
         let apple = await responder.respond(to: HTTPRequest(method: "GET", path: "/inApps//v1/missing"))
         #expect((try? JSONParser.parse(apple.body))?["errorCode"] != nil)
     }
+
+    @Test("An alias answers one exact spelling as its canonical path, through the middleware; no other spelling")
+    func alias() async {
+        let counting = Counting()
+        var router = Router()
+        router.use(counting)
+        router.add("GET", "/a/b", inline: { request, _ in .json(.object(["path": .string(request.path)])) })
+        router.alias("/a/b/", to: "/a/b")
+        let responder = router.freeze()
+        let inline = responder.respondInline(to: HTTPRequest(method: "GET", path: "/a/b/"))
+        let answered = await responder.respond(to: HTTPRequest(method: "GET", path: "/a/b/"))
+        for response in [inline, answered] {
+            #expect(
+                response?.status == 200 && (try? JSONParser.parse(response?.body ?? []))?["path"] == .string("/a/b"))
+        }
+        #expect(counting.seen.load(ordering: .relaxed) == 2)
+        for path in ["/a//b/", "//a/b/", "/a/b//"] {
+            #expect(await responder.respond(to: HTTPRequest(method: "GET", path: path)).status == 400, "\(path)")
+        }
+        #expect(responder.bodyLimit(method: "POST", path: "/a/b/", authorization: nil, default: 1 << 20) == 1 << 20)
+    }
 }
 
 @Suite("Connections that cannot starve the server; bodies bounded by who sends them", .serialized)

@@ -27,6 +27,9 @@ extension ServerAPIService {
                         request, context, sandboxPath: sandboxPath, endpoint: endpoint, handler: handler)
                 }
             }
+            // Apple's libraries of 2023 (the Python library's first releases among them) post mass extensions
+            // with a trailing slash: that spelling is answered as the route's.
+            router.alias(prefix + "/v1/subscriptions/extend/mass/", to: prefix + "/v1/subscriptions/extend/mass")
         }
         addServerAPIControlRoutes(to: &router, base: base, guarded: guarded)
     }

@@ -281,6 +281,10 @@ struct ServerAPITests {
         let found = try await client.lookUpOrder(order)
         #expect(found.status == 0 && found.signedTransactions.count == 1)
         #expect(try await client.lookUpOrder("NOSUCHORDER").status == 1)
+        let invalid = try await HTTPClient().send(
+            "GET", api.base + "/sandbox/inApps/v1/lookup/NOSUCHORDER", headers: [("Authorization", "Bearer " + token)])
+        let invalidBody = try JSONParser.parse(invalid.body)
+        #expect(invalidBody["status"] == .integer(1) && invalidBody["signedTransactions"] == nil, "\(invalidBody)")
         #expect(try await api.client(production: true).lookUpOrder(order).status == 1)
     }
 
@@ -654,6 +658,7 @@ struct ServerAPITests {
         ] {
             #expect(refused?.code == .appTransactionIdNotSupported)
             #expect(refused?.status == 400)
+            #expect(refused?.message == "Invalid request. App transactions aren't supported by this endpoint.")
         }
     }
 

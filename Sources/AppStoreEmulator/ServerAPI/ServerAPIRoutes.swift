@@ -195,11 +195,10 @@ extension ServerAPIService {
                 "GET", "/v1/lookup/{order}", .orderLookup,
                 { _, context, scope in
                     let (status, signed) = try await store.apiLookUpOrder(try context.parameter("order"), scope: scope)
-                    return .json(
-                        .object([
-                            "status": .integer(Int64(status)),
-                            "signedTransactions": .array(signed.map(JSONValue.string)),
-                        ]))
+                    // An invalid order (status 1) has no signedTransactions member, as Apple's answer has none.
+                    var answer: JSONObject = ["status": .integer(Int64(status))]
+                    if status == 0 { answer["signedTransactions"] = .array(signed.map(JSONValue.string)) }
+                    return .json(.object(answer))
                 }
             ),
             (

@@ -140,7 +140,7 @@ public final class ServerAPIService: Sendable {
         // An app transaction's id names the customer, not a purchase: endpoints about one purchase refuse it.
         if let owner = try store.appTransaction(TransactionID(id)), owner.bundle.rawValue == scope.bundleID {
             throw EmulatorError.api(
-                .appTransactionIdNotSupported, "Invalid request. App transactionId not supported by this endpoint.")
+                .appTransactionIdNotSupported, "Invalid request. App transactions aren't supported by this endpoint.")
         }
         guard let stored = try store.transaction(TransactionID(id)),
             stored.transaction.bundleID.rawValue == scope.bundleID,

@@ -106,6 +106,9 @@ public final class PurchaseServer: Sendable {
             } : nil
         var apps: [String: AppRuntime] = [:]
         for app in configuration.apps {
+            guard apps[app.bundleID] == nil else {
+                throw PurchaseServerError.configuration("\(app.bundleID) is configured twice (one entry an app)")
+            }
             let verifier: SignedDataVerifier
             do {
                 verifier = try SignedDataVerifier(

@@ -216,7 +216,8 @@ struct ServerHardeningTests {
         }
     }
 
-    @Test("server.json: a known member of the wrong type is refused, naming it, never read as its default")
+    @Test(
+        "server.json: a known member of the wrong type is refused, naming it, never read as its default; one app twice")
     func configurationTypes() throws {
         let refused: [(app: String, top: String, member: String)] = [
             (#", "environments": "Production""#, "", "environments"),
@@ -250,6 +251,12 @@ struct ServerHardeningTests {
         #expect(accepted.apps.first?.environments == [.sandbox] && accepted.apps.first?.appAppleID == nil)
         #expect(accepted.apps.first?.entitlements == ["pro": ["com.example.pro"]])
         #expect(accepted.webhookRetrySchedule == [0, 60.5])
+        // Two entries for one app: the later one silently won.
+        var doubled = try RenderedAnswerTests.loadConfiguration()
+        doubled.apps.append(doubled.apps[0])
+        #expect(throws: PurchaseServerError.self) {
+            _ = try PurchaseServer(configuration: doubled, storage: InMemoryServerStorage())
+        }
     }
 
     @Test("Dashboard sign-out with a store: a failed store answers 503 and the retry stores it; others then refuse")

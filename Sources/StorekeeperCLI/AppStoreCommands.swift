@@ -274,18 +274,20 @@ enum AppStoreCommands {
         case (_, nil): throw CommandError.usage("--promotional-offer needs --offer-signature")
         case (nil, _): throw CommandError.usage("--offer-signature needs --promotional-offer")
         }
+        // Where the purchase goes is checked before anything is bought: a purchase is not undone, and run
+        // again with the flags mended the command would buy twice.
+        let post = try arguments.value("app-user-id").map { (user: $0, server: try purchaseServer(arguments)) }
         let answer = try await fetch(arguments, "POST", try appPath(arguments) + "/payments", body)
-        if let user = arguments.value("app-user-id") {
-            try await postToServer(answer, user: user, arguments, console)
-        }
+        // Printed first: the purchase is made whatever the server then answers.
         try printAnswer(answer, arguments, console)
+        if let post {
+            try await postToServer(answer, user: post.user, server: post.server, arguments, console)
+        }
         return 0
     }
 
-    /// The app's part after a purchase: its signed transaction to the purchase server, for `user`.
-    static func postToServer(_ answer: JSONValue, user: String, _ arguments: Arguments, _ console: Console)
-        async throws
-    {
+    /// `--server` and `--app-key` (or their variables), which `--app-user-id` needs.
+    static func purchaseServer(_ arguments: Arguments) throws -> (url: String, key: String) {
         let environment = ProcessInfo.processInfo.environment
         guard let server = arguments.value("server") ?? environment["STOREKEEPER_SERVER"],
             let key = arguments.value("app-key") ?? environment["STOREKEEPER_APP_KEY"]
@@ -294,6 +296,15 @@ enum AppStoreCommands {
                 "--app-user-id posts to the purchase server: give --server and --app-key (or STOREKEEPER_SERVER and "
                     + "STOREKEEPER_APP_KEY, which 'storekeeper dev' prints)")
         }
+        return (server, key)
+    }
+
+    /// The app's part after a purchase: its signed transaction to the purchase server, for `user`.
+    static func postToServer(
+        _ answer: JSONValue, user: String, server target: (url: String, key: String), _ arguments: Arguments,
+        _ console: Console
+    ) async throws {
+        let (server, key) = target
         guard let jws = answer["jwsRepresentation"]?.stringValue else {
             console.writeError("the purchase is not complete (no signed transaction yet): nothing posted\n")
             return

@@ -85,3 +85,50 @@ struct ServerEventsCommandTests {
         #expect(refused.status == 64, "\(refused.stderr)")
     }
 }
+
+/// `appstore buy --app-user-id` against a stand-in emulator that counts the payments it takes.
+@Suite("CLI: appstore buy --app-user-id")
+struct BuyAndPostCommandTests {
+    @Test(
+        "Without --server or --app-key nothing is bought (64); a refused post leaves the purchase printed (1)",
+        .enabled(
+            if: ProcessInfo.processInfo.environment["STOREKEEPER_APP_KEY"] == nil,
+            "STOREKEEPER_APP_KEY is set in this shell: it would stand for the missing --app-key"))
+    func checkedBeforeBuying() async throws {
+        let payments = Mutex(0)
+        var router = Router()
+        router.add(
+            "POST", "/_emulator/v1/devices/{device}/apps/{bundle}/payments",
+            inline: { _, _ in
+                payments.withLock { $0 += 1 }
+                return HTTPResponse(
+                    status: 201, headers: [("Content-Type", "application/json")],
+                    body: JSONWriter.bytes(
+                        .object(["jwsRepresentation": .string("a.b.c"), "state": .string("purchased")])))
+            })
+        router.add(
+            "POST", "/v1/transactions",
+            inline: { _, _ in
+                HTTPResponse(
+                    status: 422, headers: [("Content-Type", "application/json")],
+                    body: JSONWriter.bytes(
+                        .object(["error": .object(["code": .string("verification_failed"), "message": .string("no")])]))
+                )
+            })
+        let server = try HTTPServer(port: 0, responder: router.freeze())
+        defer { server.stop() }
+        let base = "http://127.0.0.1:\(server.port)"
+        let buy = [
+            "appstore", "buy", "--url", base, "--device", UUID().uuidString, "--product", "p", "--app-user-id",
+            "alice",
+        ]
+        let unplaced = await CapturedConsole.run(buy + ["--server", base])
+        #expect(unplaced.status == 64 && unplaced.stderr.contains("--app-key"), "\(unplaced.stderr)")
+        #expect(payments.withLock { $0 } == 0, "nothing bought")
+
+        let refused = await CapturedConsole.run(buy + ["--server", base, "--app-key", "pk_test"])
+        #expect(refused.status == 1 && refused.stderr.contains("verification_failed"), "\(refused.stderr)")
+        #expect(payments.withLock { $0 } == 1)
+        #expect(refused.stdout.contains("a.b.c"), "the purchase is printed: \(refused.stdout)")
+    }
+}

@@ -33,7 +33,9 @@ enum DevCommand {
                 help: "Send the server's webhooks here too (signed with a secret printed at start).", repeatable: true),
             .init(
                 name: "reconcile-every", valueName: "seconds",
-                help: "How often the server polls the emulator for news it missed (default: 15; 0: never)."),
+                help:
+                    "How often the server polls the emulator for news it missed (default: server.json's reconciliation.intervalSeconds, 15 as first written; 0: never)."
+            ),
             .init(
                 name: "log-level", valueName: "level",
                 help: "trace, debug, info, notice, warning (default: requests are not logged), error or critical."),
@@ -43,7 +45,9 @@ enum DevCommand {
             On its first start in --data it writes the server's configuration, server.json (mode 0600): a \
             secret key, each app's public key, the emulator's roots beside Apple's, a minted App Store Server \
             API key, entitlements from the catalogue's subscription groups and products, and the webhooks. \
-            Later starts read it as it is (edit it freely). The emulator's notifications go to the server, the \
+            Later starts read it as it is (edit it freely; dev keeps the server's storage in --data, runs it on \
+            the emulator's clock and points each appStoreServerAPI at the emulator, whatever database, clock or \
+            URLs the file names). The emulator's notifications go to the server, the \
             server reconciles through the emulator's App Store Server API, and the server's purchase state runs \
             on the emulator's store time, so `appstore advance` moves both. Stops both on Ctrl-C.
             """)

@@ -35,8 +35,9 @@ public final class Rehearsal: Sendable {
         /// Webhook receivers, each signed with a secret derived from the server's secret key and the URL.
         public var webhooks: [String] = []
         /// How often the server asks the emulator's App Store Server API about subscriptions whose news is
-        /// overdue (wall seconds).
-        public var reconcileEvery: TimeInterval = 15
+        /// overdue (wall seconds); nil: the configuration file's `reconciliation.intervalSeconds` (15 in the
+        /// file a first start writes).
+        public var reconcileEvery: TimeInterval? = nil
         public var logger: Logger = .disabled
         /// How often the emulator's scheduler and the server's webhook sender look for work.
         public var granularity: Duration = .milliseconds(250)
@@ -140,6 +141,7 @@ public final class Rehearsal: Sendable {
                         WebhookTarget(url: url, secret: Self.webhookSecret(url, key: configuration.secretKey)))
                 }
             }
+            if let every = options.reconcileEvery { configuration.reconcileEverySeconds = every }
             let storage = try await SQLiteServerStorage(path: data.appendingPathComponent("server.sqlite").path)
             let server = try PurchaseServer(
                 configuration: configuration, storage: storage, logger: options.logger.with(["half": "server"]),
@@ -161,8 +163,8 @@ public final class Rehearsal: Sendable {
             }
             store.startScheduler(granularity: options.granularity)
             server.startDelivery(granularity: options.granularity)
-            if options.reconcileEvery > 0 {
-                server.startReconciliation(every: .milliseconds(Int64(options.reconcileEvery * 1000)))
+            if configuration.reconcileEverySeconds > 0 {
+                server.startReconciliation(every: .milliseconds(Int64(configuration.reconcileEverySeconds * 1000)))
             }
             return Rehearsal(
                 store: store, emulator: emulator, server: server, http: http, configuration: configuration,
@@ -360,7 +362,7 @@ public final class Rehearsal: Sendable {
         }
         let root: JSONObject = [
             "secretKey": .string(secretKey), "apps": .array(list),
-            "reconciliation": .object(["intervalSeconds": .double(options.reconcileEvery)]),
+            "reconciliation": .object(["intervalSeconds": .double(options.reconcileEvery ?? 15)]),
         ]
         try PrivateFiles.create(file.path, contents: JSONWriter.bytes(.object(root), pretty: true) + [0x0A])
     }

@@ -355,6 +355,32 @@ struct FollowedClockTests {
         #expect(clock.now() < Date(timeIntervalSince1970: 0), "the largest offset allowed is followed")
     }
 
+    @Test("dev polls at server.json's reconciliation interval (15 as first written, or as edited) unless told")
+    func reconcileInterval() async throws {
+        let directory = try ExternalTool.temporaryDirectory()
+        func start(_ every: TimeInterval?) async throws -> Rehearsal {
+            var options = Rehearsal.Options(dataDirectory: directory)
+            options.emulatorPort = 0
+            options.serverPort = 0
+            options.reconcileEvery = every
+            options.granularity = .milliseconds(20)
+            return try await Rehearsal.start(options)
+        }
+        let first = try await start(nil)
+        #expect(first.wroteConfiguration && first.configuration.reconcileEverySeconds == 15)
+        await first.stop()
+        let file = directory.appendingPathComponent("server.json")
+        var root = try #require(try JSONParser.parse(Array(try Data(contentsOf: file))).objectValue)
+        root["reconciliation"] = .object(["intervalSeconds": .integer(2)])
+        try Data(JSONWriter.bytes(.object(root))).write(to: file)
+        let edited = try await start(nil)
+        #expect(!edited.wroteConfiguration && edited.configuration.reconcileEverySeconds == 2)
+        await edited.stop()
+        let told = try await start(0)
+        #expect(told.configuration.reconcileEverySeconds == 0)
+        await told.stop()
+    }
+
     @Test("The configuration's clock member is an http(s) URL")
     func configuration() throws {
         let directory = try ExternalTool.temporaryDirectory()

@@ -31,6 +31,11 @@ extension PurchaseServer {
     public static let overdueMargin: TimeInterval = 60
     /// How far back the first pass reads the history (Apple keeps 180 days).
     public static let firstHistoryWindow: TimeInterval = 86_400
+
+    /// How far back Apple keeps the notification history: 180 days in Production, 30 in the Sandbox.
+    static func historyKept(_ environment: Environment) -> TimeInterval {
+        environment == .production ? 180 * 86_400 : 30 * 86_400
+    }
     /// Subscriptions asked for in one pass, at most.
     public static let overduePerPass = 500
 
@@ -105,11 +110,18 @@ extension PurchaseServer {
             var checkpoint =
                 HistoryCheckpoint(try await storage.read { try $0.checkpoint(key) })
                 ?? HistoryCheckpoint(start: current.addingTimeInterval(-Self.firstHistoryWindow))
-            checkpoint.start = max(checkpoint.start, current.addingTimeInterval(-179 * 86_400))
+            // Apple keeps 180 days of history in Production and 30 in the Sandbox (an older start is 4000012):
+            // a checkpoint older than that (a long interval, a server stopped for a month) restarts its window
+            // at the oldest day Apple still has, a day inside the limit.
+            let earliest = current.addingTimeInterval(-Self.historyKept(environment) + 86_400)
+            if checkpoint.start < earliest {
+                checkpoint = HistoryCheckpoint(start: earliest)
+            }
             if checkpoint.end == nil || checkpoint.paginationToken == nil {
                 checkpoint.end = current.addingTimeInterval(1)
                 checkpoint.paginationToken = nil
             }
+            var movedForward = false
             for _ in 0..<500 {
                 guard await takeAPIRequest("notificationHistory", app: app, environment: environment) else {
                     report.budgetExhausted = true
@@ -132,6 +144,16 @@ extension PurchaseServer {
                         "\(bundleID) \(environment.rawValue) history: the page token was refused (\(error.message)); "
                             + "the window is read again from its start")
                     checkpoint.paginationToken = nil
+                    checkpoint.end = current.addingTimeInterval(1)
+                    continue
+                } catch  where error.code == .startDateTooFarInPast && !movedForward {
+                    // Apple's clock is ahead of the one this start was taken from: start two days later, once
+                    // (asking again with the same start would fail every later pass the same way).
+                    report.failures.append(
+                        "\(bundleID) \(environment.rawValue) history: the start was refused as too far in the past; "
+                            + "reading from two days later")
+                    movedForward = true
+                    checkpoint = HistoryCheckpoint(start: checkpoint.start.addingTimeInterval(2 * 86_400))
                     checkpoint.end = current.addingTimeInterval(1)
                     continue
                 } catch {

@@ -490,6 +490,13 @@ struct ServerAPITests {
             await Self.apiError { _ = try await client.notificationHistory(both) }?.code == .multipleFiltersSupplied)
         let old = NotificationHistoryRequest(startDate: now.addingTimeInterval(-400 * 86_400), endDate: now)
         #expect(await Self.apiError { _ = try await client.notificationHistory(old) }?.code == .startDateTooFarInPast)
+        // The Sandbox keeps 30 days (Production 180): 31 days back is refused, 29 taken.
+        let sandboxOld = NotificationHistoryRequest(startDate: now.addingTimeInterval(-31 * 86_400), endDate: now)
+        #expect(
+            await Self.apiError { _ = try await client.notificationHistory(sandboxOld) }?.code == .startDateTooFarInPast
+        )
+        _ = try await client.notificationHistory(
+            NotificationHistoryRequest(startDate: now.addingTimeInterval(-29 * 86_400), endDate: now))
         let reversed = NotificationHistoryRequest(startDate: now, endDate: now.addingTimeInterval(-60))
         #expect(
             await Self.apiError { _ = try await client.notificationHistory(reversed) }?.code == .startDateAfterEndDate)

@@ -93,4 +93,53 @@ struct ReconciliationHistoryTests {
         _ = await server.reconcile()
         #expect(!tokens.withLock { $0 }.dropFirst(2).contains("stale"))
     }
+
+    @Test("A Sandbox checkpoint older than Apple's 30 days restarts inside them; Apple's 4000012 moves it on once")
+    func windowAppleKeeps() async throws {
+        let known = try JWSFixtures.notification()
+        let page: JSONObject = [
+            "notificationHistory": .array([.object(["signedPayload": .string(try JWSFixtures.sign(known))])]),
+            "hasMore": .bool(false),
+        ]
+        let day: Int64 = 86_400_000
+        let starts = Mutex<[Int64]>([])
+        // A stand-in whose clock is a day and a half ahead of the server's: the server's first start (29 days
+        // back on its own clock) is 30.5 days back on Apple's, refused; the next one, two days later, is taken.
+        let (apple, server, storage) = try await Self.stand { request in
+            let start = (try? JSONParser.parse(request.body))?["startDate"]?.int64Value ?? 0
+            starts.withLock { $0.append(start) }
+            let appleNow = Int64(Date().timeIntervalSince1970 * 1_000) + day * 3 / 2
+            guard start >= appleNow - 30 * day else {
+                return Self.json(
+                    [
+                        "errorCode": .integer(4_000_012),
+                        "errorMessage": .string("Invalid request. Start date too far in the past."),
+                    ],
+                    status: 400)
+            }
+            return Self.json(page)
+        }
+        defer { apple.stop() }
+        let key = "notification-history:\(JWSFixtures.bundleID):Sandbox"
+        let now = Int64(Date().timeIntervalSince1970 * 1_000)
+        try await storage.write {
+            try $0.setCheckpoint(key, #"{"start":\#(now - 60 * day),"end":\#(now - 59 * day),"paginationToken":"p"}"#)
+        }
+        let report = await server.reconcile()
+        let asked = starts.withLock { $0 }
+        #expect(asked.count == 2, "\(asked)")
+        #expect(abs(asked[0] - (now - 29 * day)) < 60_000, "the stored start of 60 days ago is not asked for")
+        #expect(asked.count == 2 && asked[1] - asked[0] == 2 * day)
+        #expect(report.notificationsRecovered == 1, "\(report.failures)")
+        let checkpoint = try #require(try await storage.read { try $0.checkpoint(key) })
+        #expect(!checkpoint.contains("paginationToken"), "the pass ended: \(checkpoint)")
+        // When Apple refuses even the later start, the pass stops there, reported, without asking in a loop.
+        let (always, refusing, refusingStorage) = try await Self.stand { _ in
+            Self.json(["errorCode": .integer(4_000_012), "errorMessage": .string("too far")], status: 400)
+        }
+        defer { always.stop() }
+        _ = refusingStorage
+        let refused = await refusing.reconcile()
+        #expect(refused.failures.contains { $0.contains("4000012") || $0.contains("too far") }, "\(refused.failures)")
+    }
 }

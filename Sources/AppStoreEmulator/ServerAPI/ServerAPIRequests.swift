@@ -71,8 +71,8 @@ struct NotificationHistoryQuery: Sendable {
 }
 
 extension NotificationHistoryQuery {
-    /// Reads and checks the body as Apple does, with `current` the store's now.
-    init(json body: JSONObject, now current: Date) throws {
+    /// Reads and checks the body as Apple does, with `current` the store's now and `environment` the one asked.
+    init(json body: JSONObject, now current: Date, environment: Environment) throws {
         guard let startValue = body["startDate"], startValue != .null else {
             throw EmulatorError.api(.invalidStartDate, "Invalid start date.")
         }
@@ -87,8 +87,10 @@ extension NotificationHistoryQuery {
         }
         // A future end date reaches now (nothing later exists).
         let end = EpochMilliseconds.date(endMs) ?? (endMs > 0 ? Date.distantFuture : .distantPast)
-        // Apple keeps 180 days; store time runs at real speed between advances, so these are plain days.
-        guard start >= current.addingTimeInterval(-180 * 86_400) else {
+        // Apple keeps 180 days in Production and 30 in the Sandbox; store time runs at real speed between
+        // advances, so these are plain days.
+        let kept: TimeInterval = environment == .production ? 180 * 86_400 : 30 * 86_400
+        guard start >= current.addingTimeInterval(-kept) else {
             throw EmulatorError.api(.startDateTooFarInPast, "Start date too far in the past.")
         }
         guard start < end else {

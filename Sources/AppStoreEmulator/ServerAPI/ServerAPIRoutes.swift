@@ -261,7 +261,8 @@ extension ServerAPIService {
             (
                 "POST", "/v1/notifications/history", .notificationHistory,
                 { request, _, scope in
-                    let query = try NotificationHistoryQuery(json: body(request), now: store.appStore.now)
+                    let query = try NotificationHistoryQuery(
+                        json: body(request), now: store.appStore.now, environment: scope.environment)
                     let page = try await store.apiNotificationHistory(
                         query, paginationToken: request.query["paginationToken"], scope: scope)
                     return .json(

@@ -631,6 +631,15 @@ struct ServerStorageContractTests {
         #expect(try await storage.takeRequest(from: "k", rate: 1, burst: 3, now: Self.start.addingTimeInterval(102)))
         // Another budget is its own.
         #expect(try await storage.takeRequest(from: "other", rate: 1, burst: 3, now: Self.start))
+        // A taker whose clock read is older than the last take's (it waited for a connection while another
+        // took) takes what is left, without a refill, and the budget's time does not go back.
+        let late = Self.start.addingTimeInterval(10)
+        let earlier = Self.start.addingTimeInterval(5)
+        let order = [(late, true), (earlier, true), (earlier, true), (late, false)]
+        for (index, (time, expected)) in order.enumerated() {
+            let took = try await storage.takeRequest(from: "behind", rate: 1, burst: 3, now: time)
+            #expect(took == expected, "take \(index)")
+        }
     }
 
     @Test("Checkpoints are listed by key prefix, in key order, up to a limit, and removed", arguments: Backend.allCases)

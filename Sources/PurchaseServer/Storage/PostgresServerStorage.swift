@@ -327,15 +327,16 @@ public final class PostgresServerStorage: ServerStorage {
         let time = now.timeIntervalSince1970
         writeCounter.ran(writes: 1)
         return try await database.lockingWrite { connection in
-            // One statement: the row lock orders processes taking from the same budget.
+            // One statement: the row lock orders processes taking from the same budget. A taker whose clock
+            // read is older than the row's (it waited for a connection, or its host's clock is behind) takes
+            // what is left without a refill; the row keeps the later time, so a block stays until it passes.
             try !connection.execute(
                 """
                 INSERT INTO request_budgets AS b (key, tokens, updated) VALUES (?, ?, ?)
                 ON CONFLICT (key) DO UPDATE
                 SET tokens = LEAST(?, b.tokens + GREATEST(0, excluded.updated - b.updated) * ?) - 1,
-                    updated = excluded.updated
-                WHERE b.updated <= excluded.updated
-                    AND LEAST(?, b.tokens + GREATEST(0, excluded.updated - b.updated) * ?) >= 1
+                    updated = GREATEST(b.updated, excluded.updated)
+                WHERE LEAST(?, b.tokens + GREATEST(0, excluded.updated - b.updated) * ?) >= 1
                 RETURNING tokens
                 """,
                 [.text(key), .real(burst - 1), .real(time), .real(burst), .real(rate), .real(burst), .real(rate)]

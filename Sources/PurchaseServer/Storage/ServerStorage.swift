@@ -486,11 +486,13 @@ struct RequestBudget: Hashable, Sendable {
 
     var text: String { "\(tokens) \(updated.timeIntervalSince1970)" }
 
+    /// One token if there is one. A `now` older than `updated` (a taker that read the clock before another
+    /// took, or a block still running) refills nothing and leaves `updated` as it is.
     mutating func take(rate: Double, burst: Double, now: Date) -> Bool {
         let available = min(burst, tokens + max(0, now.timeIntervalSince(updated)) * rate)
-        guard now >= updated, available >= 1 else { return false }
+        guard available >= 1 else { return false }
         tokens = available - 1
-        updated = now
+        updated = max(updated, now)
         return true
     }
 }

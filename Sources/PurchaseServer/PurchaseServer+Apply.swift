@@ -193,8 +193,12 @@ extension PurchaseServer {
             }
         }
         for entry in outcome.ledger { _ = try store.append(entry) }
-        // Events of a purchase no user has claimed yet wait for one: their webhooks go out with the user.
-        if let owner, claimant == owner {
+        // Events of a purchase no user has claimed yet wait for one: their webhooks go out with the user, when
+        // the user posts it or when the purchase, stored without an owner, gets one here (an account token bound
+        // since by a post of another purchase). A purchase whose owner was stored has none waiting.
+        let ownerless =
+            (storedSubscription.map { $0.owner == nil } ?? false) || (storedPurchase.map { $0.owner == nil } ?? false)
+        if let owner, claimant == owner || ownerless {
             for event in try store.claimOwnerlessEvents(original: originalID, owner: owner) {
                 try enqueueWebhooks(for: event, in: store)
             }

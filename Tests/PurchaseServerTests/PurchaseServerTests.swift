@@ -283,6 +283,31 @@ struct PurchaseServerTests {
         #expect(sent.status == 200, "\(String(decoding: sent.body, as: UTF8.self))")
     }
 
+    @Test(
+        "A purchase first heard of without an owner gets its waiting webhooks when a notification finds its owner by token"
+    )
+    func ownerlessEventsClaimedByToken() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let token = UUID()
+        // The subscription's SUBSCRIBED arrives before anyone holds its token: its INITIAL_PURCHASE waits.
+        let (monthly, _) = try await harness.buy("monthly", device: device, token: token)
+        try await harness.settleNotifications()
+        // The app posts another purchase carrying the same token: the token is the user's from now on.
+        let (_, proJWS) = try await harness.buy("pro", device: device, token: token)
+        #expect(try await harness.post(proJWS, user: "uma").0 == 200)
+        // The subscription renews: its DID_RENEW finds uma through the token, and the waiting events are hers.
+        _ = try await harness.store.setClock(advance: StorePeriod(months: 1), rate: nil)
+        try await harness.settleNotifications()
+        let received = try await harness.sink.types { $0.contains("RENEWAL") && $0.contains("INITIAL_PURCHASE") }
+        #expect(received.contains("INITIAL_PURCHASE") && received.contains("RENEWAL"), "\(received)")
+        let initial = harness.sink.state.received.withLock { list in
+            list.first { $0.event["type"] == .string("INITIAL_PURCHASE") }?.event
+        }
+        #expect(initial?["app_user_id"] == .string("uma") && initial?["original_transaction_id"] == .string(monthly))
+    }
+
     @Test("A V1 notification from an environment the app does not accept is refused and applies nothing")
     func v1Environment() async throws {
         let harness = try await ServerHarness.make(environments: [.production])

@@ -317,6 +317,20 @@ public final class PurchaseServer: Sendable {
             return result.events.count
         } catch {
             logger.warning("server-api.refresh-failed", ["error": String(describing: error)])
+            // Asked without an answer (not found, a network failure): asked again after the usual pause, not at
+            // every pass, so that subscriptions Apple keeps refusing do not hold the head of the overdue list.
+            // A rate limit is not the subscription's doing: it stays due.
+            if polled, (error as? AppStoreServerAPIError)?.status != 429 {
+                let current = now()
+                _ = try? await write(input: nil) { store in
+                    try store.lock(original: originalTransactionID)
+                    if var subscription = try store.subscription(originalTransactionID) {
+                        subscription.lastPolled = current
+                        try store.save(subscription)
+                    }
+                    return []
+                }
+            }
             return 0
         }
     }

@@ -233,8 +233,10 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
     /// When the reconciler should ask Apple about this subscription if nothing is heard before (nil: no
     /// news is expected): a renewal or expiry at the end of an active period or of a grace period, a
     /// recovery during billing retry (daily), a decision two days after a refund request. Asked once
-    /// with nothing new, it is asked again an hour (in billing retry, a day) later.
+    /// with nothing new (or without an answer), it is asked again an hour (in billing retry, a day) later.
     public var reconciliationDue: Date? {
+        // Xcode's purchases have no App Store Server API to ask.
+        if environment == .xcode { return nil }
         var due: Date?
         var again: TimeInterval = 3_600
         switch status {

@@ -94,6 +94,52 @@ struct ReconciliationHistoryTests {
         #expect(!tokens.withLock { $0 }.dropFirst(2).contains("stale"))
     }
 
+    @Test(
+        "An overdue subscription Apple answers with an error is asked again an hour later, not every pass; Xcode's never"
+    )
+    func overdueWithoutAnswer() async throws {
+        let asked = Mutex<[String]>([])
+        var router = Router()
+        router.add(
+            "POST", "/inApps/v1/notifications/history",
+            inline: { _, _ in
+                Self.json(["notificationHistory": .array([]), "hasMore": .bool(false)])
+            })
+        router.add(
+            "GET", "/inApps/v1/subscriptions/{id}",
+            inline: { _, context in
+                asked.withLock { $0.append((try? context.parameter("id")) ?? "?") }
+                return Self.json(
+                    ["errorCode": .integer(4_040_010), "errorMessage": .string("Transaction id not found.")],
+                    status: 404)
+            })
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        defer { apple.stop() }
+        let url = "http://127.0.0.1:\(apple.port)"
+        let (server, storage) = try await FixtureServer.make(
+            serverAPI: ServerAPISettings(
+                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+                sandboxURL: url))
+        let expired = Int64(Date().timeIntervalSince1970 * 1_000) - 86_400_000
+        for (id, environment) in [("1000000000000001", "Sandbox"), ("1000000000000002", "Xcode")] {
+            let text = """
+                {"originalTransactionID": "\(id)", "bundleID": "\(JWSFixtures.bundleID)",
+                 "environment": "\(environment)", "productID": "monthly", "latestTransactionID": "\(id)",
+                 "latestPurchaseDate": \(expired - 86_400_000), "expiresDate": \(expired), "status": 1,
+                 "autoRenewStatus": true, "ownership": "PURCHASED", "transactionSignedDate": \(expired)}
+                """
+            let record = try SQLDocuments.decoder.decode(
+                SubscriptionRecord.self, from: JSONParser.parse(Array(text.utf8)))
+            try await storage.write { try $0.save(record) }
+        }
+        _ = await server.reconcile()
+        _ = await server.reconcile()
+        #expect(asked.withLock { $0 } == ["1000000000000001"], "asked once; the Xcode purchase never")
+        let polled = try await storage.read { try $0.subscription("1000000000000001") }
+        #expect(polled?.lastPolled != nil)
+        #expect((polled?.reconciliationDue ?? .distantPast) > Date().addingTimeInterval(3_000), "an hour on")
+    }
+
     @Test("A Sandbox checkpoint older than Apple's 30 days restarts inside them; Apple's 4000012 moves it on once")
     func windowAppleKeeps() async throws {
         let known = try JWSFixtures.notification()

@@ -52,6 +52,8 @@ public final class PurchaseServer: Sendable {
         let signedData: SignedDataVerifier
         let receipts: ReceiptVerifier
         let api: [Environment: AppStoreServerAPIClient]
+        /// The same API for an app's post, which waits for it: one try, ``inlineRefreshTimeout`` at most.
+        var inlineAPI: [Environment: AppStoreServerAPIClient] = [:]
         /// Xcode's StoreKit Testing, when the app names its certificates: signed data verified against
         /// them alone, in the environment `Xcode` only; receipts signed by one of them.
         var xcode: (signedData: SignedDataVerifier, receipts: ReceiptVerifier)? = nil
@@ -116,6 +118,7 @@ public final class PurchaseServer: Sendable {
                         trustedRoots: app.jwsRoots, bundleID: app.bundleID, appAppleID: app.appAppleID))
             } catch { throw PurchaseServerError.configuration("\(app.bundleID): \(error)") }
             var clients: [Environment: AppStoreServerAPIClient] = [:]
+            var inlineClients: [Environment: AppStoreServerAPIClient] = [:]
             if let api = app.serverAPI {
                 let production = api.productionURL.map(AppStoreServerAPIClient.Environment.custom) ?? .production
                 let sandbox = api.sandboxURL.map(AppStoreServerAPIClient.Environment.custom) ?? .sandbox
@@ -125,11 +128,17 @@ public final class PurchaseServer: Sendable {
                         environment: target, retry: .init(maxAttempts: 3, maxRetryAfter: .seconds(5)),
                         // Tokens carry real time, whatever clock the server's state runs on.
                         verifier: verifier)
+                    inlineClients[environment] = AppStoreServerAPIClient(
+                        key: api.privateKey, keyID: api.keyID, issuerID: api.issuerID, bundleID: app.bundleID,
+                        environment: target, retry: .none, verifier: verifier,
+                        http: HTTPClient(
+                            timeout: Self.inlineRefreshTimeout, connectTimeout: Self.inlineRefreshTimeout,
+                            maxResponseBytes: 1 << 20))
                 }
             }
             var runtime = AppRuntime(
                 settings: app, signedData: verifier, receipts: ReceiptVerifier(trustedRoots: app.receiptRoots),
-                api: clients)
+                api: clients, inlineAPI: inlineClients)
             if !app.xcodeCertificates.isEmpty {
                 do {
                     runtime.xcode = (
@@ -271,13 +280,18 @@ public final class PurchaseServer: Sendable {
     /// endpoint's budget allows) and applies what it says; answers the events it made, or nil when it did
     /// not ask. A failure is logged, not fatal (the notification or the next poll will tell). `polled`
     /// records the ask on the subscription (the reconciler's).
+    /// How long an app's post waits for Apple's answer about its subscription (one try): the app's client
+    /// gives up after 30 s, and a post answered late is posted again.
+    static let inlineRefreshTimeout: Duration = .seconds(5)
+
     @discardableResult
     func refreshFromAPI(
         app: AppRuntime, originalTransactionID: TransactionID, environment: Environment, polled: Bool = false
     )
         async -> Int?
     {
-        guard let client = app.api[environment],
+        // The reconciler's asks retry; an app's post, which waits for this, asks once and briefly.
+        guard let client = polled ? app.api[environment] : app.inlineAPI[environment],
             await takeAPIRequest("subscriptionStatuses", app: app, environment: environment)
         else { return nil }
         do {

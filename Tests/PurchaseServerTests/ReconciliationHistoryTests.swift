@@ -140,6 +140,40 @@ struct ReconciliationHistoryTests {
         #expect((polled?.reconciliationDue ?? .distantPast) > Date().addingTimeInterval(3_000), "an hour on")
     }
 
+    @Test("An app's post waits at most a few seconds for Apple's answer about its subscription, and asks once")
+    func postDoesNotWaitLong() async throws {
+        let asked = Atomic<Int>(0)
+        let release = Atomic<Bool>(false)
+        var router = Router()
+        router.add("GET", "/inApps/v1/subscriptions/{id}") { _, _ in
+            asked.add(1, ordering: .relaxed)
+            // Apple hangs (until the test ends, at most a minute).
+            for _ in 0..<600 where !release.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(100)) }
+            return Self.json(["errorCode": .integer(5_000_000), "errorMessage": .string("late")], status: 500)
+        }
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        defer {
+            release.store(true, ordering: .relaxed)
+            apple.stop()
+        }
+        let url = "http://127.0.0.1:\(apple.port)"
+        let (server, _) = try await FixtureServer.make(
+            serverAPI: ServerAPISettings(
+                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+                sandboxURL: url))
+        let body: JSONObject = [
+            "appUserId": .string("ivy"), "signedTransaction": .string(try JWSFixtures.sign(JWSFixtures.transaction())),
+        ]
+        let request = HTTPRequest(
+            method: "POST", path: "/v1/transactions",
+            headers: [("Content-Type", "application/json"), ("Authorization", "Bearer pk_12345678")],
+            body: JSONWriter.bytes(.object(body)))
+        let response = await server.responder().respond(to: request)
+        #expect(response.status == 200, "\(String(decoding: response.body, as: UTF8.self))")
+        // Answered while Apple still had not: the post gave up on it (one try), its own write stands.
+        #expect(!release.load(ordering: .relaxed) && asked.load(ordering: .relaxed) == 1)
+    }
+
     @Test("A Sandbox checkpoint older than Apple's 30 days restarts inside them; Apple's 4000012 moves it on once")
     func windowAppleKeeps() async throws {
         let known = try JWSFixtures.notification()

@@ -47,6 +47,19 @@ public struct SyncResult: Sendable, Hashable {
     public let purchases: [SyncedPurchase]
     /// For an app transaction: what the server read from it.
     public let appTransaction: SyncedAppTransaction?
+    /// What the server noticed about the user (`purchase_kept_by_other_user`: the purchase is another user's
+    /// under the server's `keep` policy, so it gave this one nothing; `multiple_apple_accounts`).
+    public let flags: [String]
+
+    public init(
+        entitlements: Entitlements, purchases: [SyncedPurchase], appTransaction: SyncedAppTransaction?,
+        flags: [String] = []
+    ) {
+        self.entitlements = entitlements
+        self.purchases = purchases
+        self.appTransaction = appTransaction
+        self.flags = flags
+    }
 }
 
 public struct SyncedPurchase: Sendable, Hashable {

@@ -10,7 +10,7 @@ public import Foundation
 ///
 /// ```swift
 /// let client = StorekeeperClient(serverURL: URL(string: "https://purchases.example.com")!, publicKey: "pk_…")
-/// let result = try await client.syncTransaction(verification.jwsRepresentation, appUserID: userID)
+/// let result = try await client.sync(verification, appUserID: userID)    // sends it, then finishes it
 /// if try await client.entitlements(appUserID: userID).isActive("pro") { … }
 /// ```
 ///
@@ -33,7 +33,7 @@ public actor StorekeeperClient {
         public var maxBackoff: TimeInterval = 8
         /// How long a read is reused by ``entitlements(appUserID:maxAge:)`` unless the call says otherwise.
         public var cacheLifetime: TimeInterval = 300
-        /// Seconds a request may take.
+        /// Seconds one try may take in all (URLSession's request and resource timeouts).
         public var timeout: TimeInterval = 30
 
         public init(serverURL: URL, publicKey: String, bundleID: String? = nil) {
@@ -52,8 +52,28 @@ public actor StorekeeperClient {
     private let transport: any Transport
     private let now: @Sendable () -> Date
     private let sleep: @Sendable (TimeInterval) async -> Void
-    private var cache: [String: (entitlements: Entitlements, ticket: Int)] = [:]
-    /// Counts requests: an answer is kept only if its request started after the one cached (calls overlap).
+    /// An answer kept: what it said, when its request started and when it arrived (by ``tickets``), and
+    /// whether it answered a post (whose answer follows its own write).
+    struct Kept {
+        var entitlements: Entitlements
+        var started: Int
+        var arrived: Int
+        var isPost: Bool
+
+        /// Whether this answer says more recent things than `other`: the server's clock first (a read answered
+        /// before a post's write committed carries an earlier `requestDate` than the post's answer); without it,
+        /// an answer to a request started after `other` arrived, or a post's over an overlapping read.
+        func isNewer(than other: Kept) -> Bool {
+            if let mine = entitlements.serverDate, let theirs = other.entitlements.serverDate, mine != theirs {
+                return mine > theirs
+            }
+            if started > other.arrived { return true }
+            if isPost != other.isPost { return isPost }
+            return started > other.started
+        }
+    }
+    private var cache: [String: Kept] = [:]
+    /// Counts requests as they start and answers as they arrive (calls overlap).
     private var tickets = 0
     /// Users whose entitlements are kept; the oldest read goes first.
     static let cacheCapacity = 32
@@ -88,7 +108,7 @@ public actor StorekeeperClient {
         body["bundleId"] = configuration.bundleID
         let ticket = nextTicket()
         let answer: PostAnswer = try await call("POST", path: ["v1", "transactions"], query: [:], body: body)
-        return remember(answer, for: appUserID, ticket: ticket)
+        return remember(answer, for: appUserID, started: ticket)
     }
 
     /// Sends StoreKit 2's `AppTransaction` (`AppTransaction.shared`'s `jwsRepresentation`) for `appUserID`
@@ -101,11 +121,12 @@ public actor StorekeeperClient {
         body["bundleId"] = configuration.bundleID
         let ticket = nextTicket()
         let answer: PostAnswer = try await call("POST", path: ["v1", "app-transactions"], query: [:], body: body)
-        return remember(answer, for: appUserID, ticket: ticket)
+        return remember(answer, for: appUserID, started: ticket)
     }
 
     /// The user's entitlements (`GET /v1/entitlements/{appUserID}`): from this client's cache when its last
-    /// answer is younger than `maxAge` seconds (default: the configuration's `cacheLifetime`; 0 asks the server).
+    /// answer is younger than `maxAge` seconds (default: the configuration's `cacheLifetime`; 0 asks the server)
+    /// and none of the entitlements it shows active has expired since.
     public func entitlements(appUserID: String, maxAge: TimeInterval? = nil) async throws(StorekeeperClientError)
         -> Entitlements
     {
@@ -113,14 +134,17 @@ public actor StorekeeperClient {
         // A clock set back makes an answer look younger than it is: such an answer is read again.
         if let cached = cache[appUserID]?.entitlements {
             let age = now().timeIntervalSince(cached.receivedDate)
-            if age >= 0, age < (maxAge ?? configuration.cacheLifetime) { return cached }
+            // The server's time now, as far as this client can tell: its answer's, plus the answer's age.
+            let serverNow = (cached.serverDate ?? cached.receivedDate).addingTimeInterval(max(0, age))
+            let expired = cached.active.contains { ($0.expiresDate ?? .distantFuture) <= serverNow }
+            if age >= 0, age < (maxAge ?? configuration.cacheLifetime), !expired { return cached }
         }
         var query: [String: String] = [:]
         query["bundleId"] = configuration.bundleID
         let ticket = nextTicket()
         let answer: EntitlementsAnswer = try await call(
             "GET", path: ["v1", "entitlements", appUserID], query: query, body: nil)
-        return store(answer.entitlements(received: now()), for: appUserID, ticket: ticket)
+        return store(answer.entitlements(received: now()), for: appUserID, started: ticket, isPost: false)
     }
 
     /// The last entitlements read or synced for the user, whatever their age (check ``Entitlements/age(at:)``).
@@ -138,20 +162,24 @@ public actor StorekeeperClient {
         return tickets
     }
 
-    private func remember(_ answer: PostAnswer, for appUserID: String, ticket: Int) -> SyncResult {
-        let entitlements = store(
-            answer.entitlementsAnswer.entitlements(received: now()), for: appUserID, ticket: ticket)
+    /// The post's own answer (whatever a read answered meanwhile), kept unless a newer one is.
+    private func remember(_ answer: PostAnswer, for appUserID: String, started: Int) -> SyncResult {
+        let entitlements = answer.entitlementsAnswer.entitlements(received: now())
+        store(entitlements, for: appUserID, started: started, isPost: true)
         return SyncResult(
             entitlements: entitlements, purchases: (answer.purchases ?? []).map(\.purchase),
-            appTransaction: answer.appTransaction?.facts)
+            appTransaction: answer.appTransaction?.facts, flags: answer.flags ?? [])
     }
 
-    /// Keeps an answer under the id the app asked for, unless a request that started later was answered first;
+    /// Keeps an answer under the id the app asked for, unless the one kept is newer (``Kept/isNewer(than:)``);
     /// answers what is kept.
     @discardableResult
-    private func store(_ entitlements: Entitlements, for appUserID: String, ticket: Int) -> Entitlements {
-        if let cached = cache[appUserID], cached.ticket > ticket { return cached.entitlements }
-        cache[appUserID] = (entitlements, ticket)
+    private func store(_ entitlements: Entitlements, for appUserID: String, started: Int, isPost: Bool)
+        -> Entitlements
+    {
+        let candidate = Kept(entitlements: entitlements, started: started, arrived: nextTicket(), isPost: isPost)
+        if let cached = cache[appUserID], !candidate.isNewer(than: cached) { return cached.entitlements }
+        cache[appUserID] = candidate
         while cache.count > Self.cacheCapacity,
             let oldest = cache.min(by: { $0.value.entitlements.receivedDate < $1.value.entitlements.receivedDate })
         {
@@ -165,13 +193,14 @@ public actor StorekeeperClient {
             throw StorekeeperClientError(kind: .invalidArgument, message: "appUserID must be 1 to 256 bytes")
         }
         // The server takes no encoded `/`, `\` or NUL in a path, nor a `.` or `..` segment, so such an id could be
-        // synced but not read.
-        guard !appUserID.contains(where: { $0 == "/" || $0 == "\\" || $0 == "\u{0}" || $0.isNewline }),
+        // synced but not read; nor a control character (U+0000–U+001F, U+007F–U+009F) in a body.
+        let control = appUserID.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }
+        guard !control, !appUserID.contains(where: { $0 == "/" || $0 == "\\" || $0.isNewline }),
             appUserID != ".", appUserID != ".."
         else {
             throw StorekeeperClientError(
                 kind: .invalidArgument,
-                message: "appUserID must not contain '/', '\\', NUL or a line break, nor be '.' or '..'")
+                message: "appUserID must not contain '/', '\\' or a control character, nor be '.' or '..'")
         }
     }
 
@@ -230,10 +259,15 @@ public actor StorekeeperClient {
             } catch {
                 failure = StorekeeperClientError(kind: .transport, message: error.localizedDescription)
             }
-            guard failure.isRetryable, attempt < max(1, configuration.maxAttempts), !Task.isCancelled else {
+            // A server asking for a longer pause than this client waits is not asked again sooner.
+            guard failure.isRetryable, attempt < max(1, configuration.maxAttempts), !Task.isCancelled,
+                (retryAfter ?? 0) <= configuration.maxBackoff
+            else {
                 throw failure
             }
             await sleep(backoff(attempt: attempt, retryAfter: retryAfter))
+            // Cancelled while waiting: no further request.
+            if Task.isCancelled { throw failure }
             attempt += 1
         }
     }
@@ -277,6 +311,7 @@ struct URLSessionTransport: StorekeeperClient.Transport {
     init(timeout: TimeInterval) {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = timeout
+        configuration.timeoutIntervalForResource = timeout
         configuration.httpShouldSetCookies = false
         session = URLSession(configuration: configuration)
     }
@@ -353,14 +388,16 @@ struct PostAnswer: Decodable {
     let entitlementsAnswer: EntitlementsAnswer
     let purchases: [Purchase]?
     let appTransaction: AppTransactionFacts?
+    let flags: [String]?
 
-    enum CodingKeys: String, CodingKey { case purchases, appTransaction }
+    enum CodingKeys: String, CodingKey { case purchases, appTransaction, flags }
 
     init(from decoder: any Decoder) throws {
         entitlementsAnswer = try EntitlementsAnswer(from: decoder)
         let container = try decoder.container(keyedBy: CodingKeys.self)
         purchases = try container.decodeIfPresent([Purchase].self, forKey: .purchases)
         appTransaction = try container.decodeIfPresent(AppTransactionFacts.self, forKey: .appTransaction)
+        flags = try container.decodeIfPresent([String].self, forKey: .flags)
     }
 }
 

@@ -88,6 +88,7 @@ public struct Lifecycle: Sendable {
             guard state.isInBillingRetry else {
                 throw LifecycleError("subscription \(state.originalTransactionID) has no billing issue to resolve")
             }
+            let recoveringInGrace = state.status == .billingGracePeriod
             state.gracePeriodExpiresDate = nil
             state.billingRetryEndsDate = nil
             if state.commitment == nil, state.renewalBillingPlan == .monthly,
@@ -108,9 +109,18 @@ public struct Lifecycle: Sendable {
                         start: now,
                         notice: Notice(.didRenew, .billingRecovery, v1: .didRecover), shift: true)
             }
+            // Recovered within the grace period, the billing date is kept: the new period runs from the end of
+            // the one that failed to renew (Apple: "the existing billing date is maintained"). Recovered later, in
+            // billing retry, it starts on the day of recovery.
+            var start = now
+            if recoveringInGrace, let billed = state.expiresDate, let product = terms(state.autoRenewProductID),
+                settings.rate.end(of: product.period, from: billed) > now
+            {
+                start = billed
+            }
             return [.unschedule(.gracePeriodEnd), .unschedule(.billingRetryEnd)]
                 + startPeriod(
-                    &state, productID: state.autoRenewProductID, start: now, reason: .renewal,
+                    &state, productID: state.autoRenewProductID, start: start, reason: .renewal,
                     notice: Notice(.didRenew, .billingRecovery, v1: .didRecover))
 
         case .setAutoRenew(let enabled):

@@ -158,6 +158,20 @@ struct LifecycleTests {
         #expect(throws: LifecycleError.self) { try story.send(.billingRecovered) }
     }
 
+    @Test("Recovered within the grace period, the billing date is kept: the new period runs from the old one's end")
+    func recoveryInGrace() throws {
+        var story = try Story(fail: true, grace: true)
+        try story.advance(seconds: Self.month)
+        let billed = try #require(story.state.expiresDate)
+        try story.advance(seconds: 60)
+        #expect(story.state.status == .billingGracePeriod)
+        try story.send(.billingRecovered)
+        #expect(story.names.last == "DID_RENEW/BILLING_RECOVERY")
+        #expect(story.periods.last?.start == billed, "not the day of recovery, \(story.now)")
+        #expect(story.state.expiresDate == billed.addingTimeInterval(Self.month))
+        #expect(story.due[.renewal] == story.state.expiresDate && story.due[.gracePeriodEnd] == nil)
+    }
+
     @Test("Grace periods follow the rate: 6/7 of a scaled week for weekly subscriptions, 16 days in real time")
     func graceLengths() throws {
         var weekly = try Story("weekly", fail: true, grace: true)

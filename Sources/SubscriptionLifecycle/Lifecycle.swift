@@ -475,6 +475,10 @@ public struct Lifecycle: Sendable {
             guard state.autoRenewProductID != productID || !state.autoRenew else {
                 throw LifecycleError("already subscribed to \(productID)")
             }
+            // Apple's words for what this buy changed: a pending change cancelled is DID_CHANGE_RENEWAL_PREF
+            // without a subtype; auto-renew turned back on is DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_ENABLED.
+            let revertsChange = state.autoRenewProductID != productID
+            let wasRenewing = state.autoRenew
             state.offer = nil
             state.offerPeriodsLeft = 0
             state.autoRenewProductID = productID
@@ -484,7 +488,13 @@ public struct Lifecycle: Sendable {
                 commitment.autoRenew = true
                 state.commitment = commitment
             }
-            return [.notify(Notice(.didChangeRenewalPref, v1: .didChangeRenewalPref))]
+            var effects: [LifecycleEffect] = []
+            if revertsChange { effects.append(.notify(Notice(.didChangeRenewalPref, v1: .didChangeRenewalPref))) }
+            if !wasRenewing {
+                effects.append(
+                    .notify(Notice(.didChangeRenewalStatus, .autoRenewEnabled, v1: .didChangeRenewalStatus)))
+            }
+            return effects
         }
         let immediate = new.level < current.level || (new.level == current.level && new.period == current.period)
         // Another product ends a running offer.

@@ -265,6 +265,14 @@ struct LifecycleTests {
         try downgrade.send(.changeProduct("monthly"))
         #expect(downgrade.names.last == "DID_CHANGE_RENEWAL_PREF", "reverting a downgrade has no subtype")
         #expect(downgrade.state.autoRenewProductID == "monthly")
+        // Buying the current product again after turning auto-renew off turns it back on: Apple's
+        // AUTO_RENEW_ENABLED, not a change of preference.
+        var again = try Story()
+        try again.send(.setAutoRenew(false))
+        let before = again.names.count
+        try again.send(.changeProduct("monthly"))
+        #expect(Array(again.names.dropFirst(before)) == ["DID_CHANGE_RENEWAL_STATUS/AUTO_RENEW_ENABLED"])
+        #expect(again.state.autoRenew)
         try downgrade.send(.changeProduct("basic-monthly"))
         try downgrade.advance(seconds: Self.month)
         #expect(downgrade.periods.last?.product == "basic-monthly")

@@ -326,7 +326,8 @@ extension AppStore {
         }
     }
 
-    /// A price increase of `productID` for its current subscribers (active or in billing retry).
+    /// A price increase of `productID` for its current subscribers (active or in billing retry), purchasers
+    /// only: a family member's access follows the purchaser's answer. Answers how many were told.
     public func announcePriceIncrease(productID: String, requiresConsent: Bool) async throws -> Int {
         guard catalog.entry(productID)?.subscription != nil else {
             throw EmulatorError.notFound("no auto-renewable subscription \(productID)")
@@ -336,6 +337,8 @@ extension AppStore {
         return try await storage.write { store in
             var count = 0
             for original in try store.subscriptionIDs(renewingTo: ProductID(productID)) {
+                // A family member's access follows the purchaser's, who alone is asked to consent.
+                if try store.transaction(original)?.transaction.ownership == .familyShared { continue }
                 let before = try store.subscription(original)?.state
                 _ = try self.runLifecycle(
                     .priceIncrease(requiresConsent: requiresConsent), originalID: original, in: store, now: current)

@@ -87,6 +87,9 @@ struct FamilySharingTests {
         #expect(memberHas["pro"]?["inAppOwnershipType"] == .string("FAMILY_SHARED"))
         #expect(memberHas["solo"] == nil, "not family-shareable")
 
+        // A price increase asks the purchaser alone (a member cannot consent): one subscription told, not two.
+        #expect(try await harness.store.announcePriceIncrease(productID: "family", requiresConsent: false) == 1)
+
         // A renewal of the purchaser's subscription is a renewal of the member's access.
         _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("P1M")])
         let renewed = try #require(try await Self.entitlements(harness, memberApp)["family"])
@@ -125,11 +128,13 @@ struct FamilySharingTests {
             }
         }
         #expect(
-            byOwnership["PURCHASED"] == ["SUBSCRIBED/INITIAL_BUY", "ONE_TIME_CHARGE", "ONE_TIME_CHARGE", "DID_RENEW"])
+            byOwnership["PURCHASED"] == [
+                "SUBSCRIBED/INITIAL_BUY", "ONE_TIME_CHARGE", "ONE_TIME_CHARGE", "PRICE_INCREASE/ACCEPTED", "DID_RENEW",
+            ])
         #expect(
             byOwnership["FAMILY_SHARED"] == [
                 "SUBSCRIBED/INITIAL_BUY", "ONE_TIME_CHARGE", "DID_RENEW", "REVOKE", "REVOKE",
-            ])
+            ], "no PRICE_INCREASE for a member")
         let state = try await harness.store.subscriptionState(originalTransactionID: memberOriginal)
         #expect(state?.status == .revoked)
     }

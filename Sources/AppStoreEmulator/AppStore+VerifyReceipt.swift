@@ -1,6 +1,7 @@
 public import AppStoreReceipts
 public import Foundation
 public import StoreModel
+import StorekeeperCrypto
 import StorekeeperJSON
 
 extension AppStore {
@@ -90,7 +91,11 @@ extension AppStore {
         if !sandboxReceipt && !production { return status(21008) }
         guard let app = apps[decoded.bundleID] else { return status(21010) }
         let password = request["password"]?.stringValue
-        if let secret = app.sharedSecret, let password, password != secret { return status(21004) }
+        if let secret = app.sharedSecret, let password,
+            !ConstantTime.equals(Array(password.utf8), Array(secret.utf8))
+        {
+            return status(21004)
+        }
         result.receipt = decoded
         let hasSubscriptions = decoded.inAppPurchases.contains { $0.productKind == .autoRenewable }
         guard hasSubscriptions, password != nil else {

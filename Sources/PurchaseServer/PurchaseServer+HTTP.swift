@@ -360,11 +360,18 @@ extension PurchaseServer {
 
     /// The app's public key (or the secret key).
     func authorizeApp(_ request: HTTPRequest, bundleID: String) throws -> AppCaller {
-        let app = try app(bundleID)
         guard let token = bearer(request) else {
             throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <the app's public key>")
         }
-        if ConstantTime.equals(token, Array(configuration.secretKey.utf8)) { return .backend }
+        if ConstantTime.equals(token, Array(configuration.secretKey.utf8)) {
+            _ = try app(bundleID)
+            return .backend
+        }
+        // Which apps this server serves is not told to a caller without one of their keys: an unknown bundle id
+        // is a 401 like a wrong key, not a 404.
+        guard let app = try? app(bundleID) else {
+            throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <the app's public key>")
+        }
         guard ConstantTime.equals(token, Array(app.settings.publicKey.utf8)) else {
             throw PurchaseServerError.unauthorized("this route needs Authorization: Bearer <the app's public key>")
         }

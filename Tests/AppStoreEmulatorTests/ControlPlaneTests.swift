@@ -67,6 +67,18 @@ struct ControlPlaneTests {
         #expect(read == 200)
     }
 
+    @Test("Loopback is localhost, ::1 or an IPv4 literal in 127.0.0.0/8, not a name starting with 127.")
+    func loopback() {
+        for host in ["localhost", "::1", "[::1]", "127.0.0.1", "127.1.2.3", "127.255.255.255"] {
+            #expect(ControlPlaneGuard.isLoopback(host), "\(host)")
+        }
+        for host in [
+            "127.attacker.example", "127.0.0.1.nip.io", "127.0.0", "127.0.0.256", "128.0.0.1", "0.0.0.0", "127..0.1",
+        ] {
+            #expect(!ControlPlaneGuard.isLoopback(host), "\(host)")
+        }
+    }
+
     @Test("Apple's endpoints keep Apple's behaviour: any content type, sandbox host names")
     func appleEndpoints() async throws {
         let harness = try await AppStoreTests.Harness.make()

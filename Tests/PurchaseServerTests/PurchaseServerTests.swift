@@ -389,6 +389,14 @@ struct PurchaseServerTests {
         #expect(noKey == 401)
         let (missing, _) = try await harness.call("GET", "/v1/subscribers/nobody")
         #expect(missing == 404)
+        // Which apps the server serves is not learnt without a key: an unknown bundle id is 401 like a known
+        // one without its key; with the secret key it is the 404 it is.
+        for bundle in [ServerHarness.bundleID, "com.example.unknown"] {
+            let (guessed, _) = try await harness.call("GET", "/v1/entitlements/hank?bundleId=\(bundle)", key: nil)
+            #expect(guessed == 401, "\(bundle)")
+        }
+        let (notServed, _) = try await harness.call("GET", "/v1/entitlements/hank?bundleId=com.example.unknown")
+        #expect(notServed == 404)
         let (health, _) = try await harness.call("GET", "/healthz", key: nil)
         #expect(health == 200)
         let metrics = try await HTTPClient().send("GET", harness.base + "/metrics")

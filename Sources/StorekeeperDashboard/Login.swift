@@ -165,7 +165,7 @@ public struct DashboardLogin: Sendable {
     /// to `home` when right, the form again when not.
     public func signIn(_ request: HTTPRequest, home: String, secretName: String) -> HTTPResponse {
         guard let secret, let key else { return HTTPResponse(status: 303, headers: [("Location", home)]) }
-        let (address, now) = (request.remoteAddress ?? "", clock().timeIntervalSince1970)
+        let (address, now) = (SignInAttempts.client(request), clock().timeIntervalSince1970)
         guard attempts.allowed(address, now: now) else {
             let error = HTTPError(
                 status: 429, code: "too_many_attempts",
@@ -273,26 +273,69 @@ final class DashboardSessions: Sendable {
     }
 }
 
-/// Wrong sign-ins per address: at most ``perMinute`` in a minute, then the address is refused (429) until the
-/// minute is over, so that a secret cannot be guessed at the server's speed. At most ``capacity`` addresses
-/// are counted (those whose minute is over go first).
+/// Wrong sign-ins per client: at most ``perMinute`` in a minute, then the client is refused (429) until the
+/// minute is over, so that a secret cannot be guessed at the server's speed. A client is its IPv4 address or
+/// its IPv6 /64 (one host has a whole /64 to draw from); behind a proxy on the same machine, the address the
+/// proxy saw (the last `X-Forwarded-For` entry, else `X-Real-IP`). At most ``capacity`` clients are counted
+/// (those whose minute is over go first); past that every other client shares one count, so a flood of
+/// addresses cannot make failures go uncounted.
 final class SignInAttempts: Sendable {
     static let perMinute = 10
     static let capacity = 10_000
+    /// Where failures are counted when the table is full.
+    static let overflow = "*"
     private let state = Mutex<[String: (start: Double, failures: Int)]>([:])
+
+    /// The client a request counts against.
+    static func client(_ request: HTTPRequest) -> String {
+        var address = request.remoteAddress ?? ""
+        if isLoopback(address) {
+            let forwarded = request.header("X-Forwarded-For")?.split(separator: ",").last
+                .map { $0.trimmingCharacters(in: .whitespaces) }
+            if let proxied = forwarded ?? request.header("X-Real-IP")?.trimmingCharacters(in: .whitespaces),
+                !proxied.isEmpty, proxied.utf8.count <= 64
+            {
+                address = proxied
+            }
+        }
+        return prefix64(address) ?? address
+    }
+
+    static func isLoopback(_ address: String) -> Bool {
+        address.hasPrefix("127.") || address == "::1" || address == "::ffff:127.0.0.1"
+    }
+
+    /// An IPv6 address's first 64 bits (`2001:db8:1:2::/64`); nil for anything else.
+    static func prefix64(_ address: String) -> String? {
+        guard address.contains(":"), !address.contains("."), address.utf8.count <= 45 else { return nil }
+        let halves = address.split(separator: "::", maxSplits: 1, omittingEmptySubsequences: false)
+            .map { $0.split(separator: ":", omittingEmptySubsequences: false).filter { !$0.isEmpty } }
+        var groups = halves[0]
+        if halves.count == 2 {
+            let missing = 8 - halves[0].count - halves[1].count
+            guard missing >= 0 else { return nil }
+            groups += Array(repeating: "0", count: missing) + halves[1]
+        }
+        guard groups.count == 8, groups.allSatisfy({ (1...4).contains($0.count) && $0.allSatisfy(\.isHexDigit) })
+        else { return nil }
+        return groups.prefix(4).map { String(Int($0, radix: 16) ?? 0, radix: 16) }.joined(separator: ":") + "::/64"
+    }
 
     func allowed(_ address: String, now: Double) -> Bool {
         state.withLock { table in
-            guard let entry = table[address] else { return true }
+            guard let entry = table[address] ?? (table.count >= Self.capacity ? table[Self.overflow] : nil) else {
+                return true
+            }
             return now - entry.start >= 60 || entry.failures < Self.perMinute
         }
     }
 
     func failed(_ address: String, now: Double) {
         state.withLock { table in
+            var address = address
             if table[address] == nil, table.count >= Self.capacity {
                 table = table.filter { now - $0.value.start < 60 }
-                guard table.count < Self.capacity else { return }
+                if table.count >= Self.capacity { address = Self.overflow }
             }
             var entry = table[address] ?? (now, 0)
             if now - entry.start >= 60 { entry = (now, 0) }

@@ -319,4 +319,42 @@ struct ServerHardeningTests {
         now.withLock { $0 = $0.addingTimeInterval(61) }
         #expect(post("the-secret", from: "203.0.113.7") == 303)
     }
+
+    @Test("Dashboard sign-in behind a proxy on the same machine counts the proxy's client; IPv6 counts by /64")
+    func signInAttemptsByClient() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let login = DashboardLogin(root: "/dashboard", product: "P", assets: "/a", secret: "the-secret", clock: { now })
+        func post(_ secret: String, from address: String, forwarded: String? = nil) -> Int {
+            var form = HTTPRequest(
+                method: "POST", path: "/dashboard/login", headers: forwarded.map { [("X-Forwarded-For", $0)] } ?? [],
+                body: Array("secret=\(secret)".utf8))
+            form.remoteAddress = address
+            return login.signIn(form, home: "/dashboard", secretName: "Secret").status
+        }
+        // Through nginx on loopback: one client's guesses lock that client out, not everyone behind the proxy.
+        for _ in 0..<10 { #expect(post("guess", from: "127.0.0.1", forwarded: "10.0.0.9, 203.0.113.7") == 401) }
+        #expect(post("the-secret", from: "127.0.0.1", forwarded: "203.0.113.7") == 429)
+        #expect(post("the-secret", from: "127.0.0.1", forwarded: "198.51.100.1") == 303, "the administrator")
+        // A header from a remote peer is not believed: it counts against the peer.
+        for _ in 0..<10 { _ = post("guess", from: "192.0.2.44", forwarded: "198.51.100.99") }
+        #expect(post("the-secret", from: "192.0.2.44", forwarded: "198.51.100.2") == 429)
+        // Every address of one IPv6 /64 is one client.
+        for host in 1...10 { #expect(post("guess", from: "2001:db8:1:2::\(String(host, radix: 16))") == 401) }
+        #expect(post("the-secret", from: "2001:db8:1:2:ffff:ffff:ffff:ffff") == 429)
+        #expect(post("the-secret", from: "2001:db8:1:3::1") == 303, "the next /64")
+    }
+
+    @Test("Dashboard sign-in: a flood of addresses past the table's size shares one count instead of going uncounted")
+    func signInAttemptsOverflow() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let login = DashboardLogin(root: "/dashboard", product: "P", assets: "/a", secret: "the-secret", clock: { now })
+        func post(from address: String) -> Int {
+            var form = HTTPRequest(method: "POST", path: "/dashboard/login", body: Array("secret=guess".utf8))
+            form.remoteAddress = address
+            return login.signIn(form, home: "/dashboard", secretName: "Secret").status
+        }
+        for index in 0..<10_000 { _ = post(from: "10.\(index / 65_536).\(index / 256 % 256).\(index % 256)") }
+        let fresh = (0..<11).map { post(from: "172.16.0.\($0)") }
+        #expect(fresh.last == 429, "\(fresh)")
+    }
 }

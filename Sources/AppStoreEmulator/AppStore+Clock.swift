@@ -77,9 +77,10 @@ extension AppStore {
             throw refused
         } catch {
             do {
-                let (clock, notForSale) = try await storage.read { try Self.cachedSettings(in: $0) }
+                let (clock, notForSale, raised) = try await storage.read { try Self.cachedSettings(in: $0) }
                 clockState.withLock { $0 = clock }
                 productsNotForSale.withLock { $0 = notForSale }
+                raisedPrices.withLock { $0 = raised }
             } catch {
                 logger.error("settings.reload-failed", ["error": String(describing: error)])
             }

@@ -72,7 +72,7 @@ extension AppStore {
                 next.transaction.reason = reason
                 next.transaction.offer = offer
                 next.transaction.price = charged(
-                    offer.map { price(of: $0, productID: productID) } ?? catalog.entry(productID.rawValue)?.price,
+                    offer.map { price(of: $0, productID: productID) } ?? listPrice(productID.rawValue),
                     account)
                 next.transaction.billingPlan = subscription.state.billingPlan
                 next.transaction.commitment = nil
@@ -327,14 +327,39 @@ extension AppStore {
     }
 
     /// A price increase of `productID` for its current subscribers (active or in billing retry), purchasers
-    /// only: a family member's access follows the purchaser's answer. Answers how many were told.
-    public func announcePriceIncrease(productID: String, requiresConsent: Bool) async throws -> Int {
+    /// only: a family member's access follows the purchaser's answer. With `displayPrice` (above the price
+    /// now) the product costs that from now on: new purchases at once, the subscribers told at their renewal
+    /// (those who must consent and did not, expire then). Answers how many were told.
+    public func announcePriceIncrease(productID: String, requiresConsent: Bool, displayPrice: String? = nil)
+        async throws -> Int
+    {
         guard catalog.entry(productID)?.subscription != nil else {
             throw EmulatorError.notFound("no auto-renewable subscription \(productID)")
         }
+        let raised: (displayPrice: String, price: Money)? = try displayPrice.map { displayPrice in
+            guard let price = Money(decimal: displayPrice, currency: "USD"),
+                price.milliunits > (listPrice(productID)?.milliunits ?? 0)
+            else {
+                throw EmulatorError.invalid(
+                    "displayPrice '\(displayPrice.prefix(32))' is not a price above the one now")
+            }
+            return (displayPrice, price)
+        }
         try await catchUp()
         let current = now
-        return try await storage.write { store in
+        // The price is changed inside the write (the renewal info of its PRICE_INCREASE shows it), and read
+        // back from the storage if the write fails.
+        return try await writingCachedSettings { store in
+            if let raised {
+                var prices = try Self.raisedPrices(in: store)
+                prices[productID] = raised
+                var object = JSONObject()
+                for (product, price) in prices.sorted(by: { $0.key < $1.key }) {
+                    object[product] = .string(price.displayPrice)
+                }
+                try store.setSetting(Setting.raisedPrices, JSONWriter.string(.object(object)))
+                self.raisedPrices.withLock { $0 = prices }
+            }
             var count = 0
             for original in try store.subscriptionIDs(renewingTo: ProductID(productID)) {
                 // A family member's access follows the purchaser's, who alone is asked to consent.

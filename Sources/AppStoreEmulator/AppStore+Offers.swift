@@ -94,7 +94,7 @@ extension AppStore {
     func price(of offer: Offer, productID: ProductID) -> Money? {
         if offer.discountType == .freeTrial { return Money(milliunits: 0, currency: "USD") }
         return catalogOffer(offer, productID: productID)?.displayPrice.flatMap { Money(decimal: $0, currency: "USD") }
-            ?? catalog.entry(productID.rawValue)?.price
+            ?? listPrice(productID.rawValue)
     }
 
     /// The offer a purchase of `entry` gets: the one asked for, checked for eligibility (and signature), or

@@ -186,7 +186,7 @@ extension AppStore {
         var transaction = Transaction(
             id: try newTransactionID(in: store), bundleID: BundleID(bundleID), productID: ProductID(entry.productID),
             kind: entry.kind, quantity: quantity, purchaseDate: current,
-            subscriptionGroupID: entry.subscription?.groupID, price: charged(entry.price, account),
+            subscriptionGroupID: entry.subscription?.groupID, price: charged(listPrice(entry.productID), account),
             appAccountToken: appAccountToken?.lowercased())
         transaction.appTransactionID = try store.makeAppTransaction(account: account.id, bundle: BundleID(bundleID))
         guard let subscriptionEntry = entry.subscription, subscriptionEntry.period != nil else {

@@ -73,6 +73,9 @@ public final class AppStore: Sendable {
     let clockChanges = Atomic<Int>(0)
     /// Products taken off sale (`POST …/products/{id}/availability`); renewals to them expire.
     let productsNotForSale: Mutex<Set<ProductID>>
+    /// Prices raised since the catalogue was read (``announcePriceIncrease(productID:requiresConsent:displayPrice:)``),
+    /// by product id: the display price and the amount.
+    let raisedPrices: Mutex<[String: (displayPrice: String, price: Money)]>
     /// The outbox's delivery slots, lanes and queue bookkeeping.
     let delivery: NotificationDelivery
     /// Notifications sent at once at most; the rest wait in the outbox's delivery queue.
@@ -139,6 +142,8 @@ public final class AppStore: Sendable {
         static let clockOffset = "clockOffset"
         static let rate = "rate"
         static let productsNotForSale = "productsNotForSale"
+        /// The raised prices, a JSON object of product id → display price.
+        static let raisedPrices = "raisedPrices"
         static let familiesExist = "familiesExist"
         static let apiIssuerID = "apiIssuerID"
         static func notifications(_ bundleID: String) -> String { "notifications.\(bundleID)" }
@@ -189,12 +194,12 @@ public final class AppStore: Sendable {
         self.storage = opened
         let configured = apps
         let (header, fingerprint) = (signer.encodedHeader, self.signerHeader.fingerprint)
-        let (clock, due, notForSale, notifications, families, mintedKeys) = try await opened.write { store in
+        let (clock, due, notForSale, raised, notifications, families, mintedKeys) = try await opened.write { store in
             if let rate { try store.setSetting(Setting.rate, rate.name) }
             // Registered before any notification is written, so the outbox may keep its payloads short.
             let headerKey = Setting.jwsHeader(fingerprint)
             if try store.setting(headerKey) != header { try store.setSetting(headerKey, header) }
-            let (clock, notForSale) = try Self.cachedSettings(in: store)
+            let (clock, notForSale, raised) = try Self.cachedSettings(in: store)
             // Settings made at run time win over the configuration file's.
             var notifications: [String: AppNotifications] = [:]
             for app in configured {
@@ -215,7 +220,8 @@ public final class AppStore: Sendable {
                 }
             }
             return (
-                clock, try store.nextDue(), notForSale, notifications, try store.setting(Setting.familiesExist) != nil,
+                clock, try store.nextDue(), notForSale, raised, notifications,
+                try store.setting(Setting.familiesExist) != nil,
                 try store.mintedAPIKeys()
             )
         }
@@ -223,16 +229,18 @@ public final class AppStore: Sendable {
         clockState = Mutex(clock)
         nextDue = Mutex(due)
         productsNotForSale = Mutex(notForSale)
+        raisedPrices = Mutex(raised)
         notificationSettings = Mutex(notifications)
         familiesExist = Mutex(families)
     }
 
     deinit { scheduler.withLock { $0?.cancel() } }
 
-    /// What the store keeps in memory from its settings, as stored: the clock (its rate and offset) and the
-    /// products off sale. A stored offset that is not one is refused.
-    static func cachedSettings(in store: any EmulatorStore) throws -> (clock: VirtualClock, notForSale: Set<ProductID>)
-    {
+    /// What the store keeps in memory from its settings, as stored: the clock (its rate and offset), the
+    /// products off sale and the raised prices. A stored offset that is not one is refused.
+    static func cachedSettings(in store: any EmulatorStore) throws -> (
+        clock: VirtualClock, notForSale: Set<ProductID>, raised: [String: (displayPrice: String, price: Money)]
+    ) {
         let rate = try store.setting(Setting.rate).flatMap(TimeRate.init(name:)) ?? .monthlyRenewalEveryFiveMinutes
         var offset: TimeInterval = 0
         if let text = try store.setting(Setting.clockOffset) {
@@ -244,7 +252,30 @@ public final class AppStore: Sendable {
         }
         let notForSale = Set(
             (try store.setting(Setting.productsNotForSale) ?? "").split(separator: ",").map { ProductID(String($0)) })
-        return (VirtualClock(rate: rate, offset: offset), notForSale)
+        return (VirtualClock(rate: rate, offset: offset), notForSale, try raisedPrices(in: store))
+    }
+
+    /// The raised prices as stored.
+    static func raisedPrices(in store: any EmulatorStore) throws -> [String: (displayPrice: String, price: Money)] {
+        guard let text = try store.setting(Setting.raisedPrices) else { return [:] }
+        var prices: [String: (displayPrice: String, price: Money)] = [:]
+        for member in (try? JSONParser.parse(Array(text.utf8)))?.objectValue?.members ?? [] {
+            guard let display = member.value.stringValue, let price = Money(decimal: display, currency: "USD") else {
+                continue
+            }
+            prices[member.key] = (display, price)
+        }
+        return prices
+    }
+
+    /// A product's price now: raised, or the catalogue's.
+    func listPrice(_ productID: String) -> Money? {
+        raisedPrices.withLock { $0[productID]?.price } ?? catalog.entry(productID)?.price
+    }
+
+    /// A product's display price now: raised, or the catalogue's.
+    func listDisplayPrice(_ entry: Catalog.Entry) -> String? {
+        raisedPrices.withLock { $0[entry.productID]?.displayPrice } ?? entry.displayPrice
     }
 
     /// Stops the scheduler and gives up the data directory, so another emulator may open it. The store

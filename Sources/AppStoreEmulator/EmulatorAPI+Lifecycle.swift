@@ -187,10 +187,11 @@ extension EmulatorRoutes {
         router.post(
             base + "/products/{product}/price-increase",
             guarded { request, context in
-                let body = try RequestBody(request, allowed: ["requiresConsent"])
+                let body = try RequestBody(request, allowed: ["requiresConsent", "displayPrice"])
                 let count = try await store.announcePriceIncrease(
                     productID: try context.parameter("product"),
-                    requiresConsent: try body.bool("requiresConsent") ?? true)
+                    requiresConsent: try body.bool("requiresConsent") ?? true,
+                    displayPrice: try body.string("displayPrice", maxBytes: 32))
                 return .json(.object(["subscriptions": .integer(Int64(count))]))
             })
         router.post(

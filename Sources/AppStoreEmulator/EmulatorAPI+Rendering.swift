@@ -22,11 +22,12 @@ extension EmulatorRoutes {
         ]
     }
 
-    static func render(_ entry: Catalog.Entry) -> JSONObject {
+    /// A product as the store sells it now: `displayPrice` when it was raised since the catalogue was read.
+    static func render(_ entry: Catalog.Entry, displayPrice: String? = nil) -> JSONObject {
         var object: JSONObject = [
             "productId": .string(entry.productID), "type": .string(entry.kind.rawValue),
             "displayName": .string(entry.name ?? entry.productID),
-            "displayPrice": .string(entry.displayPrice ?? "0.00"),
+            "displayPrice": .string(displayPrice ?? entry.displayPrice ?? "0.00"),
         ]
         if let subscription = entry.subscription {
             object["subscriptionPeriod"] = .string(subscription.period?.description ?? "")

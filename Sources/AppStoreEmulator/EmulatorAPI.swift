@@ -174,7 +174,8 @@ extension EmulatorRoutes {
                     deviceID: try context.parameter("device"), bundleID: try context.parameter("bundle"))
                 return .json(
                     .object([
-                        "products": .array(products.map { .object(Self.render($0)) }),
+                        "products": .array(
+                            products.map { .object(Self.render($0, displayPrice: store.listDisplayPrice($0))) }),
                         "invalidProductIdentifiers": .array(invalid.map(JSONValue.string)),
                     ]))
             })
@@ -188,7 +189,8 @@ extension EmulatorRoutes {
                     identifiers.isEmpty ? store.catalogEntries.map(\.productID) : identifiers)
                 return .json(
                     .object([
-                        "products": .array(products.map { .object(Self.render($0)) }),
+                        "products": .array(
+                            products.map { .object(Self.render($0, displayPrice: store.listDisplayPrice($0))) }),
                         "invalidProductIdentifiers": .array(invalid.map(JSONValue.string)),
                     ]))
             })

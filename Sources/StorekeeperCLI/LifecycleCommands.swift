@@ -175,10 +175,14 @@ enum LifecycleCommands {
             .init(
                 name: "requires-consent", valueName: "true|false",
                 help: "Whether subscribers must agree (default: true)."),
+            .init(
+                name: "display-price", valueName: "price",
+                help: "The new price, e.g. 3.99: charged from each subscriber's next renewal and to new buyers."),
         ])
 
     static func priceIncrease(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
         var body = JSONObject()
+        if let price = arguments.value("display-price") { body["displayPrice"] = .string(price) }
         if arguments.value("requires-consent") != nil {
             body["requiresConsent"] = .bool(try bool(arguments, "requires-consent"))
         }

@@ -38,7 +38,7 @@ enum ScenarioCommands {
             A scenario: {"name", "seed"?, "environment"?: "Sandbox"|"Production", "storekit"?: file, \
             "steps": [...]}. Steps: {"buy": productId}, {"advance": "P1M"}, {"billing": {"retryOnRenewal", \
             "gracePeriod"}}, {"autoRenew": bool}, {"expire": true}, {"renew": true}, {"refund": "OTHER"|"APP_ISSUE"}, \
-            {"refundReversal": true}, {"resolveIssue": true}, {"priceIncrease": {"product", "requiresConsent"}}, \
+            {"refundReversal": true}, {"resolveIssue": true}, {"priceIncrease": {"product", "requiresConsent", "displayPrice"}}, \
             {"priceConsent": bool}, {"availability": {"product", "forSale"}}, {"retentionRequest": true or {"locale", \
             "accept"}} (a customer on the cancellation page), and {"expect": {"notifications": \
             ["TYPE/SUBTYPE", ...] (exactly those written since the last expect, in order), "status": 1-5, \
@@ -404,11 +404,11 @@ enum ScenarioCommands {
                     lines.append("\(number). billing \(JSONWriter.string(value))")
                 case "priceIncrease":
                     guard let product = value["product"]?.stringValue else {
-                        throw ScenarioError("priceIncrease takes {\"product\", \"requiresConsent\"}")
+                        throw ScenarioError("priceIncrease takes {\"product\", \"requiresConsent\", \"displayPrice\"}")
                     }
-                    try await target.call(
-                        "POST", "/_emulator/v1/products/\(product)/price-increase",
-                        ["requiresConsent": .bool(value["requiresConsent"]?.boolValue ?? true)])
+                    var body: JSONObject = ["requiresConsent": .bool(value["requiresConsent"]?.boolValue ?? true)]
+                    if let price = value["displayPrice"]?.stringValue { body["displayPrice"] = .string(price) }
+                    try await target.call("POST", "/_emulator/v1/products/\(product)/price-increase", body)
                     lines.append("\(number). price increase for \(product)")
                 case "availability":
                     guard let product = value["product"]?.stringValue, let forSale = value["forSale"]?.boolValue else {

@@ -52,7 +52,7 @@ extension AppStore {
         let nextOffer = state.offerPeriodsLeft > 0 ? state.offer : nil
         if let price = charged(
             nextOffer.map({ self.price(of: $0, productID: state.autoRenewProductID) })
-                ?? catalog.entry(state.autoRenewProductID.rawValue)?.price, account)
+                ?? listPrice(state.autoRenewProductID.rawValue), account)
         {
             info["currency"] = .string(price.currency)
             info["renewalPrice"] = .integer(price.milliunits)

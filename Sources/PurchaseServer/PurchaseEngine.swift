@@ -10,6 +10,9 @@ public struct PurchaseUpdate: Sendable, Hashable {
     public var notice: AppleNotice?
     /// Apple's `consumptionRequestReason`, with a CONSUMPTION_REQUEST.
     public var requestReason: String?
+    /// The transaction is a receipt's record (a post's receipt, a V1 notification's), not Apple's signed one:
+    /// a receipt never shows a consumable's refund, so it cannot tell that one was reversed.
+    public var fromReceipt = false
 
     public init(
         source: ServerEventSource, transaction: PurchaseRecord? = nil, renewal: RenewalFacts? = nil,
@@ -142,7 +145,9 @@ public enum PurchaseEngine {
         }
         if var current = subscription {
             current.owner = context.owner
-            if update.notice?.isRefundRequest == true {
+            // V2's request names its transaction; V1's (about a consumable) comes with every purchase of the
+            // receipt, so it marks no subscription.
+            if update.notice?.isRefundRequest == true, update.notice?.type != nil {
                 // When Apple signed it (a later request moves it on; a replayed older one does not).
                 let asked = update.transaction?.signedDate ?? now
                 current.refundRequestDate = max(current.refundRequestDate ?? asked, asked)
@@ -216,7 +221,8 @@ public enum PurchaseEngine {
             // the customer asked support for: a family-shared transaction is never refunded itself.
             let family =
                 transaction.revocationType.map { $0 == "FAMILY_REVOKE" }
-                ?? (transaction.ownership == .familyShared || context.update.notice?.type == .revoke)
+                ?? (transaction.ownership == .familyShared || context.update.notice?.type == .revoke
+                    || context.update.notice == .v1(.revoke))
             var details = [
                 "reason": family ? "FAMILY_REVOKE" : "CUSTOMER_SUPPORT",
                 "revocationReason": String(transaction.revocationReason ?? 0),
@@ -229,7 +235,7 @@ public enum PurchaseEngine {
                     .refund, key: "\(id):\(milliseconds(transaction.revocationDate ?? transaction.signedDate))",
                     subscription: nil, transaction: transaction,
                     date: transaction.revocationDate ?? transaction.signedDate, details: details))
-        } else if wasRevoked && !isRevoked {
+        } else if wasRevoked && !isRevoked && !(context.update.fromReceipt && transaction.kind == .consumable) {
             if transaction.kind == .consumable {
                 // What the refund took back (the stored record still says how much), given back; dated by the
                 // revocation it undoes, so that each refund is reversed once however often it is told.

@@ -169,7 +169,11 @@ extension PurchaseServer {
                     try store.save(Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current))
                 }
             }
-            let updates = purchases.map { PurchaseUpdate(source: .app, transaction: $0) }
+            let updates = purchases.map {
+                var update = PurchaseUpdate(source: .app, transaction: $0)
+                update.fromReceipt = true
+                return update
+            }
             return try self.apply(updates, bundleID: bundleID, claimant: appUserID, in: store, now: current)
         }
         for original in Set(purchases.filter { $0.kind == .autoRenewable }.map(\.originalTransactionID)).sorted() {

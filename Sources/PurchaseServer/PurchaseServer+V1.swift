@@ -43,7 +43,9 @@ extension PurchaseServer {
                 "notifications from \(environment.rawValue) are not accepted for \(app.settings.bundleID)")
         }
         var found = Self.purchases(of: parsed, environment: environment).map {
-            PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
+            var update = PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
+            update.fromReceipt = true
+            return update
         }
         let current = now()
         for renewal in notification.pendingRenewals {

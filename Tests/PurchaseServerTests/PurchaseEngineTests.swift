@@ -297,6 +297,42 @@ struct PurchaseEngineTests {
             owner: "user", now: Self.start)
         let event = refunded.events.first { $0.type == .refund }
         #expect(event?.details["reason"] == "CUSTOMER_SUPPORT" && event?.details["revocationPercentage"] == "100000")
+        // V1's REVOKE (a receipt's record, no revocationType, ownership unknown) is the family's too.
+        let v1 = PurchaseEngine.apply(
+            PurchaseUpdate(source: "notification", transaction: Self.period(0, revoked: true), notice: .v1(.revoke)),
+            purchase: nil, subscription: nil, owner: "user", now: Self.start)
+        #expect(v1.events.first { $0.type == .refund }?.details["reason"] == "FAMILY_REVOKE")
+    }
+
+    @Test(
+        "Receipts: a consumable's refund is never read as reversed (receipts do not show it); V1's refund request marks no subscription"
+    )
+    func receiptRecords() {
+        let coins = PurchaseRecord(
+            transactionID: "77", originalTransactionID: "77", bundleID: "app", productID: "coins", kind: .consumable,
+            quantity: 3, purchaseDate: Self.start, environment: .sandbox, signedDate: Self.start.addingTimeInterval(1))
+        var refunded = coins
+        refunded.revocationDate = Self.start.addingTimeInterval(5)
+        refunded.signedDate = Self.start.addingTimeInterval(5)
+        // A receipt made later, still listing the coins (unfinished), without a cancellation date.
+        var inReceipt = PurchaseUpdate(source: "app", transaction: coins)
+        inReceipt.transaction?.signedDate = Self.start.addingTimeInterval(9)
+        inReceipt.fromReceipt = true
+        let result = Self.run([
+            PurchaseUpdate(source: "app", transaction: coins),
+            PurchaseUpdate(source: "notification", transaction: refunded),
+            inReceipt,
+        ])
+        #expect(result.ledger.map(\.quantity) == [3, -3], "no credit back")
+        #expect(result.events == ["NON_RENEWING_PURCHASE", "REFUND"])
+
+        // V1's CONSUMPTION_REQUEST comes with every purchase of the receipt: a subscription in it is not asked
+        // about as if its refund were requested.
+        var period = PurchaseUpdate(
+            source: "notification", transaction: Self.period(0), notice: .v1(.consumptionRequest))
+        period.fromReceipt = true
+        let asked = Self.run([PurchaseUpdate(source: "app", transaction: Self.period(0)), period])
+        #expect(asked.subscription?.refundRequestDate == nil)
     }
 
     @Test("A signed quantity is counted within 0 and a million: no absurd number reaches the ledger's sums")

@@ -286,18 +286,38 @@ public enum PurchaseEngine {
         guard newPeriod || samePeriod else { return subscription }
         if newPeriod {
             // Apple's reason says what a new period is: a renewal, or bought — an upgrade while subscribed, or a
-            // resubscription. Without one (receipts), the stored status decides.
-            // Apple's SUBSCRIBED/RESUBSCRIBE says so too, when its EXPIRED has not arrived yet.
+            // resubscription. Without one (receipts, V1) the dates do: a period starting where the last one ended
+            // renews it, one starting before it is bought while subscribed, one after a gap is a resubscription
+            // unless billing was being retried (a recovery). Apple's SUBSCRIBED/RESUBSCRIBE says so too, when its
+            // EXPIRED has not arrived yet.
             let resubscribed = context.update.notice == .v2(.subscribed, .resubscribe)
-            let wasEnded =
-                switch transaction.reason {
-                case .renewal?: false
-                case .purchase?:
+            var renews = transaction.reason == .renewal
+            let wasEnded: Bool
+            switch transaction.reason {
+            case .renewal?: wasEnded = false
+            case .purchase?:
+                wasEnded =
                     transaction.productID == subscription.productID || [2, 5].contains(subscription.status)
-                        || resubscribed
-                default: [2, 5].contains(subscription.status) || resubscribed
+                    || resubscribed
+            default:
+                if let previous = subscription.expiresDate {
+                    let gap = transaction.purchaseDate.timeIntervalSince(previous)
+                    if abs(gap) < 60 {
+                        (wasEnded, renews) = (resubscribed, !resubscribed)
+                    } else if gap < 0 {
+                        wasEnded = resubscribed
+                    } else {
+                        wasEnded = ![3, 4].contains(subscription.status) || resubscribed
+                        renews = !wasEnded
+                    }
+                } else {
+                    wasEnded = [2, 5].contains(subscription.status) || resubscribed
                 }
-            if transaction.productID != subscription.productID && !wasEnded && transaction.reason != .renewal {
+            }
+            // A renewal into the product a plan change named was told when the change was (its PRODUCT_CHANGE);
+            // one no change announced (the notification lost) is told now.
+            let announced = renews && transaction.productID == subscription.autoRenewProductID
+            if transaction.productID != subscription.productID && !wasEnded && !announced {
                 outcome.events.append(
                     context.event(
                         .productChange, key: "\(transaction.transactionID)",

@@ -169,7 +169,11 @@ extension PurchaseServer {
                     try store.save(Subscriber(bundleID: bundleID, appUserID: user, firstSeen: current))
                 }
             }
-            let updates = purchases.map {
+            // In the order they were bought (a receipt lists them in its bytes' order): each period follows the
+            // one before it.
+            let updates = purchases.sorted {
+                ($0.purchaseDate, $0.transactionID.rawValue) < ($1.purchaseDate, $1.transactionID.rawValue)
+            }.map {
                 var update = PurchaseUpdate(source: .app, transaction: $0)
                 update.fromReceipt = true
                 return update

@@ -42,7 +42,9 @@ extension PurchaseServer {
             throw PurchaseServerError.invalid(
                 "notifications from \(environment.rawValue) are not accepted for \(app.settings.bundleID)")
         }
-        var found = Self.purchases(of: parsed, environment: environment).map {
+        var found = Self.purchases(of: parsed, environment: environment).sorted {
+            ($0.purchaseDate, $0.transactionID.rawValue) < ($1.purchaseDate, $1.transactionID.rawValue)
+        }.map {
             var update = PurchaseUpdate(source: .notification, transaction: $0, notice: .v1(type))
             update.fromReceipt = true
             return update

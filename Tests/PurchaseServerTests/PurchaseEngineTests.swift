@@ -162,6 +162,49 @@ struct PurchaseEngineTests {
         #expect(resubscribed.events == ["INITIAL_PURCHASE", "INITIAL_PURCHASE"])
     }
 
+    @Test(
+        "Without Apple's reason (receipts, V1) the dates classify a period: renewal, bought while subscribed, resubscription"
+    )
+    func periodsByDate() {
+        /// A receipt's record of period `index`: no transactionReason.
+        func receipt(_ index: Int, product: String = "monthly", starts: TimeInterval? = nil) -> PurchaseUpdate {
+            var period = Self.period(index, product: product)
+            period.reason = nil
+            if let starts {
+                period.purchaseDate = Self.start.addingTimeInterval(starts)
+                period.expiresDate = period.purchaseDate.addingTimeInterval(Self.month)
+            }
+            var update = PurchaseUpdate(source: "app", transaction: period)
+            update.fromReceipt = true
+            return update
+        }
+        // A receipt with three periods of history, for a subscription the server has not seen, read long after
+        // the first ended: one purchase and two renewals, not three purchases.
+        let history = Self.run(
+            [receipt(0), receipt(1), receipt(2)], now: Self.start.addingTimeInterval(2.5 * Self.month))
+        #expect(history.events == ["INITIAL_PURCHASE", "RENEWAL", "RENEWAL"])
+        // After a gap (the subscription had expired): a resubscription.
+        let gap = Self.run([receipt(0), receipt(3)], now: Self.start.addingTimeInterval(3.5 * Self.month))
+        #expect(gap.events == ["INITIAL_PURCHASE", "INITIAL_PURCHASE"])
+        // Bought before the period ended, another product: an upgrade.
+        let upgrade = Self.run([receipt(0), receipt(1, product: "premium", starts: Self.month / 2)])
+        #expect(upgrade.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
+        // A downgrade told by V1's DID_CHANGE_RENEWAL_PREF (its PRODUCT_CHANGE), then its renewal: one
+        // PRODUCT_CHANGE, not two.
+        let downgrade = Self.run([
+            receipt(0),
+            PurchaseUpdate(source: "notification", renewal: Self.renewal(10, status: 1, next: "basic")),
+            receipt(1, product: "basic"),
+        ])
+        #expect(downgrade.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
+        // A renewal into another product no notification announced (its DOWNGRADE lost): told now.
+        let unannounced = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(source: "notification", transaction: Self.period(1, product: "basic")),
+        ])
+        #expect(unannounced.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
+    }
+
     @Test("Consumables: a purchase credits, a refund debits (below zero), a reversal credits again, each once")
     func ledger() {
         func coins(revoked: Bool, signed: TimeInterval) -> PurchaseUpdate {

@@ -139,7 +139,12 @@ public enum PurchaseEngine {
             if let applied = current.renewalSignedDate, renewal.signedDate < applied {
                 if !appliedTransaction { outcome.stale = true }
             } else {
-                applyRenewal(renewal, to: &current)
+                // Facts signed before the current period was first signed are about an earlier one: its status
+                // (billing retry, say, before the app posted the recovered period) is not this period's.
+                // (A second of slack: one notification's records are signed together.)
+                let earlierPeriod =
+                    current.periodSignedDate.map { renewal.signedDate < $0.addingTimeInterval(-1) } ?? false
+                applyRenewal(renewal, to: &current, setsStatus: !earlierPeriod)
                 subscription = current
             }
         }
@@ -269,6 +274,7 @@ public enum PurchaseEngine {
                 revocationReason: transaction.revocationReason, offerType: transaction.offerType,
                 offerDiscountType: transaction.offerDiscountType, transactionSignedDate: transaction.signedDate,
                 renewalSignedDate: nil, owner: context.owner)
+            record.periodSignedDate = transaction.signedDate
             record.billingPlanType = transaction.billingPlanType
             record.commitment = transaction.commitment
             outcome.events.append(
@@ -338,6 +344,7 @@ public enum PurchaseEngine {
                     details: ["periodType": periodType(transaction.offerType, transaction.offerDiscountType)]))
             subscription.latestTransactionID = transaction.transactionID
             subscription.latestPurchaseDate = transaction.purchaseDate
+            subscription.periodSignedDate = transaction.signedDate
             subscription.productID = transaction.productID
             subscription.offerType = transaction.offerType
             subscription.offerDiscountType = transaction.offerDiscountType
@@ -386,8 +393,12 @@ public enum PurchaseEngine {
         return (transaction.expiresDate ?? .distantFuture) > now ? 1 : 2
     }
 
-    static func applyRenewal(_ renewal: RenewalFacts, to subscription: inout SubscriptionRecord) {
-        if let status = renewal.status {
+    static func applyRenewal(
+        _ renewal: RenewalFacts, to subscription: inout SubscriptionRecord, setsStatus: Bool = true
+    ) {
+        if !setsStatus {
+            // Only what still holds: the customer's choices, not where billing stood then.
+        } else if let status = renewal.status {
             subscription.status = status
         } else if subscription.status != 5, let retrying = renewal.isInBillingRetryPeriod {
             // No status from Apple (a notification from before it had one): the renewal info says billing retry,
@@ -404,8 +415,10 @@ public enum PurchaseEngine {
         }
         if let autoRenew = renewal.autoRenewStatus { subscription.autoRenewStatus = autoRenew }
         if let product = renewal.autoRenewProductID { subscription.autoRenewProductID = product }
-        subscription.expirationIntent = renewal.expirationIntent
-        subscription.gracePeriodExpiresDate = renewal.gracePeriodExpiresDate
+        if setsStatus {
+            subscription.expirationIntent = renewal.expirationIntent
+            subscription.gracePeriodExpiresDate = renewal.gracePeriodExpiresDate
+        }
         subscription.priceIncreaseStatus = renewal.priceIncreaseStatus
         subscription.renewalSignedDate = renewal.signedDate
         subscription.renewalBillingPlanType = renewal.renewalBillingPlanType

@@ -216,6 +216,9 @@ public struct SubscriptionRecord: Codable, Sendable, Hashable {
     public var transactionSignedDate: Date
     /// When Apple signed the newest renewal facts applied (nil: none yet; the status is inferred).
     public var renewalSignedDate: Date?
+    /// When Apple signed the first record of the current period seen here: renewal facts signed before it
+    /// describe an earlier period (a notification retried late), so they do not set this one's status.
+    public var periodSignedDate: Date? = nil
     public var owner: String?
     /// How the current period was billed (`BILLED_UPFRONT`, `MONTHLY`) and how the next one will be.
     public var billingPlanType: String? = nil

@@ -162,6 +162,27 @@ struct PurchaseEngineTests {
         #expect(resubscribed.events == ["INITIAL_PURCHASE", "INITIAL_PURCHASE"])
     }
 
+    @Test("Renewal facts signed before the current period was first signed do not set its status (a late retry)")
+    func lateRetryAfterPostedPeriod() {
+        // In the grace period (signed at 10), the grace period's end is told at 20 but arrives late, after the
+        // app posted the recovered period (signed at 30): it must not put the paying user in billing retry.
+        var grace = Self.renewal(10, status: 4)
+        grace.gracePeriodExpiresDate = Self.start.addingTimeInterval(Self.month + 60)
+        let late = Self.run(
+            [
+                PurchaseUpdate(source: "app", transaction: Self.period(0, signed: 1)),
+                PurchaseUpdate(
+                    source: "notification", renewal: grace, notice: .v2("DID_FAIL_TO_RENEW", "GRACE_PERIOD")),
+                PurchaseUpdate(source: "app", transaction: Self.period(1, signed: 30)),
+                PurchaseUpdate(
+                    source: "notification", renewal: Self.renewal(20, status: 3, autoRenew: false),
+                    notice: .v2("GRACE_PERIOD_EXPIRED", nil)),
+            ], now: Self.start.addingTimeInterval(Self.month + 40))
+        #expect(late.subscription?.status == 1, "\(String(describing: late.subscription))")
+        #expect(late.subscription?.autoRenewStatus == false, "the customer's choice still holds")
+        #expect(!late.events.contains("BILLING_ISSUE"), "\(late.events)")
+    }
+
     @Test(
         "Without Apple's reason (receipts, V1) the dates classify a period: renewal, bought while subscribed, resubscription"
     )

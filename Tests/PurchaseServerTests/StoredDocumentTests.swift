@@ -121,7 +121,8 @@ struct StoredDocumentTests {
                  "gracePeriodExpiresDate": 1796431087068, "expirationIntent": 2, "priceIncreaseStatus": 1,
                  "ownership": "PURCHASED", "revocationDate": 1796430887000, "revocationReason": 0, "offerType": 2,
                  "offerDiscountType": "PAY_AS_YOU_GO", "transactionSignedDate": 1796430887068.25,
-                 "renewalSignedDate": 1796430887069, "owner": "alice", "billingPlanType": "MONTHLY",
+                 "renewalSignedDate": 1796430887069, "periodSignedDate": 1796430887067, "owner": "alice",
+                 "billingPlanType": "MONTHLY",
                  "renewalBillingPlanType": "BILLED_UPFRONT",
                  "commitment": {"billingPeriodNumber": 2, "totalBillingPeriods": 12, "expiresDate": 1796430887068,
                                 "price": 99000, "autoRenewStatus": true, "renewalDate": 1796430887068},
@@ -132,6 +133,7 @@ struct StoredDocumentTests {
         var bare = subscription
         (bare.autoRenewProductID, bare.expiresDate, bare.gracePeriodExpiresDate, bare.commitment) = (nil, nil, nil, nil)
         (bare.renewalSignedDate, bare.owner, bare.refundRequestDate, bare.lastPolled) = (nil, nil, nil, nil)
+        bare.periodSignedDate = nil
         try Self.checkBuilt(bare, everyMember: false)
 
         try Self.checkBuilt(

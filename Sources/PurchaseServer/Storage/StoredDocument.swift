@@ -106,6 +106,7 @@ extension SubscriptionRecord: StoredDocument {
         members.text("offerDiscountType", offerDiscountType)
         members.date("transactionSignedDate", transactionSignedDate)
         members.date("renewalSignedDate", renewalSignedDate)
+        members.date("periodSignedDate", periodSignedDate)
         members.text("owner", owner)
         members.text("billingPlanType", billingPlanType)
         members.text("renewalBillingPlanType", renewalBillingPlanType)

@@ -28,7 +28,8 @@ extension AppStore {
         let account = Account(
             id: AccountID(newTimeOrderedUUID(at: now)), environment: environment, storefront: storefront.countryCode,
             askToBuy: settings?.askToBuyEnabled ?? false,
-            purchaseFailure: settings?.failTransactionsEnabled == true ? .failed : nil,
+            purchaseFailure: settings?.failTransactionsEnabled == true || settings?.purchaseErrorEnabled == true
+                ? .failed : nil,
             billingRetryOnRenewal: settings?.renewalBillingIssuesEnabled ?? false,
             billingGracePeriod: settings?.billingGracePeriodEnabled ?? false)
         try await storage.write { try $0.insert(account) }

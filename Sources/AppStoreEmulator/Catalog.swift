@@ -72,12 +72,14 @@ public struct Catalog: Sendable {
             for product in configuration.products where entries[product.productID] == nil {
                 entries[product.productID] = Entry(
                     productID: product.productID, kind: product.kind, displayPrice: product.displayPrice,
-                    name: product.localizations.first?.displayName, familyShareable: product.familyShareable)
+                    name: Localization.displayName(product.localizations, locale: configuration.settings.locale),
+                    familyShareable: product.familyShareable)
             }
             for subscription in configuration.subscriptions where entries[subscription.productID] == nil {
                 entries[subscription.productID] = Entry(
                     productID: subscription.productID, kind: .autoRenewable, displayPrice: subscription.displayPrice,
-                    name: subscription.localizations.first?.displayName, subscription: subscription,
+                    name: Localization.displayName(subscription.localizations, locale: configuration.settings.locale),
+                    subscription: subscription,
                     familyShareable: subscription.familyShareable)
             }
         }

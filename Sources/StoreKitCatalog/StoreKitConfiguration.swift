@@ -59,12 +59,22 @@ public struct StoreKitConfiguration: Sendable, Hashable {
         }
         var groups: [SubscriptionGroup] = []
         for item in root["subscriptionGroups"]?.arrayValue ?? [] {
-            guard let object = item.objectValue else {
+            guard var object = item.objectValue else {
                 throw ConfigurationError(description: "a subscription group is not an object")
             }
             if let list = object["subscriptions"], list != .null, list.arrayValue == nil {
                 throw ConfigurationError(
                     description: "subscriptionGroups[\(groups.count)].subscriptions must be an array")
+            }
+            // A group's id ties its subscriptions together (changes within it, its win-back offers): a group
+            // written without one gets one of its own (two without would otherwise be taken for one); two with
+            // the same are refused.
+            if object["id"]?.stringValue.map({ $0.isEmpty }) ?? true {
+                object["id"] = JSONValue.string("subscriptionGroups[\(groups.count)]")
+            }
+            if let groupID = object["id"]?.stringValue, groups.contains(where: { $0.id == groupID }) {
+                throw ConfigurationError(
+                    description: "subscriptionGroups[\(groups.count)]: the id '\(groupID)' is another group's too")
             }
             var group = SubscriptionGroup(json: object)
             for (index, item) in (object["subscriptions"]?.arrayValue ?? []).enumerated() {
@@ -246,6 +256,15 @@ public struct Localization: Sendable, Hashable {
     static func list(_ value: JSONValue?) -> [Localization] {
         (value?.arrayValue ?? []).compactMap(\.objectValue).map(Localization.init)
     }
+
+    /// The name to show from `localizations`: the one of `locale` (the file's `_locale`), else the first that
+    /// is not empty (Xcode writes `""` for a name left blank); nil when there is none.
+    public static func displayName(_ localizations: [Localization], locale: String?) -> String? {
+        let named = localizations.filter { !$0.displayName.isEmpty }
+        let normalized = locale?.replacingOccurrences(of: "-", with: "_")
+        return (named.first { $0.locale.replacingOccurrences(of: "-", with: "_") == normalized } ?? named.first)?
+            .displayName
+    }
 }
 
 /// What every sellable item of a catalogue has.
@@ -422,6 +441,14 @@ public struct Settings: Sendable, Hashable {
     public var locale: String? { json["_locale"]?.stringValue }
     public var askToBuyEnabled: Bool { json["_askToBuyEnabled"]?.boolValue ?? false }
     public var failTransactionsEnabled: Bool { json["_failTransactionsEnabled"]?.boolValue ?? false }
+    /// Xcode 15's StoreKit errors (`_storeKitErrors`, which replaced `_failTransactionsEnabled`): whether the
+    /// purchase error is turned on, so that purchases fail.
+    public var purchaseErrorEnabled: Bool {
+        (json["_storeKitErrors"]?.arrayValue ?? []).contains { item in
+            item["enabled"]?.boolValue == true
+                && (item["name"]?.stringValue == "Purchase" || item["current"]?["type"]?.stringValue == "purchase")
+        }
+    }
     public var billingGracePeriodEnabled: Bool { json["_billingGracePeriodEnabled"]?.boolValue ?? false }
     /// Xcode's "Renewal Billing Issues": renewals fail and enter billing retry.
     public var renewalBillingIssuesEnabled: Bool { json["_renewalBillingIssuesEnabled"]?.boolValue ?? false }

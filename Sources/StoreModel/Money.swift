@@ -14,6 +14,13 @@ public struct Money: Sendable, Hashable, Codable {
     /// Parses a decimal price such as "9.99"; nil when it is not a non-negative decimal with at most three
     /// fraction digits that fits in milliunits.
     public init?(decimal text: String, currency: String) {
+        // The whole text, digits and one point (Foundation's parser stops at the first character it does not
+        // take: "1,99" read as 1, "4.99 USD" as 4.99).
+        let bytes = Array(text.utf8)
+        let point = bytes.firstIndex(of: UInt8(ascii: "."))
+        guard (1...24).contains(bytes.count), bytes.first != UInt8(ascii: "."),
+            bytes.enumerated().allSatisfy({ $0.offset == point || (48...57).contains($0.element) })
+        else { return nil }
         guard let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")), value >= 0 else {
             return nil
         }

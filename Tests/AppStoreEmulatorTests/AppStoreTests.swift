@@ -131,6 +131,41 @@ struct AppStoreTests {
         let plain = try await Harness.make()
         let usual = try await plain.store.createAccount(environment: .sandbox)
         #expect(!usual.askToBuy && usual.purchaseFailure == nil && !usual.billingRetryOnRenewal)
+        // Xcode 15 and later write the purchase failure in _storeKitErrors (_failTransactionsEnabled stays false).
+        let modern = AppStoreTests.catalogText.replacingOccurrences(
+            of: #""settings":{"#,
+            with:
+                #""settings":{"_failTransactionsEnabled":false,"_storeKitErrors":[{"current":{"index":1,"type":"purchase"},"enabled":true,"name":"Purchase"},{"current":null,"enabled":false,"name":"Load Products"}],"#
+        )
+        let failing = try await AppStore(
+            catalog: [try StoreKitConfiguration(data: Array(modern.utf8))],
+            apps: [AppConfiguration(bundleID: AppStoreTests.bundleID)],
+            dataDirectory: try ExternalTool.temporaryDirectory())
+        #expect(try await failing.createAccount(environment: .sandbox).purchaseFailure == .failed)
+    }
+
+    @Test(
+        "Product names: the _locale's localization, else the first that is not blank; groups without an id stay apart")
+    func catalogueNamesAndGroups() throws {
+        let text = #"""
+            {"identifier":"N","version":{"major":4,"minor":0},"settings":{"_locale":"de_DE"},"products":[
+              {"productID":"a","type":"NonConsumable","displayPrice":"1.99","familyShareable":false,"internalID":"1",
+               "referenceName":"A","localizations":[{"locale":"en_US","displayName":"Lifetime"},{"locale":"de_DE","displayName":"Lebenslang"}]},
+              {"productID":"b","type":"Consumable","displayPrice":"0.99","familyShareable":false,"internalID":"2",
+               "referenceName":"B","localizations":[{"locale":"en_US","displayName":""},{"locale":"fr_FR","displayName":"Pièces"}]}],
+             "subscriptionGroups":[
+              {"name":"One","subscriptions":[{"productID":"s1","type":"RecurringSubscription","displayPrice":"2.99",
+                "familyShareable":false,"internalID":"3","referenceName":"S1","groupNumber":1,"recurringSubscriptionPeriod":"P1M"}]},
+              {"name":"Two","subscriptions":[{"productID":"s2","type":"RecurringSubscription","displayPrice":"2.99",
+                "familyShareable":false,"internalID":"4","referenceName":"S2","groupNumber":1,"recurringSubscriptionPeriod":"P1M"}]}]}
+            """#
+        let configuration = try StoreKitConfiguration(data: Array(text.utf8))
+        let names = configuration.products.map {
+            Localization.displayName($0.localizations, locale: configuration.settings.locale)
+        }
+        #expect(names == ["Lebenslang", "Pièces"])
+        let groups = configuration.subscriptions.map(\.groupID)
+        #expect(groups.count == 2 && Set(groups).count == 2, "\(groups)")
     }
 
     @Test("Account and order ids are time-ordered on the store clock; an order id keeps Apple's ten A-Z0-9 characters")

@@ -31,7 +31,9 @@ struct StoreModelTests {
         #expect(money.decimalString == rendered)
     }
 
-    @Test("money refuses what milliunits cannot hold", arguments: ["-1", "0.0001", "abc", "1e30"])
+    @Test(
+        "money refuses what milliunits cannot hold, and anything but digits and one point",
+        arguments: ["-1", "0.0001", "abc", "1e30", "1,99", "4.99 USD", "$1.99", " 1.99", "1.9.9", ".5", ""])
     func moneyRefused(text: String) {
         #expect(Money(decimal: text, currency: "USD") == nil)
     }

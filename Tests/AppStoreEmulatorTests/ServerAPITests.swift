@@ -537,35 +537,26 @@ struct ServerAPITests {
         func refused(_ id: String, _ request: ConsumptionRequest) async -> AppStoreServerAPIError? {
             await Self.apiError { try await client.sendConsumptionInformation(transactionID: id, request) }
         }
-        let undelivered = await refused(
-            coins,
-            ConsumptionRequest(
-                customerConsented: true, consumptionPercentage: 50_000, deliveryStatus: "UNDELIVERED_OTHER",
-                sampleContentProvided: false))
-        #expect(undelivered?.code == .generalBadRequest && undelivered?.status == 400)
+        let refusals: [(id: String, share: Int?, delivery: String, preference: String?, code: APIErrorCode)] = [
+            (coins, 50_000, "UNDELIVERED_OTHER", nil, .generalBadRequest),
+            (coins, 100_001, "DELIVERED", nil, .generalBadRequest),
+            (coins, nil, "DELIVERED", "MAYBE", .invalidRefundPreference),
+            (subscription, 10_000, "DELIVERED", nil, .consumptionPercentageAutoRenewableSubscription),
+        ]
+        for refusal in refusals {
+            let error = await refused(
+                refusal.id,
+                ConsumptionRequest(
+                    customerConsented: true, consumptionPercentage: refusal.share, deliveryStatus: refusal.delivery,
+                    refundPreference: refusal.preference, sampleContentProvided: false))
+            #expect(error?.code == refusal.code && error?.status == 400, "\(refusal)")
+        }
+        // A share of 0 is what an undelivered purchase takes.
         try await client.sendConsumptionInformation(
             transactionID: coins,
             ConsumptionRequest(
                 customerConsented: true, consumptionPercentage: 0, deliveryStatus: "UNDELIVERED_OTHER",
                 sampleContentProvided: false))
-        let beyond = await refused(
-            coins,
-            ConsumptionRequest(
-                customerConsented: true, consumptionPercentage: 100_001, deliveryStatus: "DELIVERED",
-                sampleContentProvided: false))
-        #expect(beyond?.code == .generalBadRequest)
-        let preference = await refused(
-            coins,
-            ConsumptionRequest(
-                customerConsented: true, deliveryStatus: "DELIVERED", refundPreference: "MAYBE",
-                sampleContentProvided: false))
-        #expect(preference?.code == .invalidRefundPreference && preference?.status == 400)
-        let subscriptionShare = await refused(
-            subscription,
-            ConsumptionRequest(
-                customerConsented: true, consumptionPercentage: 10_000, deliveryStatus: "DELIVERED",
-                sampleContentProvided: false))
-        #expect(subscriptionShare?.code == .consumptionPercentageAutoRenewableSubscription)
         try await client.sendConsumptionInformation(
             transactionID: subscription,
             ConsumptionRequest(customerConsented: true, deliveryStatus: "DELIVERED", sampleContentProvided: false))

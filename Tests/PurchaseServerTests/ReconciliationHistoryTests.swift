@@ -27,6 +27,14 @@ struct ReconciliationHistoryTests {
         return (apple, server, storage)
     }
 
+    /// A last page of the history holding one notification, signed by the fixtures' chain.
+    static func page(of notification: JSONObject) throws -> JSONObject {
+        [
+            "notificationHistory": .array([.object(["signedPayload": .string(try JWSFixtures.sign(notification))])]),
+            "hasMore": .bool(false),
+        ]
+    }
+
     static func json(_ object: JSONObject, status: Int = 200) -> HTTPResponse {
         HTTPResponse(
             status: status, headers: [("Content-Type", "application/json")], body: JSONWriter.bytes(.object(object)))
@@ -62,10 +70,7 @@ struct ReconciliationHistoryTests {
     @Test("A stored page token Apple refuses (expired) is dropped: the window is read again from its start")
     func expiredPageToken() async throws {
         let known = try JWSFixtures.notification()
-        let page: JSONObject = [
-            "notificationHistory": .array([.object(["signedPayload": .string(try JWSFixtures.sign(known))])]),
-            "hasMore": .bool(false),
-        ]
+        let page = try Self.page(of: known)
         let tokens = Mutex<[String?]>([])
         let (apple, server, storage) = try await Self.stand { request in
             let token = request.query["paginationToken"]
@@ -177,10 +182,7 @@ struct ReconciliationHistoryTests {
     @Test("A Sandbox checkpoint older than Apple's 30 days restarts inside them; Apple's 4000012 moves it on once")
     func windowAppleKeeps() async throws {
         let known = try JWSFixtures.notification()
-        let page: JSONObject = [
-            "notificationHistory": .array([.object(["signedPayload": .string(try JWSFixtures.sign(known))])]),
-            "hasMore": .bool(false),
-        ]
+        let page = try Self.page(of: known)
         let day: Int64 = 86_400_000
         let starts = Mutex<[Int64]>([])
         // A stand-in whose clock is a day and a half ahead of the server's: the server's first start (29 days

@@ -130,15 +130,6 @@ public final class ControlPlaneGuard: InlineMiddleware {
         return String(host[..<colon])
     }
 
-    /// Whether an address is a loopback one (binding it exposes nothing beyond this machine): `localhost`,
-    /// `::1`, or an IPv4 literal in 127.0.0.0/8 (not a name that merely starts with `127.`).
-    public static func isLoopback(_ host: String) -> Bool {
-        if host == "localhost" || host == "::1" || host == "[::1]" { return true }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "127" else { return false }
-        return parts.allSatisfy { part in
-            (1...3).contains(part.count) && part.allSatisfy(\.isASCII) && part.allSatisfy(\.isNumber)
-                && Int(part).map { $0 <= 255 } == true
-        }
-    }
+    /// Whether an address is a loopback one (binding it exposes nothing beyond this machine).
+    public static func isLoopback(_ host: String) -> Bool { HTTPAddress.isLoopback(host) }
 }

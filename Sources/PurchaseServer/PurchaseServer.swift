@@ -280,6 +280,16 @@ public final class PurchaseServer: Sendable {
     /// endpoint's budget allows) and applies what it says; answers the events it made, or nil when it did
     /// not ask. A failure is logged, not fatal (the notification or the next poll will tell). `polled`
     /// records the ask on the subscription (the reconciler's).
+    /// Records that the reconciler asked about the subscription at `date`, under its lock (whether or not the
+    /// answer held it: one that did not decode, or an error).
+    static func markPolled(_ original: TransactionID, at date: Date, in store: any ServerStore) throws {
+        try store.lock(original: original)
+        if var subscription = try store.subscription(original) {
+            subscription.lastPolled = date
+            try store.save(subscription)
+        }
+    }
+
     /// How long an app's post waits for Apple's answer about its subscription (one try): the app's client
     /// gives up after 30 s, and a post answered late is posted again.
     static let inlineRefreshTimeout: Duration = .seconds(5)
@@ -320,12 +330,7 @@ public final class PurchaseServer: Sendable {
             let bundleID = app.settings.bundleID
             let result = try await write(input: nil) { store in
                 let events = try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)
-                // Under the subscription's lock, whether or not the answer held it (one that did not decode).
-                if polled { try store.lock(original: originalTransactionID) }
-                if polled, var subscription = try store.subscription(originalTransactionID) {
-                    subscription.lastPolled = current
-                    try store.save(subscription)
-                }
+                if polled { try Self.markPolled(originalTransactionID, at: current, in: store) }
                 return events
             }
             return result.events.count
@@ -337,11 +342,7 @@ public final class PurchaseServer: Sendable {
             if polled, (error as? AppStoreServerAPIError)?.status != 429 {
                 let current = now()
                 _ = try? await write(input: nil) { store in
-                    try store.lock(original: originalTransactionID)
-                    if var subscription = try store.subscription(originalTransactionID) {
-                        subscription.lastPolled = current
-                        try store.save(subscription)
-                    }
+                    try Self.markPolled(originalTransactionID, at: current, in: store)
                     return []
                 }
             }

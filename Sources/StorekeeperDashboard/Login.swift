@@ -289,7 +289,7 @@ final class SignInAttempts: Sendable {
     /// The client a request counts against.
     static func client(_ request: HTTPRequest) -> String {
         var address = request.remoteAddress ?? ""
-        if isLoopback(address) {
+        if HTTPAddress.isLoopback(address) {
             let forwarded = request.header("X-Forwarded-For")?.split(separator: ",").last
                 .map { $0.trimmingCharacters(in: .whitespaces) }
             if let proxied = forwarded ?? request.header("X-Real-IP")?.trimmingCharacters(in: .whitespaces),
@@ -299,10 +299,6 @@ final class SignInAttempts: Sendable {
             }
         }
         return prefix64(address) ?? address
-    }
-
-    static func isLoopback(_ address: String) -> Bool {
-        address.hasPrefix("127.") || address == "::1" || address == "::ffff:127.0.0.1"
     }
 
     /// An IPv6 address's first 64 bits (`2001:db8:1:2::/64`); nil for anything else.

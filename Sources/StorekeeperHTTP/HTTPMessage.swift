@@ -219,3 +219,20 @@ enum HTTPHeaderName {
         }
     }
 }
+
+/// Addresses as the servers judge them.
+public enum HTTPAddress {
+    /// Whether a host or peer address is this machine's own (binding it exposes nothing beyond it; a peer with
+    /// it is a process here, a local proxy say): `localhost`, `::1` (bracketed or not), an IPv4 literal in
+    /// 127.0.0.0/8, or one mapped into IPv6 (`::ffff:127.0.0.1`); not a name that merely starts with `127.`.
+    public static func isLoopback(_ host: String) -> Bool {
+        if host == "localhost" || host == "::1" || host == "[::1]" { return true }
+        let v4 = host.hasPrefix("::ffff:") ? String(host.dropFirst(7)) : host
+        let parts = v4.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "127" else { return false }
+        return parts.allSatisfy { part in
+            (1...3).contains(part.count) && part.allSatisfy { $0.isASCII && $0.isNumber }
+                && Int(part).map { $0 <= 255 } == true
+        }
+    }
+}

@@ -180,11 +180,32 @@ extension PurchaseServer {
             }
             return try self.apply(updates, bundleID: bundleID, claimant: appUserID, in: store, now: current)
         }
-        for original in Set(purchases.filter { $0.kind == .autoRenewable }.map(\.originalTransactionID)).sorted() {
-            await refreshFromAPI(app: app, originalTransactionID: original, environment: environment)
+        // Apple's API asked about the subscriptions bought last, together, so that the post waits one inline
+        // timeout at most however many a receipt carries; the rest are the reconciler's and the notifications'.
+        await withTaskGroup(of: Void.self) { group in
+            for original in Self.inlineRefreshes(of: purchases) {
+                group.addTask {
+                    await self.refreshFromAPI(app: app, originalTransactionID: original, environment: environment)
+                }
+            }
         }
         return Posted(
             view: try await subscriber(bundleID: bundleID, appUserID: appUserID),
             transactionIDs: Set(purchases.map(\.transactionID)))
+    }
+
+    /// How many of a receipt's subscriptions its post asks Apple's API about while it waits.
+    static let inlineRefreshLimit = 3
+
+    /// The auto-renewable subscriptions (originals) a receipt's post asks Apple's API about: those whose latest
+    /// purchase in the receipt is newest, at most ``inlineRefreshLimit``.
+    static func inlineRefreshes(of purchases: [PurchaseRecord]) -> [TransactionID] {
+        var latest: [TransactionID: Date] = [:]
+        for purchase in purchases where purchase.kind == .autoRenewable {
+            latest[purchase.originalTransactionID] = max(
+                latest[purchase.originalTransactionID] ?? .distantPast, purchase.purchaseDate)
+        }
+        return latest.sorted { ($0.value, $0.key.rawValue) > ($1.value, $1.key.rawValue) }
+            .prefix(inlineRefreshLimit).map(\.key)
     }
 }

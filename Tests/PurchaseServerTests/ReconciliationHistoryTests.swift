@@ -1,3 +1,5 @@
+import AppStoreEmulator
+import AppStoreReceipts
 import Foundation
 import PurchaseServer
 import StoreModel
@@ -177,6 +179,72 @@ struct ReconciliationHistoryTests {
         #expect(response.status == 200, "\(String(decoding: response.body, as: UTF8.self))")
         // Answered while Apple still had not: the post gave up on it (one try), its own write stands.
         #expect(!release.load(ordering: .relaxed) && asked.load(ordering: .relaxed) == 1)
+    }
+
+    @Test(
+        "A receipt's post asks Apple about its three newest subscriptions at once, not each of many in turn"
+    )
+    func receiptAsksFewAtOnce() async throws {
+        let asked = Mutex<[String]>([])
+        let inFlight = Atomic<Int>(0)
+        let most = Atomic<Int>(0)
+        let release = Atomic<Bool>(false)
+        var router = Router()
+        router.add("GET", "/inApps/v1/subscriptions/{id}") { _, context in
+            asked.withLock { $0.append((try? context.parameter("id")) ?? "?") }
+            let now = inFlight.add(1, ordering: .sequentiallyConsistent).newValue
+            _ = most.max(now, ordering: .sequentiallyConsistent)
+            defer { inFlight.subtract(1, ordering: .sequentiallyConsistent) }
+            // Apple hangs (until the test ends, at most a minute).
+            for _ in 0..<600 where !release.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(100)) }
+            return Self.json(["errorCode": .integer(5_000_000), "errorMessage": .string("late")], status: 500)
+        }
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        defer {
+            release.store(true, ordering: .relaxed)
+            apple.stop()
+        }
+        let url = "http://127.0.0.1:\(apple.port)"
+        let directory = try ExternalTool.temporaryDirectory()
+        let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
+        let (server, _) = try await FixtureServer.make(
+            serverAPI: ServerAPISettings(
+                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+                sandboxURL: url),
+            receiptRoots: [pki.receipts.root])
+        // Eight subscriptions (each its own original), the eighth bought last; the sixth has an older renewal too.
+        let now = Date()
+        let day: TimeInterval = 86_400
+        var purchases = (1...8).map { index in
+            InAppPurchase(
+                productID: "monthly\(index)", transactionID: "500000000000000\(index)",
+                purchaseDate: now.addingTimeInterval(Double(index - 9) * day),
+                originalTransactionID: "500000000000000\(index)", productTypeRaw: 3,
+                expiresDate: now.addingTimeInterval(Double(index + 20) * day))
+        }
+        purchases[0].purchaseDate = now.addingTimeInterval(-60)  // the first renewed a minute ago
+        let receipt = try Receipt(
+            receiptType: "ProductionSandbox", bundleID: JWSFixtures.bundleID, appVersion: "1",
+            opaqueValue: [1, 2, 3, 4], sha1Hash: Array(repeating: 0, count: 20), creationDate: now,
+            originalPurchaseDate: now, originalAppVersion: "1", inAppPurchases: purchases
+        ).signed(
+            by: pki.receipts.leaf, key: pki.receipts.leafKey, chain: [pki.receipts.intermediate, pki.receipts.root])
+        let body: JSONObject = [
+            "appUserId": .string("ivy"), "receipt": .string(Data(receipt).base64EncodedString()),
+        ]
+        let request = HTTPRequest(
+            method: "POST", path: "/v1/receipts",
+            headers: [("Content-Type", "application/json"), ("Authorization", "Bearer pk_12345678")],
+            body: JSONWriter.bytes(.object(body)))
+        let response = await server.responder().respond(to: request)
+        #expect(response.status == 200, "\(String(decoding: response.body, as: UTF8.self))")
+        let released = release.load(ordering: .relaxed)
+        #expect(!released)
+        #expect(
+            asked.withLock { $0 }.sorted() == ["5000000000000001", "5000000000000007", "5000000000000008"],
+            "the three bought last, once each")
+        let together = most.load(ordering: .sequentiallyConsistent)
+        #expect(together == 3, "asked together")
     }
 
     @Test("A Sandbox checkpoint older than Apple's 30 days restarts inside them; Apple's 4000012 moves it on once")

@@ -23,10 +23,12 @@ enum ServerClientCommands {
 
     static let eventsSpec = Arguments.Spec(
         command: "storekeeper server events",
-        abstract: "Print an app user's events, oldest first: every one, or --limit of them after --cursor.",
+        abstract: "Print an app user's events, oldest first: up to --limit of them, after --cursor when given.",
         positionals: [(name: "app-user-id", help: "The app's id of the user.")],
         options: options + [
-            .init(name: "limit", valueName: "n", help: "At most this many events (default: all of them)."),
+            .init(
+                name: "limit", valueName: "n",
+                help: "At most this many events, 1 to 100000 (default: 10000; the answer's nextCursor goes on)."),
             .init(name: "cursor", valueName: "cursor", help: "Start after this nextCursor of an earlier answer."),
         ])
 
@@ -35,12 +37,19 @@ enum ServerClientCommands {
         return 0
     }
 
+    /// Events one call holds and prints when not told: a user's whole history can be longer than memory.
+    static let defaultEventLimit = 10_000
+    /// The most one call takes (`--limit`); `--cursor` goes on from its answer.
+    static let maximumEventLimit = 100_000
+
     /// The server's pages of 500 followed until the user's last event or `--limit`: one answer of the same
     /// shape, its `nextCursor` where a later call would go on (null after the last).
     static func events(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
-        var limit = Int.max
+        var limit = defaultEventLimit
         if let text = arguments.value("limit") {
-            guard let value = Int(text), value >= 1 else { throw CommandError.usage("--limit is a whole number ≥ 1") }
+            guard let value = Int(text), (1...maximumEventLimit).contains(value) else {
+                throw CommandError.usage("--limit is a whole number from 1 to \(maximumEventLimit)")
+            }
             limit = value
         }
         var cursor = arguments.value("cursor")

@@ -42,9 +42,11 @@ struct SecretKeyTests {
 /// `server events` against a stand-in purchase server answering pages of a user's 1,203 events.
 @Suite("CLI: server events follows the server's pages")
 struct ServerEventsCommandTests {
-    @Test("Every event by default, through the cursors; --limit and --cursor take a part; the key is sent")
+    @Test(
+        "Every event by default, through the cursors, up to 10,000 (then a cursor); --limit and --cursor take a part; the key is sent"
+    )
     func pages() async throws {
-        let total = 1_203
+        let total = Mutex(1_203)
         let seen = Mutex<[String]>([])
         var router = Router()
         router.add(
@@ -56,7 +58,7 @@ struct ServerEventsCommandTests {
                 else { return HTTPResponse(status: 401) }
                 let after = Int(request.query["cursor"] ?? "0") ?? 0
                 let limit = Int(request.query["limit"] ?? "50") ?? 50
-                let positions = Array((after + 1)...min(total, after + limit))
+                let positions = Array((after + 1)...min(total.withLock { $0 }, after + limit))
                 let events = positions.map { JSONValue.object(["id": .string("E\($0)")]) }
                 let next: JSONValue = positions.count == limit ? .string(String(positions.last!)) : .null
                 return HTTPResponse(
@@ -73,7 +75,7 @@ struct ServerEventsCommandTests {
         #expect(all.status == 0, "\(all.stderr)")
         let answer = try JSONParser.parse(Array(all.stdout.utf8))
         let ids = answer["events"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
-        #expect(ids.count == total && ids.first == "E1" && ids.last == "E1203" && answer["nextCursor"] == .null)
+        #expect(ids.count == 1_203 && ids.first == "E1" && ids.last == "E1203" && answer["nextCursor"] == .null)
         #expect(seen.withLock { $0 } == ["500", "500", "500"], "pages of 500")
 
         let part = await CapturedConsole.run(base + ["--limit", "20", "--cursor", "1000"])
@@ -81,8 +83,20 @@ struct ServerEventsCommandTests {
         let partIDs = partAnswer["events"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
         #expect(partIDs == (1001...1020).map { "E\($0)" } && partAnswer["nextCursor"] == .string("1020"))
 
-        let refused = await CapturedConsole.run(base + ["--limit", "0"])
-        #expect(refused.status == 64, "\(refused.stderr)")
+        for limit in ["0", "100001"] {
+            let refused = await CapturedConsole.run(base + ["--limit", limit])
+            #expect(refused.status == 64, "\(refused.stderr)")
+        }
+
+        // A history longer than one call holds: the first 10,000 and where the next call goes on.
+        total.withLock { $0 = 12_345 }
+        let long = await CapturedConsole.run(base)
+        let longAnswer = try JSONParser.parse(Array(long.stdout.utf8))
+        let longIDs = longAnswer["events"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
+        #expect(longIDs.count == 10_000 && longIDs.last == "E10000" && longAnswer["nextCursor"] == .string("10000"))
+        let rest = await CapturedConsole.run(base + ["--cursor", "10000"])
+        let restIDs = try JSONParser.parse(Array(rest.stdout.utf8))["events"]?.arrayValue ?? []
+        #expect(restIDs.count == 2_345)
     }
 }
 

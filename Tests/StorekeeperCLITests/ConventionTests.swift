@@ -209,6 +209,14 @@ struct ConventionTests {
         try Data(#"{"settings":{"_timeRate":99},"products":[]}"#.utf8).write(to: future)
         let unknownRate = await CapturedConsole.run(["appstore", "serve", "--data", data, "--storekit", future.path])
         #expect(unknownRate.status == 2 && unknownRate.stderr.contains("give --rate"), "\(unknownRate.stderr)")
+        let nowhere = directory.appendingPathComponent("nowhere.storekit")
+        try Data(#"{"settings":{"_storefront":"XYZ"},"products":[]}"#.utf8).write(to: nowhere)
+        let unknownStorefront = await CapturedConsole.run([
+            "appstore", "serve", "--data", data, "--storekit", nowhere.path,
+        ])
+        #expect(
+            unknownStorefront.status == 2 && unknownStorefront.stderr.contains("_storefront 'XYZ'"),
+            "\(unknownStorefront.stderr)")
     }
 
     @Test("An unreachable emulator is exit 69 with one sentence on stderr, never a Foundation dump")

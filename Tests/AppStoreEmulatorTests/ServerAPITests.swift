@@ -842,8 +842,40 @@ struct ServerAPITests {
         // Another endpoint has its own budget.
         let (id, _) = try await api.buy("coins")
         #expect(try await client.transactionInfo(id).signedTransactionInfo != nil)
+        // Each version of an endpoint its own: v2 history's five (a tenth of 50), then v1's.
+        for _ in 0..<5 { _ = try await client.transactionHistory(id) }
+        let sixth = await Self.apiError { _ = try await client.transactionHistory(id) }
+        #expect(sixth?.status == 429)
+        #expect(try await client.transactionHistory(id, version: 1).signedTransactions.count == 1)
         _ = try await api.harness.call("PUT", "/_emulator/v1/rate-limits", ["enabled": .bool(false)])
         _ = try await client.requestTestNotification()
+    }
+
+    @Test(
+        "Retention Messaging's limits are Apple's: Configure Default Message 10 a second, every other endpoint 1, each its own"
+    )
+    func retentionRateLimits() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        // Ten seconds of requests a bucket: in the sandbox (a tenth) one for most endpoints, ten for the default.
+        _ = try await api.harness.call(
+            "PUT", "/_emulator/v1/rate-limits", ["enabled": .bool(true), "windowSeconds": .integer(10)])
+        let client = try api.client()
+        _ = try await client.imageList()
+        let again = await Self.apiError { _ = try await client.imageList() }
+        #expect(again?.status == 429, "one Get Image List in ten seconds of the sandbox")
+        _ = try await client.messageList()
+        let limited = await Self.apiError { _ = try await client.messageList() }
+        #expect(limited?.status == 429, "Get Message List has a bucket of its own")
+        var statuses: [Int] = []
+        for _ in 0..<11 {
+            let error = await Self.apiError {
+                try await client.configureDefaultMessage(
+                    productID: "monthly", locale: "en-US", messageIdentifier: UUID())
+            }
+            statuses.append(error?.status ?? 200)
+        }
+        #expect(!statuses.prefix(10).contains(429) && statuses.last == 429, "\(statuses)")
     }
 }
 

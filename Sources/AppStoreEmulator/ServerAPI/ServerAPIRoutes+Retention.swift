@@ -70,7 +70,7 @@ extension ServerAPIService {
                 }
             ),
             (
-                "PUT", "/v1/messaging/default/{product}/{locale}", .retentionMessaging,
+                "PUT", "/v1/messaging/default/{product}/{locale}", .retentionDefaultMessage,
                 { @Sendable request, context, scope in
                     try await store.apiConfigureDefault(
                         productID: try context.parameter("product"), locale: try context.parameter("locale"),

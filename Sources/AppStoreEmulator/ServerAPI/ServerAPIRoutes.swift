@@ -24,7 +24,8 @@ extension ServerAPIService {
             for (method, path, endpoint, handler) in routes {
                 router.add(method, prefix + path) { request, context in
                     try await store.answerAPI(
-                        request, context, sandboxPath: sandboxPath, endpoint: endpoint, handler: handler)
+                        request, context, sandboxPath: sandboxPath, endpoint: endpoint, route: method + " " + path,
+                        handler: handler)
                 }
             }
             // Apple's libraries of 2023 (the Python library's first releases among them) post mass extensions
@@ -37,7 +38,7 @@ extension ServerAPIService {
     /// Checks the token and the rate limit, runs the endpoint, and turns its errors into Apple's.
     func answerAPI(
         _ request: HTTPRequest, _ context: RequestContext, sandboxPath: Bool, endpoint: APIEndpointClass,
-        handler: APIHandler
+        route: String, handler: APIHandler
     ) async throws -> HTTPResponse {
         let host = request.header("Host")?.lowercased() ?? ""
         let environment: Environment =
@@ -52,7 +53,7 @@ extension ServerAPIService {
         let scope = APIScope(bundleID: claims.bundleID, environment: environment)
         let real = appStore.realNow()
         if let next = state.rateLimits.take(
-            bundleID: scope.bundleID, environment: environment, endpoint: endpoint, now: real)
+            bundleID: scope.bundleID, environment: environment, endpoint: endpoint, route: route, now: real)
         {
             throw HTTPError(
                 status: 429, code: String(APIErrorCode.rateLimitExceeded.rawValue), message: "Rate limit exceeded.",

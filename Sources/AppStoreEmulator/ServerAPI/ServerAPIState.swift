@@ -235,13 +235,16 @@ final class RateLimiter: Sendable {
         state.withLock { $0 = (settings, [:]) }
     }
 
-    /// Takes one request from the bucket; nil when allowed, else when the next one will be.
-    func take(bundleID: String, environment: Environment, endpoint: APIEndpointClass, now: Date) -> Date? {
+    /// Takes one request from the bucket of `route` (its method and path: Apple limits each endpoint, each
+    /// version of one its own); nil when allowed, else when the next one will be.
+    func take(
+        bundleID: String, environment: Environment, endpoint: APIEndpointClass, route: String, now: Date
+    ) -> Date? {
         state.withLock { state -> Date? in
             guard state.settings.enabled else { return nil }
             let rate = endpoint.requestsPerSecond * (environment == .production ? 1 : 0.1)
             let capacity = max(1, rate * state.settings.windowSeconds)
-            let key = "\(bundleID)|\(environment.rawValue)|\(endpoint.rawValue)"
+            let key = "\(bundleID)|\(environment.rawValue)|\(route)"
             var bucket = state.buckets[key] ?? Bucket(tokens: capacity, updated: now)
             bucket.tokens = min(capacity, bucket.tokens + max(0, now.timeIntervalSince(bucket.updated)) * rate)
             bucket.updated = now
@@ -253,11 +256,12 @@ final class RateLimiter: Sendable {
     }
 }
 
-/// The endpoint classes Apple's rate limits are published for.
+/// The endpoint classes Apple's rate limits are published for (each endpoint of a class has its own bucket).
+/// Retention Messaging: Configure Default Message 10 a second, every other endpoint 1.
 enum APIEndpointClass: String, Sendable, CaseIterable {
     case transactionInfo, transactionHistory, subscriptionStatuses, notificationHistory, consumption, appTransaction
     case extend, appAccountToken, orderLookup, refundHistory, massExtend, testNotification, testNotificationStatus
-    case massExtendStatus, finishTransaction, retentionMessaging
+    case massExtendStatus, finishTransaction, retentionMessaging, retentionDefaultMessage
 
     /// Requests per second in production.
     var requestsPerSecond: Double {
@@ -265,9 +269,9 @@ enum APIEndpointClass: String, Sendable, CaseIterable {
         case .transactionInfo, .transactionHistory, .subscriptionStatuses, .notificationHistory, .consumption,
             .appTransaction, .massExtendStatus, .finishTransaction:
             50
-        case .extend, .appAccountToken, .retentionMessaging: 20
-        case .orderLookup, .refundHistory: 10
-        case .massExtend, .testNotification, .testNotificationStatus: 1
+        case .extend, .appAccountToken: 20
+        case .orderLookup, .refundHistory, .retentionDefaultMessage: 10
+        case .massExtend, .testNotification, .testNotificationStatus, .retentionMessaging: 1
         }
     }
 }

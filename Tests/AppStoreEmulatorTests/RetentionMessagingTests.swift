@@ -215,6 +215,11 @@ struct RetentionMessagingTests {
             try await client.defaultMessage(productID: "monthly", locale: "en-US") == message.uuidString.lowercased())
         #expect(
             await Self.code { _ = try await client.defaultMessage(productID: "monthly", locale: "fr-FR") } == 4_040_020)
+        // Deleting a default that is not there is no error (Apple's is idempotent); the one that is goes.
+        try await client.deleteDefaultMessage(productID: "monthly", locale: "fr-FR")
+        #expect(
+            await Self.code { try await client.deleteDefaultMessage(productID: "no.such.product", locale: "fr-FR") }
+                == 4_000_023)
         #expect(
             await Self.code { _ = try await client.defaultMessage(productID: "no.such.product", locale: "en-US") }
                 == 4_000_023)
@@ -297,6 +302,44 @@ struct RetentionMessagingTests {
         let french = try await request(["locale": .string("fr-FR")])
         #expect(french["outcome"] == .string("message"))
 
+        // Apple's requirements of a promotional offer answer: V2's JWS names the original transaction; V1's
+        // object names its product and is signed with its own app account token (empty when it has none).
+        func answer(_ offer: JSONObject) {
+            fixture.receiver.state.answer.withLock {
+                var object = offer
+                object["messageIdentifier"] = .string(id)
+                $0 = ["promotionalOffer": .object(object)]
+            }
+        }
+        let unnamed = try OfferSignature.promotionalOfferV2(
+            keyID: "KEY1", issuerID: "issuer", bundleID: AppStoreTests.bundleID, productID: "monthly",
+            offerID: "STAY", transactionID: nil, nonce: UUID(), issuedAt: Date(), key: fixture.offerKey)
+        answer(["promotionalOfferSignatureV2": .string(unnamed)])
+        let noTransaction = try await request(["accept": .bool(false)])
+        #expect(noTransaction["outcome"] == .string("defaultMessage"), "\(noTransaction)")
+        let token = UUID().uuidString.lowercased()
+        func v1(productID: String?, token: String?) throws -> JSONObject {
+            let nonce = UUID()
+            let timestamp = Int64(Date().timeIntervalSince1970 * 1_000)
+            var object: JSONObject = [
+                "encodedSignature": .string(
+                    try OfferSignature.promotionalOfferV1(
+                        bundleID: AppStoreTests.bundleID, keyID: "KEY1", productID: "monthly", offerID: "STAY",
+                        appAccountToken: token ?? "", nonce: nonce, timestamp: timestamp, key: fixture.offerKey)),
+                "keyId": .string("KEY1"), "nonce": .string(nonce.uuidString.lowercased()),
+                "timestamp": .integer(timestamp), "offerIdentifier": .string("STAY"),
+            ]
+            if let productID { object["productId"] = .string(productID) }
+            if let token { object["appAccountToken"] = .string(token) }
+            return ["promotionalOfferSignatureV1": .object(object)]
+        }
+        answer(try v1(productID: nil, token: nil))
+        let noProduct = try await request(["accept": .bool(false)])
+        #expect(noProduct["outcome"] == .string("defaultMessage"), "\(noProduct)")
+        answer(try v1(productID: "monthly", token: token))
+        let withToken = try await request(["accept": .bool(false)])
+        #expect(withToken["outcome"] == .string("promotionalOffer"), "\(withToken)")
+
         // A promotional offer (V2 signature): redeemed as a retention offer (offerType 5) from the next renewal.
         let offer = try OfferSignature.promotionalOfferV2(
             keyID: "KEY1", issuerID: "issuer", bundleID: AppStoreTests.bundleID, productID: "monthly",
@@ -341,8 +384,8 @@ struct RetentionMessagingTests {
         let outcomes = history["requests"]?.arrayValue?.compactMap { $0["outcome"]?.stringValue }
         #expect(
             outcomes == [
-                "message", "defaultMessage", "defaultMessage", "defaultMessage", "message", "promotionalOffer",
-                "alternateProduct", "alternateProduct",
+                "message", "defaultMessage", "defaultMessage", "defaultMessage", "message", "defaultMessage",
+                "defaultMessage", "promotionalOffer", "promotionalOffer", "alternateProduct", "alternateProduct",
             ])
         #expect(fixture.receiver.state.failures.withLock { $0 }.isEmpty)
     }

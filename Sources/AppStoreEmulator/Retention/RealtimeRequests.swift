@@ -25,7 +25,8 @@ struct RealtimeExchange: Sendable {
 enum RetentionAnswer: Sendable, Hashable {
     case message(String)
     case alternateProduct(message: String, productID: String, billingPlanType: String?)
-    case promotionalOffer(message: String, OfferRequest)
+    /// V1's object names its product and may carry the app account token it was signed with; V2's JWS holds both.
+    case promotionalOffer(message: String, OfferRequest, productID: String? = nil, appAccountToken: String? = nil)
 
     /// Reads an answer; an error says why it is not one (then the default message shows).
     static func parse(_ body: JSONObject) throws -> RetentionAnswer {
@@ -53,15 +54,20 @@ enum RetentionAnswer: Sendable, Hashable {
             guard let v1 = object["promotionalOfferSignatureV1"]?.objectValue,
                 let signature = v1["encodedSignature"]?.stringValue, let keyID = v1["keyId"]?.stringValue,
                 let nonce = v1["nonce"]?.stringValue, let timestamp = v1["timestamp"]?.int64Value,
-                let offerID = v1["offerIdentifier"]?.stringValue
+                let offerID = v1["offerIdentifier"]?.stringValue, let productID = v1["productId"]?.stringValue
             else {
                 throw EmulatorError.invalid(
                     "promotionalOffer needs promotionalOfferSignatureV2, or promotionalOfferSignatureV1 with "
-                        + "encodedSignature, keyId, nonce, timestamp and offerIdentifier")
+                        + "encodedSignature, productId, keyId, nonce, timestamp and offerIdentifier")
+            }
+            let token = v1["appAccountToken"]
+            guard token == nil || token?.stringValue != nil else {
+                throw EmulatorError.invalid("promotionalOfferSignatureV1's appAccountToken is a UUID string")
             }
             return .promotionalOffer(
                 message: message,
-                .promotional(offerID: offerID, keyID: keyID, nonce: nonce, timestamp: timestamp, signature: signature))
+                .promotional(offerID: offerID, keyID: keyID, nonce: nonce, timestamp: timestamp, signature: signature),
+                productID: productID, appAccountToken: token?.stringValue)
         default:
             throw EmulatorError.invalid("advancedCommerceInfo applies to Advanced Commerce subscriptions only")
         }
@@ -69,7 +75,7 @@ enum RetentionAnswer: Sendable, Hashable {
 
     var messageID: String {
         switch self {
-        case .message(let id), .alternateProduct(let id, _, _), .promotionalOffer(let id, _): id
+        case .message(let id), .alternateProduct(let id, _, _), .promotionalOffer(let id, _, _, _): id
         }
     }
 
@@ -259,23 +265,35 @@ extension ServerAPIService {
                     event =
                         billingPlan.map { .changePlan(ProductID(productID), $0) }
                         ?? .changeProduct(ProductID(productID))
-                case .promotionalOffer(_, let request):
-                    let productID: String =
-                        switch request {
-                        case .promotionalJWS(let token):
-                            ((try? CompactJWS(token))?.payload["productId"]?.stringValue)
-                                ?? subscription.state.productID.rawValue
-                        default: subscription.state.productID.rawValue
+                case .promotionalOffer(_, let request, let namedProduct, let namedToken):
+                    let productID: String
+                    // The token the offer was signed with: V1's own (Apple signs an empty one when none is
+                    // given); the device flow's purchase token does not apply here.
+                    var signedToken: String?
+                    switch request {
+                    case .promotionalJWS(let token):
+                        let claims = (try? CompactJWS(token))?.payload
+                        productID = claims?["productId"]?.stringValue ?? subscription.state.productID.rawValue
+                        // Apple requires the subscription's original transaction id in a retention offer's JWS.
+                        guard claims?["transactionId"]?.stringValue == subscription.originalTransactionID.rawValue
+                        else {
+                            throw EmulatorError.invalid(
+                                "the promotional offer JWS needs transactionId "
+                                    + "\(subscription.originalTransactionID) (the request's originalTransactionId)")
                         }
+                        signedToken = nil
+                    default:
+                        productID = namedProduct ?? subscription.state.productID.rawValue
+                        signedToken = namedToken ?? ""
+                    }
                     guard let entry = appStore.catalog.entry(productID), entry.subscription != nil else {
                         throw EmulatorError.invalid(
                             "the promotional offer's product \(productID) is not a subscription")
                     }
-                    let latest = try store.transaction(subscription.latestTransactionID)
                     guard
                         var terms = try appStore.offerTerms(
                             request, entry: entry, standing: .existing, bundleID: bundle.rawValue,
-                            appAccountToken: latest?.transaction.appAccountToken, in: store)
+                            appAccountToken: signedToken, in: store)
                     else { throw EmulatorError.invalid("the promotional offer has no terms") }
                     terms.offer.type = .retention
                     shown["productId"] = .string(productID)

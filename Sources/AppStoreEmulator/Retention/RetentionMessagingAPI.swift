@@ -199,14 +199,13 @@ extension ServerAPIService {
         return id
     }
 
+    /// Idempotent, as Apple's: a product and locale without a default message are answered 200 too.
     func apiDeleteDefault(productID: String, locale: String, scope: APIScope) async throws {
         _ = try apiApp(scope)
         let key = try defaultKey(productID, locale)
         try await appStore.storage.write { store in
-            guard
-                try store.deleteRetentionItem(
-                    .defaultMessage, bundle: BundleID(scope.bundleID), environment: scope.environment, id: key)
-            else { throw EmulatorError.api(.defaultMessageNotFound, "Default message not found.") }
+            _ = try store.deleteRetentionItem(
+                .defaultMessage, bundle: BundleID(scope.bundleID), environment: scope.environment, id: key)
         }
     }
 

@@ -579,6 +579,34 @@ struct ServerAPITests {
             try await client.sendConsumptionData(transactionID: coins, badPreference)
         }
         #expect(v1Preference?.code == .invalidRefundPreference)
+        // v1 takes consumables and auto-renewable subscriptions only; v2 any purchase but a family member's.
+        for product in ["pro", "season"] {
+            let (other, _) = try await api.buy(product, app: app)
+            let refused = await Self.apiError { try await client.sendConsumptionData(transactionID: other, v1) }
+            #expect(refused?.code == .invalidTransactionTypeNotSupported && refused?.status == 400, "\(product)")
+            try await client.sendConsumptionInformation(
+                transactionID: other,
+                ConsumptionRequest(customerConsented: true, deliveryStatus: "DELIVERED", sampleContentProvided: false))
+        }
+        let memberApp = try await api.harness.device(deviceID: UUID().uuidString)
+        let (organizer, member) = (
+            try #require(try await api.harness.accountOf(app)), try #require(try await api.harness.accountOf(memberApp))
+        )
+        let (created, _) = try await api.harness.call(
+            "POST", "/_emulator/v1/families", ["organizer": .string(organizer), "members": .array([.string(member)])])
+        #expect(created == 201)
+        let (_, entitlements) = try await api.harness.call("GET", memberApp + "/entitlements")
+        let shared = try (entitlements["signedTransactions"]?.arrayValue ?? []).compactMap {
+            try CompactJWS(try #require($0.stringValue)).payload
+        }.first { $0["inAppOwnershipType"] == .string("FAMILY_SHARED") }
+        let sharedID = try #require(shared?["transactionId"]?.stringValue)
+        let family = await Self.apiError {
+            try await client.sendConsumptionInformation(
+                transactionID: sharedID,
+                ConsumptionRequest(customerConsented: true, deliveryStatus: "DELIVERED", sampleContentProvided: false))
+        }
+        #expect(
+            family?.code == .familyTransactionNotSupported && family?.status == 400, "\(String(describing: family))")
         // Apple's V1 body requires every member but refundPreference: one left out (or null) is refused with its code.
         let missing: [(String, APIErrorCode)] = [
             ("accountTenure", .invalidAccountTenure), ("appAccountToken", .invalidAppAccountToken),

@@ -371,6 +371,15 @@ public final class ServerAPIService: Sendable {
         let text = information.stored
         try await self.appStore.storage.write { store in
             let (stored, _) = try self.apiTransaction(id, scope: scope, in: store)
+            // v1 is for consumables and auto-renewable subscriptions; v2 for any purchase but a family member's.
+            if information.version == 1, ![.consumable, .autoRenewable].contains(stored.transaction.kind) {
+                throw EmulatorError.api(
+                    .invalidTransactionTypeNotSupported,
+                    "Invalid request. The transaction id is not a consumable or an auto-renewable subscription.")
+            }
+            if information.version == 2, stored.transaction.ownership == .familyShared {
+                throw EmulatorError.api(.familyTransactionNotSupported, "Family-shared transactions are not supported.")
+            }
             if information.hasPercentage, stored.transaction.kind == .autoRenewable {
                 throw EmulatorError.api(
                     .consumptionPercentageAutoRenewableSubscription,

@@ -229,7 +229,10 @@ extension PurchaseServer {
         guard app.settings.environments.contains(environment) else {
             throw PurchaseServerError.invalid("requests from \(environment.rawValue) are not accepted for \(bundleID)")
         }
-        if environment == .production, let expected = app.settings.appAppleID, request.appAppleID != expected {
+        // Apple: answer no request whose appAppleId is not the app's (the sandbox may leave it out).
+        if let expected = app.settings.appAppleID,
+            request.appAppleID.map({ $0 != expected }) ?? (environment == .production)
+        {
             throw PurchaseServerError.verification("the retention request is for another app (appAppleId)")
         }
         let originalID = TransactionID(original)

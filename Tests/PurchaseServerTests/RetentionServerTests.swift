@@ -188,6 +188,21 @@ struct RetentionServerTests {
         let (unknown, _) = try await harness.call(
             "POST", "/v1/apple/retention/com.example.other", ["signedPayload": .string(forged)], key: nil)
         #expect(unknown == 404)
+        // Signed by the App Store, in the sandbox, for another app (appAppleId): not answered (Apple's rule, in
+        // every environment); one without an appAppleId is, as the sandbox may send it.
+        let pki = harness.store.pki.signedData
+        let apple = try JWSChainSigner(key: pki.leafKey, chain: [pki.leaf, pki.intermediate, pki.root])
+        for (appAppleID, expected) in [(JSONValue.integer(987_654_321), 422), (nil, 200)] {
+            var payload: JSONObject = [
+                "originalTransactionId": .string("1"), "productId": .string("com.example.storekeeper.monthly"),
+                "userLocale": .string("en-US"), "requestIdentifier": .string(UUID().uuidString),
+                "signedDate": .integer(Int64(Date().timeIntervalSince1970 * 1_000)), "environment": .string("Sandbox"),
+            ]
+            payload["appAppleId"] = appAppleID
+            let (status, answer) = try await harness.call(
+                "POST", path, ["signedPayload": .string(try apple.sign(payload))], key: nil)
+            #expect(status == expected, "\(String(describing: appAppleID)): \(answer)")
+        }
     }
 }
 

@@ -49,6 +49,19 @@ struct PostgresDatabaseTests {
         }
     }
 
+    @Test("Connections give up on a silent server: TCP keepalives and a user timeout, unless the URL says otherwise")
+    func transportBounds() throws {
+        let url = try PostgresTesting.freshDatabase()
+        let connection = try PostgresConnection(url: url)
+        #expect(connection.option("keepalives") == "1")
+        #expect(connection.option("keepalives_idle") == "10")
+        #expect(connection.option("keepalives_interval") == "5")
+        #expect(connection.option("keepalives_count") == "3")
+        #expect(connection.option("tcp_user_timeout") == "35000")
+        let own = try PostgresConnection(url: url + (url.contains("?") ? "&" : "?") + "keepalives_idle=60")
+        #expect(own.option("keepalives_idle") == "60", "the URL's value wins")
+    }
+
     @Test("Concurrent read-modify-writes of one row are serialized: none is lost")
     func serializable() async throws {
         let database = try PostgresDatabase(url: try PostgresTesting.freshDatabase(), poolSize: 8)

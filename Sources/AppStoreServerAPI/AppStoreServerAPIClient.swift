@@ -112,7 +112,8 @@ public struct AppStoreServerAPIClient: Sendable {
     }
 
     /// Pages fetched one after another, each from the token the previous one gave, until one gives none or
-    /// `maxPages` came.
+    /// `maxPages` came. A page that gives back the token it was asked with is an invalid answer (following
+    /// it would ask for the same page again until `maxPages`).
     static func pages<Page>(
         maxPages: Int, _ fetch: (String?) async throws(AppStoreServerAPIError) -> (Page, next: String?)
     ) async throws(AppStoreServerAPIError) -> [Page] {
@@ -122,6 +123,11 @@ public struct AppStoreServerAPIClient: Sendable {
             let (page, next) = try await fetch(token)
             pages.append(page)
             guard let next else { break }
+            guard next != token else {
+                throw AppStoreServerAPIError(
+                    kind: .invalidResponse, message: "a page gave back the token it was asked with: it does not move on"
+                )
+            }
             token = next
         } while pages.count < maxPages
         return pages

@@ -58,8 +58,14 @@ enum ServerClientCommands {
             var query = [("limit", String(min(500, limit - events.count)))]
             if let cursor { query.append(("cursor", cursor)) }
             let page = try await get(arguments, suffix: "/events", query: query)
-            events += page["events"]?.arrayValue ?? []
-            cursor = page["nextCursor"]?.stringValue
+            let added = page["events"]?.arrayValue ?? []
+            let next = page["nextCursor"]?.stringValue
+            // A page that adds nothing yet says there is more would be asked for again and again.
+            if next != nil, added.isEmpty || next == cursor {
+                throw CommandError.runtime("the purchase server answered a page of events that does not move on")
+            }
+            events += added
+            cursor = next
         } while cursor != nil && events.count < limit
         let answer = JSONValue.object(["events": .array(events), "nextCursor": cursor.map(JSONValue.string) ?? .null])
         try AppStoreCommands.printAnswer(answer, arguments, console)

@@ -514,6 +514,33 @@ struct ServerAPITests {
         }
     }
 
+    @Test("Following pages stops with an error at a page that gives back the token it was asked with")
+    func pagesThatDoNotMoveOn() async throws {
+        let asked = Mutex(0)
+        var router = Router()
+        router.add(
+            "GET", "/inApps/v2/history/{id}",
+            inline: { _, _ in
+                asked.withLock { $0 += 1 }
+                return HTTPResponse(
+                    status: 200, headers: [("Content-Type", "application/json")],
+                    body: JSONWriter.bytes(
+                        .object([
+                            "signedTransactions": .array([]), "revision": .string("same"), "hasMore": .bool(true),
+                            "bundleId": .string(AppStoreTests.bundleID), "environment": .string("Sandbox"),
+                        ])))
+            })
+        let stub = try HTTPServer(port: 0, responder: router.freeze())
+        defer { stub.stop() }
+        let client = AppStoreServerAPIClient(
+            key: try PrivateKey.generateP256(), keyID: "KEY1234567", issuerID: "issuer",
+            bundleID: AppStoreTests.bundleID,
+            environment: .custom("http://127.0.0.1:\(stub.port)"), retry: .none, verifier: nil)
+        let error = await Self.apiError { _ = try await client.allTransactionHistory("1000000000000001") }
+        #expect(error?.kind == .invalidResponse, "\(String(describing: error))")
+        #expect(asked.withLock { $0 } == 2, "the first page, then the one that gave its own token back")
+    }
+
     @Test("Consumption information, app account tokens and app transactions")
     func consumptionTokensAppTransactions() async throws {
         let api = try await API.make()

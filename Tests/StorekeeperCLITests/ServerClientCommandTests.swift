@@ -58,9 +58,13 @@ struct ServerEventsCommandTests {
                 else { return HTTPResponse(status: 401) }
                 let after = Int(request.query["cursor"] ?? "0") ?? 0
                 let limit = Int(request.query["limit"] ?? "50") ?? 50
-                let positions = Array((after + 1)...min(total.withLock { $0 }, after + limit))
+                let count = total.withLock { $0 }
+                // A total of 0 stands for a broken server: no events, and always a cursor on.
+                let positions = count == 0 ? [] : Array((after + 1)...min(count, after + limit))
                 let events = positions.map { JSONValue.object(["id": .string("E\($0)")]) }
-                let next: JSONValue = positions.count == limit ? .string(String(positions.last!)) : .null
+                let next: JSONValue =
+                    count == 0
+                    ? .string(String(after)) : positions.count == limit ? .string(String(positions.last!)) : .null
                 return HTTPResponse(
                     status: 200, headers: [("Content-Type", "application/json")],
                     body: JSONWriter.bytes(.object(["events": .array(events), "nextCursor": next])))
@@ -97,6 +101,11 @@ struct ServerEventsCommandTests {
         let rest = await CapturedConsole.run(base + ["--cursor", "10000"])
         let restIDs = try JSONParser.parse(Array(rest.stdout.utf8))["events"]?.arrayValue ?? []
         #expect(restIDs.count == 2_345)
+
+        // A server whose pages add nothing but always say there is more: an error, not a loop.
+        total.withLock { $0 = 0 }
+        let stuck = await CapturedConsole.run(base + ["--cursor", "7"])
+        #expect(stuck.status == 1 && stuck.stderr.contains("does not move on"), "\(stuck.stderr)")
     }
 }
 

@@ -88,7 +88,8 @@ public actor StorekeeperClient {
         configuration: Configuration, transport: (any Transport)? = nil,
         now: @escaping @Sendable () -> Date = { Date() },
         sleep: @escaping @Sendable (TimeInterval) async -> Void = { seconds in
-            try? await Task.sleep(nanoseconds: UInt64(max(0, seconds) * 1_000_000_000))
+            let bounded = seconds.isFinite ? min(max(0, seconds), StorekeeperClient.longestPause) : 0
+            try? await Task.sleep(nanoseconds: UInt64(bounded * 1_000_000_000))
         }
     ) {
         self.configuration = configuration
@@ -253,7 +254,7 @@ public actor StorekeeperClient {
                 let (data, response) = try await transport.send(request)
                 if (200...299).contains(response.statusCode) { return try Self.decode(data) }
                 failure = Self.serverError(status: response.statusCode, data: data)
-                retryAfter = response.value(forHTTPHeaderField: "Retry-After").flatMap(TimeInterval.init)
+                retryAfter = Self.retryAfter(response.value(forHTTPHeaderField: "Retry-After"))
             } catch let error as StorekeeperClientError {
                 failure = error
             } catch {
@@ -276,7 +277,19 @@ public actor StorekeeperClient {
     /// `initialBackoff` doubled per try; never more than `maxBackoff`.
     func backoff(attempt: Int, retryAfter: TimeInterval?) -> TimeInterval {
         let doubled = configuration.initialBackoff * pow(2, Double(min(attempt - 1, 30)))
-        return min(configuration.maxBackoff, max(0, retryAfter ?? doubled))
+        let wait = min(configuration.maxBackoff, max(0, retryAfter ?? doubled), Self.longestPause)
+        return wait.isFinite ? wait : Self.longestPause
+    }
+
+    /// The longest pause between two tries, whatever the configuration or the server says: a day.
+    public static let longestPause: TimeInterval = 86_400
+
+    /// `Retry-After` in seconds (HTTP's delay-seconds: digits only); nil for anything else.
+    static func retryAfter(_ header: String?) -> TimeInterval? {
+        guard let text = header?.trimmingCharacters(in: .whitespaces), !text.isEmpty, text.utf8.count <= 9,
+            text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let seconds = Int(text)
+        else { return nil }
+        return TimeInterval(seconds)
     }
 
     static func decode<Answer: Decodable>(_ data: Data) throws(StorekeeperClientError) -> Answer {

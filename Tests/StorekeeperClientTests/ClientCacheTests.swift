@@ -117,4 +117,27 @@ struct ClientCacheTests {
         }
         #expect(sent.load(ordering: .relaxed) == 1)
     }
+
+    @Test(
+        "A Retry-After that is not delay-seconds is ignored, and no pause is longer than a day, whatever maxBackoff says"
+    )
+    func retryAfterBounded() async throws {
+        let headers = Mutex(["1e300", "inf", "-5", "99999999999"])
+        let transport = Scripted { _ in
+            let next = headers.withLock { $0.isEmpty ? "99999999" : $0.removeFirst() }
+            return (503, ["Retry-After": next], #"{"error":{"code":"busy","message":"later"}}"#)
+        }
+        var configuration = StorekeeperClient.Configuration(
+            serverURL: URL(string: "http://127.0.0.1:1")!, publicKey: "pk_test")
+        configuration.maxAttempts = 6
+        configuration.maxBackoff = .infinity
+        configuration.initialBackoff = 1
+        let pauses = Mutex<[TimeInterval]>([])
+        let client = StorekeeperClient(
+            configuration: configuration, transport: transport,
+            sleep: { seconds in pauses.withLock { $0.append(seconds) } })
+        await #expect(throws: StorekeeperClientError.self) { _ = try await client.entitlements(appUserID: "u1") }
+        // The four unreadable headers: the doubling back-off (1, 2, 4, 8 s); the last, 99,999,999 s: a day.
+        #expect(pauses.withLock { $0 } == [1, 2, 4, 8, 86_400])
+    }
 }

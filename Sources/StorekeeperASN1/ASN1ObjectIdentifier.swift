@@ -23,9 +23,12 @@ public struct ASN1ObjectIdentifier: Hashable, Sendable, CustomStringConvertible 
 
     /// Builds an identifier from its arcs, e.g. `[1, 2, 840, 113635, 100, 6, 11, 1]`.
     ///
-    /// - Precondition: at least two arcs, the first 0, 1 or 2, the second below 40 unless the first is 2.
+    /// - Precondition: at least two arcs, the first 0, 1 or 2, the second below 40 unless the first is 2 (then
+    ///   at most `UInt64.max - 80`).
     public init(_ arcs: [UInt64]) {
-        precondition(arcs.count >= 2 && arcs[0] <= 2 && (arcs[0] == 2 || arcs[1] < 40), "invalid OID arcs \(arcs)")
+        precondition(
+            arcs.count >= 2 && arcs[0] <= 2 && (arcs[0] == 2 || arcs[1] < 40) && arcs[1] <= UInt64.max - 80,
+            "invalid OID arcs \(arcs)")
         var bytes: [UInt8] = []
         func append(_ value: UInt64) {
             var groups: [UInt8] = [UInt8(value & 0x7f)]
@@ -45,7 +48,10 @@ public struct ASN1ObjectIdentifier: Hashable, Sendable, CustomStringConvertible 
     public init(dotted: String) throws {
         let parts = dotted.split(separator: ".", omittingEmptySubsequences: false)
         let arcs = parts.compactMap { UInt64($0) }
-        guard arcs.count == parts.count, arcs.count >= 2, arcs[0] <= 2, arcs[0] == 2 || arcs[1] < 40 else {
+        // The first two arcs share one component (first × 40 + second): it must fit in 64 bits.
+        guard arcs.count == parts.count, arcs.count >= 2, arcs[0] <= 2, arcs[0] == 2 || arcs[1] < 40,
+            arcs[1] <= UInt64.max - 80
+        else {
             throw ASN1Error.make(.invalidValue, "not a dotted OBJECT IDENTIFIER: \(dotted)")
         }
         self.init(arcs)

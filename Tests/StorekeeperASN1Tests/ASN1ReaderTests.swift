@@ -118,6 +118,9 @@ struct ASN1ReaderTests {
         #expect(try ASN1ObjectIdentifier(contentBytes: oid.contentBytes) == oid)
         #expect(ASN1ObjectIdentifier([2, 999, 3]).description == "2.999.3")
         #expect(throws: ASN1Error.self) { try ASN1ObjectIdentifier(dotted: "1.2.x") }
+        // The first component (2 × 40 + second) would overflow 64 bits: an error, not a trap.
+        #expect(throws: ASN1Error.self) { try ASN1ObjectIdentifier(dotted: "2.18446744073709551615") }
+        #expect(try ASN1ObjectIdentifier(dotted: "2.999.3").arcs == [2, 999, 3])
         #expect(throws: ASN1Error.self) { try ASN1ObjectIdentifier(contentBytes: [0x2a, 0x86]) }
         #expect(throws: ASN1Error.self) { try ASN1ObjectIdentifier(contentBytes: [0x2a, 0x80, 0x01]) }
     }

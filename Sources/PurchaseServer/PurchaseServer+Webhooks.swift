@@ -18,8 +18,13 @@ extension PurchaseServer {
     /// another process sent them too.
     var deliveryLease: TimeInterval { configuration.webhookTimeoutSeconds * 2 + 10 }
 
+    /// Events recorded for the subscriber's history but never sent as webhooks (docs/webhooks.md).
+    static let eventsWithoutWebhooks: Set<ServerEventType> = [.retentionRequest, .appTransaction]
+
     func enqueueWebhooks(for event: ServerEvent, in store: any ServerStore) throws {
-        guard let app = apps[event.bundleID.rawValue], !app.settings.webhooks.isEmpty else { return }
+        guard !Self.eventsWithoutWebhooks.contains(event.type), let app = apps[event.bundleID.rawValue],
+            !app.settings.webhooks.isEmpty
+        else { return }
         let body = JSONWriter.string(
             .object(["api_version": .string("1.0"), "event": .object(webhookEvent(event, app: app.settings))]))
         for target in app.settings.webhooks {
@@ -167,6 +172,15 @@ extension PurchaseServer {
             return 0
         }
         guard !fresh.isEmpty else { return 0 }
+        // A receiver reads the user back on a webhook: not before every process answering from memory has
+        // dropped what the write behind it changed (the write's own acknowledgement may still be waiting).
+        // Unacknowledged, the claimed ones wait for their lease to end and are sent then.
+        if let follower {
+            do { try await follower.acknowledge() } catch {
+                logger.warning("webhooks.not-acknowledged", ["error": String(describing: error)])
+                return 0
+            }
+        }
         var results: [(WebhookDelivery, Int?, String?)] = []
         await withTaskGroup(of: (WebhookDelivery, Int?, String?).self) { group in
             var next = 0

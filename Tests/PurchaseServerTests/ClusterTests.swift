@@ -5,6 +5,7 @@ import StoreTime
 import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
+import Synchronization
 import Testing
 
 @testable import PurchaseServer
@@ -133,6 +134,43 @@ struct ClusterTests {
         #expect(ContinuousClock.now - started > .milliseconds(500))
         let view = try await writer.subscriber(bundleID: ServerHarness.bundleID, appUserID: "ola")
         #expect(view.entitlements["pro"]?.active == true)
+    }
+
+    @Test("A webhook is sent only once every process answering from memory has dropped what its write changed")
+    func webhookAfterAcknowledgement() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let harness = try await ServerHarness.make(withAPI: false, postgres: url, instances: 1)
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (_, jws) = try await harness.buy("monthly", device: device)
+        _ = try await harness.post(jws, user: "ola")
+        let settled = try await harness.sink.settledEventIDs().count
+        // Another process's follower holds a lease, then stops asking: acknowledgements wait for the lease.
+        let storage = try await PostgresServerStorage(url: url, poolSize: 1)
+        var follower: ChangeFollower? = ChangeFollower(cache: SubscriberCache(shared: true), reader: "stopped") {
+            watermark, report in
+            try #require(try await storage.subscriberChanges(since: watermark, reporting: report))
+        }
+        try await follower!.catchUp()
+        for _ in 0..<500 where !follower!.vouches { try await Task.sleep(for: .milliseconds(10)) }
+        weak let gone = follower
+        follower = nil
+        for _ in 0..<500 where gone != nil { try await Task.sleep(for: .milliseconds(10)) }
+        let started = ContinuousClock.now
+        let (_, pro) = try await harness.buy("pro", device: device)
+        let posted = Task { try await harness.post(pro, user: "ola") }
+        var arrived: ContinuousClock.Instant?
+        for _ in 0..<1_500 {
+            if harness.sink.state.received.withLock({ $0.count }) > settled {
+                arrived = .now
+                break
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        _ = try await posted.value
+        let first = try #require(arrived, "no webhook within 15 s")
+        // Sent once the stopped reader's lease ended (PostgreSQL's, up to two seconds), not at the commit.
+        #expect(first - started > .milliseconds(500))
     }
 
     @Test("A notification dropped on every attempt is repaired by the leader's next pass")

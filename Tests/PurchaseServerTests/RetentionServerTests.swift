@@ -132,6 +132,26 @@ struct RetentionServerTests {
         #expect(values.contains(100), "nobody cancelled: every request saved (\(chart))")
     }
 
+    @Test("A retention request made before the purchase's owner is known sends no webhook when the owner claims it")
+    func noRetentionWebhook() async throws {
+        let harness = try await ServerHarness.make(retention: Self.rules)
+        defer { harness.stop() }
+        try await Self.configure(harness)
+        let (_, device) = try await harness.customer()
+        // Apple's notification stores the purchase without an owner; the customer opens the cancellation page.
+        let (id, jws) = try await harness.buy("monthly", device: device)
+        try await harness.settleNotifications()
+        _ = try await Self.cancellationPage(harness, id)
+        #expect(try await harness.post(jws, user: "erin").0 == 200)
+        let types = try await harness.sink.types { $0.contains("INITIAL_PURCHASE") }
+        _ = try await harness.sink.settledEventIDs()
+        let sent = harness.sink.state.received.withLock { $0.map { $0.event["type"]?.stringValue ?? "?" } }
+        #expect(types.contains("INITIAL_PURCHASE") && !sent.contains("RETENTION_REQUEST"), "\(sent)")
+        let events = try await harness.call("GET", "/v1/subscribers/erin/events").1
+        let recorded = events["events"]?.arrayValue?.compactMap { $0["type"]?.stringValue } ?? []
+        #expect(recorded.contains("RETENTION_REQUEST"), "recorded for the user all the same: \(recorded)")
+    }
+
     @Test("A request answered after the cancellation that followed it is still not a save")
     func cancellationBeforeTheAnswer() async throws {
         // Apple's request is held back (as a request read before a cancellation and recorded after it would be):

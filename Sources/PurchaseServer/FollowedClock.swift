@@ -58,13 +58,14 @@ public final class FollowedClock: Sendable {
         let before = wallClock()
         let response: HTTPClient.Response
         do { response = try await client.send("GET", url + "/_emulator/v1/clock", headers: headers) } catch {
-            throw PurchaseServerError.unavailable("cannot read the emulator's clock at \(url): \(error)")
+            throw PurchaseServerError.unavailable(
+                "cannot read the emulator's clock at \(HTTPClient.printable(url)): \(error)")
         }
         let after = wallClock()
         let answer = try? JSONParser.parse(response.body)
         guard response.status == 200, let milliseconds = answer?["now"]?.int64Value else {
             throw PurchaseServerError.unavailable(
-                "\(url)/_emulator/v1/clock answered \(response.status), not an emulator's clock")
+                "\(HTTPClient.printable(url))/_emulator/v1/clock answered \(response.status), not an emulator's clock")
         }
         let offset: (Int64, Bool)
         if let said = answer?["offsetMs"]?.int64Value {
@@ -77,7 +78,8 @@ public final class FollowedClock: Sendable {
         }
         // The emulator's clock stops before 2049; anything past a few centuries is not a clock.
         guard offset.0 > -Self.maxOffset, offset.0 < Self.maxOffset else {
-            throw PurchaseServerError.unavailable("\(url)/_emulator/v1/clock says an offset of \(offset.0) ms")
+            throw PurchaseServerError.unavailable(
+                "\(HTTPClient.printable(url))/_emulator/v1/clock says an offset of \(offset.0) ms")
         }
         return offset
     }

@@ -319,7 +319,8 @@ enum AppStoreCommands {
                 headers: [("Content-Type", "application/json"), ("Authorization", "Bearer " + key)],
                 body: JSONWriter.bytes(.object(body)))
         } catch {
-            throw CommandError.unavailable("cannot reach the purchase server at \(server): \(error.code)")
+            throw CommandError.unavailable(
+                "cannot reach the purchase server at \(HTTPClient.printable(server)): \(error.code)")
         }
         guard (200..<300).contains(response.status) else {
             let parsed = try? JSONParser.parse(response.body)
@@ -427,7 +428,8 @@ enum AppStoreCommands {
         do {
             answer = try await HTTPClient(timeout: .seconds(30)).send(method, url, headers: sent, body: bytes)
         } catch {
-            throw CommandError.unavailable("cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
+            throw CommandError.unavailable(
+                "cannot reach the emulator at \(HTTPClient.printable(base)): \(error.code) (\(error.reason))")
         }
         return (
             answer.status,

@@ -275,7 +275,7 @@ enum ScenarioCommands {
                     return (response.status, parse(response.body))
                 } catch let error as HTTPClientError {
                     throw CommandError.unavailable(
-                        "cannot reach the emulator at \(base): \(error.code) (\(error.reason))")
+                        "cannot reach the emulator at \(HTTPClient.printable(base)): \(error.code) (\(error.reason))")
                 }
             }, bundleID: bundleID)
     }

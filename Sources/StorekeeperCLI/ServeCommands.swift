@@ -120,7 +120,7 @@ enum ServeCommands {
             "purchase server listening on \(scheme)://\(arguments.value("host") ?? "127.0.0.1"):\(http.port)\n")
         console.write(
             "  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(storage.location)\n")
-        if let followed { console.write("  store time followed from \(followed.url)\n") }
+        if let followed { console.write("  store time followed from \(HTTPClient.printable(followed.url))\n") }
         await TerminationSignals.received()
         // Requests in flight finish (up to ten seconds) before the server stops.
         await http.stop(waitingUpTo: .seconds(10))

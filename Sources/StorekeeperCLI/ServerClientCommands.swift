@@ -94,7 +94,8 @@ enum ServerClientCommands {
             response = try await HTTPClient(timeout: .seconds(30)).send(
                 "GET", server + path, headers: [("Authorization", "Bearer " + key)])
         } catch {
-            throw CommandError.unavailable("cannot reach the purchase server at \(server): \(error.code)")
+            throw CommandError.unavailable(
+                "cannot reach the purchase server at \(HTTPClient.printable(server)): \(error.code)")
         }
         let answer = (try? JSONParser.parse(response.body)) ?? .null
         guard response.status == 200 else {

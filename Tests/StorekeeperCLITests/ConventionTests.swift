@@ -228,6 +228,15 @@ struct ConventionTests {
             #expect(run.stderr.hasPrefix("Error: cannot reach the emulator at http://127.0.0.1:1"))
             #expect(!run.stderr.contains("Domain") && run.stderr.split(separator: "\n").count == 1)
         }
+        // Credentials in a URL are not repeated in the error.
+        for command in [
+            ["appstore", "products", "--url", "http://user:s3cret@127.0.0.1:1"],
+            ["server", "subscriber", "u1", "--server", "http://user:s3cret@127.0.0.1:1", "--secret-key", "sk"],
+        ] {
+            let run = await CapturedConsole.run(command)
+            #expect(run.status == 69 && run.stderr.contains("127.0.0.1:1"), "\(command): \(run.stderr)")
+            #expect(!run.stderr.contains("s3cret"), "\(run.stderr)")
+        }
     }
 
     @Test("every group's help answers, and the top-level help and completion list every command")

@@ -17,9 +17,18 @@ public struct OCSPTransportError: Error, Sendable, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// HTTP POST with `Content-Type: application/ocsp-request`, a 30-second timeout and a 1 MiB response cap,
-/// as Apple's libraries do.
+/// HTTP POST with `Content-Type: application/ocsp-request`, 30 seconds for the whole exchange and a 1 MiB
+/// response cap, as Apple's libraries do (the cap is checked once the answer is in; the storekeeper command
+/// uses a libcurl transport that stops reading at it).
 public struct URLSessionOCSPTransport: OCSPTransport {
+    /// Its own session: the shared one lets a trickling answer run for up to a week.
+    private static let session: URLSession = {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = 30
+        configuration.timeoutIntervalForResource = 30
+        return URLSession(configuration: configuration)
+    }()
+
     public init() {}
 
     public func post(_ body: [UInt8], to url: String) async throws(OCSPTransportError) -> [UInt8] {
@@ -33,7 +42,7 @@ public struct URLSessionOCSPTransport: OCSPTransport {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await URLSession.shared.data(for: request)
+            (data, response) = try await Self.session.data(for: request)
         } catch {
             throw OCSPTransportError("OCSP responder unreachable: \(error.localizedDescription)")
         }

@@ -1,3 +1,4 @@
+import AppStoreSignedData
 import Foundation
 import StorekeeperCLITestSupport
 import StorekeeperCommandLine
@@ -153,5 +154,34 @@ struct BuyAndPostCommandTests {
         #expect(refused.status == 1 && refused.stderr.contains("verification_failed"), "\(refused.stderr)")
         #expect(payments.withLock { $0 } == 1)
         #expect(refused.stdout.contains("a.b.c"), "the purchase is printed: \(refused.stdout)")
+    }
+}
+
+/// `jws verify --online`'s OCSP transport against a stand-in responder.
+@Suite("CLI: OCSP through libcurl, bounded")
+struct CurlOCSPTransportTests {
+    @Test("The responder's answer comes back; another status, a non-HTTP URL and an answer over 1 MiB are errors")
+    func bounded() async throws {
+        let sizes = Mutex([16, 2 << 20])
+        var router = Router()
+        router.add(
+            "POST", "/ocsp",
+            inline: { request, _ in
+                guard request.header("Content-Type") == "application/ocsp-request" else {
+                    return HTTPResponse(status: 415)
+                }
+                let size = sizes.withLock { $0.isEmpty ? 0 : $0.removeFirst() }
+                return HTTPResponse(status: size == 0 ? 500 : 200, body: [UInt8](repeating: 0x30, count: size))
+            })
+        let responder = try HTTPServer(port: 0, responder: router.freeze())
+        defer { responder.stop() }
+        let url = "http://127.0.0.1:\(responder.port)/ocsp"
+        let transport = CurlOCSPTransport()
+        #expect(try await transport.post([0x30, 0x00], to: url).count == 16)
+        await #expect(throws: OCSPTransportError.self) { _ = try await transport.post([0x30, 0x00], to: url) }
+        await #expect(throws: OCSPTransportError.self) { _ = try await transport.post([0x30, 0x00], to: url) }
+        await #expect(throws: OCSPTransportError.self) {
+            _ = try await transport.post([0x30], to: "file:///etc/passwd")
+        }
     }
 }

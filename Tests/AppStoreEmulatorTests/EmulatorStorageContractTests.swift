@@ -378,6 +378,15 @@ struct EmulatorStorageContractTests {
             try $0.transactions(account: "A1", bundle: "com.example").map(\.id.rawValue)
         }
         #expect(ids == ["100", "3", "9", "10"])
+        // Their originals, each once (a renewal's is its purchase's), without the rows.
+        try await storage.write { store in
+            var renewal = Self.transaction("11", at: 6)
+            renewal.transaction.originalID = "9"
+            try store.insert(renewal)
+        }
+        let originals = try await storage.read { try $0.originalIDs(account: "A1", bundle: "com.example") }
+        #expect(originals == ["100", "3", "9", "10"])
+        #expect(try await storage.read { try $0.originalIDs(account: "A2", bundle: "com.other") }.isEmpty)
     }
 
     @Test("Due events: one per kind and key, earliest first, only what is due", arguments: Backend.allCases)

@@ -180,8 +180,10 @@ extension ServerAPIService {
                     let id = try context.parameter("id")
                     var signed: [String] = []
                     var revision: String?
-                    // Pages of at most the rest of the 50, so that none is signed only to be dropped.
-                    while signed.count < 50 {
+                    // Pages of at most the rest of the 50, so that none is signed only to be dropped; at most
+                    // ``refundLookupScans`` pages (each looks at 5,000 rows at most), so that one request of a
+                    // customer with a long history and few refunds does not read all of it.
+                    for _ in 0..<ServerAPIService.refundLookupScans where signed.count < 50 {
                         let page = try await store.apiHistory(
                             id, scope: scope, filter: filter, descending: true, revision: revision,
                             size: min(50 - signed.count, ServerAPIService.historyPageSize))

@@ -115,9 +115,7 @@ extension ServerAPIService {
                 guard let stored = try store.transaction(TransactionID(id)),
                     stored.transaction.bundleID.rawValue == scope.bundleID
                 else { return ([], "p\(start ?? 0)", false) }
-                originals = Set(
-                    try store.transactions(account: stored.accountID, bundle: stored.transaction.bundleID).map(
-                        \.transaction.originalID))
+                originals = try store.originalIDs(account: stored.accountID, bundle: stored.transaction.bundleID)
             }
             let scan = try Self.scanPage(from: start) { position, limit in
                 try store.notifications(

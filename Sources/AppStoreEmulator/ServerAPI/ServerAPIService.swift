@@ -95,6 +95,8 @@ public final class ServerAPIService: Sendable {
     static let historyPageSize = 20
     /// Rows one history request looks at, at most (a selective filter gets a short page with `hasMore`).
     static let historyScanLimit = 5_000
+    /// History pages Get Refund History v1 reads at most for its one answer (100,000 rows looked at).
+    static let refundLookupScans = 20
 
     /// One page of rows read in batches of 100 from `start` on (`fetch` answers the rows after a position
     /// with their positions), keeping those `accepts` takes: at most `size` (``historyPageSize``), looking at

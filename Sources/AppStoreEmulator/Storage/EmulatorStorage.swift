@@ -65,6 +65,9 @@ public protocol TransactionRepository {
     func update(_ transaction: StoredTransaction) throws
     /// The account's transactions for the app, by purchase date then id.
     func transactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction]
+    /// The original transaction ids of the account's purchases in the app (each once), without reading the
+    /// transactions themselves.
+    func originalIDs(account: AccountID, bundle: BundleID) throws -> Set<TransactionID>
     /// The unfinished ones among them, by purchase date then id.
     func unfinishedTransactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction]
     func transactionCount() throws -> Int

@@ -191,6 +191,12 @@ public final class InMemoryEmulatorStorage: EmulatorStorage {
             tables.lastRevision += 1
             return tables.lastRevision
         }
+        func originalIDs(account: AccountID, bundle: BundleID) -> Set<TransactionID> {
+            Set(
+                (tables.transactionsByOwner[Key(a: account, b: bundle)] ?? []).compactMap {
+                    tables.transactions[$0]?.transaction.originalID
+                })
+        }
         func transactions(account: AccountID, bundle: BundleID) -> [StoredTransaction] {
             (tables.transactionsByOwner[Key(a: account, b: bundle)] ?? []).compactMap { tables.transactions[$0] }
                 .sorted(by: Self.purchaseOrder)

@@ -328,6 +328,14 @@ public struct SQLiteEmulatorStorage: EmulatorStorage {
             ).map(storedTransaction)
         }
 
+        func originalIDs(account: AccountID, bundle: BundleID) throws -> Set<TransactionID> {
+            Set(
+                try connection.execute(
+                    "SELECT DISTINCT original_id FROM transactions WHERE account_id = ? AND bundle_id = ?",
+                    [.text(account.rawValue), .text(bundle.rawValue)]
+                ).compactMap { $0["original_id"].string.map(TransactionID.init) })
+        }
+
         func unfinishedTransactions(account: AccountID, bundle: BundleID) throws -> [StoredTransaction] {
             try connection.execute(
                 """

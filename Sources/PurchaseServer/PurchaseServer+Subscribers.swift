@@ -237,7 +237,11 @@ extension PurchaseServer {
         try Self.checkUserID(alias)
         let current = now()
         _ = try await write(input: nil) { store in
-            // Both ids first, then the user the requested one names (the order it always took): two requests
+            // The alias's subscriptions first, as every write takes a subscription's lock before a user's (a
+            // post of one of them holds it and waits for the alias's user lock); read again under the user
+            // locks below, where one claimed in between is locked too.
+            try self.lockSubscriptions(of: try Self.originals(ownedBy: alias, bundleID: bundleID, in: store), in: store)
+            // Both ids, then the user the requested one names (the order it always took): two requests
             // making one alias cannot both find it free.
             try store.lock(user: requested, bundle: bundleID)
             try store.lock(user: alias, bundle: bundleID)
@@ -250,10 +254,7 @@ extension PurchaseServer {
             // The alias's subscriptions are locked first, in the order a group of notifications takes them
             // (PostgresServerStorage), before either user's row changes: a group holding one changes its
             // owner's row last.
-            try self.lockSubscriptions(
-                of: try store.purchases(bundle: bundleID, owner: alias).map(\.originalTransactionID)
-                    + store.subscriptions(bundle: bundleID, owner: alias).map(\.originalTransactionID),
-                in: store)
+            try self.lockSubscriptions(of: try Self.originals(ownedBy: alias, bundleID: bundleID, in: store), in: store)
             try self.changed(bundleID, user, in: store)
             try self.changed(bundleID, alias, in: store)
             var main =
@@ -420,5 +421,12 @@ extension PurchaseServer {
         ]
         if counts != nil { gaugesCounted.withLock { $0 = (now, values) } }
         return values + live
+    }
+
+    /// The originals of the purchases and subscriptions `owner` holds.
+    static func originals(ownedBy owner: String, bundleID: String, in store: any ServerStore) throws -> [TransactionID]
+    {
+        try store.purchases(bundle: bundleID, owner: owner).map(\.originalTransactionID)
+            + store.subscriptions(bundle: bundleID, owner: owner).map(\.originalTransactionID)
     }
 }

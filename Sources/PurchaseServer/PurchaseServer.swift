@@ -329,6 +329,12 @@ public final class PurchaseServer: Sendable {
             let current = now()
             let bundleID = app.settings.bundleID
             let result = try await write(input: nil) { store in
+                // The polled subscription's lock with the answer's, before any other (its own may be missing
+                // from the answer, and markPolled below takes it).
+                if polled {
+                    try self.lockSubscriptions(
+                        of: updates.compactMap(\.originalTransactionID) + [originalTransactionID], in: store)
+                }
                 let events = try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)
                 if polled { try Self.markPolled(originalTransactionID, at: current, in: store) }
                 return events

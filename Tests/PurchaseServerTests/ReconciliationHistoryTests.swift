@@ -293,3 +293,37 @@ struct ReconciliationHistoryTests {
         #expect(refused.failures.contains { $0.contains("4000012") || $0.contains("too far") }, "\(refused.failures)")
     }
 }
+
+/// The order writes take their locks in (PostgreSQL's advisory locks; recorded by the in-memory storage): a
+/// subscription's before a user's, so that two writes never wait for each other.
+@Suite("Purchase server: lock order")
+struct LockOrderTests {
+    @Test("Making an alias takes the alias's subscriptions' locks before the users' (a post of one takes them so)")
+    func aliasLocksSubscriptionsFirst() async throws {
+        let storage = InMemoryServerStorage()
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root])
+        let server = try PurchaseServer(
+            configuration: ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app]), storage: storage)
+        let body: JSONObject = [
+            "appUserId": .string("anon-7"),
+            "signedTransaction": .string(try JWSFixtures.sign(JWSFixtures.transaction())),
+        ]
+        let post = HTTPRequest(
+            method: "POST", path: "/v1/transactions",
+            headers: [("Content-Type", "application/json"), ("Authorization", "Bearer pk_12345678")],
+            body: JSONWriter.bytes(.object(body)))
+        let posted = await server.responder().respond(to: post)
+        #expect(posted.status == 200, "\(String(decoding: posted.body, as: UTF8.self))")
+        let postLocks = try #require(storage.writeLocks.last { $0.contains { $0.hasPrefix("o:") } })
+        _ = try await server.alias(bundleID: JWSFixtures.bundleID, appUserID: "user-42", alias: "anon-7")
+        let locks = try #require(storage.writeLocks.last)
+        let firstUser = try #require(locks.firstIndex { $0.hasPrefix("u:") })
+        let subscriptions = Set(locks.filter { $0.hasPrefix("o:") })
+        #expect(!subscriptions.isEmpty && subscriptions == Set(postLocks.filter { $0.hasPrefix("o:") }), "\(locks)")
+        for key in subscriptions {
+            #expect(try #require(locks.firstIndex(of: key)) < firstUser, "\(key) after a user's lock: \(locks)")
+        }
+    }
+}

@@ -7,8 +7,14 @@ import Synchronization
 /// throws leaves the state as it was.
 public final class InMemoryServerStorage: ServerStorage {
     private let tables = Mutex(Tables())
+    /// The lock keys each write took, in order (the last 100 writes): what PostgreSQL's advisory locks would
+    /// be, for checking the order writes take them in.
+    private let locksTaken = Mutex<[[String]]>([])
 
     public init() {}
+
+    /// The lock keys of the writes so far (at most the last 100), each write's in the order it took them.
+    package var writeLocks: [[String]] { locksTaken.withLock { $0 } }
 
     struct Tables {
         var subscribers: [String: Subscriber] = [:]
@@ -35,6 +41,7 @@ public final class InMemoryServerStorage: ServerStorage {
     public func write<T: Sendable>(_ body: @escaping @Sendable (any ServerStore) throws -> T) async throws -> T {
         try tables.withLock { tables in
             let store = Store(tables: tables)
+            defer { locksTaken.withLock { $0 = Array(($0 + [store.locks]).suffix(100)) } }
             let result = try body(store)
             tables = store.tables
             return result
@@ -43,6 +50,7 @@ public final class InMemoryServerStorage: ServerStorage {
 
     final class Store: ServerStore {
         var tables: Tables
+        var locks: [String] = []
         init(tables: Tables) { self.tables = tables }
 
         static func key(_ parts: String...) -> String { parts.joined(separator: "\u{1F}") }
@@ -116,8 +124,8 @@ public final class InMemoryServerStorage: ServerStorage {
             }
         }
 
-        /// Writes run one at a time already.
-        func lock(_ key: String) {}
+        /// Writes run one at a time already: the key is only recorded (``writeLocks``).
+        func lock(_ key: String) { locks.append(key) }
 
         func overdueSubscriptions(bundle: String, before date: Date, limit: Int) -> [SubscriptionRecord] {
             Array(

@@ -48,9 +48,11 @@ extension PurchaseServer {
         }
         for app in apps.values.sorted(by: { $0.settings.bundleID < $1.settings.bundleID }) where !app.api.isEmpty {
             for environment in app.settings.environments.sorted(by: { $0.rawValue < $1.rawValue }) {
-                guard let client = app.api[environment] else { continue }
+                guard let client = app.api[environment], !report.notLeader else { continue }
                 await recoverHistory(app: app, environment: environment, client: client, into: &report)
             }
+            // Another process leads now: the rest of the pass is its.
+            guard !report.notLeader else { break }
             await refreshOverdue(app: app, into: &report)
         }
         metrics.count("storekeeper_reconciled_notifications_total", by: Double(report.notificationsRecovered))
@@ -122,7 +124,13 @@ extension PurchaseServer {
                 checkpoint.paginationToken = nil
             }
             var movedForward = false
-            for _ in 0..<500 {
+            for page in 0..<500 {
+                // Still the leader (the first page's was checked as the pass began): a lock connection lost
+                // during a long pass lets another process lead, and two passes would ask and checkpoint twice.
+                if page > 0, !(await storage.lead("reconciliation")) {
+                    report.notLeader = true
+                    return
+                }
                 guard await takeAPIRequest("notificationHistory", app: app, environment: environment) else {
                     report.budgetExhausted = true
                     return
@@ -202,6 +210,10 @@ extension PurchaseServer {
                     limit: Self.overduePerPass)
             }
             for subscription in overdue where app.api[subscription.environment] != nil {
+                guard await storage.lead("reconciliation") else {
+                    report.notLeader = true
+                    break
+                }
                 guard
                     let events = await refreshFromAPI(
                         app: app, originalTransactionID: subscription.originalTransactionID,

@@ -2,8 +2,10 @@ import AppStoreEmulator
 import Foundation
 import StoreModel
 import StoreTime
+import StorekeeperCrypto
 import StorekeeperHTTP
 import StorekeeperJSON
+import StorekeeperPostgres
 import StorekeeperTestSupport
 import Synchronization
 import Testing
@@ -34,6 +36,73 @@ struct ClusterTests {
             if !taken { try await Task.sleep(for: .milliseconds(50)) }
         }
         #expect(taken)
+    }
+
+    @Test("A leader that lost its lock during a pass stops at its next step; the new leader's pass is the only one")
+    func leadershipLostMidPass() async throws {
+        let url = try PostgresTesting.freshDatabase()
+        let calls = Mutex(0)
+        let release = Atomic<Bool>(false)
+        var router = Router()
+        router.add("POST", "/inApps/v1/notifications/history") { request, _ in
+            let call = calls.withLock {
+                $0 += 1
+                return $0
+            }
+            // The first ask (the first leader's) waits until the test lets it go.
+            if call == 1 {
+                for _ in 0..<600 where !release.load(ordering: .relaxed) {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            // Two pages: the first has more.
+            let first = request.query["paginationToken"] == nil
+            return HTTPResponse(
+                status: 200, headers: [("Content-Type", "application/json")],
+                body: JSONWriter.bytes(
+                    .object([
+                        "notificationHistory": .array([]), "hasMore": .bool(first),
+                        "paginationToken": first ? .string("t1") : .null,
+                    ])))
+        }
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        defer {
+            release.store(true, ordering: .relaxed)
+            apple.stop()
+        }
+        let api = ServerAPISettings(
+            keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(),
+            productionURL: "http://127.0.0.1:\(apple.port)", sandboxURL: "http://127.0.0.1:\(apple.port)")
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root], serverAPI: api)
+        let configuration = ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app])
+        let first = try PurchaseServer(
+            configuration: configuration, storage: try await PostgresServerStorage(url: url, poolSize: 2))
+        let second = try PurchaseServer(
+            configuration: configuration, storage: try await PostgresServerStorage(url: url, poolSize: 2))
+        let firstPass = Task { await first.reconcile() }
+        for _ in 0..<500 where calls.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        // The first leader's lock connection is lost while it waits for Apple (a dropped connection, a
+        // terminated backend): the lock is free, and the second process takes the lead.
+        let admin = try PostgresConnection(url: url)
+        _ = try admin.execute(
+            """
+            SELECT pg_terminate_backend(pid) FROM pg_locks
+            WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            """)
+        var secondReport = await second.reconcile()
+        for _ in 0..<100 where secondReport.notLeader {
+            try await Task.sleep(for: .milliseconds(50))
+            secondReport = await second.reconcile()
+        }
+        #expect(!secondReport.notLeader, "\(secondReport)")
+        #expect(calls.withLock { $0 } == 3, "the second leader read both pages")
+        release.store(true, ordering: .relaxed)
+        let firstReport = await firstPass.value
+        #expect(firstReport.notLeader, "the first stopped once it found it no longer led: \(firstReport)")
+        #expect(calls.withLock { $0 } == 3, "and asked for no second page")
     }
 
     @Test("What a process keeps of a user is never older than a write another process acknowledged")

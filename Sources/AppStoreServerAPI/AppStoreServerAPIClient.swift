@@ -59,16 +59,21 @@ public struct AppStoreServerAPIClient: Sendable {
     private let verifier: SignedDataVerifier?
     private let now: @Sendable () -> Date
     private let sleep: @Sendable (Duration) async -> Void
+    private let beforeRetry: (@Sendable (_ path: String) async -> Bool)?
 
     /// `key` is the `.p8` (PKCS#8, P-256) of the key `keyID` from issuer `issuerID`. With `verifier`, every
     /// signed field of every answer is verified (chain, bundle, environment) before the answer is returned.
+    /// `beforeRetry` is asked before each retry with the request's path (a caller's request budget): false
+    /// throws the error instead.
     public init(
         key: PrivateKey, keyID: String, issuerID: String, bundleID: String, environment: Environment,
         retry: RetryPolicy = RetryPolicy(), verifier: SignedDataVerifier? = nil,
         http: HTTPClient = HTTPClient(timeout: .seconds(30), maxResponseBytes: 1 << 20),
         now: @escaping @Sendable () -> Date = { Date() },
-        sleep: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }
+        sleep: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) },
+        beforeRetry: (@Sendable (_ path: String) async -> Bool)? = nil
     ) {
+        self.beforeRetry = beforeRetry
         self.key = key
         self.keyID = keyID
         self.issuerID = issuerID
@@ -287,6 +292,7 @@ public struct AppStoreServerAPIClient: Sendable {
                     backoff = min(backoff * 2, retry.maxBackoff)
                 }
                 await sleep(wait)
+                if let beforeRetry, !(await beforeRetry(path)) { throw error }
                 attempt += 1
             }
         }

@@ -234,14 +234,11 @@ extension PurchaseServer {
     /// (50 a second for the endpoints used here, a tenth in Sandbox) spread over the hour, unless the
     /// configuration sets `maxRequestsPerHour`.
     func takeAPIRequest(_ endpoint: String, app: AppRuntime, environment: Environment) async -> Bool {
-        let perHour =
-            configuration.maxAPIRequestsPerHour ?? (environment == .sandbox ? 0.1 : 1) * 50 * 3_600
-        let rate = perHour / 3_600
+        let budget = APIRequestBudget(
+            storage: storage, bundleID: app.settings.bundleID, environment: environment,
+            perHour: configuration.maxAPIRequestsPerHour, wallClock: wallClock)
         do {
-            // Apple counts in real time, whatever clock the server's state runs on (as API tokens do).
-            let taken = try await storage.takeRequest(
-                from: "\(app.settings.bundleID):\(environment.rawValue):\(endpoint)", rate: rate,
-                burst: max(1, rate * 60), now: wallClock())
+            let taken = try await budget.takeOrThrow(endpoint)
             if !taken { metrics.count("storekeeper_api_budget_refusals_total", ["endpoint": endpoint]) }
             return taken
         } catch {
@@ -272,5 +269,34 @@ extension PurchaseServer {
                 }
             }
         }
+    }
+}
+
+/// An app's shared budget of App Store Server API requests in one environment, per endpoint: Apple's
+/// published hourly limit (50 a second for the endpoints used here, a tenth in Sandbox) spread over the hour,
+/// unless the configuration sets `maxRequestsPerHour`; kept in the storage, so every process takes from it.
+struct APIRequestBudget: Sendable {
+    let storage: any ServerStorage
+    let bundleID: String
+    let environment: Environment
+    let perHour: Double?
+    let wallClock: @Sendable () -> Date
+
+    /// One request of `endpoint` taken; false when the budget is spent or the storage cannot say.
+    func take(_ endpoint: String) async -> Bool { (try? await takeOrThrow(endpoint)) ?? false }
+
+    func takeOrThrow(_ endpoint: String) async throws -> Bool {
+        let rate = (perHour ?? (environment == .sandbox ? 0.1 : 1) * 50 * 3_600) / 3_600
+        // Apple counts in real time, whatever clock the server's state runs on (as API tokens do).
+        return try await storage.takeRequest(
+            from: "\(bundleID):\(environment.rawValue):\(endpoint)", rate: rate, burst: max(1, rate * 60),
+            now: wallClock())
+    }
+
+    /// The budget a request's path takes from (the names the reconciler takes with).
+    static func endpoint(of path: String) -> String {
+        if path.hasSuffix("/notifications/history") { return "notificationHistory" }
+        if path.hasPrefix("/inApps/v1/subscriptions/") { return "subscriptionStatuses" }
+        return "other"
     }
 }

@@ -123,11 +123,16 @@ public final class PurchaseServer: Sendable {
                 let production = api.productionURL.map(AppStoreServerAPIClient.Environment.custom) ?? .production
                 let sandbox = api.sandboxURL.map(AppStoreServerAPIClient.Environment.custom) ?? .sandbox
                 for (environment, target) in [(Environment.production, production), (.sandbox, sandbox)] {
+                    let budget = APIRequestBudget(
+                        storage: storage, bundleID: app.bundleID, environment: environment,
+                        perHour: configuration.maxAPIRequestsPerHour, wallClock: wallClock)
                     clients[environment] = AppStoreServerAPIClient(
                         key: api.privateKey, keyID: api.keyID, issuerID: api.issuerID, bundleID: app.bundleID,
                         environment: target, retry: .init(maxAttempts: 3, maxRetryAfter: .seconds(5)),
                         // Tokens carry real time, whatever clock the server's state runs on.
-                        verifier: verifier)
+                        verifier: verifier,
+                        // A retry is a request too: it takes from the endpoint's budget, or is not made.
+                        beforeRetry: { path in await budget.take(APIRequestBudget.endpoint(of: path)) })
                     inlineClients[environment] = AppStoreServerAPIClient(
                         key: api.privateKey, keyID: api.keyID, issuerID: api.issuerID, bundleID: app.bundleID,
                         environment: target, retry: .none, verifier: verifier,

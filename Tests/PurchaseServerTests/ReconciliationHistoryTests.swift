@@ -147,6 +147,48 @@ struct ReconciliationHistoryTests {
         #expect((polled?.reconciliationDue ?? .distantPast) > Date().addingTimeInterval(3_000), "an hour on")
     }
 
+    @Test("The reconciler's retries take from the request budget too: with the budget spent, none is made")
+    func retriesTakeFromTheBudget() async throws {
+        let asked = Atomic<Int>(0)
+        var router = Router()
+        router.add(
+            "POST", "/inApps/v1/notifications/history",
+            inline: { _, _ in Self.json(["notificationHistory": .array([]), "hasMore": .bool(false)]) })
+        // Apple fails without a body: an answer worth asking again.
+        router.add(
+            "GET", "/inApps/v1/subscriptions/{id}",
+            inline: { _, _ in
+                asked.add(1, ordering: .relaxed)
+                return HTTPResponse(status: 500)
+            })
+        let apple = try HTTPServer(port: 0, responder: router.freeze())
+        defer { apple.stop() }
+        let url = "http://127.0.0.1:\(apple.port)"
+        let app = AppSettings(
+            bundleID: JWSFixtures.bundleID, appAppleID: JWSFixtures.appAppleID, environments: [.sandbox],
+            publicKey: "pk_12345678", receiptRoots: [], jwsRoots: [JWSFixtures.chain.root],
+            serverAPI: ServerAPISettings(
+                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+                sandboxURL: url))
+        // One request a minute for each endpoint: a bucket of one.
+        var configuration = ServerConfiguration(secretKey: "sk_0123456789abcdef", apps: [app])
+        configuration.maxAPIRequestsPerHour = 60
+        let storage = try await SQLiteServerStorage(
+            path: try ExternalTool.temporaryDirectory().appendingPathComponent("server.sqlite").path)
+        let server = try PurchaseServer(configuration: configuration, storage: storage)
+        let expired = Int64(Date().timeIntervalSince1970 * 1_000) - 86_400_000
+        let text = """
+            {"originalTransactionID": "1000000000000001", "bundleID": "\(JWSFixtures.bundleID)",
+             "environment": "Sandbox", "productID": "monthly", "latestTransactionID": "1000000000000001",
+             "latestPurchaseDate": \(expired - 86_400_000), "expiresDate": \(expired), "status": 1,
+             "autoRenewStatus": true, "ownership": "PURCHASED", "transactionSignedDate": \(expired)}
+            """
+        let record = try SQLDocuments.decoder.decode(SubscriptionRecord.self, from: JSONParser.parse(Array(text.utf8)))
+        try await storage.write { try $0.save(record) }
+        _ = await server.reconcile()
+        #expect(asked.load(ordering: .relaxed) == 1, "asked once: the budget had no request left for a retry")
+    }
+
     @Test("An app's post waits at most a few seconds for Apple's answer about its subscription, and asks once")
     func postDoesNotWaitLong() async throws {
         let asked = Atomic<Int>(0)

@@ -3,7 +3,7 @@ public import StoreModel
 public import StoreTime
 public import StorekeeperCrypto
 import StorekeeperHTTP
-import StorekeeperJSON
+package import StorekeeperJSON
 
 /// What to do when a purchase arrives for another app user than the one that has it.
 public enum TransferPolicy: String, Sendable, Hashable, CaseIterable {
@@ -121,6 +121,10 @@ public struct ServerConfiguration: Sendable {
     /// without the storage (about 1.2 KB a user of three purchases); when full, an eighth go. 0 keeps none.
     /// Config: `"cachedUsers"`, 0 to ``maxCachedUsers`` (``defaultCachedUsers`` unless given).
     public var cachedUsers = Self.defaultCachedUsers
+    /// Members of the file the server does not know (a typo it would otherwise pass over in silence), each
+    /// with the known member it most resembles; `serve` and `dev` print them. Not an error: a newer file's
+    /// members are read by an older server too.
+    public var warnings: [String] = []
     /// About 240 MiB when full of users of three purchases.
     public static let defaultCachedUsers = 200_000
     public static let maxCachedUsers = 10_000_000
@@ -142,13 +146,96 @@ public struct ServerConfiguration: Sendable {
         self.webhookRetrySchedule = webhookRetrySchedule
     }
 
+    /// A configuration file's JSON object, or an error saying where it is not one (line and column).
+    package static func configurationObject(_ bytes: [UInt8], path: String) throws -> JSONObject {
+        guard bytes.count <= 1 << 20 else {
+            throw PurchaseServerError.configuration("'\(path)' is larger than 1 MiB")
+        }
+        let parsed: JSONValue
+        do { parsed = try JSONParser.parse(bytes) } catch let error as JSONParser.Error {
+            throw PurchaseServerError.configuration("'\(path)' is not valid JSON: \(error.location(in: bytes))")
+        }
+        guard let root = parsed.objectValue else {
+            throw PurchaseServerError.configuration(
+                "'\(path)' must hold one JSON object ({…}), not \(Self.kindName(parsed))")
+        }
+        return root
+    }
+
+    static let knownMembers: [String: Set<String>] = [
+        "": [
+            "secretKey", "apps", "transferPolicy", "webhookRetrySchedule", "webhookTimeoutSeconds", "reconciliation",
+            "reconcileEverySeconds", "database", "cachedUsers", "clock",
+        ],
+        "apps[]": [
+            "bundleId", "publicKey", "appAppleId", "environments", "sharedSecret", "receiptRoots", "jwsRoots", "xcode",
+            "appStoreServerAPI", "entitlements", "webhooks", "currency", "subscriptionPeriods", "nonRenewingDurations",
+            "retention",
+        ],
+        "reconciliation": ["intervalSeconds", "maxRequestsPerHour"],
+        "appStoreServerAPI": ["keyId", "issuerId", "privateKeyFile", "productionURL", "sandboxURL"],
+        "webhooks[]": ["url", "secret"],
+        "xcode": ["certificates"],
+    ]
+
+    /// The members of `root` (a configuration file) that no known member has, with the likeliest meant.
+    static func unknownMembers(_ root: JSONObject) -> [String] {
+        var warnings: [String] = []
+        func check(_ object: JSONObject?, _ place: String, _ shown: String) {
+            guard let object, let known = knownMembers[place] else { return }
+            for key in object.keys where !known.contains(key) {
+                let closest = known.min { editDistance(key, $0) < editDistance(key, $1) }
+                let hint = closest.map {
+                    editDistance(key, $0) <= max(2, key.count / 3) ? " (did you mean \"\($0)\"?)" : ""
+                }
+                warnings.append("\(shown)\"\(key)\" is not a member the server knows; it is ignored\(hint ?? "")")
+            }
+        }
+        check(root, "", "")
+        check(root["reconciliation"]?.objectValue, "reconciliation", "reconciliation.")
+        for (index, app) in (root["apps"]?.arrayValue ?? []).enumerated() {
+            let name = app["bundleId"]?.stringValue ?? "apps[\(index)]"
+            check(app.objectValue, "apps[]", "\(name): ")
+            check(app["appStoreServerAPI"]?.objectValue, "appStoreServerAPI", "\(name): appStoreServerAPI.")
+            check(app["xcode"]?.objectValue, "xcode", "\(name): xcode.")
+            for hook in app["webhooks"]?.arrayValue ?? [] {
+                check(hook.objectValue, "webhooks[]", "\(name): webhooks[].")
+            }
+        }
+        return warnings
+    }
+
+    /// Levenshtein distance, for names of a few dozen characters.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.lowercased().prefix(64)), b = Array(b.lowercased().prefix(64))
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1]
+            for (j, y) in b.enumerated() {
+                current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1)))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+
+    static func kindName(_ value: JSONValue) -> String {
+        switch value {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .integer, .double: "a number"
+        case .string: "a string"
+        case .array: "an array"
+        case .object: "an object"
+        }
+    }
+
     /// Reads the configuration file; `variables` resolve `"${NAME}"`.
     public static func load(path: String, variables: [String: String]) throws -> ServerConfiguration {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw PurchaseServerError.configuration("cannot read '\(path)'")
         }
-        guard data.count <= 1 << 20, let parsed = try? JSONParser.parse(Array(data)), var root = parsed.objectValue
-        else { throw PurchaseServerError.configuration("'\(path)' is not a JSON object") }
+        var root = try configurationObject(Array(data), path: path)
         root = try substitute(.object(root), variables).objectValue ?? root
         let base = URL(fileURLWithPath: path).deletingLastPathComponent()
         func file(_ relative: String) throws -> [UInt8] {
@@ -356,6 +443,7 @@ public struct ServerConfiguration: Sendable {
             }
             configuration.webhookRetrySchedule = delays
         }
+        configuration.warnings = Self.unknownMembers(root)
         return configuration
     }
 

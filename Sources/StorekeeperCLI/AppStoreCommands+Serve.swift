@@ -148,10 +148,16 @@ extension AppStoreCommands {
 
     static func loadApps(_ path: String?) throws -> [AppConfiguration] {
         guard let path else { return [] }
-        guard let data = FileManager.default.contents(atPath: path),
-            let root = try? JSONParser.parse(Array(data)).objectValue,
-            let list = root["apps"]?.arrayValue
-        else { throw CommandError.input("'\(path)' is not a JSON object with an \"apps\" array") }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CommandError.input("cannot read '\(path)'")
+        }
+        let parsed: JSONValue
+        do { parsed = try JSONParser.parse(Array(data)) } catch let error as JSONParser.Error {
+            throw CommandError.input("'\(path)' is not valid JSON: \(error.location(in: Array(data)))")
+        }
+        guard let root = parsed.objectValue, let list = root["apps"]?.arrayValue else {
+            throw CommandError.input("'\(path)' is not a JSON object with an \"apps\" array")
+        }
         return try list.map { item in
             guard let bundleID = item["bundleId"]?.stringValue else {
                 throw CommandError.input("an app in '\(path)' has no bundleId")

@@ -61,6 +61,7 @@ enum ServeCommands {
         } catch let error as PurchaseServerError {
             throw CommandError.input(error.message)
         }
+        for warning in configuration.warnings { console.writeError("warning: \(warning)\n") }
         let logger = try LoggingOptions.logger(arguments, label: "serve")
         let storage: any ServerStorage
         let database = arguments.value("database") ?? configuration.database

@@ -20,6 +20,21 @@ public struct JSONParser {
         public let reason: String
         public let offset: Int
         public var description: String { "invalid JSON at byte \(offset): \(reason)" }
+
+        /// Where the error is in `bytes` (the document parsed), as a person finds it: line and column, from 1.
+        public func location(in bytes: some Collection<UInt8>) -> String {
+            var line = 1
+            var column = 1
+            for byte in bytes.prefix(offset) {
+                if byte == UInt8(ascii: "\n") {
+                    line += 1
+                    column = 1
+                } else if byte & 0xC0 != 0x80 {
+                    column += 1
+                }
+            }
+            return "line \(line), column \(column): \(reason)"
+        }
     }
 
     private let bytes: [UInt8]

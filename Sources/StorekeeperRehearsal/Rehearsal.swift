@@ -68,7 +68,12 @@ public final class Rehearsal: Sendable {
     /// A failure to start, with what to do about it.
     public struct StartError: Error, CustomStringConvertible, Sendable {
         public let description: String
-        init(_ description: String) { self.description = description }
+        /// The configuration file is not one the rehearsal can use (the command's exit 2).
+        public let inConfiguration: Bool
+        init(_ description: String, inConfiguration: Bool = false) {
+            self.description = description
+            self.inConfiguration = inConfiguration
+        }
     }
 
     private init(
@@ -129,7 +134,17 @@ public final class Rehearsal: Sendable {
                 configuration = try ServerConfiguration.load(
                     path: file.path, variables: ProcessInfo.processInfo.environment)
             } catch let error as PurchaseServerError {
-                throw StartError("'\(file.path)': \(error.message)")
+                throw StartError(error.message, inConfiguration: true)
+            }
+            // A configuration written for other apps (an earlier start with another --bundle-id) would leave
+            // these unwired: their posts refused, their notifications nowhere.
+            let missing = bundleIDs.filter { id in !configuration.apps.contains { $0.bundleID == id } }
+            if !missing.isEmpty {
+                throw StartError(
+                    "'\(file.path)' has no app \(missing.joined(separator: ", ")) (it configures "
+                        + configuration.apps.map(\.bundleID).joined(separator: ", ")
+                        + "): add it there, give another --data, or the --bundle-id it was written for",
+                    inConfiguration: true)
             }
             for index in configuration.apps.indices {
                 // The emulator's App Store Server API wherever it listens this time.
@@ -260,9 +275,13 @@ public final class Rehearsal: Sendable {
 
     /// The apps' shared secrets in an existing configuration, so the emulator signs V1 with the same.
     static func sharedSecrets(_ file: URL) throws -> [String: String] {
-        guard let data = FileManager.default.contents(atPath: file.path),
-            let root = try? JSONParser.parse(Array(data)).objectValue
-        else { throw StartError("'\(file.path)' is not a JSON object; move it away to start afresh") }
+        guard let data = FileManager.default.contents(atPath: file.path) else {
+            throw StartError("cannot read '\(file.path)'", inConfiguration: true)
+        }
+        let root: JSONObject
+        do { root = try ServerConfiguration.configurationObject(Array(data), path: file.path) } catch {
+            throw StartError((error as? PurchaseServerError)?.message ?? "\(error)", inConfiguration: true)
+        }
         var secrets: [String: String] = [:]
         for app in root["apps"]?.arrayValue ?? [] {
             if let bundleID = app["bundleId"]?.stringValue, let secret = app["sharedSecret"]?.stringValue {

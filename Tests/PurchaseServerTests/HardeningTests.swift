@@ -259,6 +259,36 @@ struct ServerHardeningTests {
         }
     }
 
+    @Test("Members the server does not know are warned about, with the one meant; JSON errors say where they are")
+    func unknownMembersAndSyntax() throws {
+        let plain = try RenderedAnswerTests.loadConfiguration(
+            app: #", "entitlements": {}, "webhooks": [{"url": "https://h.example", "secret": "whsec_12345678"}]"#,
+            top: #", "reconciliation": {"intervalSeconds": 60}"#)
+        #expect(plain.warnings.isEmpty, "\(plain.warnings)")
+        let typos = try RenderedAnswerTests.loadConfiguration(
+            app: #", "entitlement": {"pro": ["p"]}, "webhooks": [{"url": "https://h.example", "secret": "whsec_12345678", "secrets": "x"}]"#,
+            top: #", "reconcilation": {"intervalSecond": 60}, "somethingElse": 1"#)
+        #expect(
+            typos.warnings == [
+                #""reconcilation" is not a member the server knows; it is ignored (did you mean "reconciliation"?)"#,
+                #""somethingElse" is not a member the server knows; it is ignored"#,
+                #"a.b: "entitlement" is not a member the server knows; it is ignored (did you mean "entitlements"?)"#,
+                #"a.b: webhooks[]."secrets" is not a member the server knows; it is ignored (did you mean "secret"?)"#,
+            ], "\(typos.warnings)")
+        // A syntax error names its line and column.
+        let directory = try ExternalTool.temporaryDirectory()
+        let file = directory.appendingPathComponent("server.json")
+        try Data("{\n  \"secretKey\": \"sk_0123456789abcdef\",\n  \"apps\": [],\n}\n".utf8).write(to: file)
+        do {
+            _ = try ServerConfiguration.load(path: file.path, variables: [:])
+            Issue.record("a trailing comma was accepted")
+        } catch let error as PurchaseServerError {
+            #expect(error.message.contains("is not valid JSON: line 4, column 1"), "\(error.message)")
+        }
+        try Data("[]".utf8).write(to: file)
+        #expect(throws: PurchaseServerError.self) { _ = try ServerConfiguration.load(path: file.path, variables: [:]) }
+    }
+
     @Test("Dashboard sign-out with a store: a failed store answers 503 and the retry stores it; others then refuse")
     func signOutStored() async throws {
         /// Fails its first sign-out, then keeps them.

@@ -65,5 +65,22 @@ struct DevCommandTests {
         await #expect(throws: HTTPClientError.self) {
             _ = try await HTTPClient().send("GET", emulator + "/_emulator/v1/clock")
         }
+
+        // Started again for another app on the same data: the configuration written for the first has no such
+        // app, and dev says so (exit 2) rather than start with it unwired.
+        let again = ChildProcess()
+        again.executableURL = process.executableURL
+        again.arguments = process.arguments + ["--bundle-id", "com.example.other"]
+        let errors = Pipe()
+        again.standardOutput = FileHandle.nullDevice
+        again.standardError = errors
+        try again.run()
+        defer {
+            if again.isRunning { again.terminate() }
+        }
+        let said = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        again.waitUntilExit()
+        #expect(again.terminationStatus == 2, "\(said)")
+        #expect(said.contains("has no app com.example.other (it configures com.example.storekeeper)"), "\(said)")
     }
 }

@@ -55,7 +55,11 @@ public struct AppStoreServerAPIError: Error, Sendable, Hashable, CustomStringCon
         switch kind {
         case .api:
             let code = self.code.map { " \($0)" } ?? ""
-            return "App Store Server API answered \(status ?? 0)\(code): \(message)"
+            // Apple's 401 has no body: say what it refuses.
+            let hint =
+                status == 401 && self.code == nil
+                ? " (the bearer token was refused: check the key, its key id, the issuer id and the bundle id)" : ""
+            return "App Store Server API answered \(status ?? 0)\(code): \(message)\(hint)"
         case .transport: return "App Store Server API unreachable: \(message)"
         default: return message
         }

@@ -952,7 +952,7 @@ static int open_listener(const char *host, uint16_t port, uint16_t *bound, bool 
     freeaddrinfo(results);
     if (fd < 0) {
         snprintf(where, sizeof(where), "%s port %u", name, (unsigned int)port);
-        if (saved == EADDRINUSE) set_error(error, error_size, "address in use: %s%s", where, "");
+        if (saved == EADDRINUSE) set_error(error, error_size, "address in use%s%s", "", "");
         else set_error(error, error_size, "cannot bind %s: %s", where, strerror(saved));
         return -1;
     }

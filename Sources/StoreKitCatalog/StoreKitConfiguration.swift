@@ -37,6 +37,16 @@ public struct StoreKitConfiguration: Sendable, Hashable {
         if let settings = root["settings"], settings != .null, settings.objectValue == nil {
             throw ConfigurationError(description: "settings must be an object")
         }
+        // Any JSON object would otherwise read as a catalogue of nothing (a scenario file given by mistake).
+        guard
+            ["products", "nonRenewingSubscriptions", "subscriptionGroups", "settings"].contains(where: {
+                root[$0] != nil
+            })
+        else {
+            throw ConfigurationError(
+                description:
+                    "not a .storekit catalogue: it has no products, nonRenewingSubscriptions or subscriptionGroups")
+        }
         var products: [Product] = []
         for key in ["products", "nonRenewingSubscriptions"] {
             for (index, item) in (root[key]?.arrayValue ?? []).enumerated() {

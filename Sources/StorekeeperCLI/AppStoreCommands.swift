@@ -2,6 +2,7 @@ import AppStoreEmulator
 import AppStoreReceipts
 import Foundation
 import StoreKitCatalog
+import StoreModel
 import StoreTime
 import StorekeeperCommandLine
 import StorekeeperCrypto
@@ -223,7 +224,9 @@ enum AppStoreCommands {
     // MARK: - Client
 
     static func account(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
-        var body: JSONObject = ["environment": .string(arguments.value("environment") ?? "Sandbox")]
+        var body: JSONObject = [
+            "environment": .string(try environment(arguments, among: Environment.customerEnvironments) ?? "Sandbox")
+        ]
         if let storefront = arguments.value("storefront") { body["storefront"] = .string(storefront) }
         return try await call(arguments, console, "POST", "/_emulator/v1/accounts", body)
     }
@@ -320,12 +323,13 @@ enum AppStoreCommands {
                 body: JSONWriter.bytes(.object(body)))
         } catch {
             throw CommandError.unavailable(
-                "cannot reach the purchase server at \(HTTPClient.printable(server)): \(error.code)")
+                "bought, not posted: cannot reach the purchase server at \(HTTPClient.printable(server)): "
+                    + "\(error.code) (buying again buys twice; the app posts it again from Transaction.updates)")
         }
         guard (200..<300).contains(response.status) else {
             let parsed = try? JSONParser.parse(response.body)
             throw CommandError.runtime(
-                "the purchase server refused the transaction (HTTP \(response.status), "
+                "bought, not posted: the purchase server refused the transaction (HTTP \(response.status), "
                     + "\(parsed?["error"]?["code"]?.stringValue ?? "error")): "
                     + (parsed?["error"]?["message"]?.stringValue ?? "no details"))
         }
@@ -378,6 +382,16 @@ enum AppStoreCommands {
     static func bundleID(_ arguments: Arguments) -> String {
         arguments.value("bundle-id") ?? ProcessInfo.processInfo.environment["STOREKEEPER_BUNDLE_ID"]
             ?? DefaultCatalog.bundleID
+    }
+
+    /// `--environment`'s value as Apple spells it (any case: "sandbox" is Sandbox), among `allowed`.
+    static func environment(_ arguments: Arguments, among allowed: [Environment]) throws -> String? {
+        guard let given = arguments.value("environment") else { return nil }
+        guard let known = allowed.first(where: { $0.rawValue.lowercased() == given.lowercased() }) else {
+            throw CommandError.usage(
+                "'\(given)' is not an environment; use \(allowed.map(\.rawValue).joined(separator: ", "))")
+        }
+        return known.rawValue
     }
 
     static func appPath(_ arguments: Arguments) throws -> String {

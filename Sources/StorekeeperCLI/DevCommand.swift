@@ -104,7 +104,8 @@ enum DevCommand {
         options.logger = try LoggingOptions.logger(arguments, label: "dev", level: .warning)
         let rehearsal: Rehearsal
         do { rehearsal = try await Rehearsal.start(options) } catch let error as Rehearsal.StartError {
-            throw error.inConfiguration ? CommandError.input(error.description) : CommandError.runtime(error.description)
+            throw error.inConfiguration
+                ? CommandError.input(error.description) : CommandError.runtime(error.description)
         }
         let configuration = rehearsal.configuration
         for warning in configuration.warnings { console.writeError("warning: \(warning)\n") }

@@ -53,21 +53,23 @@ enum JWSCommands {
         command: "storekeeper jws sign", abstract: "Sign a JSON payload as ES256 with an x5c certificate chain.",
         positionals: [("payload", "A JSON object file, or - for standard input (the default).")],
         options: [
-            .init(name: "key", valueName: "key.pem", help: "The leaf's P-256 private key (PEM, PKCS #8 or SEC 1)."),
+            .init(
+                name: "key", valueName: "key.pem", help: "The leaf's P-256 private key (PEM, PKCS #8 or SEC 1).",
+                required: true),
             .init(
                 name: "cert", valueName: "cert", help: "Leaf, then intermediate, then root (DER or PEM).",
-                repeatable: true),
+                repeatable: true, required: true),
         ])
 
     static let offerSpec = Arguments.Spec(
         command: "storekeeper offer sign",
         abstract: "Sign a promotional offer with an In-App Purchase key (.p8).",
         options: [
-            .init(name: "key", valueName: "key.p8", help: "The In-App Purchase private key."),
-            .init(name: "key-id", valueName: "id", help: "The key's identifier."),
-            .init(name: "bundle-id", valueName: "id", help: "The app's bundle identifier."),
-            .init(name: "product-id", valueName: "id", help: "The subscription product."),
-            .init(name: "offer-id", valueName: "id", help: "The promotional offer identifier."),
+            .init(name: "key", valueName: "key.p8", help: "The In-App Purchase private key.", required: true),
+            .init(name: "key-id", valueName: "id", help: "The key's identifier.", required: true),
+            .init(name: "bundle-id", valueName: "id", help: "The app's bundle identifier.", required: true),
+            .init(name: "product-id", valueName: "id", help: "The subscription product.", required: true),
+            .init(name: "offer-id", valueName: "id", help: "The promotional offer identifier.", required: true),
             .init(name: "app-account-token", valueName: "uuid", help: "The app account token (UUID)."),
             .init(name: "nonce", valueName: "uuid", help: "A fresh UUID (default: random)."),
             .init(name: "timestamp", valueName: "ms", help: "UNIX milliseconds (default: now)."),
@@ -89,10 +91,7 @@ enum JWSCommands {
             }
             type = known
         }
-        if let environment = arguments.value("environment"), Environment(rawValue: environment) == nil {
-            throw CommandError.usage(
-                "'\(environment)' is not an environment; use Production, Sandbox, Xcode or LocalTesting")
-        }
+        let environment = try AppStoreCommands.environment(arguments, among: Environment.allCases)
         var appAppleID: Int64?
         if let text = arguments.value("app-apple-id") {
             guard let value = Int64(text) else {
@@ -107,12 +106,12 @@ enum JWSCommands {
             }
             current = date
         }
-        if arguments.value("environment") == "Production" && appAppleID == nil {
+        if environment == "Production" && appAppleID == nil {
             throw CommandError.usage("--environment Production needs --app-apple-id, as Apple's libraries require")
         }
         let configuration = SignedDataVerifier.Configuration(
             trustedRoots: try loadCertificates(arguments.all("root")), bundleID: arguments.value("bundle-id"),
-            appAppleID: appAppleID, environment: arguments.value("environment"), onlineChecks: arguments.flag("online"),
+            appAppleID: appAppleID, environment: environment, onlineChecks: arguments.flag("online"),
             strictChecks: !arguments.flag("no-strict-checks"))
         let verifier: SignedDataVerifier
         do {

@@ -253,10 +253,9 @@ enum LifecycleCommands {
         ])
 
     static func notificationsHistory(_ arguments: Arguments, console: Console, now: Date) async throws -> Int32 {
-        let environment = arguments.value("environment") ?? Environment.sandbox.rawValue
-        guard Environment(name: environment, among: Environment.customerEnvironments) != nil else {
-            throw CommandError.usage("'\(environment)' is not an environment (one of Sandbox, Production)")
-        }
+        let environment =
+            try AppStoreCommands.environment(arguments, among: Environment.customerEnvironments)
+            ?? Environment.sandbox.rawValue
         return try await AppStoreCommands.call(
             arguments, console, "GET",
             "/_emulator/v1/apps/\(AppStoreCommands.bundleID(arguments))/notifications/history?environment=\(environment)",

@@ -94,6 +94,9 @@ enum ServeCommands {
         }
         var followed: FollowedClock?
         if let url = arguments.value("clock") ?? configuration.clock {
+            guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
+                throw CommandError.usage("--clock (or the configuration's clock) is an http:// or https:// URL")
+            }
             do {
                 followed = try await FollowedClock(
                     url: url, token: ProcessInfo.processInfo.environment["STOREKEEPER_TOKEN"])

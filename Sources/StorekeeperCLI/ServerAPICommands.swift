@@ -420,7 +420,8 @@ enum ServerAPICommands {
             options: endpoint.options + connection, flags: endpoint.flags,
             discussion: """
                 Calls the App Store Server API with a fresh ES256 token from your In-App Purchase key. Point it at
-                Apple (--environment) or at the emulator (--url http://127.0.0.1:8080, whose keys come from
+                Apple (--environment) or at the emulator (--url http://127.0.0.1:8080/sandbox for its Sandbox
+                accounts, the default, or http://127.0.0.1:8080 for Production ones; its keys come from
                 'storekeeper appstore api-key'). Signed fields are decoded beside Apple's JSON (not verified
                 unless --verify-root is given).
                 """)

@@ -130,6 +130,10 @@ package struct Arguments: Sendable {
                     value = arguments[index]
                     index += 1
                 }
+                // An empty value is never one a command takes: most often a shell variable that is not set.
+                guard !value.isEmpty else {
+                    throw CommandError.usage("'--\(name)' was given an empty value (is a shell variable unset?)")
+                }
                 if !option.repeatable && result.values[name] != nil {
                     throw CommandError.usage("Option '--\(name)' given more than once")
                 }

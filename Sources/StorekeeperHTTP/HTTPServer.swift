@@ -147,8 +147,10 @@ public final class HTTPServer: Sendable {
         guard let started else {
             box.release()
             let reason = String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            throw HTTPError(
-                status: 0, code: "listen_failed", message: "cannot listen on \(host):\(port): \(reason)")
+            let said =
+                reason == "address in use"
+                ? "another process listens there (stop it, or give another port; 0 picks a free one)" : reason
+            throw HTTPError(status: 0, code: "listen_failed", message: "cannot listen on \(host):\(port): \(said)")
         }
         self.server = ServerHandle(pointer: started, box: handlerBox)
         self.box = box

@@ -541,6 +541,16 @@ struct ServerAPITests {
         #expect(asked.withLock { $0 } == 2, "the first page, then the one that gave its own token back")
     }
 
+    @Test("A 401 without a body says what was refused: the bearer token")
+    func unauthorizedHint() async throws {
+        let api = try await API.make()
+        defer { api.stop() }
+        let client = try api.client(keyID: "WRONGKEY01")
+        let error = await Self.apiError { _ = try await client.requestTestNotification() }
+        #expect(error?.status == 401)
+        #expect(error?.description.contains("the bearer token was refused") == true, "\(String(describing: error))")
+    }
+
     @Test("Consumption information, app account tokens and app transactions")
     func consumptionTokensAppTransactions() async throws {
         let api = try await API.make()

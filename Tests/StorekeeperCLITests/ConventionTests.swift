@@ -148,6 +148,16 @@ struct ConventionTests {
         let url = await CapturedConsole.run(["appstore", "products", "--url", "localhost:8080"])
         #expect(url.status == 64)
         #expect(url.stderr.contains("http://"))
+        // An empty value (an unset shell variable) is named as such, not sent on.
+        let empty = await CapturedConsole.run(["appstore", "transactions", "--device", ""])
+        #expect(empty.status == 64 && empty.stderr.contains("'--device' was given an empty value"), "\(empty.stderr)")
+        // Environments in any case: "sandbox" is Sandbox (the emulator is not there: 69, not a usage error).
+        for (environment, status) in [("sandbox", Int32(69)), ("PRODUCTION", 69), ("staging", 64)] {
+            let run = await CapturedConsole.run([
+                "appstore", "notifications", "history", "--environment", environment, "--url", "http://127.0.0.1:1",
+            ])
+            #expect(run.status == status, "\(environment): \(run.stderr)")
+        }
         for value in ["0", "many"] {
             let inFlight = await CapturedConsole.run(["appstore", "serve", "--max-notifications-in-flight", value])
             #expect(inFlight.status == 64)
@@ -196,7 +206,7 @@ struct ConventionTests {
         let notCatalogue = await CapturedConsole.run(["appstore", "serve", "--data", data, "--storekit", garbage.path])
         #expect(notCatalogue.status == 2, "\(notCatalogue.stderr)")
         let notConfig = await CapturedConsole.run(["appstore", "serve", "--data", data, "--config", garbage.path])
-        #expect(notConfig.status == 2 && notConfig.stderr.contains("\"apps\" array"), "\(notConfig.stderr)")
+        #expect(notConfig.status == 2 && notConfig.stderr.contains("is not valid JSON: line 1"), "\(notConfig.stderr)")
         let catalogue = directory.appendingPathComponent("one.storekit")
         try Data(#"{"products":[{"productID":"coins","type":"Consumable","displayPrice":"0.99"}]}"#.utf8)
             .write(to: catalogue)
@@ -209,6 +219,13 @@ struct ConventionTests {
         try Data(#"{"settings":{"_timeRate":99},"products":[]}"#.utf8).write(to: future)
         let unknownRate = await CapturedConsole.run(["appstore", "serve", "--data", data, "--storekit", future.path])
         #expect(unknownRate.status == 2 && unknownRate.stderr.contains("give --rate"), "\(unknownRate.stderr)")
+        // A JSON object that is not a catalogue (a scenario given by mistake) is refused, not read as no products.
+        let scenario = directory.appendingPathComponent("story.scenario.json")
+        try Data(#"{"title": "a story", "steps": []}"#.utf8).write(to: scenario)
+        let notStoreKit = await CapturedConsole.run(["appstore", "serve", "--data", data, "--storekit", scenario.path])
+        #expect(
+            notStoreKit.status == 2 && notStoreKit.stderr.contains("not a .storekit catalogue"), "\(notStoreKit.stderr)"
+        )
         let nowhere = directory.appendingPathComponent("nowhere.storekit")
         try Data(#"{"settings":{"_storefront":"XYZ"},"products":[]}"#.utf8).write(to: nowhere)
         let unknownStorefront = await CapturedConsole.run([

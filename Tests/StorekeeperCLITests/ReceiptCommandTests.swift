@@ -439,6 +439,7 @@ struct AppStoreServeExposureTests {
         #expect(taken.status == 1)
         #expect(taken.stderrText.contains(port), "\(taken.stderrText)")
         #expect(!taken.stderrText.contains("listen_failed"), "a sentence, not a code")
+        #expect(taken.stderrText.contains("another process listens there"), "\(taken.stderrText)")
         #expect(!FileManager.default.fileExists(atPath: data.path), "a failed start creates no data directory")
 
         for host in ["localhost", "::1"] {

@@ -416,9 +416,24 @@ enum AppStoreCommands {
         guard (200..<300).contains(status) else {
             let code = response["error"]?["code"]?.stringValue ?? "error"
             let message = response["error"]?["message"]?.stringValue ?? "no details"
-            throw CommandError.runtime("the emulator refused the request (HTTP \(status), \(code)): \(message)")
+            throw CommandError.runtime(
+                "the emulator refused the request (HTTP \(status), \(code)): \(message)"
+                    + Self.refusalHint(status: status, message: message))
         }
         return response
+    }
+
+    /// What a refusal most likely means, when its words say: the purchase server answering in the emulator's
+    /// place, or an emulator started with a control-plane token.
+    static func refusalHint(status: Int, message: String) -> String {
+        guard status == 401 else { return "" }
+        if message.contains("<secret key>") || message.contains("<the app's public key>") {
+            return " (that is a purchase server: appstore commands talk to the emulator, --url or STOREKEEPER_URL)"
+        }
+        if message.contains("<token>") {
+            return " (the emulator was started with a control-plane token: give --token or set STOREKEEPER_TOKEN)"
+        }
+        return ""
     }
 
     static func request(_ arguments: Arguments, _ method: String, _ path: String, _ body: JSONObject?) async throws -> (

@@ -99,10 +99,16 @@ enum ServerClientCommands {
         }
         let answer = (try? JSONParser.parse(response.body)) ?? .null
         guard response.status == 200 else {
+            let message = answer["error"]?["message"]?.stringValue ?? "no details"
+            // The emulator has no such route: it answers 404 "no such resource"; the server's own 404 names the user.
+            let hint =
+                response.status == 404 && message == "no such resource"
+                ? " (is --server the emulator? server commands talk to the purchase server, `storekeeper serve`)"
+                : response.status == 401 && message.contains("<token>")
+                    ? " (that is the emulator: server commands talk to the purchase server, `storekeeper serve`)" : ""
             throw CommandError.runtime(
                 "the purchase server answered HTTP \(response.status) ("
-                    + "\(answer["error"]?["code"]?.stringValue ?? "error")): "
-                    + (answer["error"]?["message"]?.stringValue ?? "no details"))
+                    + "\(answer["error"]?["code"]?.stringValue ?? "error")): " + message + hint)
         }
         return answer
     }

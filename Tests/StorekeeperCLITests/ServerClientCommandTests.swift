@@ -185,3 +185,36 @@ struct CurlOCSPTransportTests {
         }
     }
 }
+
+/// The two servers' commands pointed at the other server: the error says so.
+@Suite("CLI: commands pointed at the wrong server")
+struct WrongServerTests {
+    @Test("appstore commands at a purchase server, and server commands at an emulator, say which server it is")
+    func wrongServer() async throws {
+        var router = Router()
+        router.add(
+            "GET", "/_emulator/v1/apps/{bundle}/products",
+            inline: { _, _ in
+                HTTPResponse(
+                    status: 401, headers: [("Content-Type", "application/json")],
+                    body: JSONWriter.bytes(
+                        .object([
+                            "error": .object([
+                                "code": .string("unauthorized"),
+                                "message": .string("this route needs Authorization: Bearer <secret key>"),
+                            ])
+                        ])))
+            })
+        let stand = try HTTPServer(port: 0, responder: router.freeze())
+        defer { stand.stop() }
+        let url = "http://127.0.0.1:\(stand.port)"
+        let products = await CapturedConsole.run(["appstore", "products", "--url", url])
+        #expect(products.status == 1 && products.stderr.contains("that is a purchase server"), "\(products.stderr)")
+        // Nothing answers /v1/subscribers there: the router's 404.
+        let subscriber = await CapturedConsole.run([
+            "server", "subscriber", "u1", "--server", url, "--secret-key", "sk_0123456789abcdef",
+        ])
+        #expect(
+            subscriber.status == 1 && subscriber.stderr.contains("is --server the emulator?"), "\(subscriber.stderr)")
+    }
+}

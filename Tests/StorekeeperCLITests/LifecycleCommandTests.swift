@@ -258,6 +258,12 @@ struct ScenarioTests {
         let reports = try #require(try JSONParser.parse(run.stdout).arrayValue)
         #expect(reports.count == files.count)
         #expect(reports.allSatisfy { $0["passed"] == .bool(true) })
+        // The retention story needs storekeeper dev's server: embedded, it is skipped with the reason, not failed.
+        let retention = Self.examples.deletingLastPathComponent().appendingPathComponent("retention.scenario.json")
+        let skipped = await CapturedConsole.run(["appstore", "scenario", "run", retention.path])
+        #expect(
+            skipped.status == 0 && skipped.stdout.hasPrefix("SKIP ") && skipped.stdout.contains("--url"),
+            "\(skipped.stdout)")
     }
 
     @Test("A scenario sells from its own storekit, relative to it; one it cannot read is refused clearly")

@@ -630,6 +630,26 @@ struct NotificationTests {
         #expect(entry?["sendAttempts"]?.arrayValue?.first?["sendAttemptResult"] == .string("SOCKET_ISSUE"))
     }
 
+    @Test("V1: the unified receipt's latest_receipt_info holds the latest 100 purchases, newest first")
+    func versionOneLatestHundred() async throws {
+        let harness = try await Self.harness(secret: "s3cret")
+        let sink = try NotificationSink()
+        try await Self.configure(harness, ["sandboxURL": .string(sink.url), "version": .integer(1)])
+        let app = try await harness.device()
+        var ids: [String] = []
+        for _ in 0..<102 {
+            let (_, bought) = try await harness.call("POST", app + "/payments", ["productId": .string("coins")])
+            ids.append(try #require(bought["transaction"]?["transactionIdentifier"]?.stringValue))
+            _ = try await harness.call("POST", "/_emulator/v1/clock", ["advance": .string("PT1M")])
+        }
+        _ = try await harness.call("POST", "/_emulator/v1/transactions/\(ids[0])/refund")
+        let bodies = try await sink.bodies(atLeast: 1)
+        let refund = try #require(bodies.first { $0["notification_type"] == .string("REFUND") })
+        let infos = refund["unified_receipt"]?["latest_receipt_info"]?.arrayValue ?? []
+        #expect(infos.count == 100)
+        #expect(infos.first?["transaction_id"] == .string(ids[101]), "the newest first")
+    }
+
     @Test("V1: Apple's unsigned body with the shared secret and the unified receipt; events V1 lacks send nothing")
     func versionOne() async throws {
         let harness = try await Self.harness(secret: "s3cret")

@@ -174,7 +174,9 @@ extension AppStore {
         var result = VerifyReceiptResult(
             status: 0, environment: account.environment, requestDate: now, receipt: receipt,
             latest: VerifyReceiptResult.Latest(
-                transactions: purchases.sorted { $0.transaction.purchaseDate > $1.transaction.purchaseDate },
+                // Apple's unified_receipt holds the latest 100 (its latest_receipt has them all).
+                transactions: Array(
+                    purchases.sorted { $0.transaction.purchaseDate > $1.transaction.purchaseDate }.prefix(100)),
                 receipt: signed,
                 renewals: subscriptions.map { subscription in
                     VerifyReceiptResult.Renewal(

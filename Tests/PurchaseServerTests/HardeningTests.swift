@@ -266,7 +266,8 @@ struct ServerHardeningTests {
             top: #", "reconciliation": {"intervalSeconds": 60}"#)
         #expect(plain.warnings.isEmpty, "\(plain.warnings)")
         let typos = try RenderedAnswerTests.loadConfiguration(
-            app: #", "entitlement": {"pro": ["p"]}, "webhooks": [{"url": "https://h.example", "secret": "whsec_12345678", "secrets": "x"}]"#,
+            app: #", "entitlement": {"pro": ["p"]}, "webhooks": "#
+                + #"[{"url": "https://h.example", "secret": "whsec_12345678", "secrets": "x"}]"#,
             top: #", "reconcilation": {"intervalSecond": 60}, "somethingElse": 1"#)
         #expect(
             typos.warnings == [

@@ -172,6 +172,10 @@ public final class AppStore: Sendable {
             catalog.lazy.compactMap { $0.settings.storefront.flatMap(Storefront.init(countryCode:)) }.first
             ?? .unitedStates
         self.accountDefaults = catalog.first?.settings
+        if let code = catalog.first?.settings.storefront, Storefront(countryCode: code) == nil {
+            // A storefront newer than this build's table (Xcode offers a few it lacks): the USA's, said aloud.
+            logger.warning("catalogue.storefront-unknown", ["storefront": String(code.prefix(8)), "using": "USA"])
+        }
         self.offerKeys = try Self.loadOfferKeys(apps: apps, catalogs: catalog)
         self.apps = Dictionary(apps.map { ($0.bundleID, $0) }, uniquingKeysWith: { first, _ in first })
         self.pki = try EmulatorPKI.loadOrCreate(in: dataDirectory.appendingPathComponent("pki"))

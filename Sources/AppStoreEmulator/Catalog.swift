@@ -56,18 +56,11 @@ public struct Catalog: Sendable {
     /// Each subscription group's win-back offers, by their identifiers, in the catalogue's order.
     private let winBackOffers: [String: [String]]
 
-    /// Refuses a product defined in two catalogues (one of them would be dropped without a word) and a
-    /// storefront the App Store does not have.
+    /// Refuses a product defined in two catalogues (one of them would be dropped without a word).
     init(_ configurations: [StoreKitConfiguration]) throws(EmulatorError) {
         var entries: [String: Entry] = [:]
         var winBackOffers: [String: [String]] = [:]
         for configuration in configurations {
-            // Xcode offers only the App Store's storefronts; another code is a mistake, not the USA.
-            if let code = configuration.settings.storefront, Storefront(countryCode: code) == nil {
-                throw EmulatorError.configuration(
-                    "the catalogue's _storefront '\(code)' is not an App Store storefront (ISO 3166-1 alpha-3, e.g. USA)"
-                )
-            }
             for id in configuration.products.map(\.productID) + configuration.subscriptions.map(\.productID)
             where entries[id] != nil {
                 throw EmulatorError.configuration("product '\(id)' is defined in two catalogues")

@@ -291,8 +291,8 @@ public struct AppStoreServerAPIClient: Sendable {
                 } else {
                     backoff = min(backoff * 2, retry.maxBackoff)
                 }
-                await sleep(wait)
                 if let beforeRetry, !(await beforeRetry(path)) { throw error }
+                await sleep(wait)
                 attempt += 1
             }
         }

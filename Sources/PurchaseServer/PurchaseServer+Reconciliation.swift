@@ -192,6 +192,11 @@ extension PurchaseServer {
                     checkpoint = HistoryCheckpoint(start: (checkpoint.end ?? current).addingTimeInterval(-300))
                 }
                 let saved = checkpoint.text
+                // A leader that lost the lead while it waited for this page writes nothing over the new one's.
+                guard await storage.lead("reconciliation") else {
+                    report.notLeader = true
+                    return
+                }
                 try await storage.write { store in try store.setCheckpoint(key, saved) }
                 if checkpoint.paginationToken == nil { return }
             }

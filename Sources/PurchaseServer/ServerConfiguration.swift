@@ -184,7 +184,7 @@ public struct ServerConfiguration: Sendable {
         func check(_ object: JSONObject?, _ place: String, _ shown: String) {
             guard let object, let known = knownMembers[place] else { return }
             for key in object.keys where !known.contains(key) {
-                let closest = known.min { editDistance(key, $0) < editDistance(key, $1) }
+                let closest = known.sorted().min { editDistance(key, $0) < editDistance(key, $1) }
                 let hint = closest.map {
                     editDistance(key, $0) <= max(2, key.count / 3) ? " (did you mean \"\($0)\"?)" : ""
                 }

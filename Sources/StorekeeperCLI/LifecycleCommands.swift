@@ -210,7 +210,9 @@ enum LifecycleCommands {
             AppStoreCommands.bundleOption,
             .init(name: "sandbox-url", valueName: "url", help: "A receiver for the sandbox.", repeatable: true),
             .init(name: "production-url", valueName: "url", help: "A receiver for production.", repeatable: true),
-            .init(name: "retry-schedule", valueName: "seconds,…", help: "Delays between attempts (default: Apple's)."),
+            .init(
+                name: "retry-schedule", valueName: "seconds,…",
+                help: "Delays between attempts (default: Apple's; \"\" for none: one attempt).", allowsEmpty: true),
             .init(name: "timeout", valueName: "seconds", help: "How long a receiver may take (default: 5)."),
             .init(
                 name: "notification-version", valueName: "1|2",

@@ -103,6 +103,7 @@ enum ScenarioCommands {
         guard ["text", "json"].contains(format) else { throw CommandError.usage("--format must be text or json") }
         let bounds = try Bounds(arguments)
         var failed = false
+        var skipped = 0
         var reports: [JSONValue] = []
         // One data directory for the run: the emulator's certificates are made once, state is in memory.
         let directory = try ScratchDirectory.make("storekeeper-scenario")
@@ -116,12 +117,13 @@ enum ScenarioCommands {
                 if format == "json" {
                     reports.append(
                         .object([
-                            "file": .string(path), "name": .string(scenario.name), "passed": .bool(true),
+                            "file": .string(path), "name": .string(scenario.name), "passed": .null,
                             "skipped": .string(reason), "lines": .array([]),
                         ]))
                 } else {
                     console.write("SKIP \(scenario.name) (\(path)): \(reason)\n")
                 }
+                skipped += 1
                 continue
             }
             if let url = arguments.value("url") {
@@ -153,7 +155,8 @@ enum ScenarioCommands {
             }
         }
         if format == "json" { console.write(JSONWriter.string(.array(reports), pretty: true) + "\n") }
-        return failed ? 1 : 0
+        // Nothing run at all (every file skipped) is not a pass.
+        return failed || skipped == paths.count ? 1 : 0
     }
 
     static func load(_ path: String) throws -> Scenario {

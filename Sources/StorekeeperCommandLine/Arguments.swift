@@ -10,15 +10,19 @@ package struct Arguments: Sendable {
             package var repeatable = false
             /// Required options are shown without brackets in the usage line and checked by the parser.
             package var required = false
+            /// Whether an empty value means something (an empty list); otherwise the parser refuses it.
+            package var allowsEmpty = false
 
             package init(
-                name: String, valueName: String, help: String, repeatable: Bool = false, required: Bool = false
+                name: String, valueName: String, help: String, repeatable: Bool = false, required: Bool = false,
+                allowsEmpty: Bool = false
             ) {
                 self.name = name
                 self.valueName = valueName
                 self.help = help
                 self.repeatable = repeatable
                 self.required = required
+                self.allowsEmpty = allowsEmpty
             }
         }
 
@@ -131,7 +135,7 @@ package struct Arguments: Sendable {
                     index += 1
                 }
                 // An empty value is never one a command takes: most often a shell variable that is not set.
-                guard !value.isEmpty else {
+                guard !value.isEmpty || option.allowsEmpty else {
                     throw CommandError.usage("'--\(name)' was given an empty value (is a shell variable unset?)")
                 }
                 if !option.repeatable && result.values[name] != nil {

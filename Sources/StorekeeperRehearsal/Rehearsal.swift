@@ -134,7 +134,9 @@ public final class Rehearsal: Sendable {
                 configuration = try ServerConfiguration.load(
                     path: file.path, variables: ProcessInfo.processInfo.environment)
             } catch let error as PurchaseServerError {
-                throw StartError(error.message, inConfiguration: true)
+                // Most of the configuration's messages do not name the file: dev's is implicit, so name it.
+                let message = error.message.contains(file.path) ? error.message : "'\(file.path)': \(error.message)"
+                throw StartError(message, inConfiguration: true)
             }
             // A configuration written for other apps (an earlier start with another --bundle-id) would leave
             // these unwired: their posts refused, their notifications nowhere.

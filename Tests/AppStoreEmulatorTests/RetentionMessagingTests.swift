@@ -215,7 +215,7 @@ struct RetentionMessagingTests {
             try await client.defaultMessage(productID: "monthly", locale: "en-US") == message.uuidString.lowercased())
         #expect(
             await Self.code { _ = try await client.defaultMessage(productID: "monthly", locale: "fr-FR") } == 4_040_020)
-        // Deleting a default that is not there is no error (Apple's is idempotent); the one that is goes.
+        // Deleting a default that is not there is no error (Apple's is idempotent).
         try await client.deleteDefaultMessage(productID: "monthly", locale: "fr-FR")
         #expect(
             await Self.code { try await client.deleteDefaultMessage(productID: "no.such.product", locale: "fr-FR") }
@@ -339,6 +339,14 @@ struct RetentionMessagingTests {
         answer(try v1(productID: "monthly", token: token))
         let withToken = try await request(["accept": .bool(false)])
         #expect(withToken["outcome"] == .string("promotionalOffer"), "\(withToken)")
+        // A null appAccountToken is as none (signed with an empty one).
+        var nulled = try v1(productID: "monthly", token: nil)
+        var inner = try #require(nulled["promotionalOfferSignatureV1"]?.objectValue)
+        inner["appAccountToken"] = .null
+        nulled["promotionalOfferSignatureV1"] = .object(inner)
+        answer(nulled)
+        let nullToken = try await request(["accept": .bool(false)])
+        #expect(nullToken["outcome"] == .string("promotionalOffer"), "\(nullToken)")
 
         // A promotional offer (V2 signature): redeemed as a retention offer (offerType 5) from the next renewal.
         let offer = try OfferSignature.promotionalOfferV2(
@@ -385,7 +393,8 @@ struct RetentionMessagingTests {
         #expect(
             outcomes == [
                 "message", "defaultMessage", "defaultMessage", "defaultMessage", "message", "defaultMessage",
-                "defaultMessage", "promotionalOffer", "promotionalOffer", "alternateProduct", "alternateProduct",
+                "defaultMessage", "promotionalOffer", "promotionalOffer", "promotionalOffer", "alternateProduct",
+                "alternateProduct",
             ])
         #expect(fixture.receiver.state.failures.withLock { $0 }.isEmpty)
     }

@@ -103,6 +103,10 @@ struct ClusterTests {
         let firstReport = await firstPass.value
         #expect(firstReport.notLeader, "the first stopped once it found it no longer led: \(firstReport)")
         #expect(calls.withLock { $0 } == 3, "and asked for no second page")
+        // Nor did it write its page's checkpoint over the one the second leader finished with.
+        let key = "notification-history:\(JWSFixtures.bundleID):Sandbox"
+        let checkpoint = try await second.storage.read { try $0.checkpoint(key) }
+        #expect(checkpoint?.contains("paginationToken") == false, "\(String(describing: checkpoint))")
     }
 
     @Test("What a process keeps of a user is never older than a write another process acknowledged")

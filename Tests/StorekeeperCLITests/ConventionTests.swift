@@ -151,6 +151,11 @@ struct ConventionTests {
         // An empty value (an unset shell variable) is named as such, not sent on.
         let empty = await CapturedConsole.run(["appstore", "transactions", "--device", ""])
         #expect(empty.status == 64 && empty.stderr.contains("'--device' was given an empty value"), "\(empty.stderr)")
+        // Where an empty value means something (no retries), it is taken: the emulator is not there, 69.
+        let none = await CapturedConsole.run([
+            "appstore", "notifications", "set", "--retry-schedule", "", "--url", "http://127.0.0.1:1",
+        ])
+        #expect(none.status == 69, "\(none.stderr)")
         // Environments in any case: "sandbox" is Sandbox (the emulator is not there: 69, not a usage error).
         for (environment, status) in [("sandbox", Int32(69)), ("PRODUCTION", 69), ("staging", 64)] {
             let run = await CapturedConsole.run([
@@ -226,14 +231,6 @@ struct ConventionTests {
         #expect(
             notStoreKit.status == 2 && notStoreKit.stderr.contains("not a .storekit catalogue"), "\(notStoreKit.stderr)"
         )
-        let nowhere = directory.appendingPathComponent("nowhere.storekit")
-        try Data(#"{"settings":{"_storefront":"XYZ"},"products":[]}"#.utf8).write(to: nowhere)
-        let unknownStorefront = await CapturedConsole.run([
-            "appstore", "serve", "--data", data, "--storekit", nowhere.path,
-        ])
-        #expect(
-            unknownStorefront.status == 2 && unknownStorefront.stderr.contains("_storefront 'XYZ'"),
-            "\(unknownStorefront.stderr)")
     }
 
     @Test("An unreachable emulator is exit 69 with one sentence on stderr, never a Foundation dump")

@@ -60,7 +60,8 @@ enum RetentionAnswer: Sendable, Hashable {
                     "promotionalOffer needs promotionalOfferSignatureV2, or promotionalOfferSignatureV1 with "
                         + "encodedSignature, productId, keyId, nonce, timestamp and offerIdentifier")
             }
-            let token = v1["appAccountToken"]
+            // null is as absent, as elsewhere in the answer.
+            let token = v1["appAccountToken"].flatMap { $0 == .null ? nil : $0 }
             guard token == nil || token?.stringValue != nil else {
                 throw EmulatorError.invalid("promotionalOfferSignatureV1's appAccountToken is a UUID string")
             }

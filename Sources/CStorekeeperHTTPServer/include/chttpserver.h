@@ -84,7 +84,7 @@ typedef struct sk_server_options {
 typedef struct sk_server sk_server;
 
 /// Starts a server. Returns NULL on failure and writes a reason into `error` (when not NULL), e.g.
-/// "cannot resolve host X: …", "address in use: 127.0.0.1 port 8080", "cannot bind …: <strerror>".
+/// "cannot resolve host X: …", "address in use", "cannot bind …: <strerror>".
 /// Raises the process's RLIMIT_NOFILE soft limit to the hard limit.
 sk_server *sk_server_start(const sk_server_options *options, sk_handler handler, void *context, char *error,
                            size_t error_size);

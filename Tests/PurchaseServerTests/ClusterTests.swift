@@ -109,6 +109,23 @@ struct ClusterTests {
         #expect(checkpoint?.contains("paginationToken") == false, "\(String(describing: checkpoint))")
     }
 
+    /// A follower of another process takes a lease on `url`'s database, then stops asking without giving it
+    /// back (as a process that died): until the lease ends, writes that change a user wait for it.
+    static func stopFollowerHoldingLease(url: String) async throws {
+        let storage = try await PostgresServerStorage(url: url, poolSize: 1)
+        var follower: ChangeFollower? = ChangeFollower(cache: SubscriberCache(shared: true), reader: "stopped") {
+            watermark, report in
+            try #require(try await storage.subscriberChanges(since: watermark, reporting: report))
+        }
+        try await follower!.catchUp()
+        for _ in 0..<500 where !follower!.vouches { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(follower!.vouches)
+        weak let gone = follower
+        follower = nil  // its loop ends at its next step; its lease stays in cache_readers
+        for _ in 0..<500 where gone != nil { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(gone == nil)
+    }
+
     @Test("What a process keeps of a user is never older than a write another process acknowledged")
     func sharedCache() async throws {
         let url = try PostgresTesting.freshDatabase()
@@ -170,18 +187,7 @@ struct ClusterTests {
         _ = try await harness.post(jws, user: "ola")
         let writer = harness.instances[0].server
         // Another process's follower holds a lease; then it stops asking without giving it back.
-        let storage = try await PostgresServerStorage(url: url, poolSize: 1)
-        var follower: ChangeFollower? = ChangeFollower(cache: SubscriberCache(shared: true), reader: "dead") {
-            watermark, report in
-            try #require(try await storage.subscriberChanges(since: watermark, reporting: report))
-        }
-        try await follower!.catchUp()
-        for _ in 0..<500 where !follower!.vouches { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(follower!.vouches)
-        weak let gone = follower
-        follower = nil  // its loop ends at its next step; its lease stays in cache_readers
-        for _ in 0..<500 where gone != nil { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(gone == nil)
+        try await Self.stopFollowerHoldingLease(url: url)
         // A write that changes no user's answers, and after which no view is answered (as Apple's
         // notifications), leaves the dead reader nothing to drop: it is not held back. It runs in a server of
         // its own, where nothing else is written meanwhile.
@@ -219,16 +225,7 @@ struct ClusterTests {
         _ = try await harness.post(jws, user: "ola")
         let settled = try await harness.sink.settledEventIDs().count
         // Another process's follower holds a lease, then stops asking: acknowledgements wait for the lease.
-        let storage = try await PostgresServerStorage(url: url, poolSize: 1)
-        var follower: ChangeFollower? = ChangeFollower(cache: SubscriberCache(shared: true), reader: "stopped") {
-            watermark, report in
-            try #require(try await storage.subscriberChanges(since: watermark, reporting: report))
-        }
-        try await follower!.catchUp()
-        for _ in 0..<500 where !follower!.vouches { try await Task.sleep(for: .milliseconds(10)) }
-        weak let gone = follower
-        follower = nil
-        for _ in 0..<500 where gone != nil { try await Task.sleep(for: .milliseconds(10)) }
+        try await Self.stopFollowerHoldingLease(url: url)
         let started = ContinuousClock.now
         let (_, pro) = try await harness.buy("pro", device: device)
         let posted = Task { try await harness.post(pro, user: "ola") }

@@ -191,25 +191,9 @@ struct ReconciliationHistoryTests {
 
     @Test("An app's post waits at most a few seconds for Apple's answer about its subscription, and asks once")
     func postDoesNotWaitLong() async throws {
-        let asked = Atomic<Int>(0)
-        let release = Atomic<Bool>(false)
-        var router = Router()
-        router.add("GET", "/inApps/v1/subscriptions/{id}") { _, _ in
-            asked.add(1, ordering: .relaxed)
-            // Apple hangs (until the test ends, at most a minute).
-            for _ in 0..<600 where !release.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(100)) }
-            return Self.json(["errorCode": .integer(5_000_000), "errorMessage": .string("late")], status: 500)
-        }
-        let apple = try HTTPServer(port: 0, responder: router.freeze())
-        defer {
-            release.store(true, ordering: .relaxed)
-            apple.stop()
-        }
-        let url = "http://127.0.0.1:\(apple.port)"
-        let (server, _) = try await FixtureServer.make(
-            serverAPI: ServerAPISettings(
-                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
-                sandboxURL: url))
+        let apple = try HangingApple()
+        defer { apple.stop() }
+        let (server, _) = try await FixtureServer.make(serverAPI: try apple.settings())
         let body: JSONObject = [
             "appUserId": .string("ivy"), "signedTransaction": .string(try JWSFixtures.sign(JWSFixtures.transaction())),
         ]
@@ -220,40 +204,20 @@ struct ReconciliationHistoryTests {
         let response = await server.responder().respond(to: request)
         #expect(response.status == 200, "\(String(decoding: response.body, as: UTF8.self))")
         // Answered while Apple still had not: the post gave up on it (one try), its own write stands.
-        #expect(!release.load(ordering: .relaxed) && asked.load(ordering: .relaxed) == 1)
+        let released = apple.state.release.load(ordering: .relaxed)
+        #expect(!released && apple.state.asked.withLock { $0.count } == 1)
     }
 
     @Test(
         "A receipt's post asks Apple about its three newest subscriptions at once, not each of many in turn"
     )
     func receiptAsksFewAtOnce() async throws {
-        let asked = Mutex<[String]>([])
-        let inFlight = Atomic<Int>(0)
-        let most = Atomic<Int>(0)
-        let release = Atomic<Bool>(false)
-        var router = Router()
-        router.add("GET", "/inApps/v1/subscriptions/{id}") { _, context in
-            asked.withLock { $0.append((try? context.parameter("id")) ?? "?") }
-            let now = inFlight.add(1, ordering: .sequentiallyConsistent).newValue
-            _ = most.max(now, ordering: .sequentiallyConsistent)
-            defer { inFlight.subtract(1, ordering: .sequentiallyConsistent) }
-            // Apple hangs (until the test ends, at most a minute).
-            for _ in 0..<600 where !release.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(100)) }
-            return Self.json(["errorCode": .integer(5_000_000), "errorMessage": .string("late")], status: 500)
-        }
-        let apple = try HTTPServer(port: 0, responder: router.freeze())
-        defer {
-            release.store(true, ordering: .relaxed)
-            apple.stop()
-        }
-        let url = "http://127.0.0.1:\(apple.port)"
+        let apple = try HangingApple()
+        defer { apple.stop() }
         let directory = try ExternalTool.temporaryDirectory()
         let pki = try EmulatorPKI.loadOrCreate(in: directory.appendingPathComponent("pki"))
         let (server, _) = try await FixtureServer.make(
-            serverAPI: ServerAPISettings(
-                keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
-                sandboxURL: url),
-            receiptRoots: [pki.receipts.root])
+            serverAPI: try apple.settings(), receiptRoots: [pki.receipts.root])
         // Eight subscriptions (each its own original), the eighth bought last; the sixth has an older renewal too.
         let now = Date()
         let day: TimeInterval = 86_400
@@ -280,12 +244,12 @@ struct ReconciliationHistoryTests {
             body: JSONWriter.bytes(.object(body)))
         let response = await server.responder().respond(to: request)
         #expect(response.status == 200, "\(String(decoding: response.body, as: UTF8.self))")
-        let released = release.load(ordering: .relaxed)
+        let released = apple.state.release.load(ordering: .relaxed)
         #expect(!released)
         #expect(
-            asked.withLock { $0 }.sorted() == ["5000000000000001", "5000000000000007", "5000000000000008"],
+            apple.state.asked.withLock { $0 }.sorted() == ["5000000000000001", "5000000000000007", "5000000000000008"],
             "the three bought last, once each")
-        let together = most.load(ordering: .sequentiallyConsistent)
+        let together = apple.state.most.load(ordering: .sequentiallyConsistent)
         #expect(together == 3, "asked together")
     }
 
@@ -367,5 +331,48 @@ struct LockOrderTests {
         for key in subscriptions {
             #expect(try #require(locks.firstIndex(of: key)) < firstUser, "\(key) after a user's lock: \(locks)")
         }
+    }
+}
+
+/// A stand-in for Get All Subscription Statuses that does not answer until stopped (at most a minute): it
+/// records the ids it is asked about and the most asks it had in flight at once.
+struct HangingApple {
+    final class State: Sendable {
+        let release = Atomic<Bool>(false)
+        let asked = Mutex<[String]>([])
+        let inFlight = Atomic<Int>(0)
+        let most = Atomic<Int>(0)
+    }
+
+    let state = State()
+    let server: HTTPServer
+
+    init() throws {
+        let state = self.state
+        var router = Router()
+        router.add("GET", "/inApps/v1/subscriptions/{id}") { _, context in
+            state.asked.withLock { $0.append((try? context.parameter("id")) ?? "?") }
+            let now = state.inFlight.add(1, ordering: .sequentiallyConsistent).newValue
+            _ = state.most.max(now, ordering: .sequentiallyConsistent)
+            defer { state.inFlight.subtract(1, ordering: .sequentiallyConsistent) }
+            for _ in 0..<600 where !state.release.load(ordering: .relaxed) {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            return HTTPResponse(status: 500)
+        }
+        server = try HTTPServer(port: 0, responder: router.freeze())
+    }
+
+    /// An API key for the stand-in, in both environments.
+    func settings() throws -> ServerAPISettings {
+        let url = "http://127.0.0.1:\(server.port)"
+        return ServerAPISettings(
+            keyID: "KEY1234567", issuerID: "issuer", privateKey: try PrivateKey.generateP256(), productionURL: url,
+            sandboxURL: url)
+    }
+
+    func stop() {
+        state.release.store(true, ordering: .relaxed)
+        server.stop()
     }
 }

@@ -23,6 +23,9 @@ extension PurchaseServer {
                 return try await body(request, context)
             }
         }
+        // A browser opening the server's address finds the dashboard (which asks it to sign in).
+        router.add(
+            "GET", "/", inline: { _, _ in HTTPResponse(status: 303, headers: [("Location", "/dashboard")], body: []) })
         router.add("GET", "/healthz", inline: { _, _ in .json(.object(["status": .string("ok")])) })
         router.get("/metrics") { _, _ in
             let text = server.metrics.render(totals: server.totals(), gauges: await server.gauges())

@@ -12,7 +12,7 @@ struct ServerGuard: InlineMiddleware {
     let login: DashboardLogin
 
     static let openPaths: Set<String> = [
-        "/healthz", "/metrics", "/v1/transactions", "/v1/app-transactions", "/v1/receipts", "/dashboard/login",
+        "/", "/healthz", "/metrics", "/v1/transactions", "/v1/app-transactions", "/v1/receipts", "/dashboard/login",
         "/dashboard/logout",
     ]
     static let openPrefixes = [

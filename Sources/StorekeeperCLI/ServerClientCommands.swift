@@ -6,7 +6,9 @@ import StorekeeperJSON
 /// `storekeeper server …`: read a running purchase server with its secret key.
 enum ServerClientCommands {
     static let options: [Arguments.Spec.Option] = [
-        .init(name: "server", valueName: "url", help: "The purchase server (default: $STOREKEEPER_SERVER)."),
+        .init(
+            name: "server", valueName: "url",
+            help: "The purchase server (default: $STOREKEEPER_SERVER, else http://127.0.0.1:8090)."),
         .init(
             name: "config", valueName: "file",
             help: "The server's configuration, to read its secret key from (default: $STOREKEEPER_SERVER_CONFIG)."),
@@ -75,8 +77,10 @@ enum ServerClientCommands {
     static func get(_ arguments: Arguments, suffix: String, query: [(String, String)]) async throws -> JSONValue {
         let environment = ProcessInfo.processInfo.environment
         guard let user = arguments.positionals.first else { throw CommandError.usage("Missing the app user id") }
-        guard let server = arguments.value("server") ?? environment["STOREKEEPER_SERVER"] else {
-            throw CommandError.usage("give --server (or STOREKEEPER_SERVER)")
+        // As the appstore commands find the emulator on 8080, these find serve's default port.
+        let server = arguments.value("server") ?? environment["STOREKEEPER_SERVER"] ?? "http://127.0.0.1:8090"
+        guard server.hasPrefix("http://") || server.hasPrefix("https://") else {
+            throw CommandError.usage("--server must start with http:// or https://, e.g. http://127.0.0.1:8090")
         }
         let key = try secretKey(arguments, environment)
         var path = "/v1/subscribers/" + (user.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? user)
@@ -105,7 +109,9 @@ enum ServerClientCommands {
                 response.status == 404 && message == "no such resource"
                 ? " (is --server the emulator? server commands talk to the purchase server, `storekeeper serve`)"
                 : response.status == 401 && message.contains("<token>")
-                    ? " (that is the emulator: server commands talk to the purchase server, `storekeeper serve`)" : ""
+                    ? " (that is the emulator: server commands talk to the purchase server, `storekeeper serve`)"
+                    : response.status == 401 && message.contains("<secret key>")
+                        ? " (the secret key was refused: check --secret-key, or the --config it is read from)" : ""
             throw CommandError.runtime(
                 "the purchase server answered HTTP \(response.status) ("
                     + "\(answer["error"]?["code"]?.stringValue ?? "error")): " + message + hint)

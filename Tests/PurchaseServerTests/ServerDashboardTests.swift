@@ -36,6 +36,9 @@ struct ServerDashboardTests {
             #expect(response.status == 303, "\(path)")
             #expect(response.header("Location") == "/dashboard/login", "\(path)")
         }
+        // The server's address in a browser leads there too.
+        let root = await Self.get(responder, "/")
+        #expect(root.status == 303 && root.header("Location") == "/dashboard")
         #expect(await Self.cookie(responder, secret: "wrong") == nil)
         let wrong = await responder.respond(
             to: HTTPRequest(method: "POST", path: "/dashboard/login", body: Array("secret=wrong".utf8)))

@@ -218,3 +218,38 @@ struct WrongServerTests {
             subscriber.status == 1 && subscriber.stderr.contains("is --server the emulator?"), "\(subscriber.stderr)")
     }
 }
+
+@Suite("CLI: server commands, refused keys and the default address")
+struct ServerCommandRefusalTests {
+    @Test("A refused secret key says so; without --server the commands ask serve's default address")
+    func refusedKey() async throws {
+        var router = Router()
+        router.add(
+            "GET", "/v1/subscribers/{id}",
+            inline: { _, _ in
+                HTTPResponse(
+                    status: 401, headers: [("Content-Type", "application/json")],
+                    body: JSONWriter.bytes(
+                        .object([
+                            "error": .object([
+                                "code": .string("unauthorized"),
+                                "message": .string("this route needs Authorization: Bearer <secret key>"),
+                            ])
+                        ])))
+            })
+        let stand = try HTTPServer(port: 0, responder: router.freeze())
+        defer { stand.stop() }
+        let refused = await CapturedConsole.run([
+            "server", "subscriber", "u1", "--server", "http://127.0.0.1:\(stand.port)", "--secret-key",
+            "sk_wrong_wrong_1",
+        ])
+        #expect(refused.status == 1 && refused.stderr.contains("the secret key was refused"), "\(refused.stderr)")
+        guard ProcessInfo.processInfo.environment["STOREKEEPER_SERVER"] == nil else { return }
+        let defaulted = await CapturedConsole.run(["server", "subscriber", "u1", "--secret-key", "sk_wrong_wrong_1"])
+        // (Something else on this machine may listen there; when nothing does, the error names the address.)
+        #expect(defaulted.status != 64, "not a usage error: \(defaulted.stderr)")
+        #expect(
+            defaulted.status != 69 || defaulted.stderr.contains("http://127.0.0.1:8090"),
+            "the default address is named: \(defaulted.stderr)")
+    }
+}

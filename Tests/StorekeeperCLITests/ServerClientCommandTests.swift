@@ -189,22 +189,23 @@ struct CurlOCSPTransportTests {
 /// The two servers' commands pointed at the other server: the error says so.
 @Suite("CLI: commands pointed at the wrong server")
 struct WrongServerTests {
+    /// The purchase server's answer to a request without its secret key.
+    static let secretKeyRefusal = HTTPResponse(
+        status: 401, headers: [("Content-Type", "application/json")],
+        body: JSONWriter.bytes(
+            .object([
+                "error": .object([
+                    "code": .string("unauthorized"),
+                    "message": .string("this route needs Authorization: Bearer <secret key>"),
+                ])
+            ])))
+
     @Test("appstore commands at a purchase server, and server commands at an emulator, say which server it is")
     func wrongServer() async throws {
         var router = Router()
         router.add(
             "GET", "/_emulator/v1/apps/{bundle}/products",
-            inline: { _, _ in
-                HTTPResponse(
-                    status: 401, headers: [("Content-Type", "application/json")],
-                    body: JSONWriter.bytes(
-                        .object([
-                            "error": .object([
-                                "code": .string("unauthorized"),
-                                "message": .string("this route needs Authorization: Bearer <secret key>"),
-                            ])
-                        ])))
-            })
+            inline: { _, _ in WrongServerTests.secretKeyRefusal })
         let stand = try HTTPServer(port: 0, responder: router.freeze())
         defer { stand.stop() }
         let url = "http://127.0.0.1:\(stand.port)"
@@ -226,17 +227,7 @@ struct ServerCommandRefusalTests {
         var router = Router()
         router.add(
             "GET", "/v1/subscribers/{id}",
-            inline: { _, _ in
-                HTTPResponse(
-                    status: 401, headers: [("Content-Type", "application/json")],
-                    body: JSONWriter.bytes(
-                        .object([
-                            "error": .object([
-                                "code": .string("unauthorized"),
-                                "message": .string("this route needs Authorization: Bearer <secret key>"),
-                            ])
-                        ])))
-            })
+            inline: { _, _ in WrongServerTests.secretKeyRefusal })
         let stand = try HTTPServer(port: 0, responder: router.freeze())
         defer { stand.stop() }
         let refused = await CapturedConsole.run([

@@ -98,15 +98,9 @@ extension ServerAPIService {
     func apiNotificationHistory(_ query: NotificationHistoryQuery, paginationToken: String?, scope: APIScope)
         async throws -> (notifications: [OutboundNotification], token: String, hasMore: Bool)
     {
-        var cursor: Int64?
-        if let paginationToken {
-            guard paginationToken.hasPrefix("p"), let value = Int64(paginationToken.dropFirst()), value >= 0 else {
-                throw EmulatorError.api(.invalidPaginationToken, "Invalid pagination token.")
-            }
-            cursor = value
-        }
+        let start = try Self.position(
+            of: paginationToken, prefix: "p", invalid: .invalidPaginationToken, "Invalid pagination token.")
         try await self.appStore.catchUp()
-        let start = cursor
         return try await self.appStore.storage.read { store in
             // `transactionId` names a customer (any transaction of theirs, Apple's "limit the notification history
             // request to this one customer"): the notifications of every purchase the account made in the app.

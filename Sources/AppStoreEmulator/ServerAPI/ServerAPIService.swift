@@ -123,6 +123,18 @@ public final class ServerAPIService: Sendable {
         return (rows, position, true)
     }
 
+    /// The position a page token (`revision`, `paginationToken`: the prefix, then a position ≥ 0) starts after;
+    /// nil for no token, Apple's error `invalid` for one the emulator did not give.
+    static func position(
+        of token: String?, prefix: Character, invalid: APIErrorCode, _ message: String
+    ) throws -> Int64? {
+        guard let token else { return nil }
+        guard token.first == prefix, let value = Int64(token.dropFirst()), value >= 0 else {
+            throw EmulatorError.api(invalid, message)
+        }
+        return value
+    }
+
     /// The configured app of a token's `bid`.
     func apiApp(_ scope: APIScope) throws -> AppConfiguration {
         guard let app = self.appStore.apps[scope.bundleID] else {
@@ -200,15 +212,9 @@ public final class ServerAPIService: Sendable {
         _ id: String, scope: APIScope, filter: HistoryFilter, descending: Bool, revision: String?,
         size: Int = historyPageSize
     ) async throws -> HistoryPage {
-        var cursor: Int64?
-        if let revision {
-            guard revision.hasPrefix("r"), let value = Int64(revision.dropFirst()), value >= 0 else {
-                throw EmulatorError.api(.invalidRequestRevision, "Invalid request revision.")
-            }
-            cursor = value
-        }
+        let start = try Self.position(
+            of: revision, prefix: "r", invalid: .invalidRequestRevision, "Invalid request revision.")
         try await self.appStore.catchUp()
-        let start = cursor
         let (page, account, next, hasMore) = try await self.appStore.storage.read {
             store -> ([StoredTransaction], Account, Int64, Bool) in
             let (account, bundle) = try self.apiCustomer(id, scope: scope, in: store)

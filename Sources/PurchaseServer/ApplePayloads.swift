@@ -27,6 +27,8 @@ extension PurchaseServer {
             currency: transaction.currency, reason: transaction.transactionReason?.known,
             signedDate: transaction.signedDate ?? purchaseDate)
         record.billingPlanType = transaction.billingPlanType
+        record.subscriptionGroupID = transaction.subscriptionGroupIdentifier
+        if transaction.isUpgraded == true { record.isUpgraded = true }
         if record.revocationDate != nil {
             record.revocationType = transaction.string("revocationType")
             record.revocationPercentage = transaction.int64("revocationPercentage")
@@ -76,11 +78,23 @@ extension PurchaseServer {
 
     /// The purchases a receipt holds, as of its creation date, in the environment it was verified for.
     static func purchases(of receipt: Receipt, environment: Environment) -> [PurchaseRecord] {
-        receipt.inAppPurchases.map { item in
+        // Receipts do not say which periods an upgrade replaced: a cancelled period of a subscription whose
+        // next period (in the same receipt) began when it was cancelled was upgraded, not refunded.
+        let starts = Dictionary(
+            grouping: receipt.inAppPurchases.filter { $0.expiresDate != nil },
+            by: { $0.originalTransactionID ?? $0.transactionID })
+        func upgraded(_ item: InAppPurchase) -> Bool {
+            guard let cancelled = item.cancellationDate, item.expiresDate != nil else { return false }
+            return (starts[item.originalTransactionID ?? item.transactionID] ?? []).contains {
+                $0.transactionID != item.transactionID && abs($0.purchaseDate.timeIntervalSince(cancelled)) < 60
+                    && $0.purchaseDate > item.purchaseDate
+            }
+        }
+        return receipt.inAppPurchases.map { item in
             let kind =
                 item.productKind
                 ?? (item.expiresDate != nil || item.webOrderLineItemID != nil ? .autoRenewable : .nonConsumable)
-            return PurchaseRecord(
+            var record = PurchaseRecord(
                 transactionID: TransactionID(item.transactionID),
                 originalTransactionID: TransactionID(item.originalTransactionID ?? item.transactionID),
                 bundleID: BundleID(receipt.bundleID), productID: ProductID(item.productID), kind: kind,
@@ -90,6 +104,8 @@ extension PurchaseServer {
                 revocationDate: item.cancellationDate,
                 offerType: item.isTrialPeriod == true || item.isInIntroOfferPeriod == true ? 1 : nil,
                 offerDiscountType: item.isTrialPeriod == true ? "FREE_TRIAL" : nil, signedDate: receipt.creationDate)
+            if upgraded(item) { record.isUpgraded = true }
+            return record
         }
     }
 }

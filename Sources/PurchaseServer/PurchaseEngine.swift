@@ -101,6 +101,7 @@ public enum PurchaseEngine {
                 outcome.stale = true
             } else {
                 transaction.owner = context.owner
+                if update.fromReceipt, let stored { transaction.keepSignedFacts(of: stored) }
                 // A later record of the same revocation without Apple's type (a receipt, V1) keeps what the
                 // signed one said, so that a reversal gives back what the refund took.
                 if let stored, transaction.revocationDate != nil, transaction.revocationType == nil,
@@ -139,12 +140,22 @@ public enum PurchaseEngine {
             if let applied = current.renewalSignedDate, renewal.signedDate < applied {
                 if !appliedTransaction { outcome.stale = true }
             } else {
-                // Facts signed before the current period was first signed are about an earlier one: its status
-                // (billing retry, say, before the app posted the recovered period) is not this period's.
+                // Facts signed before the current period began, or before the server first saw it and while it
+                // still ran (a grace period's recovery keeps its renewal date), are about an earlier one: its
+                // status (billing retry, say, before the app posted the recovered period) is not this period's;
+                // facts signed once it ended are about it, however late the app posted it. Facts signed before a
+                // transaction that told of a revocation (or of its reversal) do not undo what it told: a late
+                // DID_CHANGE_RENEWAL_STATUS does not give a refunded customer access back.
                 // (A second of slack: one notification's records are signed together.)
+                let slack = renewal.signedDate.addingTimeInterval(1)
                 let earlierPeriod =
-                    current.periodSignedDate.map { renewal.signedDate < $0.addingTimeInterval(-1) } ?? false
-                applyRenewal(renewal, to: &current, setsStatus: !earlierPeriod)
+                    slack < current.latestPurchaseDate
+                    || ((current.periodSignedDate.map { slack < $0 } ?? false)
+                        && (current.expiresDate.map { slack < $0 } ?? true))
+                let beforeRevocationNews =
+                    slack < current.transactionSignedDate
+                    && (current.status == 5 || current.revocationDate != nil || renewal.status == 5)
+                applyRenewal(renewal, to: &current, setsStatus: !earlierPeriod && !beforeRevocationNews)
                 subscription = current
             }
         }
@@ -212,8 +223,9 @@ public enum PurchaseEngine {
                         transaction: transaction, date: transaction.purchaseDate))
             }
         }
-        let wasRevoked = stored?.revocationDate != nil
-        let isRevoked = transaction.revocationDate != nil
+        // An upgrade's revocation of the period it replaced is not a refund (Apple tells no REFUND of it).
+        let wasRevoked = stored?.isRefunded ?? false
+        let isRevoked = transaction.isRefunded
         if isRevoked && !wasRevoked {
             if transaction.kind == .consumable {
                 // A prorated refund takes back its share of the units (Apple's revocationPercentage).
@@ -268,10 +280,12 @@ public enum PurchaseEngine {
                 originalTransactionID: transaction.originalTransactionID, bundleID: transaction.bundleID,
                 environment: transaction.environment, productID: transaction.productID,
                 latestTransactionID: transaction.transactionID, latestPurchaseDate: transaction.purchaseDate,
-                status: inferredStatus(transaction, now: now), autoRenewStatus: transaction.revocationDate == nil,
+                status: inferredStatus(transaction, now: now), autoRenewStatus: !transaction.isRefunded,
                 autoRenewProductID: transaction.productID, expiresDate: transaction.expiresDate,
-                ownership: transaction.ownership, revocationDate: transaction.revocationDate,
-                revocationReason: transaction.revocationReason, offerType: transaction.offerType,
+                ownership: transaction.ownership,
+                revocationDate: transaction.isRefunded ? transaction.revocationDate : nil,
+                revocationReason: transaction.isRefunded ? transaction.revocationReason : nil,
+                offerType: transaction.offerType,
                 offerDiscountType: transaction.offerDiscountType, transactionSignedDate: transaction.signedDate,
                 renewalSignedDate: nil, owner: context.owner)
             record.periodSignedDate = transaction.signedDate
@@ -290,6 +304,12 @@ public enum PurchaseEngine {
             && transaction.purchaseDate >= subscription.latestPurchaseDate
         let samePeriod = transaction.transactionID == subscription.latestTransactionID
         guard newPeriod || samePeriod else { return subscription }
+        if samePeriod, transaction.isUpgraded == true {
+            // The current period, replaced by an upgrade whose own period has not arrived yet: that period
+            // (its PRODUCT_CHANGE and RENEWAL) says where the subscription stands, not this one's end.
+            subscription.transactionSignedDate = max(subscription.transactionSignedDate, transaction.signedDate)
+            return subscription
+        }
         if newPeriod {
             // Apple's reason says what a new period is: a renewal, or bought — an upgrade while subscribed, or a
             // resubscription. Without one (receipts, V1) the dates do: a period starting where the last one ended
@@ -302,9 +322,13 @@ public enum PurchaseEngine {
             switch transaction.reason {
             case .renewal?: wasEnded = false
             case .purchase?:
+                // Bought after the last period ended (its EXPIRED not arrived) is a resubscription, whatever the
+                // stored status still says; during billing retry the subscription has not ended.
+                let endedBefore =
+                    subscription.expiresDate.map { $0 < transaction.purchaseDate.addingTimeInterval(-60) } ?? false
                 wasEnded =
                     transaction.productID == subscription.productID || [2, 5].contains(subscription.status)
-                    || resubscribed
+                    || resubscribed || (endedBefore && ![3, 4].contains(subscription.status))
             default:
                 if let previous = subscription.expiresDate {
                     let gap = transaction.purchaseDate.timeIntervalSince(previous)
@@ -360,8 +384,8 @@ public enum PurchaseEngine {
                     subscription: subscription, transaction: transaction, date: transaction.signedDate))
         }
         subscription.expiresDate = transaction.expiresDate
-        subscription.revocationDate = transaction.revocationDate
-        subscription.revocationReason = transaction.revocationReason
+        subscription.revocationDate = transaction.isRefunded ? transaction.revocationDate : nil
+        subscription.revocationReason = transaction.isRefunded ? transaction.revocationReason : nil
         subscription.ownership = transaction.ownership
         if newPeriod || samePeriod {
             subscription.billingPlanType = transaction.billingPlanType
@@ -389,7 +413,7 @@ public enum PurchaseEngine {
     }
 
     static func inferredStatus(_ transaction: PurchaseRecord, now: Date) -> Int64 {
-        if transaction.revocationDate != nil { return 5 }
+        if transaction.isRefunded { return 5 }
         return (transaction.expiresDate ?? .distantFuture) > now ? 1 : 2
     }
 

@@ -237,12 +237,33 @@ extension PurchaseServer {
         let purchases = try store.purchases(bundle: bundleID, owner: user).filter {
             $0.kind == .autoRenewable && $0.ownership == .purchased
         }
-        guard Set(purchases.map(\.originalTransactionID)).count > 1,
+        guard Self.severalAccounts(purchases),
             var subscriber = try store.subscriber(bundle: bundleID, appUserID: user),
             !subscriber.flags.contains("multiple_apple_accounts")
         else { return }
         subscriber.flags.append("multiple_apple_accounts")
         try store.save(subscriber)
+    }
+
+    /// Whether `purchases` (one user's auto-renewable ones) hold two original purchases of one subscription
+    /// group: an app with several groups has one original in each from a single Apple account. The group is
+    /// Apple's signed `subscriptionGroupIdentifier`; a product seen only in receipts (which do not carry it) is
+    /// its own group unless a signed purchase of it named one (a product belongs to one group).
+    static func severalAccounts(_ purchases: [PurchaseRecord]) -> Bool {
+        var groupOfProduct: [ProductID: String] = [:]
+        for purchase in purchases {
+            if let group = purchase.subscriptionGroupID { groupOfProduct[purchase.productID] = group }
+        }
+        var originalOfGroup: [String: TransactionID] = [:]
+        for purchase in purchases {
+            let group = groupOfProduct[purchase.productID].map { "group:\($0)" } ?? "product:\(purchase.productID)"
+            if let seen = originalOfGroup[group] {
+                if seen != purchase.originalTransactionID { return true }
+            } else {
+                originalOfGroup[group] = purchase.originalTransactionID
+            }
+        }
+        return false
     }
 
     /// A signed `appAccountToken` binds a purchase to the user who made it: a claimant other than the user

@@ -168,7 +168,9 @@ extension PurchaseServer {
             for subscription in subscriptions where products.contains(subscription.productID.rawValue) {
                 let graceActive =
                     subscription.status == 4 && (subscription.gracePeriodExpiresDate ?? .distantPast) > now
-                let periodActive = subscription.status == 1 && (subscription.expiresDate ?? .distantFuture) > now
+                let periodActive =
+                    subscription.status == 1 && subscription.revocationDate == nil
+                    && (subscription.expiresDate ?? .distantFuture) > now
                 candidates.append(
                     SubscriberView.Entitlement(
                         active: periodActive || graceActive, productID: subscription.productID.rawValue,

@@ -58,6 +58,40 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var revocationType: String? = nil
     /// Apple's `revocationPercentage`: the share refunded, in milliunits (100000 is all of it).
     public var revocationPercentage: Int64? = nil
+    /// Apple's `isUpgraded`: the period was replaced by an upgrade, its revocation the upgrade's (its unused
+    /// part refunded), not a refund the customer asked for. Receipts do not carry it: read from the receipt's
+    /// next period of the subscription starting when this one was cancelled.
+    public var isUpgraded: Bool? = nil
+    /// Apple's `subscriptionGroupIdentifier` (signed transactions only; receipts do not carry it).
+    public var subscriptionGroupID: String? = nil
+
+    /// Revoked by a refund or the family (not by an upgrade, which ends the period for a better one).
+    public var isRefunded: Bool { revocationDate != nil && isUpgraded != true }
+
+    /// What a later receipt's record of this transaction (`self`) cannot say, kept from the signed record
+    /// before it (`stored`): receipts carry no ownership, price, offer, plan, upgrade or group, and never show
+    /// a consumable's refund, so their silence is not news.
+    mutating func keepSignedFacts(of stored: PurchaseRecord) {
+        if ownership == .purchased { ownership = stored.ownership }
+        price = price ?? stored.price
+        currency = currency ?? stored.currency
+        reason = reason ?? stored.reason
+        appAccountToken = appAccountToken ?? stored.appAccountToken
+        if offerType == nil {
+            offerType = stored.offerType
+            offerDiscountType = stored.offerDiscountType
+        }
+        billingPlanType = billingPlanType ?? stored.billingPlanType
+        commitment = commitment ?? stored.commitment
+        isUpgraded = isUpgraded ?? stored.isUpgraded
+        subscriptionGroupID = subscriptionGroupID ?? stored.subscriptionGroupID
+        if kind == .consumable, revocationDate == nil, stored.revocationDate != nil {
+            revocationDate = stored.revocationDate
+            revocationReason = stored.revocationReason
+            revocationType = stored.revocationType
+            revocationPercentage = stored.revocationPercentage
+        }
+    }
 
     /// The units of `quantity` a revocation takes back: a prorated refund's share of them (rounded), else all.
     public var revokedUnits: Int {

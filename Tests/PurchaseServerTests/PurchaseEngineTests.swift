@@ -452,4 +452,124 @@ struct PurchaseEngineTests {
         #expect(shuffled?.expiresDate == inOrder?.expiresDate)
         #expect(shuffled?.expirationIntent == inOrder?.expirationIntent)
     }
+
+    @Test(
+        "Renewal facts signed before a refund the app posted do not give access back; before a reversal, do not revoke")
+    func olderFactsDoNotUndoRevocation() {
+        let refunded = Self.run([
+            PurchaseUpdate(source: "notification", transaction: Self.period(0), renewal: Self.renewal(1, status: 1)),
+            PurchaseUpdate(source: "app", transaction: Self.period(0, signed: 200, revoked: true)),
+            // The customer's auto-renew turned off while asking for the refund, told late (signed at 150).
+            PurchaseUpdate(
+                source: "notification", renewal: Self.renewal(150, status: 1, autoRenew: false),
+                notice: .v2("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED")),
+        ])
+        #expect(refunded.subscription?.status == 5)
+        #expect(refunded.subscription?.autoRenewStatus == false, "the customer's choice still holds")
+        #expect(refunded.events == ["INITIAL_PURCHASE", "REFUND"], "no CANCELLATION of a revoked subscription")
+
+        // The other way round: the reversal (signed at 300) posted before Apple's older REFUND (250) arrives.
+        let reversed = Self.run([
+            PurchaseUpdate(source: "notification", transaction: Self.period(0), renewal: Self.renewal(1, status: 1)),
+            PurchaseUpdate(source: "app", transaction: Self.period(0, signed: 300)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(0, signed: 250, revoked: true),
+                renewal: Self.renewal(250, status: 5), notice: .v2("REFUND", nil)),
+        ])
+        #expect(reversed.subscription?.status == 1)
+    }
+
+    @Test(
+        "A period replaced by an upgrade is no refund: PRODUCT_CHANGE and RENEWAL, the subscription active throughout")
+    func upgradeIsNoRefund() {
+        var replaced = Self.period(0, signed: 100, revoked: true)
+        replaced.isUpgraded = true
+        replaced.revocationType = "REFUND_PRORATED"
+        replaced.revocationPercentage = 50_000
+        let result = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(source: "app", transaction: replaced),
+        ])
+        #expect(result.events == ["INITIAL_PURCHASE"], "no REFUND")
+        #expect(result.subscription?.status == 1 && result.subscription?.revocationDate == nil)
+        let upgraded = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(source: "app", transaction: replaced),
+            PurchaseUpdate(
+                source: "app", transaction: Self.period(1, product: "premium", signed: 101, reason: .purchase)),
+        ])
+        #expect(upgraded.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
+        #expect(upgraded.subscription?.productID == "premium" && upgraded.subscription?.status == 1)
+    }
+
+    @Test(
+        "A receipt made after a signed record keeps what receipts cannot say; a consumable's refund stays to be reversed"
+    )
+    func receiptKeepsSignedFacts() {
+        var coins = PurchaseRecord(
+            transactionID: "77", originalTransactionID: "77", bundleID: "app", productID: "coins", kind: .consumable,
+            quantity: 3, purchaseDate: Self.start, environment: .sandbox, ownership: .familyShared, price: 990,
+            currency: "EUR", signedDate: Self.start.addingTimeInterval(1))
+        coins.subscriptionGroupID = nil
+        var refunded = coins
+        refunded.revocationDate = Self.start.addingTimeInterval(5)
+        refunded.signedDate = Self.start.addingTimeInterval(5)
+        var receiptRecord = coins
+        receiptRecord.ownership = .purchased
+        receiptRecord.price = nil
+        receiptRecord.currency = nil
+        receiptRecord.signedDate = Self.start.addingTimeInterval(9)
+        var inReceipt = PurchaseUpdate(source: "app", transaction: receiptRecord)
+        inReceipt.fromReceipt = true
+        var reversal = coins
+        reversal.signedDate = Self.start.addingTimeInterval(12)
+        let result = Self.run([
+            PurchaseUpdate(source: "app", transaction: coins),
+            PurchaseUpdate(source: "notification", transaction: refunded),
+            inReceipt,
+            PurchaseUpdate(source: "notification", transaction: reversal, notice: .v2("REFUND_REVERSED", nil)),
+        ])
+        #expect(result.ledger.map(\.quantity) == [3, -3, 3])
+        #expect(result.events == ["NON_RENEWING_PURCHASE", "REFUND", "REFUND_REVERSED"])
+        let kept = Self.run([PurchaseUpdate(source: "app", transaction: coins), inReceipt]).purchases["77"]
+        #expect(kept?.ownership == .familyShared && kept?.price == 990 && kept?.currency == "EUR")
+        #expect(kept?.signedDate == Self.start.addingTimeInterval(9), "the receipt's record is the newer one")
+    }
+
+    @Test("Grace-period facts signed when a period posted late ended apply to it; a recovered period's are not undone")
+    func graceAfterLatePost() {
+        // Period 1's DID_RENEW lost; the app posts it after it ended (signed then); Apple's GRACE_PERIOD,
+        // signed when the period ended, arrives after.
+        var grace = Self.renewal(2 * Self.month + 1, status: 4)
+        grace.gracePeriodExpiresDate = Self.start.addingTimeInterval(2 * Self.month + 100)
+        let late = Self.run(
+            [
+                PurchaseUpdate(source: "app", transaction: Self.period(0)),
+                PurchaseUpdate(source: "app", transaction: Self.period(1, signed: Self.month + 20)),
+                PurchaseUpdate(
+                    source: "notification", renewal: grace, notice: .v2("DID_FAIL_TO_RENEW", "GRACE_PERIOD")),
+            ], now: Self.start.addingTimeInterval(2 * Self.month + 30))
+        #expect(late.subscription?.status == 4, "\(String(describing: late.subscription))")
+        // A grace period's recovery keeps the renewal date: the recovered period begins before the grace facts
+        // were signed, and was seen after them; those facts, arriving late, are about the failed renewal.
+        var earlier = Self.renewal(Self.month + 10, status: 4)
+        earlier.gracePeriodExpiresDate = Self.start.addingTimeInterval(Self.month + 100)
+        let recovered = Self.run(
+            [
+                PurchaseUpdate(source: "app", transaction: Self.period(0)),
+                PurchaseUpdate(source: "notification", transaction: Self.period(1, signed: 50)),
+                PurchaseUpdate(
+                    source: "notification", renewal: earlier, notice: .v2("DID_FAIL_TO_RENEW", "GRACE_PERIOD")),
+            ], now: Self.start.addingTimeInterval(Self.month + 60))
+        #expect(recovered.subscription?.status == 1)
+    }
+
+    @Test("Another product bought after the last period ended (its EXPIRED lost) is a resubscription, not an upgrade")
+    func purchaseAfterUnnoticedExpiry() {
+        let result = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(source: "app", transaction: Self.period(4, product: "premium", reason: .purchase)),
+        ])
+        #expect(result.events == ["INITIAL_PURCHASE", "INITIAL_PURCHASE"])
+    }
 }

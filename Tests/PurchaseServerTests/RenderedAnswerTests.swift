@@ -377,4 +377,42 @@ struct RenderedAnswerTests {
             }
         }
     }
+
+    @Test(
+        "A receipt's period cancelled where the next began was upgraded, not refunded; one user's subscriptions of two products are not several Apple accounts"
+    )
+    func receiptUpgradeAndTwoGroups() async throws {
+        try await Self.withServer { server, _, directory, now in
+            let day: TimeInterval = 86_400
+            let upgradedAt = now.addingTimeInterval(-10 * day)
+            let purchases = [
+                InAppPurchase(
+                    productID: "monthly", transactionID: "7000000000000001",
+                    purchaseDate: now.addingTimeInterval(-20 * day),
+                    originalTransactionID: "7000000000000001", originalPurchaseDate: now.addingTimeInterval(-20 * day),
+                    productTypeRaw: 3, expiresDate: now.addingTimeInterval(10 * day), webOrderLineItemID: 71,
+                    cancellationDate: upgradedAt),
+                InAppPurchase(
+                    productID: "pro", transactionID: "7000000000000002", purchaseDate: upgradedAt,
+                    originalTransactionID: "7000000000000001", originalPurchaseDate: now.addingTimeInterval(-20 * day),
+                    productTypeRaw: 3, expiresDate: upgradedAt.addingTimeInterval(30 * day), webOrderLineItemID: 72),
+                // A subscription of another group, from the same Apple account.
+                InAppPurchase(
+                    productID: "season-monthly", transactionID: "7000000000000003",
+                    purchaseDate: now.addingTimeInterval(-5 * day), originalTransactionID: "7000000000000003",
+                    originalPurchaseDate: now.addingTimeInterval(-5 * day), productTypeRaw: 3,
+                    expiresDate: now.addingTimeInterval(25 * day), webOrderLineItemID: 73),
+            ]
+            let view = try await server.ingestReceipt(
+                bundleID: Self.bundleID, appUserID: "upgrader",
+                receipt: try Self.receipt(purchases, in: directory, at: now),
+                deviceID: nil)
+            #expect(view.entitlements["pro"]?.active == true)
+            #expect(view.flags.isEmpty, "\(view.flags)")
+            let events = try await server.events(bundleID: Self.bundleID, appUserID: "upgrader", after: nil, limit: 100)
+                .map(\.event.type.rawValue)
+            #expect(!events.contains("REFUND"), "\(events)")
+            #expect(events.contains("PRODUCT_CHANGE"), "\(events)")
+        }
+    }
 }

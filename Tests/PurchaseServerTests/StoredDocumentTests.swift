@@ -103,6 +103,8 @@ struct StoredDocumentTests {
         purchase.commitment = commitment
         purchase.revocationType = "REFUND_PRORATED"
         purchase.revocationPercentage = 33_333
+        purchase.isUpgraded = true
+        purchase.subscriptionGroupID = "21000000"
         try Self.checkBuilt(purchase, everyMember: true)
         Self.checkEveryMember(of: commitment, in: purchase.storedDocument["commitment"])
         try Self.checkBuilt(

@@ -66,6 +66,8 @@ extension PurchaseRecord: StoredDocument {
         members.value("commitment", commitment?.storedDocument)
         members.text("revocationType", revocationType)
         members.integer("revocationPercentage", revocationPercentage)
+        members.flag("isUpgraded", isUpgraded)
+        members.text("subscriptionGroupID", subscriptionGroupID)
         return .object(members.object)
     }
 }

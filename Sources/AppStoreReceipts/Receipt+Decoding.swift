@@ -43,6 +43,13 @@ extension Receipt {
         var expirationDate: Date?
         var purchases: [InAppPurchase] = []
         var unknown: [ReceiptAttribute] = []
+        /// An attribute Apple does not document (1, 8, 10, 11, 15, 16): read when it has the form seen so far,
+        /// else kept raw among the unknown ones; a change of its form must not refuse every receipt.
+        func lenient<T>(_ attribute: ParsedAttribute, _ read: (ParsedAttribute) throws -> T) -> T? {
+            if let value = try? read(attribute) { return value }
+            unknown.append(attribute.kept(document))
+            return nil
+        }
         var iterator = try document.children(of: root)
         while let node = try document.next(&iterator) {
             let attribute = try ParsedAttribute(node, in: document, level: "receipt")
@@ -59,17 +66,17 @@ extension Receipt {
                 }
                 purchases.append(purchase)
             case 0: try seen.mark(attribute); receiptType = try attribute.string(document)
-            case 1: try seen.mark(attribute); appItemID = try attribute.integer(document)
+            case 1: try seen.mark(attribute); appItemID = lenient(attribute) { try $0.integer(document) }
             case 2: try seen.mark(attribute); bundle = (try attribute.string(document), try attribute.bytes(document))
             case 3: try seen.mark(attribute); appVersion = try attribute.string(document)
             case 4: try seen.mark(attribute); opaqueValue = try attribute.bytes(document)
             case 5: try seen.mark(attribute); sha1Hash = try attribute.bytes(document)
-            case 8: try seen.mark(attribute); appTransactionDate = try attribute.date(document)
-            case 10: try seen.mark(attribute); ageRating = try attribute.string(document)
-            case 11: try seen.mark(attribute); developerID = try attribute.integer(document)
+            case 8: try seen.mark(attribute); appTransactionDate = lenient(attribute) { try $0.date(document) } ?? nil
+            case 10: try seen.mark(attribute); ageRating = lenient(attribute) { try $0.string(document) }
+            case 11: try seen.mark(attribute); developerID = lenient(attribute) { try $0.integer(document) }
             case 12: try seen.mark(attribute); creationDate = try attribute.date(document)
-            case 15: try seen.mark(attribute); downloadID = try attribute.integer(document)
-            case 16: try seen.mark(attribute); versionExternalID = try attribute.integer(document)
+            case 15: try seen.mark(attribute); downloadID = lenient(attribute) { try $0.integer(document) }
+            case 16: try seen.mark(attribute); versionExternalID = lenient(attribute) { try $0.integer(document) }
             case 18: try seen.mark(attribute); originalPurchaseDate = try attribute.date(document)
             case 19: try seen.mark(attribute); originalAppVersion = try attribute.string(document)
             case 21: try seen.mark(attribute); expirationDate = try attribute.date(document)
@@ -127,12 +134,12 @@ extension InAppPurchase {
             case 1704: try seen.mark(attribute); purchaseDate = try attribute.date(document)
             case 1705: try seen.mark(attribute); originalTransactionID = try attribute.string(document)
             case 1706: try seen.mark(attribute); originalPurchaseDate = try attribute.date(document)
-            case 1707: try seen.mark(attribute); productTypeRaw = try attribute.integer(document)
+            case 1707: try seen.mark(attribute); productTypeRaw = try attribute.nonNegative(document)
             case 1708: try seen.mark(attribute); expiresDate = try attribute.date(document)
-            case 1711: try seen.mark(attribute); webOrderLineItemID = try attribute.integer(document)
+            case 1711: try seen.mark(attribute); webOrderLineItemID = try attribute.nonNegative(document)
             case 1712: try seen.mark(attribute); cancellationDate = try attribute.date(document)
-            case 1713: try seen.mark(attribute); isTrialPeriod = try attribute.integer(document) != 0
-            case 1719: try seen.mark(attribute); isInIntroOfferPeriod = try attribute.integer(document) != 0
+            case 1713: try seen.mark(attribute); isTrialPeriod = try attribute.nonNegative(document) != 0
+            case 1719: try seen.mark(attribute); isInIntroOfferPeriod = try attribute.nonNegative(document) != 0
             case 1721: try seen.mark(attribute); promotionalOfferID = try attribute.string(document)
             default: unknown.append(attribute.kept(document))
             }
@@ -297,6 +304,15 @@ struct ParsedAttribute {
     func integer(_ document: ASN1Document) throws -> Int64 {
         guard let value = try withInner(document, { document, inner in try? document.int64(inner) }) else {
             throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a 64-bit INTEGER")
+        }
+        return value
+    }
+
+    /// A 64-bit INTEGER that is an id, a type or a flag: never negative.
+    func nonNegative(_ document: ASN1Document) throws -> Int64 {
+        let value = try integer(document)
+        guard value >= 0 else {
+            throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is negative")
         }
         return value
     }

@@ -250,9 +250,18 @@ public struct SignedDataVerifier: Sendable {
             guard pinned.isValid(at: signedDate ?? now) else {
                 return (.verificationFailure, "the Xcode certificate is not valid at the signing date")
             }
-            guard let key = try? pinned.publicKey,
+            guard let key = try? pinned.publicKey, key.isP256,
                 key.verify(rawECDSASignature: jws.signature, message: jws.signingInput, digest: .sha256)
             else { return (.verificationFailure, "the ES256 signature does not verify") }
+            // Xcode's certificate is the same on every Mac (its key is anyone's): what it signs is Xcode's
+            // StoreKit Testing, whatever environment the payload claims.
+            let claimed = Self.environmentClaim(jws.payload, type: type)
+            guard claimed == Environment.xcode.rawValue else {
+                return (
+                    .invalidEnvironment,
+                    "signed by Xcode's certificate but the environment is \(claimed.map { "'\($0)'" } ?? "absent")"
+                )
+            }
             return nil
         }
 
@@ -271,7 +280,7 @@ public struct SignedDataVerifier: Sendable {
         case .valid(let path):
             validatedPath = path.certificates
         }
-        guard let key = evaluation.signerKey,
+        guard let key = evaluation.signerKey, key.isP256,
             key.verify(rawECDSASignature: jws.signature, message: jws.signingInput, digest: .sha256)
         else { return (.verificationFailure, "the ES256 signature does not verify") }
         return nil
@@ -281,13 +290,23 @@ public struct SignedDataVerifier: Sendable {
 
     private func checkClaims(_ payload: JSONObject, type: SignedDataType) -> (VerificationStatus, String)? {
         let expected = configuration
-        func appIdentifier(bundleID: String?, appAppleID: Int64?, checkAppleID: Bool) -> (VerificationStatus, String)? {
+        /// Apple's app Apple ID is checked in production (sandbox data may lack it): with Production
+        /// configured, or, with no environment configured (a verifier for every environment, as the purchase
+        /// server's), when an app Apple ID is configured and the payload says Production.
+        func checksAppleID(payloadEnvironment: String?) -> Bool {
+            let production = Environment.production.rawValue
+            guard let configured = expected.environment else {
+                return expected.appAppleID != nil && payloadEnvironment == production
+            }
+            return configured == production
+        }
+        func appIdentifier(bundleID: String?, appAppleID: Int64?, checkAppleID: Bool, environment: String? = nil)
+            -> (VerificationStatus, String)?
+        {
             if let wanted = expected.bundleID, bundleID != wanted {
                 return (.invalidAppIdentifier, "the bundle id is \(bundleID.map { "'\($0)'" } ?? "absent")")
             }
-            if checkAppleID && expected.environment == Environment.production.rawValue
-                && appAppleID != expected.appAppleID
-            {
+            if checkAppleID && checksAppleID(payloadEnvironment: environment) && appAppleID != expected.appAppleID {
                 return (.invalidAppIdentifier, "the app Apple ID differs")
             }
             return nil
@@ -305,20 +324,31 @@ public struct SignedDataVerifier: Sendable {
         case .appTransaction:
             return appIdentifier(
                 bundleID: payload["bundleId"]?.stringValue, appAppleID: payload["appAppleId"]?.int64Value,
-                checkAppleID: true) ?? environment(payload["receiptType"]?.stringValue)
+                checkAppleID: true, environment: payload["receiptType"]?.stringValue)
+                ?? environment(payload["receiptType"]?.stringValue)
         case .notification:
             let notification = NotificationPayload(json: payload)
             let app = notification.appMetadata
-            return appIdentifier(bundleID: app.bundleID, appAppleID: app.appAppleID, checkAppleID: true)
+            return appIdentifier(
+                bundleID: app.bundleID, appAppleID: app.appAppleID, checkAppleID: true, environment: app.environment)
                 ?? environment(app.environment)
         case .realtimeRequest:
             // No bundle id: the app Apple ID (in production) and the environment.
-            if expected.environment == Environment.production.rawValue,
+            if checksAppleID(payloadEnvironment: payload["environment"]?.stringValue),
                 payload["appAppleId"]?.int64Value != expected.appAppleID
             {
                 return (.invalidAppIdentifier, "the app Apple ID differs")
             }
             return environment(payload["environment"]?.stringValue)
+        }
+    }
+
+    /// The environment `payload` says it is from, where its type keeps it.
+    static func environmentClaim(_ payload: JSONObject, type: SignedDataType) -> String? {
+        switch type {
+        case .transaction, .renewalInfo, .realtimeRequest: payload["environment"]?.stringValue
+        case .appTransaction: payload["receiptType"]?.stringValue
+        case .notification: NotificationPayload(json: payload).appMetadata.environment
         }
     }
 

@@ -98,6 +98,8 @@ typedef struct sk_transfer {
     size_t body_capacity;
     size_t max_body;          // 0: no limit
     bool too_large;           // the write callback refused data because of max_body
+    bool truncate;            // past max_body: keep the first max_body bytes and stop, not an error
+    bool truncated;           // the body was cut at max_body (the transfer stopped there)
 
     // Response headers of the latest (final) response.
     sk_fetch_header *headers;
@@ -121,8 +123,15 @@ static size_t sk_write_body(char *data, size_t size, size_t count, void *context
     size_t n = size * count;  // size is always 1 for libcurl
     if (n == 0) return 0;
     if (t->max_body != 0 && (t->body_length > t->max_body || n > t->max_body - t->body_length)) {
-        t->too_large = true;
-        return 0;  // anything but n aborts the transfer with CURLE_WRITE_ERROR
+        if (t->truncate) {
+            // Keep what fits, then stop reading: the answer's status is known, its body is not wanted whole.
+            n = t->max_body - t->body_length;
+            t->truncated = true;
+        } else {
+            t->too_large = true;
+            return 0;  // anything but n aborts the transfer with CURLE_WRITE_ERROR
+        }
+        if (n == 0) return 0;
     }
     if (n > t->body_capacity - t->body_length) {
         size_t capacity = t->body_capacity ? t->body_capacity : 16384;
@@ -322,6 +331,7 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
 
     sk_transfer transfer = {0};
     transfer.max_body = request->max_response_bytes;
+    transfer.truncate = request->truncate_response != 0;
     struct curl_slist *header_list = NULL;
     char error_buffer[CURL_ERROR_SIZE] = {0};
     bool ok = true;  // becomes false when building the request runs out of memory
@@ -404,7 +414,7 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
     long status = 0;
     if (curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK) result->status = status;
 
-    if (code == CURLE_OK) {
+    if (code == CURLE_OK || (transfer.truncated && code == CURLE_WRITE_ERROR && status > 0)) {
         result->outcome = SK_FETCH_OK;
     } else if (transfer.too_large) {
         snprintf(result->error, sizeof result->error, "response body exceeds the limit of %zu bytes",

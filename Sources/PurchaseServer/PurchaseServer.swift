@@ -234,6 +234,12 @@ public final class PurchaseServer: Sendable {
             throw PurchaseServerError.verification(
                 "the notification did not verify: \(result.status.rawValue) (\(result.reason ?? ""))")
         }
+        // A nested token that did not verify is refused with the notification, not left out of it: taken
+        // without its transaction, the notification would be acknowledged and its news lost.
+        if let (field, failed) = result.nested.sorted(by: { $0.key < $1.key }).first(where: { !$0.value.isOK }) {
+            throw PurchaseServerError.verification(
+                "the notification's \(field) did not verify: \(failed.status.rawValue) (\(failed.reason ?? ""))")
+        }
         let notification = verified.payload
         let payload = notification.json
         guard let uuid = notification.notificationUUID, let type = notification.notificationType else {
@@ -419,5 +425,8 @@ public final class PurchaseServer: Sendable {
         guard (1...256).contains(id.utf8.count), !id.contains(where: { $0.isNewline || $0 == "\u{0}" }) else {
             throw PurchaseServerError.invalid("appUserId must be 1 to 256 characters")
         }
+        // A user is read at /v1/subscribers/{id}, where an encoded slash is refused: one could be stored, never
+        // read back.
+        guard !id.contains("/") else { throw PurchaseServerError.invalid("appUserId must not contain '/'") }
     }
 }

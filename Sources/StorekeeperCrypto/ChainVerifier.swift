@@ -60,7 +60,7 @@ public struct ValidChain: Sendable {
 }
 
 /// Validates certificate paths to a fixed set of trusted roots under a ``ChainPolicy``, with OpenSSL's
-/// `X509_verify_cert`, and remembers each path's structural result by the certificates' bytes.
+/// `X509_verify_cert`, and remembers each valid path's structural result by the certificates' bytes.
 ///
 /// A path's structure (signatures, extensions, length) does not depend on time, so it is checked once with
 /// OpenSSL's time checks off and cached with the intersection of the validity periods; each later
@@ -117,13 +117,20 @@ public final class ChainVerifier: Sendable {
             return cached
         }
         let evaluation = evaluateUncached(key.parts)
-        cache.withLock { entries in
-            if entries.count >= cacheLimit { entries.removeAll(keepingCapacity: true) }
-            entries[key] = evaluation
+        // Only paths to a trusted root are kept: anyone can send certificates that fail, as many and as large
+        // as a request allows, and keeping those would let them fill memory (and the cache's buckets).
+        if case .valid = evaluation.structure {
+            cache.withLock { entries in
+                if entries.count >= cacheLimit { entries.removeAll(keepingCapacity: true) }
+                entries[key] = evaluation
+            }
         }
         lastHit.withLock { $0 = (key, evaluation) }
         return evaluation
     }
+
+    /// How many paths the cache holds (each one valid to a trusted root).
+    public var cachedPaths: Int { cache.withLock { $0.count } }
 
     /// Validates at `time` without the cache (for callers holding parsed certificates).
     public func verify(signer: Certificate, others: [Certificate], at time: Date) -> ChainResult {

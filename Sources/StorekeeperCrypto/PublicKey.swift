@@ -20,10 +20,19 @@ public final class PublicKey: @unchecked Sendable, CustomStringConvertible {
     /// Verification contexts already initialised, reused across calls.
     private let contexts: KeyContextPool
 
+    /// Whether this is an EC key on P-256 (prime256v1), the one curve ES256 allows.
+    public let isP256: Bool
+
     /// Takes ownership of an `EVP_PKEY`.
     init(owning pkey: OpaquePointer) {
         self.pkey = pkey
         contexts = KeyContextPool(pkey: pkey)
+        var name = [CChar](repeating: 0, count: 64)
+        var length = 0
+        isP256 =
+            EVP_PKEY_get_base_id(pkey) == EVP_PKEY_EC
+            && EVP_PKEY_get_group_name(pkey, &name, name.count, &length) == 1
+            && name.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } == "prime256v1"
     }
 
     deinit { EVP_PKEY_free(pkey) }

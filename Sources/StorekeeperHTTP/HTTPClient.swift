@@ -68,6 +68,9 @@ public struct HTTPClient: Sendable {
     public var timeout: Duration
     public var connectTimeout: Duration
     public var maxResponseBytes: Int
+    /// Past ``maxResponseBytes``, keep the body's first bytes and stop reading (the answer is not an error):
+    /// for a caller that wants the status, such as a delivery, whatever a receiver answers with.
+    public var truncatesResponse = false
     /// Skip TLS peer verification (tests against self-signed servers only).
     public var insecure: Bool
     /// A PEM file of roots to trust instead of the system's.
@@ -141,7 +144,8 @@ public struct HTTPClient: Sendable {
                             header_count: headerBuffer.count, body: bodyBuffer.baseAddress,
                             body_length: bodyBuffer.count, connect_timeout_ms: milliseconds(connectTimeout),
                             timeout_ms: milliseconds(timeout), max_response_bytes: maxResponseBytes,
-                            insecure: insecure ? 1 : 0, ca_file: ca.map { UnsafePointer($0) } ?? nil,
+                            truncate_response: truncatesResponse ? 1 : 0, insecure: insecure ? 1 : 0,
+                            ca_file: ca.map { UnsafePointer($0) } ?? nil,
                             local_address: local.map { UnsafePointer($0) } ?? nil)
                         sk_fetch(&request, &result)
                     }

@@ -50,7 +50,7 @@ public final class PostgresDatabase: Sendable {
             return url.contains("password") ? "(a libpq connection string)" : url
         }
         var result = url
-        if let at = url[scheme.upperBound...].lastIndex(of: "@"),
+        if let at = userinfoEnd(url, after: scheme.upperBound),
             let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
         {
             result = String(url[..<colon]) + ":***" + String(url[at...])
@@ -66,12 +66,19 @@ public final class PostgresDatabase: Sendable {
         return String(result[...question]) + parameters.joined(separator: "&")
     }
 
+    /// The `@` that ends the user information: the last one in the authority (before the path, the query or
+    /// the fragment), never one in a parameter's value.
+    static func userinfoEnd(_ url: String, after start: String.Index) -> String.Index? {
+        let authority = url[start...].prefix { !"/?#".contains($0) }
+        return authority.lastIndex(of: "@")
+    }
+
     /// The secrets `url` holds (the user's password, the `password` and `sslpassword` values), as written and
     /// percent-decoded: what a message about it must not repeat.
     static func secrets(in url: String) -> [String] {
         guard let scheme = url.range(of: "://") else { return [] }
         var found: [Substring] = []
-        if let at = url[scheme.upperBound...].lastIndex(of: "@"),
+        if let at = userinfoEnd(url, after: scheme.upperBound),
             let colon = url[scheme.upperBound..<at].firstIndex(of: ":")
         {
             found.append(url[url.index(after: colon)..<at])

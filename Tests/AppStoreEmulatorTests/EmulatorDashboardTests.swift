@@ -123,4 +123,18 @@ struct EmulatorDashboardTests {
         let certificate = await Self.send(responder, "GET", "/dashboard/certificates/receipt-root.cer")
         #expect(certificate.body == store.pki.receipts.root.derEncoded)
     }
+
+    @Test("Notification URLs show without their credentials or query on the pages")
+    func urlsWithoutSecrets() async throws {
+        let harness = try await AppStoreTests.Harness.make()
+        let responder = EmulatorRoutes(harness.store).responder()
+        let set = await Self.send(
+            responder, "PUT", "/_emulator/v1/apps/\(AppStoreTests.bundleID)/notifications",
+            headers: [("Host", "127.0.0.1:8080"), ("Content-Type", "application/json")],
+            body: #"{"sandboxURL": "https://user:hunter2@receiver.invalid/hook?token=abc123"}"#)
+        #expect(set.status == 200, "\(String(decoding: set.body, as: UTF8.self))")
+        let overview = String(decoding: await Self.send(responder, "GET", "/").body, as: UTF8.self)
+        #expect(overview.contains("https://receiver.invalid/hook"))
+        #expect(!overview.contains("hunter2") && !overview.contains("abc123"))
+    }
 }

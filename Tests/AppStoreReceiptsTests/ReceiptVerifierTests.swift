@@ -72,6 +72,32 @@ struct ReceiptVerifierTests {
         #expect(first.unknownAttributes.contains(ReceiptAttribute(type: 1799, version: 3, value: [0x0c, 0x00])))
     }
 
+    @Test("Undocumented receipt attributes of another form are kept raw, not fatal; negative ids and flags are")
+    func undocumentedForms() throws {
+        // Attribute 8 as text that is not a date, 10 as an INTEGER, 11 as a string: Apple documents none of them.
+        let odd = [
+            ReceiptAttribute(type: 8, version: 1, value: [0x16, 0x01, 0x78]),
+            ReceiptAttribute(type: 10, version: 1, value: [0x02, 0x01, 0x05]),
+            ReceiptAttribute(type: 11, version: 1, value: [0x0c, 0x01, 0x41]),
+        ]
+        var receipt = ReceiptFixtures.receipt(unknownAttributes: odd)
+        (receipt.appTransactionDate, receipt.ageRating, receipt.developerID) = (nil, nil, nil)
+        let result = verifier.verify(try ReceiptFixtures.signed(receipt), expecting: expectations, now: now)
+        #expect(result.isValid, "\(String(describing: result.failure))")
+        let decoded = try #require(result.receipt)
+        #expect(decoded.appTransactionDate == nil && decoded.ageRating == nil && decoded.developerID == nil)
+        #expect(Set(decoded.unknownAttributes.map(\.type)).isSuperset(of: [8, 10, 11]))
+        for (type, value) in [(1711, [0x02, 0x01, 0xff] as [UInt8]), (1713, [0x02, 0x01, 0xff])] {
+            var receipt = ReceiptFixtures.receipt()
+            receipt.inAppPurchases[0].webOrderLineItemID = nil
+            receipt.inAppPurchases[0].isTrialPeriod = nil
+            receipt.inAppPurchases[0].unknownAttributes.append(
+                ReceiptAttribute(type: Int64(type), version: 1, value: value))
+            let negative = verifier.verify(try ReceiptFixtures.signed(receipt), expecting: expectations, now: now)
+            #expect(negative.failure?.code == .malformed, "attribute \(type): \(String(describing: negative.failure))")
+        }
+    }
+
     @Test("Hundreds of purchases decode in payload order")
     func manyPurchases() throws {
         let receipt = ReceiptFixtures.receipt(purchases: 600)

@@ -97,6 +97,16 @@ struct SignedDataVerifierTests {
         #expect(try verifier(environment: "Production").verify(production, now: now).status == .invalidAppIdentifier)
         let sandbox = try JWSFixtures.sign(JWSFixtures.appTransaction(receiptType: "Sandbox", appAppleID: 1))
         #expect(try verifier(environment: "Sandbox").verify(sandbox, now: now).status == .ok)
+        // With no environment configured (a verifier for every one, as the purchase server's), a configured app
+        // Apple ID is still checked on what says Production.
+        #expect(try verifier(environment: nil).verify(production, now: now).status == .invalidAppIdentifier)
+        #expect(try verifier(environment: nil).verify(sandbox, now: now).status == .ok)
+        let ours = try JWSFixtures.sign(
+            JWSFixtures.appTransaction(receiptType: "Production", appAppleID: JWSFixtures.appAppleID))
+        #expect(try verifier(environment: nil).verify(ours, now: now).status == .ok)
+        let otherApp = try JWSFixtures.sign(try JWSFixtures.notification(environment: "Production"))
+        let unconfigured = try SignedDataVerifier(.init(trustedRoots: [chain.root], bundleID: JWSFixtures.bundleID))
+        #expect(unconfigured.verify(otherApp, now: now).status == .ok, "no app Apple ID configured: nothing to check")
         // An external purchase token's environment comes from its id.
         let token2 = try JWSFixtures.sign([
             "notificationType": .string("EXTERNAL_PURCHASE_TOKEN"), "signedDate": .integer(JWSFixtures.signedDateMs),
@@ -208,6 +218,16 @@ struct SignedDataVerifierTests {
         #expect(
             try verifier(environment: "Sandbox", roots: [signer.certificate]).verify(token, now: now).status
                 == .invalidChainLength)
+        // Xcode's certificate is the same on every Mac: with no environment configured, what it signs must still
+        // say Xcode (a Production claim under it is anyone's forgery).
+        #expect(try verifier(environment: nil, roots: [signer.certificate]).verify(token, now: now).status == .ok)
+        let production = try JWSSigner.sign(
+            payload: JWSFixtures.transaction(environment: "Production"),
+            header: ["kid": .string("Apple_Xcode_Key"), "x5c": JWSFixtures.x5c([signer.certificate])],
+            key: signer.key)
+        #expect(
+            try verifier(environment: nil, roots: [signer.certificate]).verify(production, now: now).status
+                == .invalidEnvironment)
         let other = try PrivateKey.generateP256()
         let forged = try JWSSigner.sign(
             payload: payload,

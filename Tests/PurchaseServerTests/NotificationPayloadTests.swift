@@ -98,4 +98,38 @@ struct NotificationPayloadTests {
         let stored = try await storage.read { try $0.purchase("2000000335310644") }
         #expect(stored?.revocationType == "REFUND_PRORATED" && stored?.revokedUnits == 1)
     }
+
+    @Test("A notification whose nested transaction does not verify is refused (422), not taken without it")
+    func nestedFailureRefused() async throws {
+        let (server, storage) = try await FixtureServer.make()
+        var notification = try JWSFixtures.notification()
+        var data = notification["data"]?.objectValue ?? [:]
+        let stranger = try TestPKI(keyKind: .p256).chain
+        data["signedTransactionInfo"] = .string(try JWSFixtures.sign(JWSFixtures.transaction(), chain: stranger))
+        notification["data"] = .object(data)
+        let body = JSONWriter.bytes(.object(["signedPayload": .string(try JWSFixtures.sign(notification))]))
+        do {
+            _ = try await server.ingestNotification(bundleID: JWSFixtures.bundleID, body: body)
+            Issue.record("a notification with a forged transaction was taken")
+        } catch let error as PurchaseServerError {
+            #expect(error.status == 422 && error.message.contains("signedTransactionInfo"), "\(error)")
+        }
+        #expect(try await storage.read { try $0.purchase("2000000335310644") } == nil)
+    }
+
+    @Test("An app user id with a slash is refused (400): it could be stored but never read at /v1/subscribers/{id}")
+    func slashInUserID() async throws {
+        let (server, storage) = try await FixtureServer.make()
+        let token = try JWSFixtures.sign(JWSFixtures.transaction())
+        do {
+            _ = try await server.ingestTransaction(
+                bundleID: JWSFixtures.bundleID, appUserID: "team/42", signedTransaction: token)
+            Issue.record("a user id with a slash was taken")
+        } catch let error as PurchaseServerError {
+            #expect(error.status == 400 && error.message.contains("'/'"), "\(error)")
+        }
+        #expect(try await storage.read { try $0.purchase("2000000335310644") } == nil)
+        _ = try await server.ingestTransaction(
+            bundleID: JWSFixtures.bundleID, appUserID: "team-42", signedTransaction: token)
+    }
 }

@@ -8,6 +8,14 @@ struct PostgresURLTests {
     func redacted() {
         #expect(PostgresDatabase.redacted("postgres://app:pw@db/store") == "postgres://app:***@db/store")
         #expect(PostgresDatabase.redacted("postgres://app@db/store") == "postgres://app@db/store")
+        // An `@` in a parameter's value is not the end of the user information.
+        let tricky = "postgres://app@db:5432/store?application_name=svc@host&password=hunter2"
+        #expect(
+            PostgresDatabase.redacted(tricky)
+                == "postgres://app@db:5432/store?application_name=svc@host&password=***")
+        #expect(
+            PostgresDatabase.redacted("postgres://app:pw@db?application_name=a@b")
+                == "postgres://app:***@db?application_name=a@b")
         #expect(
             PostgresDatabase.redacted("postgres://app@db/store?password=hunter2&sslmode=require")
                 == "postgres://app@db/store?password=***&sslmode=require")

@@ -233,6 +233,52 @@ struct CryptoTests {
         }
     }
 
+    @Test(
+        "ES256's curve: a P-256 key is P-256; a P-384 key (made by the openssl tool) and an RSA key are not",
+        .enabled(if: ExternalTool.find("openssl") != nil, "openssl not on PATH"))
+    func curves() throws {
+        #expect(try PrivateKey.generateP256().publicKey.isP256)
+        #expect(try !TestPKI.shared.leaf.publicKey.isP256, "RSA")
+        let openssl = try #require(ExternalTool.find("openssl"))
+        let directory = try ExternalTool.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let key = directory.appendingPathComponent("p384.pem").path
+        #expect(
+            try ExternalTool.run(openssl, ["ecparam", "-name", "secp384r1", "-genkey", "-noout", "-out", key]).status
+                == 0)
+        let spki = try ExternalTool.run(openssl, ["ec", "-in", key, "-pubout", "-outform", "DER"])
+        #expect(spki.status == 0)
+        let p384 = try PublicKey(derEncoded: spki.stdout)
+        #expect(p384.isEC && !p384.isP256)
+    }
+
+    @Test("Only valid paths are cached: certificates that fail, however many, leave the cache as it was")
+    func failuresNotCached() throws {
+        let pki = TestPKI.shared
+        let policy = ChainPolicy.appleThreeLevel(
+            leafMarker: AppleOID.receiptSigningLeaf, intermediateMarker: AppleOID.wwdrIntermediate)
+        let verifier = ChainVerifier(trustedRoots: [pki.root], policy: policy, cacheLimit: 4096)
+        _ = verifier.evaluate(signer: pki.leaf.derEncoded, others: [pki.intermediate.derEncoded])
+        #expect(verifier.cachedPaths == 1)
+        // Garbage of one length and one tail (the cache's hash reads the tails), and paths that parse but do
+        // not chain to the root.
+        for index in 0..<200 {
+            var garbage = [UInt8](repeating: UInt8(index % 251), count: 4_096)
+            garbage.replaceSubrange(4_080..<4_096, with: repeatElement(0x5a, count: 16))
+            garbage[0] = UInt8(index / 251)
+            _ = verifier.evaluate(signer: garbage, others: [garbage])
+        }
+        let stranger = try TestPKI(leafMarker: true)
+        _ = verifier.evaluate(signer: stranger.leaf.derEncoded, others: [stranger.intermediate.derEncoded])
+        #expect(verifier.cachedPaths == 1)
+        if case .valid = verifier.evaluate(signer: pki.leaf.derEncoded, others: [pki.intermediate.derEncoded])
+            .structure
+        {
+        } else {
+            Issue.record("the valid path no longer verifies")
+        }
+    }
+
     @Test("PKCS #7 signed-data made here verifies with OpenSSL's CMS verifier")
     func pkcs7() throws {
         let pki = TestPKI.shared

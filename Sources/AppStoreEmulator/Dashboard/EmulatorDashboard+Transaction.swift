@@ -141,7 +141,7 @@ extension EmulatorDashboard {
             entries.append(
                 (
                     notification.created, "Notification " + Self.notice(notification),
-                    "V\(notification.version) to <code>\(notification.url)</code>: \(notification.state.rawValue); "
+                    "V\(notification.version) to <code>\(HTTPClient.printable(notification.url))</code>: \(notification.state.rawValue); "
                         + Self.attempts(notification),
                     failed || notification.notice.type == .didFailToRenew
                 ))

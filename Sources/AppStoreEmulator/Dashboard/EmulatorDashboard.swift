@@ -169,7 +169,8 @@ struct EmulatorDashboard: Sendable {
             columns: ["Notification", "Type", "To", "Attempts", "Next attempt"],
             rows: outbox.map { notification, due in
                 [
-                    "<code>\(notification.id)</code>", Self.notice(notification), "<code>\(notification.url)</code>",
+                    "<code>\(notification.id)</code>", Self.notice(notification),
+                    "<code>\(HTTPClient.printable(notification.url))</code>",
                     Self.attempts(notification), HTML.date(due),
                 ]
             }, empty: "nothing waiting.")
@@ -191,7 +192,8 @@ struct EmulatorDashboard: Sendable {
         for bundle in self.store.apps.keys.sorted() {
             let settings = self.store.notificationSettings.withLock { $0[bundle] } ?? AppNotifications()
             func urls(_ list: [String]) -> HTML {
-                list.isEmpty ? "nowhere" : "<code>\(list.joined(separator: ", "))</code>"
+                // Without credentials or query (tokens travel there): a page is not where secrets are shown.
+                list.isEmpty ? "nowhere" : "<code>\(list.map(HTTPClient.printable).joined(separator: ", "))</code>"
             }
             html += "<h3>\(bundle)</h3>"
             html += HTML.facts(

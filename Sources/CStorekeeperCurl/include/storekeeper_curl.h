@@ -22,6 +22,7 @@ typedef struct sk_fetch_request {
     long connect_timeout_ms;          // 0: libcurl's default
     long timeout_ms;                  // whole request deadline; 0: none
     size_t max_response_bytes;        // 0: no limit
+    int truncate_response;            // 1: past max_response_bytes, keep what came and stop reading (not an error)
     int insecure;                     // 1: do not verify the peer's TLS certificate (tests only)
     const char *ca_file;              // PEM bundle to trust instead of the system's; NULL: system default
     const char *local_address;        // the address to connect from (127.0.0.2, say); NULL: the system's

@@ -134,7 +134,11 @@ extension InAppPurchase {
             case 1704: try seen.mark(attribute); purchaseDate = try attribute.date(document)
             case 1705: try seen.mark(attribute); originalTransactionID = try attribute.string(document)
             case 1706: try seen.mark(attribute); originalPurchaseDate = try attribute.date(document)
-            case 1707: try seen.mark(attribute); productTypeRaw = try attribute.nonNegative(document)
+            case 1707:
+                // Undocumented: read when it has the form seen so far, else kept raw.
+                try seen.mark(attribute)
+                productTypeRaw = try? attribute.nonNegative(document)
+                if productTypeRaw == nil { unknown.append(attribute.kept(document)) }
             case 1708: try seen.mark(attribute); expiresDate = try attribute.date(document)
             case 1711: try seen.mark(attribute); webOrderLineItemID = try attribute.nonNegative(document)
             case 1712: try seen.mark(attribute); cancellationDate = try attribute.date(document)

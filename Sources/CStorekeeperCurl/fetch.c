@@ -414,7 +414,8 @@ void sk_fetch(const sk_fetch_request *request, sk_fetch_result *result) {
     long status = 0;
     if (curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK) result->status = status;
 
-    if (code == CURLE_OK || (transfer.truncated && code == CURLE_WRITE_ERROR && status > 0)) {
+    if (!transfer.out_of_memory
+        && (code == CURLE_OK || (transfer.truncated && code == CURLE_WRITE_ERROR && status > 0))) {
         result->outcome = SK_FETCH_OK;
     } else if (transfer.too_large) {
         snprintf(result->error, sizeof result->error, "response body exceeds the limit of %zu bytes",

@@ -120,6 +120,9 @@ package struct V1Notification: Sendable {
     package var latestReceipt: String?
     /// `unified_receipt.pending_renewal_info`.
     package var pendingRenewals: [PendingRenewal]
+    /// `unified_receipt.latest_receipt_info`'s cancelled transactions (id → cancellation date): a consumable's
+    /// refund is told only there, its receipt not listing it (at most 100 read).
+    package var cancellations: [(transactionID: String, date: Date)]
 
     package struct PendingRenewal: Sendable {
         package var originalTransactionID: String
@@ -160,6 +163,15 @@ package struct V1Notification: Sendable {
         self.type = NotificationTypeV1(rawValue: type.stringValue ?? "UNKNOWN")
         password = object["password"]?.stringValue
         latestReceipt = object["unified_receipt"]?["latest_receipt"]?.stringValue
+        cancellations = (object["unified_receipt"]?["latest_receipt_info"]?.arrayValue ?? []).prefix(100).compactMap {
+            item in
+            guard let id = Self.text(item["transaction_id"]),
+                let date = Self.text(item["cancellation_date_ms"]).flatMap({ Int64($0) }).flatMap({
+                    EpochMilliseconds.date($0)
+                })
+            else { return nil }
+            return (id, date)
+        }
         pendingRenewals = (object["unified_receipt"]?["pending_renewal_info"]?.arrayValue ?? []).compactMap {
             renewal in
             guard let original = Self.text(renewal["original_transaction_id"]) else { return nil }

@@ -120,7 +120,7 @@ public enum PurchaseEngine {
         // transaction (every one in its receipt comes with it).
         // Not for a purchase refunded already (a request replayed from the history after its decision).
         if update.notice?.type == .consumptionRequest, let transaction = update.transaction ?? stored,
-            stored?.revocationDate == nil
+            !(stored?.isRefunded ?? false)
         {
             outcome.events.append(
                 context.event(
@@ -306,7 +306,13 @@ public enum PurchaseEngine {
         guard newPeriod || samePeriod else { return subscription }
         if samePeriod, transaction.isUpgraded == true {
             // The current period, replaced by an upgrade whose own period has not arrived yet: that period
-            // (its PRODUCT_CHANGE and RENEWAL) says where the subscription stands, not this one's end.
+            // (its PRODUCT_CHANGE and RENEWAL) says where the subscription stands, not this one's end. A
+            // revocation first taken for a refund (a record that did not say upgraded) is undone.
+            if subscription.revocationDate != nil {
+                subscription.revocationDate = nil
+                subscription.revocationReason = nil
+                if subscription.status == 5 { subscription.status = inferredStatus(transaction, now: now) }
+            }
             subscription.transactionSignedDate = max(subscription.transactionSignedDate, transaction.signedDate)
             return subscription
         }
@@ -317,6 +323,7 @@ public enum PurchaseEngine {
             // unless billing was being retried (a recovery). Apple's SUBSCRIBED/RESUBSCRIBE says so too, when its
             // EXPIRED has not arrived yet.
             let resubscribed = context.update.notice == .v2(.subscribed, .resubscribe)
+            let upgradeNotice = context.update.notice?.subtypeName == NotificationSubtype.upgrade.rawValue
             var renews = transaction.reason == .renewal
             let wasEnded: Bool
             switch transaction.reason {
@@ -328,7 +335,8 @@ public enum PurchaseEngine {
                     subscription.expiresDate.map { $0 < transaction.purchaseDate.addingTimeInterval(-60) } ?? false
                 wasEnded =
                     transaction.productID == subscription.productID || [2, 5].contains(subscription.status)
-                    || resubscribed || (endedBefore && ![3, 4].contains(subscription.status))
+                    || resubscribed
+                    || (endedBefore && ![3, 4].contains(subscription.status) && !upgradeNotice)
             default:
                 if let previous = subscription.expiresDate {
                     let gap = transaction.purchaseDate.timeIntervalSince(previous)

@@ -145,7 +145,8 @@ extension PurchaseServer {
                         "productId": .string(purchase.productID.rawValue),
                         "type": .string(purchase.kind.rawValue), "purchaseDate": ms(purchase.purchaseDate),
                         "quantity": .integer(Int64(purchase.quantity)),
-                        "revoked": .bool(purchase.revocationDate != nil),
+                        // A period an upgrade replaced carries Apple's revocation date but was not refunded.
+                        "revoked": .bool(purchase.isRefunded),
                         "expiresDate": ms(purchase.expiresDate), "revocationDate": ms(purchase.revocationDate),
                         "originalTransactionId": .string(purchase.originalTransactionID.rawValue),
                     ])

@@ -246,17 +246,29 @@ extension PurchaseServer {
     }
 
     /// Whether `purchases` (one user's auto-renewable ones) hold two original purchases of one subscription
-    /// group: an app with several groups has one original in each from a single Apple account. The group is
-    /// Apple's signed `subscriptionGroupIdentifier`; a product seen only in receipts (which do not carry it) is
-    /// its own group unless a signed purchase of it named one (a product belongs to one group).
+    /// group: an app with several groups has one original in each from a single Apple account. Products are in
+    /// one group when a signed purchase says so (`subscriptionGroupIdentifier`) or when one original holds
+    /// both (an upgrade, a downgrade); a product seen only in receipts, never beside another, is its own.
     static func severalAccounts(_ purchases: [PurchaseRecord]) -> Bool {
-        var groupOfProduct: [ProductID: String] = [:]
+        // Union-find over the names products, groups and originals go by.
+        var parent: [String: String] = [:]
+        func root(_ name: String) -> String {
+            var name = name
+            while let up = parent[name], up != name { name = up }
+            return name
+        }
+        func join(_ a: String, _ b: String) {
+            let (x, y) = (root(a), root(b))
+            if x != y { parent[x] = y }
+        }
         for purchase in purchases {
-            if let group = purchase.subscriptionGroupID { groupOfProduct[purchase.productID] = group }
+            let product = "product:\(purchase.productID)"
+            join(product, "original:\(purchase.originalTransactionID)")
+            if let group = purchase.subscriptionGroupID { join(product, "group:\(group)") }
         }
         var originalOfGroup: [String: TransactionID] = [:]
         for purchase in purchases {
-            let group = groupOfProduct[purchase.productID].map { "group:\($0)" } ?? "product:\(purchase.productID)"
+            let group = root("product:\(purchase.productID)")
             if let seen = originalOfGroup[group] {
                 if seen != purchase.originalTransactionID { return true }
             } else {

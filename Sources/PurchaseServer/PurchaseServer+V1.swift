@@ -82,8 +82,21 @@ extension PurchaseServer {
             withoutPassword["password"] = nil
             kept = JSONWriter.bytes(.object(withoutPassword))
         }
+        // A consumable's refund is in latest_receipt_info only (receipts do not show consumables' refunds): the
+        // cancellation of a consumable this server holds, trusted as the rest of V1 is, by the shared secret.
+        let cancellations = notification.cancellations
+        let creation = parsed.creationDate
         return try await write(input: (key, "notification-v1", kept), viewFollows: false) { store in
-            try self.apply(updates, bundleID: bundleID, claimant: nil, in: store, now: current)
+            var refunds: [PurchaseUpdate] = []
+            for cancelled in cancellations {
+                guard var purchase = try store.purchase(TransactionID(cancelled.transactionID)),
+                    purchase.bundleID.rawValue == bundleID, purchase.kind == .consumable, purchase.revocationDate == nil
+                else { continue }
+                purchase.revocationDate = cancelled.date
+                purchase.signedDate = max(creation, purchase.signedDate)
+                refunds.append(PurchaseUpdate(source: .notification, transaction: purchase, notice: .v1(type)))
+            }
+            return try self.apply(updates + refunds, bundleID: bundleID, claimant: nil, in: store, now: current)
         }
     }
 }

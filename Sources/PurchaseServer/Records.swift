@@ -69,9 +69,11 @@ public struct PurchaseRecord: Codable, Sendable, Hashable {
     public var isRefunded: Bool { revocationDate != nil && isUpgraded != true }
 
     /// What a later receipt's record of this transaction (`self`) cannot say, kept from the signed record
-    /// before it (`stored`): receipts carry no ownership, price, offer, plan, upgrade or group, and never show
-    /// a consumable's refund, so their silence is not news.
+    /// before it (`stored`): receipts carry no ownership, price, offer, plan, upgrade or group (and may lack the
+    /// product's type), and never show a consumable's refund, so their silence is not news.
     mutating func keepSignedFacts(of stored: PurchaseRecord) {
+        // Apple's signed type, not a receipt's (which may lack one and is then guessed).
+        kind = stored.kind
         if ownership == .purchased { ownership = stored.ownership }
         price = price ?? stored.price
         currency = currency ?? stored.currency

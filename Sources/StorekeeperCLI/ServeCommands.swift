@@ -3,6 +3,7 @@ import PurchaseServer
 import StorekeeperCommandLine
 import StorekeeperHTTP
 import StorekeeperLogging
+import StorekeeperPostgres
 
 /// `storekeeper serve`: the purchase server.
 enum ServeCommands {
@@ -69,6 +70,11 @@ enum ServeCommands {
             guard ServerConfiguration.isPostgresURL(database) else {
                 throw CommandError.usage("--database is a postgres:// URL (leave it out for SQLite in --data)")
             }
+            if let given = arguments.value("database"), PostgresDatabase.redacted(given) != given {
+                console.writeError(
+                    "warning: --database carries a password, which every user of this machine can read (ps, "
+                        + "/proc): give it in the configuration's \"database\" as ${VARIABLE}, or in PGPASSWORD\n")
+            }
             do { storage = try await PostgresServerStorage(url: database) } catch {
                 throw CommandError.runtime("cannot open the PostgreSQL database: \(error)")
             }
@@ -125,6 +131,13 @@ enum ServeCommands {
         console.write(
             "  apps: \(configuration.apps.map(\.bundleID).joined(separator: ", ")); data: \(storage.location)\n")
         if let followed { console.write("  store time followed from \(HTTPClient.printable(followed.url))\n") }
+        let host = arguments.value("host") ?? "127.0.0.1"
+        if tls == nil, !HTTPAddress.isLoopback(host) {
+            console.write(
+                "  WARNING: plain HTTP on \(host): the secret key, the dashboard's sign-in and its cookie cross the "
+                    + "network unencrypted; give --tls-cert and --tls-key, or listen on 127.0.0.1 behind a TLS proxy "
+                    + "(docs/operations.md)\n")
+        }
         await TerminationSignals.received()
         // Requests in flight finish (up to ten seconds) before the server stops.
         await http.stop(waitingUpTo: .seconds(10))

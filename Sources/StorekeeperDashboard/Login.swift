@@ -166,13 +166,7 @@ public struct DashboardLogin: Sendable {
     public func signIn(_ request: HTTPRequest, home: String, secretName: String) -> HTTPResponse {
         guard let secret, let key else { return HTTPResponse(status: 303, headers: [("Location", home)]) }
         let (address, now) = (SignInAttempts.client(request), clock().timeIntervalSince1970)
-        // Behind a proxy the address is what a header says, which a proxy that does not set it passes on from
-        // the client: all forwarded attempts together are bounded too.
-        let forwarded = SignInAttempts.isForwarded(request)
-        guard attempts.allowed(address, now: now),
-            !forwarded
-                || attempts.allowed(SignInAttempts.forwarded, now: now, limit: SignInAttempts.forwardedPerMinute)
-        else {
+        guard attempts.allowed(address, now: now) else {
             let error = HTTPError(
                 status: 429, code: "too_many_attempts",
                 message: "\(SignInAttempts.perMinute) wrong sign-ins from this address in a minute: try again later")
@@ -186,7 +180,6 @@ public struct DashboardLogin: Sendable {
             let random = try? SecureRandom.bytes(16)
         else {
             attempts.failed(address, now: now)
-            if forwarded { attempts.failed(SignInAttempts.forwarded, now: now) }
             return form(failed: true, secretName: secretName)
         }
         let expiry = Int64(clock().timeIntervalSince1970 + Self.lifetime)
@@ -285,23 +278,15 @@ final class DashboardSessions: Sendable {
 /// its IPv6 /64 (one host has a whole /64 to draw from); behind a proxy on the same machine, the address the
 /// proxy saw (the last `X-Forwarded-For` entry, else `X-Real-IP`). At most ``capacity`` clients are counted
 /// (those whose minute is over go first); past that every other client shares one count, so a flood of
-/// addresses cannot make failures go uncounted. A forwarded address is only as true as the proxy makes it (one
-/// that does not set `X-Forwarded-For` passes the client's own on), so all forwarded attempts together are also
-/// bounded, at ``forwardedPerMinute``.
+/// addresses cannot make failures go uncounted. A forwarded address is only as true as the proxy makes it: the
+/// proxy must append the client's address to `X-Forwarded-For` (nginx: `$proxy_add_x_forwarded_for`, as
+/// docs/operations.md sets it), or a client names its own.
 final class SignInAttempts: Sendable {
     static let perMinute = 10
-    static let forwardedPerMinute = 100
-    /// Where every forwarded failure is counted as well.
-    static let forwarded = "forwarded"
     static let capacity = 10_000
     /// Where failures are counted when the table is full.
     static let overflow = "*"
     private let state = Mutex<[String: (start: Double, failures: Int)]>([:])
-
-    /// Whether the request's client is named by a proxy's header (a loopback peer sending one).
-    static func isForwarded(_ request: HTTPRequest) -> Bool {
-        HTTPAddress.isLoopback(request.remoteAddress ?? "") && client(request) != (request.remoteAddress ?? "")
-    }
 
     /// The client a request counts against.
     static func client(_ request: HTTPRequest) -> String {
@@ -334,12 +319,12 @@ final class SignInAttempts: Sendable {
         return groups.prefix(4).map { String(Int($0, radix: 16) ?? 0, radix: 16) }.joined(separator: ":") + "::/64"
     }
 
-    func allowed(_ address: String, now: Double, limit: Int = perMinute) -> Bool {
+    func allowed(_ address: String, now: Double) -> Bool {
         state.withLock { table in
             guard let entry = table[address] ?? (table.count >= Self.capacity ? table[Self.overflow] : nil) else {
                 return true
             }
-            return now - entry.start >= 60 || entry.failures < limit
+            return now - entry.start >= 60 || entry.failures < Self.perMinute
         }
     }
 

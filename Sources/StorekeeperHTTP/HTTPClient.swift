@@ -57,8 +57,7 @@ public struct HTTPClient: Sendable {
     package static func printable(_ url: String) -> String {
         var printable = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
         if let scheme = printable.range(of: "://"),
-            let at = printable[scheme.upperBound...].firstIndex(of: "@"),
-            !printable[scheme.upperBound..<at].contains("/")
+            let at = printable[scheme.upperBound...].prefix(while: { $0 != "/" }).lastIndex(of: "@")
         {
             printable = String(printable[..<scheme.upperBound]) + String(printable[printable.index(after: at)...])
         }

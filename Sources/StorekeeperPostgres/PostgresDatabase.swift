@@ -66,11 +66,11 @@ public final class PostgresDatabase: Sendable {
         return String(result[...question]) + parameters.joined(separator: "&")
     }
 
-    /// The `@` that ends the user information: the last one in the authority (before the path, the query or
-    /// the fragment), never one in a parameter's value.
+    /// The `@` that ends the user information: the last one before the path (libpq looks for it up to the
+    /// first `/`; a password may hold `?` or `#`), never one in a parameter's value after the path. A URL
+    /// with no path and an `@` in a parameter is redacted up to that `@`: more than needed, never less.
     static func userinfoEnd(_ url: String, after start: String.Index) -> String.Index? {
-        let authority = url[start...].prefix { !"/?#".contains($0) }
-        return authority.lastIndex(of: "@")
+        url[start...].prefix { $0 != "/" }.lastIndex(of: "@")
     }
 
     /// The secrets `url` holds (the user's password, the `password` and `sslpassword` values), as written and

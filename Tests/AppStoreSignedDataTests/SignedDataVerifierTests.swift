@@ -237,6 +237,28 @@ struct SignedDataVerifierTests {
                 == .verificationFailure)
     }
 
+    @Test(
+        "ES256 is P-256: a leaf on P-384 (its key made by the openssl tool) with a signature of its size is refused",
+        .enabled(if: ExternalTool.find("openssl") != nil, "openssl not on PATH"))
+    func otherCurve() throws {
+        let openssl = try #require(ExternalTool.find("openssl"))
+        let generated = try ExternalTool.run(openssl, ["ecparam", "-name", "secp384r1", "-genkey", "-noout"])
+        let key = try PrivateKey(pem: generated.stdoutText)
+        let leaf = try CertificateBuilder(
+            commonName: "P-384 leaf", serialNumber: [0x44], notBefore: TestPKI.leafValidity.0,
+            notAfter: TestPKI.leafValidity.1, isCA: false, keyUsage: "critical,digitalSignature",
+            markerExtensions: [AppleOID.receiptSigningLeaf]
+        ).issue(subjectKey: try key.publicKey, issuer: chain.intermediate, issuerKey: chain.intermediateKey)
+        let header: JSONObject = [
+            "alg": .string("ES256"), "x5c": JWSFixtures.x5c([leaf, chain.intermediate, chain.root]),
+        ]
+        let input =
+            Base64URL.encode(JSONWriter.bytes(.object(header))) + "."
+            + Base64URL.encode(JSONWriter.bytes(.object(JWSFixtures.transaction())))
+        let token = input + "." + Base64URL.encode(try key.signRawECDSA(Array(input.utf8), digest: .sha256))
+        #expect(try verifier().verify(token, now: now).status == .verificationFailure)
+    }
+
     @Test("Thousands of mutated tokens give a status, never a crash, and never OK with other content")
     func mutations() throws {
         let token = Array(try JWSFixtures.sign(try JWSFixtures.notification()).utf8)

@@ -14,8 +14,11 @@ struct PostgresURLTests {
             PostgresDatabase.redacted(tricky)
                 == "postgres://app@db:5432/store?application_name=svc@host&password=***")
         #expect(
-            PostgresDatabase.redacted("postgres://app:pw@db?application_name=a@b")
-                == "postgres://app:***@db?application_name=a@b")
+            PostgresDatabase.redacted("postgres://app:pw@db/store?application_name=a@b")
+                == "postgres://app:***@db/store?application_name=a@b")
+        // A password may hold `?` (libpq reads the user information up to the `@` before the path).
+        #expect(PostgresDatabase.redacted("postgres://app:pa?ss@db/store") == "postgres://app:***@db/store")
+        #expect(!PostgresDatabase.redacted("postgres://app:pw@db?application_name=a@b").contains("pw"))
         #expect(
             PostgresDatabase.redacted("postgres://app@db/store?password=hunter2&sslmode=require")
                 == "postgres://app@db/store?password=***&sslmode=require")

@@ -571,5 +571,26 @@ struct PurchaseEngineTests {
             PurchaseUpdate(source: "app", transaction: Self.period(4, product: "premium", reason: .purchase)),
         ])
         #expect(result.events == ["INITIAL_PURCHASE", "INITIAL_PURCHASE"])
+        // Apple's UPGRADE says it was not: a renewal lost in between does not make it a new subscription.
+        let upgrade = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(
+                source: "notification", transaction: Self.period(4, product: "premium", reason: .purchase),
+                notice: .v2("DID_CHANGE_RENEWAL_PREF", "UPGRADE")),
+        ])
+        #expect(upgrade.events == ["INITIAL_PURCHASE", "PRODUCT_CHANGE", "RENEWAL"])
+    }
+
+    @Test("A period first taken as refunded, then told upgraded: the subscription is not revoked, the refund reversed")
+    func refundThenUpgraded() {
+        var replaced = Self.period(0, signed: 150, revoked: true)
+        replaced.isUpgraded = true
+        let result = Self.run([
+            PurchaseUpdate(source: "app", transaction: Self.period(0)),
+            PurchaseUpdate(source: "app", transaction: Self.period(0, signed: 100, revoked: true)),
+            PurchaseUpdate(source: "app", transaction: replaced),
+        ])
+        #expect(result.events == ["INITIAL_PURCHASE", "REFUND", "REFUND_REVERSED"])
+        #expect(result.subscription?.status == 1 && result.subscription?.revocationDate == nil)
     }
 }

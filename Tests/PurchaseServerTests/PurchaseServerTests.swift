@@ -308,6 +308,39 @@ struct PurchaseServerTests {
         #expect(initial?["app_user_id"] == .string("uma") && initial?["original_transaction_id"] == .string(monthly))
     }
 
+    @Test("A consumable's refund told by a V1 REFUND (its latest_receipt_info) debits the ledger once")
+    func v1ConsumableRefund() async throws {
+        let harness = try await ServerHarness.make()
+        defer { harness.stop() }
+        let (_, device) = try await harness.customer()
+        let (coins, jws) = try await harness.buy("coins", device: device)
+        #expect(try await harness.post(jws, user: "hal").0 == 200)
+        #expect(try await harness.subscriber("hal")["balances"]?["com.example.storekeeper.coins"]?.int64Value == 1)
+        let receipt = try await harness.store.receipt(deviceID: device, bundleID: ServerHarness.bundleID)
+        let refunded = Int64(Date().timeIntervalSince1970 * 1000)
+        let v1: JSONObject = [
+            "notification_type": .string("REFUND"), "password": .string("s3cret"),
+            "unified_receipt": .object([
+                "latest_receipt": .string(Data(receipt).base64EncodedString()),
+                "latest_receipt_info": .array([
+                    .object([
+                        "transaction_id": .string(coins), "product_id": .string("com.example.storekeeper.coins"),
+                        "cancellation_date_ms": .string(String(refunded)), "cancellation_reason": .string("0"),
+                    ]),
+                    // One the server never saw changes nothing.
+                    .object(["transaction_id": .string("1999999999999999"), "cancellation_date_ms": .string("1")]),
+                ]),
+            ]),
+        ]
+        for _ in 0..<2 {
+            let (status, answer) = try await harness.call(
+                "POST", "/v1/notifications/apple/\(ServerHarness.bundleID)", v1, key: nil)
+            #expect(status == 200, "\(answer)")
+        }
+        #expect(try await harness.subscriber("hal")["balances"]?["com.example.storekeeper.coins"]?.int64Value == 0)
+        #expect(try await harness.server.storage.read { try $0.purchase("1999999999999999") } == nil)
+    }
+
     @Test("A V1 notification from an environment the app does not accept is refused and applies nothing")
     func v1Environment() async throws {
         let harness = try await ServerHarness.make(environments: [.production])

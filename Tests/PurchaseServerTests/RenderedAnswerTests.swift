@@ -413,6 +413,17 @@ struct RenderedAnswerTests {
                 .map(\.event.type.rawValue)
             #expect(!events.contains("REFUND"), "\(events)")
             #expect(events.contains("PRODUCT_CHANGE"), "\(events)")
+            #expect(view.purchases.allSatisfy { !$0.isRefunded }, "an upgraded period is not revoked")
+            // A second Apple account's subscription to a product of the first's group (one original held both
+            // products: the upgrade) is several accounts.
+            let other = InAppPurchase(
+                productID: "pro", transactionID: "7000000000000009", purchaseDate: now.addingTimeInterval(-3 * day),
+                originalTransactionID: "7000000000000009", originalPurchaseDate: now.addingTimeInterval(-3 * day),
+                productTypeRaw: 3, expiresDate: now.addingTimeInterval(27 * day), webOrderLineItemID: 79)
+            let shared = try await server.ingestReceipt(
+                bundleID: Self.bundleID, appUserID: "upgrader",
+                receipt: try Self.receipt(purchases + [other], in: directory, at: now), deviceID: nil)
+            #expect(shared.flags == ["multiple_apple_accounts"], "\(shared.flags)")
         }
     }
 }

@@ -155,6 +155,68 @@ struct ServeCommandTests {
             "\(process.stderrText)")
     }
 
+    @Test(
+        "Plain HTTP on an address other than loopback is started with a warning; on loopback without one",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func plainHTTPWarning() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let setup = try Setup()
+        /// What the server prints at start on `host`, read (without blocking) until `marker` or 10 s.
+        func started(on host: String, until marker: String) throws -> String {
+            let process = ChildProcess()
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = [
+                "serve", "--config", setup.config.path, "--port", "0", "--host", host, "--data",
+                setup.directory.appendingPathComponent("data-\(host)").path,
+            ]
+            process.environment = ProcessInfo.processInfo.environment.merging([
+                "TEST_SECRET_KEY": "sk_test_secret_0123456"
+            ]) { $1 }
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { process.terminate() }
+            let descriptor = output.fileHandleForReading.fileDescriptor
+            _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
+            var bytes: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4_096)
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline, !String(decoding: bytes, as: UTF8.self).contains(marker) {
+                let count = read(descriptor, &buffer, buffer.count)
+                if count > 0 { bytes += buffer[0..<count] } else { usleep(20_000) }
+            }
+            // Whatever else the start printed right after.
+            usleep(200_000)
+            let count = read(descriptor, &buffer, buffer.count)
+            if count > 0 { bytes += buffer[0..<count] }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        let open = try started(on: "0.0.0.0", until: "WARNING")
+        #expect(open.contains("WARNING: plain HTTP on 0.0.0.0"), "\(open)")
+        let local = try started(on: "127.0.0.1", until: "data:")
+        #expect(local.contains("listening on http://127.0.0.1") && !local.contains("WARNING"), "\(local)")
+    }
+
+    @Test(
+        "A password in --database is warned about (other users can read a command line), never printed",
+        .enabled(if: ExecutableTests.binary != nil, "storekeeper binary not built"))
+    func passwordOnCommandLine() throws {
+        let binary = try #require(ExecutableTests.binary)
+        let setup = try Setup()
+        // Nothing listens on port 1: the start fails after the warning.
+        let process = try ExternalTool.run(
+            binary,
+            [
+                "serve", "--config", setup.config.path, "--port", "0", "--database",
+                "postgres://app:hunter2@127.0.0.1:1/db",
+            ],
+            environment: ["TEST_SECRET_KEY": "sk_test_secret_0123456"])
+        #expect(process.status != 0)
+        #expect(process.stderrText.contains("warning: --database carries a password"), "\(process.stderrText)")
+        #expect(!process.stderrText.contains("hunter2") && !process.stdoutText.contains("hunter2"))
+    }
+
     /// The app's post of one user's subscription purchase, signed by the test chain.
     static func transactionPost(_ setup: Setup, _ index: Int) throws -> [UInt8] {
         let ms = Int64(Date().timeIntervalSince1970 * 1000) - 60_000 + Int64(index)

@@ -236,7 +236,7 @@ public final class PurchaseServer: Sendable {
         }
         // A nested token that did not verify is refused with the notification, not left out of it: taken
         // without its transaction, the notification would be acknowledged and its news lost.
-        if let (field, failed) = result.nested.sorted(by: { $0.key < $1.key }).first(where: { !$0.value.isOK }) {
+        if let (field, failed) = result.nested.first(where: { !$0.value.isOK }) {
             throw PurchaseServerError.verification(
                 "the notification's \(field) did not verify: \(failed.status.rawValue) (\(failed.reason ?? ""))")
         }

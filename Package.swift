@@ -243,6 +243,7 @@ let package = Package(
             name: "AppStoreSignedDataTests",
             dependencies: [
                 "AppStoreSignedData", "StorekeeperCrypto", "StorekeeperJSON", "StoreModel", "StorekeeperTestSupport",
+                "AppStoreServerAPI", "StorekeeperHTTP",
             ],
             swiftSettings: upcoming),
         .testTarget(

@@ -21,10 +21,12 @@ public enum APIToken {
     /// How far the server's clock and the client's may disagree.
     public static let leeway: TimeInterval = 60
 
-    /// A token for one request: `iat` now, `exp` after `lifetime` (Apple's own clients use five minutes).
+    /// A token for one request: `iat` now, `exp` after `lifetime` (Apple's own clients use five minutes), at
+    /// most ``maxLifetime`` (Apple refuses a longer one with a bare 401).
     public static func make(
         keyID: String, issuerID: String, bundleID: String, key: PrivateKey, now: Date, lifetime: TimeInterval = 300
     ) throws -> String {
+        let lifetime = lifetime.isFinite ? min(max(lifetime, 1), maxLifetime) : maxLifetime
         let issued = Int64(now.timeIntervalSince1970.rounded(.down))
         let claims: JSONObject = [
             "iss": .string(issuerID), "iat": .integer(issued), "exp": .integer(issued + Int64(lifetime)),

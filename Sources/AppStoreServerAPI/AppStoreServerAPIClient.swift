@@ -277,7 +277,7 @@ public struct AppStoreServerAPIClient: Sendable {
         while true {
             do {
                 let json = try await once(method, url, body: bodyBytes, contentType: contentType)
-                try verify(json)
+                try await verify(json)
                 return Response(json: json)
             } catch {
                 guard attempt < retry.maxAttempts, error.isRetryable,
@@ -312,7 +312,9 @@ public struct AppStoreServerAPIClient: Sendable {
             ("Authorization", "Bearer " + token), ("Accept", "application/json"),
             ("User-Agent", "storekeeper-app-store-server-api"),
         ]
-        if !body.isEmpty || method == "PUT" || method == "POST" { headers.append(("Content-Type", contentType)) }
+        // As Apple's clients: a Content-Type only with a body (Request a Test Notification, Finish Transaction
+        // have none).
+        if !body.isEmpty { headers.append(("Content-Type", contentType)) }
         let response: HTTPClient.Response
         do {
             response = try await http.send(method, url, headers: headers, body: body)
@@ -343,11 +345,14 @@ public struct AppStoreServerAPIClient: Sendable {
             ? (EpochMilliseconds.date(number) ?? now) : now.addingTimeInterval(number)
     }
 
-    /// Verifies every signed field of an answer when a verifier was given.
-    private func verify(_ json: JSONObject) throws(AppStoreServerAPIError) {
+    /// Verifies every signed field of an answer when a verifier was given (online, awaiting the OCSP
+    /// responders, when it is configured for online checks).
+    private func verify(_ json: JSONObject) async throws(AppStoreServerAPIError) {
         guard let verifier else { return }
         for token in Self.signedFields(of: .object(json)) {
-            let result = verifier.verify(token, now: now())
+            let result =
+                verifier.configuration.onlineChecks
+                ? await verifier.verifyOnline(token, now: now()) : verifier.verify(token, now: now())
             guard result.isOK else {
                 throw AppStoreServerAPIError(
                     kind: .verificationFailed,
@@ -377,9 +382,12 @@ public struct AppStoreServerAPIClient: Sendable {
 
     private func segment(_ text: String) -> String { Self.encode(text) }
 
+    /// RFC 3986's unreserved characters kept, every other byte of the UTF-8 percent-encoded
+    /// (`CharacterSet.alphanumerics` would keep any Unicode letter).
+    static let unreserved = CharacterSet(
+        charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
     static func encode(_ text: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+        text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? text
     }
 }

@@ -43,7 +43,9 @@ public struct AppStoreServerAPIError: Error, Sendable, Hashable, CustomStringCon
     /// Whether Apple advises trying again: its retryable codes, a 429, a 5xx without a body, or no answer.
     public var isRetryable: Bool {
         switch kind {
-        case .transport: return true
+        // No answer: worth another try, unless the same request must fail again (an answer past the size limit,
+        // a URL libcurl refuses).
+        case .transport: return ![.responseTooLarge, .invalidURL].contains(transport?.code)
         case .api:
             if let code { return code.isRetryable }
             return status == 429 || (status ?? 0) >= 500

@@ -989,3 +989,54 @@ struct ServerAPIVocabularyTests {
         #expect(AppStoreServerAPIClient.signedFields(of: answer) == ["a", "b", "c"])
     }
 }
+
+/// Our client's requests as Apple's own clients make them, seen by a plain local server.
+@Suite("App Store Server API client: requests as Apple's clients send them")
+struct ServerAPIClientRequestTests {
+    final class Seen: Sendable {
+        let requests = Mutex<[(method: String, path: String, contentType: String?)]>([])
+    }
+
+    @Test(
+        "No Content-Type without a body; path segments percent-encoded per RFC 3986; an oversized answer is not sent again; a token lives at most an hour"
+    )
+    func requests() async throws {
+        let seen = Seen()
+        var router = Router()
+        let record: @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse = { request, _ in
+            seen.requests.withLock { $0.append((request.method, request.path, request.header("Content-Type"))) }
+            return HTTPResponse(
+                status: 200, headers: [("Content-Type", "application/json")],
+                body: Array(#"{"testNotificationToken": "t", "note": "\#(String(repeating: "x", count: 200))"}"#.utf8))
+        }
+        router.add("POST", "/inApps/v1/notifications/test", inline: record)
+        router.add("GET", "/inApps/v1/transactions/{id}", inline: record)
+        let server = try HTTPServer(port: 0, responder: router.freeze())
+        defer { server.stop() }
+        let key = try PrivateKey.generateP256()
+        let sleeps = Mutex<[Duration]>([])
+        func client(http: HTTPClient = HTTPClient()) -> AppStoreServerAPIClient {
+            AppStoreServerAPIClient(
+                key: key, keyID: "K", issuerID: "I", bundleID: "com.example.app",
+                environment: .custom("http://127.0.0.1:\(server.port)"),
+                retry: AppStoreServerAPIClient.RetryPolicy(maxAttempts: 4), http: http,
+                sleep: { duration in sleeps.withLock { $0.append(duration) } })
+        }
+        _ = try await client().requestTestNotification()
+        _ = try await client().transactionInfo("é 1")
+        let requests = seen.requests.withLock { $0 }
+        #expect(requests.first?.contentType == nil, "\(requests)")
+        #expect(requests.last?.path == "/inApps/v1/transactions/%C3%A9%201", "\(requests)")
+        // An answer past the size limit fails the same way every time: once, no waits.
+        let small = client(http: HTTPClient(maxResponseBytes: 64))
+        let error = await ServerAPITests.apiError { _ = try await small.transactionInfo("2") }
+        #expect(error?.transport?.code == .responseTooLarge)
+        #expect(seen.requests.withLock { $0.count } == 3 && sleeps.withLock { $0 }.isEmpty)
+        // A token asked to live two hours lives one, which Apple accepts.
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let token = try APIToken.make(
+            keyID: "K", issuerID: "I", bundleID: "com.example.app", key: key, now: now, lifetime: 7_200)
+        let claims = try #require(AppStoreServerAPIClient.decodedPayload(token))
+        #expect(claims["exp"]?.int64Value == 1_800_003_600)
+    }
+}

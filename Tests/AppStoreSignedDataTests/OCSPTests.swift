@@ -1,6 +1,8 @@
+import AppStoreServerAPI
 import AppStoreSignedData
 import Foundation
 import StorekeeperCrypto
+import StorekeeperHTTP
 import StorekeeperJSON
 import StorekeeperTestSupport
 import Synchronization
@@ -114,6 +116,28 @@ struct OCSPTests {
         #expect(result.status == .retryableVerificationFailure)
         #expect(result.reason?.contains("verifyOnline") == true)
         #expect(responder.calls.withLock { $0 } == 0)
+    }
+
+    @Test("The Server API client verifies its answers online when its verifier is configured for online checks")
+    func serverAPIClientOnline() async throws {
+        let responder = try Responder()
+        let signed = try responder.token()
+        var router = Router()
+        router.add(
+            "GET", "/inApps/v1/transactions/{id}",
+            inline: { _, _ in
+                HTTPResponse(
+                    status: 200, headers: [("Content-Type", "application/json")],
+                    body: JSONWriter.bytes(.object(["signedTransactionInfo": .string(signed)])))
+            })
+        let server = try HTTPServer(port: 0, responder: router.freeze())
+        defer { server.stop() }
+        let client = AppStoreServerAPIClient(
+            key: try PrivateKey.generateP256(), keyID: "K", issuerID: "I", bundleID: JWSFixtures.bundleID,
+            environment: .custom("http://127.0.0.1:\(server.port)"), retry: .none, verifier: try responder.verifier())
+        let answer = try await client.transactionInfo("2000000335310644")
+        #expect(answer.signedTransactionInfo == signed)
+        #expect(responder.calls.withLock { $0 } == 2, "the intermediate's and the leaf's OCSP answers asked for")
     }
 
     @Test("A revoked leaf is a verification failure")

@@ -202,9 +202,10 @@ public struct AppStoreServerAPIClient: Sendable {
     public func notificationHistory(_ request: NotificationHistoryRequest, paginationToken: String? = nil)
         async throws(AppStoreServerAPIError) -> NotificationHistoryResponse
     {
+        // A POST that only reads: sent again after a failure without an answer, as a GET would be.
         try await call(
             "POST", "/inApps/v1/notifications/history", query: paginationToken.map { [("paginationToken", $0)] } ?? [],
-            body: request.json)
+            rawBody: JSONWriter.bytes(.object(request.json)), contentType: "application/json", idempotent: true)
     }
 
     /// Every page of the notification history.

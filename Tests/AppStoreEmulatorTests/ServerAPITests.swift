@@ -1038,5 +1038,32 @@ struct ServerAPIClientRequestTests {
             keyID: "K", issuerID: "I", bundleID: "com.example.app", key: key, now: now, lifetime: 7_200)
         let claims = try #require(AppStoreServerAPIClient.decodedPayload(token))
         #expect(claims["exp"]?.int64Value == 1_800_003_600)
+        // Get Notification History is a POST that only reads: no answer (nothing listens) is tried again, as a
+        // GET's would be; Request a Test Notification (a POST that acts) is not.
+        sleeps.withLock { $0 = [] }
+        let nowhere = AppStoreServerAPIClient(
+            key: key, keyID: "K", issuerID: "I", bundleID: "com.example.app",
+            environment: .custom("http://127.0.0.1:1"),
+            retry: AppStoreServerAPIClient.RetryPolicy(maxAttempts: 3),
+            sleep: { duration in sleeps.withLock { $0.append(duration) } })
+        let history = await ServerAPITests.apiError {
+            _ = try await nowhere.notificationHistory(NotificationHistoryRequest(startDate: now, endDate: now))
+        }
+        #expect(history?.kind == .transport && sleeps.withLock { $0.count } == 2)
+        sleeps.withLock { $0 = [] }
+        _ = await ServerAPITests.apiError { _ = try await nowhere.requestTestNotification() }
+        #expect(sleeps.withLock { $0 }.isEmpty)
+    }
+
+    @Test("The API key the control plane mints comes with Cache-Control: no-store")
+    func mintedKeyNotCached() async throws {
+        let harness = try await AppStoreTests.Harness.make()
+        let response = await harness.responder.respond(
+            to: HTTPRequest(
+                method: "POST", path: "/_emulator/v1/apps/\(AppStoreTests.bundleID)/api-keys",
+                headers: [("Host", "127.0.0.1:8080"), ("Content-Type", "application/json")], body: Array("{}".utf8)))
+        #expect(response.status == 201)
+        #expect(response.header("Cache-Control") == "no-store")
+        #expect(try JSONParser.parse(response.body)["privateKey"]?.stringValue?.contains("PRIVATE KEY") == true)
     }
 }

@@ -403,11 +403,14 @@ extension ServerAPIService {
             guarded { request, context in
                 _ = try RequestBody(request, allowed: [])
                 let minted = try await store.mintAPIKey(bundleID: try context.parameter("bundle"))
-                return .json(
+                var answer = HTTPResponse.json(
                     .object([
                         "keyId": .string(minted.keyID), "issuerId": .string(minted.issuerID),
                         "privateKey": .string(minted.privateKey),
                     ]), status: 201)
+                // A private key: kept by no cache between here and the caller.
+                answer.headers.append(("Cache-Control", "no-store"))
+                return answer
             })
         router.get(
             base + "/apps/{bundle}/api-keys",

@@ -92,7 +92,11 @@ final class GatedSink: Sendable {
             box.state.withLock { $0.inside -= 1 }
             return HTTPResponse(status: 200)
         }
-        server = try HTTPServer(port: 0, responder: router.freeze())
+        // A receiver that does not answer must not answer: the server's own deadline (503 after 30 s by default)
+        // would, on a machine slow enough for a test to pass it, free the held send's slot for another.
+        var limits = HTTPLimits()
+        limits.requestTimeout = .seconds(600)
+        server = try HTTPServer(port: 0, limits: limits, responder: router.freeze())
     }
 
     var url: String { "http://127.0.0.1:\(server.port)/notifications" }

@@ -43,12 +43,8 @@ extension Receipt {
         var expirationDate: Date?
         var purchases: [InAppPurchase] = []
         var unknown: [ReceiptAttribute] = []
-        /// An attribute Apple does not document (1, 8, 10, 11, 15, 16): read when it has the form seen so far,
-        /// else kept raw among the unknown ones; a change of its form must not refuse every receipt.
         func lenient<T>(_ attribute: ParsedAttribute, _ read: (ParsedAttribute) throws -> T) -> T? {
-            if let value = try? read(attribute) { return value }
-            unknown.append(attribute.kept(document))
-            return nil
+            attribute.lenient(document, keptIn: &unknown, read)
         }
         var iterator = try document.children(of: root)
         while let node = try document.next(&iterator) {
@@ -135,10 +131,8 @@ extension InAppPurchase {
             case 1705: try seen.mark(attribute); originalTransactionID = try attribute.string(document)
             case 1706: try seen.mark(attribute); originalPurchaseDate = try attribute.date(document)
             case 1707:
-                // Undocumented: read when it has the form seen so far, else kept raw.
                 try seen.mark(attribute)
-                productTypeRaw = try? attribute.nonNegative(document)
-                if productTypeRaw == nil { unknown.append(attribute.kept(document)) }
+                productTypeRaw = attribute.lenient(document, keptIn: &unknown) { try $0.nonNegative(document) }
             case 1708: try seen.mark(attribute); expiresDate = try attribute.date(document)
             case 1711: try seen.mark(attribute); webOrderLineItemID = try attribute.nonNegative(document)
             case 1712: try seen.mark(attribute); cancellationDate = try attribute.date(document)
@@ -310,6 +304,16 @@ struct ParsedAttribute {
             throw ReceiptError.make(.invalidAttributeValue, "\(level) attribute \(type) is not a 64-bit INTEGER")
         }
         return value
+    }
+
+    /// An attribute Apple does not document (1, 8, 10, 11, 15, 16, 1707): read when it has the form seen so
+    /// far, else kept raw in `unknown`; a change of its form must not refuse every receipt.
+    func lenient<T>(_ document: ASN1Document, keptIn unknown: inout [ReceiptAttribute], _ read: (Self) throws -> T)
+        -> T?
+    {
+        if let value = try? read(self) { return value }
+        unknown.append(kept(document))
+        return nil
     }
 
     /// A 64-bit INTEGER that is an id, a type or a flag: never negative.

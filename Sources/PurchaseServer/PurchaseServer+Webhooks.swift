@@ -243,8 +243,7 @@ extension PurchaseServer {
         do {
             let timeout = Duration.milliseconds(Int64(configuration.webhookTimeoutSeconds * 1000))
             // Only the status counts: a receiver's long answer is cut, not held (nor a reason to fail).
-            var client = HTTPClient(timeout: timeout, maxResponseBytes: 64 << 10)
-            client.truncatesResponse = true
+            let client = HTTPClient(timeout: timeout, maxResponseBytes: 64 << 10, truncatesResponse: true)
             let response = try await client.send(
                 "POST", delivery.url, headers: headers, body: Array(delivery.body.utf8))
             return (delivery, response.status, nil)

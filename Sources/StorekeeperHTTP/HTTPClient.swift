@@ -81,8 +81,9 @@ public struct HTTPClient: Sendable {
 
     public init(
         timeout: Duration = .seconds(10), connectTimeout: Duration = .seconds(5), maxResponseBytes: Int = 8 << 20,
-        insecure: Bool = false, caFile: String? = nil
+        truncatesResponse: Bool = false, insecure: Bool = false, caFile: String? = nil
     ) {
+        self.truncatesResponse = truncatesResponse
         self.timeout = timeout
         self.connectTimeout = connectTimeout
         self.maxResponseBytes = maxResponseBytes

@@ -62,15 +62,17 @@ struct ServeCommandTests {
         }
     }
 
-    static func start(_ binary: String, _ setup: Setup, extra: [String] = [], scheme: String = "http") throws
-        -> (ChildProcess, String)
+    /// `storekeeper serve` on `setup`'s configuration and port 0, its data in `data` under the setup's
+    /// directory: the running process and its standard output.
+    static func launch(_ binary: String, _ setup: Setup, extra: [String] = [], data: String = "data") throws
+        -> (ChildProcess, Pipe)
     {
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments =
             [
                 "serve", "--config", setup.config.path, "--port", "0", "--data",
-                setup.directory.appendingPathComponent("data").path,
+                setup.directory.appendingPathComponent(data).path,
             ] + extra
         process.environment = ProcessInfo.processInfo.environment.merging(["TEST_SECRET_KEY": "sk_test_secret_0123456"])
         { $1 }
@@ -78,6 +80,13 @@ struct ServeCommandTests {
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
+        return (process, output)
+    }
+
+    static func start(_ binary: String, _ setup: Setup, extra: [String] = [], scheme: String = "http") throws
+        -> (ChildProcess, String)
+    {
+        let (process, output) = try launch(binary, setup, extra: extra)
         let line = output.firstLine()
         guard let range = line.range(of: scheme + "://[^ \n]+:[0-9]+", options: .regularExpression) else {
             process.terminate()
@@ -163,19 +172,7 @@ struct ServeCommandTests {
         let setup = try Setup()
         /// What the server prints at start on `host`, read (without blocking) until `marker` or 10 s.
         func started(on host: String, until marker: String) throws -> String {
-            let process = ChildProcess()
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = [
-                "serve", "--config", setup.config.path, "--port", "0", "--host", host, "--data",
-                setup.directory.appendingPathComponent("data-\(host)").path,
-            ]
-            process.environment = ProcessInfo.processInfo.environment.merging([
-                "TEST_SECRET_KEY": "sk_test_secret_0123456"
-            ]) { $1 }
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let (process, output) = try Self.launch(binary, setup, extra: ["--host", host], data: "data-\(host)")
             defer { process.terminate() }
             let descriptor = output.fileHandleForReading.fileDescriptor
             _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)

@@ -234,8 +234,7 @@ struct HTTPClientTests {
             #expect(error.code == .responseTooLarge)
         }
         // A caller that wants the status only takes the body's first bytes and is answered.
-        var truncating = HTTPClient(maxResponseBytes: 10)
-        truncating.truncatesResponse = true
+        let truncating = HTTPClient(maxResponseBytes: 10, truncatesResponse: true)
         let cut = try await truncating.send("GET", base + "/_emulator/v1/clock")
         #expect(cut.status == 200 && cut.body.count == 10, "\(cut.status) \(cut.body.count)")
         let whole = try await HTTPClient().send("GET", base + "/_emulator/v1/clock")

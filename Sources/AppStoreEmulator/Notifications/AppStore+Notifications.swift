@@ -400,9 +400,9 @@ extension AppStore {
     /// One attempt, on the calling thread (a delivery lane's).
     func sendBlocking(_ notification: OutboundNotification, claim: UInt64) -> Attempted {
         // Only the status counts: a receiver's long answer is cut, not held (nor a reason to retry).
-        var client = HTTPClient(
-            timeout: .milliseconds(Int64(notification.timeoutMilliseconds)), maxResponseBytes: 64 << 10)
-        client.truncatesResponse = true
+        let client = HTTPClient(
+            timeout: .milliseconds(Int64(notification.timeoutMilliseconds)), maxResponseBytes: 64 << 10,
+            truncatesResponse: true)
         var status: Int?
         let result: SendAttemptResult
         switch client.sendBlocking(
